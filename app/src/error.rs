@@ -1,0 +1,77 @@
+//! The app layer's one error enum: what a server function may tell a user.
+//!
+//! Control-plane errors are mapped here. Internal ones (database, bugs) are logged with their
+//! cause and the request id, and the user sees only a generic message with that request id.
+
+use leptos::server_fn::codec::JsonEncoding;
+use leptos::server_fn::error::{FromServerFnError, ServerFnErrorErr};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum AppError {
+    /// The input is wrong; the message names the field and the rule.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Absent, or not visible to this user (the two are deliberately indistinguishable).
+    #[error("Not found.")]
+    NotFound,
+    #[error("{0}")]
+    Conflict(String),
+    #[error(
+        "Something went wrong on our side. If it keeps happening, quote request id {request_id}."
+    )]
+    Internal { request_id: String },
+    /// Transport and encoding failures raised by the server-function machinery itself.
+    #[error("{0}")]
+    ServerFn(ServerFnErrorErr),
+}
+
+impl FromServerFnError for AppError {
+    type Encoder = JsonEncoding;
+
+    fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
+        AppError::ServerFn(value)
+    }
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use super::AppError;
+
+    /// The `x-request-id` of the request being served, if any.
+    pub fn request_id() -> String {
+        leptos::prelude::use_context::<http::request::Parts>()
+            .and_then(|parts| {
+                parts
+                    .headers
+                    .get("x-request-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "unknown".to_owned())
+    }
+
+    impl AppError {
+        /// Logs `cause` and returns the generic message a user may see.
+        pub fn internal(cause: impl std::fmt::Display) -> Self {
+            let request_id = request_id();
+            tracing::error!(error.cause = %cause, request.id = %request_id, "internal error");
+            AppError::Internal { request_id }
+        }
+    }
+
+    impl From<control_plane::Error> for AppError {
+        fn from(e: control_plane::Error) -> Self {
+            use control_plane::Error as E;
+            match e {
+                E::NotFound { .. } => AppError::NotFound,
+                E::Invalid { .. } | E::ResourceName(_) => AppError::BadRequest(e.to_string()),
+                E::Conflict(m) => AppError::Conflict(m),
+                e @ (E::Database(_) | E::Migrate(_)) => AppError::internal(e),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "ssr")]
+pub use ssr::request_id;

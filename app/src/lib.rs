@@ -1,0 +1,105 @@
+//! The portal's pages, components and server functions.
+//!
+//! Server functions are thin: authenticate, authorise, call one control-plane function, map
+//! its error to [`AppError`]. No SQL and no business rule lives here. With the `ssr` feature
+//! this crate links the control plane; with `hydrate` it compiles to wasm without it.
+
+pub mod error;
+pub mod pages;
+pub mod theme;
+
+#[cfg(feature = "ssr")]
+pub mod server;
+
+pub use error::AppError;
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::{SsrMode, StaticSegment};
+
+use pages::placeholder::{
+    ADMIN, ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, PROJECTS, Placeholder, SECTIONS,
+};
+use theme::{ThemePicker, ThemeSignal};
+
+/// The HTML document around [`App`]; rendered on the server only.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let theme = theme::initial_theme();
+    view! {
+        <!DOCTYPE html>
+        <html lang="en" data-theme=theme.as_str()>
+            <head>
+                <meta charset="utf-8" />
+                <meta name="viewport" content="width=device-width, initial-scale=1" />
+                <meta name="color-scheme" content="light dark" />
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
+                <AutoReload options=options.clone() />
+                <HydrationScripts options />
+                <MetaTags />
+            </head>
+            <body>
+                <App />
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    let theme = RwSignal::new(theme::initial_theme());
+    provide_context(ThemeSignal(theme));
+
+    // Effects run only in the browser, after hydration.
+    Effect::new(move |_| {
+        let t = theme.get();
+        if let Some(html) = document().document_element() {
+            let _ = html.set_attribute("data-theme", t.as_str());
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
+
+    view! {
+        <Stylesheet id="leptos" href="/pkg/portal.css" />
+        <Title formatter=|title: String| {
+            if title.is_empty() { "GPU cloud".to_string() } else { format!("{title} · GPU cloud") }
+        } />
+        <Router>
+            <a class="skip-link" href="#main">"Skip to content"</a>
+            <header class="topbar">
+                <a class="brand" href="/">
+                    <span class="brand-mark" aria-hidden="true">"▣"</span>
+                    " GPU cloud"
+                </a>
+                <nav aria-label="Main">
+                    <ul>
+                        {SECTIONS
+                            .iter()
+                            .map(|s| view! { <li><A href=s.path>{s.title}</A></li> })
+                            .collect_view()}
+                    </ul>
+                </nav>
+            </header>
+            <main id="main" tabindex="-1">
+                <Routes fallback=pages::not_found::NotFound>
+                    <Route path=StaticSegment("") view=pages::home::HomePage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } />
+                    <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } />
+                    <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } />
+                    <Route path=StaticSegment("projects") view=|| view! { <Placeholder section=&PROJECTS /> } />
+                    <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } />
+                    <Route path=StaticSegment("admin") view=|| view! { <Placeholder section=&ADMIN /> } />
+                </Routes>
+            </main>
+            <footer class="footer">
+                <ThemePicker />
+                <p class="version">"Portal " {env!("CARGO_PKG_VERSION")}</p>
+            </footer>
+        </Router>
+    }
+}

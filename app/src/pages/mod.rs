@@ -1,0 +1,3 @@
+pub mod home;
+pub mod not_found;
+pub mod placeholder;

@@ -1,0 +1,70 @@
+//! Sections that later work fills. Each says plainly what is not there yet; none fakes data.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+pub struct Section {
+    pub path: &'static str,
+    pub title: &'static str,
+    /// One or two sentences: what this page will hold.
+    pub purpose: &'static str,
+}
+
+pub const CATALOG: Section = Section {
+    path: "/catalog",
+    title: "Catalog",
+    purpose: "Every SKU you can launch, bare-metal nodes and GPU slices, with its price and live \
+              availability per region.",
+};
+pub const MARKETPLACE: Section = Section {
+    path: "/marketplace",
+    title: "Marketplace",
+    purpose: "OS images with GPU drivers, ML stacks such as PyTorch, vLLM and Jupyter, and apps \
+              such as a Slurm head node or a Ray cluster, each launched onto a SKU that fits.",
+};
+pub const ALLOCATIONS: Section = Section {
+    path: "/allocations",
+    title: "Allocations",
+    purpose: "Your project's running slices and nodes: their provisioning progress, SSH details, \
+              release, and the cleanup certificate after release.",
+};
+pub const PROJECTS: Section = Section {
+    path: "/projects",
+    title: "Projects",
+    purpose: "Your organization's projects, who belongs to them, and their policies: GPU caps, \
+              allowed SKUs and regions, lifetimes and budgets.",
+};
+pub const BILLING: Section = Section {
+    path: "/billing",
+    title: "Billing",
+    purpose: "Spend by project and SKU, invoices with their Stripe status, credits and CSV export.",
+};
+pub const ADMIN: Section = Section {
+    path: "/admin",
+    title: "Admin",
+    purpose: "For platform operators: node enrolment, slot-map approval, drain and cleanup, SKUs, \
+              marketplace review, fleet health and the audit log.",
+};
+
+/// The main navigation, in order.
+pub const SECTIONS: [&Section; 6] = [
+    &CATALOG,
+    &MARKETPLACE,
+    &ALLOCATIONS,
+    &PROJECTS,
+    &BILLING,
+    &ADMIN,
+];
+
+#[component]
+pub fn Placeholder(section: &'static Section) -> impl IntoView {
+    view! {
+        <Title text=section.title />
+        <h1>{section.title}</h1>
+        <section class="card not-built" aria-labelledby="nb-h">
+            <h2 id="nb-h">"Not built yet"</h2>
+            <p>"This page is empty because the feature behind it does not exist yet. It will show:"</p>
+            <p class="purpose">{section.purpose}</p>
+        </section>
+    }
+}

@@ -1,0 +1,56 @@
+//! The audit log: who did what to which resource. Rows are written in the same transaction
+//! as the change they describe; the table refuses UPDATE, DELETE and TRUNCATE (a trigger).
+
+use serde_json::Value;
+use sqlx::PgConnection;
+
+use crate::error::Result;
+use crate::ids::{TenantId, UserId};
+use crate::resource_name::ResourceName;
+
+/// Who acted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Actor {
+    User(UserId),
+    /// Workers, migrations and seeds.
+    System,
+}
+
+/// One audit record, before it is written.
+#[derive(Clone, Debug)]
+pub struct AuditEntry<'a> {
+    pub actor: Actor,
+    /// Dotted verb, e.g. `tenant.create`. The database checks the shape.
+    pub action: &'a str,
+    pub resource: &'a ResourceName,
+    pub before: Option<Value>,
+    pub after: Option<Value>,
+    pub request_id: Option<&'a str>,
+}
+
+/// Appends `entry` using `conn`, which should be the transaction that makes the change.
+#[tracing::instrument(skip_all, fields(audit.action = entry.action, audit.resource = %entry.resource))]
+pub async fn record(conn: &mut PgConnection, entry: AuditEntry<'_>) -> Result<i64> {
+    let (kind, user) = match entry.actor {
+        Actor::User(u) => ("user", Some(u)),
+        Actor::System => ("system", None),
+    };
+    let tenant: Option<TenantId> = entry.resource.tenant_id();
+    let id = sqlx::query_scalar!(
+        r#"INSERT INTO audit_log
+               (actor_user_id, actor_kind, action, resource, tenant_id, before, after, request_id)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+           RETURNING id"#,
+        user as Option<UserId>,
+        kind,
+        entry.action,
+        entry.resource.to_string(),
+        tenant as Option<TenantId>,
+        entry.before,
+        entry.after,
+        entry.request_id,
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(id)
+}

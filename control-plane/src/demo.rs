@@ -1,0 +1,219 @@
+//! Demo data for `cargo xtask dev`: two tenants, their projects and four people. Idempotent:
+//! fixed ids and `ON CONFLICT DO NOTHING`, so running it twice changes nothing (and writes no
+//! second audit record).
+
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::{Uuid, uuid};
+
+use crate::audit::{self, Actor, AuditEntry};
+use crate::error::Result;
+use crate::ids::{ProjectId, TenantId, UserId};
+use crate::naming::Naming;
+
+pub const ACME: TenantId = TenantId(uuid!("0a0e0000-0000-4000-8000-000000000001"));
+pub const GLOBEX: TenantId = TenantId(uuid!("0a0e0000-0000-4000-8000-000000000002"));
+pub const ACME_RESEARCH: ProjectId = ProjectId(uuid!("0a0e0000-0000-4000-8001-000000000001"));
+pub const ACME_INFERENCE: ProjectId = ProjectId(uuid!("0a0e0000-0000-4000-8001-000000000002"));
+pub const GLOBEX_DEFAULT: ProjectId = ProjectId(uuid!("0a0e0000-0000-4000-8001-000000000003"));
+
+struct DemoTenant {
+    id: TenantId,
+    slug: &'static str,
+    name: &'static str,
+}
+
+struct DemoProject {
+    id: ProjectId,
+    tenant: TenantId,
+    slug: &'static str,
+    name: &'static str,
+}
+
+struct DemoUser {
+    id: Uuid,
+    email: &'static str,
+    name: &'static str,
+    tenant: TenantId,
+    tenant_role: &'static str,
+    projects: &'static [(ProjectId, &'static str)],
+}
+
+const TENANTS: &[DemoTenant] = &[
+    DemoTenant {
+        id: ACME,
+        slug: "acme",
+        name: "Acme Corp",
+    },
+    DemoTenant {
+        id: GLOBEX,
+        slug: "globex",
+        name: "Globex",
+    },
+];
+
+const PROJECTS: &[DemoProject] = &[
+    DemoProject {
+        id: ACME_RESEARCH,
+        tenant: ACME,
+        slug: "research",
+        name: "Research",
+    },
+    DemoProject {
+        id: ACME_INFERENCE,
+        tenant: ACME,
+        slug: "inference",
+        name: "Inference",
+    },
+    DemoProject {
+        id: GLOBEX_DEFAULT,
+        tenant: GLOBEX,
+        slug: "default",
+        name: "Default",
+    },
+];
+
+const USERS: &[DemoUser] = &[
+    DemoUser {
+        id: uuid!("0a0e0000-0000-4000-8002-000000000001"),
+        email: "alice@acme.example",
+        name: "Alice Anders",
+        tenant: ACME,
+        tenant_role: "admin",
+        projects: &[(ACME_RESEARCH, "admin"), (ACME_INFERENCE, "admin")],
+    },
+    DemoUser {
+        id: uuid!("0a0e0000-0000-4000-8002-000000000002"),
+        email: "bob@acme.example",
+        name: "Bob Baker",
+        tenant: ACME,
+        tenant_role: "member",
+        projects: &[(ACME_RESEARCH, "operator")],
+    },
+    DemoUser {
+        id: uuid!("0a0e0000-0000-4000-8002-000000000003"),
+        email: "fiona@acme.example",
+        name: "Fiona Fischer",
+        tenant: ACME,
+        tenant_role: "finance",
+        projects: &[],
+    },
+    DemoUser {
+        id: uuid!("0a0e0000-0000-4000-8002-000000000004"),
+        email: "carol@globex.example",
+        name: "Carol Chen",
+        tenant: GLOBEX,
+        tenant_role: "admin",
+        projects: &[(GLOBEX_DEFAULT, "admin")],
+    },
+];
+
+/// What one run of [`seed`] created.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    pub tenants: usize,
+    pub projects: usize,
+    pub users: usize,
+}
+
+#[tracing::instrument(skip_all)]
+pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {
+    let mut tx = pool.begin().await?;
+    let mut report = SeedReport::default();
+
+    for t in TENANTS {
+        let created = sqlx::query_scalar!(
+            "INSERT INTO tenants (id, slug, display_name) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING RETURNING id",
+            t.id as TenantId,
+            t.slug,
+            t.name,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if created.is_some() {
+            report.tenants += 1;
+            let resource = naming.tenant(t.id);
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "tenant.create",
+                    resource: &resource,
+                    before: None,
+                    after: Some(json!({ "slug": t.slug, "display_name": t.name })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+    }
+
+    for p in PROJECTS {
+        let created = sqlx::query_scalar!(
+            "INSERT INTO projects (id, tenant_id, slug, display_name) VALUES ($1, $2, $3, $4)
+             ON CONFLICT DO NOTHING RETURNING id",
+            p.id as ProjectId,
+            p.tenant as TenantId,
+            p.slug,
+            p.name,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if created.is_some() {
+            report.projects += 1;
+            let resource = naming.project(p.tenant, p.id);
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "project.create",
+                    resource: &resource,
+                    before: None,
+                    after: Some(json!({ "slug": p.slug, "display_name": p.name })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+    }
+
+    for u in USERS {
+        let created = sqlx::query_scalar!(
+            "INSERT INTO users (id, email, display_name) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING RETURNING id",
+            UserId(u.id) as UserId,
+            u.email,
+            u.name,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if created.is_some() {
+            report.users += 1;
+        }
+        sqlx::query!(
+            "INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
+             ON CONFLICT DO NOTHING",
+            u.tenant as TenantId,
+            UserId(u.id) as UserId,
+            u.tenant_role,
+        )
+        .execute(&mut *tx)
+        .await?;
+        for (project, role) in u.projects {
+            sqlx::query!(
+                "INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                *project as ProjectId,
+                u.tenant as TenantId,
+                UserId(u.id) as UserId,
+                role,
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+
+    tx.commit().await?;
+    Ok(report)
+}

@@ -1,0 +1,33 @@
+//! The control plane's one error enum. Callers (server functions, HTTP handlers) map it to
+//! what a user may see; [`Error::is_internal`] says which variants must only be logged.
+
+use crate::resource_name::ResourceNameError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The resource does not exist, or the caller may not know that it exists.
+    #[error("{what} not found")]
+    NotFound { what: &'static str },
+    /// The request itself is wrong; the message names the field and the rule.
+    #[error("invalid {field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+    /// The request is valid but clashes with the current state.
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    ResourceName(#[from] ResourceNameError),
+    /// Anything the database says that is not one of the above: a bug or an outage.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+impl Error {
+    /// Internal errors are logged with their cause and never shown to a user.
+    pub fn is_internal(&self) -> bool {
+        matches!(self, Error::Database(_) | Error::Migrate(_))
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,55 @@
+//! Identifier newtypes. A `TenantId` can't be passed where a `ProjectId` is expected.
+
+use std::fmt;
+use std::str::FromStr;
+
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord,
+            serde::Serialize, serde::Deserialize, sqlx::Type,
+        )]
+        #[serde(transparent)]
+        #[sqlx(transparent)]
+        pub struct $name(pub uuid::Uuid);
+
+        impl $name {
+            pub fn new_random() -> Self {
+                Self(uuid::Uuid::new_v4())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = uuid::Error;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                uuid::Uuid::parse_str(s).map(Self)
+            }
+        }
+
+        impl From<uuid::Uuid> for $name {
+            fn from(u: uuid::Uuid) -> Self {
+                Self(u)
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// An organization: the ownership root.
+    TenantId
+);
+uuid_id!(
+    /// A project inside a tenant: the operational scope that owns resources.
+    ProjectId
+);
+uuid_id!(
+    /// A person (or break-glass admin). Attribution only; users never own resources.
+    UserId
+);

@@ -1,0 +1,60 @@
+//! The control plane: every rule of the product and its SQL. No axum, no leptos.
+//!
+//! The portal's server functions and the server's HTTP handlers call into this crate
+//! in-process. Postgres is the single source of truth; invariants live in the schema
+//! (`migrations/`), and the Rust here checks them again to give better errors.
+
+pub mod audit;
+pub mod demo;
+pub mod error;
+pub mod health;
+pub mod ids;
+pub mod naming;
+pub mod resource_name;
+
+pub use error::{Error, Result};
+pub use ids::{ProjectId, TenantId, UserId};
+pub use naming::Naming;
+pub use resource_name::{ResourceName, ResourceNameError};
+
+use sqlx::PgPool;
+
+/// Every migration in `migrations/`, embedded at compile time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// The handle the server keeps and passes to every request: a pool and this deployment's
+/// naming. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ControlPlane {
+    pool: PgPool,
+    naming: Naming,
+}
+
+impl ControlPlane {
+    pub fn new(pool: PgPool, naming: Naming) -> Self {
+        Self { pool, naming }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn naming(&self) -> &Naming {
+        &self.naming
+    }
+
+    /// Applies pending migrations (sqlx takes an advisory lock, so replicas may race safely).
+    #[tracing::instrument(skip_all)]
+    pub async fn migrate(&self) -> Result<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn readiness(&self) -> health::Readiness {
+        health::readiness(&self.pool).await
+    }
+
+    pub async fn seed_demo(&self) -> Result<demo::SeedReport> {
+        demo::seed(&self.pool, &self.naming).await
+    }
+}

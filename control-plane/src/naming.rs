@@ -1,0 +1,67 @@
+//! How this deployment spells canonical resource names.
+
+use crate::ids::{ProjectId, TenantId};
+use crate::resource_name::{ResourceName, ResourceNameError};
+
+/// The configurable head of every canonical name (`{partition}:{service}:…`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Naming {
+    pub partition: String,
+    pub service: String,
+}
+
+impl Naming {
+    /// Checks both segments once, at start-up, so later names can't fail on them.
+    pub fn new(partition: &str, service: &str) -> Result<Self, ResourceNameError> {
+        ResourceName::new(partition, service, "", None, None, "naming", "check")?;
+        Ok(Self {
+            partition: partition.to_string(),
+            service: service.to_string(),
+        })
+    }
+
+    /// `{partition}:{service}::{tenant}::tenant:{tenant}`
+    pub fn tenant(&self, tenant: TenantId) -> ResourceName {
+        self.name("", Some(tenant), None, "tenant", &tenant.to_string())
+    }
+
+    /// `{partition}:{service}::{tenant}:{project}:project:{project}`
+    pub fn project(&self, tenant: TenantId, project: ProjectId) -> ResourceName {
+        self.name(
+            "",
+            Some(tenant),
+            Some(project),
+            "project",
+            &project.to_string(),
+        )
+    }
+
+    fn name(
+        &self,
+        region: &str,
+        tenant: Option<TenantId>,
+        project: Option<ProjectId>,
+        rtype: &'static str,
+        id: &str,
+    ) -> ResourceName {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            tenant,
+            project,
+            rtype,
+            id,
+        )
+        .expect("segments checked in Naming::new; ids are UUIDs; types are constants")
+    }
+}
+
+impl Default for Naming {
+    fn default() -> Self {
+        Self {
+            partition: "gpuaas".into(),
+            service: "portal".into(),
+        }
+    }
+}

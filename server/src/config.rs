@@ -1,0 +1,209 @@
+//! One typed configuration, from flags and environment (`.env.example` documents each).
+//! Secrets are wrapped so that `Debug` (and so every log line) shows them redacted.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// A Postgres URL whose password never reaches a log.
+#[derive(Clone)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        let url = &self.0;
+        let Some(scheme_end) = url.find("://") else {
+            return "***".into();
+        };
+        let rest = &url[scheme_end + 3..];
+        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        let redacted_query = redact_query(&rest[authority_end..]);
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                let user = userinfo.split(':').next().unwrap_or("");
+                let masked = if userinfo.contains(':') {
+                    format!("{user}:***")
+                } else {
+                    user.to_string()
+                };
+                format!(
+                    "{}://{masked}@{}{redacted_query}",
+                    &url[..scheme_end],
+                    &authority[at + 1..]
+                )
+            }
+            None => format!("{}://{authority}{redacted_query}", &url[..scheme_end]),
+        }
+    }
+}
+
+/// `?password=…` is also a way to pass a secret in a libpq URL.
+fn redact_query(path_and_query: &str) -> String {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return path_and_query.to_string();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.redacted())
+    }
+}
+
+impl std::str::FromStr for DatabaseUrl {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Ok(Self(s.to_string()))
+        } else {
+            Err("expected a postgres:// or postgresql:// URL".into())
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Pretty,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SiteEnv {
+    Dev,
+    Prod,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct Config {
+    /// PostgreSQL connection URL.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: DatabaseUrl,
+
+    /// Most connections the pool opens.
+    #[arg(long, env = "PORTAL_DB_MAX_CONNECTIONS", default_value_t = 10)]
+    pub db_max_connections: u32,
+
+    /// Seconds a request waits for a pooled connection before failing.
+    #[arg(long, env = "PORTAL_DB_ACQUIRE_TIMEOUT_SECS", default_value_t = 5)]
+    pub db_acquire_timeout_secs: u64,
+
+    /// Address the portal listens on.
+    #[arg(long, env = "LEPTOS_SITE_ADDR", default_value = "127.0.0.1:3000")]
+    pub site_addr: SocketAddr,
+
+    /// Directory holding the built site (`pkg/`, CSS, static files).
+    #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+
+    /// Sub-directory of the site root holding the wasm and JS bundle.
+    #[arg(long, env = "LEPTOS_SITE_PKG_DIR", default_value = "pkg")]
+    pub site_pkg_dir: String,
+
+    /// Base name of the bundle files (`pkg/{name}.js`, `.wasm`, `.css`).
+    #[arg(long, env = "LEPTOS_OUTPUT_NAME", default_value = "portal")]
+    pub output_name: String,
+
+    /// `dev` enables cargo-leptos live reload; use `prod` in production.
+    #[arg(
+        long,
+        env = "LEPTOS_ENV",
+        value_enum,
+        ignore_case = true,
+        default_value = "dev"
+    )]
+    pub site_env: SiteEnv,
+
+    /// Port of cargo-leptos's live-reload websocket (dev only).
+    #[arg(long, env = "LEPTOS_RELOAD_PORT", default_value_t = 3001)]
+    pub reload_port: u32,
+
+    /// First segment of every canonical resource name.
+    #[arg(long, env = "PORTAL_PARTITION", default_value = "gpuaas")]
+    pub partition: String,
+
+    /// Second segment of every canonical resource name.
+    #[arg(long, env = "PORTAL_SERVICE", default_value = "portal")]
+    pub service: String,
+
+    /// Log line format.
+    #[arg(long, env = "PORTAL_LOG_FORMAT", value_enum, default_value = "pretty")]
+    pub log_format: LogFormat,
+
+    /// Log filter, in `tracing_subscriber::EnvFilter` syntax.
+    #[arg(
+        long,
+        env = "RUST_LOG",
+        default_value = "info,tower_http=info,sqlx=warn"
+    )]
+    pub log_filter: String,
+
+    /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
+    #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
+    pub shutdown_grace_secs: u64,
+}
+
+impl Config {
+    pub fn db_acquire_timeout(&self) -> Duration {
+        Duration::from_secs(self.db_acquire_timeout_secs)
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> DatabaseUrl {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn redacts_passwords_everywhere_they_can_hide() {
+        assert_eq!(
+            url("postgres://portal:hunter2@db.internal:5432/portal").redacted(),
+            "postgres://portal:***@db.internal:5432/portal"
+        );
+        assert_eq!(
+            url("postgresql://portal@127.0.0.1:5432/portal").redacted(),
+            "postgresql://portal@127.0.0.1:5432/portal"
+        );
+        assert_eq!(
+            url("postgres://u:p%40ss@h/db?sslmode=require&password=x").redacted(),
+            "postgres://u:***@h/db?sslmode=require&password=***"
+        );
+        assert_eq!(
+            url("postgres://h/db?password=x").redacted(),
+            "postgres://h/db?password=***"
+        );
+        let debug = format!("{:?}", url("postgres://portal:hunter2@h/db"));
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+
+    #[test]
+    fn rejects_non_postgres_urls_with_a_clear_message() {
+        let err = "mysql://x".parse::<DatabaseUrl>().err().unwrap();
+        assert_eq!(err, "expected a postgres:// or postgresql:// URL");
+    }
+}

@@ -1,0 +1,150 @@
+//! The portal's axum server: configuration, the router (pages, server functions, health),
+//! request ids and graceful shutdown. The binary in `main.rs` only parses flags and calls in.
+
+pub mod config;
+pub mod error;
+pub mod health;
+pub mod telemetry;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::FromRef;
+use axum::routing::get;
+use control_plane::{ControlPlane, Naming};
+use http::Request;
+use leptos::config::{Env, LeptosOptions};
+use leptos::prelude::provide_context;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::config::{Config, SiteEnv};
+use crate::error::ServerError;
+
+/// What every handler can reach.
+#[derive(Clone, FromRef)]
+pub struct AppState {
+    pub leptos: LeptosOptions,
+    pub cp: ControlPlane,
+}
+
+pub fn leptos_options(config: &Config) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name(config.output_name.as_str())
+        .site_root(config.site_root.as_str())
+        .site_pkg_dir(config.site_pkg_dir.as_str())
+        .site_addr(config.site_addr)
+        .reload_port(config.reload_port)
+        .env(match config.site_env {
+            SiteEnv::Dev => Env::DEV,
+            SiteEnv::Prod => Env::PROD,
+        })
+        .build()
+}
+
+/// A pool that connects lazily: the server starts (and `/readyz` answers 503) while the
+/// database is down, and recovers by itself when it comes back.
+pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
+    let options: PgConnectOptions = config.database_url.expose().parse()?;
+    Ok(PgPoolOptions::new()
+        .max_connections(config.db_max_connections)
+        .acquire_timeout(config.db_acquire_timeout())
+        .connect_lazy_with(options))
+}
+
+pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
+    let naming = Naming::new(&config.partition, &config.service)
+        .map_err(|e| ServerError::Config(format!("PORTAL_PARTITION/PORTAL_SERVICE: {e}")))?;
+    Ok(ControlPlane::new(pool(config)?, naming))
+}
+
+/// The whole HTTP surface.
+pub fn router(state: AppState) -> Router {
+    let routes = generate_route_list(app::App);
+    let cp = state.cp.clone();
+    let context = move || provide_context(cp.clone());
+    let leptos = state.leptos.clone();
+
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .leptos_routes_with_context(&state, routes, context.clone(), move || {
+            app::shell(leptos.clone())
+        })
+        .fallback(leptos_axum::file_and_error_handler_with_context::<
+            AppState,
+            _,
+        >(context, app::shell))
+        .with_state(state)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(PropagateRequestIdLayer::x_request_id()),
+        )
+}
+
+/// The span every line logged while serving a request sits in.
+fn request_span(req: &Request<Body>) -> tracing::Span {
+    let id = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!(
+        "request",
+        request.id = %id,
+        http.method = %req.method(),
+        http.path = %req.uri().path(),
+    )
+}
+
+/// Serves until Ctrl-C or SIGTERM, then lets in-flight requests finish (up to the grace).
+pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> {
+    let addr = config.site_addr;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    tracing::info!(http.addr = %addr, "portal listening on http://{addr}");
+    let grace = config.shutdown_grace();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+    // Once the signal arrives, in-flight requests get `grace` to finish.
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let guard = tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = tx.send(());
+    });
+    tokio::select! {
+        result = server => result.map_err(ServerError::Serve)?,
+        _ = async { let _ = rx.await; tokio::time::sleep(grace).await } => {
+            tracing::warn!(shutdown.grace_secs = grace.as_secs(), "grace period over; closing remaining connections");
+        }
+    }
+    guard.abort();
+    tracing::info!("portal stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown signal received; draining");
+}

@@ -1,0 +1,112 @@
+//! `cargo xtask dev`: the portal on http://127.0.0.1:3000 with a private, persistent
+//! PostgreSQL under `.data/postgres` (or `DATABASE_URL`'s database), migrated and seeded.
+//! Ctrl-C stops everything this command started.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pgcluster::{Durability, PgCluster, StopOnDrop};
+
+use crate::proc::{run as run_cmd, terminate, wait_ready};
+use crate::tools::{self, Needs};
+use crate::{Result, root, step, target_dir};
+
+pub const ADDR: &str = "127.0.0.1:3000";
+
+pub fn run(args: &[String]) -> Result {
+    if let Some(a) = args.first() {
+        return Err(format!("`cargo xtask dev` takes no arguments (got `{a}`)"));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))
+            .map_err(|e| format!("installing the Ctrl-C handler: {e}"))?;
+    }
+
+    let external = std::env::var("DATABASE_URL").ok();
+    tools::ensure_all(Needs {
+        postgres: external.is_none(),
+        chromium: false,
+        npm: true,
+    })?;
+
+    // Held until the end of this function: dropping it stops the cluster.
+    let mut cluster: Option<StopOnDrop> = None;
+    let database_url = match external {
+        Some(url) => {
+            step("using DATABASE_URL (no PostgreSQL started)");
+            url
+        }
+        None => {
+            step("starting PostgreSQL in .data/postgres");
+            let pg = PgCluster::init(root().join(".data/postgres"), Durability::Durable)
+                .map_err(|e| e.to_string())?;
+            pg.start().map_err(|e| e.to_string())?;
+            pg.ensure_database("portal").map_err(|e| e.to_string())?;
+            let url = pg.url("portal");
+            eprintln!(
+                "    PostgreSQL on port {} (data survives restarts)",
+                pg.port()
+            );
+            cluster = Some(StopOnDrop(pg));
+            url
+        }
+    };
+
+    step("building the portal (cargo leptos build)");
+    run_cmd(
+        Command::new("cargo")
+            .args(["leptos", "build"])
+            .current_dir(root()),
+    )?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+
+    step("starting the server");
+    let mut server = Command::new(target_dir().join("debug/server"))
+        .args(["serve", "--migrate", "--seed-demo"])
+        .env("DATABASE_URL", &database_url)
+        .env("LEPTOS_SITE_ADDR", ADDR)
+        .env("LEPTOS_SITE_ROOT", target_dir().join("site"))
+        .env("LEPTOS_ENV", "dev")
+        .current_dir(root())
+        .spawn()
+        .map_err(|e| format!("starting the server: {e}"))?;
+    let port: u16 = ADDR
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    if let Err(e) = wait_ready(&mut server, port, Duration::from_secs(60)) {
+        terminate(&mut server, Duration::from_secs(5));
+        return Err(e);
+    }
+    eprintln!(
+        "\n\x1b[1mThe portal is up at http://{ADDR}\x1b[0m  (Ctrl-C stops the server{})",
+        if cluster.is_some() {
+            " and PostgreSQL"
+        } else {
+            ""
+        }
+    );
+
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            step("stopping");
+            terminate(&mut server, Duration::from_secs(25));
+            break;
+        }
+        if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
+            drop(cluster);
+            return Err(format!("the server stopped ({status})"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(cluster);
+    eprintln!("stopped.");
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The project's automation. `cargo xtask dev` runs the portal; `cargo xtask test` runs every
+//! check. Both install what is missing first. Only `std`, `ctrlc` and `pgcluster`, so this
+//! crate builds in seconds on a fresh machine.
+
+mod dev;
+mod proc;
+mod test;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub type Result<T = ()> = std::result::Result<T, String>;
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+  dev            install what is missing, start PostgreSQL (unless DATABASE_URL is set),
+                 migrate, load demo data, serve the portal at http://127.0.0.1:3000
+  test           fmt, clippy (ssr + hydrate), unit and database tests, release build,
+                 browser tests in Chromium
+  sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
+  setup          only install what is missing
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("dev") => dev::run(&args[1..]),
+        Some("test") => test::run(&args[1..]),
+        Some("sqlx-prepare") => test::sqlx_prepare(),
+        Some("setup") => tools::ensure_all(tools::Needs::everything()),
+        Some("-h") | Some("--help") | Some("help") | None => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nxtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root (the directory holding the top-level Cargo.toml).
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives one level below the root")
+        .to_path_buf()
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` if set (CI may keep one outside the clone).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() { d } else { root().join(d) }
+        }
+        None => root().join("target"),
+    }
+}
+
+/// Prints a step header, like `==> clippy (ssr)`.
+pub fn step(name: &str) {
+    eprintln!("\n\x1b[1m==> {name}\x1b[0m");
+}

@@ -1,0 +1,198 @@
+//! `cargo xtask test`: every check CI runs, cheapest first.
+//!
+//! fmt → clippy (ssr) → clippy (hydrate, wasm32) → unit and database tests against a private
+//! throwaway PostgreSQL → release build with cargo-leptos (wasm-opt included) → browser tests in
+//! Chromium against that release build.
+
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use pgcluster::{Durability, PgCluster, StopOnDrop};
+
+use crate::proc::{run as sh, terminate, wait_ready};
+use crate::tools::{self, Needs};
+use crate::{Result, root, step, target_dir};
+
+/// Debug builds share artifacts with `cargo leptos build`, which adds this flag.
+const DEBUG_RUSTFLAGS: &str = "--cfg erase_components";
+
+fn cargo(args: &[&str]) -> Command {
+    let mut c = Command::new("cargo");
+    c.args(args).current_dir(root());
+    c.env("RUSTFLAGS", DEBUG_RUSTFLAGS);
+    c
+}
+
+pub fn run(args: &[String]) -> Result {
+    if let Some(a) = args.first() {
+        return Err(format!("`cargo xtask test` takes no arguments (got `{a}`)"));
+    }
+    tools::ensure_all(Needs::everything())?;
+
+    step("cargo fmt --check");
+    sh(&mut cargo(&["fmt", "--all", "--check"]))?;
+
+    step("clippy, ssr feature set (server, control plane, agent, xtask)");
+    sh(&mut cargo(&[
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "frontend",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+
+    step("clippy, hydrate feature set (wasm32)");
+    sh(&mut cargo(&[
+        "clippy",
+        "--package",
+        "frontend",
+        "--target",
+        "wasm32-unknown-unknown",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+
+    step("starting a throwaway PostgreSQL");
+    let pg = throwaway_cluster("unit")?;
+
+    step("unit and database tests");
+    sh(cargo(&["test", "--workspace", "--exclude", "frontend"])
+        .env("DATABASE_URL", pg.url("postgres")))?;
+
+    step("release build (cargo leptos build --release)");
+    sh(Command::new("cargo")
+        .args(["leptos", "build", "--release"])
+        .current_dir(root()))?;
+
+    step("browser tests (Chromium)");
+    pg.ensure_database("e2e").map_err(|e| e.to_string())?;
+    let port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let mut server = start_release_server(&pg.url("e2e"), port)?;
+    let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
+        let artifacts = root().join("test-artifacts");
+        std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
+        sh(Command::new("node")
+            .args(["--test", "--test-concurrency=1", "end2end/tests/"])
+            .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
+            .env("ARTIFACTS_DIR", &artifacts)
+            .current_dir(root()))
+    });
+    terminate(&mut server, Duration::from_secs(10));
+    result?;
+    drop(pg);
+
+    eprintln!("\n\x1b[1mall checks passed\x1b[0m");
+    Ok(())
+}
+
+/// A fresh cluster in a temporary directory, removed again when dropped.
+pub struct Throwaway {
+    cluster: Option<StopOnDrop>,
+    dir: PathBuf,
+}
+
+impl std::ops::Deref for Throwaway {
+    type Target = PgCluster;
+    fn deref(&self) -> &PgCluster {
+        self.cluster.as_ref().expect("present until drop")
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        drop(self.cluster.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn throwaway_cluster(label: &str) -> Result<Throwaway> {
+    let dir = std::env::temp_dir().join(format!("portal-pg-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = PgCluster::init(&dir, Durability::Throwaway).map_err(|e| e.to_string())?;
+    pg.start().map_err(|e| e.to_string())?;
+    eprintln!("    PostgreSQL on port {}", pg.port());
+    Ok(Throwaway {
+        cluster: Some(StopOnDrop(pg)),
+        dir,
+    })
+}
+
+fn start_release_server(database_url: &str, port: u16) -> Result<Child> {
+    let log = std::fs::File::create(root().join("test-artifacts/server.log"))
+        .or_else(|_| {
+            std::fs::create_dir_all(root().join("test-artifacts"))?;
+            std::fs::File::create(root().join("test-artifacts/server.log"))
+        })
+        .map_err(|e| format!("creating test-artifacts/server.log: {e}"))?;
+    let err = log.try_clone().map_err(|e| e.to_string())?;
+    Command::new(target_dir().join("release/server"))
+        .args(["serve", "--migrate", "--seed-demo"])
+        .env("DATABASE_URL", database_url)
+        .env("LEPTOS_SITE_ADDR", format!("127.0.0.1:{port}"))
+        .env("LEPTOS_SITE_ROOT", target_dir().join("site"))
+        .env("LEPTOS_ENV", "prod")
+        .env("RUST_LOG", "info,tower_http=debug")
+        .stdout(log)
+        .stderr(err)
+        .current_dir(root())
+        .spawn()
+        .map_err(|e| format!("starting the release server: {e}"))
+}
+
+const SQLX_TABLE: &str = "CREATE TABLE _sqlx_migrations (
+    version BIGINT PRIMARY KEY, description TEXT NOT NULL,
+    installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL,
+    checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)";
+
+/// Regenerates `.sqlx/` against a throwaway, migrated database.
+pub fn sqlx_prepare() -> Result {
+    tools::prepend_path();
+    step("starting a throwaway PostgreSQL");
+    let pg = throwaway_cluster("prepare")?;
+    pg.ensure_database("prepare").map_err(|e| e.to_string())?;
+    let url = pg.url("prepare");
+
+    step("migrating");
+    // The server can't migrate yet (it is what we are about to compile), so psql applies the
+    // files, and sqlx's own bookkeeping table is created as sqlx 0.8 does it.
+    sh(Command::new("psql").args(["-v", "ON_ERROR_STOP=1", "-q", "-d", &url, "-c", SQLX_TABLE]))?;
+    let mut files: Vec<_> = std::fs::read_dir(root().join("migrations"))
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sql"))
+        .collect();
+    files.sort();
+    for f in &files {
+        sh(Command::new("psql")
+            .args(["-v", "ON_ERROR_STOP=1", "-q", "-d", &url, "-f"])
+            .arg(f))?;
+    }
+
+    step("regenerating .sqlx/");
+    let dir = root().join(".sqlx");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    // The query macros only write metadata when they actually run: force the crates that
+    // use them to recompile.
+    for krate in ["control-plane", "server", "app"] {
+        sh(&mut cargo(&["clean", "--package", krate]))?;
+    }
+    sh(cargo(&[
+        "check",
+        "--workspace",
+        "--exclude",
+        "frontend",
+        "--all-targets",
+    ])
+    .env("SQLX_OFFLINE", "false")
+    .env("SQLX_OFFLINE_DIR", &dir)
+    .env("DATABASE_URL", &url))?;
+    let n = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.count();
+    eprintln!("    {n} queries recorded in .sqlx/");
+    Ok(())
+}

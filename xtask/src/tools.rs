@@ -1,0 +1,162 @@
+//! Installs what is missing: the wasm target, cargo-leptos, the wasm-bindgen CLI, npm
+//! packages, and (via apt, as root) PostgreSQL, Node.js and Chromium. Nothing here downloads
+//! a prebuilt binary from outside the crates.io, npm and Debian registries.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::proc::{output, run};
+use crate::{Result, root, step};
+
+/// cargo-leptos 0.3.11 needs rustc 1.96; 0.3.10 is the newest that installs on 1.95.
+pub const CARGO_LEPTOS_VERSION: &str = "0.3.10";
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Needs {
+    pub postgres: bool,
+    pub chromium: bool,
+    /// npm packages: playwright-core, binaryen's wasm-opt.
+    pub npm: bool,
+}
+
+impl Needs {
+    pub fn everything() -> Self {
+        Needs {
+            postgres: true,
+            chromium: true,
+            npm: true,
+        }
+    }
+}
+
+pub fn ensure_all(needs: Needs) -> Result {
+    step("checking tools");
+    prepend_path();
+    let mut apt = Vec::new();
+    if needs.postgres && pgcluster::find_bin_dir().is_err() {
+        apt.push("postgresql");
+    }
+    if needs.npm && output(Command::new("npm").arg("--version")).is_none() {
+        apt.extend(["nodejs", "npm"]);
+    }
+    if needs.chromium && !std::path::Path::new("/usr/bin/chromium").exists() {
+        apt.push("chromium");
+    }
+    if !apt.is_empty() {
+        apt_install(&apt)?;
+    }
+    ensure_wasm_target()?;
+    ensure_wasm_bindgen()?;
+    ensure_cargo_leptos()?;
+    if needs.npm {
+        ensure_npm()?;
+    }
+    Ok(())
+}
+
+/// `~/.cargo/bin` (for tools we `cargo install`) and `node_modules/.bin` (npm's `wasm-opt`)
+/// go first on PATH, for us and for every child, cargo-leptos included.
+pub fn prepend_path() {
+    let mut dirs: Vec<PathBuf> = vec![root().join("node_modules/.bin")];
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        dirs.push(PathBuf::from(home).join("bin"));
+    } else if let Some(home) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(home).join(".cargo/bin"));
+    }
+    let current = std::env::var_os("PATH").unwrap_or_default();
+    let existing: Vec<PathBuf> = std::env::split_paths(&current).collect();
+    dirs.retain(|d| !existing.contains(d));
+    dirs.extend(existing);
+    let joined = std::env::join_paths(dirs).expect("PATH entries contain no separator");
+    // SAFETY: xtask is single-threaded at this point; no other thread reads the environment.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::env::set_var("PATH", joined)
+    };
+}
+
+fn apt_install(packages: &[&str]) -> Result {
+    if !pgcluster::running_as_root() {
+        return Err(format!(
+            "missing system packages; install them with: sudo apt-get install -y {}",
+            packages.join(" ")
+        ));
+    }
+    step(&format!("apt-get install {}", packages.join(" ")));
+    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(packages)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn ensure_wasm_target() -> Result {
+    let installed =
+        output(Command::new("rustup").args(["target", "list", "--installed"])).unwrap_or_default();
+    if installed
+        .lines()
+        .any(|l| l.trim() == "wasm32-unknown-unknown")
+    {
+        return Ok(());
+    }
+    step("rustup target add wasm32-unknown-unknown");
+    run(Command::new("rustup").args(["target", "add", "wasm32-unknown-unknown"]))
+}
+
+/// The wasm-bindgen crate version pinned in Cargo.lock; the CLI must match it exactly.
+fn locked_wasm_bindgen_version() -> Result<String> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock"))
+        .map_err(|e| format!("reading Cargo.lock: {e}"))?;
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == "name = \"wasm-bindgen\""
+            && let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \""))
+        {
+            return Ok(v.trim_end_matches('"').to_string());
+        }
+    }
+    Err("Cargo.lock has no wasm-bindgen package".into())
+}
+
+fn ensure_wasm_bindgen() -> Result {
+    let want = locked_wasm_bindgen_version()?;
+    let have = output(Command::new("wasm-bindgen").arg("--version")).unwrap_or_default();
+    if have.split_whitespace().nth(1) == Some(want.as_str()) {
+        return Ok(());
+    }
+    step(&format!("cargo install wasm-bindgen-cli@{want}"));
+    // Not --locked: its lockfile pins a webpki-roots release that is no longer on crates.io.
+    run(Command::new("cargo").args(["install", &format!("wasm-bindgen-cli@{want}")]))
+}
+
+fn ensure_cargo_leptos() -> Result {
+    let have = output(Command::new("cargo-leptos").arg("--version")).unwrap_or_default();
+    if have.split_whitespace().nth(1) == Some(CARGO_LEPTOS_VERSION) {
+        return Ok(());
+    }
+    step(&format!(
+        "cargo install cargo-leptos@{CARGO_LEPTOS_VERSION} --locked (about 10 minutes, once)"
+    ));
+    run(Command::new("cargo").args([
+        "install",
+        &format!("cargo-leptos@{CARGO_LEPTOS_VERSION}"),
+        "--locked",
+    ]))
+}
+
+fn ensure_npm() -> Result {
+    let root = root();
+    let stamp = root.join("node_modules/.package-lock.json");
+    let lock = root.join("package-lock.json");
+    let fresh = match (stamp.metadata(), lock.metadata()) {
+        (Ok(s), Ok(l)) => s.modified().ok() >= l.modified().ok(),
+        _ => false,
+    };
+    if fresh {
+        return Ok(());
+    }
+    step("npm ci");
+    run(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .current_dir(&root))
+}
