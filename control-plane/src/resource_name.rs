@@ -252,8 +252,8 @@ mod tests {
             format!("gpuaas:portal:eu-west-1:{T}:{P}:allocation:alloc-42"),
             format!("gpuaas:portal::{T}::tenant:{T}"),
             format!("gpuaas:portal:eu-west-1:{T}:{P}:project:{P}"),
-            "gpuaas:catalog:us-east::::sku:h100.8x-sxm".to_string(),
-            "gpuaas-cn:portal:::::platform:global".to_string(),
+            "gpuaas:catalog:us-east:::sku:h100.8x-sxm".to_string(),
+            "gpuaas-cn:portal::::platform:global".to_string(),
         ];
         for s in names {
             let parsed: ResourceName = s.parse().unwrap_or_else(|e| panic!("{s}: {e}"));
@@ -334,7 +334,7 @@ mod tests {
         for (input, segment) in [
             (format!("GPUaaS:portal::{T}::tenant:{T}"), "partition"),
             (format!("gpuaas:por tal::{T}::tenant:{T}"), "service"),
-            (format!("gpuaas:portal:EU_West::::tenant:x"), "region"),
+            (format!("gpuaas:portal:EU_West:::tenant:x"), "region"),
             ("gpuaas:portal::acme::tenant:x".to_string(), "tenant_id"),
             (
                 format!("gpuaas:portal::{}::tenant:x", T.to_uppercase()),
