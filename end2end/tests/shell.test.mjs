@@ -1,0 +1,155 @@
+// The UI shell: server rendering, hydration, forms without JavaScript, keyboard use.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+
+const SECTIONS = ['Catalog', 'Marketplace', 'Allocations', 'Projects', 'Billing', 'Admin'];
+
+test('home page renders, hydrates, and then handles forms and links in place', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    const response = await page.goto(BASE);
+    assert.equal(response.status(), 200);
+    assert.equal(await page.locator('h1').innerText(), 'GPU cloud');
+    assert.match(await page.locator('[data-status]').innerText(), /Control plane ready/);
+    for (const name of SECTIONS) {
+      assert.equal(await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name }).count(), 1);
+    }
+
+    await hydrated(page);
+    // Anything stored on window survives only if the page is never reloaded.
+    await page.evaluate(() => { window.__samePage = 'yes'; });
+
+    // The theme form posts in the background once hydrated: no navigation, immediate effect.
+    await page.getByLabel('Dark').check();
+    await page.getByRole('button', { name: 'Apply' }).click();
+    await page.waitForSelector('html[data-theme="dark"]');
+    assert.equal(await page.evaluate(() => window.__samePage), 'yes');
+    await shot(page, 'home-hydrated-dark');
+
+    // Client-side navigation, also without a reload; the current link is marked.
+    await page.getByRole('link', { name: 'Catalog' }).click();
+    await page.waitForURL(`${BASE}/catalog`);
+    assert.equal(await page.locator('h1').innerText(), 'Catalog');
+    assert.equal(await page.evaluate(() => window.__samePage), 'yes');
+    assert.equal(await page.getByRole('link', { name: 'Catalog' }).getAttribute('aria-current'), 'page');
+    assert.match(await page.locator('main').innerText(), /Not built yet/);
+    assert.equal(await page.title(), 'Catalog · GPU cloud');
+
+    // The cookie was set by the background post: a fresh load keeps the theme.
+    await page.reload();
+    assert.equal(await page.locator('html').getAttribute('data-theme'), 'dark');
+    assert.deepEqual(b.errors, []);
+  } finally {
+    await b.close();
+  }
+});
+
+test('a bad theme value is refused with a message that names it (hydrated)', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(BASE);
+    await hydrated(page);
+    await page.evaluate(() => { document.querySelector('input[value="light"]').value = 'purple'; });
+    await page.getByLabel('Light').check();
+    await page.getByRole('button', { name: 'Apply' }).click();
+    const alert = page.getByRole('alert');
+    await alert.waitFor();
+    assert.equal(await alert.innerText(), 'Unknown theme "purple": choose one of system, light or dark.');
+    assert.equal(await page.locator('html').getAttribute('data-theme'), 'system');
+  } finally {
+    await b.close();
+  }
+});
+
+test('without JavaScript: links navigate and the form posts to its server function', async () => {
+  const b = await openBrowser({ javaScriptEnabled: false });
+  try {
+    const { page } = b;
+    await page.goto(BASE);
+    assert.equal(await page.locator('body[data-hydrated]').count(), 0, 'no wasm ran');
+    assert.match(await page.locator('[data-status]').innerText(), /Control plane ready/);
+
+    await page.getByRole('link', { name: 'Billing' }).click();
+    await page.waitForURL(`${BASE}/billing`);
+    assert.equal(await page.locator('h1').innerText(), 'Billing');
+
+    await page.getByLabel('Light').check();
+    await Promise.all([
+      page.waitForURL(`${BASE}/billing`, { waitUntil: 'load' }),
+      page.getByRole('button', { name: 'Apply' }).click(),
+    ]);
+    assert.equal(await page.locator('html').getAttribute('data-theme'), 'light');
+    assert.equal(await page.getByLabel('Light').isChecked(), true);
+    await shot(page, 'billing-no-js-light');
+  } finally {
+    await b.close();
+  }
+});
+
+test('without JavaScript: a refused form post comes back with the error shown', async () => {
+  const b = await openBrowser({ javaScriptEnabled: false });
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    const action = await page.locator('form.theme-picker').getAttribute('action');
+    // A tampered post, as a plain browser form would send it.
+    const res = await page.request.post(`${BASE}${action}`, {
+      form: { theme: 'purple' },
+      headers: { accept: 'text/html', referer: `${BASE}/projects` },
+      maxRedirects: 0,
+    });
+    assert.equal(res.status(), 302);
+    const location = res.headers()['location'];
+    assert.match(location, /^http:\/\/127\.0\.0\.1:\d+\/projects\?/);
+    await page.goto(location);
+    assert.equal(
+      await page.getByRole('alert').innerText(),
+      'Unknown theme "purple": choose one of system, light or dark.',
+    );
+    assert.equal(await page.locator('html').getAttribute('data-theme'), 'system');
+  } finally {
+    await b.close();
+  }
+});
+
+test('keyboard: the first Tab reaches the skip link, which moves focus to the content', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/marketplace`);
+    await hydrated(page);
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Skip to content');
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => document.activeElement?.id === 'main');
+    await page.keyboard.press('Tab');
+    // The next stop after the content is the theme form, in the footer.
+    const focused = await page.evaluate(() => document.activeElement.closest('form')?.className);
+    assert.equal(focused, 'theme-picker');
+  } finally {
+    await b.close();
+  }
+});
+
+test('narrow screens keep every section reachable; unknown pages say so with a 404', async () => {
+  const b = await openBrowser({ viewport: { width: 390, height: 844 } });
+  try {
+    const { page } = b;
+    await page.goto(BASE);
+    for (const name of SECTIONS) {
+      assert.equal(await page.getByRole('link', { name }).isVisible(), true, `${name} visible`);
+    }
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
+    assert.equal(overflow, false, 'no horizontal scrolling');
+    await shot(page, 'home-mobile');
+
+    const res = await page.goto(`${BASE}/no-such-page`);
+    assert.equal(res.status(), 404);
+    assert.equal(await page.locator('h1').innerText(), 'Page not found');
+  } finally {
+    await b.close();
+  }
+});
