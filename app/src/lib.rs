@@ -70,7 +70,10 @@ pub fn App() -> impl IntoView {
             if title.is_empty() { "GPU cloud".to_string() } else { format!("{title} · GPU cloud") }
         } />
         <Router>
-            <a class="skip-link" href="#main">"Skip to content"</a>
+            // rel=external: the browser, not the router, follows it, so focus moves too.
+            <a class="skip-link" href="#main" rel="external">
+                "Skip to content"
+            </a>
             <header class="topbar">
                 <a class="brand" href="/">
                     <span class="brand-mark" aria-hidden="true">"▣"</span>

@@ -104,6 +104,12 @@ pub async fn set_theme(theme: String) -> Result<Theme, AppError> {
 #[component]
 pub fn ThemePicker() -> impl IntoView {
     let ThemeSignal(theme) = expect_context::<ThemeSignal>();
+    // Without JS, a refused post comes back as `?__err=…` on the page's URL. `Routes` exposes
+    // that to actions created under it, but this form lives in the footer, outside `Routes`,
+    // so expose it here before the action is created.
+    leptos_router::hooks::use_url()
+        .read_untracked()
+        .provide_server_action_error();
     let action = ServerAction::<SetTheme>::new();
     // After hydration the form posts in the background; apply the answer at once.
     Effect::new(move |_| {

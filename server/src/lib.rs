@@ -18,7 +18,8 @@ use leptos_axum::{LeptosRoutes, generate_route_list};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tracing::Level;
 
 use crate::config::{Config, SiteEnv};
 use crate::error::ServerError;
@@ -81,7 +82,11 @@ pub fn router(state: AppState) -> Router {
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(
+                    TraceLayer::new_for_http()
+                        .make_span_with(request_span)
+                        .on_response(DefaultOnResponse::new().level(Level::INFO)),
+                )
                 .layer(PropagateRequestIdLayer::x_request_id()),
         )
 }

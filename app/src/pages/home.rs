@@ -65,7 +65,7 @@ pub fn HomePage() -> impl IntoView {
         <section class="card" aria-labelledby="now-h">
             <h2 id="now-h">"What works today"</h2>
             <p>
-                "This is the portal's foundation: the pages below exist so you can find your way, "
+                "This is the portal's foundation: the sections in the navigation exist so you can find your way, "
                 "and each says plainly what it will hold. Sign-in, the fleet, the catalog, launches "
                 "and billing arrive in that order."
             </p>
