@@ -75,3 +75,62 @@ mod ssr {
 
 #[cfg(feature = "ssr")]
 pub use ssr::request_id;
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    use super::AppError;
+    use leptos::prelude::{Owner, provide_context};
+
+    fn with_request(id: &str, f: impl FnOnce()) {
+        let owner = Owner::new();
+        owner.with(|| {
+            let (parts, ()) = http::Request::builder()
+                .header("x-request-id", id)
+                .body(())
+                .unwrap()
+                .into_parts();
+            provide_context(parts);
+            f();
+        });
+    }
+
+    #[test]
+    fn internal_errors_show_only_a_generic_message_with_the_request_id() {
+        with_request("req-42", || {
+            let cause = control_plane::Error::Database(sqlx::Error::Protocol(
+                "password authentication failed for user portal at db.internal".into(),
+            ));
+            let shown = AppError::from(cause);
+            assert_eq!(
+                shown,
+                AppError::Internal {
+                    request_id: "req-42".into()
+                }
+            );
+            let text = shown.to_string();
+            assert_eq!(
+                text,
+                "Something went wrong on our side. If it keeps happening, quote request id req-42."
+            );
+            assert!(!text.contains("db.internal"));
+        });
+    }
+
+    #[test]
+    fn user_errors_pass_through_with_their_message() {
+        with_request("req-43", || {
+            let e = AppError::from(control_plane::Error::Invalid {
+                field: "slug",
+                reason: "use lowercase letters, digits and '-'".into(),
+            });
+            assert_eq!(
+                e,
+                AppError::BadRequest("invalid slug: use lowercase letters, digits and '-'".into())
+            );
+            assert_eq!(
+                AppError::from(control_plane::Error::NotFound { what: "project" }),
+                AppError::NotFound
+            );
+        });
+    }
+}

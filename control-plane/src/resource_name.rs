@@ -334,7 +334,7 @@ mod tests {
         for (input, segment) in [
             (format!("GPUaaS:portal::{T}::tenant:{T}"), "partition"),
             (format!("gpuaas:por tal::{T}::tenant:{T}"), "service"),
-            (format!("gpuaas:portal:EU_West:::tenant:x"), "region"),
+            ("gpuaas:portal:EU_West:::tenant:x".to_string(), "region"),
             ("gpuaas:portal::acme::tenant:x".to_string(), "tenant_id"),
             (
                 format!("gpuaas:portal::{}::tenant:x", T.to_uppercase()),
