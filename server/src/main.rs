@@ -53,27 +53,11 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
     let config = cli.config;
     tracing::info!(config = ?config, "starting");
     let cp = control_plane(&config)?;
-    let (migrate, seed) = match cli.command.unwrap_or(Command::Serve {
-        migrate: false,
-        seed_demo: false,
-    }) {
-        Command::Migrate => (true, false),
-        Command::SeedDemo => (false, true),
-        Command::Serve { migrate, seed_demo } => {
-            if migrate {
-                cp.migrate().await?;
-                tracing::info!("migrations applied");
-            }
-            if seed_demo {
-                let report = cp.seed_demo().await?;
-                tracing::info!(?report, "demo data loaded");
-            }
-            let state = AppState {
-                leptos: leptos_options(&config),
-                cp,
-            };
-            return serve(&config, state).await;
-        }
+    let (migrate, seed, serve_after) = match cli.command {
+        None => (false, false, true),
+        Some(Command::Serve { migrate, seed_demo }) => (migrate, seed_demo, true),
+        Some(Command::Migrate) => (true, false, false),
+        Some(Command::SeedDemo) => (false, true, false),
     };
     if migrate {
         cp.migrate().await?;
@@ -82,6 +66,13 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
     if seed {
         let report = cp.seed_demo().await?;
         tracing::info!(?report, "demo data loaded");
+    }
+    if serve_after {
+        let state = AppState {
+            leptos: leptos_options(&config),
+            cp,
+        };
+        serve(&config, state).await?;
     }
     Ok(())
 }

@@ -12,7 +12,9 @@ pub fn init(config: &Config) -> Result<(), ServerError> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(FmtSpan::NONE)
-        .with_target(true);
+        .with_target(true)
+        // Colour only for people: files and log shippers get plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     let result = match config.log_format {
         LogFormat::Pretty => builder.try_init(),
         LogFormat::Json => builder
