@@ -36,6 +36,9 @@ fn main() -> ExitCode {
         }
         Some(other) => Err(format!("unknown command `{other}`\n\n{USAGE}")),
     };
+    if matches!(args.first().map(String::as_str), Some("test")) {
+        timings::print_summary();
+    }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -64,7 +67,37 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-/// Prints a step header, like `==> clippy (ssr)`.
+/// Prints a step header, like `==> clippy (ssr)`, and closes the previous step's timer.
 pub fn step(name: &str) {
+    timings::start(name);
     eprintln!("\n\x1b[1m==> {name}\x1b[0m");
+}
+
+/// How long each step took, printed at the end so CI budgets can be checked against figures.
+pub mod timings {
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    static STEPS: Mutex<Vec<(String, Instant, Option<Duration>)>> = Mutex::new(Vec::new());
+
+    pub fn start(name: &str) {
+        let mut steps = STEPS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, began, took @ None)) = steps.last_mut() {
+            *took = Some(began.elapsed());
+        }
+        steps.push((name.to_string(), Instant::now(), None));
+    }
+
+    pub fn print_summary() {
+        let mut steps = STEPS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, began, took @ None)) = steps.last_mut() {
+            *took = Some(began.elapsed());
+        }
+        let total: Duration = steps.iter().filter_map(|s| s.2).sum();
+        eprintln!("\nstep timings:");
+        for (name, _, took) in steps.iter() {
+            eprintln!("  {:>7.1}s  {name}", took.unwrap_or_default().as_secs_f64());
+        }
+        eprintln!("  {:>7.1}s  total", total.as_secs_f64());
+    }
 }
