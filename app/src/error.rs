@@ -17,6 +17,12 @@ pub enum AppError {
     NotFound,
     #[error("{0}")]
     Conflict(String),
+    /// Not signed in, or the session has ended.
+    #[error("Please sign in to continue.")]
+    Unauthenticated,
+    /// Signed in, but not allowed; the message says who may.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(
         "Something went wrong on our side. If it keeps happening, quote request id {request_id}."
     )]
@@ -67,7 +73,12 @@ mod ssr {
                 E::NotFound { .. } => AppError::NotFound,
                 E::Invalid { .. } | E::ResourceName(_) => AppError::BadRequest(e.to_string()),
                 E::Conflict(m) => AppError::Conflict(m),
-                e @ (E::Database(_) | E::Migrate(_)) => AppError::internal(e),
+                E::Unauthenticated => AppError::Unauthenticated,
+                E::Forbidden { needed } => {
+                    AppError::Forbidden(format!("Only {needed} may do this."))
+                }
+                E::InvalidCredentials => AppError::Forbidden("Email or password is wrong.".into()),
+                e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => AppError::internal(e),
             }
         }
     }

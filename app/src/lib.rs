@@ -4,6 +4,8 @@
 //! its error to [`AppError`]. No SQL and no business rule lives here. With the `ssr` feature
 //! this crate links the control plane; with `hydrate` it compiles to wasm without it.
 
+pub mod auth;
+pub mod components;
 pub mod error;
 pub mod pages;
 pub mod theme;
@@ -19,7 +21,7 @@ use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::{SsrMode, StaticSegment};
 
 use pages::placeholder::{
-    ADMIN, ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, PROJECTS, Placeholder, SECTIONS,
+    ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, PROJECTS, Placeholder, SECTIONS,
 };
 use theme::{ThemePicker, ThemeSignal};
 
@@ -50,6 +52,7 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     let theme = RwSignal::new(theme::initial_theme());
     provide_context(ThemeSignal(theme));
+    provide_context(auth::AuthEpoch(RwSignal::new(0)));
 
     // Effects run only in the browser, after hydration.
     Effect::new(move |_| {
@@ -87,16 +90,20 @@ pub fn App() -> impl IntoView {
                             .collect_view()}
                     </ul>
                 </nav>
+                <auth::UserMenu />
             </header>
             <main id="main" tabindex="-1">
                 <Routes fallback=pages::not_found::NotFound>
+                    // Async: the whole page (with its data) is sent at once, so it reads the
+                    // same without JavaScript.
                     <Route path=StaticSegment("") view=pages::home::HomePage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } />
-                    <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } />
-                    <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } />
-                    <Route path=StaticSegment("projects") view=|| view! { <Placeholder section=&PROJECTS /> } />
-                    <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } />
-                    <Route path=StaticSegment("admin") view=|| view! { <Placeholder section=&ADMIN /> } />
+                    <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("projects") view=|| view! { <Placeholder section=&PROJECTS /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } ssr=SsrMode::Async />
                 </Routes>
             </main>
             <footer class="footer">

@@ -11,6 +11,16 @@ pub enum Error {
     /// The request itself is wrong; the message names the field and the rule.
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
+    /// No signed-in user, or the session is over.
+    #[error("sign-in required")]
+    Unauthenticated,
+    /// Signed in, but without the role this needs. Never used across tenants: there the
+    /// answer is `NotFound`, so that nothing leaks about another tenant.
+    #[error("only {needed} may do this")]
+    Forbidden { needed: &'static str },
+    /// A failed sign-in. Deliberately vague: it doesn't say which part was wrong.
+    #[error("email or password is wrong")]
+    InvalidCredentials,
     /// The request is valid but clashes with the current state.
     #[error("{0}")]
     Conflict(String),
@@ -21,12 +31,18 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Data that breaks an assumption the schema should guarantee, or a failed internal task.
+    #[error("internal inconsistency: {0}")]
+    Corrupt(String),
 }
 
 impl Error {
     /// Internal errors are logged with their cause and never shown to a user.
     pub fn is_internal(&self) -> bool {
-        matches!(self, Error::Database(_) | Error::Migrate(_))
+        matches!(
+            self,
+            Error::Database(_) | Error::Migrate(_) | Error::Corrupt(_)
+        )
     }
 }
 

@@ -5,6 +5,7 @@
 //! (`migrations/`), and the Rust here checks them again to give better errors.
 
 pub mod audit;
+pub mod auth;
 pub mod demo;
 pub mod error;
 pub mod health;

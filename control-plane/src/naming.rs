@@ -1,6 +1,6 @@
 //! How this deployment spells canonical resource names.
 
-use crate::ids::{ProjectId, TenantId};
+use crate::ids::{ProjectId, TenantId, UserId};
 use crate::resource_name::{ResourceName, ResourceNameError};
 
 /// The configurable head of every canonical name (`{partition}:{service}:…`).
@@ -34,6 +34,11 @@ impl Naming {
             "project",
             &project.to_string(),
         )
+    }
+
+    /// `{partition}:{service}:::::user:{user}` (users are global, not tenant-owned).
+    pub fn platform_user(&self, user: UserId) -> ResourceName {
+        self.name("", None, None, "user", &user.to_string())
     }
 
     fn name(

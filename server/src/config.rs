@@ -156,12 +156,59 @@ pub struct Config {
     )]
     pub log_filter: String,
 
+    /// The URL people use to reach the portal (scheme, host, port). State-changing requests
+    /// must come from this origin; OIDC redirect URIs are built from it.
+    #[arg(
+        long,
+        env = "PORTAL_PUBLIC_URL",
+        default_value = "http://127.0.0.1:3000"
+    )]
+    pub public_url: String,
+
+    /// Mark the session cookie `Secure` (HTTPS only). Turn on in every deployment behind TLS.
+    #[arg(long, env = "PORTAL_COOKIE_SECURE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub cookie_secure: bool,
+
+    /// Minutes without a request after which a session ends.
+    #[arg(long, env = "PORTAL_SESSION_IDLE_MINUTES", default_value_t = 60)]
+    pub session_idle_minutes: u32,
+
+    /// Hours after sign-in at which a session ends, however active.
+    #[arg(long, env = "PORTAL_SESSION_ABSOLUTE_HOURS", default_value_t = 12)]
+    pub session_absolute_hours: u32,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
 }
 
 impl Config {
+    /// `scheme://host[:port]` of [`Config::public_url`], as browsers send it in `Origin`.
+    pub fn public_origin(&self) -> Result<String, String> {
+        let url = self.public_url.trim_end_matches('/');
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| format!("PORTAL_PUBLIC_URL {url:?} has no scheme"))?;
+        if scheme != "http" && scheme != "https" {
+            return Err(format!(
+                "PORTAL_PUBLIC_URL {url:?} must be http:// or https://"
+            ));
+        }
+        let host = rest.split('/').next().unwrap_or_default();
+        if host.is_empty() {
+            return Err(format!("PORTAL_PUBLIC_URL {url:?} has no host"));
+        }
+        Ok(format!("{scheme}://{}", host.to_ascii_lowercase()))
+    }
+
+    pub fn session_idle(&self) -> Duration {
+        Duration::from_secs(u64::from(self.session_idle_minutes) * 60)
+    }
+
+    pub fn session_absolute(&self) -> Duration {
+        Duration::from_secs(u64::from(self.session_absolute_hours) * 3600)
+    }
+
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_secs(self.db_acquire_timeout_secs)
     }
@@ -199,6 +246,34 @@ mod tests {
         );
         let debug = format!("{:?}", url("postgres://portal:hunter2@h/db"));
         assert!(!debug.contains("hunter2"), "{debug}");
+    }
+
+    #[test]
+    fn public_origin_drops_paths_and_checks_the_scheme() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct F {
+            #[command(flatten)]
+            c: Config,
+        }
+        let origin = |u: &str| {
+            F::parse_from(["s", "--database-url", "postgres://h/d", "--public-url", u])
+                .c
+                .public_origin()
+        };
+        assert_eq!(
+            origin("https://Portal.Example/"),
+            Ok("https://portal.example".into())
+        );
+        assert_eq!(
+            origin("http://127.0.0.1:3000/x/y"),
+            Ok("http://127.0.0.1:3000".into())
+        );
+        assert_eq!(
+            origin("ftp://x"),
+            Err("PORTAL_PUBLIC_URL \"ftp://x\" must be http:// or https://".into())
+        );
+        assert!(origin("portal.example").unwrap_err().contains("no scheme"));
     }
 
     #[test]

@@ -4,12 +4,16 @@
 pub mod config;
 pub mod error;
 pub mod health;
+pub mod origin;
 pub mod telemetry;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::FromRef;
 use axum::routing::get;
+use std::sync::Arc;
+
+use app::server::SessionPolicy;
 use control_plane::{ControlPlane, Naming};
 use http::Request;
 use leptos::config::{Env, LeptosOptions};
@@ -19,6 +23,9 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
 use tracing::Level;
 
 use crate::config::{Config, SiteEnv};
@@ -29,6 +36,39 @@ use crate::error::ServerError;
 pub struct AppState {
     pub leptos: LeptosOptions,
     pub cp: ControlPlane,
+    pub web: WebSettings,
+}
+
+/// Browser-facing settings, checked once at start-up.
+#[derive(Clone, Debug)]
+pub struct WebSettings {
+    /// `scheme://host[:port]` that state-changing requests must come from.
+    pub public_origin: Arc<str>,
+    pub cookie_secure: bool,
+    pub session_idle: std::time::Duration,
+    pub session: SessionPolicy,
+}
+
+impl WebSettings {
+    pub fn from_config(config: &Config) -> Result<Self, ServerError> {
+        Ok(Self {
+            public_origin: config.public_origin().map_err(ServerError::Config)?.into(),
+            cookie_secure: config.cookie_secure,
+            session_idle: config.session_idle(),
+            session: SessionPolicy {
+                absolute_timeout: config.session_absolute(),
+            },
+        })
+    }
+}
+
+/// Everything [`router`] needs, from the configuration.
+pub fn app_state(config: &Config) -> Result<AppState, ServerError> {
+    Ok(AppState {
+        leptos: leptos_options(config),
+        cp: control_plane(config)?,
+        web: WebSettings::from_config(config)?,
+    })
 }
 
 pub fn leptos_options(config: &Config) -> LeptosOptions {
@@ -65,8 +105,21 @@ pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
 pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let cp = state.cp.clone();
-    let context = move || provide_context(cp.clone());
+    let policy = state.web.session;
+    let context = move || {
+        provide_context(cp.clone());
+        provide_context(policy);
+    };
     let leptos = state.leptos.clone();
+    let web = state.web.clone();
+    let sessions = SessionManagerLayer::new(PostgresStore::new(state.cp.pool().clone()))
+        .with_name("portal_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(web.cookie_secure)
+        .with_expiry(Expiry::OnInactivity(
+            time::Duration::try_from(web.session_idle).unwrap_or(time::Duration::HOUR),
+        ));
 
     Router::new()
         .route("/healthz", get(health::healthz))
@@ -79,6 +132,11 @@ pub fn router(state: AppState) -> Router {
             _,
         >(context, app::shell))
         .with_state(state)
+        .layer(sessions)
+        .layer(axum::middleware::from_fn_with_state(
+            web.public_origin.clone(),
+            origin::same_origin_only,
+        ))
         .layer(
             ServiceBuilder::new()
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
@@ -114,6 +172,12 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         .map_err(|source| ServerError::Bind { addr, source })?;
     tracing::info!(http.addr = %addr, "portal listening on http://{addr}");
     let grace = config.shutdown_grace();
+    // Expired sessions are deleted hourly; any replica may do it, the DELETE is idempotent.
+    let sweeper = tokio::spawn({
+        use tower_sessions::ExpiredDeletion;
+        PostgresStore::new(state.cp.pool().clone())
+            .continuously_delete_expired(std::time::Duration::from_secs(3600))
+    });
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
     // Once the signal arrives, in-flight requests get `grace` to finish.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -128,6 +192,7 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         }
     }
     guard.abort();
+    sweeper.abort();
     tracing::info!("portal stopped");
     Ok(())
 }

@@ -3,7 +3,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use server::config::Config;
 use server::error::ServerError;
-use server::{AppState, control_plane, leptos_options, serve, telemetry};
+use server::{app_state, serve, telemetry};
 
 /// The GPU cloud portal: pages, server functions, the node API and webhooks.
 #[derive(Parser)]
@@ -30,6 +30,14 @@ enum Command {
     Migrate,
     /// Load the demo tenants and users (idempotent) and exit.
     SeedDemo,
+    /// Create a platform admin with a break-glass password, or set a new one. The password
+    /// is read from standard input (one line), never from a flag or a default.
+    SetAdminPassword {
+        #[arg(long)]
+        email: String,
+        #[arg(long, default_value = "Platform admin")]
+        name: String,
+    },
 }
 
 #[tokio::main]
@@ -52,12 +60,22 @@ async fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<(), ServerError> {
     let config = cli.config;
     tracing::info!(config = ?config, "starting");
-    let cp = control_plane(&config)?;
+    let state = app_state(&config)?;
+    let cp = &state.cp;
     let (migrate, seed, serve_after) = match cli.command {
         None => (false, false, true),
         Some(Command::Serve { migrate, seed_demo }) => (migrate, seed_demo, true),
         Some(Command::Migrate) => (true, false, false),
         Some(Command::SeedDemo) => (false, true, false),
+        Some(Command::SetAdminPassword { email, name }) => {
+            let password = read_password()?;
+            let user = cp
+                .set_break_glass_password(&email, &name, &password)
+                .await?;
+            tracing::info!(user.id = %user, "break-glass password set");
+            eprintln!("Platform admin {email} can now sign in at /login.");
+            return Ok(());
+        }
     };
     if migrate {
         cp.migrate().await?;
@@ -68,11 +86,32 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
         tracing::info!(?report, "demo data loaded");
     }
     if serve_after {
-        let state = AppState {
-            leptos: leptos_options(&config),
-            cp,
-        };
         serve(&config, state).await?;
     }
     Ok(())
+}
+
+/// One line from standard input; when it is a terminal, asks for it without echo.
+fn read_password() -> Result<String, ServerError> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let interactive = std::io::stdin().is_terminal();
+    let echo = |on: bool| {
+        let _ = std::process::Command::new("stty")
+            .arg(if on { "echo" } else { "-echo" })
+            .stdin(std::process::Stdio::inherit())
+            .status();
+    };
+    if interactive {
+        eprint!("Password: ");
+        let _ = std::io::stderr().flush();
+        echo(false);
+    }
+    let mut line = String::new();
+    let read = std::io::stdin().lock().read_line(&mut line);
+    if interactive {
+        echo(true);
+        eprintln!();
+    }
+    read.map_err(|e| ServerError::Config(format!("reading the password from stdin: {e}")))?;
+    Ok(line.trim_end_matches(['\r', '\n']).to_string())
 }

@@ -61,6 +61,14 @@ pub fn Placeholder(section: &'static Section) -> impl IntoView {
     view! {
         <Title text=section.title />
         <h1>{section.title}</h1>
+        <NotBuilt section />
+    }
+}
+
+/// The "not built yet" card on its own, for pages that have some real content already.
+#[component]
+pub fn NotBuilt(section: &'static Section) -> impl IntoView {
+    view! {
         <section class="card not-built" aria-labelledby="nb-h">
             <h2 id="nb-h">"Not built yet"</h2>
             <p>"This page is empty because the feature behind it does not exist yet. It will show:"</p>

@@ -1,0 +1,47 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use serde::{Deserialize, Serialize};
+
+use crate::components::ErrorNotice;
+use crate::error::AppError;
+use crate::pages::placeholder::{ADMIN, NotBuilt};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminView {
+    pub display_name: String,
+    pub role: String,
+}
+
+/// Platform staff only.
+#[server]
+pub async fn admin_overview() -> Result<AdminView, AppError> {
+    use control_plane::auth::PlatformStaff;
+    let principal = crate::server::require_principal().await?;
+    let staff = principal.platform::<PlatformStaff>()?;
+    Ok(AdminView {
+        display_name: staff.principal().display_name.clone(),
+        role: format!("platform {}", staff.role().as_str()),
+    })
+}
+
+#[component]
+pub fn AdminPage() -> impl IntoView {
+    let overview = Resource::new(|| (), |_| admin_overview());
+    view! {
+        <Title text="Admin" />
+        <h1>"Admin"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match overview.await {
+                    Ok(v) => view! {
+                        <p class="signed-in-as">
+                            "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
+                        </p>
+                        <NotBuilt section=&ADMIN />
+                    }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}

@@ -1,0 +1,373 @@
+//! Who is asking, and proof of what they may do.
+//!
+//! A [`Principal`] is a signed-in user. Calls that need a role take a proof value, such as
+//! [`Platform<PlatformAdmin>`], which only this module can construct, and only after checking
+//! the role. So a call that needs a role cannot be written without the check.
+
+use std::marker::PhantomData;
+
+use argon2::Argon2;
+use argon2::password_hash::rand_core::OsRng;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use serde_json::json;
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::error::{Error, Result};
+use crate::ids::UserId;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum PlatformRole {
+    Admin,
+    Operator,
+    Finance,
+}
+
+impl PlatformRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlatformRole::Admin => "admin",
+            PlatformRole::Operator => "operator",
+            PlatformRole::Finance => "finance",
+        }
+    }
+
+    fn from_db(s: &str) -> Result<Self> {
+        match s {
+            "admin" => Ok(PlatformRole::Admin),
+            "operator" => Ok(PlatformRole::Operator),
+            "finance" => Ok(PlatformRole::Finance),
+            other => Err(Error::Corrupt(format!("unknown platform role {other:?}"))),
+        }
+    }
+}
+
+/// A signed-in user, as loaded fresh for each request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Principal {
+    pub user_id: UserId,
+    pub email: String,
+    pub display_name: String,
+    pub platform_role: Option<PlatformRole>,
+}
+
+/// Which platform roles a proof stands for.
+pub trait PlatformRequirement {
+    const ROLES: &'static [PlatformRole];
+    /// For error messages: "platform admins", …
+    const WHO: &'static str;
+}
+
+/// Any platform staff: admin, operator or finance.
+pub struct PlatformStaff;
+impl PlatformRequirement for PlatformStaff {
+    const ROLES: &'static [PlatformRole] = &[
+        PlatformRole::Admin,
+        PlatformRole::Operator,
+        PlatformRole::Finance,
+    ];
+    const WHO: &'static str = "platform staff";
+}
+
+pub struct PlatformAdmin;
+impl PlatformRequirement for PlatformAdmin {
+    const ROLES: &'static [PlatformRole] = &[PlatformRole::Admin];
+    const WHO: &'static str = "platform admins";
+}
+
+/// Proof that `principal` holds one of `R::ROLES`. Fields are private: only
+/// [`Principal::platform`] makes one.
+pub struct Platform<R: PlatformRequirement> {
+    principal: Principal,
+    role: PlatformRole,
+    _requirement: PhantomData<R>,
+}
+
+impl<R: PlatformRequirement> Platform<R> {
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+    pub fn role(&self) -> PlatformRole {
+        self.role
+    }
+}
+
+impl Principal {
+    /// Checks the platform role `R` needs.
+    pub fn platform<R: PlatformRequirement>(&self) -> Result<Platform<R>> {
+        match self.platform_role {
+            Some(role) if R::ROLES.contains(&role) => Ok(Platform {
+                principal: self.clone(),
+                role,
+                _requirement: PhantomData,
+            }),
+            _ => Err(Error::Forbidden { needed: R::WHO }),
+        }
+    }
+}
+
+/// Rules for break-glass passwords. Long, because it guards the whole platform.
+pub const MIN_PASSWORD_CHARS: usize = 12;
+const MAX_PASSWORD_BYTES: usize = 1024;
+
+fn check_password(password: &str) -> Result<()> {
+    if password.chars().count() < MIN_PASSWORD_CHARS {
+        return Err(Error::Invalid {
+            field: "password",
+            reason: format!("use at least {MIN_PASSWORD_CHARS} characters"),
+        });
+    }
+    if password.len() > MAX_PASSWORD_BYTES {
+        return Err(Error::Invalid {
+            field: "password",
+            reason: format!("use at most {MAX_PASSWORD_BYTES} bytes"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn normalize_email(email: &str) -> Result<String> {
+    let email = email.trim().to_lowercase();
+    let valid = email.split_once('@').is_some_and(|(local, domain)| {
+        !local.is_empty()
+            && domain.contains('.')
+            && !domain.starts_with('.')
+            && !domain.ends_with('.')
+            && !email.chars().any(char::is_whitespace)
+            && email.matches('@').count() == 1
+    });
+    if valid {
+        Ok(email)
+    } else {
+        Err(Error::Invalid {
+            field: "email",
+            reason: format!("{email:?} is not an email address"),
+        })
+    }
+}
+
+/// Argon2id with the crate's defaults (19 MiB, 2 passes), off the async runtime.
+async fn hash_password(password: String) -> Result<String> {
+    tokio::task::spawn_blocking(move || {
+        let salt = SaltString::generate(&mut OsRng);
+        Argon2::default()
+            .hash_password(password.as_bytes(), &salt)
+            .map(|h| h.to_string())
+            .map_err(|e| Error::Corrupt(format!("argon2 hashing failed: {e}")))
+    })
+    .await
+    .map_err(|e| Error::Corrupt(format!("hashing task failed: {e}")))?
+}
+
+async fn verify_password(password: String, hash: String) -> Result<bool> {
+    tokio::task::spawn_blocking(move || {
+        let parsed = PasswordHash::new(&hash)
+            .map_err(|e| Error::Corrupt(format!("stored password hash unreadable: {e}")))?;
+        Ok(Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok())
+    })
+    .await
+    .map_err(|e| Error::Corrupt(format!("verification task failed: {e}")))?
+}
+
+/// A hash of a random password, verified against when the email is unknown, so that a wrong
+/// email and a wrong password take the same time. Made once, on first use.
+static DUMMY_HASH: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+
+async fn dummy_hash() -> Result<String> {
+    DUMMY_HASH
+        .get_or_try_init(|| {
+            let mut random = [0u8; 24];
+            argon2::password_hash::rand_core::RngCore::fill_bytes(&mut OsRng, &mut random);
+            hash_password(format!("{random:?}"))
+        })
+        .await
+        .cloned()
+}
+
+impl ControlPlane {
+    /// The principal behind a session, or None if the user no longer exists.
+    #[tracing::instrument(skip(self), fields(user.id = %user))]
+    pub async fn principal(&self, user: UserId) -> Result<Option<Principal>> {
+        let row = sqlx::query!(
+            r#"SELECT id AS "id: UserId", email, display_name, platform_role
+               FROM users WHERE id = $1"#,
+            user as UserId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(Principal {
+                user_id: r.id,
+                email: r.email,
+                display_name: r.display_name,
+                platform_role: r
+                    .platform_role
+                    .as_deref()
+                    .map(PlatformRole::from_db)
+                    .transpose()?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Creates a platform admin with a break-glass password, or sets a new password for an
+    /// existing one. For the `server set-admin-password` command; there is no default password.
+    #[tracing::instrument(skip(self, password))]
+    pub async fn set_break_glass_password(
+        &self,
+        email: &str,
+        display_name: &str,
+        password: &str,
+    ) -> Result<UserId> {
+        let email = normalize_email(email)?;
+        check_password(password)?;
+        if display_name.trim().is_empty() {
+            return Err(Error::Invalid {
+                field: "name",
+                reason: "must not be empty".into(),
+            });
+        }
+        let hash = hash_password(password.to_owned()).await?;
+
+        let mut tx = self.pool().begin().await?;
+        let existing = sqlx::query!(
+            r#"SELECT id AS "id: UserId", platform_role FROM users WHERE lower(email) = $1 FOR UPDATE"#,
+            email
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let user = match existing {
+            Some(u) if u.platform_role.as_deref() == Some("admin") => u.id,
+            Some(_) => {
+                return Err(Error::Conflict(format!(
+                    "{email} exists and is not a platform admin; break-glass passwords are for platform admins only"
+                )));
+            }
+            None => {
+                let id = UserId::new_random();
+                sqlx::query!(
+                    "INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, $2, $3, 'admin')",
+                    id as UserId,
+                    email,
+                    display_name.trim(),
+                )
+                .execute(&mut *tx)
+                .await?;
+                id
+            }
+        };
+        let replaced = sqlx::query_scalar!(
+            r#"INSERT INTO break_glass_credentials (user_id, password_hash) VALUES ($1, $2)
+               ON CONFLICT (user_id) DO UPDATE SET password_hash = EXCLUDED.password_hash, updated_at = now()
+               RETURNING (xmax <> 0) AS "replaced!""#,
+            user as UserId,
+            hash,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let resource = self.naming().platform_user(user);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::System,
+                action: if replaced {
+                    "platform_admin.password_reset"
+                } else {
+                    "platform_admin.password_set"
+                },
+                resource: &resource,
+                before: None,
+                after: Some(json!({ "email": email })),
+                request_id: None,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(user)
+    }
+
+    /// Checks a break-glass sign-in. Every failure is the same [`Error::InvalidCredentials`],
+    /// and takes the same time, whether the email is unknown or the password wrong.
+    #[tracing::instrument(skip(self, password))]
+    pub async fn verify_break_glass(&self, email: &str, password: &str) -> Result<Principal> {
+        let email = email.trim().to_lowercase();
+        if password.len() > MAX_PASSWORD_BYTES {
+            return Err(Error::InvalidCredentials);
+        }
+        let row = sqlx::query!(
+            r#"SELECT u.id AS "id: UserId", c.password_hash
+               FROM users u JOIN break_glass_credentials c ON c.user_id = u.id
+               WHERE lower(u.email) = $1 AND u.platform_role = 'admin'"#,
+            email
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        let (user, hash) = match row {
+            Some(r) => (Some(r.id), r.password_hash),
+            None => (None, dummy_hash().await?),
+        };
+        let ok = verify_password(password.to_owned(), hash).await?;
+        match (user, ok) {
+            (Some(user), true) => self.principal(user).await?.ok_or(Error::InvalidCredentials),
+            _ => Err(Error::InvalidCredentials),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emails_are_normalised_or_refused_by_name() {
+        assert_eq!(
+            normalize_email("  Ada@Platform.Example ").unwrap(),
+            "ada@platform.example"
+        );
+        for bad in [
+            "",
+            "ada",
+            "@x.example",
+            "ada@",
+            "ada@localhost",
+            "a b@x.example",
+            "a@b@c.example",
+        ] {
+            let err = normalize_email(bad).unwrap_err();
+            assert!(
+                matches!(err, Error::Invalid { field: "email", .. }),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn short_passwords_are_refused_with_the_rule() {
+        let err = check_password("short").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid password: use at least 12 characters"
+        );
+        assert!(check_password("correct horse battery").is_ok());
+    }
+
+    #[tokio::test]
+    async fn hashes_are_argon2id_and_verify_only_the_right_password() {
+        let hash = hash_password("correct horse battery".into()).await.unwrap();
+        assert!(hash.starts_with("$argon2id$"), "{hash}");
+        assert!(
+            verify_password("correct horse battery".into(), hash.clone())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !verify_password("correct horse battery!".into(), hash)
+                .await
+                .unwrap()
+        );
+        let dummy = dummy_hash().await.unwrap();
+        assert!(!verify_password("".into(), dummy).await.unwrap());
+    }
+}
