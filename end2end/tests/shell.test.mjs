@@ -98,7 +98,7 @@ test('without JavaScript: a refused form post comes back with the error shown', 
     // A tampered post, as a plain browser form would send it.
     const res = await page.request.post(`${BASE}${action}`, {
       form: { theme: 'purple' },
-      headers: { accept: 'text/html', referer: `${BASE}/projects` },
+      headers: { accept: 'text/html', referer: `${BASE}/projects`, origin: BASE },
       maxRedirects: 0,
     });
     assert.equal(res.status(), 302);

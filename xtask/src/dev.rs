@@ -11,7 +11,7 @@ use pgcluster::{Durability, PgCluster, StopOnDrop};
 
 use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, root, step, target_dir};
+use crate::{Result, portal, root, step, target_dir};
 
 pub const ADDR: &str = "127.0.0.1:3000";
 
@@ -67,15 +67,17 @@ pub fn run(args: &[String]) -> Result {
     }
 
     step("starting the server");
-    let mut server = Command::new(target_dir().join("debug/server"))
-        .args(["serve", "--migrate", "--seed-demo"])
-        .env("DATABASE_URL", &database_url)
-        .env("LEPTOS_SITE_ADDR", ADDR)
-        .env("LEPTOS_SITE_ROOT", target_dir().join("site"))
-        .env("LEPTOS_ENV", "dev")
-        .current_dir(root())
-        .spawn()
-        .map_err(|e| format!("starting the server: {e}"))?;
+    let admin_password = portal::dev_admin_password()?;
+    let mut server = portal::Launch {
+        binary: target_dir().join("debug/server"),
+        database_url,
+        addr: ADDR.to_string(),
+        site_root: target_dir().join("site"),
+        site_env: "dev",
+        admin_password: admin_password.clone(),
+        log: None,
+    }
+    .start()?;
     let port: u16 = ADDR
         .rsplit(':')
         .next()
@@ -92,6 +94,11 @@ pub fn run(args: &[String]) -> Result {
         } else {
             ""
         }
+    );
+    eprintln!(
+        "Platform admin (break-glass sign-in at http://{ADDR}/login): {} / {admin_password}\n\
+         (the password is kept in .data/admin-password; tenant sign-in via SSO is not built yet)",
+        portal::ADMIN_EMAIL
     );
 
     loop {

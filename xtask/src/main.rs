@@ -3,6 +3,7 @@
 //! crate builds in seconds on a fresh machine.
 
 mod dev;
+mod portal;
 mod proc;
 mod test;
 mod tools;

@@ -12,7 +12,7 @@ use pgcluster::{Durability, PgCluster, StopOnDrop};
 
 use crate::proc::{run as sh, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, root, step, target_dir};
+use crate::{Result, portal, root, step, target_dir};
 
 /// Debug builds share artifacts with `cargo leptos build`, which adds this flag.
 const DEBUG_RUSTFLAGS: &str = "--cfg erase_components";
@@ -72,7 +72,8 @@ pub fn run(args: &[String]) -> Result {
     step("browser tests (Chromium)");
     pg.ensure_database("e2e").map_err(|e| e.to_string())?;
     let port = pgcluster::free_port().map_err(|e| e.to_string())?;
-    let mut server = start_release_server(&pg.url("e2e"), port)?;
+    let admin_password = portal::random_password()?;
+    let mut server = start_release_server(&pg.url("e2e"), port, &admin_password)?;
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
         let artifacts = root().join("test-artifacts");
         std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
@@ -80,6 +81,8 @@ pub fn run(args: &[String]) -> Result {
             .args(["--test", "--test-concurrency=1", "end2end/tests/"])
             .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
             .env("ARTIFACTS_DIR", &artifacts)
+            .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
+            .env("PORTAL_ADMIN_PASSWORD", &admin_password)
             .current_dir(root()))
     });
     terminate(&mut server, Duration::from_secs(10));
@@ -122,26 +125,21 @@ fn throwaway_cluster(label: &str) -> Result<Throwaway> {
     })
 }
 
-fn start_release_server(database_url: &str, port: u16) -> Result<Child> {
-    let log = std::fs::File::create(root().join("test-artifacts/server.log"))
-        .or_else(|_| {
-            std::fs::create_dir_all(root().join("test-artifacts"))?;
-            std::fs::File::create(root().join("test-artifacts/server.log"))
-        })
+fn start_release_server(database_url: &str, port: u16, admin_password: &str) -> Result<Child> {
+    let dir = root().join("test-artifacts");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join("server.log"))
         .map_err(|e| format!("creating test-artifacts/server.log: {e}"))?;
-    let err = log.try_clone().map_err(|e| e.to_string())?;
-    Command::new(target_dir().join("release/server"))
-        .args(["serve", "--migrate", "--seed-demo"])
-        .env("DATABASE_URL", database_url)
-        .env("LEPTOS_SITE_ADDR", format!("127.0.0.1:{port}"))
-        .env("LEPTOS_SITE_ROOT", target_dir().join("site"))
-        .env("LEPTOS_ENV", "prod")
-        .env("RUST_LOG", "info,tower_http=debug")
-        .stdout(log)
-        .stderr(err)
-        .current_dir(root())
-        .spawn()
-        .map_err(|e| format!("starting the release server: {e}"))
+    portal::Launch {
+        binary: target_dir().join("release/server"),
+        database_url: database_url.to_string(),
+        addr: format!("127.0.0.1:{port}"),
+        site_root: target_dir().join("site"),
+        site_env: "prod",
+        admin_password: admin_password.to_string(),
+        log: Some(log),
+    }
+    .start()
 }
 
 const SQLX_TABLE: &str = "CREATE TABLE _sqlx_migrations (

@@ -1,0 +1,101 @@
+// Break-glass sign-in for platform admins, sign-out, pages that need a session, and the
+// cross-origin guard. `cargo xtask test` gives the admin a fresh random password per run.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+
+const EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
+const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
+
+async function signIn(page, password = PASSWORD) {
+  await page.goto(`${BASE}/login`);
+  await page.getByLabel('Email').fill(EMAIL);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+test('signed out, the admin page asks you to sign in', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/admin`);
+    assert.match(await page.getByRole('alert').innerText(), /^Please sign in to see this page\./);
+    assert.equal(await page.getByRole('banner').getByRole('link', { name: 'Sign in' }).count(), 1);
+  } finally {
+    await b.close();
+  }
+});
+
+test('a platform admin signs in with the break-glass password, sees who they are, signs out', async () => {
+  assert.ok(PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/login`);
+    await hydrated(page);
+    await signIn(page, 'not the password');
+    assert.equal(await page.getByRole('alert').innerText(), 'Email or password is wrong.');
+    assert.equal(page.url(), `${BASE}/login`);
+
+    await signIn(page);
+    await page.waitForURL(`${BASE}/admin`);
+    const who = page.locator('.signed-in-as');
+    await who.waitFor();
+    assert.equal(await who.innerText(), 'Signed in as Platform admin (platform admin).');
+    const menu = page.locator('.user-menu');
+    await menu.getByText('Platform admin').first().waitFor();
+    await shot(page, 'admin-signed-in');
+
+    // The session is a cookie the page can't read, and it survives a reload.
+    assert.equal(await page.evaluate(() => document.cookie.includes('portal_session')), false);
+    await page.reload();
+    assert.equal(await page.locator('.signed-in-as').innerText(), 'Signed in as Platform admin (platform admin).');
+
+    await menu.getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL(`${BASE}/`);
+    await page.getByRole('banner').getByRole('link', { name: 'Sign in' }).waitFor();
+    await page.goto(`${BASE}/admin`);
+    assert.match(await page.getByRole('alert').innerText(), /Please sign in/);
+  } finally {
+    await b.close();
+  }
+});
+
+test('without JavaScript: break-glass sign-in and sign-out work as plain forms', async () => {
+  const b = await openBrowser({ javaScriptEnabled: false });
+  try {
+    const { page } = b;
+    await signIn(page, 'wrong password, no js');
+    await page.waitForURL(/\/login\?/);
+    assert.equal(await page.getByRole('alert').innerText(), 'Email or password is wrong.');
+
+    await signIn(page);
+    await page.waitForURL(`${BASE}/admin`);
+    assert.equal(await page.locator('.signed-in-as').innerText(), 'Signed in as Platform admin (platform admin).');
+    await page.locator('.user-menu').getByRole('button', { name: 'Sign out' }).click();
+    await page.waitForURL(`${BASE}/`);
+    assert.equal(await page.getByRole('banner').getByRole('link', { name: 'Sign in' }).count(), 1);
+  } finally {
+    await b.close();
+  }
+});
+
+test('a post from another origin is refused and signs nobody in', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/login`);
+    const action = await page.locator('form.stacked').getAttribute('action');
+    const res = await page.request.post(`${BASE}${action}`, {
+      form: { email: EMAIL, password: PASSWORD },
+      headers: { accept: 'text/html', origin: 'http://evil.example', referer: 'http://evil.example/' },
+      maxRedirects: 0,
+    });
+    assert.equal(res.status(), 403);
+    assert.match(await res.text(), /Origin check/);
+    const cookies = await b.context.cookies(BASE);
+    assert.equal(cookies.some((c) => c.name === 'portal_session'), false);
+  } finally {
+    await b.close();
+  }
+});

@@ -1,0 +1,124 @@
+//! Starting the portal's server binary the way `dev` and `test` both need it: migrate, give
+//! the platform admin a break-glass password, then serve with the demo data loaded.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use crate::proc::show;
+use crate::{Result, root};
+
+pub const ADMIN_EMAIL: &str = "admin@platform.example";
+
+pub struct Launch {
+    pub binary: PathBuf,
+    pub database_url: String,
+    /// `127.0.0.1:PORT`
+    pub addr: String,
+    pub site_root: PathBuf,
+    /// `dev` or `prod`
+    pub site_env: &'static str,
+    pub admin_password: String,
+    /// Where server output goes; the terminal when None.
+    pub log: Option<File>,
+}
+
+impl Launch {
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.binary);
+        c.env("DATABASE_URL", &self.database_url)
+            .env("LEPTOS_SITE_ADDR", &self.addr)
+            .env("LEPTOS_SITE_ROOT", &self.site_root)
+            .env("LEPTOS_ENV", self.site_env)
+            .env("PORTAL_PUBLIC_URL", format!("http://{}", self.addr))
+            .current_dir(root());
+        c
+    }
+
+    fn run_quiet(&self, args: &[&str], stdin: Option<&str>) -> Result {
+        let mut cmd = self.command();
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let shown = show(&cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("starting `{shown}`: {e}"))?;
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin is piped");
+            writeln!(pipe, "{input}").map_err(|e| e.to_string())?;
+        }
+        drop(child.stdin.take());
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{shown}` failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Migrates, sets the admin's password, then starts serving (returns at once).
+    pub fn start(self) -> Result<Child> {
+        self.run_quiet(&["migrate"], None)?;
+        self.run_quiet(
+            &[
+                "set-admin-password",
+                "--email",
+                ADMIN_EMAIL,
+                "--name",
+                "Platform admin",
+            ],
+            Some(&self.admin_password),
+        )?;
+        let mut cmd = self.command();
+        cmd.args(["serve", "--seed-demo"]);
+        if let Some(log) = &self.log {
+            let out = log.try_clone().map_err(|e| e.to_string())?;
+            let err = log.try_clone().map_err(|e| e.to_string())?;
+            cmd.stdout(out).stderr(err);
+        }
+        cmd.spawn().map_err(|e| format!("starting the server: {e}"))
+    }
+}
+
+/// 24 characters from the kernel's random source; no default password exists anywhere.
+pub fn random_password() -> Result<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
+    let mut bytes = [0u8; 24];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    Ok(bytes
+        .iter()
+        .map(|b| ALPHABET[usize::from(*b) % ALPHABET.len()] as char)
+        .collect())
+}
+
+/// The dev admin's password: kept in `.data/admin-password` (mode 0600) so it is the same on
+/// every start; made on first use.
+pub fn dev_admin_password() -> Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root().join(".data/admin-password");
+    if let Ok(p) = std::fs::read_to_string(&path)
+        && p.trim().len() >= 12
+    {
+        return Ok(p.trim().to_string());
+    }
+    let password = random_password()?;
+    std::fs::create_dir_all(root().join(".data")).map_err(|e| e.to_string())?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    writeln!(f, "{password}").map_err(|e| e.to_string())?;
+    Ok(password)
+}
