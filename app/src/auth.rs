@@ -41,9 +41,62 @@ pub async fn break_glass_sign_in(email: String, password: String) -> Result<(), 
 #[server]
 pub async fn sign_out() -> Result<(), AppError> {
     let session = crate::server::session().await?;
-    session.flush().await.map_err(AppError::internal)?;
-    leptos_axum::redirect("/");
+    let cp = crate::server::control_plane()?;
+    let next = crate::server::sign_out(&session, &cp, &crate::server::public_origin()?).await?;
+    leptos_axum::redirect(&next);
     Ok(())
+}
+
+/// Starts single sign-on for the tenant that owns the email's domain: the browser goes to
+/// that tenant's identity provider and comes back to `/auth/callback`.
+#[server]
+pub async fn sso_start(email: String) -> Result<(), AppError> {
+    let cp = crate::server::control_plane()?;
+    let origin = crate::server::public_origin()?;
+    let start = cp.sso_begin(&email, &origin.callback_url()).await?;
+    crate::server::store_pending_sso(&crate::server::session().await?, &start.pending).await?;
+    leptos_axum::redirect(&start.authorize_url);
+    Ok(())
+}
+
+/// What the login page says when the provider's answer was refused (`/login?sso_error=…`).
+/// The codes come from `control_plane::sso::SsoError::code`.
+pub fn sso_error_message(code: &str) -> &'static str {
+    match code {
+        "state" => {
+            "This sign-in response did not match a sign-in started in this browser (its state was wrong or missing, or it was already used), so it was refused. Please start again."
+        }
+        "expired_attempt" => "The sign-in took too long. Please start again.",
+        "provider_refused" => {
+            "Your organization's identity provider did not complete the sign-in. Please start again."
+        }
+        "issuer_unreachable" => {
+            "Your organization's identity provider could not be reached. Try again in a minute; if it persists, tell your administrator."
+        }
+        "token_expired" => {
+            "Your identity provider's token had expired, so you were not signed in. Please start again."
+        }
+        "token_audience" => {
+            "Your identity provider's token was issued for another application, so you were not signed in."
+        }
+        "token_issuer" => {
+            "Your identity provider's token came from another provider, so you were not signed in."
+        }
+        "token_nonce" => {
+            "Your identity provider's token belonged to another sign-in, so you were not signed in."
+        }
+        "token_signature" | "token_invalid" => {
+            "Your identity provider's token could not be verified, so you were not signed in."
+        }
+        "missing_email" => {
+            "Your identity provider did not tell us a verified email address, so you were not signed in."
+        }
+        "email_not_allowed" => {
+            "You signed in at your identity provider with an address your organization does not use for this portal."
+        }
+        "unknown_domain" => "No organization signs in with that email domain.",
+        _ => "Sign-in failed. Please start again; if it keeps happening, tell your administrator.",
+    }
 }
 
 /// Runs `f` once each time `action` succeeds.
@@ -97,20 +150,41 @@ pub fn LoginPage() -> impl IntoView {
         Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
         _ => None,
     };
+    let sso = ServerAction::<SsoStart>::new();
+    let sso_error = move || match sso.value().get() {
+        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
+        _ => None,
+    };
+    let query = leptos_router::hooks::use_query_map();
+    let callback_error = move || {
+        query.read().get("sso_error").map(|code| {
+            view! {
+                <p class="form-error" role="alert" data-sso-error=code.clone()>
+                    {sso_error_message(&code)}
+                </p>
+            }
+        })
+    };
     view! {
         <Title text="Sign in" />
         <h1>"Sign in"</h1>
         <section class="card" aria-labelledby="sso-h">
             <h2 id="sso-h">"With your organization"</h2>
-            <p>
-                "Single sign-on through your organization's identity provider is not built yet. "
-                "Until it is, only platform admins can sign in, below."
-            </p>
+            {callback_error}
+            <ActionForm action=sso attr:class="stacked" attr:id="sso-form">
+                <label>
+                    "Work email"
+                    <input type="email" name="email" autocomplete="email" required />
+                </label>
+                <button type="submit">"Continue"</button>
+                {sso_error}
+            </ActionForm>
+            <p class="hint">"You will sign in at your organization's own identity provider."</p>
         </section>
         <section class="card" aria-labelledby="bg-h">
             <h2 id="bg-h">"Platform admins: break-glass sign-in"</h2>
             <p class="hint">"For platform administrators only, when single sign-on is unavailable."</p>
-            <ActionForm action=action attr:class="stacked">
+            <ActionForm action=action attr:class="stacked" attr:id="break-glass-form">
                 <label>
                     "Email"
                     <input type="email" name="email" autocomplete="username" required />

@@ -72,6 +72,7 @@ mod ssr {
             match e {
                 E::NotFound { .. } => AppError::NotFound,
                 E::Invalid { .. } | E::ResourceName(_) => AppError::BadRequest(e.to_string()),
+                E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
                 E::Conflict(m) => AppError::Conflict(m),
                 E::Unauthenticated => AppError::Unauthenticated,
                 E::Forbidden { needed } => {

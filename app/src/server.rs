@@ -17,6 +17,18 @@ pub fn control_plane() -> Result<ControlPlane, AppError> {
         .ok_or_else(|| AppError::internal("ControlPlane missing from the request context"))
 }
 
+/// The portal's public origin (`scheme://host[:port]`), provided to every request; OIDC
+/// redirect URIs are built from it.
+#[derive(Clone, Debug)]
+pub struct PublicOrigin(pub std::sync::Arc<str>);
+
+impl PublicOrigin {
+    /// Where identity providers send the browser back to.
+    pub fn callback_url(&self) -> String {
+        format!("{}/auth/callback", self.0)
+    }
+}
+
 /// Session rules the server configures and provides to every request.
 #[derive(Clone, Copy, Debug)]
 pub struct SessionPolicy {
@@ -27,6 +39,8 @@ pub struct SessionPolicy {
 
 const SIGNED_IN: &str = "signed_in";
 
+const SSO_PENDING: &str = "sso_pending";
+
 /// What the session remembers about its user.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct SignedIn {
@@ -35,6 +49,94 @@ struct SignedIn {
     at: u64,
     /// `break_glass` or `oidc`.
     method: String,
+    /// For `oidc`: the tenant whose provider signed the user in, and the ID token, for the
+    /// provider's end-session endpoint at sign-out.
+    #[serde(default)]
+    sso: Option<SsoSession>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct SsoSession {
+    tenant: control_plane::TenantId,
+    id_token: String,
+}
+
+/// Keeps a started single sign-on in the (not yet signed-in) session.
+pub async fn store_pending_sso(
+    session: &Session,
+    pending: &control_plane::sso::PendingSso,
+) -> Result<(), AppError> {
+    session
+        .insert(SSO_PENDING, pending)
+        .await
+        .map_err(AppError::internal)
+}
+
+/// Takes the started sign-in out of the session: each can be completed at most once.
+pub async fn take_pending_sso(
+    session: &Session,
+) -> Result<Option<control_plane::sso::PendingSso>, AppError> {
+    session
+        .remove(SSO_PENDING)
+        .await
+        .map_err(AppError::internal)
+}
+
+/// Like [`sign_in`], for a completed single sign-on.
+pub async fn sign_in_sso(
+    session: &Session,
+    done: &control_plane::sso::SsoSignIn,
+) -> Result<(), AppError> {
+    session.cycle_id().await.map_err(AppError::internal)?;
+    session
+        .insert(
+            SIGNED_IN,
+            SignedIn {
+                user: done.principal.user_id,
+                at: now_secs(),
+                method: "oidc".into(),
+                sso: Some(SsoSession {
+                    tenant: done.tenant,
+                    id_token: done.id_token.clone(),
+                }),
+            },
+        )
+        .await
+        .map_err(AppError::internal)?;
+    tracing::info!(user.id = %done.principal.user_id, tenant.id = %done.tenant, auth.method = "oidc", "signed in");
+    Ok(())
+}
+
+/// Ends the session. Returns where to send the browser: the provider's end-session endpoint
+/// for single sign-on users whose provider has one, else `/`.
+pub async fn sign_out(
+    session: &Session,
+    cp: &ControlPlane,
+    origin: &PublicOrigin,
+) -> Result<String, AppError> {
+    let signed_in = session
+        .get::<SignedIn>(SIGNED_IN)
+        .await
+        .map_err(AppError::internal)?;
+    session.flush().await.map_err(AppError::internal)?;
+    let Some(sso) = signed_in.and_then(|s| s.sso) else {
+        return Ok("/".into());
+    };
+    let home = format!("{}/", origin.0);
+    match cp.sso_logout_url(sso.tenant, &sso.id_token, &home).await {
+        Ok(Some(url)) => Ok(url),
+        Ok(None) => Ok("/".into()),
+        // Signed out here regardless; the provider's session may outlive ours.
+        Err(e) => {
+            tracing::warn!(error.cause = %e, "provider end-session URL unavailable");
+            Ok("/".into())
+        }
+    }
+}
+
+pub fn public_origin() -> Result<PublicOrigin, AppError> {
+    use_context::<PublicOrigin>()
+        .ok_or_else(|| AppError::internal("PublicOrigin missing from the request context"))
 }
 
 fn now_secs() -> u64 {
@@ -59,6 +161,7 @@ pub async fn sign_in(
                 user: principal.user_id,
                 at: now_secs(),
                 method: method.to_string(),
+                sso: None,
             },
         )
         .await

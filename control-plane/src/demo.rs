@@ -217,3 +217,62 @@ pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {
     tx.commit().await?;
     Ok(report)
 }
+
+/// Registers Acme and Globex with the demo identity provider (`demo-idp/provider.mjs`):
+/// clients `portal-acme` and `portal-globex`, their email domains, and group-to-role
+/// mappings. Idempotent; a changed issuer or secret (a new dev port, a new test run) is
+/// updated in place.
+#[tracing::instrument(skip(pool, secret))]
+pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) -> Result<()> {
+    let providers: [(TenantId, &str, &str, &[(&str, &str)]); 2] = [
+        (
+            ACME,
+            "portal-acme",
+            "acme.example",
+            &[("acme-admins", "admin"), ("acme-finance", "finance")],
+        ),
+        (
+            GLOBEX,
+            "portal-globex",
+            "globex.example",
+            &[("globex-admins", "admin")],
+        ),
+    ];
+    let mut tx = pool.begin().await?;
+    for (tenant, client_id, domain, mappings) in providers {
+        sqlx::query!(
+            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant_id) DO UPDATE
+             SET issuer_url = EXCLUDED.issuer_url, client_id = EXCLUDED.client_id,
+                 client_secret = EXCLUDED.client_secret, updated_at = now()",
+            tenant as TenantId,
+            issuer,
+            client_id,
+            secret,
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING",
+            domain,
+            tenant as TenantId,
+        )
+        .execute(&mut *tx)
+        .await?;
+        for (value, role) in mappings {
+            sqlx::query!(
+                "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
+                 VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                tenant as TenantId,
+                *value,
+                *role,
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}

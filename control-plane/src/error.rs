@@ -26,6 +26,9 @@ pub enum Error {
     Conflict(String),
     #[error(transparent)]
     ResourceName(#[from] ResourceNameError),
+    /// Single sign-on failed; the variant says how.
+    #[error("sign-in failed: {0}")]
+    Sso(#[from] crate::sso::SsoError),
     /// Anything the database says that is not one of the above: a bug or an outage.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

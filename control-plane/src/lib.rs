@@ -12,6 +12,7 @@ pub mod health;
 pub mod ids;
 pub mod naming;
 pub mod resource_name;
+pub mod sso;
 
 pub use error::{Error, Result};
 pub use ids::{ProjectId, TenantId, UserId};
@@ -29,11 +30,22 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub struct ControlPlane {
     pool: PgPool,
     naming: Naming,
+    /// For identity providers. Never follows redirects (as OpenID Connect requires).
+    http: reqwest::Client,
 }
 
 impl ControlPlane {
     pub fn new(pool: PgPool, naming: Naming) -> Self {
-        Self { pool, naming }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .expect("the HTTP client's TLS backend initialises");
+        Self { pool, naming, http }
+    }
+
+    pub(crate) fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -57,5 +69,9 @@ impl ControlPlane {
 
     pub async fn seed_demo(&self) -> Result<demo::SeedReport> {
         demo::seed(&self.pool, &self.naming).await
+    }
+
+    pub async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()> {
+        demo::seed_identity_providers(&self.pool, issuer, secret).await
     }
 }

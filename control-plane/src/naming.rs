@@ -41,6 +41,11 @@ impl Naming {
         self.name("", None, None, "user", &user.to_string())
     }
 
+    /// `{partition}:{service}::{tenant}::tenant_member:{user}`
+    pub fn tenant_member(&self, tenant: TenantId, user: UserId) -> ResourceName {
+        self.name("", Some(tenant), None, "tenant_member", &user.to_string())
+    }
+
     fn name(
         &self,
         region: &str,

@@ -9,9 +9,10 @@ const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
 
 async function signIn(page, password = PASSWORD) {
   await page.goto(`${BASE}/login`);
-  await page.getByLabel('Email').fill(EMAIL);
-  await page.getByLabel('Password').fill(password);
-  await page.getByRole('button', { name: 'Sign in' }).click();
+  const form = page.locator('#break-glass-form');
+  await form.getByLabel('Email').fill(EMAIL);
+  await form.getByLabel('Password').fill(password);
+  await form.getByRole('button', { name: 'Sign in' }).click();
 }
 
 test('signed out, the admin page asks you to sign in', async () => {
@@ -85,7 +86,7 @@ test('a post from another origin is refused and signs nobody in', async () => {
   try {
     const { page } = b;
     await page.goto(`${BASE}/login`);
-    const action = await page.locator('form.stacked').getAttribute('action');
+    const action = await page.locator('#break-glass-form').getAttribute('action');
     const res = await page.request.post(`${BASE}${action}`, {
       form: { email: EMAIL, password: PASSWORD },
       headers: { accept: 'text/html', origin: 'http://evil.example', referer: 'http://evil.example/' },

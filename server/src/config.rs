@@ -78,6 +78,29 @@ impl std::str::FromStr for DatabaseUrl {
     }
 }
 
+/// A secret setting: `Debug` never shows it.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"[redacted]\"")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(Self(s.to_string()))
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -177,6 +200,15 @@ pub struct Config {
     #[arg(long, env = "PORTAL_SESSION_ABSOLUTE_HOURS", default_value_t = 12)]
     pub session_absolute_hours: u32,
 
+    /// Demo data only: the issuer of the demo identity provider (`cargo xtask dev` runs one).
+    /// With `seed-demo`, Acme and Globex are registered to sign in through it.
+    #[arg(long, env = "PORTAL_DEMO_IDP_ISSUER")]
+    pub demo_idp_issuer: Option<String>,
+
+    /// Demo data only: the client secret the demo identity provider expects.
+    #[arg(long, env = "PORTAL_DEMO_IDP_CLIENT_SECRET")]
+    pub demo_idp_client_secret: Option<Secret>,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
@@ -246,6 +278,8 @@ mod tests {
         );
         let debug = format!("{:?}", url("postgres://portal:hunter2@h/db"));
         assert!(!debug.contains("hunter2"), "{debug}");
+        let secret: Secret = "hunter2".parse().unwrap();
+        assert_eq!(format!("{secret:?}"), "\"[redacted]\"");
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod origin;
+pub mod sso;
 pub mod telemetry;
 
 use axum::Router;
@@ -106,9 +107,11 @@ pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
     let cp = state.cp.clone();
     let policy = state.web.session;
+    let origin = app::server::PublicOrigin(state.web.public_origin.clone());
     let context = move || {
         provide_context(cp.clone());
         provide_context(policy);
+        provide_context(origin.clone());
     };
     let leptos = state.leptos.clone();
     let web = state.web.clone();
@@ -124,6 +127,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/auth/callback", get(sso::callback))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })

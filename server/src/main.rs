@@ -84,6 +84,13 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
     if seed {
         let report = cp.seed_demo().await?;
         tracing::info!(?report, "demo data loaded");
+        if let (Some(issuer), Some(secret)) =
+            (&config.demo_idp_issuer, &config.demo_idp_client_secret)
+        {
+            cp.seed_demo_identity_providers(issuer, secret.expose())
+                .await?;
+            tracing::info!(sso.issuer = %issuer, "demo tenants sign in through the demo identity provider");
+        }
     }
     if serve_after {
         serve(&config, state).await?;

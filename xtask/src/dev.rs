@@ -14,6 +14,7 @@ use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
 pub const ADDR: &str = "127.0.0.1:3000";
+const IDP_PORT: u16 = 3002;
 
 pub fn run(args: &[String]) -> Result {
     if let Some(a) = args.first() {
@@ -66,8 +67,13 @@ pub fn run(args: &[String]) -> Result {
         return Ok(());
     }
 
+    step("starting the demo identity provider (oidc-provider) on 127.0.0.1:3002");
+    let idp_secret = portal::dev_secret("idp-client-secret")?;
+    let (mut idp, issuer) =
+        portal::start_demo_idp(IDP_PORT, &format!("http://{ADDR}"), &idp_secret, None)?;
+
     step("starting the server");
-    let admin_password = portal::dev_admin_password()?;
+    let admin_password = portal::dev_secret("admin-password")?;
     let mut server = portal::Launch {
         binary: target_dir().join("debug/server"),
         database_url,
@@ -75,9 +81,11 @@ pub fn run(args: &[String]) -> Result {
         site_root: target_dir().join("site"),
         site_env: "dev",
         admin_password: admin_password.clone(),
+        demo_idp: Some((issuer, idp_secret)),
         log: None,
     }
-    .start()?;
+    .start()
+    .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
     let port: u16 = ADDR
         .rsplit(':')
         .next()
@@ -85,6 +93,7 @@ pub fn run(args: &[String]) -> Result {
         .unwrap_or(3000);
     if let Err(e) = wait_ready(&mut server, port, Duration::from_secs(60)) {
         terminate(&mut server, Duration::from_secs(5));
+        terminate(&mut idp, Duration::from_secs(5));
         return Err(e);
     }
     eprintln!(
@@ -96,8 +105,10 @@ pub fn run(args: &[String]) -> Result {
         }
     );
     eprintln!(
-        "Platform admin (break-glass sign-in at http://{ADDR}/login): {} / {admin_password}\n\
-         (the password is kept in .data/admin-password; tenant sign-in via SSO is not built yet)",
+        "Tenant users: sign in at http://{ADDR}/login with alice@acme.example, bob@acme.example,\n\
+         fiona@acme.example or carol@globex.example (any password at the demo identity provider)\n\
+         Platform admin (break-glass, same page): {} / {admin_password}\n\
+         (kept in .data/admin-password)",
         portal::ADMIN_EMAIL
     );
 
@@ -105,9 +116,11 @@ pub fn run(args: &[String]) -> Result {
         if stop.load(Ordering::SeqCst) {
             step("stopping");
             terminate(&mut server, Duration::from_secs(25));
+            terminate(&mut idp, Duration::from_secs(5));
             break;
         }
         if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
+            terminate(&mut idp, Duration::from_secs(5));
             drop(cluster);
             return Err(format!("the server stopped ({status})"));
         }

@@ -20,6 +20,8 @@ pub struct Launch {
     /// `dev` or `prod`
     pub site_env: &'static str,
     pub admin_password: String,
+    /// The demo identity provider's issuer and client secret, for the demo tenants.
+    pub demo_idp: Option<(String, String)>,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
 }
@@ -78,6 +80,10 @@ impl Launch {
         )?;
         let mut cmd = self.command();
         cmd.args(["serve", "--seed-demo"]);
+        if let Some((issuer, secret)) = &self.demo_idp {
+            cmd.env("PORTAL_DEMO_IDP_ISSUER", issuer)
+                .env("PORTAL_DEMO_IDP_CLIENT_SECRET", secret);
+        }
         if let Some(log) = &self.log {
             let out = log.try_clone().map_err(|e| e.to_string())?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
@@ -85,6 +91,43 @@ impl Launch {
         }
         cmd.spawn().map_err(|e| format!("starting the server: {e}"))
     }
+}
+
+/// Starts `demo-idp/provider.mjs` (npm `oidc-provider`) on `127.0.0.1:{port}` and waits until
+/// it serves its discovery document. Returns the process and the issuer URL.
+pub fn start_demo_idp(
+    port: u16,
+    portal_url: &str,
+    client_secret: &str,
+    log: Option<File>,
+) -> Result<(Child, String)> {
+    let mut cmd = Command::new("node");
+    cmd.arg(root().join("demo-idp/provider.mjs"))
+        .env("IDP_PORT", port.to_string())
+        .env("PORTAL_URL", portal_url)
+        .env("IDP_CLIENT_SECRET", client_secret)
+        .current_dir(root());
+    if let Some(log) = log {
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdout(log).stderr(err);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the demo identity provider: {e}"))?;
+    let start = std::time::Instant::now();
+    while crate::proc::http_status(port, "/.well-known/openid-configuration") != Some(200) {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the demo identity provider exited ({status})"));
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            return Err(format!(
+                "the demo identity provider did not start on port {port}"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok((child, format!("http://127.0.0.1:{port}")))
 }
 
 /// 24 characters from the kernel's random source; no default password exists anywhere.
@@ -100,11 +143,11 @@ pub fn random_password() -> Result<String> {
         .collect())
 }
 
-/// The dev admin's password: kept in `.data/admin-password` (mode 0600) so it is the same on
-/// every start; made on first use.
-pub fn dev_admin_password() -> Result<String> {
+/// A dev secret kept in `.data/{name}` (mode 0600), so it is the same on every start; made
+/// on first use.
+pub fn dev_secret(name: &str) -> Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = root().join(".data/admin-password");
+    let path = root().join(".data").join(name);
     if let Ok(p) = std::fs::read_to_string(&path)
         && p.trim().len() >= 12
     {

@@ -71,9 +71,31 @@ pub fn run(args: &[String]) -> Result {
 
     step("browser tests (Chromium)");
     pg.ensure_database("e2e").map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(root().join("test-artifacts")).map_err(|e| e.to_string())?;
     let port = pgcluster::free_port().map_err(|e| e.to_string())?;
     let admin_password = portal::random_password()?;
-    let mut server = start_release_server(&pg.url("e2e"), port, &admin_password)?;
+    let idp_secret = portal::random_password()?;
+    let idp_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let idp_log = std::fs::File::create(root().join("test-artifacts/idp.log"))
+        .map_err(|e| format!("creating test-artifacts/idp.log: {e}"))?;
+    let (mut idp, issuer) = portal::start_demo_idp(
+        idp_port,
+        &format!("http://127.0.0.1:{port}"),
+        &idp_secret,
+        Some(idp_log),
+    )?;
+    let mut server = match start_release_server(
+        &pg.url("e2e"),
+        port,
+        &admin_password,
+        (issuer.clone(), idp_secret),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            terminate(&mut idp, Duration::from_secs(5));
+            return Err(e);
+        }
+    };
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
         let artifacts = root().join("test-artifacts");
         std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
@@ -83,9 +105,11 @@ pub fn run(args: &[String]) -> Result {
             .env("ARTIFACTS_DIR", &artifacts)
             .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
             .env("PORTAL_ADMIN_PASSWORD", &admin_password)
+            .env("PORTAL_IDP_ISSUER", &issuer)
             .current_dir(root()))
     });
     terminate(&mut server, Duration::from_secs(10));
+    terminate(&mut idp, Duration::from_secs(5));
     result?;
     drop(pg);
 
@@ -125,7 +149,12 @@ fn throwaway_cluster(label: &str) -> Result<Throwaway> {
     })
 }
 
-fn start_release_server(database_url: &str, port: u16, admin_password: &str) -> Result<Child> {
+fn start_release_server(
+    database_url: &str,
+    port: u16,
+    admin_password: &str,
+    demo_idp: (String, String),
+) -> Result<Child> {
     let dir = root().join("test-artifacts");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("server.log"))
@@ -137,6 +166,7 @@ fn start_release_server(database_url: &str, port: u16, admin_password: &str) -> 
         site_root: target_dir().join("site"),
         site_env: "prod",
         admin_password: admin_password.to_string(),
+        demo_idp: Some(demo_idp),
         log: Some(log),
     }
     .start()

@@ -1,0 +1,615 @@
+//! Single sign-on: each tenant's own OpenID provider, authorization code flow with PKCE (S256),
+//! state and nonce; ID tokens verified for signature, issuer, audience, expiry and nonce.
+//!
+//! The flow has two halves with the browser's trip to the provider in between. [`begin`]
+//! returns the provider URL and a [`PendingSso`] that the caller keeps in the (pre-sign-in)
+//! session; [`complete`] takes it back with what the provider returned. No network call
+//! happens inside a database transaction.
+//!
+//! [`begin`]: ControlPlane::sso_begin
+//! [`complete`]: ControlPlane::sso_complete
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use openidconnect::core::{
+    CoreAuthDisplay, CoreClaimName, CoreClaimType, CoreClient, CoreClientAuthMethod, CoreGrantType,
+    CoreIdToken, CoreIdTokenVerifier, CoreJsonWebKey, CoreJweContentEncryptionAlgorithm,
+    CoreJweKeyManagementAlgorithm, CoreResponseMode, CoreResponseType, CoreSubjectIdentifierType,
+};
+use openidconnect::{
+    AdditionalProviderMetadata, AuthenticationFlow, AuthorizationCode, ClaimsVerificationError,
+    ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet, IssuerUrl,
+    Nonce, PkceCodeChallenge, PkceCodeVerifier, ProviderMetadata, RedirectUrl, Scope,
+    TokenResponse,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::auth::{Principal, normalize_email};
+use crate::error::{Error, Result};
+use crate::ids::{TenantId, UserId};
+
+/// How long a started sign-in may take before its callback is refused.
+pub const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// Why a single sign-on failed. Each has a stable [`SsoError::code`] for URLs and logs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SsoError {
+    #[error("no organization signs in with {domain} addresses")]
+    UnknownDomain { domain: String },
+    #[error("the identity provider at {issuer} could not be reached")]
+    IssuerUnreachable { issuer: String },
+    #[error("the sign-in response did not match a sign-in started in this browser")]
+    StateMismatch,
+    #[error("the sign-in took too long; please start again")]
+    PendingExpired,
+    #[error("the identity provider refused the sign-in: {0}")]
+    ProviderRefused(String),
+    #[error("the identity provider's token was not accepted: {0}")]
+    TokenRejected(TokenProblem),
+    #[error("the identity provider did not give a verified email address")]
+    MissingEmail,
+    #[error("{email} is not an address this organization signs in with")]
+    EmailNotAllowed { email: String },
+}
+
+/// What was wrong with an ID token.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenProblem {
+    #[error("it has expired")]
+    Expired,
+    #[error("it was issued for another application (audience)")]
+    WrongAudience,
+    #[error("it was issued by another provider (issuer)")]
+    WrongIssuer,
+    #[error("it belongs to another sign-in (nonce)")]
+    WrongNonce,
+    #[error("its signature is invalid")]
+    BadSignature,
+    #[error("the provider sent none")]
+    Missing,
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SsoError {
+    /// A short, stable name, e.g. for `/login?sso_error=state`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SsoError::UnknownDomain { .. } => "unknown_domain",
+            SsoError::IssuerUnreachable { .. } => "issuer_unreachable",
+            SsoError::StateMismatch => "state",
+            SsoError::PendingExpired => "expired_attempt",
+            SsoError::ProviderRefused(_) => "provider_refused",
+            SsoError::TokenRejected(TokenProblem::Expired) => "token_expired",
+            SsoError::TokenRejected(TokenProblem::WrongAudience) => "token_audience",
+            SsoError::TokenRejected(TokenProblem::WrongIssuer) => "token_issuer",
+            SsoError::TokenRejected(TokenProblem::WrongNonce) => "token_nonce",
+            SsoError::TokenRejected(TokenProblem::BadSignature) => "token_signature",
+            SsoError::TokenRejected(_) => "token_invalid",
+            SsoError::MissingEmail => "missing_email",
+            SsoError::EmailNotAllowed { .. } => "email_not_allowed",
+        }
+    }
+}
+
+/// A sign-in in progress: kept server-side in the session between the two halves.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PendingSso {
+    pub tenant: TenantId,
+    state: String,
+    nonce: String,
+    pkce_verifier: String,
+    /// Seconds since the Unix epoch.
+    started_at: u64,
+}
+
+pub struct SsoStart {
+    /// Send the browser here.
+    pub authorize_url: String,
+    /// Keep this in the session until the callback.
+    pub pending: PendingSso,
+}
+
+/// A completed sign-in.
+pub struct SsoSignIn {
+    pub principal: Principal,
+    pub tenant: TenantId,
+    /// The raw ID token, kept for the provider's end-session `id_token_hint`.
+    pub id_token: String,
+}
+
+/// The provider metadata we read: the core set plus `end_session_endpoint`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct LogoutMetadata {
+    #[serde(default)]
+    pub end_session_endpoint: Option<String>,
+}
+impl AdditionalProviderMetadata for LogoutMetadata {}
+
+type Metadata = ProviderMetadata<
+    LogoutMetadata,
+    CoreAuthDisplay,
+    CoreClientAuthMethod,
+    CoreClaimName,
+    CoreClaimType,
+    CoreGrantType,
+    CoreJweContentEncryptionAlgorithm,
+    CoreJweKeyManagementAlgorithm,
+    CoreJsonWebKey,
+    CoreResponseMode,
+    CoreResponseType,
+    CoreSubjectIdentifierType,
+>;
+
+/// A client built from discovery: authorization endpoint set; token and userinfo maybe.
+type DiscoveredClient = CoreClient<
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointMaybeSet,
+    EndpointMaybeSet,
+>;
+
+/// A tenant's provider as stored.
+struct Provider {
+    tenant: TenantId,
+    issuer_url: String,
+    client_id: String,
+    client_secret: String,
+    role_claim: String,
+    default_role: String,
+}
+
+/// What a verified ID token says about the person.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedIdentity {
+    pub issuer: String,
+    pub subject: String,
+    pub email: Option<String>,
+    pub email_verified: bool,
+    pub name: Option<String>,
+    /// The values of the provider's role claim (a string or an array of strings).
+    pub role_claim_values: Vec<String>,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn email_domain(email: &str) -> &str {
+    email.rsplit_once('@').map(|(_, d)| d).unwrap_or("")
+}
+
+/// Checks an ID token (signature, issuer, audience, expiry, nonce) and reads the identity.
+/// The role claim is read from the payload only after the signature has been verified.
+pub fn verify_id_token(
+    verifier: &CoreIdTokenVerifier<'_>,
+    id_token: &CoreIdToken,
+    nonce: &Nonce,
+    role_claim: &str,
+) -> Result<VerifiedIdentity, SsoError> {
+    let claims = id_token.claims(verifier, nonce).map_err(|e| {
+        SsoError::TokenRejected(match e {
+            ClaimsVerificationError::Expired(_) => TokenProblem::Expired,
+            ClaimsVerificationError::InvalidAudience(_) => TokenProblem::WrongAudience,
+            ClaimsVerificationError::InvalidIssuer(_) => TokenProblem::WrongIssuer,
+            ClaimsVerificationError::InvalidNonce(_) => TokenProblem::WrongNonce,
+            ClaimsVerificationError::SignatureVerification(_) => TokenProblem::BadSignature,
+            other => TokenProblem::Other(other.to_string()),
+        })
+    })?;
+    let raw = id_token.to_string();
+    let payload = raw
+        .split('.')
+        .nth(1)
+        .and_then(|p| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .ok()
+        })
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .unwrap_or_default();
+    let role_claim_values = match payload.get(role_claim) {
+        Some(serde_json::Value::String(s)) => vec![s.clone()],
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    Ok(VerifiedIdentity {
+        issuer: claims.issuer().to_string(),
+        subject: claims.subject().to_string(),
+        email: claims.email().map(|e| e.to_string()),
+        email_verified: claims.email_verified().unwrap_or(false),
+        name: claims
+            .name()
+            .and_then(|n| n.get(None))
+            .map(|n| n.to_string()),
+        role_claim_values,
+    })
+}
+
+/// The most privileged tenant role among `mapped`, else `default`.
+fn strongest_role<'a>(mapped: impl Iterator<Item = &'a str>, default: &'a str) -> &'a str {
+    const ORDER: [&str; 4] = ["owner", "admin", "finance", "member"];
+    mapped
+        .min_by_key(|r| ORDER.iter().position(|o| o == r).unwrap_or(ORDER.len()))
+        .unwrap_or(default)
+}
+
+impl ControlPlane {
+    async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>> {
+        let row = sqlx::query!(
+            r#"SELECT p.tenant_id AS "tenant: TenantId", p.issuer_url, p.client_id,
+                      p.client_secret, p.role_claim, p.default_role
+               FROM tenant_email_domains d JOIN identity_providers p USING (tenant_id)
+               WHERE d.domain = $1"#,
+            domain
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        Ok(row.map(|r| Provider {
+            tenant: r.tenant,
+            issuer_url: r.issuer_url,
+            client_id: r.client_id,
+            client_secret: r.client_secret,
+            role_claim: r.role_claim,
+            default_role: r.default_role,
+        }))
+    }
+
+    async fn provider_for_tenant(&self, tenant: TenantId) -> Result<Provider> {
+        let r = sqlx::query!(
+            r#"SELECT tenant_id AS "tenant: TenantId", issuer_url, client_id, client_secret,
+                      role_claim, default_role
+               FROM identity_providers WHERE tenant_id = $1"#,
+            tenant as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound {
+            what: "identity provider",
+        })?;
+        Ok(Provider {
+            tenant: r.tenant,
+            issuer_url: r.issuer_url,
+            client_id: r.client_id,
+            client_secret: r.client_secret,
+            role_claim: r.role_claim,
+            default_role: r.default_role,
+        })
+    }
+
+    /// Fetches the provider's discovery document. An unreachable or malformed issuer is
+    /// [`SsoError::IssuerUnreachable`]; the cause is logged.
+    #[tracing::instrument(skip(self))]
+    pub async fn discover(&self, issuer: &str) -> Result<Metadata> {
+        let url = IssuerUrl::new(issuer.to_string()).map_err(|e| Error::Invalid {
+            field: "issuer_url",
+            reason: e.to_string(),
+        })?;
+        Metadata::discover_async(url, self.http())
+            .await
+            .map_err(|e| {
+                tracing::warn!(sso.issuer = issuer, error.cause = %e, "OIDC discovery failed");
+                Error::Sso(SsoError::IssuerUnreachable {
+                    issuer: issuer.to_string(),
+                })
+            })
+    }
+
+    fn client(
+        metadata: Metadata,
+        provider: &Provider,
+        redirect_url: &str,
+    ) -> Result<DiscoveredClient> {
+        let redirect = RedirectUrl::new(redirect_url.to_string()).map_err(|e| Error::Invalid {
+            field: "redirect_url",
+            reason: e.to_string(),
+        })?;
+        Ok(CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(provider.client_id.clone()),
+            Some(ClientSecret::new(provider.client_secret.clone())),
+        )
+        .set_redirect_uri(redirect))
+    }
+
+    /// First half: finds the tenant that owns the email's domain and builds the provider
+    /// URL to send the browser to.
+    #[tracing::instrument(skip(self))]
+    pub async fn sso_begin(&self, email: &str, redirect_url: &str) -> Result<SsoStart> {
+        let email = normalize_email(email)?;
+        let domain = email_domain(&email).to_string();
+        let provider = self
+            .provider_for_domain(&domain)
+            .await?
+            .ok_or(Error::Sso(SsoError::UnknownDomain { domain }))?;
+        let metadata = self.discover(&provider.issuer_url).await?;
+        let client = Self::client(metadata, &provider, redirect_url)?;
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let (url, state, nonce) = client
+            .authorize_url(
+                AuthenticationFlow::<CoreResponseType>::AuthorizationCode,
+                CsrfToken::new_random,
+                Nonce::new_random,
+            )
+            .add_scope(Scope::new("email".into()))
+            .add_scope(Scope::new("profile".into()))
+            .add_scope(Scope::new(provider.role_claim.clone()))
+            .add_extra_param("login_hint", email.clone())
+            .set_pkce_challenge(challenge)
+            .url();
+        Ok(SsoStart {
+            authorize_url: url.to_string(),
+            pending: PendingSso {
+                tenant: provider.tenant,
+                state: state.secret().clone(),
+                nonce: nonce.secret().clone(),
+                pkce_verifier: verifier.secret().clone(),
+                started_at: now_secs(),
+            },
+        })
+    }
+
+    /// Second half: checks the returned state against the pending sign-in, exchanges the code
+    /// (with the PKCE verifier), verifies the ID token, and signs the person in, creating
+    /// their user and membership on first sign-in.
+    #[tracing::instrument(skip_all, fields(tenant.id = %pending.tenant))]
+    pub async fn sso_complete(
+        &self,
+        pending: PendingSso,
+        returned_state: &str,
+        code: &str,
+        redirect_url: &str,
+    ) -> Result<SsoSignIn> {
+        if !constant_time_eq(pending.state.as_bytes(), returned_state.as_bytes()) {
+            return Err(SsoError::StateMismatch.into());
+        }
+        if now_secs().saturating_sub(pending.started_at) > PENDING_TTL.as_secs() {
+            return Err(SsoError::PendingExpired.into());
+        }
+        let provider = self.provider_for_tenant(pending.tenant).await?;
+        let metadata = self.discover(&provider.issuer_url).await?;
+        let client = Self::client(metadata, &provider, redirect_url)?;
+        let response = client
+            .exchange_code(AuthorizationCode::new(code.to_string()))
+            .map_err(|e| Error::Sso(SsoError::ProviderRefused(e.to_string())))?
+            .set_pkce_verifier(PkceCodeVerifier::new(pending.pkce_verifier.clone()))
+            .request_async(self.http())
+            .await
+            .map_err(|e| {
+                tracing::warn!(error.cause = %e, "OIDC code exchange failed");
+                Error::Sso(SsoError::ProviderRefused(token_error_summary(&e)))
+            })?;
+        let id_token = response
+            .id_token()
+            .ok_or(Error::Sso(SsoError::TokenRejected(TokenProblem::Missing)))?;
+        let identity = verify_id_token(
+            &client.id_token_verifier(),
+            id_token,
+            &Nonce::new(pending.nonce.clone()),
+            &provider.role_claim,
+        )?;
+        let principal = self.sign_in_identity(&provider, &identity).await?;
+        Ok(SsoSignIn {
+            principal,
+            tenant: provider.tenant,
+            id_token: id_token.to_string(),
+        })
+    }
+
+    /// The provider's end-session URL for a user signed in through `tenant`, if it has one.
+    pub async fn sso_logout_url(
+        &self,
+        tenant: TenantId,
+        id_token: &str,
+        post_logout_redirect: &str,
+    ) -> Result<Option<String>> {
+        let provider = self.provider_for_tenant(tenant).await?;
+        let metadata = self.discover(&provider.issuer_url).await?;
+        let Some(endpoint) = metadata.additional_metadata().end_session_endpoint.clone() else {
+            return Ok(None);
+        };
+        let mut url = reqwest::Url::parse(&endpoint).map_err(|e| {
+            Error::Corrupt(format!("provider end_session_endpoint {endpoint:?}: {e}"))
+        })?;
+        url.query_pairs_mut()
+            .append_pair("id_token_hint", id_token)
+            .append_pair("post_logout_redirect_uri", post_logout_redirect)
+            .append_pair("client_id", &provider.client_id);
+        Ok(Some(url.to_string()))
+    }
+
+    /// Links the identity to a user (creating one on first sign-in) and sets the tenant role
+    /// the provider's claims map to. One transaction; audited when something changes.
+    async fn sign_in_identity(
+        &self,
+        provider: &Provider,
+        identity: &VerifiedIdentity,
+    ) -> Result<Principal> {
+        let email = match (&identity.email, identity.email_verified) {
+            (Some(e), true) => normalize_email(e).map_err(|_| SsoError::MissingEmail)?,
+            _ => return Err(SsoError::MissingEmail.into()),
+        };
+        let allowed = sqlx::query_scalar!(
+            "SELECT EXISTS (SELECT 1 FROM tenant_email_domains WHERE tenant_id = $1 AND domain = $2)",
+            provider.tenant as TenantId,
+            email_domain(&email),
+        )
+        .fetch_one(self.pool())
+        .await?
+        .unwrap_or(false);
+        if !allowed {
+            return Err(SsoError::EmailNotAllowed { email }.into());
+        }
+        let mappings = sqlx::query!(
+            "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1",
+            provider.tenant as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let role = strongest_role(
+            mappings
+                .iter()
+                .filter(|m| identity.role_claim_values.contains(&m.claim_value))
+                .map(|m| m.role.as_str()),
+            &provider.default_role,
+        )
+        .to_string();
+        let name = identity
+            .name
+            .clone()
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or_else(|| email.clone());
+
+        let mut tx = self.pool().begin().await?;
+        let linked = sqlx::query_scalar!(
+            r#"UPDATE user_identities SET last_login = now()
+               WHERE issuer = $1 AND subject = $2 RETURNING user_id AS "user: UserId""#,
+            identity.issuer,
+            identity.subject,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let user = match linked {
+            Some(u) => u,
+            None => {
+                // First sign-in with this identity: an existing account with the same
+                // (verified, tenant-owned) email is linked, otherwise one is created.
+                let existing = sqlx::query_scalar!(
+                    r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = $1"#,
+                    email
+                )
+                .fetch_optional(&mut *tx)
+                .await?;
+                let user = match existing {
+                    Some(u) => u,
+                    None => {
+                        let u = UserId::new_random();
+                        sqlx::query!(
+                            "INSERT INTO users (id, email, display_name) VALUES ($1, $2, $3)",
+                            u as UserId,
+                            email,
+                            name,
+                        )
+                        .execute(&mut *tx)
+                        .await?;
+                        let resource = self.naming().platform_user(u);
+                        audit::record(
+                            &mut tx,
+                            AuditEntry {
+                                actor: Actor::User(u),
+                                action: "user.create",
+                                resource: &resource,
+                                before: None,
+                                after: Some(json!({ "email": email, "via": "sso" })),
+                                request_id: None,
+                            },
+                        )
+                        .await?;
+                        u
+                    }
+                };
+                sqlx::query!(
+                    "INSERT INTO user_identities (issuer, subject, user_id, tenant_id)
+                     VALUES ($1, $2, $3, $4)",
+                    identity.issuer,
+                    identity.subject,
+                    user as UserId,
+                    provider.tenant as TenantId,
+                )
+                .execute(&mut *tx)
+                .await?;
+                user
+            }
+        };
+        let before = sqlx::query_scalar!(
+            "SELECT role FROM tenant_memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
+            provider.tenant as TenantId,
+            user as UserId,
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if before.as_deref() != Some(role.as_str()) {
+            sqlx::query!(
+                "INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
+                 ON CONFLICT (tenant_id, user_id) DO UPDATE SET role = EXCLUDED.role",
+                provider.tenant as TenantId,
+                user as UserId,
+                role,
+            )
+            .execute(&mut *tx)
+            .await?;
+            let resource = self.naming().tenant_member(provider.tenant, user);
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::User(user),
+                    action: if before.is_some() {
+                        "tenant_membership.role_synced"
+                    } else {
+                        "tenant_membership.create"
+                    },
+                    resource: &resource,
+                    before: before.map(|r| json!({ "role": r })),
+                    after: Some(json!({ "role": role, "via": "sso" })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        self.principal(user)
+            .await?
+            .ok_or(Error::Corrupt("user vanished right after sign-in".into()))
+    }
+}
+
+/// Compares secrets without an early exit on the first differing byte.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The provider's own error code (e.g. `invalid_grant`), without transport details.
+fn token_error_summary<RE: std::error::Error + 'static, T: openidconnect::ErrorResponse>(
+    e: &openidconnect::RequestTokenError<RE, T>,
+) -> String {
+    match e {
+        openidconnect::RequestTokenError::ServerResponse(r) => r.to_string(),
+        openidconnect::RequestTokenError::Request(_) => "the provider could not be reached".into(),
+        openidconnect::RequestTokenError::Parse(_, _) => "unreadable token response".into(),
+        openidconnect::RequestTokenError::Other(m) => m.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_strongest_mapped_role_wins() {
+        assert_eq!(
+            strongest_role(["member", "admin", "finance"].into_iter(), "member"),
+            "admin"
+        );
+        assert_eq!(strongest_role(["finance"].into_iter(), "member"), "finance");
+        assert_eq!(strongest_role(std::iter::empty(), "member"), "member");
+    }
+
+    #[test]
+    fn state_comparison_needs_every_byte() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
+}
