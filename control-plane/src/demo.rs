@@ -218,28 +218,43 @@ pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {
     Ok(report)
 }
 
+struct DemoProvider {
+    tenant: TenantId,
+    client_id: &'static str,
+    domain: &'static str,
+    /// (group, tenant role)
+    mappings: &'static [(&'static str, &'static str)],
+}
+
+const PROVIDERS: &[DemoProvider] = &[
+    DemoProvider {
+        tenant: ACME,
+        client_id: "portal-acme",
+        domain: "acme.example",
+        mappings: &[("acme-admins", "admin"), ("acme-finance", "finance")],
+    },
+    DemoProvider {
+        tenant: GLOBEX,
+        client_id: "portal-globex",
+        domain: "globex.example",
+        mappings: &[("globex-admins", "admin")],
+    },
+];
+
 /// Registers Acme and Globex with the demo identity provider (`demo-idp/provider.mjs`):
 /// clients `portal-acme` and `portal-globex`, their email domains, and group-to-role
 /// mappings. Idempotent; a changed issuer or secret (a new dev port, a new test run) is
 /// updated in place.
 #[tracing::instrument(skip(pool, secret))]
 pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) -> Result<()> {
-    let providers: [(TenantId, &str, &str, &[(&str, &str)]); 2] = [
-        (
-            ACME,
-            "portal-acme",
-            "acme.example",
-            &[("acme-admins", "admin"), ("acme-finance", "finance")],
-        ),
-        (
-            GLOBEX,
-            "portal-globex",
-            "globex.example",
-            &[("globex-admins", "admin")],
-        ),
-    ];
     let mut tx = pool.begin().await?;
-    for (tenant, client_id, domain, mappings) in providers {
+    for &DemoProvider {
+        tenant,
+        client_id,
+        domain,
+        mappings,
+    } in PROVIDERS
+    {
         sqlx::query!(
             "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret)
              VALUES ($1, $2, $3, $4)
