@@ -26,6 +26,7 @@ const ACCOUNTS = {
   'dave@contractor.example': { name: 'Dave Contractor', groups: ['acme-engineering'] },
   'carol@globex.example': { name: 'Carol Chen', groups: ['globex-admins'] },
   'gina@globex.example': { name: 'Gina Green', groups: [] },
+  'hank@acme.example': { name: 'Hank Hill', groups: ['acme-engineering'] },
 };
 
 const client = (id) => ({

@@ -57,6 +57,19 @@ mod ssr {
             .unwrap_or_else(|| "unknown".to_owned())
     }
 
+    /// "invalid slug: …" → "Invalid slug: …." : control-plane messages read as sentences.
+    fn sentence(m: &str) -> String {
+        let mut chars = m.chars();
+        let mut out: String = match chars.next() {
+            Some(c) => c.to_uppercase().chain(chars).collect(),
+            None => return String::new(),
+        };
+        if !out.ends_with(['.', '!', '?']) {
+            out.push('.');
+        }
+        out
+    }
+
     impl AppError {
         /// Logs `cause` and returns the generic message a user may see.
         pub fn internal(cause: impl std::fmt::Display) -> Self {
@@ -71,9 +84,11 @@ mod ssr {
             use control_plane::Error as E;
             match e {
                 E::NotFound { .. } => AppError::NotFound,
-                E::Invalid { .. } | E::ResourceName(_) => AppError::BadRequest(e.to_string()),
+                E::Invalid { .. } | E::ResourceName(_) => {
+                    AppError::BadRequest(sentence(&e.to_string()))
+                }
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
-                E::Conflict(m) => AppError::Conflict(m),
+                E::Conflict(m) => AppError::Conflict(sentence(&m)),
                 E::Unauthenticated => AppError::Unauthenticated,
                 E::Forbidden { needed } => {
                     AppError::Forbidden(format!("Only {needed} may do this."))
@@ -137,7 +152,7 @@ mod tests {
             });
             assert_eq!(
                 e,
-                AppError::BadRequest("invalid slug: use lowercase letters, digits and '-'".into())
+                AppError::BadRequest("Invalid slug: use lowercase letters, digits and '-'.".into())
             );
             assert_eq!(
                 AppError::from(control_plane::Error::NotFound { what: "project" }),

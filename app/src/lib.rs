@@ -8,6 +8,7 @@ pub mod auth;
 pub mod components;
 pub mod error;
 pub mod pages;
+pub mod projects;
 pub mod theme;
 
 #[cfg(feature = "ssr")]
@@ -18,11 +19,9 @@ pub use error::AppError;
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
-use leptos_router::{SsrMode, StaticSegment};
+use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use pages::placeholder::{
-    ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, PROJECTS, Placeholder, SECTIONS,
-};
+use pages::placeholder::{ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, Placeholder, SECTIONS};
 use theme::{ThemePicker, ThemeSignal};
 
 /// The HTML document around [`App`]; rendered on the server only.
@@ -102,7 +101,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } ssr=SsrMode::Async />
                     <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } ssr=SsrMode::Async />
                     <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } ssr=SsrMode::Async />
-                    <Route path=StaticSegment("projects") view=|| view! { <Placeholder section=&PROJECTS /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } ssr=SsrMode::Async />
                 </Routes>
             </main>

@@ -217,3 +217,28 @@ pub async fn current_principal() -> Result<Option<Principal>, AppError> {
 pub async fn require_principal() -> Result<Principal, AppError> {
     current_principal().await?.ok_or(AppError::Unauthenticated)
 }
+
+/// The signed-in principal and the control plane, for server functions that need both.
+pub async fn signed_in() -> Result<(ControlPlane, Principal), AppError> {
+    let principal = require_principal().await?;
+    Ok((control_plane()?, principal))
+}
+
+/// The organization the user works in: their first (usually only) tenant membership.
+/// Platform staff without one get a clear refusal.
+pub async fn home_tenant(
+    cp: &ControlPlane,
+    principal: &Principal,
+) -> Result<(control_plane::TenantId, String), AppError> {
+    cp.tenants_of(principal)
+        .await?
+        .into_iter()
+        .next()
+        .map(|(id, name, _)| (id, name))
+        .ok_or_else(|| {
+            AppError::Forbidden(
+                "You don't belong to an organization; sign in with your organization's account."
+                    .into(),
+            )
+        })
+}

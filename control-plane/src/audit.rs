@@ -4,6 +4,7 @@
 use serde_json::Value;
 use sqlx::PgConnection;
 
+use crate::ControlPlane;
 use crate::error::Result;
 use crate::ids::{TenantId, UserId};
 use crate::resource_name::ResourceName;
@@ -53,4 +54,52 @@ pub async fn record(conn: &mut PgConnection, entry: AuditEntry<'_>) -> Result<i6
     .fetch_one(conn)
     .await?;
     Ok(id)
+}
+
+/// One audit record as people read it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AuditLine {
+    /// `YYYY-MM-DD HH:MM:SS` in UTC.
+    pub at: String,
+    /// The actor's email, or `system`.
+    pub actor: String,
+    pub action: String,
+    /// `before → after`, as compact JSON.
+    pub change: String,
+    pub request_id: Option<String>,
+}
+
+impl ControlPlane {
+    /// The newest audit records about one project (at most 100).
+    pub async fn project_audit(
+        &self,
+        who: &crate::tenancy::Project<crate::tenancy::ProjectViewers>,
+    ) -> Result<Vec<AuditLine>> {
+        let resource = self.naming().project(who.tenant(), who.id()).to_string();
+        let rows = sqlx::query!(
+            r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
+                      coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.before, a.after,
+                      a.request_id
+               FROM audit_log a LEFT JOIN users u ON u.id = a.actor_user_id
+               WHERE a.resource = $1 ORDER BY a.id DESC LIMIT 100"#,
+            resource
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditLine {
+                at: r.at,
+                actor: r.actor,
+                action: r.action,
+                change: describe_change(r.before.as_ref(), r.after.as_ref()),
+                request_id: r.request_id,
+            })
+            .collect())
+    }
+}
+
+fn describe_change(before: Option<&Value>, after: Option<&Value>) -> String {
+    let show = |v: Option<&Value>| v.map(|v| v.to_string()).unwrap_or_else(|| "—".into());
+    format!("{} → {}", show(before), show(after))
 }

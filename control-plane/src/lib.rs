@@ -13,6 +13,7 @@ pub mod ids;
 pub mod naming;
 pub mod resource_name;
 pub mod sso;
+pub mod tenancy;
 
 pub use error::{Error, Result};
 pub use ids::{ProjectId, TenantId, UserId};

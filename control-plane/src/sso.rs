@@ -568,6 +568,7 @@ impl ControlPlane {
             )
             .await?;
         }
+        crate::tenancy::accept_invitations(&mut tx, self, provider.tenant, user, &email).await?;
         tx.commit().await?;
         self.principal(user)
             .await?

@@ -1,0 +1,483 @@
+//! Projects and their members: list, create, rename, invite, change roles, remove, and the
+//! project's audit trail.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+use serde::{Deserialize, Serialize};
+
+use crate::components::ErrorNotice;
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectRow {
+    pub id: String,
+    pub slug: String,
+    pub name: String,
+    pub my_role: String,
+    pub members: i64,
+    pub canonical_name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectsView {
+    pub tenant_name: String,
+    pub can_create: bool,
+    pub projects: Vec<ProjectRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRow {
+    pub user_id: String,
+    pub name: String,
+    pub email: String,
+    pub role: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvitationRow {
+    pub email: String,
+    pub role: String,
+    pub invited_by: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRow {
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub change: String,
+    pub request_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectView {
+    pub project: ProjectRow,
+    pub tenant_name: String,
+    pub can_manage: bool,
+    pub members: Vec<MemberRow>,
+    pub invitations: Vec<InvitationRow>,
+    pub audit: Vec<AuditRow>,
+}
+
+pub const PROJECT_ROLES: [&str; 3] = ["admin", "operator", "viewer"];
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use control_plane::ProjectId;
+    use control_plane::tenancy::ProjectSummary;
+
+    use super::ProjectRow;
+    use crate::AppError;
+
+    /// A malformed id is "not found", like an id of another tenant's project.
+    pub fn project_id(id: &str) -> Result<ProjectId, AppError> {
+        id.parse().map_err(|_| AppError::NotFound)
+    }
+
+    pub fn user_id(id: &str) -> Result<control_plane::UserId, AppError> {
+        id.parse().map_err(|_| AppError::NotFound)
+    }
+
+    pub fn row(s: ProjectSummary) -> ProjectRow {
+        ProjectRow {
+            id: s.id.to_string(),
+            slug: s.slug,
+            name: s.display_name,
+            my_role: s.my_role.as_str().to_string(),
+            members: s.members,
+            canonical_name: s.canonical_name,
+        }
+    }
+}
+
+#[server]
+pub async fn list_projects() -> Result<ProjectsView, AppError> {
+    use control_plane::tenancy::{TenantMembers, TenantRole};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, tenant_name) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp
+        .tenant_access::<TenantMembers>(&principal, tenant)
+        .await?;
+    let projects = cp.list_projects(&who).await?;
+    Ok(ProjectsView {
+        tenant_name,
+        can_create: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
+        projects: projects.into_iter().map(ssr::row).collect(),
+    })
+}
+
+#[server]
+pub async fn create_project(slug: String, name: String) -> Result<(), AppError> {
+    use control_plane::tenancy::TenantAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let id = cp
+        .create_project(&who, &slug, &name, Some(&crate::error::request_id()))
+        .await?;
+    leptos_axum::redirect(&format!("/projects/{id}"));
+    Ok(())
+}
+
+#[server]
+pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
+    use control_plane::tenancy::{ProjectRole, ProjectViewers};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectViewers>(&principal, ssr::project_id(&id)?)
+        .await?;
+    let detail = cp.project_detail(&who).await?;
+    let audit = cp.project_audit(&who).await?;
+    Ok(ProjectView {
+        can_manage: who.role() == ProjectRole::Admin,
+        tenant_name: detail.tenant_name,
+        project: ssr::row(detail.summary),
+        members: detail
+            .members
+            .into_iter()
+            .map(|m| MemberRow {
+                user_id: m.user_id.to_string(),
+                name: m.display_name,
+                email: m.email,
+                role: m.role.as_str().into(),
+            })
+            .collect(),
+        invitations: detail
+            .invitations
+            .into_iter()
+            .map(|i| InvitationRow {
+                email: i.email,
+                role: i.role.as_str().into(),
+                invited_by: i.invited_by,
+            })
+            .collect(),
+        audit: audit
+            .into_iter()
+            .map(|a| AuditRow {
+                at: a.at,
+                actor: a.actor,
+                action: a.action,
+                change: a.change,
+                request_id: a.request_id.unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn rename_project(id: String, name: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    Ok(cp
+        .rename_project(&who, &name, Some(&crate::error::request_id()))
+        .await?)
+}
+
+#[server]
+pub async fn invite_member(id: String, email: String, role: String) -> Result<String, AppError> {
+    use control_plane::tenancy::{InviteOutcome, ProjectAdmins, ProjectRole};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    let role = ProjectRole::parse(&role)?;
+    let outcome = cp
+        .invite_member(&who, &email, role, Some(&crate::error::request_id()))
+        .await?;
+    Ok(match outcome {
+        InviteOutcome::Added => format!("{} is now a member.", email.trim()),
+        InviteOutcome::Pending => format!(
+            "Invitation sent: {} becomes a member at their first sign-in.",
+            email.trim()
+        ),
+    })
+}
+
+#[server]
+pub async fn change_member_role(id: String, user: String, role: String) -> Result<(), AppError> {
+    use control_plane::tenancy::{ProjectAdmins, ProjectRole};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    let role = ProjectRole::parse(&role)?;
+    Ok(cp
+        .change_member_role(
+            &who,
+            ssr::user_id(&user)?,
+            role,
+            Some(&crate::error::request_id()),
+        )
+        .await?)
+}
+
+#[server]
+pub async fn remove_member(id: String, user: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    Ok(cp
+        .remove_member(
+            &who,
+            ssr::user_id(&user)?,
+            Some(&crate::error::request_id()),
+        )
+        .await?)
+}
+
+/// The message of a finished action: its error, or `ok` on success.
+fn outcome<T, S>(
+    value: S,
+    ok: impl Fn(T) -> Option<String> + Send + Sync + 'static,
+) -> impl IntoView
+where
+    T: Clone + Send + Sync + 'static,
+    S: Get<Value = Option<Result<T, AppError>>> + Send + Sync + 'static,
+{
+    move || match value.get() {
+        Some(Err(e)) => {
+            Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any())
+        }
+        Some(Ok(v)) => ok(v).map(|m| view! { <p class="form-ok" role="status">{m}</p> }.into_any()),
+        None => None,
+    }
+}
+
+#[component]
+pub fn ProjectsPage() -> impl IntoView {
+    let create = ServerAction::<CreateProject>::new();
+    let projects = Resource::new(move || create.version().get(), |_| list_projects());
+    view! {
+        <Title text="Projects" />
+        <h1>"Projects"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match projects.await {
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                    Ok(v) => view! {
+                        <p class="lede">{v.tenant_name.clone()}</p>
+                        {if v.projects.is_empty() {
+                            view! { <p>"You are not a member of any project yet."</p> }.into_any()
+                        } else {
+                            view! {
+                                <table class="data">
+                                    <thead><tr>
+                                        <th scope="col">"Project"</th>
+                                        <th scope="col">"Short name"</th>
+                                        <th scope="col">"Your role"</th>
+                                        <th scope="col">"Members"</th>
+                                        <th scope="col">"Canonical name"</th>
+                                    </tr></thead>
+                                    <tbody>
+                                        {v.projects.iter().map(|p| view! {
+                                            <tr>
+                                                <td><a href=format!("/projects/{}", p.id)>{p.name.clone()}</a></td>
+                                                <td>{p.slug.clone()}</td>
+                                                <td>{p.my_role.clone()}</td>
+                                                <td>{p.members}</td>
+                                                <td class="mono">{p.canonical_name.clone()}</td>
+                                            </tr>
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            }.into_any()
+                        }}
+                        {v.can_create.then(|| view! {
+                            <section class="card" aria-labelledby="new-h">
+                                <h2 id="new-h">"New project"</h2>
+                                <ActionForm action=create attr:class="stacked" attr:id="create-project">
+                                    <label>"Name" <input type="text" name="name" required /></label>
+                                    <label>
+                                        "Short name"
+                                        <input type="text" name="slug" required pattern="[a-z0-9][a-z0-9-]*" />
+                                    </label>
+                                    <button type="submit">"Create project"</button>
+                                    {outcome(create.value(), |_| None)}
+                                </ActionForm>
+                            </section>
+                        })}
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+pub fn ProjectPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").unwrap_or_default();
+    let rename = ServerAction::<RenameProject>::new();
+    let invite = ServerAction::<InviteMember>::new();
+    let change = ServerAction::<ChangeMemberRole>::new();
+    let remove = ServerAction::<RemoveMember>::new();
+    let project = Resource::new(
+        move || {
+            (
+                id(),
+                rename.version().get(),
+                invite.version().get(),
+                change.version().get(),
+                remove.version().get(),
+            )
+        },
+        |(id, ..)| get_project(id),
+    );
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match project.await {
+                    Err(e) => view! { <Title text="Project" /><h1>"Project"</h1><ErrorNotice error=e /> }.into_any(),
+                    Ok(v) => project_view(v, rename, invite, change, remove).into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+fn role_options(selected: &str) -> impl IntoView + use<> {
+    let selected = selected.to_string();
+    PROJECT_ROLES
+        .iter()
+        .map(|r| view! { <option value=*r selected=*r == selected>{*r}</option> })
+        .collect_view()
+}
+
+fn project_view(
+    v: ProjectView,
+    rename: ServerAction<RenameProject>,
+    invite: ServerAction<InviteMember>,
+    change: ServerAction<ChangeMemberRole>,
+    remove: ServerAction<RemoveMember>,
+) -> impl IntoView {
+    let pid = v.project.id.clone();
+    let manage = v.can_manage;
+    let (pid_rename, pid_invite) = (pid.clone(), pid.clone());
+    let current_name = v.project.name.clone();
+    let member_rows = v
+        .members
+        .into_iter()
+        .map(|m| member_row(m, pid.clone(), manage, change, remove))
+        .collect_view();
+    view! {
+        <Title text=v.project.name.clone() />
+        <p class="crumbs"><a href="/projects">"Projects"</a> " / " {v.tenant_name.clone()}</p>
+        <h1>{v.project.name.clone()}</h1>
+        <p class="mono canonical">{v.project.canonical_name.clone()}</p>
+        <p>"Your role: " <strong class="my-role">{v.project.my_role.clone()}</strong></p>
+
+        {manage.then(move || view! {
+            <section class="card" aria-labelledby="rename-h">
+                <h2 id="rename-h">"Rename"</h2>
+                <ActionForm action=rename attr:class="inline-form" attr:id="rename-project">
+                    <input type="hidden" name="id" value=pid_rename />
+                    <label>"Name " <input type="text" name="name" required value=current_name /></label>
+                    <button type="submit">"Rename"</button>
+                    {outcome(rename.value(), |_| None)}
+                </ActionForm>
+            </section>
+        })}
+
+        <section class="card" aria-labelledby="members-h">
+            <h2 id="members-h">"Members"</h2>
+            <table class="data" id="members">
+                <thead><tr>
+                    <th scope="col">"Name"</th><th scope="col">"Email"</th><th scope="col">"Role"</th>
+                    {manage.then(|| view! { <th scope="col">"Actions"</th> })}
+                </tr></thead>
+                <tbody>
+                    {member_rows}
+                </tbody>
+            </table>
+            {outcome(change.value(), |_| None)}
+            {outcome(remove.value(), |_| None)}
+        </section>
+
+        {manage.then(move || view! {
+            <section class="card" aria-labelledby="invite-h">
+                <h2 id="invite-h">"Invite"</h2>
+                <ActionForm action=invite attr:class="inline-form" attr:id="invite-member">
+                    <input type="hidden" name="id" value=pid_invite />
+                    <label>"Email " <input type="email" name="email" required /></label>
+                    <label>"Role " <select name="role">{role_options("viewer")}</select></label>
+                    <button type="submit">"Invite"</button>
+                </ActionForm>
+                {outcome(invite.value(), Some)}
+            </section>
+        })}
+
+        {(!v.invitations.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="inv-h">
+                <h2 id="inv-h">"Waiting for first sign-in"</h2>
+                <ul id="invitations">
+                    {v.invitations.iter().map(|i| view! {
+                        <li>{i.email.clone()} " as " {i.role.clone()} " (invited by " {i.invited_by.clone()} ")"</li>
+                    }).collect_view()}
+                </ul>
+            </section>
+        })}
+
+        <section class="card" aria-labelledby="audit-h">
+            <h2 id="audit-h">"Audit trail"</h2>
+            <table class="data" id="audit">
+                <thead><tr>
+                    <th scope="col">"When (UTC)"</th><th scope="col">"Who"</th>
+                    <th scope="col">"What"</th><th scope="col">"Change"</th><th scope="col">"Request"</th>
+                </tr></thead>
+                <tbody>
+                    {v.audit.iter().map(|a| view! {
+                        <tr>
+                            <td>{a.at.clone()}</td><td>{a.actor.clone()}</td>
+                            <td class="mono">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
+                            <td class="mono small">{a.request_id.clone()}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }
+}
+
+fn member_row(
+    m: MemberRow,
+    pid: String,
+    manage: bool,
+    change: ServerAction<ChangeMemberRole>,
+    remove: ServerAction<RemoveMember>,
+) -> impl IntoView {
+    let select_id = format!("role-{}", m.user_id);
+    let label = format!("Role of {}", m.email);
+    let (user_change, user_remove) = (m.user_id.clone(), m.user_id.clone());
+    let role = m.role.clone();
+    let pid_remove = pid.clone();
+    let email_attr = m.email.clone();
+    view! {
+        <tr data-email=email_attr>
+            <td>{m.name}</td>
+            <td>{m.email}</td>
+            <td class="role-cell">{m.role}</td>
+            {manage.then(move || view! {
+                <td class="actions">
+                    <ActionForm action=change attr:class="inline-form">
+                        <input type="hidden" name="id" value=pid />
+                        <input type="hidden" name="user" value=user_change />
+                        <label class="visually-hidden" for=select_id.clone()>{label}</label>
+                        <select name="role" id=select_id>{role_options(&role)}</select>
+                        <button type="submit" class="secondary">"Change role"</button>
+                    </ActionForm>
+                    <ActionForm action=remove attr:class="inline-form">
+                        <input type="hidden" name="id" value=pid_remove />
+                        <input type="hidden" name="user" value=user_remove />
+                        <button type="submit" class="danger">"Remove"</button>
+                    </ActionForm>
+                </td>
+            })}
+        </tr>
+    }
+}

@@ -1,0 +1,790 @@
+//! Tenants, projects and who belongs to them, with the proofs that calls need.
+//!
+//! Access to another tenant's resource answers [`Error::NotFound`], never `Forbidden`: a user
+//! of tenant A learns nothing about tenant B, not even that a project id exists.
+
+use std::marker::PhantomData;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::auth::{Principal, normalize_email};
+use crate::error::{Error, Result};
+use crate::ids::{ProjectId, TenantId, UserId};
+
+macro_rules! string_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $s),+ }
+            }
+
+            pub fn parse(s: &str) -> Result<Self> {
+                match s {
+                    $($s => Ok($name::$variant),)+
+                    other => Err(Error::Invalid {
+                        field: "role",
+                        reason: format!(
+                            "{other:?} is not one of {}",
+                            [$($s),+].join(", ")
+                        ),
+                    }),
+                }
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// A person's role in a tenant (organization).
+    TenantRole { Owner = "owner", Admin = "admin", Finance = "finance", Member = "member" }
+);
+string_enum!(
+    /// A person's role in a project.
+    ProjectRole { Admin = "admin", Operator = "operator", Viewer = "viewer" }
+);
+
+/// Which tenant roles a [`Tenant`] proof stands for.
+pub trait TenantRequirement {
+    const ROLES: &'static [TenantRole];
+    const WHO: &'static str;
+}
+
+/// Anyone in the tenant.
+pub struct TenantMembers;
+impl TenantRequirement for TenantMembers {
+    const ROLES: &'static [TenantRole] = TenantRole::ALL;
+    const WHO: &'static str = "members of this organization";
+}
+
+/// Owners and admins.
+pub struct TenantAdmins;
+impl TenantRequirement for TenantAdmins {
+    const ROLES: &'static [TenantRole] = &[TenantRole::Owner, TenantRole::Admin];
+    const WHO: &'static str = "organization admins";
+}
+
+/// Proof that a principal holds one of `R::ROLES` in `tenant`.
+pub struct Tenant<R: TenantRequirement> {
+    user: UserId,
+    tenant: TenantId,
+    role: TenantRole,
+    _requirement: PhantomData<R>,
+}
+
+impl<R: TenantRequirement> Tenant<R> {
+    pub fn id(&self) -> TenantId {
+        self.tenant
+    }
+    pub fn role(&self) -> TenantRole {
+        self.role
+    }
+    pub fn user(&self) -> UserId {
+        self.user
+    }
+}
+
+/// Which project roles a [`Project`] proof stands for.
+pub trait ProjectRequirement {
+    const ROLES: &'static [ProjectRole];
+    const WHO: &'static str;
+}
+
+/// Anyone who can see the project.
+pub struct ProjectViewers;
+impl ProjectRequirement for ProjectViewers {
+    const ROLES: &'static [ProjectRole] = ProjectRole::ALL;
+    const WHO: &'static str = "project members";
+}
+
+pub struct ProjectAdmins;
+impl ProjectRequirement for ProjectAdmins {
+    const ROLES: &'static [ProjectRole] = &[ProjectRole::Admin];
+    const WHO: &'static str = "project admins";
+}
+
+/// Proof that a principal holds (effectively) one of `R::ROLES` in `project`.
+pub struct Project<R: ProjectRequirement> {
+    user: UserId,
+    tenant: TenantId,
+    project: ProjectId,
+    role: ProjectRole,
+    _requirement: PhantomData<R>,
+}
+
+impl<R: ProjectRequirement> Project<R> {
+    pub fn id(&self) -> ProjectId {
+        self.project
+    }
+    pub fn tenant(&self) -> TenantId {
+        self.tenant
+    }
+    pub fn role(&self) -> ProjectRole {
+        self.role
+    }
+}
+
+/// A project as a list shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectSummary {
+    pub id: ProjectId,
+    pub slug: String,
+    pub display_name: String,
+    /// The viewer's effective role in it.
+    pub my_role: ProjectRole,
+    pub members: i64,
+    pub canonical_name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub user_id: UserId,
+    pub email: String,
+    pub display_name: String,
+    pub role: ProjectRole,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invitation {
+    pub email: String,
+    pub role: ProjectRole,
+    pub invited_by: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectDetail {
+    pub summary: ProjectSummary,
+    pub tenant_name: String,
+    pub members: Vec<Member>,
+    pub invitations: Vec<Invitation>,
+}
+
+/// What inviting did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InviteOutcome {
+    /// The person already belongs to the organization: they are a member now.
+    Added,
+    /// They haven't signed in yet: the invitation waits for their first sign-in.
+    Pending,
+}
+
+fn check_slug(slug: &str) -> Result<()> {
+    let ok = (1..=63).contains(&slug.len())
+        && slug
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !slug.starts_with('-')
+        && !slug.ends_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid {
+            field: "slug",
+            reason: format!("{slug:?}: use 1 to 63 lowercase letters, digits and inner hyphens"),
+        })
+    }
+}
+
+fn check_display_name(name: &str) -> Result<String> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::Invalid {
+            field: "name",
+            reason: "use 1 to 200 characters".into(),
+        });
+    }
+    Ok(name.to_string())
+}
+
+/// The highest project role a tenant role implies by itself, if any.
+fn implied_project_role(role: TenantRole) -> Option<ProjectRole> {
+    match role {
+        TenantRole::Owner | TenantRole::Admin => Some(ProjectRole::Admin),
+        TenantRole::Finance => Some(ProjectRole::Viewer),
+        TenantRole::Member => None,
+    }
+}
+
+fn strongest(a: Option<ProjectRole>, b: Option<ProjectRole>) -> Option<ProjectRole> {
+    let rank = |r: &ProjectRole| ProjectRole::ALL.iter().position(|x| x == r).unwrap_or(9);
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if rank(&a) <= rank(&b) { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+impl ControlPlane {
+    /// The tenants a principal belongs to, oldest membership first.
+    pub async fn tenants_of(
+        &self,
+        principal: &Principal,
+    ) -> Result<Vec<(TenantId, String, TenantRole)>> {
+        let rows = sqlx::query!(
+            r#"SELECT t.id AS "id: TenantId", t.display_name, m.role
+               FROM tenant_memberships m JOIN tenants t ON t.id = m.tenant_id
+               WHERE m.user_id = $1 ORDER BY m.created_at, t.display_name"#,
+            principal.user_id as UserId
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| Ok((r.id, r.display_name, TenantRole::parse(&r.role)?)))
+            .collect()
+    }
+
+    /// Checks the principal's role in `tenant`. Not a member: `NotFound`.
+    pub async fn tenant_access<R: TenantRequirement>(
+        &self,
+        principal: &Principal,
+        tenant: TenantId,
+    ) -> Result<Tenant<R>> {
+        let role = sqlx::query_scalar!(
+            "SELECT role FROM tenant_memberships WHERE tenant_id = $1 AND user_id = $2",
+            tenant as TenantId,
+            principal.user_id as UserId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound {
+            what: "organization",
+        })?;
+        let role = TenantRole::parse(&role)?;
+        if !R::ROLES.contains(&role) {
+            return Err(Error::Forbidden { needed: R::WHO });
+        }
+        Ok(Tenant {
+            user: principal.user_id,
+            tenant,
+            role,
+            _requirement: PhantomData,
+        })
+    }
+
+    /// Checks the principal's effective role in `project`: their project membership, or what
+    /// their tenant role implies (admins administer every project, finance views them).
+    /// Outside the tenant, or a member who can't see the project: `NotFound`.
+    pub async fn project_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        project: ProjectId,
+    ) -> Result<Project<R>> {
+        let row = sqlx::query!(
+            r#"SELECT p.tenant_id AS "tenant: TenantId", tm.role AS tenant_role,
+                      pm.role AS "project_role?"
+               FROM projects p
+               JOIN tenant_memberships tm ON tm.tenant_id = p.tenant_id AND tm.user_id = $2
+               LEFT JOIN project_memberships pm ON pm.project_id = p.id AND pm.user_id = $2
+               WHERE p.id = $1"#,
+            project as ProjectId,
+            principal.user_id as UserId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "project" })?;
+        let implied = implied_project_role(TenantRole::parse(&row.tenant_role)?);
+        let own = row
+            .project_role
+            .as_deref()
+            .map(ProjectRole::parse)
+            .transpose()?;
+        let role = strongest(implied, own).ok_or(Error::NotFound { what: "project" })?;
+        if !R::ROLES.contains(&role) {
+            return Err(Error::Forbidden { needed: R::WHO });
+        }
+        Ok(Project {
+            user: principal.user_id,
+            tenant: row.tenant,
+            project,
+            role,
+            _requirement: PhantomData,
+        })
+    }
+
+    /// The projects of `tenant` the caller can see, with their effective role.
+    pub async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>> {
+        let rows = sqlx::query!(
+            r#"SELECT p.id AS "id: ProjectId", p.slug, p.display_name, pm.role AS "my_role?",
+                      (SELECT count(*) FROM project_memberships x WHERE x.project_id = p.id) AS "members!"
+               FROM projects p
+               LEFT JOIN project_memberships pm ON pm.project_id = p.id AND pm.user_id = $2
+               WHERE p.tenant_id = $1
+               ORDER BY p.display_name"#,
+            who.tenant as TenantId,
+            who.user as UserId
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let implied = implied_project_role(who.role);
+        let mut out = Vec::new();
+        for r in rows {
+            let own = r.my_role.as_deref().map(ProjectRole::parse).transpose()?;
+            if let Some(role) = strongest(implied, own) {
+                out.push(ProjectSummary {
+                    id: r.id,
+                    slug: r.slug,
+                    display_name: r.display_name,
+                    my_role: role,
+                    members: r.members,
+                    canonical_name: self.naming().project(who.tenant, r.id).to_string(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates a project; its creator becomes its first admin. Audited.
+    pub async fn create_project(
+        &self,
+        who: &Tenant<TenantAdmins>,
+        slug: &str,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<ProjectId> {
+        let slug = slug.trim().to_lowercase();
+        check_slug(&slug)?;
+        let name = check_display_name(display_name)?;
+        let id = ProjectId::new_random();
+        let mut tx = self.pool().begin().await?;
+        let inserted = sqlx::query!(
+            "INSERT INTO projects (id, tenant_id, slug, display_name) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (tenant_id, slug) DO NOTHING",
+            id as ProjectId,
+            who.tenant as TenantId,
+            slug,
+            name,
+        )
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(Error::Conflict(format!(
+                "a project with the short name {slug:?} already exists"
+            )));
+        }
+        sqlx::query!(
+            "INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
+             VALUES ($1, $2, $3, 'admin')",
+            id as ProjectId,
+            who.tenant as TenantId,
+            who.user as UserId,
+        )
+        .execute(&mut *tx)
+        .await?;
+        let resource = self.naming().project(who.tenant, id);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project.create",
+                resource: &resource,
+                before: None,
+                after: Some(json!({ "slug": slug, "display_name": name })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    pub async fn rename_project(
+        &self,
+        who: &Project<ProjectAdmins>,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let name = check_display_name(display_name)?;
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query_scalar!(
+            "SELECT display_name FROM projects WHERE id = $1 FOR UPDATE",
+            who.project as ProjectId
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if before == name {
+            return Ok(());
+        }
+        sqlx::query!(
+            "UPDATE projects SET display_name = $2 WHERE id = $1",
+            who.project as ProjectId,
+            name
+        )
+        .execute(&mut *tx)
+        .await?;
+        let resource = self.naming().project(who.tenant, who.project);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project.rename",
+                resource: &resource,
+                before: Some(json!({ "display_name": before })),
+                after: Some(json!({ "display_name": name })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn project_detail(&self, who: &Project<ProjectViewers>) -> Result<ProjectDetail> {
+        let p = sqlx::query!(
+            r#"SELECT p.slug, p.display_name, t.display_name AS tenant_name
+               FROM projects p JOIN tenants t ON t.id = p.tenant_id WHERE p.id = $1"#,
+            who.project as ProjectId
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let members = sqlx::query!(
+            r#"SELECT u.id AS "id: UserId", u.email, u.display_name, pm.role
+               FROM project_memberships pm JOIN users u ON u.id = pm.user_id
+               WHERE pm.project_id = $1 ORDER BY u.display_name"#,
+            who.project as ProjectId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|m| {
+            Ok(Member {
+                user_id: m.id,
+                email: m.email,
+                display_name: m.display_name,
+                role: ProjectRole::parse(&m.role)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+        let invitations = sqlx::query!(
+            r#"SELECT i.email, i.role, u.display_name AS invited_by
+               FROM project_invitations i JOIN users u ON u.id = i.invited_by
+               WHERE i.project_id = $1 AND i.accepted_at IS NULL ORDER BY i.created_at"#,
+            who.project as ProjectId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|i| {
+            Ok(Invitation {
+                email: i.email,
+                role: ProjectRole::parse(&i.role)?,
+                invited_by: i.invited_by,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+        Ok(ProjectDetail {
+            summary: ProjectSummary {
+                id: who.project,
+                slug: p.slug,
+                display_name: p.display_name,
+                my_role: who.role,
+                members: members.len() as i64,
+                canonical_name: self.naming().project(who.tenant, who.project).to_string(),
+            },
+            tenant_name: p.tenant_name,
+            members,
+            invitations,
+        })
+    }
+
+    /// Invites `email` into the project. Someone already in the organization becomes a member
+    /// at once; anyone else gets an invitation that turns into a membership at their first
+    /// sign-in. The address must be one the organization signs in with.
+    pub async fn invite_member(
+        &self,
+        who: &Project<ProjectAdmins>,
+        email: &str,
+        role: ProjectRole,
+        request_id: Option<&str>,
+    ) -> Result<InviteOutcome> {
+        let email = normalize_email(email)?;
+        let domain = email.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
+        let owns_domain = sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains WHERE tenant_id = $1 AND domain = $2) AS "e!""#,
+            who.tenant as TenantId,
+            domain
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let mut tx = self.pool().begin().await?;
+        let existing = sqlx::query!(
+            r#"SELECT u.id AS "id: UserId", pm.role AS "project_role?"
+               FROM users u
+               JOIN tenant_memberships tm ON tm.user_id = u.id AND tm.tenant_id = $1
+               LEFT JOIN project_memberships pm ON pm.user_id = u.id AND pm.project_id = $2
+               WHERE lower(u.email) = $3"#,
+            who.tenant as TenantId,
+            who.project as ProjectId,
+            email
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        let resource = self.naming().project(who.tenant, who.project);
+        let outcome = match existing {
+            Some(row) if row.project_role.is_some() => {
+                return Err(Error::Conflict(format!(
+                    "{email} is already a member of this project"
+                )));
+            }
+            Some(row) => {
+                sqlx::query!(
+                    "INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
+                     VALUES ($1, $2, $3, $4)",
+                    who.project as ProjectId,
+                    who.tenant as TenantId,
+                    row.id as UserId,
+                    role.as_str(),
+                )
+                .execute(&mut *tx)
+                .await?;
+                audit::record(
+                    &mut tx,
+                    AuditEntry {
+                        actor: Actor::User(who.user),
+                        action: "project_membership.add",
+                        resource: &resource,
+                        before: None,
+                        after: Some(json!({ "email": email, "role": role.as_str() })),
+                        request_id,
+                    },
+                )
+                .await?;
+                InviteOutcome::Added
+            }
+            None => {
+                if !owns_domain {
+                    return Err(Error::Invalid {
+                        field: "email",
+                        reason: format!(
+                            "{email} can't sign in to this organization: {domain} is not one of its email domains"
+                        ),
+                    });
+                }
+                let inserted = sqlx::query!(
+                    "INSERT INTO project_invitations (id, tenant_id, project_id, email, role, invited_by)
+                     VALUES (gen_random_uuid(), $1, $2, $3, $4, $5)
+                     ON CONFLICT (project_id, email) WHERE accepted_at IS NULL DO NOTHING",
+                    who.tenant as TenantId,
+                    who.project as ProjectId,
+                    email,
+                    role.as_str(),
+                    who.user as UserId,
+                )
+                .execute(&mut *tx)
+                .await?;
+                if inserted.rows_affected() == 0 {
+                    return Err(Error::Conflict(format!("{email} has already been invited")));
+                }
+                audit::record(
+                    &mut tx,
+                    AuditEntry {
+                        actor: Actor::User(who.user),
+                        action: "project_invitation.create",
+                        resource: &resource,
+                        before: None,
+                        after: Some(json!({ "email": email, "role": role.as_str() })),
+                        request_id,
+                    },
+                )
+                .await?;
+                InviteOutcome::Pending
+            }
+        };
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    pub async fn change_member_role(
+        &self,
+        who: &Project<ProjectAdmins>,
+        member: UserId,
+        role: ProjectRole,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query_scalar!(
+            "SELECT role FROM project_memberships WHERE project_id = $1 AND user_id = $2 FOR UPDATE",
+            who.project as ProjectId,
+            member as UserId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "member" })?;
+        if before == role.as_str() {
+            return Ok(());
+        }
+        sqlx::query!(
+            "UPDATE project_memberships SET role = $3 WHERE project_id = $1 AND user_id = $2",
+            who.project as ProjectId,
+            member as UserId,
+            role.as_str()
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(last_admin_error)?;
+        let resource = self.naming().project(who.tenant, who.project);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project_membership.role_change",
+                resource: &resource,
+                before: Some(json!({ "user_id": member, "role": before })),
+                after: Some(json!({ "user_id": member, "role": role.as_str() })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn remove_member(
+        &self,
+        who: &Project<ProjectAdmins>,
+        member: UserId,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query_scalar!(
+            "DELETE FROM project_memberships WHERE project_id = $1 AND user_id = $2 RETURNING role",
+            who.project as ProjectId,
+            member as UserId
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(last_admin_error)?
+        .ok_or(Error::NotFound { what: "member" })?;
+        let resource = self.naming().project(who.tenant, who.project);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project_membership.remove",
+                resource: &resource,
+                before: Some(json!({ "user_id": member, "role": before })),
+                after: None,
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// The database's last-admin rule, as the error a user reads.
+fn last_admin_error(e: sqlx::Error) -> Error {
+    match e.as_database_error().and_then(|d| d.constraint()) {
+        Some("project_keeps_an_admin") => Error::Conflict(
+            "a project must keep at least one admin: make someone else admin first".into(),
+        ),
+        _ => Error::Database(e),
+    }
+}
+
+/// Turns the open invitations for `email` in `tenant` into memberships. Called inside the
+/// sign-in transaction, right after the user's tenant membership exists.
+pub(crate) async fn accept_invitations(
+    tx: &mut sqlx::PgConnection,
+    cp: &ControlPlane,
+    tenant: TenantId,
+    user: UserId,
+    email: &str,
+) -> Result<usize> {
+    let accepted = sqlx::query!(
+        r#"UPDATE project_invitations SET accepted_at = now()
+           WHERE tenant_id = $1 AND email = $2 AND accepted_at IS NULL
+           RETURNING project_id AS "project: ProjectId", role"#,
+        tenant as TenantId,
+        email
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    for inv in &accepted {
+        sqlx::query!(
+            "INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (project_id, user_id) DO NOTHING",
+            inv.project as ProjectId,
+            tenant as TenantId,
+            user as UserId,
+            inv.role
+        )
+        .execute(&mut *tx)
+        .await?;
+        let resource = cp.naming().project(tenant, inv.project);
+        audit::record(
+            tx,
+            AuditEntry {
+                actor: Actor::User(user),
+                action: "project_invitation.accept",
+                resource: &resource,
+                before: None,
+                after: Some(json!({ "email": email, "role": inv.role })),
+                request_id: None,
+            },
+        )
+        .await?;
+    }
+    Ok(accepted.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_parse_and_name_the_choices() {
+        assert_eq!(
+            ProjectRole::parse("operator").unwrap(),
+            ProjectRole::Operator
+        );
+        assert_eq!(
+            ProjectRole::parse("root").unwrap_err().to_string(),
+            "invalid role: \"root\" is not one of admin, operator, viewer"
+        );
+    }
+
+    #[test]
+    fn tenant_admins_administer_every_project_and_finance_views_them() {
+        assert_eq!(
+            strongest(
+                implied_project_role(TenantRole::Admin),
+                Some(ProjectRole::Viewer)
+            ),
+            Some(ProjectRole::Admin)
+        );
+        assert_eq!(
+            strongest(implied_project_role(TenantRole::Finance), None),
+            Some(ProjectRole::Viewer)
+        );
+        assert_eq!(
+            strongest(implied_project_role(TenantRole::Member), None),
+            None
+        );
+        assert_eq!(
+            strongest(
+                implied_project_role(TenantRole::Member),
+                Some(ProjectRole::Operator)
+            ),
+            Some(ProjectRole::Operator)
+        );
+    }
+
+    #[test]
+    fn slugs_are_checked_with_the_rule_in_the_message() {
+        assert!(check_slug("gpu-research-2").is_ok());
+        for bad in ["", "-x", "x-", "Research", "a b", &"x".repeat(64)] {
+            assert!(
+                matches!(check_slug(bad), Err(Error::Invalid { field: "slug", .. })),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Tenant and project access, project administration and the last-admin rule.
+
+use control_plane::auth::Principal;
+use control_plane::tenancy::{
+    InviteOutcome, ProjectAdmins, ProjectRole, ProjectViewers, TenantAdmins, TenantMembers,
+};
+use control_plane::{ControlPlane, Error, Naming, UserId, demo};
+use sqlx::PgPool;
+
+async fn setup(pool: &PgPool) -> ControlPlane {
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.seed_demo().await.unwrap();
+    cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
+        .await
+        .unwrap();
+    cp
+}
+
+async fn who(cp: &ControlPlane, pool: &PgPool, email: &str) -> Principal {
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    cp.principal(UserId(id)).await.unwrap().unwrap()
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn another_tenant_gets_not_found_never_forbidden(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let carol = who(&cp, &pool, "carol@globex.example").await;
+    let err = cp
+        .tenant_access::<TenantMembers>(&carol, demo::ACME)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    for project in [demo::ACME_RESEARCH, demo::ACME_INFERENCE] {
+        let err = cp
+            .project_access::<ProjectViewers>(&carol, project)
+            .await
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+    }
+    // A project id that doesn't exist reads the same.
+    let err = cp
+        .project_access::<ProjectViewers>(&carol, control_plane::ProjectId::new_random())
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, Error::NotFound { .. }));
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn roles_decide_within_a_tenant(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let bob = who(&cp, &pool, "bob@acme.example").await;
+    let fiona = who(&cp, &pool, "fiona@acme.example").await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+
+    // bob: a member; operator of research; can't see inference at all.
+    let err = cp
+        .tenant_access::<TenantAdmins>(&bob, demo::ACME)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), "only organization admins may do this");
+    let research = cp
+        .project_access::<ProjectViewers>(&bob, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+    assert_eq!(research.role(), ProjectRole::Operator);
+    let err = cp
+        .project_access::<ProjectAdmins>(&bob, demo::ACME_RESEARCH)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), "only project admins may do this");
+    assert!(matches!(
+        cp.project_access::<ProjectViewers>(&bob, demo::ACME_INFERENCE)
+            .await,
+        Err(Error::NotFound { .. })
+    ));
+
+    // fiona (finance) views every project; alice (tenant admin) administers every project.
+    let acme = cp
+        .tenant_access::<TenantMembers>(&fiona, demo::ACME)
+        .await
+        .unwrap();
+    let seen: Vec<_> = cp
+        .list_projects(&acme)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.slug, p.my_role))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("inference".to_string(), ProjectRole::Viewer),
+            ("research".to_string(), ProjectRole::Viewer)
+        ]
+    );
+    assert!(
+        cp.project_access::<ProjectAdmins>(&alice, demo::ACME_INFERENCE)
+            .await
+            .is_ok()
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn projects_are_created_renamed_and_audited(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let admin = cp
+        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
+        .await
+        .unwrap();
+    let id = cp
+        .create_project(&admin, "Training", "GPU Training", Some("req-7"))
+        .await
+        .unwrap();
+    let err = cp
+        .create_project(&admin, "training", "Again", None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a project with the short name \"training\" already exists"
+    );
+    let err = cp
+        .create_project(&admin, "no spaces", "x", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Invalid { field: "slug", .. }), "{err}");
+
+    let p = cp
+        .project_access::<ProjectAdmins>(&alice, id)
+        .await
+        .unwrap();
+    cp.rename_project(&p, "GPU training", Some("req-8"))
+        .await
+        .unwrap();
+    let viewer = cp
+        .project_access::<ProjectViewers>(&alice, id)
+        .await
+        .unwrap();
+    let trail = cp.project_audit(&viewer).await.unwrap();
+    let actions: Vec<_> = trail.iter().map(|a| a.action.as_str()).collect();
+    assert_eq!(actions, ["project.rename", "project.create"]);
+    assert_eq!(trail[0].actor, "alice@acme.example");
+    assert_eq!(trail[0].request_id.as_deref(), Some("req-8"));
+    assert_eq!(
+        trail[0].change,
+        r#"{"display_name":"GPU Training"} → {"display_name":"GPU training"}"#
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn inviting_adds_members_or_waits_for_first_sign_in(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let p = cp
+        .project_access::<ProjectAdmins>(&alice, demo::ACME_INFERENCE)
+        .await
+        .unwrap();
+    assert_eq!(
+        cp.invite_member(&p, "Bob@Acme.Example", ProjectRole::Viewer, None)
+            .await
+            .unwrap(),
+        InviteOutcome::Added
+    );
+    assert_eq!(
+        cp.invite_member(&p, "hank@acme.example", ProjectRole::Operator, None)
+            .await
+            .unwrap(),
+        InviteOutcome::Pending
+    );
+    let err = cp
+        .invite_member(&p, "hank@acme.example", ProjectRole::Viewer, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "hank@acme.example has already been invited"
+    );
+    let err = cp
+        .invite_member(&p, "bob@acme.example", ProjectRole::Viewer, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "bob@acme.example is already a member of this project"
+    );
+    // carol is a Globex user: her address isn't one of Acme's domains.
+    let err = cp
+        .invite_member(&p, "carol@globex.example", ProjectRole::Viewer, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid email: carol@globex.example can't sign in to this organization: globex.example is not one of its email domains"
+    );
+    let v = cp
+        .project_access::<ProjectViewers>(&alice, demo::ACME_INFERENCE)
+        .await
+        .unwrap();
+    let detail = cp.project_detail(&v).await.unwrap();
+    assert_eq!(detail.invitations.len(), 1);
+    assert_eq!(detail.invitations[0].email, "hank@acme.example");
+    assert!(detail.members.iter().any(|m| m.email == "bob@acme.example"));
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_project_keeps_at_least_one_admin(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let bob = who(&cp, &pool, "bob@acme.example").await;
+    let p = cp
+        .project_access::<ProjectAdmins>(&alice, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+    let err = cp.remove_member(&p, alice.user_id, None).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "a project must keep at least one admin: make someone else admin first"
+    );
+    let err = cp
+        .change_member_role(&p, alice.user_id, ProjectRole::Viewer, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict(_)), "{err}");
+    // With a second admin, the first can go.
+    cp.change_member_role(&p, bob.user_id, ProjectRole::Admin, None)
+        .await
+        .unwrap();
+    cp.remove_member(&p, alice.user_id, None).await.unwrap();
+    // The database itself refuses, whatever the Rust says.
+    let err = sqlx::query("DELETE FROM project_memberships WHERE project_id = $1")
+        .bind(demo::ACME_RESEARCH.0)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a project must keep at least one admin"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn two_admins_removing_each_other_at_once_leave_one(pool: PgPool) {
+    let cp = setup(&pool).await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let bob = who(&cp, &pool, "bob@acme.example").await;
+    let p = cp
+        .project_access::<ProjectAdmins>(&alice, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+    cp.change_member_role(&p, bob.user_id, ProjectRole::Admin, None)
+        .await
+        .unwrap();
+    let pb = cp
+        .project_access::<ProjectAdmins>(&bob, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(
+        cp.remove_member(&p, bob.user_id, None),
+        cp.remove_member(&pb, alice.user_id, None)
+    );
+    assert!(a.is_ok() != b.is_ok(), "exactly one wins: {a:?} / {b:?}");
+    let admins: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM project_memberships WHERE project_id = $1 AND role = 'admin'",
+    )
+    .bind(demo::ACME_RESEARCH.0)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(admins, 1);
+}

@@ -1,0 +1,157 @@
+// Tenant admins run their projects: create, rename, invite (members and people who have not
+// signed in yet), change roles, and can't remove the last admin. Members see only what their
+// role allows; another tenant sees nothing.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BASE, openBrowser, shot } from '../support.mjs';
+import { ssoSignIn } from '../support-sso.mjs';
+
+const RUN = Date.now().toString(36);
+const SLUG = `training-${RUN}`;
+let projectUrl = null;
+let renameAction = null;
+
+async function as(email) {
+  const b = await openBrowser();
+  await ssoSignIn(b.page, email);
+  await b.page.waitForURL(`${BASE}/`);
+  return b;
+}
+
+function row(page, email) {
+  return page.locator(`#members tr[data-email="${email}"]`);
+}
+
+test('alice creates a project, renames it, invites bob and a newcomer, and sees the audit trail', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    const names = await page.locator('table.data tbody td:first-child').allInnerTexts();
+    assert.ok(names.includes('Research') && names.includes('Inference'), names.join(','));
+
+    const create = page.locator('#create-project');
+    await create.getByLabel('Name', { exact: true }).fill('GPU Training');
+    await create.getByLabel('Short name').fill(SLUG);
+    await create.getByRole('button', { name: 'Create project' }).click();
+    await page.waitForURL(/\/projects\/[0-9a-f-]{36}$/);
+    projectUrl = page.url();
+    assert.equal(await page.locator('h1').innerText(), 'GPU Training');
+    assert.match(await page.locator('.canonical').innerText(), /^gpuaas:portal::[0-9a-f-]{36}:[0-9a-f-]{36}:project:[0-9a-f-]{36}$/);
+
+    // A second project with the same short name is refused by name.
+    await page.goto(`${BASE}/projects`);
+    await create.getByLabel('Name', { exact: true }).fill('Again');
+    await create.getByLabel('Short name').fill(SLUG);
+    await create.getByRole('button', { name: 'Create project' }).click();
+    assert.equal(
+      await create.getByRole('alert').innerText(),
+      `A project with the short name "${SLUG}" already exists.`,
+    );
+    await page.goto(projectUrl);
+
+    const rename = page.locator('#rename-project');
+    renameAction = await rename.getAttribute('action');
+    await rename.getByLabel('Name', { exact: true }).fill('GPU training');
+    await rename.getByRole('button', { name: 'Rename' }).click();
+    await page.locator('h1', { hasText: 'GPU training' }).waitFor();
+
+    const invite = page.locator('#invite-member');
+    await invite.getByLabel('Email', { exact: true }).fill('bob@acme.example');
+    await invite.getByLabel('Role').selectOption('viewer');
+    await invite.getByRole('button', { name: 'Invite' }).click();
+    await page.getByRole('status').filter({ hasText: 'bob@acme.example is now a member.' }).waitFor();
+    await row(page, 'bob@acme.example').waitFor();
+
+    await invite.getByLabel('Email').fill('hank@acme.example');
+    await invite.getByLabel('Role').selectOption('operator');
+    await invite.getByRole('button', { name: 'Invite' }).click();
+    await page.getByRole('status').filter({ hasText: 'Invitation sent' }).waitFor();
+    assert.match(await page.locator('#invitations').innerText(), /hank@acme\.example as operator/);
+
+    // Outside the organization's domains: refused, with the reason.
+    await invite.getByLabel('Email').fill('dave@contractor.example');
+    await invite.getByRole('button', { name: 'Invite' }).click();
+    await page
+      .getByRole('alert')
+      .filter({ hasText: "dave@contractor.example can't sign in to this organization" })
+      .waitFor();
+
+    // The last admin can't be removed.
+    await row(page, 'alice@acme.example').getByRole('button', { name: 'Remove' }).click();
+    await page.getByRole('alert').filter({ hasText: 'a project must keep at least one admin' }).waitFor();
+    await row(page, 'alice@acme.example').waitFor();
+
+    await page.reload();
+    const audit = await page.locator('#audit tbody').innerText();
+    for (const action of ['project.create', 'project.rename', 'project_membership.add', 'project_invitation.create']) {
+      assert.match(audit, new RegExp(action.replace('.', '\\.')), `audit shows ${action}`);
+    }
+    assert.match(audit, /alice@acme\.example/);
+    await shot(page, 'project-alice');
+  } finally {
+    await b.close();
+  }
+});
+
+test('bob sees his projects with his role and cannot manage them', async () => {
+  assert.ok(projectUrl, 'the previous test created the project');
+  const b = await as('bob@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    const rows = await page.locator('table.data tbody tr').allInnerTexts();
+    assert.ok(rows.some((r) => r.startsWith('Research') && r.includes('operator')), rows.join('\n'));
+    assert.ok(rows.some((r) => r.startsWith('GPU training') && r.includes('viewer')), rows.join('\n'));
+    assert.ok(!rows.some((r) => r.startsWith('Inference')), 'not a member of Inference');
+    assert.equal(await page.locator('#create-project').count(), 0);
+
+    await page.goto(projectUrl);
+    assert.equal(await page.locator('.my-role').innerText(), 'viewer');
+    assert.equal(await page.locator('#rename-project, #invite-member').count(), 0);
+    assert.equal(await page.getByRole('button', { name: 'Remove' }).count(), 0);
+
+    // Calling the server function directly doesn't help.
+    const id = projectUrl.split('/').pop();
+    const res = await page.request.post(`${BASE}${renameAction}`, {
+      form: { id, name: 'pwned' },
+      headers: { origin: BASE },
+      failOnStatusCode: false,
+    });
+    assert.notEqual(res.status(), 200);
+    assert.match(await res.text(), /Only project admins may do this/);
+  } finally {
+    await b.close();
+  }
+});
+
+test('a newcomer invited before their first sign-in becomes a member when they sign in', async () => {
+  assert.ok(projectUrl);
+  const b = await as('hank@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(projectUrl);
+    assert.equal(await page.locator('.my-role').innerText(), 'operator');
+    await page.goto(`${BASE}/projects`);
+    assert.match(await page.locator('table.data').innerText(), /GPU training/);
+  } finally {
+    await b.close();
+  }
+});
+
+test('carol of Globex sees nothing of Acme: its project answers "not found"', async () => {
+  assert.ok(projectUrl);
+  const b = await as('carol@globex.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    const names = await page.locator('table.data tbody td:first-child').allInnerTexts();
+    assert.deepEqual(names, ['Default']);
+    await page.goto(projectUrl);
+    assert.equal(await page.getByRole('alert').innerText(), 'Not found.');
+    const body = await page.locator('main').innerText();
+    assert.ok(!body.includes('GPU training') && !body.includes('alice'), body);
+  } finally {
+    await b.close();
+  }
+});
