@@ -93,20 +93,20 @@ test('without JavaScript: a refused form post comes back with the error shown', 
   const b = await openBrowser({ javaScriptEnabled: false });
   try {
     const { page } = b;
-    await page.goto(`${BASE}/projects`);
+    await page.goto(`${BASE}/marketplace`);
     const action = await page.locator('form.theme-picker').getAttribute('action');
     // A tampered post, as a plain browser form would send it.
     const res = await page.request.post(`${BASE}${action}`, {
       form: { theme: 'purple' },
-      headers: { accept: 'text/html', referer: `${BASE}/projects`, origin: BASE },
+      headers: { accept: 'text/html', referer: `${BASE}/marketplace`, origin: BASE },
       maxRedirects: 0,
     });
     assert.equal(res.status(), 302);
     const location = res.headers()['location'];
-    assert.match(location, /^http:\/\/127\.0\.0\.1:\d+\/projects\?/);
+    assert.match(location, /^http:\/\/127\.0\.0\.1:\d+\/marketplace\?/);
     await page.goto(location);
     assert.equal(
-      await page.getByRole('alert').innerText(),
+      await page.locator('form.theme-picker').getByRole('alert').innerText(),
       'Unknown theme "purple": choose one of system, light or dark.',
     );
     assert.equal(await page.locator('html').getAttribute('data-theme'), 'system');
