@@ -58,7 +58,12 @@ const provider = new Provider(issuer, {
   cookies: { keys: [secret] },
   async findAccount(_ctx, id) {
     const email = String(id).trim().toLowerCase();
-    const account = ACCOUNTS[email];
+    // Anyone else at a demo organization's domain is a plain employee (no groups), so that
+    // newcomers can be invited and then sign in.
+    const generic = /^[a-z0-9._-]+@(acme|globex)\.example$/.test(email)
+      ? { name: email.split('@')[0], groups: [] }
+      : undefined;
+    const account = ACCOUNTS[email] ?? generic;
     if (!account) return undefined;
     return {
       accountId: email,

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod components;
 pub mod error;
 pub mod pages;
+pub mod policies;
 pub mod projects;
 pub mod theme;
 

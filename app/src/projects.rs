@@ -266,7 +266,7 @@ pub fn ProjectsPage() -> impl IntoView {
                             view! { <p>"You are not a member of any project yet."</p> }.into_any()
                         } else {
                             view! {
-                                <table class="data">
+                                <table class="data" id="projects">
                                     <thead><tr>
                                         <th scope="col">"Project"</th>
                                         <th scope="col">"Short name"</th>
@@ -288,6 +288,7 @@ pub fn ProjectsPage() -> impl IntoView {
                                 </table>
                             }.into_any()
                         }}
+                        <crate::policies::Policies scope="organization" />
                         {v.can_create.then(|| view! {
                             <section class="card" aria-labelledby="new-h">
                                 <h2 id="new-h">"New project"</h2>
@@ -422,6 +423,8 @@ fn project_view(
                 </ul>
             </section>
         })}
+
+        <crate::policies::Policies scope="project" project=pid.clone() />
 
         <section class="card" aria-labelledby="audit-h">
             <h2 id="audit-h">"Audit trail"</h2>

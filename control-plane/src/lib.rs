@@ -11,6 +11,7 @@ pub mod error;
 pub mod health;
 pub mod ids;
 pub mod naming;
+pub mod policy;
 pub mod resource_name;
 pub mod sso;
 pub mod tenancy;

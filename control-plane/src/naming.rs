@@ -36,7 +36,7 @@ impl Naming {
         )
     }
 
-    /// `{partition}:{service}:::::user:{user}` (users are global, not tenant-owned).
+    /// `{partition}:{service}::::user:{user}` (users are global, not tenant-owned).
     pub fn platform_user(&self, user: UserId) -> ResourceName {
         self.name("", None, None, "user", &user.to_string())
     }
@@ -44,6 +44,11 @@ impl Naming {
     /// `{partition}:{service}::{tenant}::tenant_member:{user}`
     pub fn tenant_member(&self, tenant: TenantId, user: UserId) -> ResourceName {
         self.name("", Some(tenant), None, "tenant_member", &user.to_string())
+    }
+
+    /// `{partition}:{service}::::platform:{what}`, for platform-wide settings.
+    pub fn platform(&self, what: &str) -> ResourceName {
+        self.name("", None, None, "platform", what)
     }
 
     fn name(

@@ -43,6 +43,10 @@ test('a platform admin signs in with the break-glass password, sees who they are
     const who = page.locator('.signed-in-as');
     await who.waitFor();
     assert.equal(await who.innerText(), 'Signed in as Platform admin (platform admin).');
+    // Platform admins see, and may set, the global policies.
+    const global = page.locator('.policies[data-scope="global"]');
+    await global.locator('tr[data-key="allowed_regions"]').waitFor();
+    assert.equal(await global.locator('input[name="value"]').count(), 5);
     const menu = page.locator('.user-menu');
     await menu.getByText('Platform admin').first().waitFor();
     await shot(page, 'admin-signed-in');

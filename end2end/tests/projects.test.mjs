@@ -8,6 +8,7 @@ import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
 const SLUG = `training-${RUN}`;
+const NEWCOMER = `newcomer-${RUN}@acme.example`;
 let projectUrl = null;
 let renameAction = null;
 
@@ -27,7 +28,7 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
   try {
     const { page } = b;
     await page.goto(`${BASE}/projects`);
-    const names = await page.locator('table.data tbody td:first-child').allInnerTexts();
+    const names = await page.locator('#projects tbody td:first-child').allInnerTexts();
     assert.ok(names.includes('Research') && names.includes('Inference'), names.join(','));
 
     const create = page.locator('#create-project');
@@ -63,11 +64,11 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     await page.getByRole('status').filter({ hasText: 'bob@acme.example is now a member.' }).waitFor();
     await row(page, 'bob@acme.example').waitFor();
 
-    await invite.getByLabel('Email').fill('hank@acme.example');
+    await invite.getByLabel('Email').fill(NEWCOMER);
     await invite.getByLabel('Role').selectOption('operator');
     await invite.getByRole('button', { name: 'Invite' }).click();
     await page.getByRole('status').filter({ hasText: 'Invitation sent' }).waitFor();
-    assert.match(await page.locator('#invitations').innerText(), /hank@acme\.example as operator/);
+    assert.match(await page.locator('#invitations').innerText(), new RegExp(`${NEWCOMER} as operator`));
 
     // Outside the organization's domains: refused, with the reason.
     await invite.getByLabel('Email').fill('dave@contractor.example');
@@ -82,9 +83,30 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     await page.getByRole('alert').filter({ hasText: 'a project must keep at least one admin' }).waitFor();
     await row(page, 'alice@acme.example').waitFor();
 
+    // GPU caps: the organization sets 32, this project 8; the most specific wins.
+    const gpuRow = (scope) => page.locator(`.policies[data-scope="${scope}"] tr[data-key="max_gpus_in_use"]`);
+    await page.goto(`${BASE}/projects`);
+    await gpuRow('organization').locator('input[name="value"]').fill('32');
+    await gpuRow('organization').getByRole('button', { name: 'Save' }).click();
+    await gpuRow('organization').locator('.effective', { hasText: '32 GPUs' }).waitFor();
+    await page.goto(projectUrl);
+    assert.equal(await gpuRow('project').locator('.effective').innerText(), '32 GPUs');
+    assert.equal(await gpuRow('project').locator('.decided-by').innerText(), 'organization');
+    await gpuRow('project').locator('input[name="value"]').fill('lots');
+    await gpuRow('project').getByRole('button', { name: 'Save' }).click();
+    await page
+      .locator('.policies[data-scope="project"]')
+      .getByRole('alert')
+      .filter({ hasText: 'Invalid max_gpus_in_use: "lots": use a whole number from 0 to 100000.' })
+      .waitFor();
+    await gpuRow('project').locator('input[name="value"]').fill('8');
+    await gpuRow('project').getByRole('button', { name: 'Save' }).click();
+    await gpuRow('project').locator('.effective', { hasText: '8 GPUs' }).waitFor();
+    assert.equal(await gpuRow('project').locator('.decided-by').innerText(), 'project');
+
     await page.reload();
     const audit = await page.locator('#audit tbody').innerText();
-    for (const action of ['project.create', 'project.rename', 'project_membership.add', 'project_invitation.create']) {
+    for (const action of ['project.create', 'project.rename', 'project_membership.add', 'project_invitation.create', 'policy.set']) {
       assert.match(audit, new RegExp(action.replace('.', '\\.')), `audit shows ${action}`);
     }
     assert.match(audit, /alice@acme\.example/);
@@ -100,7 +122,7 @@ test('bob sees his projects with his role and cannot manage them', async () => {
   try {
     const { page } = b;
     await page.goto(`${BASE}/projects`);
-    const rows = await page.locator('table.data tbody tr').allInnerTexts();
+    const rows = await page.locator('#projects tbody tr').allInnerTexts();
     assert.ok(rows.some((r) => r.startsWith('Research') && r.includes('operator')), rows.join('\n'));
     assert.ok(rows.some((r) => r.startsWith('GPU training') && r.includes('viewer')), rows.join('\n'));
     assert.ok(!rows.some((r) => r.startsWith('Inference')), 'not a member of Inference');
@@ -110,6 +132,11 @@ test('bob sees his projects with his role and cannot manage them', async () => {
     assert.equal(await page.locator('.my-role').innerText(), 'viewer');
     assert.equal(await page.locator('#rename-project, #invite-member').count(), 0);
     assert.equal(await page.getByRole('button', { name: 'Remove' }).count(), 0);
+    // bob sees the cap in force, and who decided it, but can't change it.
+    const gpus = page.locator('.policies[data-scope="project"] tr[data-key="max_gpus_in_use"]');
+    assert.equal(await gpus.locator('.effective').innerText(), '8 GPUs');
+    assert.equal(await gpus.locator('.decided-by').innerText(), 'project');
+    assert.equal(await page.locator('.policies input[name="value"]').count(), 0);
 
     // Calling the server function directly doesn't help.
     const id = projectUrl.split('/').pop();
@@ -127,13 +154,13 @@ test('bob sees his projects with his role and cannot manage them', async () => {
 
 test('a newcomer invited before their first sign-in becomes a member when they sign in', async () => {
   assert.ok(projectUrl);
-  const b = await as('hank@acme.example');
+  const b = await as(NEWCOMER);
   try {
     const { page } = b;
     await page.goto(projectUrl);
     assert.equal(await page.locator('.my-role').innerText(), 'operator');
     await page.goto(`${BASE}/projects`);
-    assert.match(await page.locator('table.data').innerText(), /GPU training/);
+    assert.match(await page.locator('#projects').innerText(), /GPU training/);
   } finally {
     await b.close();
   }
@@ -145,7 +172,7 @@ test('carol of Globex sees nothing of Acme: its project answers "not found"', as
   try {
     const { page } = b;
     await page.goto(`${BASE}/projects`);
-    const names = await page.locator('table.data tbody td:first-child').allInnerTexts();
+    const names = await page.locator('#projects tbody td:first-child').allInnerTexts();
     assert.deepEqual(names, ['Default']);
     await page.goto(projectUrl);
     assert.equal(await page.getByRole('alert').innerText(), 'Not found.');

@@ -1,0 +1,268 @@
+//! Policy screens: the same table at three levels. Platform admins set global policies,
+//! organization admins set their organization's and their projects'.
+
+use leptos::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyRow {
+    pub key: String,
+    pub label: String,
+    pub hint: String,
+    /// The value in force, as text; None: no limit.
+    pub effective: Option<String>,
+    /// "global", "organization" or "project".
+    pub decided_by: Option<String>,
+    /// What this level itself sets (prefills the form).
+    pub here: Option<String>,
+    /// Every level, general to specific: (level, value or "—").
+    pub trace: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyView {
+    pub can_edit: bool,
+    pub rows: Vec<PolicyRow>,
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use control_plane::ControlPlane;
+    use control_plane::auth::{PlatformAdmin, PlatformStaff, Principal};
+    use control_plane::policy::{Level, PolicyKey, Resolved, Scope};
+    use control_plane::tenancy::{ProjectViewers, TenantAdmins, TenantMembers, TenantRole};
+
+    use super::{PolicyRow, PolicyView};
+    use crate::AppError;
+
+    pub enum At {
+        Global,
+        Organization,
+        Project(control_plane::ProjectId),
+    }
+
+    pub fn at(scope: &str, project: &str) -> Result<At, AppError> {
+        match scope {
+            "global" => Ok(At::Global),
+            "organization" => Ok(At::Organization),
+            "project" => Ok(At::Project(
+                project.parse().map_err(|_| AppError::NotFound)?,
+            )),
+            other => Err(AppError::BadRequest(format!(
+                "Unknown policy level {other:?}: use global, organization or project."
+            ))),
+        }
+    }
+
+    fn rows(resolved: Vec<Resolved>, level: Level) -> Vec<PolicyRow> {
+        resolved
+            .into_iter()
+            .map(|r| PolicyRow {
+                key: r.key.as_str().into(),
+                label: r.key.label().into(),
+                hint: r.key.hint().into(),
+                effective: r.value.as_ref().map(|v| v.to_string()),
+                decided_by: r.decided_by.map(|l| l.as_str().into()),
+                here: r
+                    .trace
+                    .iter()
+                    .find(|(l, _)| *l == level)
+                    .and_then(|(_, v)| v.as_ref().map(|v| v.to_string())),
+                trace: r
+                    .trace
+                    .iter()
+                    .map(|(l, v)| {
+                        (
+                            l.as_str().into(),
+                            v.as_ref()
+                                .map(|v| v.to_string())
+                                .unwrap_or_else(|| "—".into()),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    pub async fn view(cp: &ControlPlane, p: &Principal, at: At) -> Result<PolicyView, AppError> {
+        Ok(match at {
+            At::Global => {
+                p.platform::<PlatformStaff>()?;
+                PolicyView {
+                    can_edit: p.platform::<PlatformAdmin>().is_ok(),
+                    rows: rows(cp.resolve_policies(None, None).await?, Level::Global),
+                }
+            }
+            At::Organization => {
+                let (tenant, _) = crate::server::home_tenant(cp, p).await?;
+                let who = cp.tenant_access::<TenantMembers>(p, tenant).await?;
+                PolicyView {
+                    can_edit: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
+                    rows: rows(
+                        cp.resolve_policies(Some(tenant), None).await?,
+                        Level::Tenant,
+                    ),
+                }
+            }
+            At::Project(id) => {
+                let project = cp.project_access::<ProjectViewers>(p, id).await?;
+                let admin = cp
+                    .tenant_access::<TenantAdmins>(p, project.tenant())
+                    .await
+                    .is_ok();
+                PolicyView {
+                    can_edit: admin,
+                    rows: rows(
+                        cp.resolve_policies(Some(project.tenant()), Some(id))
+                            .await?,
+                        Level::Project,
+                    ),
+                }
+            }
+        })
+    }
+
+    pub async fn scope(cp: &ControlPlane, p: &Principal, at: At) -> Result<Scope, AppError> {
+        Ok(match at {
+            At::Global => Scope::global(&p.platform::<PlatformAdmin>()?),
+            At::Organization => {
+                let (tenant, _) = crate::server::home_tenant(cp, p).await?;
+                Scope::tenant(&cp.tenant_access::<TenantAdmins>(p, tenant).await?)
+            }
+            At::Project(id) => {
+                let project = cp.project_access::<ProjectViewers>(p, id).await?;
+                let admin = cp
+                    .tenant_access::<TenantAdmins>(p, project.tenant())
+                    .await?;
+                Scope::project(&admin, &project)?
+            }
+        })
+    }
+
+    pub fn key(k: &str) -> Result<PolicyKey, AppError> {
+        Ok(PolicyKey::parse(k)?)
+    }
+}
+
+/// `scope`: global, organization or project (then `project` is its id).
+#[server]
+pub async fn get_policies(scope: String, project: String) -> Result<PolicyView, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    ssr::view(&cp, &principal, ssr::at(&scope, &project)?).await
+}
+
+/// Sets one policy at one level; an empty value clears it.
+#[server]
+pub async fn set_policy(
+    scope: String,
+    project: String,
+    key: String,
+    value: String,
+) -> Result<(), AppError> {
+    use control_plane::policy::PolicyValue;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let scope = ssr::scope(&cp, &principal, ssr::at(&scope, &project)?).await?;
+    let key = ssr::key(&key)?;
+    let value = if value.trim().is_empty() {
+        None
+    } else {
+        Some(PolicyValue::parse(key, &value)?)
+    };
+    Ok(cp
+        .set_policy(&scope, key, value, Some(&crate::error::request_id()))
+        .await?)
+}
+
+/// The policy table for one level. `scope`/`project` as for [`get_policies`].
+#[component]
+pub fn Policies(scope: &'static str, #[prop(optional, into)] project: String) -> impl IntoView {
+    let set = ServerAction::<SetPolicy>::new();
+    let project_for_fetch = project.clone();
+    let policies = Resource::new(
+        move || set.version().get(),
+        move |_| get_policies(scope.to_string(), project_for_fetch.clone()),
+    );
+    let error = move || match set.value().get() {
+        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
+        _ => None,
+    };
+    view! {
+        <section class="card policies" aria-labelledby=format!("pol-{scope}") data-scope=scope>
+            <h2 id=format!("pol-{scope}")>
+                {match scope {
+                    "global" => "Global policies",
+                    "organization" => "Organization policies",
+                    _ => "Policies",
+                }}
+            </h2>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || {
+                    let project = project.clone();
+                    Suspend::new(async move {
+                        match policies.await {
+                            Err(e) => view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any(),
+                            Ok(v) => view! {
+                                <table class="data">
+                                    <thead><tr>
+                                        <th scope="col">"Policy"</th>
+                                        <th scope="col">"In force"</th>
+                                        <th scope="col">"Decided by"</th>
+                                        {v.can_edit.then(|| view! { <th scope="col">"Set here"</th> })}
+                                    </tr></thead>
+                                    <tbody>
+                                        {v.rows
+                                            .into_iter()
+                                            .map(|r| policy_row(r, scope, project.clone(), v.can_edit, set))
+                                            .collect_view()}
+                                    </tbody>
+                                </table>
+                                {v.can_edit.then(|| view! { <p class="hint">"Leave a field empty and save to clear it; the next level up then decides."</p> })}
+                            }.into_any(),
+                        }
+                    })
+                }}
+            </Suspense>
+            {error}
+        </section>
+    }
+}
+
+fn policy_row(
+    r: PolicyRow,
+    scope: &'static str,
+    project: String,
+    can_edit: bool,
+    set: ServerAction<SetPolicy>,
+) -> impl IntoView {
+    let trace = r
+        .trace
+        .iter()
+        .map(|(l, v)| format!("{l}: {v}"))
+        .collect::<Vec<_>>()
+        .join(" → ");
+    let input_id = format!("{scope}-{}", r.key);
+    let key_attr = r.key.clone();
+    let label = r.label.clone();
+    view! {
+        <tr data-key=key_attr>
+            <th scope="row">{r.label}</th>
+            <td class="effective">{r.effective.unwrap_or_else(|| "no limit".into())}</td>
+            <td class="decided-by" title=trace>{r.decided_by.unwrap_or_else(|| "—".into())}</td>
+            {can_edit.then(move || view! {
+                <td>
+                    <ActionForm action=set attr:class="inline-form">
+                        <input type="hidden" name="scope" value=scope />
+                        <input type="hidden" name="project" value=project />
+                        <input type="hidden" name="key" value=r.key />
+                        <label class="visually-hidden" for=input_id.clone()>{label}</label>
+                        <input type="text" name="value" id=input_id
+                            value=r.here.unwrap_or_default() placeholder=r.hint />
+                        <button type="submit" class="secondary">"Save"</button>
+                    </ActionForm>
+                </td>
+            })}
+        </tr>
+    }
+}

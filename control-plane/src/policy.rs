@@ -1,0 +1,550 @@
+//! The policy chain: global → tenant → project. The most specific setting wins, and each
+//! resolution carries a trace of every level, so a decision can say which level made it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::error::{Error, Result};
+use crate::ids::{ProjectId, TenantId, UserId};
+use crate::resource_name::ResourceName;
+
+/// Integer minor units (cents) of a currency; never floats.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Money {
+    pub amount_minor: i64,
+    /// ISO 4217, upper case.
+    pub currency: String,
+}
+
+/// Currencies budgets may be set in: two-decimal ones, so minor units are cents.
+pub const BUDGET_CURRENCIES: &[&str] = &["USD", "EUR", "GBP", "CHF", "CAD", "AUD"];
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let abs = self.amount_minor.unsigned_abs();
+        let sign = if self.amount_minor < 0 { "-" } else { "" };
+        write!(f, "{sign}{}.{:02} {}", abs / 100, abs % 100, self.currency)
+    }
+}
+
+impl Money {
+    /// Parses `5000.00 USD`, `5000 usd` or `12.5 EUR`.
+    pub fn parse(input: &str) -> Result<Self> {
+        let invalid = |reason: String| Error::Invalid {
+            field: "monthly_budget",
+            reason,
+        };
+        let parts: Vec<&str> = input.split_whitespace().collect();
+        let [amount, currency] = parts[..] else {
+            return Err(invalid(format!(
+                "{input:?}: write an amount and a currency, e.g. \"5000.00 USD\""
+            )));
+        };
+        let currency = currency.to_ascii_uppercase();
+        if !BUDGET_CURRENCIES.contains(&currency.as_str()) {
+            return Err(invalid(format!(
+                "{currency} is not supported; use one of {}",
+                BUDGET_CURRENCIES.join(", ")
+            )));
+        }
+        let (whole, frac) = amount.split_once('.').unwrap_or((amount, ""));
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+        if !digits(whole) || (!frac.is_empty() && !digits(frac)) || frac.len() > 2 {
+            return Err(invalid(format!(
+                "{amount:?} is not an amount: use digits and at most two decimals"
+            )));
+        }
+        let cents: i64 = format!("{frac:0<2}").parse().unwrap_or(0);
+        let amount_minor = whole
+            .parse::<i64>()
+            .ok()
+            .and_then(|w| w.checked_mul(100))
+            .and_then(|w| w.checked_add(cents))
+            .ok_or_else(|| invalid(format!("{amount:?} is too large")))?;
+        Ok(Money {
+            amount_minor,
+            currency,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PolicyKey {
+    MaxGpusInUse,
+    AllowedSkus,
+    AllowedRegions,
+    MaxAllocationLifetimeHours,
+    MonthlyBudget,
+}
+
+impl PolicyKey {
+    pub const ALL: [PolicyKey; 5] = [
+        PolicyKey::MaxGpusInUse,
+        PolicyKey::AllowedSkus,
+        PolicyKey::AllowedRegions,
+        PolicyKey::MaxAllocationLifetimeHours,
+        PolicyKey::MonthlyBudget,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyKey::MaxGpusInUse => "max_gpus_in_use",
+            PolicyKey::AllowedSkus => "allowed_skus",
+            PolicyKey::AllowedRegions => "allowed_regions",
+            PolicyKey::MaxAllocationLifetimeHours => "max_allocation_lifetime_hours",
+            PolicyKey::MonthlyBudget => "monthly_budget",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            PolicyKey::MaxGpusInUse => "Max GPUs in use",
+            PolicyKey::AllowedSkus => "Allowed SKUs",
+            PolicyKey::AllowedRegions => "Allowed regions",
+            PolicyKey::MaxAllocationLifetimeHours => "Max allocation lifetime (hours)",
+            PolicyKey::MonthlyBudget => "Monthly budget",
+        }
+    }
+
+    /// What to type, for forms.
+    pub fn hint(self) -> &'static str {
+        match self {
+            PolicyKey::MaxGpusInUse => "a whole number, e.g. 16",
+            PolicyKey::AllowedSkus => "comma-separated SKU names, e.g. h100.8x, l40s.1x",
+            PolicyKey::AllowedRegions => "comma-separated regions, e.g. eu-west, us-east",
+            PolicyKey::MaxAllocationLifetimeHours => "hours, 1 to 8760, e.g. 72",
+            PolicyKey::MonthlyBudget => "amount and currency, e.g. 5000.00 USD",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        PolicyKey::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| Error::Invalid {
+                field: "key",
+                reason: format!("{s:?} is not a policy key"),
+            })
+    }
+}
+
+/// A policy setting, typed by its key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PolicyValue {
+    MaxGpusInUse(u32),
+    AllowedSkus(Vec<String>),
+    AllowedRegions(Vec<String>),
+    MaxAllocationLifetimeHours(u32),
+    MonthlyBudget(Money),
+}
+
+fn parse_list(field: &'static str, input: &str) -> Result<Vec<String>> {
+    let items: Vec<String> = input
+        .split(',')
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        return Err(Error::Invalid {
+            field,
+            reason: "name at least one (clear the setting to allow all)".into(),
+        });
+    }
+    if let Some(bad) = items.iter().find(|s| {
+        s.len() > 63
+            || !s.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | '_')
+            })
+    }) {
+        return Err(Error::Invalid {
+            field,
+            reason: format!("{bad:?}: use letters, digits, '-', '.' and '_'"),
+        });
+    }
+    let mut items = items;
+    items.sort();
+    items.dedup();
+    Ok(items)
+}
+
+fn parse_whole(field: &'static str, input: &str, min: u32, max: u32) -> Result<u32> {
+    input
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (min..=max).contains(n))
+        .ok_or_else(|| Error::Invalid {
+            field,
+            reason: format!("{:?}: use a whole number from {min} to {max}", input.trim()),
+        })
+}
+
+impl PolicyValue {
+    pub fn key(&self) -> PolicyKey {
+        match self {
+            PolicyValue::MaxGpusInUse(_) => PolicyKey::MaxGpusInUse,
+            PolicyValue::AllowedSkus(_) => PolicyKey::AllowedSkus,
+            PolicyValue::AllowedRegions(_) => PolicyKey::AllowedRegions,
+            PolicyValue::MaxAllocationLifetimeHours(_) => PolicyKey::MaxAllocationLifetimeHours,
+            PolicyValue::MonthlyBudget(_) => PolicyKey::MonthlyBudget,
+        }
+    }
+
+    /// Parses what a person typed for `key`; errors name the key and the rule.
+    pub fn parse(key: PolicyKey, input: &str) -> Result<Self> {
+        Ok(match key {
+            PolicyKey::MaxGpusInUse => {
+                PolicyValue::MaxGpusInUse(parse_whole("max_gpus_in_use", input, 0, 100_000)?)
+            }
+            PolicyKey::AllowedSkus => PolicyValue::AllowedSkus(parse_list("allowed_skus", input)?),
+            PolicyKey::AllowedRegions => {
+                PolicyValue::AllowedRegions(parse_list("allowed_regions", input)?)
+            }
+            PolicyKey::MaxAllocationLifetimeHours => PolicyValue::MaxAllocationLifetimeHours(
+                parse_whole("max_allocation_lifetime_hours", input, 1, 8760)?,
+            ),
+            PolicyKey::MonthlyBudget => PolicyValue::MonthlyBudget(Money::parse(input)?),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        match self {
+            PolicyValue::MaxGpusInUse(n) | PolicyValue::MaxAllocationLifetimeHours(n) => json!(n),
+            PolicyValue::AllowedSkus(v) | PolicyValue::AllowedRegions(v) => json!(v),
+            PolicyValue::MonthlyBudget(m) => json!(m),
+        }
+    }
+
+    fn from_json(key: PolicyKey, v: Value) -> Result<Self> {
+        let bad = |e: serde_json::Error| Error::Corrupt(format!("policy {}: {e}", key.as_str()));
+        Ok(match key {
+            PolicyKey::MaxGpusInUse => {
+                PolicyValue::MaxGpusInUse(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::AllowedSkus => {
+                PolicyValue::AllowedSkus(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::AllowedRegions => {
+                PolicyValue::AllowedRegions(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::MaxAllocationLifetimeHours => {
+                PolicyValue::MaxAllocationLifetimeHours(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::MonthlyBudget => {
+                PolicyValue::MonthlyBudget(serde_json::from_value(v).map_err(bad)?)
+            }
+        })
+    }
+}
+
+impl fmt::Display for PolicyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyValue::MaxGpusInUse(n) => write!(f, "{n} GPUs"),
+            PolicyValue::AllowedSkus(v) | PolicyValue::AllowedRegions(v) => {
+                f.write_str(&v.join(", "))
+            }
+            PolicyValue::MaxAllocationLifetimeHours(h) => write!(f, "{h} hours"),
+            PolicyValue::MonthlyBudget(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Level {
+    Global,
+    Tenant,
+    Project,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Global => "global",
+            Level::Tenant => "organization",
+            Level::Project => "project",
+        }
+    }
+}
+
+/// The answer for one key: the value in force, which level decided, and every level's
+/// setting from the most general to the most specific.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resolved {
+    pub key: PolicyKey,
+    pub value: Option<PolicyValue>,
+    pub decided_by: Option<Level>,
+    pub trace: Vec<(Level, Option<PolicyValue>)>,
+}
+
+/// The most specific setting wins. `levels` runs from general to specific.
+pub fn resolve(key: PolicyKey, levels: Vec<(Level, Option<PolicyValue>)>) -> Resolved {
+    let decided = levels
+        .iter()
+        .rev()
+        .find_map(|(level, v)| v.clone().map(|v| (*level, v)));
+    Resolved {
+        key,
+        value: decided.as_ref().map(|(_, v)| v.clone()),
+        decided_by: decided.map(|(l, _)| l),
+        trace: levels,
+    }
+}
+
+/// Where a setting lives. Built only from proofs, so a scope implies the right to set it.
+pub enum Scope {
+    Global {
+        by: UserId,
+    },
+    Tenant {
+        by: UserId,
+        tenant: TenantId,
+    },
+    Project {
+        by: UserId,
+        tenant: TenantId,
+        project: ProjectId,
+    },
+}
+
+impl Scope {
+    /// Platform admins set global policies.
+    pub fn global(who: &crate::auth::Platform<crate::auth::PlatformAdmin>) -> Self {
+        Scope::Global {
+            by: who.principal().user_id,
+        }
+    }
+
+    /// Tenant admins set their tenant's policies.
+    pub fn tenant(who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>) -> Self {
+        Scope::Tenant {
+            by: who.user(),
+            tenant: who.id(),
+        }
+    }
+
+    /// Tenant admins set policies for any of their tenant's projects. `project` must have been
+    /// checked to be in `who`'s tenant (the foreign key refuses otherwise).
+    pub fn project(
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        project: &crate::tenancy::Project<crate::tenancy::ProjectViewers>,
+    ) -> Result<Self> {
+        if project.tenant() != who.id() {
+            return Err(Error::NotFound { what: "project" });
+        }
+        Ok(Scope::Project {
+            by: who.user(),
+            tenant: who.id(),
+            project: project.id(),
+        })
+    }
+
+    fn parts(&self) -> (UserId, Option<TenantId>, Option<ProjectId>) {
+        match *self {
+            Scope::Global { by } => (by, None, None),
+            Scope::Tenant { by, tenant } => (by, Some(tenant), None),
+            Scope::Project {
+                by,
+                tenant,
+                project,
+            } => (by, Some(tenant), Some(project)),
+        }
+    }
+}
+
+impl ControlPlane {
+    /// Every key, resolved for `tenant` (and `project`, if given).
+    pub async fn resolve_policies(
+        &self,
+        tenant: Option<TenantId>,
+        project: Option<ProjectId>,
+    ) -> Result<Vec<Resolved>> {
+        let rows = sqlx::query!(
+            r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
+               FROM policies
+               WHERE (tenant_id IS NULL AND project_id IS NULL)
+                  OR (tenant_id = $1 AND project_id IS NULL)
+                  OR (tenant_id = $1 AND project_id = $2)"#,
+            tenant as Option<TenantId>,
+            project as Option<ProjectId>,
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut levels = vec![Level::Global];
+        if tenant.is_some() {
+            levels.push(Level::Tenant);
+        }
+        if project.is_some() {
+            levels.push(Level::Project);
+        }
+        PolicyKey::ALL
+            .into_iter()
+            .map(|key| {
+                let trace = levels
+                    .iter()
+                    .map(|&level| {
+                        let row = rows.iter().find(|r| {
+                            r.key == key.as_str()
+                                && match level {
+                                    Level::Global => r.tenant.is_none(),
+                                    Level::Tenant => r.tenant.is_some() && r.project.is_none(),
+                                    Level::Project => r.project.is_some(),
+                                }
+                        });
+                        let value = row
+                            .map(|r| PolicyValue::from_json(key, r.value.clone()))
+                            .transpose()?;
+                        Ok((level, value))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(resolve(key, trace))
+            })
+            .collect()
+    }
+
+    /// Sets (`Some`) or clears (`None`) one setting at `scope`. Audited.
+    pub async fn set_policy(
+        &self,
+        scope: &Scope,
+        key: PolicyKey,
+        value: Option<PolicyValue>,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        if let Some(v) = &value
+            && v.key() != key
+        {
+            return Err(Error::Invalid {
+                field: "value",
+                reason: format!(
+                    "a {} value was given for {}",
+                    v.key().as_str(),
+                    key.as_str()
+                ),
+            });
+        }
+        let (by, tenant, project) = scope.parts();
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query_scalar!(
+            "DELETE FROM policies WHERE tenant_id IS NOT DISTINCT FROM $1
+               AND project_id IS NOT DISTINCT FROM $2 AND key = $3 RETURNING value",
+            tenant as Option<TenantId>,
+            project as Option<ProjectId>,
+            key.as_str(),
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(v) = &value {
+            sqlx::query!(
+                "INSERT INTO policies (tenant_id, project_id, key, value, updated_by)
+                 VALUES ($1, $2, $3, $4, $5)",
+                tenant as Option<TenantId>,
+                project as Option<ProjectId>,
+                key.as_str(),
+                v.to_json(),
+                by as UserId,
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        let resource: ResourceName = match (tenant, project) {
+            (Some(t), Some(p)) => self.naming().project(t, p),
+            (Some(t), None) => self.naming().tenant(t),
+            _ => self.naming().platform("policies"),
+        };
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(by),
+                action: if value.is_some() {
+                    "policy.set"
+                } else {
+                    "policy.clear"
+                },
+                resource: &resource,
+                before: before.map(|v| json!({ key.as_str(): v })),
+                after: value.map(|v| json!({ key.as_str(): v.to_json() })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_most_specific_setting_wins_and_the_trace_says_so() {
+        let r = resolve(
+            PolicyKey::MaxGpusInUse,
+            vec![
+                (Level::Global, Some(PolicyValue::MaxGpusInUse(64))),
+                (Level::Tenant, Some(PolicyValue::MaxGpusInUse(32))),
+                (Level::Project, None),
+            ],
+        );
+        assert_eq!(r.value, Some(PolicyValue::MaxGpusInUse(32)));
+        assert_eq!(r.decided_by, Some(Level::Tenant));
+        assert_eq!(r.trace.len(), 3);
+        let r = resolve(
+            PolicyKey::AllowedSkus,
+            vec![(Level::Global, None), (Level::Tenant, None)],
+        );
+        assert_eq!((r.value, r.decided_by), (None, None));
+    }
+
+    #[test]
+    fn values_parse_by_key_with_the_rule_in_the_error() {
+        assert_eq!(
+            PolicyValue::parse(PolicyKey::MaxGpusInUse, " 16 ").unwrap(),
+            PolicyValue::MaxGpusInUse(16)
+        );
+        assert_eq!(
+            PolicyValue::parse(PolicyKey::MaxGpusInUse, "-1")
+                .unwrap_err()
+                .to_string(),
+            "invalid max_gpus_in_use: \"-1\": use a whole number from 0 to 100000"
+        );
+        assert_eq!(
+            PolicyValue::parse(PolicyKey::AllowedRegions, "us-east, EU-West,us-east").unwrap(),
+            PolicyValue::AllowedRegions(vec!["eu-west".into(), "us-east".into()])
+        );
+        assert!(PolicyValue::parse(PolicyKey::AllowedSkus, " , ").is_err());
+        assert_eq!(
+            PolicyValue::parse(PolicyKey::MaxAllocationLifetimeHours, "0")
+                .unwrap_err()
+                .to_string(),
+            "invalid max_allocation_lifetime_hours: \"0\": use a whole number from 1 to 8760"
+        );
+        assert_eq!(
+            PolicyValue::parse(PolicyKey::MonthlyBudget, "5000 usd").unwrap(),
+            PolicyValue::MonthlyBudget(Money {
+                amount_minor: 500_000,
+                currency: "USD".into()
+            })
+        );
+        assert_eq!(Money::parse("12.5 EUR").unwrap().amount_minor, 1250);
+        assert_eq!(Money::parse("12.5 EUR").unwrap().to_string(), "12.50 EUR");
+        for bad in [
+            "12.345 USD",
+            "12 XYZ",
+            "USD 12",
+            "twelve USD",
+            "-5 USD",
+            "12",
+        ] {
+            assert!(Money::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Money::parse("5 JPY").unwrap_err().to_string(),
+            "invalid monthly_budget: JPY is not supported; use one of USD, EUR, GBP, CHF, CAD, AUD"
+        );
+    }
+}

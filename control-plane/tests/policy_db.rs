@@ -1,0 +1,218 @@
+//! The policy chain against the database: most specific wins, clear falls back, shapes and
+//! uniqueness are the table's own rules, and every change is audited.
+
+use control_plane::auth::PlatformAdmin;
+use control_plane::policy::{Level, PolicyKey, PolicyValue, Scope};
+use control_plane::tenancy::{ProjectViewers, TenantAdmins};
+use control_plane::{ControlPlane, Error, Naming, UserId, demo};
+use sqlx::PgPool;
+
+async fn principal(
+    cp: &ControlPlane,
+    pool: &PgPool,
+    email: &str,
+) -> control_plane::auth::Principal {
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    cp.principal(UserId(id)).await.unwrap().unwrap()
+}
+
+fn gpus(r: &[control_plane::policy::Resolved]) -> (Option<PolicyValue>, Option<Level>) {
+    let r = r.iter().find(|r| r.key == PolicyKey::MaxGpusInUse).unwrap();
+    (r.value.clone(), r.decided_by)
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn the_most_specific_level_decides_and_clearing_falls_back(pool: PgPool) {
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.seed_demo().await.unwrap();
+    let root = cp
+        .set_break_glass_password("root@platform.example", "Root", "a long enough password")
+        .await
+        .unwrap();
+    let root = cp.principal(root).await.unwrap().unwrap();
+    let alice = principal(&cp, &pool, "alice@acme.example").await;
+    let acme_admin = cp
+        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
+        .await
+        .unwrap();
+    let research = cp
+        .project_access::<ProjectViewers>(&alice, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+
+    let global = Scope::global(&root.platform::<PlatformAdmin>().unwrap());
+    let tenant = Scope::tenant(&acme_admin);
+    let project = Scope::project(&acme_admin, &research).unwrap();
+    cp.set_policy(
+        &global,
+        PolicyKey::MaxGpusInUse,
+        Some(PolicyValue::MaxGpusInUse(64)),
+        None,
+    )
+    .await
+    .unwrap();
+    cp.set_policy(
+        &tenant,
+        PolicyKey::MaxGpusInUse,
+        Some(PolicyValue::MaxGpusInUse(32)),
+        None,
+    )
+    .await
+    .unwrap();
+    cp.set_policy(
+        &project,
+        PolicyKey::MaxGpusInUse,
+        Some(PolicyValue::MaxGpusInUse(8)),
+        Some("req-9"),
+    )
+    .await
+    .unwrap();
+
+    let r = cp
+        .resolve_policies(Some(demo::ACME), Some(demo::ACME_RESEARCH))
+        .await
+        .unwrap();
+    assert_eq!(
+        gpus(&r),
+        (Some(PolicyValue::MaxGpusInUse(8)), Some(Level::Project))
+    );
+    let trace = &r
+        .iter()
+        .find(|r| r.key == PolicyKey::MaxGpusInUse)
+        .unwrap()
+        .trace;
+    assert_eq!(
+        trace,
+        &vec![
+            (Level::Global, Some(PolicyValue::MaxGpusInUse(64))),
+            (Level::Tenant, Some(PolicyValue::MaxGpusInUse(32))),
+            (Level::Project, Some(PolicyValue::MaxGpusInUse(8))),
+        ]
+    );
+    let r = cp
+        .resolve_policies(Some(demo::ACME), Some(demo::ACME_INFERENCE))
+        .await
+        .unwrap();
+    assert_eq!(
+        gpus(&r),
+        (Some(PolicyValue::MaxGpusInUse(32)), Some(Level::Tenant))
+    );
+    let r = cp
+        .resolve_policies(Some(demo::GLOBEX), Some(demo::GLOBEX_DEFAULT))
+        .await
+        .unwrap();
+    assert_eq!(
+        gpus(&r),
+        (Some(PolicyValue::MaxGpusInUse(64)), Some(Level::Global))
+    );
+    // Nothing set for a key: no limit, nobody decided.
+    let skus = r.iter().find(|r| r.key == PolicyKey::AllowedSkus).unwrap();
+    assert_eq!((&skus.value, skus.decided_by), (&None, None));
+
+    cp.set_policy(&project, PolicyKey::MaxGpusInUse, None, None)
+        .await
+        .unwrap();
+    let r = cp
+        .resolve_policies(Some(demo::ACME), Some(demo::ACME_RESEARCH))
+        .await
+        .unwrap();
+    assert_eq!(
+        gpus(&r),
+        (Some(PolicyValue::MaxGpusInUse(32)), Some(Level::Tenant))
+    );
+
+    let audit: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, resource FROM audit_log WHERE action LIKE 'policy.%' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let project_name = format!(
+        "gpuaas:portal::{}:{1}:project:{1}",
+        demo::ACME,
+        demo::ACME_RESEARCH
+    );
+    assert_eq!(
+        audit,
+        vec![
+            (
+                "policy.set".into(),
+                "gpuaas:portal::::platform:policies".into()
+            ),
+            (
+                "policy.set".into(),
+                format!("gpuaas:portal::{0}::tenant:{0}", demo::ACME)
+            ),
+            ("policy.set".into(), project_name.clone()),
+            ("policy.clear".into(), project_name),
+        ]
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn another_tenants_project_is_not_a_scope(pool: PgPool) {
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.seed_demo().await.unwrap();
+    let alice = principal(&cp, &pool, "alice@acme.example").await;
+    let carol = principal(&cp, &pool, "carol@globex.example").await;
+    let globex_admin = cp
+        .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
+        .await
+        .unwrap();
+    let research = cp
+        .project_access::<ProjectViewers>(&alice, demo::ACME_RESEARCH)
+        .await
+        .unwrap();
+    assert!(matches!(
+        Scope::project(&globex_admin, &research),
+        Err(Error::NotFound { .. })
+    ));
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn the_table_checks_value_shapes_and_one_setting_per_scope(pool: PgPool) {
+    for (key, value) in [
+        ("max_gpus_in_use", "-1"),
+        ("max_gpus_in_use", "1.5"),
+        ("max_gpus_in_use", "\"8\""),
+        ("allowed_skus", "[]"),
+        (
+            "monthly_budget",
+            r#"{"amount_minor": 100, "currency": "usd"}"#,
+        ),
+        ("max_allocation_lifetime_hours", "0"),
+    ] {
+        let err = sqlx::query("INSERT INTO policies (key, value) VALUES ($1, $2::jsonb)")
+            .bind(key)
+            .bind(value)
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("policies_value_shape"),
+            "{key}={value}: {err}"
+        );
+    }
+    let err = sqlx::query("INSERT INTO policies (key, value) VALUES ('no_such_key', '1')")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("policies_key_check"), "{err}");
+
+    sqlx::query("INSERT INTO policies (key, value) VALUES ('max_gpus_in_use', '8')")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = sqlx::query("INSERT INTO policies (key, value) VALUES ('max_gpus_in_use', '9')")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("policies_scope_key"),
+        "two global settings: {err}"
+    );
+}
