@@ -314,3 +314,19 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
         .unwrap();
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn a_session_ends_at_its_absolute_timeout_however_active() {
+    // 0 hours: any session older than the current second is over.
+    let (_c, app) = signed_in_fixture("absolute", &["--session-absolute-hours", "0"]).await;
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    let cookie = session_cookie(&res).unwrap();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    assert!(admin_page(&app, &pair).await.contains("Signed in as"));
+    tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
+    assert!(admin_page(&app, &pair).await.contains("Please sign in"));
+}

@@ -1,0 +1,363 @@
+//! The isolation matrix. Every server function that takes a resource id is called, over
+//! HTTP, by a user of another tenant and by each role too weak for it. The table below must
+//! name every server function the portal registers: add a new one and this test fails until
+//! it is classified.
+//!
+//! Sessions are created directly in the session store for the demo users (the sign-in flow
+//! itself is tested in end2end/tests/sso.test.mjs).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use clap::Parser;
+use control_plane::{ControlPlane, UserId, demo};
+use http::{Request, StatusCode};
+use leptos::server_fn::ServerFn;
+use pgcluster::{Durability, PgCluster, StopOnDrop};
+use server::config::Config;
+use server::{app_state, router};
+use tower::ServiceExt;
+use tower_sessions::Session;
+use tower_sessions_sqlx_store::PostgresStore;
+
+use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
+use app::pages::admin::AdminOverview;
+use app::pages::home::GetPlatformHealth;
+use app::policies::{GetPolicies, SetPolicy};
+use app::projects::{
+    ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
+    RenameProject,
+};
+use app::theme::SetTheme;
+
+const ORIGIN: &str = "http://127.0.0.1:3000";
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    config: Config,
+}
+
+/// What a caller may do with a project, at least.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Need {
+    /// Any project role (or a tenant role that implies one).
+    SeeProject,
+    ProjectAdmin,
+    TenantAdmin,
+}
+
+/// A server function that takes a resource id, and how to call it against `project`.
+struct Case {
+    path: &'static str,
+    need: Need,
+    mutates: bool,
+    args: fn(&Ids) -> Vec<(&'static str, String)>,
+}
+
+struct Ids {
+    project: String,
+    alice: String,
+}
+
+/// Server functions that take no resource id, and why they are safe without one.
+const NO_RESOURCE_ID: &[(&str, &str)] = &[
+    (SetTheme::PATH, "a cookie of the caller's own"),
+    (
+        GetPlatformHealth::PATH,
+        "platform readiness, no tenant data",
+    ),
+    (CurrentUser::PATH, "the caller's own identity"),
+    (BreakGlassSignIn::PATH, "sign-in"),
+    (SignOut::PATH, "the caller's own session"),
+    (SsoStart::PATH, "sign-in; routed by email domain"),
+    (
+        AdminOverview::PATH,
+        "platform staff only (tested in auth tests)",
+    ),
+    (ListProjects::PATH, "the caller's own tenant only"),
+    (CreateProject::PATH, "into the caller's own tenant only"),
+];
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            path: GetProject::PATH,
+            need: Need::SeeProject,
+            mutates: false,
+            args: |i| vec![("id", i.project.clone())],
+        },
+        Case {
+            path: RenameProject::PATH,
+            need: Need::ProjectAdmin,
+            mutates: true,
+            args: |i| vec![("id", i.project.clone()), ("name", "pwned".into())],
+        },
+        Case {
+            path: InviteMember::PATH,
+            need: Need::ProjectAdmin,
+            mutates: true,
+            args: |i| {
+                vec![
+                    ("id", i.project.clone()),
+                    ("email", "mallory@acme.example".into()),
+                    ("role", "admin".into()),
+                ]
+            },
+        },
+        Case {
+            path: ChangeMemberRole::PATH,
+            need: Need::ProjectAdmin,
+            mutates: true,
+            args: |i| {
+                vec![
+                    ("id", i.project.clone()),
+                    ("user", i.alice.clone()),
+                    ("role", "viewer".into()),
+                ]
+            },
+        },
+        Case {
+            path: RemoveMember::PATH,
+            need: Need::ProjectAdmin,
+            mutates: true,
+            args: |i| vec![("id", i.project.clone()), ("user", i.alice.clone())],
+        },
+        Case {
+            path: GetPolicies::PATH,
+            need: Need::SeeProject,
+            mutates: false,
+            args: |i| vec![("scope", "project".into()), ("project", i.project.clone())],
+        },
+        Case {
+            path: SetPolicy::PATH,
+            need: Need::TenantAdmin,
+            mutates: true,
+            args: |i| {
+                vec![
+                    ("scope", "project".into()),
+                    ("project", i.project.clone()),
+                    ("key", "max_gpus_in_use".into()),
+                    ("value", "9999".into()),
+                ]
+            },
+        },
+    ]
+}
+
+/// A demo user and what they may do with each Acme project.
+struct Caller {
+    email: &'static str,
+    research: Option<Need>,
+    inference: Option<Need>,
+}
+
+const CALLERS: &[Caller] = &[
+    // Another tenant entirely.
+    Caller {
+        email: "carol@globex.example",
+        research: None,
+        inference: None,
+    },
+    // Acme member: operator of research, not in inference.
+    Caller {
+        email: "bob@acme.example",
+        research: Some(Need::SeeProject),
+        inference: None,
+    },
+    // Acme finance: views every project.
+    Caller {
+        email: "fiona@acme.example",
+        research: Some(Need::SeeProject),
+        inference: Some(Need::SeeProject),
+    },
+];
+
+async fn session_cookie(
+    store: &PostgresStore,
+    cp: &ControlPlane,
+    pool: &sqlx::PgPool,
+    email: &str,
+) -> String {
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    let principal = cp.principal(UserId(id)).await.unwrap().unwrap();
+    let session = Session::new(None, Arc::new(store.clone()), None);
+    app::server::sign_in(&session, &principal, "test")
+        .await
+        .unwrap();
+    session.save().await.unwrap();
+    format!("portal_session={}", session.id().unwrap())
+}
+
+/// Everything a server function here could change, in one string.
+async fn fingerprint(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws('|',
+            (SELECT string_agg(id::text || display_name, ',' ORDER BY id) FROM projects),
+            (SELECT string_agg(project_id::text || user_id::text || role, ',' ORDER BY project_id, user_id) FROM project_memberships),
+            (SELECT count(*) FROM project_invitations),
+            (SELECT string_agg(key || value::text, ',' ORDER BY id) FROM policies),
+            (SELECT count(*) FROM audit_log))",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+#[test]
+fn every_server_function_is_in_the_matrix() {
+    let cases = cases();
+    let known: Vec<&str> = cases
+        .iter()
+        .map(|c| c.path)
+        .chain(NO_RESOURCE_ID.iter().map(|(p, _)| *p))
+        .collect();
+    let registered: Vec<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_string())
+        .collect();
+    assert!(!registered.is_empty());
+    for path in &registered {
+        assert!(
+            known.contains(&path.as_str()),
+            "server function {path} is missing from the isolation matrix (server/tests/isolation.rs): \
+             add it to cases() if it takes a resource id, else to NO_RESOURCE_ID with the reason"
+        );
+    }
+    for path in known {
+        assert!(
+            registered.iter().any(|r| r == path),
+            "{path} is in the matrix but not registered"
+        );
+    }
+}
+
+#[tokio::test]
+async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
+    let dir = std::env::temp_dir().join(format!("portal-isolation-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = StopOnDrop(PgCluster::init(&dir, Durability::Throwaway).unwrap());
+    pg.start().unwrap();
+    pg.ensure_database("portal").unwrap();
+    let config = Flags::parse_from([
+        "server",
+        "--database-url",
+        &pg.url("portal"),
+        "--public-url",
+        ORIGIN,
+    ])
+    .config;
+    let state = app_state(&config).unwrap();
+    let cp = state.cp.clone();
+    let pool = cp.pool().clone();
+    cp.migrate().await.unwrap();
+    cp.seed_demo().await.unwrap();
+    cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
+        .await
+        .unwrap();
+    let app = router(state);
+    let store = PostgresStore::new(pool.clone());
+    let alice: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+
+    let mut checked = 0;
+    for caller in CALLERS {
+        let cookie = session_cookie(&store, &cp, &pool, caller.email).await;
+        for (project, may) in [
+            (demo::ACME_RESEARCH, caller.research),
+            (demo::ACME_INFERENCE, caller.inference),
+        ] {
+            let ids = Ids {
+                project: project.to_string(),
+                alice: alice.to_string(),
+            };
+            for case in cases() {
+                if may.is_some_and(|m| m >= case.need) {
+                    continue; // allowed: not an isolation case
+                }
+                let before = fingerprint(&pool).await;
+                let body = serde_urlencoded_form(&(case.args)(&ids));
+                let res = app
+                    .clone()
+                    .oneshot(
+                        Request::post(case.path)
+                            .header("content-type", "application/x-www-form-urlencoded")
+                            .header("origin", ORIGIN)
+                            .header("cookie", &cookie)
+                            .body(Body::from(body))
+                            .unwrap(),
+                    )
+                    .await
+                    .unwrap();
+                let status = res.status();
+                let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+                    .await
+                    .unwrap();
+                let text = String::from_utf8_lossy(&bytes);
+                let what = format!("{} as {} on {project}", case.path, caller.email);
+                assert!(!status.is_success(), "{what}: answered {status}: {text}");
+                assert_ne!(
+                    status,
+                    StatusCode::FORBIDDEN,
+                    "{what}: refused by the origin check, not by authorization"
+                );
+                if may.is_none() {
+                    assert!(
+                        text.contains("NotFound"),
+                        "{what}: expected not-found, got {text}"
+                    );
+                } else {
+                    assert!(
+                        text.contains("Forbidden"),
+                        "{what}: expected forbidden, got {text}"
+                    );
+                }
+                for leak in [
+                    "Research",
+                    "Inference",
+                    "alice@acme.example",
+                    "Alice Anders",
+                ] {
+                    assert!(!text.contains(leak), "{what}: leaked {leak:?}: {text}");
+                }
+                assert_eq!(
+                    fingerprint(&pool).await,
+                    before,
+                    "{what}: changed something (mutates={})",
+                    case.mutates
+                );
+                checked += 1;
+            }
+        }
+    }
+    // carol: 7 cases x 2 projects; bob: 5 on research (can see it) + 7 on inference;
+    // fiona: 5 on each.
+    assert_eq!(checked, 14 + 12 + 10);
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn serde_urlencoded_form(pairs: &[(&str, String)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", urlencode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
