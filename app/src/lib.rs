@@ -4,6 +4,7 @@
 //! its error to [`AppError`]. No SQL and no business rule lives here. With the `ssr` feature
 //! this crate links the control plane; with `hydrate` it compiles to wasm without it.
 
+pub mod audit;
 pub mod auth;
 pub mod components;
 pub mod error;
@@ -97,6 +98,7 @@ pub fn App() -> impl IntoView {
                     // Async: the whole page (with its data) is sent at once, so it reads the
                     // same without JavaScript.
                     <Route path=StaticSegment("") view=pages::home::HomePage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } ssr=SsrMode::Async />

@@ -288,6 +288,9 @@ pub fn ProjectsPage() -> impl IntoView {
                                 </table>
                             }.into_any()
                         }}
+                        {v.can_create.then(|| view! {
+                            <p><a href="/audit" id="org-audit">"Organization audit log"</a></p>
+                        })}
                         <crate::policies::Policies scope="organization" />
                         {v.can_create.then(|| view! {
                             <section class="card" aria-labelledby="new-h">

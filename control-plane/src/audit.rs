@@ -64,6 +64,8 @@ pub struct AuditLine {
     /// The actor's email, or `system`.
     pub actor: String,
     pub action: String,
+    /// The canonical name of the resource.
+    pub resource: String,
     /// `before → after`, as compact JSON.
     pub change: String,
     pub request_id: Option<String>,
@@ -78,8 +80,8 @@ impl ControlPlane {
         let resource = self.naming().project(who.tenant(), who.id()).to_string();
         let rows = sqlx::query!(
             r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
-                      coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.before, a.after,
-                      a.request_id
+                      coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.resource,
+                      a.before, a.after, a.request_id
                FROM audit_log a LEFT JOIN users u ON u.id = a.actor_user_id
                WHERE a.resource = $1 ORDER BY a.id DESC LIMIT 100"#,
             resource
@@ -92,6 +94,92 @@ impl ControlPlane {
                 at: r.at,
                 actor: r.actor,
                 action: r.action,
+                resource: r.resource,
+                change: describe_change(r.before.as_ref(), r.after.as_ref()),
+                request_id: r.request_id,
+            })
+            .collect())
+    }
+}
+
+/// Whose audit records a search may read. Built only from proofs.
+pub enum AuditScope {
+    /// One tenant's records: for that tenant's admins.
+    Tenant(TenantId),
+    /// Everything: for platform admins.
+    All,
+}
+
+impl AuditScope {
+    pub fn tenant(who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>) -> Self {
+        AuditScope::Tenant(who.id())
+    }
+
+    pub fn all(_who: &crate::auth::Platform<crate::auth::PlatformAdmin>) -> Self {
+        AuditScope::All
+    }
+}
+
+/// Optional narrowing; empty strings count as unset.
+#[derive(Clone, Debug, Default)]
+pub struct AuditFilter {
+    /// e.g. `project.` or `policy.set`
+    pub action_prefix: Option<String>,
+    pub actor_email: Option<String>,
+    /// A substring of the canonical resource name (e.g. a project id).
+    pub resource_contains: Option<String>,
+    /// A tenant's short name; only honoured for [`AuditScope::All`].
+    pub tenant_slug: Option<String>,
+}
+
+fn present(s: &Option<String>) -> Option<&str> {
+    s.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// At most this many records per search, newest first.
+pub const SEARCH_LIMIT: i64 = 200;
+
+impl ControlPlane {
+    pub async fn audit_search(
+        &self,
+        scope: &AuditScope,
+        filter: &AuditFilter,
+    ) -> Result<Vec<AuditLine>> {
+        let tenant = match scope {
+            AuditScope::Tenant(t) => Some(*t),
+            AuditScope::All => None,
+        };
+        let tenant_slug = match scope {
+            AuditScope::All => present(&filter.tenant_slug),
+            AuditScope::Tenant(_) => None,
+        };
+        let rows = sqlx::query!(
+            r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
+                      coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.resource,
+                      a.before, a.after, a.request_id
+               FROM audit_log a LEFT JOIN users u ON u.id = a.actor_user_id
+               WHERE ($1::uuid IS NULL OR a.tenant_id = $1)
+                 AND ($2::text IS NULL OR starts_with(a.action, $2))
+                 AND ($3::text IS NULL OR lower(u.email) = lower($3))
+                 AND ($4::text IS NULL OR strpos(a.resource, $4) > 0)
+                 AND ($5::text IS NULL OR a.tenant_id = (SELECT id FROM tenants WHERE slug = $5))
+               ORDER BY a.id DESC LIMIT $6"#,
+            tenant as Option<TenantId>,
+            present(&filter.action_prefix),
+            present(&filter.actor_email),
+            present(&filter.resource_contains),
+            tenant_slug,
+            SEARCH_LIMIT,
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AuditLine {
+                at: r.at,
+                actor: r.actor,
+                action: r.action,
+                resource: r.resource,
                 change: describe_change(r.before.as_ref(), r.after.as_ref()),
                 request_id: r.request_id,
             })

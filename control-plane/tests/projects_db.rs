@@ -279,3 +279,96 @@ async fn two_admins_removing_each_other_at_once_leave_one(pool: PgPool) {
     .unwrap();
     assert_eq!(admins, 1);
 }
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn audit_search_is_scoped_to_the_tenant_and_filters(pool: PgPool) {
+    use control_plane::audit::{AuditFilter, AuditScope};
+    use control_plane::auth::PlatformAdmin;
+    let cp = setup(&pool).await;
+    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let carol = who(&cp, &pool, "carol@globex.example").await;
+    let acme = cp
+        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
+        .await
+        .unwrap();
+    let globex = cp
+        .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
+        .await
+        .unwrap();
+    cp.create_project(&acme, "a1", "A one", None).await.unwrap();
+    cp.create_project(&globex, "g1", "G one", None)
+        .await
+        .unwrap();
+
+    let acme_log = cp
+        .audit_search(&AuditScope::tenant(&acme), &AuditFilter::default())
+        .await
+        .unwrap();
+    assert!(!acme_log.is_empty());
+    assert!(
+        acme_log
+            .iter()
+            .all(|l| l.resource.contains(&demo::ACME.to_string())),
+        "only Acme's records: {acme_log:#?}"
+    );
+    // A tenant admin can't widen the search to another tenant by filter.
+    let widened = cp
+        .audit_search(
+            &AuditScope::tenant(&acme),
+            &AuditFilter {
+                tenant_slug: Some("globex".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(widened.len(), acme_log.len());
+
+    let by_alice = cp
+        .audit_search(
+            &AuditScope::tenant(&acme),
+            &AuditFilter {
+                actor_email: Some("ALICE@acme.example".into()),
+                action_prefix: Some("project.".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_alice.len(), 1);
+    assert_eq!(by_alice[0].action, "project.create");
+
+    let root = cp
+        .set_break_glass_password("root@platform.example", "Root", "a long enough password")
+        .await
+        .unwrap();
+    let root = cp.principal(root).await.unwrap().unwrap();
+    let all = AuditScope::all(&root.platform::<PlatformAdmin>().unwrap());
+    let globex_only = cp
+        .audit_search(
+            &all,
+            &AuditFilter {
+                tenant_slug: Some("globex".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!globex_only.is_empty());
+    assert!(
+        globex_only
+            .iter()
+            .all(|l| l.resource.contains(&demo::GLOBEX.to_string()))
+    );
+    let everything = cp
+        .audit_search(&all, &AuditFilter::default())
+        .await
+        .unwrap();
+    // Everything also holds the platform admin's own record, which belongs to no tenant.
+    assert!(everything.len() > acme_log.len() + globex_only.len());
+    assert!(
+        everything
+            .iter()
+            .any(|l| l.action == "platform_admin.password_set")
+    );
+}

@@ -47,6 +47,12 @@ test('a platform admin signs in with the break-glass password, sees who they are
     const global = page.locator('.policies[data-scope="global"]');
     await global.locator('tr[data-key="allowed_regions"]').waitFor();
     assert.equal(await global.locator('input[name="value"]').count(), 5);
+    // ... and read every organization's audit records, narrowed by organization.
+    await page.goto(`${BASE}/audit?tenant=globex`);
+    const resources = await page.locator('#audit-log td.resource').allInnerTexts();
+    assert.ok(resources.length > 0, 'Globex has records (its demo data)');
+    assert.ok(resources.every((r) => r.includes('0a0e0000-0000-4000-8000-000000000002')), resources.join('\n'));
+    await page.goto(`${BASE}/admin`);
     const menu = page.locator('.user-menu');
     await menu.getByText('Platform admin').first().waitFor();
     await shot(page, 'admin-signed-in');

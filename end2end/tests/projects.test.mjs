@@ -116,6 +116,31 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
   }
 });
 
+const ACME_ID = '0a0e0000-0000-4000-8000-000000000001';
+const GLOBEX_ID = '0a0e0000-0000-4000-8000-000000000002';
+
+test('alice reads her organization\'s audit log, and only hers, and can filter it', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    await page.locator('#org-audit').click();
+    await page.waitForURL(`${BASE}/audit`);
+    const resources = await page.locator('#audit-log td.resource').allInnerTexts();
+    assert.ok(resources.length > 0);
+    assert.ok(resources.every((r) => r.includes(ACME_ID) && !r.includes(GLOBEX_ID)), resources.join('\n'));
+    assert.equal(await page.locator('input[name="tenant"]').count(), 0, 'no organization filter for tenant admins');
+
+    await page.locator('#audit-filters input[name="action"]').fill('policy.');
+    await page.locator('#audit-filters').getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/\/audit\?action=policy\./);
+    const actions = await page.locator('#audit-log td.action').allInnerTexts();
+    assert.ok(actions.length > 0 && actions.every((a) => a.startsWith('policy.')), actions.join(','));
+  } finally {
+    await b.close();
+  }
+});
+
 test('bob sees his projects with his role and cannot manage them', async () => {
   assert.ok(projectUrl, 'the previous test created the project');
   const b = await as('bob@acme.example');
@@ -147,6 +172,9 @@ test('bob sees his projects with his role and cannot manage them', async () => {
     });
     assert.notEqual(res.status(), 200);
     assert.match(await res.text(), /Only project admins may do this/);
+
+    await page.goto(`${BASE}/audit`);
+    assert.equal(await page.getByRole('alert').innerText(), 'Only organization admins may do this.');
   } finally {
     await b.close();
   }

@@ -20,6 +20,7 @@ use tower::ServiceExt;
 use tower_sessions::Session;
 use tower_sessions_sqlx_store::PostgresStore;
 
+use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
 use app::pages::admin::AdminOverview;
 use app::pages::home::GetPlatformHealth;
@@ -77,6 +78,10 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
     ),
     (ListProjects::PATH, "the caller's own tenant only"),
     (CreateProject::PATH, "into the caller's own tenant only"),
+    (
+        SearchAudit::PATH,
+        "the caller's own tenant (admins) or all (platform admins) only",
+    ),
 ];
 
 fn cases() -> Vec<Case> {

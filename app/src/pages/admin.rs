@@ -37,6 +37,7 @@ pub fn AdminPage() -> impl IntoView {
                         <p class="signed-in-as">
                             "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
                         </p>
+                        <p><a href="/audit">"Audit log (all organizations)"</a></p>
                         <crate::policies::Policies scope="global" />
                         <NotBuilt section=&ADMIN />
                     }.into_any(),
