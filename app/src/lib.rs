@@ -15,6 +15,7 @@ pub mod theme;
 
 #[cfg(feature = "ssr")]
 pub mod server;
+pub mod sso_settings;
 
 pub use error::AppError;
 
@@ -98,6 +99,7 @@ pub fn App() -> impl IntoView {
                     // Async: the whole page (with its data) is sent at once, so it reads the
                     // same without JavaScript.
                     <Route path=StaticSegment("") view=pages::home::HomePage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("settings"), StaticSegment("sso")) view=sso_settings::SsoSettingsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />

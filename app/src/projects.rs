@@ -289,7 +289,11 @@ pub fn ProjectsPage() -> impl IntoView {
                             }.into_any()
                         }}
                         {v.can_create.then(|| view! {
-                            <p><a href="/audit" id="org-audit">"Organization audit log"</a></p>
+                            <p>
+                                <a href="/audit" id="org-audit">"Organization audit log"</a>
+                                " · "
+                                <a href="/settings/sso" id="org-sso">"Single sign-on settings"</a>
+                            </p>
                         })}
                         <crate::policies::Policies scope="organization" />
                         {v.can_create.then(|| view! {

@@ -614,3 +614,257 @@ mod tests {
         assert!(!constant_time_eq(b"abc", b"abcd"));
     }
 }
+
+/// A tenant's provider settings as its admins see them (never the secret).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderSettings {
+    pub issuer_url: String,
+    pub client_id: String,
+    pub has_secret: bool,
+    pub domains: Vec<String>,
+    pub role_claim: String,
+    pub default_role: String,
+    /// (claim value, tenant role)
+    pub mappings: Vec<(String, String)>,
+}
+
+/// What an admin submits. `client_secret: None` keeps the stored one.
+#[derive(Clone, Debug)]
+pub struct ProviderUpdate {
+    pub issuer_url: String,
+    pub client_id: String,
+    pub client_secret: Option<String>,
+    pub domains: Vec<String>,
+    pub role_claim: String,
+    pub default_role: crate::tenancy::TenantRole,
+    pub mappings: Vec<(String, crate::tenancy::TenantRole)>,
+}
+
+fn check_domain(d: &str) -> Result<String> {
+    let d = d.trim().trim_start_matches('@').to_lowercase();
+    let labels_ok = d.split('.').count() >= 2
+        && d.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        });
+    if labels_ok {
+        Ok(d)
+    } else {
+        Err(Error::Invalid {
+            field: "domains",
+            reason: format!("{d:?} is not an email domain"),
+        })
+    }
+}
+
+impl ControlPlane {
+    pub async fn provider_settings(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    ) -> Result<Option<ProviderSettings>> {
+        let Some(p) = sqlx::query!(
+            "SELECT issuer_url, client_id, role_claim, default_role FROM identity_providers WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        let domains = sqlx::query_scalar!(
+            "SELECT domain FROM tenant_email_domains WHERE tenant_id = $1 ORDER BY domain",
+            who.id() as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mappings = sqlx::query!(
+            "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1 ORDER BY claim_value",
+            who.id() as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|m| (m.claim_value, m.role))
+        .collect();
+        Ok(Some(ProviderSettings {
+            issuer_url: p.issuer_url,
+            client_id: p.client_id,
+            has_secret: true,
+            domains,
+            role_claim: p.role_claim,
+            default_role: p.default_role,
+            mappings,
+        }))
+    }
+
+    /// Registers or updates the tenant's provider. The issuer must answer OpenID discovery
+    /// (checked before anything is written); a domain another organization uses is refused.
+    pub async fn save_provider(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        update: ProviderUpdate,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        use crate::tenancy::TenantRole;
+        let issuer = update.issuer_url.trim().trim_end_matches('/').to_string();
+        if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+            return Err(Error::Invalid {
+                field: "issuer_url",
+                reason: "use the provider's https:// issuer URL".into(),
+            });
+        }
+        let client_id = update.client_id.trim().to_string();
+        if client_id.is_empty() {
+            return Err(Error::Invalid {
+                field: "client_id",
+                reason: "must not be empty".into(),
+            });
+        }
+        let mut domains = update
+            .domains
+            .iter()
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| check_domain(d))
+            .collect::<Result<Vec<_>>>()?;
+        domains.sort();
+        domains.dedup();
+        if domains.is_empty() {
+            return Err(Error::Invalid {
+                field: "domains",
+                reason: "name at least one email domain whose people sign in here".into(),
+            });
+        }
+        let role_claim = update.role_claim.trim().to_string();
+        if role_claim.is_empty()
+            || role_claim.len() > 64
+            || !role_claim
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+        {
+            return Err(Error::Invalid {
+                field: "role_claim",
+                reason: format!("{role_claim:?}: use a claim name such as groups"),
+            });
+        }
+        if update.default_role == TenantRole::Owner {
+            return Err(Error::Invalid {
+                field: "default_role",
+                reason: "owner can't be the default; map a group to owner instead".into(),
+            });
+        }
+        let existing_secret = sqlx::query_scalar!(
+            "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        // The audit record says whether a new secret was given, never what it is.
+        let secret_submitted = update.client_secret.as_ref().is_some_and(|s| !s.is_empty());
+        let secret = match (
+            update.client_secret.filter(|s| !s.is_empty()),
+            existing_secret,
+        ) {
+            (Some(s), _) | (None, Some(s)) => s,
+            (None, None) => {
+                return Err(Error::Invalid {
+                    field: "client_secret",
+                    reason: "required when registering a provider".into(),
+                });
+            }
+        };
+        // Network first, outside any transaction.
+        self.discover(&issuer).await.map_err(|e| match e {
+            Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
+                field: "issuer_url",
+                reason: format!(
+                    "{issuer} does not answer OpenID discovery (/.well-known/openid-configuration)"
+                ),
+            },
+            other => other,
+        })?;
+
+        let before = self.provider_settings(who).await?;
+        let mut tx = self.pool().begin().await?;
+        sqlx::query!(
+            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim, default_role)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
+                 client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
+                 role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
+                 updated_at = now()",
+            who.id() as TenantId,
+            issuer,
+            client_id,
+            secret,
+            role_claim,
+            update.default_role.as_str(),
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "DELETE FROM tenant_email_domains WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .execute(&mut *tx)
+        .await?;
+        for d in &domains {
+            sqlx::query!(
+                "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ($1, $2)",
+                d,
+                who.id() as TenantId
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(
+                |e| match e.as_database_error().and_then(|d| d.constraint()) {
+                    Some("tenant_email_domains_pkey") => Error::Conflict(format!(
+                        "the domain {d} is already used by another organization"
+                    )),
+                    _ => Error::Database(e),
+                },
+            )?;
+        }
+        sqlx::query!(
+            "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .execute(&mut *tx)
+        .await?;
+        for (value, role) in &update.mappings {
+            sqlx::query!(
+                "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
+                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, claim_value) DO UPDATE SET role = EXCLUDED.role",
+                who.id() as TenantId,
+                value.trim(),
+                role.as_str()
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        let resource = self.naming().tenant(who.id());
+        let after = json!({
+            "issuer_url": issuer, "client_id": client_id, "domains": domains,
+            "role_claim": role_claim, "default_role": update.default_role.as_str(),
+            "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
+            "new_secret": secret_submitted,
+        });
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user()),
+                action: "identity_provider.save",
+                resource: &resource,
+                before: before.map(|b| serde_json::to_value(b).unwrap_or_default()),
+                after: Some(after),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

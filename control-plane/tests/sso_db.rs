@@ -116,3 +116,92 @@ async fn seeding_the_demo_providers_twice_changes_only_what_changed(pool: PgPool
         .unwrap();
     assert_eq!(domains, 2);
 }
+
+mod provider_settings {
+    use super::*;
+    use control_plane::sso::ProviderUpdate;
+    use control_plane::tenancy::{TenantAdmins, TenantRole};
+
+    fn update(issuer: &str) -> ProviderUpdate {
+        ProviderUpdate {
+            issuer_url: issuer.into(),
+            client_id: "portal".into(),
+            client_secret: Some("s3cret".into()),
+            domains: vec!["acme.example".into()],
+            role_claim: "groups".into(),
+            default_role: TenantRole::Member,
+            mappings: vec![("acme-admins".into(), TenantRole::Admin)],
+        }
+    }
+
+    #[sqlx::test(migrator = "control_plane::MIGRATOR")]
+    async fn bad_settings_are_refused_by_field_and_nothing_is_written(pool: PgPool) {
+        let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        let alice: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let alice = cp.principal(alice.into()).await.unwrap().unwrap();
+        let who = cp
+            .tenant_access::<TenantAdmins>(&alice, demo::ACME)
+            .await
+            .unwrap();
+        let before = cp.provider_settings(&who).await.unwrap();
+
+        let cases: Vec<(ProviderUpdate, &str)> = vec![
+            (update("ftp://idp.acme.example"), "issuer_url"),
+            (
+                ProviderUpdate {
+                    client_id: " ".into(),
+                    ..update("https://idp.acme.example")
+                },
+                "client_id",
+            ),
+            (
+                ProviderUpdate {
+                    domains: vec![" ".into()],
+                    ..update("https://idp.acme.example")
+                },
+                "domains",
+            ),
+            (
+                ProviderUpdate {
+                    domains: vec!["not a domain".into()],
+                    ..update("https://idp.acme.example")
+                },
+                "domains",
+            ),
+            (
+                ProviderUpdate {
+                    role_claim: "no spaces allowed".into(),
+                    ..update("https://idp.acme.example")
+                },
+                "role_claim",
+            ),
+            (
+                ProviderUpdate {
+                    default_role: TenantRole::Owner,
+                    ..update("https://idp.acme.example")
+                },
+                "default_role",
+            ),
+            // Nothing listens there: discovery fails before anything is written.
+            (
+                update(&format!("http://127.0.0.1:{}", closed_port())),
+                "issuer_url",
+            ),
+        ];
+        for (u, field) in cases {
+            let err = cp.save_provider(&who, u, None).await.unwrap_err();
+            match err {
+                Error::Invalid {
+                    field: f,
+                    ref reason,
+                } => assert_eq!(f, field, "{reason}"),
+                other => panic!("{field}: expected Invalid, got {other}"),
+            }
+        }
+        assert_eq!(cp.provider_settings(&who).await.unwrap(), before);
+    }
+}

@@ -141,6 +141,49 @@ test('alice reads her organization\'s audit log, and only hers, and can filter i
   }
 });
 
+test('alice manages Acme\'s single sign-on: discovery is checked on save, domains are exclusive', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/projects`);
+    await page.locator('#org-sso').click();
+    await page.waitForURL(`${BASE}/settings/sso`);
+    const form = page.locator('#sso-settings');
+    const issuer = await form.getByLabel('Issuer URL').inputValue();
+    assert.equal(issuer, process.env.PORTAL_IDP_ISSUER);
+    assert.equal(await form.getByLabel('Email domains (comma-separated)').inputValue(), 'acme.example');
+    const mappings = form.locator('textarea[name="mappings"]');
+    assert.match(await mappings.inputValue(), /acme-admins = admin/);
+
+    const save = () => form.getByRole('button', { name: 'Save' }).click();
+    const alert = form.getByRole('alert');
+
+    // Another organization's domain.
+    await form.getByLabel('Email domains (comma-separated)').fill('acme.example, globex.example');
+    await save();
+    await alert.filter({ hasText: 'The domain globex.example is already used by another organization.' }).waitFor();
+
+    // An issuer that doesn't answer discovery.
+    await form.getByLabel('Email domains (comma-separated)').fill('acme.example');
+    await form.getByLabel('Issuer URL').fill('http://127.0.0.1:9');
+    await save();
+    await alert.filter({ hasText: 'does not answer OpenID discovery' }).waitFor();
+
+    // A good change: the real provider answers discovery; the secret is kept.
+    await form.getByLabel('Issuer URL').fill(issuer);
+    await mappings.fill('acme-admins = admin\nacme-finance = finance\nacme-engineering = member');
+    await save();
+    await form.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
+    await page.reload();
+    assert.match(await form.locator('textarea[name="mappings"]').inputValue(), /acme-engineering = member/);
+  } finally {
+    await b.close();
+  }
+  // Sign-in still works with the kept secret.
+  const again = await as('alice@acme.example');
+  await again.close();
+});
+
 test('bob sees his projects with his role and cannot manage them', async () => {
   assert.ok(projectUrl, 'the previous test created the project');
   const b = await as('bob@acme.example');
@@ -174,6 +217,8 @@ test('bob sees his projects with his role and cannot manage them', async () => {
     assert.match(await res.text(), /Only project admins may do this/);
 
     await page.goto(`${BASE}/audit`);
+    assert.equal(await page.getByRole('alert').innerText(), 'Only organization admins may do this.');
+    await page.goto(`${BASE}/settings/sso`);
     assert.equal(await page.getByRole('alert').innerText(), 'Only organization admins may do this.');
   } finally {
     await b.close();

@@ -29,6 +29,7 @@ use app::projects::{
     ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
     RenameProject,
 };
+use app::sso_settings::{GetSsoSettings, SaveSsoSettings};
 use app::theme::SetTheme;
 
 const ORIGIN: &str = "http://127.0.0.1:3000";
@@ -81,6 +82,14 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
     (
         SearchAudit::PATH,
         "the caller's own tenant (admins) or all (platform admins) only",
+    ),
+    (
+        GetSsoSettings::PATH,
+        "the caller's own tenant; its admins only",
+    ),
+    (
+        SaveSsoSettings::PATH,
+        "the caller's own tenant; its admins only",
     ),
 ];
 

@@ -1,0 +1,156 @@
+//! Organization admins register their identity provider: issuer (checked by OpenID
+//! discovery when saved), client, the email domains that sign in through it, and how the
+//! provider's group (or other claim) values map to organization roles.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use serde::{Deserialize, Serialize};
+
+use crate::components::ErrorNotice;
+use crate::error::AppError;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SsoSettingsView {
+    pub organization: String,
+    pub registered: bool,
+    pub issuer_url: String,
+    pub client_id: String,
+    pub domains: String,
+    pub role_claim: String,
+    pub default_role: String,
+    /// One `value = role` per line.
+    pub mappings: String,
+    pub callback_url: String,
+}
+
+#[server]
+pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
+    use control_plane::tenancy::TenantAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let callback_url = crate::server::public_origin()?.callback_url();
+    Ok(match cp.provider_settings(&who).await? {
+        Some(s) => SsoSettingsView {
+            organization,
+            registered: true,
+            issuer_url: s.issuer_url,
+            client_id: s.client_id,
+            domains: s.domains.join(", "),
+            role_claim: s.role_claim,
+            default_role: s.default_role,
+            mappings: s
+                .mappings
+                .iter()
+                .map(|(v, r)| format!("{v} = {r}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            callback_url,
+        },
+        None => SsoSettingsView {
+            organization,
+            role_claim: "groups".into(),
+            default_role: "member".into(),
+            callback_url,
+            ..Default::default()
+        },
+    })
+}
+
+#[server]
+pub async fn save_sso_settings(
+    issuer_url: String,
+    client_id: String,
+    client_secret: String,
+    domains: String,
+    role_claim: String,
+    default_role: String,
+    mappings: String,
+) -> Result<(), AppError> {
+    use control_plane::sso::ProviderUpdate;
+    use control_plane::tenancy::{TenantAdmins, TenantRole};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let mut parsed = Vec::new();
+    for (n, line) in mappings
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let Some((value, role)) = line.split_once('=') else {
+            return Err(AppError::BadRequest(format!(
+                "Role mappings, line {}: write \"group = role\", e.g. \"acme-admins = admin\".",
+                n + 1
+            )));
+        };
+        parsed.push((value.trim().to_string(), TenantRole::parse(role.trim())?));
+    }
+    let update = ProviderUpdate {
+        issuer_url,
+        client_id,
+        client_secret: Some(client_secret),
+        domains: domains.split(',').map(str::to_owned).collect(),
+        role_claim,
+        default_role: TenantRole::parse(default_role.trim())?,
+        mappings: parsed,
+    };
+    Ok(cp
+        .save_provider(&who, update, Some(&crate::error::request_id()))
+        .await?)
+}
+
+#[component]
+pub fn SsoSettingsPage() -> impl IntoView {
+    let save = ServerAction::<SaveSsoSettings>::new();
+    let settings = Resource::new(move || save.version().get(), |_| get_sso_settings());
+    let outcome = move || {
+        match save.value().get() {
+        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any()),
+        Some(Ok(())) => Some(view! { <p class="form-ok" role="status">"Saved. The issuer answered OpenID discovery."</p> }.into_any()),
+        None => None,
+    }
+    };
+    view! {
+        <Title text="Single sign-on" />
+        <h1>"Single sign-on"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match settings.await {
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                    Ok(s) => view! {
+                        <p class="lede">{s.organization.clone()}</p>
+                        <p class="hint">
+                            "Register this portal at your identity provider as a confidential client with the redirect URI "
+                            <code>{s.callback_url.clone()}</code> ", PKCE (S256) and the scopes openid, email, profile and your role claim."
+                        </p>
+                        <ActionForm action=save attr:class="stacked wide" attr:id="sso-settings">
+                            <label>"Issuer URL" <input type="text" name="issuer_url" required value=s.issuer_url.clone() placeholder="https://login.example.com" /></label>
+                            <label>"Client ID" <input type="text" name="client_id" required value=s.client_id.clone() /></label>
+                            <label>
+                                {if s.registered { "Client secret (leave empty to keep the current one)" } else { "Client secret" }}
+                                <input type="password" name="client_secret" autocomplete="off" required=!s.registered />
+                            </label>
+                            <label>"Email domains (comma-separated)" <input type="text" name="domains" required value=s.domains.clone() placeholder="example.com" /></label>
+                            <label>"Role claim" <input type="text" name="role_claim" required value=s.role_claim.clone() /></label>
+                            <label>
+                                "Role of people whose claim values match no mapping"
+                                <select name="default_role">
+                                    {["member", "finance", "admin"].into_iter().map(|r| view! {
+                                        <option value=r selected=r == s.default_role>{r}</option>
+                                    }).collect_view()}
+                                </select>
+                            </label>
+                            <label>
+                                "Role mappings (one \"claim value = role\" per line; roles: owner, admin, finance, member)"
+                                <textarea name="mappings" rows="5">{s.mappings.clone()}</textarea>
+                            </label>
+                            <button type="submit">"Save"</button>
+                            {outcome}
+                        </ActionForm>
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
