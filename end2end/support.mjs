@@ -38,9 +38,14 @@ export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
     context,
     page,
     errors,
+    /** Closes the browser; fails the test if any page threw (a wasm panic during
+     *  hydration included), since a form's no-JS fallback could otherwise hide it. */
     async close() {
       await context.close();
       rmSync(profile, { recursive: true, force: true });
+      if (errors.length) {
+        throw new Error(`uncaught errors in the page:\n${errors.join('\n')}`);
+      }
     },
   };
 }

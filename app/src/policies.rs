@@ -146,11 +146,15 @@ mod ssr {
     }
 }
 
-/// `scope`: global, organization or project (then `project` is its id).
-#[server]
-pub async fn get_policies(scope: String, project: String) -> Result<PolicyView, AppError> {
-    let (cp, principal) = crate::server::signed_in().await?;
-    ssr::view(&cp, &principal, ssr::at(&scope, &project)?).await
+/// The policy view for one level, for the server function of the page that shows it.
+#[cfg(feature = "ssr")]
+pub async fn load(
+    cp: &control_plane::ControlPlane,
+    principal: &control_plane::auth::Principal,
+    scope: &str,
+    project: &str,
+) -> Result<PolicyView, AppError> {
+    ssr::view(cp, principal, ssr::at(scope, project)?).await
 }
 
 /// Sets one policy at one level; an empty value clears it.
@@ -175,19 +179,21 @@ pub async fn set_policy(
         .await?)
 }
 
-/// The policy table for one level. `scope`/`project` as for [`get_policies`].
+/// The policy table for one level, from data the page's own server function loaded (so no
+/// resource is created while the page hydrates). `set` is the page's action: pages refetch
+/// when it completes.
 #[component]
-pub fn Policies(scope: &'static str, #[prop(optional, into)] project: String) -> impl IntoView {
-    let set = ServerAction::<SetPolicy>::new();
-    let project_for_fetch = project.clone();
-    let policies = Resource::new(
-        move || set.version().get(),
-        move |_| get_policies(scope.to_string(), project_for_fetch.clone()),
-    );
+pub fn Policies(
+    scope: &'static str,
+    #[prop(optional, into)] project: String,
+    view: PolicyView,
+    set: ServerAction<SetPolicy>,
+) -> impl IntoView {
     let error = move || match set.value().get() {
         Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
         _ => None,
     };
+    let can_edit = view.can_edit;
     view! {
         <section class="card policies" aria-labelledby=format!("pol-{scope}") data-scope=scope>
             <h2 id=format!("pol-{scope}")>
@@ -197,33 +203,24 @@ pub fn Policies(scope: &'static str, #[prop(optional, into)] project: String) ->
                     _ => "Policies",
                 }}
             </h2>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || {
-                    let project = project.clone();
-                    Suspend::new(async move {
-                        match policies.await {
-                            Err(e) => view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any(),
-                            Ok(v) => view! {
-                                <table class="data">
-                                    <thead><tr>
-                                        <th scope="col">"Policy"</th>
-                                        <th scope="col">"In force"</th>
-                                        <th scope="col">"Decided by"</th>
-                                        {v.can_edit.then(|| view! { <th scope="col">"Set here"</th> })}
-                                    </tr></thead>
-                                    <tbody>
-                                        {v.rows
-                                            .into_iter()
-                                            .map(|r| policy_row(r, scope, project.clone(), v.can_edit, set))
-                                            .collect_view()}
-                                    </tbody>
-                                </table>
-                                {v.can_edit.then(|| view! { <p class="hint">"Leave a field empty and save to clear it; the next level up then decides."</p> })}
-                            }.into_any(),
-                        }
-                    })
-                }}
-            </Suspense>
+            <table class="data">
+                <thead><tr>
+                    <th scope="col">"Policy"</th>
+                    <th scope="col">"In force"</th>
+                    <th scope="col">"Decided by"</th>
+                    {can_edit.then(|| view! { <th scope="col">"Set here"</th> })}
+                </tr></thead>
+                <tbody>
+                    {view
+                        .rows
+                        .into_iter()
+                        .map(|r| policy_row(r, scope, project.clone(), can_edit, set))
+                        .collect_view()}
+                </tbody>
+            </table>
+            {can_edit.then(|| view! {
+                <p class="hint">"Leave a field empty and save to clear it; the next level up then decides."</p>
+            })}
             {error}
         </section>
     }

@@ -24,6 +24,7 @@ pub struct ProjectsView {
     pub tenant_name: String,
     pub can_create: bool,
     pub projects: Vec<ProjectRow>,
+    pub policies: crate::policies::PolicyView,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +59,7 @@ pub struct ProjectView {
     pub members: Vec<MemberRow>,
     pub invitations: Vec<InvitationRow>,
     pub audit: Vec<AuditRow>,
+    pub policies: crate::policies::PolicyView,
 }
 
 pub const PROJECT_ROLES: [&str; 3] = ["admin", "operator", "viewer"];
@@ -100,7 +102,9 @@ pub async fn list_projects() -> Result<ProjectsView, AppError> {
         .tenant_access::<TenantMembers>(&principal, tenant)
         .await?;
     let projects = cp.list_projects(&who).await?;
+    let policies = crate::policies::load(&cp, &principal, "organization", "").await?;
     Ok(ProjectsView {
+        policies,
         tenant_name,
         can_create: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
         projects: projects.into_iter().map(ssr::row).collect(),
@@ -129,7 +133,9 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
         .await?;
     let detail = cp.project_detail(&who).await?;
     let audit = cp.project_audit(&who).await?;
+    let policies = crate::policies::load(&cp, &principal, "project", &id).await?;
     Ok(ProjectView {
+        policies,
         can_manage: who.role() == ProjectRole::Admin,
         tenant_name: detail.tenant_name,
         project: ssr::row(detail.summary),
@@ -252,7 +258,11 @@ where
 #[component]
 pub fn ProjectsPage() -> impl IntoView {
     let create = ServerAction::<CreateProject>::new();
-    let projects = Resource::new(move || create.version().get(), |_| list_projects());
+    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
+    let projects = Resource::new(
+        move || (create.version().get(), set_policy.version().get()),
+        |_| list_projects(),
+    );
     view! {
         <Title text="Projects" />
         <h1>"Projects"</h1>
@@ -295,7 +305,7 @@ pub fn ProjectsPage() -> impl IntoView {
                                 <a href="/settings/sso" id="org-sso">"Single sign-on settings"</a>
                             </p>
                         })}
-                        <crate::policies::Policies scope="organization" />
+                        <crate::policies::Policies scope="organization" view=v.policies.clone() set=set_policy />
                         {v.can_create.then(|| view! {
                             <section class="card" aria-labelledby="new-h">
                                 <h2 id="new-h">"New project"</h2>
@@ -325,6 +335,7 @@ pub fn ProjectPage() -> impl IntoView {
     let invite = ServerAction::<InviteMember>::new();
     let change = ServerAction::<ChangeMemberRole>::new();
     let remove = ServerAction::<RemoveMember>::new();
+    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
     let project = Resource::new(
         move || {
             (
@@ -333,6 +344,7 @@ pub fn ProjectPage() -> impl IntoView {
                 invite.version().get(),
                 change.version().get(),
                 remove.version().get(),
+                set_policy.version().get(),
             )
         },
         |(id, ..)| get_project(id),
@@ -342,7 +354,7 @@ pub fn ProjectPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match project.await {
                     Err(e) => view! { <Title text="Project" /><h1>"Project"</h1><ErrorNotice error=e /> }.into_any(),
-                    Ok(v) => project_view(v, rename, invite, change, remove).into_any(),
+                    Ok(v) => project_view(v, rename, invite, change, remove, set_policy).into_any(),
                 }
             })}
         </Suspense>
@@ -363,6 +375,7 @@ fn project_view(
     invite: ServerAction<InviteMember>,
     change: ServerAction<ChangeMemberRole>,
     remove: ServerAction<RemoveMember>,
+    set_policy: ServerAction<crate::policies::SetPolicy>,
 ) -> impl IntoView {
     let pid = v.project.id.clone();
     let manage = v.can_manage;
@@ -431,7 +444,7 @@ fn project_view(
             </section>
         })}
 
-        <crate::policies::Policies scope="project" project=pid.clone() />
+        <crate::policies::Policies scope="project" project=pid.clone() view=v.policies set=set_policy />
 
         <section class="card" aria-labelledby="audit-h">
             <h2 id="audit-h">"Audit trail"</h2>

@@ -10,6 +10,7 @@ use crate::pages::placeholder::{ADMIN, NotBuilt};
 pub struct AdminView {
     pub display_name: String,
     pub role: String,
+    pub policies: crate::policies::PolicyView,
 }
 
 /// Platform staff only.
@@ -18,7 +19,9 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
     use control_plane::auth::PlatformStaff;
     let principal = crate::server::require_principal().await?;
     let staff = principal.platform::<PlatformStaff>()?;
+    let cp = crate::server::control_plane()?;
     Ok(AdminView {
+        policies: crate::policies::load(&cp, &principal, "global", "").await?,
         display_name: staff.principal().display_name.clone(),
         role: format!("platform {}", staff.role().as_str()),
     })
@@ -26,7 +29,8 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
 
 #[component]
 pub fn AdminPage() -> impl IntoView {
-    let overview = Resource::new(|| (), |_| admin_overview());
+    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
+    let overview = Resource::new(move || set_policy.version().get(), |_| admin_overview());
     view! {
         <Title text="Admin" />
         <h1>"Admin"</h1>
@@ -38,7 +42,7 @@ pub fn AdminPage() -> impl IntoView {
                             "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
                         </p>
                         <p><a href="/audit">"Audit log (all organizations)"</a></p>
-                        <crate::policies::Policies scope="global" />
+                        <crate::policies::Policies scope="global" view=v.policies set=set_policy />
                         <NotBuilt section=&ADMIN />
                     }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
