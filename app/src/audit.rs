@@ -56,7 +56,7 @@ pub async fn search_audit(
     };
     let entries = cp.audit_search(&scope, &filter).await?;
     Ok(AuditView {
-        platform_wide: matches!(scope, AuditScope::All),
+        platform_wide: scope.is_platform_wide(),
         scope: label,
         limit: SEARCH_LIMIT,
         entries: entries

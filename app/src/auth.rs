@@ -146,15 +146,9 @@ pub fn LoginPage() -> impl IntoView {
     let AuthEpoch(epoch) = expect_context::<AuthEpoch>();
     let action = ServerAction::<BreakGlassSignIn>::new();
     on_success(action, move || epoch.update(|e| *e += 1));
-    let error = move || match action.value().get() {
-        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
-        _ => None,
-    };
+    let error = crate::components::action_outcome(action.value(), |_| None);
     let sso = ServerAction::<SsoStart>::new();
-    let sso_error = move || match sso.value().get() {
-        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
-        _ => None,
-    };
+    let sso_error = crate::components::action_outcome(sso.value(), |_| None);
     let query = leptos_router::hooks::use_query_map();
     let callback_error = move || {
         query.read().get("sso_error").map(|code| {

@@ -189,10 +189,7 @@ pub fn Policies(
     view: PolicyView,
     set: ServerAction<SetPolicy>,
 ) -> impl IntoView {
-    let error = move || match set.value().get() {
-        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
-        _ => None,
-    };
+    let error = crate::components::action_outcome(set.value(), |_| None);
     let can_edit = view.can_edit;
     view! {
         <section class="card policies" aria-labelledby=format!("pol-{scope}") data-scope=scope>

@@ -6,7 +6,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use serde::{Deserialize, Serialize};
 
-use crate::components::ErrorNotice;
+use crate::components::{ErrorNotice, action_outcome as outcome};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -235,24 +235,6 @@ pub async fn remove_member(id: String, user: String) -> Result<(), AppError> {
             Some(&crate::error::request_id()),
         )
         .await?)
-}
-
-/// The message of a finished action: its error, or `ok` on success.
-fn outcome<T, S>(
-    value: S,
-    ok: impl Fn(T) -> Option<String> + Send + Sync + 'static,
-) -> impl IntoView
-where
-    T: Clone + Send + Sync + 'static,
-    S: Get<Value = Option<Result<T, AppError>>> + Send + Sync + 'static,
-{
-    move || match value.get() {
-        Some(Err(e)) => {
-            Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any())
-        }
-        Some(Ok(v)) => ok(v).map(|m| view! { <p class="form-ok" role="status">{m}</p> }.into_any()),
-        None => None,
-    }
 }
 
 #[component]

@@ -117,10 +117,7 @@ pub fn ThemePicker() -> impl IntoView {
             theme.set(t);
         }
     });
-    let error = move || match action.value().get() {
-        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
-        _ => None,
-    };
+    let error = crate::components::action_outcome(action.value(), |_| None);
     view! {
         <ActionForm action=action attr:class="theme-picker" attr:aria-label="Colour theme">
             <fieldset>

@@ -72,51 +72,46 @@ pub struct AuditLine {
 }
 
 impl ControlPlane {
-    /// The newest audit records about one project (at most 100).
+    /// The newest audit records about one project, for anyone who can see it.
     pub async fn project_audit(
         &self,
         who: &crate::tenancy::Project<crate::tenancy::ProjectViewers>,
     ) -> Result<Vec<AuditLine>> {
-        let resource = self.naming().project(who.tenant(), who.id()).to_string();
-        let rows = sqlx::query!(
-            r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
-                      coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.resource,
-                      a.before, a.after, a.request_id
-               FROM audit_log a LEFT JOIN users u ON u.id = a.actor_user_id
-               WHERE a.resource = $1 ORDER BY a.id DESC LIMIT 100"#,
-            resource
-        )
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| AuditLine {
-                at: r.at,
-                actor: r.actor,
-                action: r.action,
-                resource: r.resource,
-                change: describe_change(r.before.as_ref(), r.after.as_ref()),
-                request_id: r.request_id,
-            })
-            .collect())
+        // The project's canonical name ends in `:project:{id}`, which no other resource's
+        // name contains.
+        let name = self.naming().project(who.tenant(), who.id()).to_string();
+        let filter = AuditFilter {
+            resource_contains: Some(name),
+            ..AuditFilter::default()
+        };
+        self.audit_search(&AuditScope(Reach::Tenant(who.tenant())), &filter)
+            .await
     }
 }
 
-/// Whose audit records a search may read. Built only from proofs.
-pub enum AuditScope {
-    /// One tenant's records: for that tenant's admins.
+/// Whose audit records a search may read. Built only from proofs: the field is private.
+pub struct AuditScope(Reach);
+
+enum Reach {
+    /// One tenant's records.
     Tenant(TenantId),
-    /// Everything: for platform admins.
+    /// Everything.
     All,
 }
 
 impl AuditScope {
+    /// A tenant's admins read that tenant's records.
     pub fn tenant(who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>) -> Self {
-        AuditScope::Tenant(who.id())
+        AuditScope(Reach::Tenant(who.id()))
     }
 
+    /// Platform admins read everything.
     pub fn all(_who: &crate::auth::Platform<crate::auth::PlatformAdmin>) -> Self {
-        AuditScope::All
+        AuditScope(Reach::All)
+    }
+
+    pub fn is_platform_wide(&self) -> bool {
+        matches!(self.0, Reach::All)
     }
 }
 
@@ -128,7 +123,7 @@ pub struct AuditFilter {
     pub actor_email: Option<String>,
     /// A substring of the canonical resource name (e.g. a project id).
     pub resource_contains: Option<String>,
-    /// A tenant's short name; only honoured for [`AuditScope::All`].
+    /// A tenant's short name; only honoured for a platform-wide scope.
     pub tenant_slug: Option<String>,
 }
 
@@ -145,13 +140,9 @@ impl ControlPlane {
         scope: &AuditScope,
         filter: &AuditFilter,
     ) -> Result<Vec<AuditLine>> {
-        let tenant = match scope {
-            AuditScope::Tenant(t) => Some(*t),
-            AuditScope::All => None,
-        };
-        let tenant_slug = match scope {
-            AuditScope::All => present(&filter.tenant_slug),
-            AuditScope::Tenant(_) => None,
+        let (tenant, tenant_slug) = match scope.0 {
+            Reach::Tenant(t) => (Some(t), None),
+            Reach::All => (None, present(&filter.tenant_slug)),
         };
         let rows = sqlx::query!(
             r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
