@@ -87,22 +87,19 @@ pub async fn sign_in_sso(
     session: &Session,
     done: &control_plane::sso::SsoSignIn,
 ) -> Result<(), AppError> {
-    session.cycle_id().await.map_err(AppError::internal)?;
-    session
-        .insert(
-            SIGNED_IN,
-            SignedIn {
-                user: done.principal.user_id,
-                at: now_secs(),
-                method: "oidc".into(),
-                sso: Some(SsoSession {
-                    tenant: done.tenant,
-                    id_token: done.id_token.clone(),
-                }),
-            },
-        )
-        .await
-        .map_err(AppError::internal)?;
+    begin_session(
+        session,
+        SignedIn {
+            user: done.principal.user_id,
+            at: now_secs(),
+            method: "oidc".into(),
+            sso: Some(SsoSession {
+                tenant: done.tenant,
+                id_token: done.id_token.clone(),
+            }),
+        },
+    )
+    .await?;
     tracing::info!(user.id = %done.principal.user_id, tenant.id = %done.tenant, auth.method = "oidc", "signed in");
     Ok(())
 }
@@ -146,28 +143,34 @@ fn now_secs() -> u64 {
         .unwrap_or(0)
 }
 
-/// Marks `session` as signed in as `principal`. The session id is replaced first, so an id
-/// planted before sign-in (session fixation) is worthless afterwards.
+/// Marks `session` as signed in as `principal`.
 pub async fn sign_in(
     session: &Session,
     principal: &Principal,
     method: &str,
 ) -> Result<(), AppError> {
-    session.cycle_id().await.map_err(AppError::internal)?;
-    session
-        .insert(
-            SIGNED_IN,
-            SignedIn {
-                user: principal.user_id,
-                at: now_secs(),
-                method: method.to_string(),
-                sso: None,
-            },
-        )
-        .await
-        .map_err(AppError::internal)?;
+    begin_session(
+        session,
+        SignedIn {
+            user: principal.user_id,
+            at: now_secs(),
+            method: method.to_string(),
+            sso: None,
+        },
+    )
+    .await?;
     tracing::info!(user.id = %principal.user_id, auth.method = method, "signed in");
     Ok(())
+}
+
+/// Every sign-in goes through here. The session id is replaced first, so an id planted
+/// before sign-in (session fixation) is worthless afterwards.
+async fn begin_session(session: &Session, signed_in: SignedIn) -> Result<(), AppError> {
+    session.cycle_id().await.map_err(AppError::internal)?;
+    session
+        .insert(SIGNED_IN, signed_in)
+        .await
+        .map_err(AppError::internal)
 }
 
 /// The signed-in principal of `session`, if any and still valid. Ends sessions that are past
