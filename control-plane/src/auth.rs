@@ -126,6 +126,11 @@ fn check_password(password: &str) -> Result<()> {
     Ok(())
 }
 
+/// The part after the `@` (empty if there is none).
+pub(crate) fn email_domain(email: &str) -> &str {
+    email.rsplit_once('@').map(|(_, d)| d).unwrap_or("")
+}
+
 pub(crate) fn normalize_email(email: &str) -> Result<String> {
     let email = email.trim().to_lowercase();
     let valid = email.split_once('@').is_some_and(|(local, domain)| {
@@ -223,12 +228,7 @@ impl ControlPlane {
     ) -> Result<UserId> {
         let email = normalize_email(email)?;
         check_password(password)?;
-        if display_name.trim().is_empty() {
-            return Err(Error::Invalid {
-                field: "name",
-                reason: "must not be empty".into(),
-            });
-        }
+        let display_name = crate::tenancy::check_display_name(display_name)?;
         let hash = hash_password(password.to_owned()).await?;
 
         let mut tx = self.pool().begin().await?;
@@ -251,7 +251,7 @@ impl ControlPlane {
                     "INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, $2, $3, 'admin')",
                     id as UserId,
                     email,
-                    display_name.trim(),
+                    display_name,
                 )
                 .execute(&mut *tx)
                 .await?;

@@ -28,9 +28,10 @@ use serde_json::json;
 
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Principal, normalize_email};
+use crate::auth::{Principal, email_domain, normalize_email};
 use crate::error::{Error, Result};
 use crate::ids::{TenantId, UserId};
+use crate::tenancy::TenantRole;
 
 /// How long a started sign-in may take before its callback is refused.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
@@ -162,7 +163,7 @@ struct Provider {
     client_id: String,
     client_secret: String,
     role_claim: String,
-    default_role: String,
+    default_role: TenantRole,
 }
 
 /// What a verified ID token says about the person.
@@ -182,10 +183,6 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn email_domain(email: &str) -> &str {
-    email.rsplit_once('@').map(|(_, d)| d).unwrap_or("")
 }
 
 /// Checks an ID token (signature, issuer, audience, expiry, nonce) and reads the identity.
@@ -238,55 +235,54 @@ pub fn verify_id_token(
     })
 }
 
-/// The most privileged tenant role among `mapped`, else `default`.
-fn strongest_role<'a>(mapped: impl Iterator<Item = &'a str>, default: &'a str) -> &'a str {
-    const ORDER: [&str; 4] = ["owner", "admin", "finance", "member"];
+/// The most privileged tenant role among `mapped` (`TenantRole::ALL` runs from most to
+/// least privileged), else `default`.
+fn strongest_role(mapped: impl Iterator<Item = TenantRole>, default: TenantRole) -> TenantRole {
     mapped
-        .min_by_key(|r| ORDER.iter().position(|o| o == r).unwrap_or(ORDER.len()))
+        .min_by_key(|r| TenantRole::ALL.iter().position(|o| o == r))
         .unwrap_or(default)
 }
 
 impl ControlPlane {
     async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>> {
-        let row = sqlx::query!(
-            r#"SELECT p.tenant_id AS "tenant: TenantId", p.issuer_url, p.client_id,
-                      p.client_secret, p.role_claim, p.default_role
-               FROM tenant_email_domains d JOIN identity_providers p USING (tenant_id)
-               WHERE d.domain = $1"#,
+        let tenant = sqlx::query_scalar!(
+            r#"SELECT tenant_id AS "tenant: TenantId" FROM tenant_email_domains WHERE domain = $1"#,
             domain
         )
         .fetch_optional(self.pool())
         .await?;
-        Ok(row.map(|r| Provider {
-            tenant: r.tenant,
-            issuer_url: r.issuer_url,
-            client_id: r.client_id,
-            client_secret: r.client_secret,
-            role_claim: r.role_claim,
-            default_role: r.default_role,
-        }))
+        match tenant {
+            Some(t) => self.provider(t).await,
+            None => Ok(None),
+        }
     }
 
     async fn provider_for_tenant(&self, tenant: TenantId) -> Result<Provider> {
-        let r = sqlx::query!(
+        self.provider(tenant).await?.ok_or(Error::NotFound {
+            what: "identity provider",
+        })
+    }
+
+    async fn provider(&self, tenant: TenantId) -> Result<Option<Provider>> {
+        let row = sqlx::query!(
             r#"SELECT tenant_id AS "tenant: TenantId", issuer_url, client_id, client_secret,
                       role_claim, default_role
                FROM identity_providers WHERE tenant_id = $1"#,
             tenant as TenantId
         )
         .fetch_optional(self.pool())
-        .await?
-        .ok_or(Error::NotFound {
-            what: "identity provider",
-        })?;
-        Ok(Provider {
-            tenant: r.tenant,
-            issuer_url: r.issuer_url,
-            client_id: r.client_id,
-            client_secret: r.client_secret,
-            role_claim: r.role_claim,
-            default_role: r.default_role,
+        .await?;
+        row.map(|r| {
+            Ok(Provider {
+                tenant: r.tenant,
+                issuer_url: r.issuer_url,
+                client_id: r.client_id,
+                client_secret: r.client_secret,
+                role_claim: r.role_claim,
+                default_role: TenantRole::parse(&r.default_role)?,
+            })
         })
+        .transpose()
     }
 
     /// Fetches the provider's discovery document. An unreachable or malformed issuer is
@@ -441,15 +437,10 @@ impl ControlPlane {
             (Some(e), true) => normalize_email(e).map_err(|_| SsoError::MissingEmail)?,
             _ => return Err(SsoError::MissingEmail.into()),
         };
-        let allowed = sqlx::query_scalar!(
-            "SELECT EXISTS (SELECT 1 FROM tenant_email_domains WHERE tenant_id = $1 AND domain = $2)",
-            provider.tenant as TenantId,
-            email_domain(&email),
-        )
-        .fetch_one(self.pool())
-        .await?
-        .unwrap_or(false);
-        if !allowed {
+        if !self
+            .tenant_owns_domain(provider.tenant, email_domain(&email))
+            .await?
+        {
             return Err(SsoError::EmailNotAllowed { email }.into());
         }
         let mappings = sqlx::query!(
@@ -458,18 +449,19 @@ impl ControlPlane {
         )
         .fetch_all(self.pool())
         .await?;
-        let role = strongest_role(
-            mappings
-                .iter()
-                .filter(|m| identity.role_claim_values.contains(&m.claim_value))
-                .map(|m| m.role.as_str()),
-            &provider.default_role,
-        )
-        .to_string();
+        let mapped = mappings
+            .iter()
+            .filter(|m| identity.role_claim_values.contains(&m.claim_value))
+            .map(|m| TenantRole::parse(&m.role))
+            .collect::<Result<Vec<_>>>()?;
+        let role = strongest_role(mapped.into_iter(), provider.default_role)
+            .as_str()
+            .to_string();
         let name = identity
             .name
             .clone()
-            .filter(|n| !n.trim().is_empty())
+            .map(|n| n.trim().chars().take(200).collect::<String>())
+            .filter(|n| !n.is_empty())
             .unwrap_or_else(|| email.clone());
 
         let mut tx = self.pool().begin().await?;
@@ -576,6 +568,20 @@ impl ControlPlane {
     }
 }
 
+impl ControlPlane {
+    /// Whether `domain` is one of `tenant`'s sign-in email domains.
+    pub(crate) async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
+                              WHERE tenant_id = $1 AND domain = $2) AS "owns!""#,
+            tenant as TenantId,
+            domain,
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+}
+
 /// Compares secrets without an early exit on the first differing byte.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -599,12 +605,13 @@ mod tests {
 
     #[test]
     fn the_strongest_mapped_role_wins() {
+        use TenantRole::*;
         assert_eq!(
-            strongest_role(["member", "admin", "finance"].into_iter(), "member"),
-            "admin"
+            strongest_role([Member, Admin, Finance].into_iter(), Member),
+            Admin
         );
-        assert_eq!(strongest_role(["finance"].into_iter(), "member"), "finance");
-        assert_eq!(strongest_role(std::iter::empty(), "member"), "member");
+        assert_eq!(strongest_role([Finance].into_iter(), Member), Finance);
+        assert_eq!(strongest_role(std::iter::empty(), Member), Member);
     }
 
     #[test]
@@ -620,7 +627,6 @@ mod tests {
 pub struct ProviderSettings {
     pub issuer_url: String,
     pub client_id: String,
-    pub has_secret: bool,
     pub domains: Vec<String>,
     pub role_claim: String,
     pub default_role: String,
@@ -636,13 +642,18 @@ pub struct ProviderUpdate {
     pub client_secret: Option<String>,
     pub domains: Vec<String>,
     pub role_claim: String,
-    pub default_role: crate::tenancy::TenantRole,
-    pub mappings: Vec<(String, crate::tenancy::TenantRole)>,
+    pub default_role: TenantRole,
+    pub mappings: Vec<(String, TenantRole)>,
 }
 
 fn check_domain(d: &str) -> Result<String> {
     let d = d.trim().trim_start_matches('@').to_lowercase();
-    let labels_ok = d.split('.').count() >= 2
+    let tld_ok = d
+        .rsplit('.')
+        .next()
+        .is_some_and(|t| (2..=63).contains(&t.len()) && t.chars().all(|c| c.is_ascii_lowercase()));
+    let labels_ok = tld_ok
+        && d.split('.').count() >= 2
         && d.split('.').all(|l| {
             !l.is_empty()
                 && l.len() <= 63
@@ -693,7 +704,6 @@ impl ControlPlane {
         Ok(Some(ProviderSettings {
             issuer_url: p.issuer_url,
             client_id: p.client_id,
-            has_secret: true,
             domains,
             role_claim: p.role_claim,
             default_role: p.default_role,
@@ -709,7 +719,6 @@ impl ControlPlane {
         update: ProviderUpdate,
         request_id: Option<&str>,
     ) -> Result<()> {
-        use crate::tenancy::TenantRole;
         let issuer = update.issuer_url.trim().trim_end_matches('/').to_string();
         if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
             return Err(Error::Invalid {
@@ -718,10 +727,30 @@ impl ControlPlane {
             });
         }
         let client_id = update.client_id.trim().to_string();
-        if client_id.is_empty() {
+        if client_id.is_empty() || client_id.len() > 255 {
             return Err(Error::Invalid {
                 field: "client_id",
-                reason: "must not be empty".into(),
+                reason: "use 1 to 255 characters".into(),
+            });
+        }
+        if update
+            .client_secret
+            .as_ref()
+            .is_some_and(|s| s.len() > 1024)
+        {
+            return Err(Error::Invalid {
+                field: "client_secret",
+                reason: "use at most 1024 characters".into(),
+            });
+        }
+        if let Some((value, _)) = update
+            .mappings
+            .iter()
+            .find(|(v, _)| v.trim().is_empty() || v.trim().len() > 255)
+        {
+            return Err(Error::Invalid {
+                field: "mappings",
+                reason: format!("{:?}: a claim value has 1 to 255 characters", value.trim()),
             });
         }
         let mut domains = update

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Principal, normalize_email};
+use crate::auth::{Principal, email_domain, normalize_email};
 use crate::error::{Error, Result};
 use crate::ids::{ProjectId, TenantId, UserId};
 
@@ -193,7 +193,7 @@ fn check_slug(slug: &str) -> Result<()> {
     }
 }
 
-fn check_display_name(name: &str) -> Result<String> {
+pub(crate) fn check_display_name(name: &str) -> Result<String> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 200 {
         return Err(Error::Invalid {
@@ -504,14 +504,8 @@ impl ControlPlane {
         request_id: Option<&str>,
     ) -> Result<InviteOutcome> {
         let email = normalize_email(email)?;
-        let domain = email.rsplit_once('@').map(|(_, d)| d).unwrap_or_default();
-        let owns_domain = sqlx::query_scalar!(
-            r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains WHERE tenant_id = $1 AND domain = $2) AS "e!""#,
-            who.tenant as TenantId,
-            domain
-        )
-        .fetch_one(self.pool())
-        .await?;
+        let domain = email_domain(&email);
+        let owns_domain = self.tenant_owns_domain(who.tenant, domain).await?;
         let mut tx = self.pool().begin().await?;
         let existing = sqlx::query!(
             r#"SELECT u.id AS "id: UserId", pm.role AS "project_role?"

@@ -141,7 +141,12 @@ async fn bad_input_is_refused_by_name_and_nothing_is_written(pool: PgPool) {
         .set_break_glass_password("ada@platform.example", "  ", PW)
         .await
         .unwrap_err();
-    assert_eq!(err.to_string(), "invalid name: must not be empty");
+    assert_eq!(err.to_string(), "invalid name: use 1 to 200 characters");
+    let err = cp
+        .set_break_glass_password("ada@platform.example", &"A".repeat(201), PW)
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "invalid name: use 1 to 200 characters");
     let rows: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM audit_log)",
     )
