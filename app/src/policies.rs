@@ -30,24 +30,23 @@ pub struct PolicyView {
 #[cfg(feature = "ssr")]
 mod ssr {
     use control_plane::ControlPlane;
-    use control_plane::auth::{PlatformAdmin, PlatformStaff, Principal};
-    use control_plane::policy::{Level, PolicyKey, Resolved, Scope};
-    use control_plane::tenancy::{ProjectViewers, TenantAdmins, TenantMembers, TenantRole};
+    use control_plane::auth::Principal;
+    use control_plane::policy::{Level, Resolved, Target};
 
     use super::{PolicyRow, PolicyView};
     use crate::AppError;
 
-    pub enum At {
-        Global,
-        Organization,
-        Project(control_plane::ProjectId),
-    }
-
-    pub fn at(scope: &str, project: &str) -> Result<At, AppError> {
+    /// The form's `scope` and `project` fields, as a target.
+    pub async fn target(
+        cp: &ControlPlane,
+        p: &Principal,
+        scope: &str,
+        project: &str,
+    ) -> Result<Target, AppError> {
         match scope {
-            "global" => Ok(At::Global),
-            "organization" => Ok(At::Organization),
-            "project" => Ok(At::Project(
+            "global" => Ok(Target::Global),
+            "organization" => Ok(Target::Tenant(crate::server::home_tenant(cp, p).await?.0)),
+            "project" => Ok(Target::Project(
                 project.parse().map_err(|_| AppError::NotFound)?,
             )),
             other => Err(AppError::BadRequest(format!(
@@ -56,105 +55,57 @@ mod ssr {
         }
     }
 
-    fn rows(resolved: Vec<Resolved>, level: Level) -> Vec<PolicyRow> {
+    pub fn rows(resolved: Vec<Resolved>, target: Target) -> Vec<PolicyRow> {
+        let level = match target {
+            Target::Global => Level::Global,
+            Target::Tenant(_) => Level::Tenant,
+            Target::Project(_) => Level::Project,
+        };
+        let text =
+            |v: &Option<control_plane::policy::PolicyValue>| v.as_ref().map(|v| v.to_string());
         resolved
             .into_iter()
             .map(|r| PolicyRow {
                 key: r.key.as_str().into(),
                 label: r.key.label().into(),
                 hint: r.key.hint().into(),
-                effective: r.value.as_ref().map(|v| v.to_string()),
+                effective: text(&r.value),
                 decided_by: r.decided_by.map(|l| l.as_str().into()),
                 here: r
                     .trace
                     .iter()
                     .find(|(l, _)| *l == level)
-                    .and_then(|(_, v)| v.as_ref().map(|v| v.to_string())),
+                    .and_then(|(_, v)| text(v)),
                 trace: r
                     .trace
                     .iter()
-                    .map(|(l, v)| {
-                        (
-                            l.as_str().into(),
-                            v.as_ref()
-                                .map(|v| v.to_string())
-                                .unwrap_or_else(|| "—".into()),
-                        )
-                    })
+                    .map(|(l, v)| (l.as_str().into(), text(v).unwrap_or_else(|| "—".into())))
                     .collect(),
             })
             .collect()
     }
 
-    pub async fn view(cp: &ControlPlane, p: &Principal, at: At) -> Result<PolicyView, AppError> {
-        Ok(match at {
-            At::Global => {
-                p.platform::<PlatformStaff>()?;
-                PolicyView {
-                    can_edit: p.platform::<PlatformAdmin>().is_ok(),
-                    rows: rows(cp.resolve_policies(None, None).await?, Level::Global),
-                }
-            }
-            At::Organization => {
-                let (tenant, _) = crate::server::home_tenant(cp, p).await?;
-                let who = cp.tenant_access::<TenantMembers>(p, tenant).await?;
-                PolicyView {
-                    can_edit: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
-                    rows: rows(
-                        cp.resolve_policies(Some(tenant), None).await?,
-                        Level::Tenant,
-                    ),
-                }
-            }
-            At::Project(id) => {
-                let project = cp.project_access::<ProjectViewers>(p, id).await?;
-                let admin = cp
-                    .tenant_access::<TenantAdmins>(p, project.tenant())
-                    .await
-                    .is_ok();
-                PolicyView {
-                    can_edit: admin,
-                    rows: rows(
-                        cp.resolve_policies(Some(project.tenant()), Some(id))
-                            .await?,
-                        Level::Project,
-                    ),
-                }
-            }
+    pub async fn view(
+        cp: &ControlPlane,
+        p: &Principal,
+        target: Target,
+    ) -> Result<PolicyView, AppError> {
+        let (resolved, can_edit) = cp.policies_at(p, target).await?;
+        Ok(PolicyView {
+            can_edit,
+            rows: rows(resolved, target),
         })
-    }
-
-    pub async fn scope(cp: &ControlPlane, p: &Principal, at: At) -> Result<Scope, AppError> {
-        Ok(match at {
-            At::Global => Scope::global(&p.platform::<PlatformAdmin>()?),
-            At::Organization => {
-                let (tenant, _) = crate::server::home_tenant(cp, p).await?;
-                Scope::tenant(&cp.tenant_access::<TenantAdmins>(p, tenant).await?)
-            }
-            At::Project(id) => {
-                let project = cp.project_access::<ProjectViewers>(p, id).await?;
-                let admin = cp
-                    .tenant_access::<TenantAdmins>(p, project.tenant())
-                    .await?;
-                Scope::project(&admin, &project)?
-            }
-        })
-    }
-
-    pub fn key(k: &str) -> Result<PolicyKey, AppError> {
-        Ok(PolicyKey::parse(k)?)
     }
 }
 
-/// The policy view for one level, for the server function of the page that shows it.
+/// The policy view at `target`, for the server function of the page that shows it.
 #[cfg(feature = "ssr")]
 pub async fn load(
     cp: &control_plane::ControlPlane,
     principal: &control_plane::auth::Principal,
-    scope: &str,
-    project: &str,
+    target: control_plane::policy::Target,
 ) -> Result<PolicyView, AppError> {
-    ssr::view(cp, principal, ssr::at(scope, project)?).await
+    ssr::view(cp, principal, target).await
 }
 
 /// Sets one policy at one level; an empty value clears it.
@@ -167,8 +118,9 @@ pub async fn set_policy(
 ) -> Result<(), AppError> {
     use control_plane::policy::PolicyValue;
     let (cp, principal) = crate::server::signed_in().await?;
-    let scope = ssr::scope(&cp, &principal, ssr::at(&scope, &project)?).await?;
-    let key = ssr::key(&key)?;
+    let target = ssr::target(&cp, &principal, &scope, &project).await?;
+    let scope = cp.policy_scope(&principal, target).await?;
+    let key = control_plane::policy::PolicyKey::parse(&key)?;
     let value = if value.trim().is_empty() {
         None
     } else {

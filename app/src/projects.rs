@@ -95,18 +95,23 @@ mod ssr {
 
 #[server]
 pub async fn list_projects() -> Result<ProjectsView, AppError> {
-    use control_plane::tenancy::{TenantMembers, TenantRole};
+    use control_plane::tenancy::{TenantAdmins, TenantMembers, TenantRequirement};
     let (cp, principal) = crate::server::signed_in().await?;
     let (tenant, tenant_name) = crate::server::home_tenant(&cp, &principal).await?;
     let who = cp
         .tenant_access::<TenantMembers>(&principal, tenant)
         .await?;
     let projects = cp.list_projects(&who).await?;
-    let policies = crate::policies::load(&cp, &principal, "organization", "").await?;
+    let policies = crate::policies::load(
+        &cp,
+        &principal,
+        control_plane::policy::Target::Tenant(tenant),
+    )
+    .await?;
     Ok(ProjectsView {
         policies,
         tenant_name,
-        can_create: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
+        can_create: TenantAdmins::ROLES.contains(&who.role()),
         projects: projects.into_iter().map(ssr::row).collect(),
     })
 }
@@ -133,7 +138,12 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
         .await?;
     let detail = cp.project_detail(&who).await?;
     let audit = cp.project_audit(&who).await?;
-    let policies = crate::policies::load(&cp, &principal, "project", &id).await?;
+    let policies = crate::policies::load(
+        &cp,
+        &principal,
+        control_plane::policy::Target::Project(who.id()),
+    )
+    .await?;
     Ok(ProjectView {
         policies,
         can_manage: who.role() == ProjectRole::Admin,

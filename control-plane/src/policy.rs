@@ -356,7 +356,70 @@ impl Scope {
     }
 }
 
+/// Where a policy table applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Global,
+    Tenant(TenantId),
+    Project(ProjectId),
+}
+
 impl ControlPlane {
+    /// The scope to set policies at `target`, if `principal` may: platform admins set global
+    /// policies; a tenant's admins set the tenant's and its projects'.
+    pub async fn policy_scope(
+        &self,
+        principal: &crate::auth::Principal,
+        target: Target,
+    ) -> Result<Scope> {
+        use crate::tenancy::{ProjectViewers, TenantAdmins};
+        match target {
+            Target::Global => Ok(Scope::global(
+                &principal.platform::<crate::auth::PlatformAdmin>()?,
+            )),
+            Target::Tenant(t) => Ok(Scope::tenant(
+                &self.tenant_access::<TenantAdmins>(principal, t).await?,
+            )),
+            Target::Project(p) => {
+                let project = self.project_access::<ProjectViewers>(principal, p).await?;
+                let admin = self
+                    .tenant_access::<TenantAdmins>(principal, project.tenant())
+                    .await?;
+                Scope::project(&admin, &project)
+            }
+        }
+    }
+
+    /// The policies in force at `target`, for anyone who may see it (platform staff for
+    /// global, the tenant's members, the project's viewers), and whether they may set them.
+    pub async fn policies_at(
+        &self,
+        principal: &crate::auth::Principal,
+        target: Target,
+    ) -> Result<(Vec<Resolved>, bool)> {
+        use crate::tenancy::{ProjectViewers, TenantMembers};
+        let (tenant, project) = match target {
+            Target::Global => {
+                principal.platform::<crate::auth::PlatformStaff>()?;
+                (None, None)
+            }
+            Target::Tenant(t) => {
+                self.tenant_access::<TenantMembers>(principal, t).await?;
+                (Some(t), None)
+            }
+            Target::Project(p) => {
+                let seen = self.project_access::<ProjectViewers>(principal, p).await?;
+                (Some(seen.tenant()), Some(p))
+            }
+        };
+        let can_edit = match self.policy_scope(principal, target).await {
+            Ok(_) => true,
+            Err(Error::Forbidden { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        Ok((self.resolve_policies(tenant, project).await?, can_edit))
+    }
+
     /// Every key, resolved for `tenant` (and `project`, if given).
     pub async fn resolve_policies(
         &self,

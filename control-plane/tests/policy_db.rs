@@ -216,3 +216,52 @@ async fn the_table_checks_value_shapes_and_one_setting_per_scope(pool: PgPool) {
         "two global settings: {err}"
     );
 }
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn who_may_see_and_who_may_set_policies_at_each_level(pool: PgPool) {
+    use control_plane::policy::Target;
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.seed_demo().await.unwrap();
+    let root = cp
+        .set_break_glass_password("root@platform.example", "Root", "a long enough password")
+        .await
+        .unwrap();
+    let root = cp.principal(root).await.unwrap().unwrap();
+    let alice = principal(&cp, &pool, "alice@acme.example").await;
+    let bob = principal(&cp, &pool, "bob@acme.example").await;
+    let fiona = principal(&cp, &pool, "fiona@acme.example").await;
+    let carol = principal(&cp, &pool, "carol@globex.example").await;
+    let research = Target::Project(demo::ACME_RESEARCH);
+    let acme = Target::Tenant(demo::ACME);
+
+    let can_edit = |r: control_plane::Result<(Vec<_>, bool)>| {
+        r.map(|(rows, e)| {
+            assert_eq!(rows.len(), PolicyKey::ALL.len());
+            e
+        })
+    };
+    assert!(can_edit(cp.policies_at(&root, Target::Global).await).unwrap());
+    assert!(can_edit(cp.policies_at(&alice, acme).await).unwrap());
+    assert!(can_edit(cp.policies_at(&alice, research).await).unwrap());
+    // Members and finance see the policies in force, and can't change them.
+    assert!(!can_edit(cp.policies_at(&bob, research).await).unwrap());
+    assert!(!can_edit(cp.policies_at(&bob, acme).await).unwrap());
+    assert!(!can_edit(cp.policies_at(&fiona, research).await).unwrap());
+    // Tenant users aren't platform staff; another tenant sees nothing.
+    assert!(matches!(
+        cp.policies_at(&alice, Target::Global).await,
+        Err(Error::Forbidden { .. })
+    ));
+    assert!(matches!(
+        cp.policies_at(&carol, research).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cp.policy_scope(&carol, acme).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cp.policy_scope(&bob, research).await,
+        Err(Error::Forbidden { .. })
+    ));
+}

@@ -21,7 +21,8 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
     let staff = principal.platform::<PlatformStaff>()?;
     let cp = crate::server::control_plane()?;
     Ok(AdminView {
-        policies: crate::policies::load(&cp, &principal, "global", "").await?,
+        policies: crate::policies::load(&cp, &principal, control_plane::policy::Target::Global)
+            .await?,
         display_name: staff.principal().display_name.clone(),
         role: format!("platform {}", staff.role().as_str()),
     })
