@@ -15,6 +15,8 @@ pub enum Actor {
     User(UserId),
     /// Workers, migrations and seeds.
     System,
+    /// A node agent, authenticated with its node credential.
+    Agent,
 }
 
 /// One audit record, before it is written.
@@ -35,6 +37,7 @@ pub async fn record(conn: &mut PgConnection, entry: AuditEntry<'_>) -> Result<i6
     let (kind, user) = match entry.actor {
         Actor::User(u) => ("user", Some(u)),
         Actor::System => ("system", None),
+        Actor::Agent => ("agent", None),
     };
     let tenant: Option<TenantId> = entry.resource.tenant_id();
     let id = sqlx::query_scalar!(
@@ -175,6 +178,18 @@ impl ControlPlane {
                 request_id: r.request_id,
             })
             .collect())
+    }
+}
+
+impl ControlPlane {
+    /// The newest records whose resource name contains `needle`, across tenants. Only for
+    /// callers that already hold a platform proof (e.g. a node's trail for fleet staff).
+    pub(crate) async fn platform_trail(&self, needle: String) -> Result<Vec<AuditLine>> {
+        let filter = AuditFilter {
+            resource_contains: Some(needle),
+            ..AuditFilter::default()
+        };
+        self.audit_search(&AuditScope(Reach::All), &filter).await
     }
 }
 

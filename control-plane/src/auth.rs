@@ -69,6 +69,13 @@ impl PlatformRequirement for PlatformStaff {
     const WHO: &'static str = "platform staff";
 }
 
+/// Operators run the fleet; admins may do everything operators do.
+pub struct PlatformOperators;
+impl PlatformRequirement for PlatformOperators {
+    const ROLES: &'static [PlatformRole] = &[PlatformRole::Admin, PlatformRole::Operator];
+    const WHO: &'static str = "platform operators";
+}
+
 pub struct PlatformAdmin;
 impl PlatformRequirement for PlatformAdmin {
     const ROLES: &'static [PlatformRole] = &[PlatformRole::Admin];

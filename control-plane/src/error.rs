@@ -21,6 +21,9 @@ pub enum Error {
     /// A failed sign-in. Deliberately vague: it doesn't say which part was wrong.
     #[error("email or password is wrong")]
     InvalidCredentials,
+    /// A node agent's bootstrap token or credential was refused; the message says why.
+    #[error("{0}")]
+    AgentRefused(String),
     /// The request is valid but clashes with the current state.
     #[error("{0}")]
     Conflict(String),

@@ -53,3 +53,15 @@ uuid_id!(
     /// A person (or break-glass admin). Attribution only; users never own resources.
     UserId
 );
+uuid_id!(
+    /// An enrolled GPU host.
+    NodeId
+);
+uuid_id!(
+    /// An approved, schedulable bundle on one node (GPU, NVMe, IB VF, CPUs, memory).
+    SlotId
+);
+uuid_id!(
+    /// A unit of work queued for a node agent.
+    AgentTaskId
+);

@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod demo;
 pub mod error;
+pub mod fleet;
 pub mod health;
 pub mod ids;
 pub mod naming;
@@ -17,7 +18,7 @@ pub mod sso;
 pub mod tenancy;
 
 pub use error::{Error, Result};
-pub use ids::{ProjectId, TenantId, UserId};
+pub use ids::{AgentTaskId, NodeId, ProjectId, SlotId, TenantId, UserId};
 pub use naming::Naming;
 pub use resource_name::{ResourceName, ResourceNameError};
 

@@ -51,6 +51,23 @@ impl Naming {
         self.name("", None, None, "platform", what)
     }
 
+    /// `{partition}:{service}:{region}:::node:{node}`
+    pub fn node(
+        &self,
+        region: &str,
+        node: crate::ids::NodeId,
+    ) -> Result<ResourceName, ResourceNameError> {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            None,
+            None,
+            "node",
+            &node.to_string(),
+        )
+    }
+
     fn name(
         &self,
         region: &str,

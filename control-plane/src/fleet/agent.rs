@@ -1,0 +1,502 @@
+//! What a node agent may do: exchange its bootstrap token, heartbeat, claim tasks, report
+//! phases and results. Every call but the exchange needs a [`NodeAgent`], which only
+//! [`ControlPlane::authenticate_node`] makes from a valid node credential.
+
+use std::time::Duration;
+
+use agent_protocol::{
+    Discovery, HealthStatus, PhaseReport, PhaseStatus, TaskOutcome, TaskOutput, TaskSpec,
+};
+use serde_json::json;
+
+use super::{SlotRow, differences, new_secret, secret_hash, utc};
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::error::{Error, Result};
+use crate::ids::{AgentTaskId, NodeId, SlotId, UserId};
+
+/// Proof that the caller holds node `id`'s current credential. Fields are private.
+#[derive(Clone, Debug)]
+pub struct NodeAgent {
+    id: NodeId,
+    region: String,
+}
+
+impl NodeAgent {
+    pub fn node_id(&self) -> NodeId {
+        self.id
+    }
+}
+
+/// What enrolment hands the agent: its id and its credential (shown once).
+#[derive(Clone, Debug)]
+pub struct NodeCredential {
+    pub node_id: NodeId,
+    pub credential: String,
+}
+
+/// Queues a discovery unless one is already queued or running; says whether it queued one.
+pub(crate) async fn queue_discovery(
+    tx: &mut sqlx::PgConnection,
+    node: NodeId,
+    requested_by: Option<UserId>,
+) -> Result<bool> {
+    let spec = serde_json::to_value(TaskSpec::TopologyDiscover {}).expect("serializes");
+    let queued = sqlx::query!(
+        r#"INSERT INTO agent_tasks (id, node_id, kind, spec, requested_by)
+           VALUES ($1, $2, 'slice.topology_discover', $3, $4)
+           ON CONFLICT DO NOTHING"#,
+        AgentTaskId::new_random() as AgentTaskId,
+        node as NodeId,
+        spec,
+        requested_by as Option<UserId>,
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(queued.rows_affected() == 1)
+}
+
+impl ControlPlane {
+    /// Exchanges a one-time bootstrap token for the node's credential. The token must be
+    /// unused, unexpired, not replaced, and issued for this hostname. A previous credential of
+    /// the node stops working. Queues the first discovery.
+    #[tracing::instrument(skip_all, fields(node.hostname = %hostname))]
+    pub async fn exchange_bootstrap_token(
+        &self,
+        token: &str,
+        hostname: &str,
+        agent_version: &str,
+    ) -> Result<NodeCredential> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"SELECT t.id, t.node_id AS "node_id: NodeId", n.hostname, n.region,
+                      t.used_at, t.revoked_at, t.expires_at, t.expires_at <= now() AS "expired!"
+               FROM node_bootstrap_tokens t JOIN nodes n ON n.id = t.node_id
+               WHERE t.token_hash = $1
+               FOR UPDATE OF t"#,
+            secret_hash(token)
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| Error::AgentRefused("this bootstrap token is not known".into()))?;
+        if row.used_at.is_some() {
+            return Err(Error::AgentRefused(
+                "this bootstrap token was already used; ask an operator for a new one".into(),
+            ));
+        }
+        if row.revoked_at.is_some() {
+            return Err(Error::AgentRefused(
+                "this bootstrap token was replaced by a newer one".into(),
+            ));
+        }
+        if row.expired {
+            return Err(Error::AgentRefused(format!(
+                "this bootstrap token expired at {}; ask an operator for a new one",
+                utc(row.expires_at)
+            )));
+        }
+        let hostname = hostname.trim().to_ascii_lowercase();
+        if hostname != row.hostname {
+            return Err(Error::AgentRefused(format!(
+                "this bootstrap token enrols {}, not {hostname}",
+                row.hostname
+            )));
+        }
+        sqlx::query!(
+            "UPDATE node_bootstrap_tokens SET used_at = now() WHERE id = $1",
+            row.id
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE node_credentials SET revoked_at = now() WHERE node_id = $1 AND revoked_at IS NULL",
+            row.node_id as NodeId
+        )
+        .execute(&mut *tx)
+        .await?;
+        let credential = new_secret("gpn_");
+        sqlx::query!(
+            "INSERT INTO node_credentials (id, node_id, credential_hash) VALUES ($1, $2, $3)",
+            uuid::Uuid::new_v4(),
+            row.node_id as NodeId,
+            secret_hash(&credential),
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE nodes SET agent_enrolled_at = now(), agent_version = $2 WHERE id = $1",
+            row.node_id as NodeId,
+            agent_version.chars().take(64).collect::<String>(),
+        )
+        .execute(&mut *tx)
+        .await?;
+        queue_discovery(&mut tx, row.node_id, None).await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::Agent,
+                action: "node.agent.enrol",
+                resource: &self.naming().node(&row.region, row.node_id)?,
+                before: None,
+                after: Some(json!({ "agent_version": agent_version })),
+                request_id: None,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(NodeCredential {
+            node_id: row.node_id,
+            credential,
+        })
+    }
+
+    /// The node a credential belongs to, if it is the node's current one.
+    pub async fn authenticate_node(&self, credential: &str) -> Result<NodeAgent> {
+        let row = sqlx::query!(
+            r#"SELECT n.id AS "id: NodeId", n.region
+               FROM node_credentials c JOIN nodes n ON n.id = c.node_id
+               WHERE c.credential_hash = $1 AND c.revoked_at IS NULL"#,
+            secret_hash(credential)
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or_else(|| {
+            Error::AgentRefused("the node credential is not valid (revoked or unknown)".into())
+        })?;
+        Ok(NodeAgent {
+            id: row.id,
+            region: row.region,
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
+    pub async fn heartbeat(
+        &self,
+        agent: &NodeAgent,
+        agent_version: &str,
+        health: HealthStatus,
+        detail: Option<&str>,
+    ) -> Result<()> {
+        let health = match health {
+            HealthStatus::Healthy => "healthy",
+            HealthStatus::Degraded => "degraded",
+        };
+        sqlx::query!(
+            "UPDATE nodes SET last_heartbeat_at = now(), agent_version = $2, health = $3,
+                              health_detail = $4
+             WHERE id = $1",
+            agent.id as NodeId,
+            agent_version.chars().take(64).collect::<String>(),
+            health,
+            detail.map(|d| d.chars().take(500).collect::<String>()),
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// The oldest queued task for this node, marked running; waits up to `wait` for one
+    /// (polling, so that any server replica may answer).
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
+    pub async fn claim_task(
+        &self,
+        agent: &NodeAgent,
+        wait: Duration,
+    ) -> Result<Option<(AgentTaskId, TaskSpec)>> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let row = sqlx::query!(
+                r#"UPDATE agent_tasks SET state = 'running', claimed_at = now()
+                   WHERE id = (SELECT id FROM agent_tasks
+                               WHERE node_id = $1 AND state = 'queued'
+                               ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                   RETURNING id AS "id: AgentTaskId", spec"#,
+                agent.id as NodeId
+            )
+            .fetch_optional(self.pool())
+            .await?;
+            if let Some(row) = row {
+                let spec: TaskSpec = serde_json::from_value(row.spec)
+                    .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
+                return Ok(Some((row.id, spec)));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(250).min(wait)).await;
+        }
+    }
+
+    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String> {
+        let state = sqlx::query_scalar!(
+            "SELECT state FROM agent_tasks WHERE id = $1 AND node_id = $2",
+            task as AgentTaskId,
+            agent.id as NodeId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "task" })?;
+        Ok(state)
+    }
+
+    pub async fn report_phase(
+        &self,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        report: &PhaseReport,
+    ) -> Result<()> {
+        let state = self.running_task(agent, task).await?;
+        if state != "running" {
+            return Err(Error::Conflict(format!(
+                "task {task} is {state}, not running"
+            )));
+        }
+        let phase = report.phase.trim();
+        if phase.is_empty()
+            || phase.len() > 63
+            || !phase.starts_with(|c: char| c.is_ascii_lowercase())
+            || !phase
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return Err(Error::Invalid {
+                field: "phase",
+                reason: format!("{phase:?} is not a lowercase identifier"),
+            });
+        }
+        let status = match report.status {
+            PhaseStatus::Started => "started",
+            PhaseStatus::Succeeded => "succeeded",
+            PhaseStatus::Failed => "failed",
+        };
+        sqlx::query!(
+            "INSERT INTO agent_task_phases (task_id, phase, status, elapsed_ms, detail)
+             VALUES ($1, $2, $3, $4, $5)",
+            task as AgentTaskId,
+            phase,
+            status,
+            report.elapsed_ms.min(i64::MAX as u64) as i64,
+            report
+                .detail
+                .as_deref()
+                .map(|d| d.chars().take(2000).collect::<String>()),
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records a task's result. A discovery becomes the node's next slot-map proposal; where
+    /// it disagrees with approved slots, those slots are marked drifted (unschedulable until
+    /// re-approved) in the same transaction.
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id, task.id = %task))]
+    pub async fn finish_task(
+        &self,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        outcome: &TaskOutcome,
+    ) -> Result<Option<i32>> {
+        let mut tx = self.pool().begin().await?;
+        sqlx::query!(
+            "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE",
+            agent.id as NodeId
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let row = sqlx::query!(
+            "SELECT state, kind FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR UPDATE",
+            task as AgentTaskId,
+            agent.id as NodeId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "task" })?;
+        if row.state != "running" {
+            return Err(Error::Conflict(format!(
+                "task {task} is already {}",
+                row.state
+            )));
+        }
+        let mut generation = None;
+        match outcome {
+            TaskOutcome::Failed { error } => {
+                let error = error.trim();
+                sqlx::query!(
+                    "UPDATE agent_tasks SET state = 'failed', finished_at = now(), error = $2 WHERE id = $1",
+                    task as AgentTaskId,
+                    if error.is_empty() { "the agent gave no reason" } else { error },
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+            TaskOutcome::Succeeded { output } => {
+                let TaskOutput::TopologyDiscovered(discovery) = output;
+                if row.kind != "slice.topology_discover" {
+                    return Err(Error::Invalid {
+                        field: "result",
+                        reason: format!("a {} task can't return a discovery", row.kind),
+                    });
+                }
+                match self.record_discovery(&mut tx, agent, task, discovery).await {
+                    Ok(g) => generation = Some(g),
+                    Err(e @ Error::Invalid { .. }) => {
+                        // A malformed answer fails the task (the operator sees why) and
+                        // changes nothing else.
+                        drop(tx);
+                        sqlx::query!(
+                            "UPDATE agent_tasks SET state = 'failed', finished_at = now(), error = $2
+                             WHERE id = $1 AND state = 'running'",
+                            task as AgentTaskId,
+                            format!("the control plane refused the result: {e}"),
+                        )
+                        .execute(self.pool())
+                        .await?;
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+                sqlx::query!(
+                    "UPDATE agent_tasks SET state = 'succeeded', finished_at = now() WHERE id = $1",
+                    task as AgentTaskId
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(generation)
+    }
+
+    async fn record_discovery(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        discovery: &Discovery,
+    ) -> Result<i32> {
+        if !discovery.approval_required {
+            return Err(Error::Invalid {
+                field: "discovery",
+                reason: "approval_required must be true: discovery never creates slots".into(),
+            });
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(dup) = discovery
+            .proposed_slots
+            .iter()
+            .find(|s| !seen.insert(s.slot_index))
+        {
+            return Err(Error::Invalid {
+                field: "discovery",
+                reason: format!("slot index {} is proposed twice", dup.slot_index),
+            });
+        }
+        sqlx::query!(
+            "UPDATE slot_map_proposals SET status = 'superseded' WHERE node_id = $1 AND status = 'pending'",
+            agent.id as NodeId
+        )
+        .execute(&mut *tx)
+        .await?;
+        let generation = sqlx::query_scalar!(
+            r#"INSERT INTO slot_map_proposals (node_id, generation, task_id, discovery)
+               VALUES ($1, (SELECT coalesce(max(generation), 0) + 1 FROM slot_map_proposals WHERE node_id = $1), $2, $3)
+               RETURNING generation"#,
+            agent.id as NodeId,
+            task as AgentTaskId,
+            serde_json::to_value(discovery).expect("serializes"),
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+
+        // Drift: approved slots the new discovery disagrees with.
+        let live = sqlx::query!(
+            r#"SELECT id AS "id: SlotId", slot_index, gpu_pci_address, gpu_model, gpu_uuid, numa_node,
+                      nvme_pci_address, nvme_serial, nvme_namespace, ib_vf_pci_address, cpu_set,
+                      memory_mib, approved_generation, drift
+               FROM node_resource_slots WHERE node_id = $1 AND retired_at IS NULL
+               ORDER BY slot_index"#,
+            agent.id as NodeId
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut drifted = Vec::new();
+        for s in live {
+            let current = SlotRow {
+                id: s.id,
+                slot_index: s.slot_index,
+                gpu_pci_address: s.gpu_pci_address.clone(),
+                gpu_model: s.gpu_model,
+                gpu_uuid: s.gpu_uuid,
+                numa_node: s.numa_node,
+                nvme_pci_address: s.nvme_pci_address,
+                nvme_serial: s.nvme_serial,
+                nvme_namespace: s.nvme_namespace,
+                ib_vf_pci_address: s.ib_vf_pci_address,
+                cpu_set: s.cpu_set,
+                memory_mib: s.memory_mib,
+                wipe_policy: String::new(),
+                approved_generation: s.approved_generation,
+                state: String::new(),
+                drift: s.drift.clone(),
+            };
+            let now = discovery
+                .proposed_slots
+                .iter()
+                .find(|p| p.gpu.pci_address == current.gpu_pci_address);
+            let reason = match now {
+                None => Some(format!("GPU {} is gone", current.gpu_pci_address)),
+                Some(p) => {
+                    let d = differences(&current, p);
+                    (!d.is_empty()).then(|| d.join("; "))
+                }
+            };
+            // Drift sticks until an operator re-approves: a GPU that comes back is not
+            // trusted by itself.
+            if let Some(reason) = reason
+                && s.drift.is_none()
+            {
+                sqlx::query!(
+                    "UPDATE node_resource_slots SET drift = $2, drift_generation = $3 WHERE id = $1",
+                    s.id as SlotId,
+                    reason,
+                    generation
+                )
+                .execute(&mut *tx)
+                .await?;
+                drifted.push(json!({ "slot": s.slot_index, "drift": reason }));
+            }
+        }
+        let name = self.naming().node(&agent.region, agent.id)?;
+        audit::record(
+            &mut *tx,
+            AuditEntry {
+                actor: Actor::Agent,
+                action: "node.discovery.record",
+                resource: &name,
+                before: None,
+                after: Some(json!({
+                    "generation": generation,
+                    "proposed_slots": discovery.proposed_slots.len(),
+                    "warnings": discovery.warnings,
+                })),
+                request_id: None,
+            },
+        )
+        .await?;
+        if !drifted.is_empty() {
+            audit::record(
+                &mut *tx,
+                AuditEntry {
+                    actor: Actor::Agent,
+                    action: "node.drift.detect",
+                    resource: &name,
+                    before: None,
+                    after: Some(json!({ "generation": generation, "slots": drifted })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+        Ok(generation)
+    }
+}

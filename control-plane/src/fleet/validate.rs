@@ -1,0 +1,169 @@
+//! What makes a proposed slot approvable. Pure functions over the discovery the agent sent and
+//! the slots an operator is about to approve; every problem is named, slot by slot.
+
+use std::collections::BTreeMap;
+
+use agent_protocol::{Discovery, SlotSpec, metadata};
+use serde::{Deserialize, Serialize};
+
+/// One reason a slot cannot be approved.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotProblem {
+    pub slot_index: u32,
+    pub problem: String,
+}
+
+impl std::fmt::Display for SlotProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "slot {}: {}", self.slot_index, self.problem)
+    }
+}
+
+/// `dddd:bb:dd.f` → `dddd:bb:dd` (the device, whose functions may share an IOMMU group).
+fn device_of(address: &str) -> &str {
+    address.rsplit_once('.').map_or(address, |(d, _)| d)
+}
+
+/// Every problem with `slots` (which may be a subset of the proposal) on the host `discovery`
+/// describes. Empty means approvable.
+pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProblem> {
+    let host = &discovery.host;
+    let pci: BTreeMap<&str, &agent_protocol::PciDevice> = host
+        .pci_devices
+        .iter()
+        .map(|d| (d.address.as_str(), d))
+        .collect();
+    let mut problems = Vec::new();
+    let mut seen: BTreeMap<String, (u32, &'static str)> = BTreeMap::new();
+
+    for slot in slots {
+        let mut say = |problem: String| {
+            problems.push(SlotProblem {
+                slot_index: slot.slot_index,
+                problem,
+            })
+        };
+        let meta = |key: &str| {
+            slot.capacity_metadata
+                .get(key)
+                .map(|v| v.trim())
+                .unwrap_or("")
+        };
+
+        // Required capacity metadata.
+        match meta(metadata::STORAGE_OWNERSHIP) {
+            "slice" => {}
+            "" => say("storage_ownership is missing; it must be \"slice\"".into()),
+            other => say(format!(
+                "storage_ownership is {other:?}; it must be \"slice\""
+            )),
+        }
+        match meta(metadata::FABRIC_CLAIM_MODE) {
+            "per_slot_vf" => {}
+            "" => say("fabric_claim_mode is missing; it must be \"per_slot_vf\"".into()),
+            other => say(format!(
+                "fabric_claim_mode is {other:?}; it must be \"per_slot_vf\""
+            )),
+        }
+        let vf = meta(metadata::FABRIC_VF_PCI_ADDRESS);
+        if vf.is_empty() {
+            say(
+                "fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot"
+                    .into(),
+            );
+        } else if !host
+            .infiniband
+            .iter()
+            .any(|d| d.pci_address == vf && d.physfn.is_some())
+        {
+            say(format!(
+                "fabric_vf_pci_address {vf} is not an InfiniBand virtual function on this host"
+            ));
+        }
+        match meta(metadata::DESTRUCTIVE_WIPE_POLICY) {
+            "" => say(format!(
+                "destructive_wipe_policy is empty; choose one of {}",
+                discovery.wipe_methods.join(", ")
+            )),
+            policy if !discovery.wipe_methods.iter().any(|m| m == policy) => say(format!(
+                "destructive_wipe_policy {policy:?} is not a method this agent supports ({})",
+                discovery.wipe_methods.join(", ")
+            )),
+            _ => {}
+        }
+
+        // One NUMA node for GPU, NVMe and VF.
+        let gpu_numa = pci
+            .get(slot.gpu.pci_address.as_str())
+            .and_then(|d| d.numa_node);
+        match gpu_numa {
+            None => say(format!(
+                "GPU {} has no NUMA node in sysfs, so locality can't be checked",
+                slot.gpu.pci_address
+            )),
+            Some(n) => {
+                let mut check = |what: &str, address: &str| {
+                    if let Some(other) = pci.get(address).and_then(|d| d.numa_node)
+                        && other != n
+                    {
+                        say(format!(
+                            "{what} {address} is on NUMA node {other}, the GPU on NUMA node {n}"
+                        ));
+                    }
+                };
+                if let Some(nvme) = &slot.nvme {
+                    check("NVMe", &nvme.pci_address);
+                }
+                if !vf.is_empty() {
+                    check("InfiniBand VF", vf);
+                }
+            }
+        }
+        if slot.nvme.is_none() {
+            say("no dedicated NVMe drive".into());
+        }
+
+        // The GPU's IOMMU group holds only the GPU's own functions.
+        match pci.get(slot.gpu.pci_address.as_str()) {
+            None => say(format!(
+                "GPU {} is not on this host's PCI bus",
+                slot.gpu.pci_address
+            )),
+            Some(gpu) => match gpu.iommu_group {
+                None => say("the GPU has no IOMMU group: is the IOMMU enabled?".into()),
+                Some(group) => {
+                    for other in host.pci_devices.iter().filter(|d| {
+                        d.iommu_group == Some(group)
+                            && device_of(&d.address) != device_of(&gpu.address)
+                    }) {
+                        say(format!(
+                            "IOMMU group {group} also holds {}, which is not part of GPU {}",
+                            other.address, gpu.address
+                        ));
+                    }
+                }
+            },
+        }
+
+        // No PCI address twice.
+        let mut addresses: Vec<(String, &'static str)> =
+            vec![(slot.gpu.pci_address.clone(), "GPU")];
+        if let Some(nvme) = &slot.nvme {
+            addresses.push((nvme.pci_address.clone(), "NVMe"));
+        }
+        if !vf.is_empty() {
+            addresses.push((vf.to_string(), "InfiniBand VF"));
+        }
+        for (address, what) in addresses {
+            match seen.get(&address) {
+                Some((other, other_what)) => say(format!(
+                    "PCI address {address} ({what}) is already used by slot {other} ({other_what})"
+                )),
+                None => {
+                    seen.insert(address, (slot.slot_index, what));
+                }
+            }
+        }
+    }
+    problems
+}

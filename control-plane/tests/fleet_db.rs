@@ -1,0 +1,1016 @@
+//! The fleet against a real database: enrolment and credentials, discovery proposals,
+//! validation, approval (stale, concurrent, partial, rejected), drift, admin states and the
+//! seven postures. Discoveries are the node agent's own answers on the host fixtures
+//! (`node-agent/fixtures/*/expected-discovery.json`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput, TaskSpec};
+use control_plane::auth::{Platform, PlatformOperators, PlatformStaff};
+use control_plane::fleet::agent::NodeAgent;
+use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
+use control_plane::{ControlPlane, Error, Naming, NodeId};
+use sqlx::PgPool;
+
+fn discovery(fixture: &str) -> Discovery {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../node-agent/fixtures")
+        .join(fixture)
+        .join("expected-discovery.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn with_wipe(mut d: Discovery, policy: &str) -> Discovery {
+    for s in &mut d.proposed_slots {
+        s.capacity_metadata
+            .insert("destructive_wipe_policy".into(), policy.into());
+    }
+    d
+}
+
+fn problems(d: &Discovery) -> Vec<String> {
+    validate_slots(d, &d.proposed_slots)
+        .into_iter()
+        .map(|p| p.to_string())
+        .collect()
+}
+
+const WIPE_EMPTY: &str = "destructive_wipe_policy is empty; choose one of nvme-format-crypto, nvme-sanitize-block, zero-fill";
+
+// --- validation (no database) --------------------------------------------------------------
+
+#[test]
+fn hgx_proposal_lacks_only_the_wipe_policy() {
+    let d = discovery("hgx-h100-8x");
+    let expected: Vec<String> = (0..8).map(|i| format!("slot {i}: {WIPE_EMPTY}")).collect();
+    assert_eq!(problems(&d), expected);
+    assert_eq!(
+        problems(&with_wipe(d, "nvme-format-crypto")),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn l40s_host_is_valid_once_a_wipe_policy_is_chosen() {
+    let d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    assert_eq!(problems(&d), Vec::<String>::new());
+}
+
+#[test]
+fn missing_ib_vf_is_named_on_its_slot() {
+    let d = with_wipe(discovery("l40s-missing-ib-vf"), "zero-fill");
+    assert_eq!(
+        problems(&d),
+        ["slot 3: fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot"]
+    );
+}
+
+#[test]
+fn shared_iommu_group_is_named_on_its_slot() {
+    let d = with_wipe(discovery("l40s-shared-iommu"), "zero-fill");
+    assert_eq!(
+        problems(&d),
+        ["slot 1: IOMMU group 31 also holds 0000:62:00.0, which is not part of GPU 0000:61:00.0"]
+    );
+}
+
+#[test]
+fn numa_mismatch_duplicates_and_bad_metadata_are_each_named() {
+    let mut d = with_wipe(discovery("hgx-h100-8x"), "nvme-format-crypto");
+    // Slot 0 takes slot 4's NVMe (NUMA 1) and slot 1's VF (a duplicate).
+    let far_nvme = d.proposed_slots[4].nvme.clone();
+    d.proposed_slots[0].nvme = far_nvme;
+    let vf1 = d.proposed_slots[1].ib_vf_pci_address.clone().unwrap();
+    d.proposed_slots[0].ib_vf_pci_address = Some(vf1.clone());
+    let meta = &mut d.proposed_slots[0].capacity_metadata;
+    meta.insert("fabric_vf_pci_address".into(), vf1);
+    meta.insert("storage_ownership".into(), "shared".into());
+    d.proposed_slots[2]
+        .capacity_metadata
+        .insert("destructive_wipe_policy".into(), "rm -rf".into());
+    d.proposed_slots[3]
+        .capacity_metadata
+        .remove("fabric_claim_mode");
+    assert_eq!(
+        problems(&d),
+        [
+            "slot 0: storage_ownership is \"shared\"; it must be \"slice\"",
+            "slot 0: NVMe 0000:9e:00.0 is on NUMA node 1, the GPU on NUMA node 0",
+            "slot 1: PCI address 0000:2c:00.1 (InfiniBand VF) is already used by slot 0 (InfiniBand VF)",
+            "slot 2: destructive_wipe_policy \"rm -rf\" is not a method this agent supports (nvme-format-crypto, nvme-sanitize-block, zero-fill)",
+            "slot 3: fabric_claim_mode is missing; it must be \"per_slot_vf\"",
+            "slot 4: PCI address 0000:9e:00.0 (NVMe) is already used by slot 0 (NVMe)",
+        ]
+    );
+}
+
+// --- helpers --------------------------------------------------------------------------------
+
+async fn operator(cp: &ControlPlane, email: &str) -> Platform<PlatformOperators> {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, $2, $3, 'operator')")
+        .bind(id)
+        .bind(email)
+        .bind(email)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    cp.principal(id.into())
+        .await
+        .unwrap()
+        .unwrap()
+        .platform::<PlatformOperators>()
+        .unwrap()
+}
+
+async fn staff(cp: &ControlPlane, ops: &Platform<PlatformOperators>) -> Platform<PlatformStaff> {
+    cp.principal(ops.principal().user_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .platform::<PlatformStaff>()
+        .unwrap()
+}
+
+fn hgx_node(hostname: &str) -> NewNode {
+    NewNode {
+        hostname: hostname.into(),
+        region: "eu-west-1".into(),
+        rack: "r12".into(),
+        family: "hgx-h100-8x".into(),
+        capacity_shapes: vec!["gpu_slice".into(), "baremetal".into()],
+    }
+}
+
+/// Enrols `hostname`, exchanges the token, heartbeats and returns the agent.
+async fn enrolled(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    node: NewNode,
+) -> (NodeId, NodeAgent) {
+    let e = cp.enrol_node(ops, &node, None).await.unwrap();
+    let cred = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, &node.hostname, "0.1.0")
+        .await
+        .unwrap();
+    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+        .await
+        .unwrap();
+    (e.node_id, agent)
+}
+
+/// Claims the queued discovery (or queues one) and answers it with `d`; returns the generation.
+async fn discover(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    node: NodeId,
+    agent: &NodeAgent,
+    d: &Discovery,
+) -> i32 {
+    let task = match cp.claim_task(agent, Duration::ZERO).await.unwrap() {
+        Some(t) => t,
+        None => {
+            cp.request_discovery(ops, node, None).await.unwrap();
+            cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap()
+        }
+    };
+    assert_eq!(task.1, TaskSpec::TopologyDiscover {});
+    cp.finish_task(
+        agent,
+        task.0,
+        &TaskOutcome::Succeeded {
+            output: TaskOutput::TopologyDiscovered(d.clone()),
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+fn approve_all(policy: &str) -> SlotMapDecision {
+    SlotMapDecision::Approve {
+        only: None,
+        wipe_policy: Some(policy.into()),
+    }
+}
+
+async fn approved_hgx(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    host: &str,
+) -> (NodeId, NodeAgent) {
+    let (node, agent) = enrolled(cp, ops, hgx_node(host)).await;
+    let generation = discover(cp, ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    cp.decide_slot_map(
+        ops,
+        node,
+        generation,
+        &approve_all("nvme-format-crypto"),
+        None,
+    )
+    .await
+    .unwrap();
+    (node, agent)
+}
+
+async fn posture(cp: &ControlPlane, node: NodeId) -> (String, String) {
+    sqlx::query_as("SELECT posture, reason FROM node_postures WHERE node_id = $1")
+        .bind(node.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+}
+
+async fn slot_ids(cp: &ControlPlane, node: NodeId) -> Vec<uuid::Uuid> {
+    sqlx::query_scalar("SELECT id FROM node_resource_slots WHERE node_id = $1 AND retired_at IS NULL ORDER BY slot_index")
+        .bind(node.0)
+        .fetch_all(cp.pool())
+        .await
+        .unwrap()
+}
+
+async fn claim(
+    cp: &ControlPlane,
+    node: NodeId,
+    slot: Option<uuid::Uuid>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id) VALUES ($1, $2, $3, $4, $5)")
+        .bind(uuid::Uuid::new_v4())
+        .bind(node.0)
+        .bind(slot)
+        .bind(if slot.is_some() { "gpu_slice" } else { "baremetal" })
+        .bind(uuid::Uuid::new_v4())
+        .execute(cp.pool())
+        .await
+        .map(|_| ())
+}
+
+async fn actions(cp: &ControlPlane) -> Vec<String> {
+    sqlx::query_scalar("SELECT action FROM audit_log WHERE action LIKE 'node.%' ORDER BY id")
+        .fetch_all(cp.pool())
+        .await
+        .unwrap()
+}
+
+// --- enrolment ------------------------------------------------------------------------------
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let e = cp
+        .enrol_node(&ops, &hgx_node("GPU-HGX-01"), None)
+        .await
+        .unwrap();
+    assert_eq!(e.hostname, "gpu-hgx-01");
+    assert!(e.bootstrap_token.starts_with("gpb_"));
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM node_bootstrap_tokens WHERE token_hash = convert_to($1, 'UTF8')",
+    )
+    .bind(&e.bootstrap_token)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, 0, "the token itself is never stored");
+
+    let wrong = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-02", "0.1.0")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        wrong.to_string(),
+        "this bootstrap token enrols gpu-hgx-01, not gpu-hgx-02"
+    );
+    let cred = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-01", "0.1.0")
+        .await
+        .unwrap();
+    assert_eq!(cred.node_id, e.node_id);
+    assert!(cred.credential.starts_with("gpn_"));
+    let again = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-01", "0.1.0")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        "this bootstrap token was already used; ask an operator for a new one"
+    );
+    let unknown = cp
+        .exchange_bootstrap_token("gpb_nonsense", "gpu-hgx-01", "0.1.0")
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.to_string(), "this bootstrap token is not known");
+
+    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+    assert_eq!(agent.node_id(), e.node_id);
+    assert!(matches!(
+        cp.authenticate_node("gpn_forged").await,
+        Err(Error::AgentRefused(_))
+    ));
+
+    // Re-enrolling (a reinstalled host) revokes the old credential.
+    let again = cp
+        .reissue_bootstrap_token(&ops, e.node_id, None)
+        .await
+        .unwrap();
+    let cred2 = cp
+        .exchange_bootstrap_token(&again.bootstrap_token, "gpu-hgx-01", "0.1.1")
+        .await
+        .unwrap();
+    assert!(cp.authenticate_node(&cred.credential).await.is_err());
+    cp.authenticate_node(&cred2.credential).await.unwrap();
+
+    // Enrolment queued exactly one discovery (the second exchange found one queued).
+    let queued: i64 = sqlx::query_scalar("SELECT count(*) FROM agent_tasks WHERE node_id = $1")
+        .bind(e.node_id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(queued, 1);
+    assert_eq!(
+        actions(&cp).await,
+        [
+            "node.enrol",
+            "node.agent.enrol",
+            "node.bootstrap_token.issue",
+            "node.agent.enrol"
+        ]
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn expired_and_replaced_tokens_are_refused_with_reasons(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let first = cp
+        .enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
+        .await
+        .unwrap();
+    let second = cp
+        .reissue_bootstrap_token(&ops, first.node_id, None)
+        .await
+        .unwrap();
+    let replaced = cp
+        .exchange_bootstrap_token(&first.bootstrap_token, "gpu-hgx-01", "0.1.0")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        replaced.to_string(),
+        "this bootstrap token was replaced by a newer one"
+    );
+    sqlx::query("UPDATE node_bootstrap_tokens SET created_at = now() - interval '2 days', expires_at = now() - interval '1 day' WHERE revoked_at IS NULL")
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    let expired = cp
+        .exchange_bootstrap_token(&second.bootstrap_token, "gpu-hgx-01", "0.1.0")
+        .await
+        .unwrap_err();
+    assert!(
+        expired
+            .to_string()
+            .starts_with("this bootstrap token expired at "),
+        "{expired}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn enrolment_input_is_checked_and_hostnames_are_unique(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let cases = [
+        (
+            NewNode {
+                hostname: "bad host".into(),
+                ..hgx_node("x")
+            },
+            "invalid hostname: use letters, digits and hyphens in dot-separated labels (e.g. gpu-hgx-01)",
+        ),
+        (
+            NewNode {
+                region: "EU".into(),
+                ..hgx_node("a")
+            },
+            "invalid region: use 2–32 lowercase letters, digits and hyphens, starting with a letter (e.g. eu-west-1)",
+        ),
+        (
+            NewNode {
+                rack: " ".into(),
+                ..hgx_node("a")
+            },
+            "invalid rack: give the rack, up to 64 characters (e.g. r12)",
+        ),
+        (
+            NewNode {
+                family: "HGX H100".into(),
+                ..hgx_node("a")
+            },
+            "invalid node family: use lowercase letters, digits and hyphens (e.g. hgx-h100-8x)",
+        ),
+        (
+            NewNode {
+                capacity_shapes: vec![],
+                ..hgx_node("a")
+            },
+            "invalid capacity shapes: choose at least one shape the node may serve (gpu_slice, baremetal)",
+        ),
+        (
+            NewNode {
+                capacity_shapes: vec!["vgpu".into()],
+                ..hgx_node("a")
+            },
+            "invalid capacity shapes: \"vgpu\" is not one of gpu_slice, baremetal",
+        ),
+    ];
+    for (node, message) in cases {
+        assert_eq!(
+            cp.enrol_node(&ops, &node, None)
+                .await
+                .unwrap_err()
+                .to_string(),
+            message
+        );
+    }
+    cp.enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
+        .await
+        .unwrap();
+    let dup = cp
+        .enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        dup.to_string(),
+        "a node named gpu-hgx-01 is already enrolled"
+    );
+    let nodes: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(nodes, 1, "nothing half-written");
+}
+
+// --- approval -------------------------------------------------------------------------------
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn approval_refuses_problems_then_creates_eight_schedulable_slots(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
+    assert_eq!(
+        posture(&cp, node).await.0,
+        "unavailable",
+        "nothing approved yet"
+    );
+
+    // The agent can't skip approval.
+    let mut sneaky = discovery("hgx-h100-8x");
+    sneaky.approval_required = false;
+    let (task, _) = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let err = cp
+        .finish_task(
+            &agent,
+            task,
+            &TaskOutcome::Succeeded {
+                output: TaskOutput::TopologyDiscovered(sneaky),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid discovery: approval_required must be true: discovery never creates slots"
+    );
+
+    let generation = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    assert_eq!(generation, 1);
+    let err = cp
+        .decide_slot_map(
+            &ops,
+            node,
+            generation,
+            &SlotMapDecision::Approve {
+                only: None,
+                wipe_policy: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    let expected: Vec<String> = (0..8).map(|i| format!("slot {i}: {WIPE_EMPTY}")).collect();
+    assert_eq!(
+        err.to_string(),
+        format!("invalid slot map: {}", expected.join("; "))
+    );
+    assert!(slot_ids(&cp, node).await.is_empty(), "nothing half-written");
+
+    let approved = cp
+        .decide_slot_map(
+            &ops,
+            node,
+            generation,
+            &approve_all("nvme-format-crypto"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(approved, 8);
+    let detail = cp.node_detail(&staff(&cp, &ops).await, node).await.unwrap();
+    assert_eq!(detail.slots.len(), 8);
+    assert!(
+        detail
+            .slots
+            .iter()
+            .all(|s| s.state == "schedulable" && s.wipe_policy == "nvme-format-crypto")
+    );
+    assert_eq!(detail.node.schedulable_slots, 8);
+    assert_eq!(detail.proposal.as_ref().unwrap().status, "approved");
+    assert_eq!(
+        posture(&cp, node).await,
+        ("fully_available".into(), "ready".into())
+    );
+    assert!(actions(&cp).await.ends_with(&[
+        "node.discovery.record".into(),
+        "node.slot_map.approve".into()
+    ]));
+
+    // The database itself refuses a slot without its isolation metadata.
+    let err = sqlx::query("UPDATE node_resource_slots SET capacity_metadata = capacity_metadata - 'destructive_wipe_policy'")
+        .execute(cp.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("slot_capacity_metadata_complete"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_stale_generation_or_a_decided_one_fails_with_a_message(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
+    let g1 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    let g2 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    assert_eq!((g1, g2), (1, 2));
+    let stale = cp
+        .decide_slot_map(&ops, node, g1, &approve_all("zero-fill"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        stale.to_string(),
+        "slot map generation 1 is stale: generation 2 is the latest. Reload and review it."
+    );
+    cp.decide_slot_map(&ops, node, g2, &approve_all("zero-fill"), None)
+        .await
+        .unwrap();
+    let twice = cp
+        .decide_slot_map(&ops, node, g2, &approve_all("zero-fill"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        twice.to_string(),
+        "slot map generation 2 was already approved by someone else. Reload to see the decision."
+    );
+    // The trigger holds even if code forgets to check.
+    let err = sqlx::query("UPDATE slot_map_proposals SET status = 'rejected', decision_reason = 'x' WHERE generation = 2")
+        .execute(cp.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("slot map generation 2 of node"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn of_two_concurrent_decisions_exactly_one_wins(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let other = operator(&cp, "omar@platform.example").await;
+    let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
+    let g = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    let approve = approve_all("nvme-sanitize-block");
+    let reject = SlotMapDecision::Reject {
+        reason: "wrong rack".into(),
+    };
+    let (a, b) = tokio::join!(
+        cp.decide_slot_map(&ops, node, g, &approve, None),
+        cp.decide_slot_map(&other, node, g, &reject, None),
+    );
+    assert_eq!(a.is_ok() as u8 + b.is_ok() as u8, 1, "{a:?} / {b:?}");
+    let loser = a.err().or(b.err()).unwrap();
+    assert!(matches!(loser, Error::Conflict(_)), "{loser}");
+    let decisions: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action LIKE 'node.slot_map.%'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(decisions, 1);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn reject_needs_a_reason_and_selected_slots_approve_alone(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
+    let g1 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
+    let err = cp
+        .decide_slot_map(
+            &ops,
+            node,
+            g1,
+            &SlotMapDecision::Reject {
+                reason: "  ".into(),
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid reason: say why the proposal is rejected"
+    );
+    cp.decide_slot_map(
+        &ops,
+        node,
+        g1,
+        &SlotMapDecision::Reject {
+            reason: "firmware not qualified".into(),
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let reason: String =
+        sqlx::query_scalar("SELECT decision_reason FROM slot_map_proposals WHERE generation = 1")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(reason, "firmware not qualified");
+    assert!(slot_ids(&cp, node).await.is_empty());
+
+    // A missing-VF host: approving the broken slot is refused; the good ones pass alone.
+    let g2 = discover(&cp, &ops, node, &agent, &discovery("l40s-missing-ib-vf")).await;
+    let err = cp
+        .decide_slot_map(
+            &ops,
+            node,
+            g2,
+            &SlotMapDecision::Approve {
+                only: Some(vec![2, 3]),
+                wipe_policy: Some("zero-fill".into()),
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid slot map: slot 3: fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot"
+    );
+    let n = cp
+        .decide_slot_map(
+            &ops,
+            node,
+            g2,
+            &SlotMapDecision::Approve {
+                only: Some(vec![0, 1, 2]),
+                wipe_policy: Some("zero-fill".into()),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM slot_map_proposals WHERE generation = 2")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(status, "partially_approved");
+    assert_eq!(slot_ids(&cp, node).await.len(), 3);
+    assert_eq!(
+        actions(&cp)
+            .await
+            .iter()
+            .filter(|a| a.starts_with("node.slot_map."))
+            .count(),
+        2
+    );
+}
+
+// --- drift ----------------------------------------------------------------------------------
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn drift_blocks_only_the_changed_slots_until_reapproved(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let before = slot_ids(&cp, node).await;
+
+    // GPU 7 falls off the bus; slot 2's NVMe shows up at another address.
+    let mut d = discovery("hgx-h100-8x");
+    d.proposed_slots.pop();
+    d.host.gpus.pop();
+    d.proposed_slots[2].nvme.as_mut().unwrap().pci_address = "0000:3f:00.0".into();
+    let g = discover(&cp, &ops, node, &agent, &d).await;
+
+    let staff = staff(&cp, &ops).await;
+    let detail = cp.node_detail(&staff, node).await.unwrap();
+    let drift: Vec<(i32, Option<String>, String)> = detail
+        .slots
+        .iter()
+        .map(|s| (s.slot_index, s.drift.clone(), s.state.clone()))
+        .filter(|s| s.1.is_some())
+        .collect();
+    assert_eq!(
+        drift,
+        [
+            (
+                2,
+                Some("NVMe moved from 0000:3e:00.0 to 0000:3f:00.0".into()),
+                "drifted".into()
+            ),
+            (7, Some("GPU 0000:db:00.0 is gone".into()), "drifted".into()),
+        ]
+    );
+    assert_eq!(
+        detail.node.schedulable_slots, 6,
+        "unchanged slots stay schedulable"
+    );
+    assert_eq!(detail.node.drifted_slots, 2);
+    let p = detail.proposal.unwrap();
+    assert_eq!(p.gone.len(), 1);
+    assert_eq!(
+        p.slots[2].change,
+        "NVMe moved from 0000:3e:00.0 to 0000:3f:00.0"
+    );
+    assert_eq!(p.slots[0].change, "unchanged");
+    assert!(
+        actions(&cp)
+            .await
+            .contains(&"node.drift.detect".to_string())
+    );
+
+    // Re-approval: slot 7 retired, slot 2 takes the new address and keeps its id.
+    cp.decide_slot_map(&ops, node, g, &approve_all("nvme-format-crypto"), None)
+        .await
+        .unwrap();
+    let after = slot_ids(&cp, node).await;
+    assert_eq!(after, before[..7]);
+    let detail = cp.node_detail(&staff, node).await.unwrap();
+    assert_eq!(detail.node.schedulable_slots, 7);
+    assert_eq!(detail.slots[2].nvme_pci_address, "0000:3f:00.0");
+    assert!(detail.slots.iter().all(|s| s.drift.is_none()));
+}
+
+// --- admin state and postures ---------------------------------------------------------------
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn drain_undrain_and_cordon_are_audited(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "olga@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    cp.set_admin_state(&ops, node, AdminState::Draining, Some("req-1"))
+        .await
+        .unwrap();
+    let again = cp
+        .set_admin_state(&ops, node, AdminState::Draining, None)
+        .await
+        .unwrap_err();
+    assert_eq!(again.to_string(), "the node is already draining");
+    cp.set_admin_state(&ops, node, AdminState::Active, None)
+        .await
+        .unwrap();
+    cp.set_admin_state(&ops, node, AdminState::Cordoned, None)
+        .await
+        .unwrap();
+    let tail: Vec<String> = actions(&cp).await.into_iter().rev().take(3).collect();
+    assert_eq!(tail, ["node.cordon", "node.undrain", "node.drain"]);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_fully_available(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    assert_eq!(
+        posture(&cp, node).await,
+        ("fully_available".into(), "ready".into())
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_partially_allocated(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let slots = slot_ids(&cp, node).await;
+    claim(&cp, node, Some(slots[0])).await.unwrap();
+    claim(&cp, node, Some(slots[1])).await.unwrap();
+    assert_eq!(
+        posture(&cp, node).await,
+        ("partially_allocated".into(), "2 of 8 slots claimed".into())
+    );
+    // One active claim per slot, whatever the code does.
+    assert!(claim(&cp, node, Some(slots[0])).await.is_err());
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_fully_allocated_by_slices(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    for slot in slot_ids(&cp, node).await {
+        claim(&cp, node, Some(slot)).await.unwrap();
+    }
+    assert_eq!(posture(&cp, node).await.0, "fully_allocated_slices");
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_exclusively_allocated_by_baremetal(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    claim(&cp, node, None).await.unwrap();
+    assert_eq!(
+        posture(&cp, node).await,
+        (
+            "exclusively_allocated_baremetal".into(),
+            "leased whole".into()
+        )
+    );
+    // A whole-node claim excludes slice claims (trigger), and vice versa.
+    let slots = slot_ids(&cp, node).await;
+    let err = claim(&cp, node, Some(slots[0])).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a bare-metal claim excludes every other claim"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_draining(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    claim(&cp, node, Some(slot_ids(&cp, node).await[0]))
+        .await
+        .unwrap();
+    cp.set_admin_state(&ops, node, AdminState::Draining, None)
+        .await
+        .unwrap();
+    assert_eq!(posture(&cp, node).await.0, "draining");
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_cleanup_blocked(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    sqlx::query("UPDATE node_resource_slots SET cleanup_state = 'blocked' WHERE slot_index = 3")
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        posture(&cp, node).await,
+        (
+            "cleanup_blocked".into(),
+            "1 slot(s) wait for a cleanup proof".into()
+        )
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '5 minutes'")
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    let (p, reason) = posture(&cp, node).await;
+    assert_eq!(p, "unavailable");
+    assert!(reason.starts_with("no heartbeat since "), "{reason}");
+    cp.heartbeat(
+        &agent,
+        "0.1.0",
+        HealthStatus::Degraded,
+        Some("GPU 3 XID 79"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        posture(&cp, node).await,
+        (
+            "unavailable".into(),
+            "the agent reports degraded health: GPU 3 XID 79".into()
+        )
+    );
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+        .await
+        .unwrap();
+    assert_eq!(posture(&cp, node).await.0, "fully_available");
+    cp.set_admin_state(&ops, node, AdminState::Cordoned, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        posture(&cp, node).await,
+        ("unavailable".into(), "cordoned by an operator".into())
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn fleet_counts_and_filters(pool: PgPool) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    let ops = operator(&cp, "o@platform.example").await;
+    let staff = staff(&cp, &ops).await;
+    approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (n2, _) = approved_hgx(&cp, &ops, "gpu-hgx-02").await;
+    cp.set_admin_state(&ops, n2, AdminState::Draining, None)
+        .await
+        .unwrap();
+    let mut l40s = hgx_node("gpu-pcie-01");
+    l40s.region = "us-east-2".into();
+    l40s.family = "pcie-l40s-4x".into();
+    let (n3, a3) = enrolled(&cp, &ops, l40s).await;
+    discover(&cp, &ops, n3, &a3, &discovery("pcie-l40s-4x")).await;
+
+    let all = cp.fleet(&staff, &Default::default()).await.unwrap();
+    assert_eq!(all.nodes.len(), 3);
+    let count = |v: &control_plane::fleet::FleetView, p: &str| {
+        v.by_posture.iter().find(|x| x.0 == p).unwrap().2
+    };
+    assert_eq!(all.by_posture.len(), 7);
+    assert_eq!(
+        (
+            count(&all, "fully_available"),
+            count(&all, "draining"),
+            count(&all, "unavailable")
+        ),
+        (1, 1, 1)
+    );
+    assert_eq!(
+        all.by_region,
+        [("eu-west-1".into(), 2), ("us-east-2".into(), 1)]
+    );
+    assert_eq!(
+        all.by_model,
+        [
+            ("NVIDIA H100 80GB HBM3".into(), 2),
+            ("NVIDIA L40S".into(), 1)
+        ]
+    );
+    assert_eq!(
+        all.nodes
+            .iter()
+            .find(|n| n.id == n3)
+            .unwrap()
+            .pending_generation,
+        Some(1)
+    );
+
+    let draining = cp
+        .fleet(
+            &staff,
+            &control_plane::fleet::FleetFilter {
+                posture: Some("draining".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        draining
+            .nodes
+            .iter()
+            .map(|n| n.hostname.as_str())
+            .collect::<Vec<_>>(),
+        ["gpu-hgx-02"]
+    );
+    let l40s = cp
+        .fleet(
+            &staff,
+            &control_plane::fleet::FleetFilter {
+                gpu_model: Some("NVIDIA L40S".into()),
+                region: Some("us-east-2".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(l40s.nodes.len(), 1);
+    assert_eq!(
+        l40s.regions,
+        ["eu-west-1", "us-east-2"],
+        "filter choices cover the whole fleet"
+    );
+}
