@@ -1,6 +1,7 @@
 //! The portal's axum server: configuration, the router (pages, server functions, health),
 //! request ids and graceful shutdown. The binary in `main.rs` only parses flags and calls in.
 
+pub mod agent_api;
 pub mod config;
 pub mod error;
 pub mod health;
@@ -128,6 +129,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/auth/callback", get(sso::callback))
+        .merge(agent_api::routes().with_state(state.cp.clone()))
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })

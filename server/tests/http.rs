@@ -330,3 +330,214 @@ async fn a_session_ends_at_its_absolute_timeout_however_active() {
     tokio::time::sleep(std::time::Duration::from_millis(2100)).await;
     assert!(admin_page(&app, &pair).await.contains("Please sign in"));
 }
+
+async fn agent_post(
+    app: &axum::Router,
+    path: &str,
+    version: Option<&str>,
+    credential: Option<&str>,
+    body: serde_json::Value,
+) -> (StatusCode, serde_json::Value) {
+    let mut req = Request::post(path).header("content-type", "application/json");
+    if let Some(v) = version {
+        req = req.header("x-agent-protocol", v);
+    }
+    if let Some(c) = credential {
+        req = req.header("authorization", format!("Bearer {c}"));
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let json = if bytes.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (status, json)
+}
+
+#[tokio::test]
+async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers() {
+    use control_plane::auth::PlatformOperators;
+    let c = cluster("agent-api");
+    let pg = c.pg.as_ref().unwrap();
+    pg.start().unwrap();
+    pg.ensure_database("portal").unwrap();
+    let state = app_state(&config(&pg.url("portal"))).unwrap();
+    let cp = state.cp.clone();
+    cp.migrate().await.unwrap();
+    let admin = cp
+        .set_break_glass_password("ada@platform.example", "Ada Admin", ADMIN_PW)
+        .await
+        .unwrap();
+    let ops = cp
+        .principal(admin)
+        .await
+        .unwrap()
+        .unwrap()
+        .platform::<PlatformOperators>()
+        .unwrap();
+    let enrolment = cp
+        .enrol_node(
+            &ops,
+            &control_plane::fleet::NewNode {
+                hostname: "gpu-hgx-01".into(),
+                region: "eu-west-1".into(),
+                rack: "r1".into(),
+                family: "hgx-h100-8x".into(),
+                capacity_shapes: vec!["gpu_slice".into()],
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    let app = router(state);
+    let hello = serde_json::json!({"protocol_version": 1, "agent_version": "0.1.0"});
+    let beat = serde_json::json!({"hello": hello, "health": {"status": "healthy"}});
+
+    let (s, e) = agent_post(&app, "/agent/v1/heartbeat", None, None, beat.clone()).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    assert_eq!(e["code"], "unsupported_protocol");
+    assert_eq!(
+        e["message"],
+        "this control plane speaks agent protocol 1 (/agent/v1); the agent speaks no version \
+         (missing x-agent-protocol header). Install an agent release for protocol 1."
+    );
+    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), None, beat.clone()).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("unsupported_protocol"))
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("the agent speaks v2 (path /agent/v2/)")
+    );
+    let (s, e) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), None, beat.clone()).await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthenticated"))
+    );
+    let (s, _) = agent_post(
+        &app,
+        "/agent/v1/heartbeat",
+        Some("1"),
+        Some("gpn_forged"),
+        beat.clone(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+
+    // Enrolment needs no Origin (machine caller) and no session.
+    let enroll = serde_json::json!({
+        "hello": hello, "bootstrap_token": enrolment.bootstrap_token, "hostname": "gpu-hgx-01"
+    });
+    let (s, answer) = agent_post(&app, "/agent/v1/enroll", Some("1"), None, enroll.clone()).await;
+    assert_eq!(s, StatusCode::OK, "{answer}");
+    assert_eq!(answer["node_id"], enrolment.node_id.to_string());
+    let credential = answer["node_credential"].as_str().unwrap().to_string();
+    let (s, e) = agent_post(&app, "/agent/v1/enroll", Some("1"), None, enroll).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        e["message"],
+        "this bootstrap token was already used; ask an operator for a new one"
+    );
+
+    let cred = Some(credential.as_str());
+    let (s, ack) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, beat).await;
+    assert_eq!(
+        (s, ack["heartbeat_interval_s"].as_u64()),
+        (StatusCode::OK, Some(15))
+    );
+    let (s, claim) = agent_post(
+        &app,
+        "/agent/v1/tasks/claim",
+        Some("1"),
+        cred,
+        serde_json::json!({"wait_s": 0}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(claim["task"]["spec"]["kind"], "slice.topology_discover");
+    let task = claim["task"]["task_id"].as_str().unwrap();
+    let (s, e) = agent_post(
+        &app,
+        "/agent/v1/tasks/claim",
+        Some("1"),
+        cred,
+        serde_json::json!({"wait": 0}),
+    )
+    .await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("invalid"))
+    );
+
+    let phase = serde_json::json!({"phase": "read_host", "status": "succeeded", "elapsed_ms": 412});
+    let (s, _) = agent_post(
+        &app,
+        &format!("/agent/v1/tasks/{task}/phases"),
+        Some("1"),
+        cred,
+        phase.clone(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let discovery: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../node-agent/fixtures/hgx-h100-8x/expected-discovery.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut output = discovery;
+    output["kind"] = "slice.topology_discover".into();
+    let result = serde_json::json!({"outcome": {"status": "succeeded", "output": output}});
+    let (s, e) = agent_post(
+        &app,
+        &format!("/agent/v1/tasks/{task}/result"),
+        Some("1"),
+        cred,
+        result.clone(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
+    let (s, e) = agent_post(
+        &app,
+        &format!("/agent/v1/tasks/{task}/result"),
+        Some("1"),
+        cred,
+        result,
+    )
+    .await;
+    assert_eq!(
+        (s, e["code"].as_str()),
+        (StatusCode::CONFLICT, Some("conflict"))
+    );
+    let (s, _) = agent_post(
+        &app,
+        "/agent/v1/tasks/not-a-task/phases",
+        Some("1"),
+        cred,
+        phase,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+
+    let generation: i32 = sqlx::query_scalar(
+        "SELECT generation FROM slot_map_proposals WHERE node_id = $1 AND status = 'pending'",
+    )
+    .bind(enrolment.node_id.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(generation, 1);
+}
