@@ -8,6 +8,7 @@ pub mod audit;
 pub mod auth;
 pub mod components;
 pub mod error;
+pub mod fleet;
 pub mod pages;
 pub mod policies;
 pub mod projects;
@@ -103,6 +104,8 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("fleet") view=fleet::FleetPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("fleet"), ParamSegment("id")) view=fleet::NodePage ssr=SsrMode::Async />
                     <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } ssr=SsrMode::Async />
                     <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } ssr=SsrMode::Async />
                     <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } ssr=SsrMode::Async />

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
 
-const SECTIONS = ['Catalog', 'Marketplace', 'Allocations', 'Projects', 'Billing', 'Admin'];
+const SECTIONS = ['Catalog', 'Marketplace', 'Allocations', 'Projects', 'Billing', 'Fleet', 'Admin'];
 
 test('home page renders, hydrates, and then handles forms and links in place', async () => {
   const b = await openBrowser();

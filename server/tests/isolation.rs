@@ -22,6 +22,10 @@ use tower_sessions_sqlx_store::PostgresStore;
 
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
+use app::fleet::{
+    ApproveSlotMap, EnrolNode, FleetOverview, GetNode, RediscoverNode, ReissueNodeToken,
+    RejectSlotMap, SetNodeState,
+};
 use app::pages::admin::AdminOverview;
 use app::pages::home::GetPlatformHealth;
 use app::policies::SetPolicy;
@@ -63,6 +67,32 @@ struct Ids {
 }
 
 /// Server functions that take no resource id, and why they are safe without one.
+/// Fleet server functions act on platform resources (nodes), never on a tenant's; every
+/// tenant user is refused by the platform-role proof (checked at the end of the matrix test).
+const FLEET: &[(&str, &[(&str, &str)])] = &[
+    (FleetOverview::PATH, &[]),
+    (GetNode::PATH, &[("id", NODE)]),
+    (
+        EnrolNode::PATH,
+        &[
+            ("hostname", "evil-01"),
+            ("region", "eu-west-1"),
+            ("rack", "r1"),
+            ("family", "hgx-h100-8x"),
+            ("shape_gpu_slice", "on"),
+        ],
+    ),
+    (ReissueNodeToken::PATH, &[("id", NODE)]),
+    (SetNodeState::PATH, &[("id", NODE), ("state", "cordoned")]),
+    (RediscoverNode::PATH, &[("id", NODE)]),
+    (ApproveSlotMap::PATH, &[("id", NODE), ("generation", "1")]),
+    (
+        RejectSlotMap::PATH,
+        &[("id", NODE), ("generation", "1"), ("reason", "x")],
+    ),
+];
+const NODE: &str = "00000000-0000-4000-8000-00000000beef";
+
 const NO_RESOURCE_ID: &[(&str, &str)] = &[
     (SetTheme::PATH, "a cookie of the caller's own"),
     (
@@ -209,7 +239,9 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT string_agg(project_id::text || user_id::text || role, ',' ORDER BY project_id, user_id) FROM project_memberships),
             (SELECT count(*) FROM project_invitations),
             (SELECT string_agg(key || value::text, ',' ORDER BY id) FROM policies),
-            (SELECT count(*) FROM audit_log))",
+            (SELECT count(*) FROM audit_log),
+            (SELECT count(*) FROM nodes),
+            (SELECT count(*) FROM node_bootstrap_tokens))",
     )
     .fetch_one(pool)
     .await
@@ -223,6 +255,7 @@ fn every_server_function_is_in_the_matrix() {
         .iter()
         .map(|c| c.path)
         .chain(NO_RESOURCE_ID.iter().map(|(p, _)| *p))
+        .chain(FLEET.iter().map(|(p, _)| *p))
         .collect();
     let registered: Vec<String> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, _)| path.to_string())
@@ -342,6 +375,41 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
                 );
                 checked += 1;
             }
+        }
+    }
+    for caller in CALLERS {
+        let cookie = session_cookie(&store, &cp, &pool, caller.email).await;
+        for (path, args) in FLEET {
+            let before = fingerprint(&pool).await;
+            let pairs: Vec<(&str, String)> =
+                args.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            let res = app
+                .clone()
+                .oneshot(
+                    Request::post(*path)
+                        .header("content-type", "application/x-www-form-urlencoded")
+                        .header("origin", ORIGIN)
+                        .header("cookie", &cookie)
+                        .body(Body::from(serde_urlencoded_form(&pairs)))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                text.contains("Forbidden") && text.contains("platform"),
+                "{path} as {}: expected a platform-role refusal, got {text}",
+                caller.email
+            );
+            assert_eq!(
+                fingerprint(&pool).await,
+                before,
+                "{path} as {} changed something",
+                caller.email
+            );
         }
     }
     // carol: 6 cases x 2 projects; bob: 5 on research (can see it) + 6 on inference;

@@ -106,6 +106,8 @@ pub fn run(args: &[String]) -> Result {
             .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
             .env("PORTAL_ADMIN_PASSWORD", &admin_password)
             .env("PORTAL_IDP_ISSUER", &issuer)
+            // Built by the test step above (node-agent has integration tests).
+            .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
     });
     terminate(&mut server, Duration::from_secs(10));

@@ -46,13 +46,20 @@ pub const ADMIN: Section = Section {
               marketplace review, fleet health and the audit log.",
 };
 
+pub const FLEET: Section = Section {
+    path: "/fleet",
+    title: "Fleet",
+    purpose: "For platform staff: every GPU host, its posture, slots and slot-map proposals.",
+};
+
 /// The main navigation, in order.
-pub const SECTIONS: [&Section; 6] = [
+pub const SECTIONS: [&Section; 7] = [
     &CATALOG,
     &MARKETPLACE,
     &ALLOCATIONS,
     &PROJECTS,
     &BILLING,
+    &FLEET,
     &ADMIN,
 ];
 

@@ -1,0 +1,862 @@
+//! The fleet, for platform staff: posture counts and filters, enrolment (the bootstrap token is
+//! shown once), and a node page with its slots, the slot-map proposal beside the approved map,
+//! approval and rejection, drift, admin states, tasks and the node's audit trail.
+
+use agent_protocol::SlotSpec;
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRow {
+    pub id: String,
+    pub hostname: String,
+    pub region: String,
+    pub rack: String,
+    pub family: String,
+    pub shapes: String,
+    pub admin_state: String,
+    pub posture: String,
+    pub posture_label: String,
+    pub posture_reason: String,
+    pub gpu_model: String,
+    pub schedulable_slots: i32,
+    pub live_slots: i32,
+    pub drifted_slots: i32,
+    pub agent_version: String,
+    pub last_heartbeat: String,
+    pub pending_generation: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub can_operate: bool,
+    pub nodes: Vec<NodeRow>,
+    pub by_posture: Vec<(String, String, i64)>,
+    pub by_region: Vec<(String, i64)>,
+    pub by_model: Vec<(String, i64)>,
+    pub regions: Vec<String>,
+    pub models: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enrolled {
+    pub node_id: String,
+    pub hostname: String,
+    pub token: String,
+    pub expires_at: String,
+    pub server: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotView {
+    pub index: i32,
+    pub gpu: String,
+    pub model: String,
+    pub numa: i32,
+    pub nvme: String,
+    pub vf: String,
+    pub cpus: String,
+    pub memory_gib: i64,
+    pub wipe: String,
+    pub state: String,
+    pub drift: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProposalSlotView {
+    pub proposed: SlotSpec,
+    pub current: Option<SlotView>,
+    pub change: String,
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProposalPanel {
+    pub generation: i32,
+    pub discovered_at: String,
+    pub status: String,
+    pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
+    pub slots: Vec<ProposalSlotView>,
+    pub gone: Vec<SlotView>,
+    pub wipe_methods: Vec<String>,
+    pub warnings: Vec<String>,
+    pub fabric: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskView {
+    pub kind: String,
+    pub state: String,
+    pub created_at: String,
+    pub error: Option<String>,
+    pub phases: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub can_operate: bool,
+    pub node: NodeRow,
+    pub canonical_name: String,
+    pub health: String,
+    pub enrolled_at: String,
+    pub agent_enrolled_at: Option<String>,
+    pub open_token_expires: Option<String>,
+    pub slots: Vec<SlotView>,
+    pub proposal: Option<ProposalPanel>,
+    pub tasks: Vec<TaskView>,
+    pub audit: Vec<crate::projects::AuditRow>,
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use control_plane::NodeId;
+    use control_plane::fleet::{NodeSummary, POSTURES, SlotRow};
+
+    use super::{NodeRow, SlotView};
+    use crate::AppError;
+
+    /// A malformed id is "not found", like an unknown one.
+    pub fn node_id(id: &str) -> Result<NodeId, AppError> {
+        id.parse().map_err(|_| AppError::NotFound)
+    }
+
+    pub fn node_row(n: NodeSummary) -> NodeRow {
+        NodeRow {
+            id: n.id.to_string(),
+            posture_label: POSTURES
+                .iter()
+                .find(|(p, _)| *p == n.posture)
+                .map_or(n.posture.clone(), |(_, l)| l.to_string()),
+            hostname: n.hostname,
+            region: n.region,
+            rack: n.rack,
+            family: n.family,
+            shapes: n.capacity_shapes.join(", "),
+            admin_state: n.admin_state,
+            posture: n.posture,
+            posture_reason: n.posture_reason,
+            gpu_model: n.gpu_model.unwrap_or_else(|| "—".into()),
+            schedulable_slots: n.schedulable_slots,
+            live_slots: n.live_slots,
+            drifted_slots: n.drifted_slots,
+            agent_version: n.agent_version.unwrap_or_else(|| "—".into()),
+            last_heartbeat: n.last_heartbeat.unwrap_or_else(|| "never".into()),
+            pending_generation: n.pending_generation,
+        }
+    }
+
+    pub fn slot_view(s: SlotRow) -> SlotView {
+        SlotView {
+            index: s.slot_index,
+            gpu: s.gpu_pci_address,
+            model: s.gpu_model,
+            numa: s.numa_node,
+            nvme: format!("{} ({})", s.nvme_pci_address, s.nvme_namespace),
+            vf: s.ib_vf_pci_address,
+            cpus: s.cpu_set,
+            memory_gib: s.memory_mib / 1024,
+            wipe: s.wipe_policy,
+            state: s.state,
+            drift: s.drift,
+        }
+    }
+
+    /// `0-2,5` → [0, 1, 2, 5]; empty → None (all slots).
+    pub fn slot_list(s: &str) -> Result<Option<Vec<u32>>, AppError> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Ok(None);
+        }
+        let bad = |p: &str| {
+            AppError::BadRequest(format!(
+                "\"{p}\" is not a slot number or range; write e.g. 0,1,4-6."
+            ))
+        };
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let a: u32 = a.trim().parse().map_err(|_| bad(part))?;
+                    let b: u32 = b.trim().parse().map_err(|_| bad(part))?;
+                    if a > b || b - a > 1024 {
+                        return Err(bad(part));
+                    }
+                    out.extend(a..=b);
+                }
+                None => out.push(part.parse().map_err(|_| bad(part))?),
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+#[server]
+pub async fn fleet_overview(
+    region: Option<String>,
+    posture: Option<String>,
+    model: Option<String>,
+) -> Result<FleetView, AppError> {
+    use control_plane::auth::{PlatformOperators, PlatformStaff};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let staff = principal.platform::<PlatformStaff>()?;
+    let filter = control_plane::fleet::FleetFilter {
+        region,
+        posture,
+        gpu_model: model,
+    };
+    let v = cp.fleet(&staff, &filter).await?;
+    Ok(FleetView {
+        can_operate: principal.platform::<PlatformOperators>().is_ok(),
+        nodes: v.nodes.into_iter().map(ssr::node_row).collect(),
+        by_posture: v.by_posture,
+        by_region: v.by_region,
+        by_model: v.by_model,
+        regions: v.regions,
+        models: v.models,
+    })
+}
+
+#[server]
+pub async fn enrol_node(
+    hostname: String,
+    region: String,
+    rack: String,
+    family: String,
+    shape_gpu_slice: Option<String>,
+    shape_baremetal: Option<String>,
+) -> Result<Enrolled, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let mut shapes = Vec::new();
+    if shape_gpu_slice.is_some() {
+        shapes.push("gpu_slice".to_string());
+    }
+    if shape_baremetal.is_some() {
+        shapes.push("baremetal".to_string());
+    }
+    let node = control_plane::fleet::NewNode {
+        hostname,
+        region,
+        rack,
+        family,
+        capacity_shapes: shapes,
+    };
+    let e = cp
+        .enrol_node(&ops, &node, Some(&crate::error::request_id()))
+        .await?;
+    Ok(Enrolled {
+        node_id: e.node_id.to_string(),
+        hostname: e.hostname,
+        token: e.bootstrap_token,
+        expires_at: e.expires_at,
+        server: crate::server::public_origin()?.0.to_string(),
+    })
+}
+
+#[server]
+pub async fn reissue_node_token(id: String) -> Result<Enrolled, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let e = cp
+        .reissue_bootstrap_token(&ops, ssr::node_id(&id)?, Some(&crate::error::request_id()))
+        .await?;
+    Ok(Enrolled {
+        node_id: e.node_id.to_string(),
+        hostname: e.hostname,
+        token: e.bootstrap_token,
+        expires_at: e.expires_at,
+        server: crate::server::public_origin()?.0.to_string(),
+    })
+}
+
+#[server]
+pub async fn get_node(id: String) -> Result<NodeView, AppError> {
+    use control_plane::auth::{PlatformOperators, PlatformStaff};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let staff = principal.platform::<PlatformStaff>()?;
+    let d = cp.node_detail(&staff, ssr::node_id(&id)?).await?;
+    let proposal = d.proposal.map(|p| ProposalPanel {
+        generation: p.generation,
+        discovered_at: p.discovered_at,
+        status: p.status.replace('_', " "),
+        decided_by: p.decided_by,
+        decision_reason: p.decision_reason,
+        slots: p
+            .slots
+            .into_iter()
+            .map(|s| ProposalSlotView {
+                proposed: s.proposed,
+                current: s.current.map(ssr::slot_view),
+                change: s.change,
+                problems: s.problems,
+            })
+            .collect(),
+        gone: p.gone.into_iter().map(ssr::slot_view).collect(),
+        wipe_methods: p.wipe_methods,
+        warnings: p.warnings,
+        fabric: if p.fabric_partition_sizes.is_empty() {
+            "no NVLink fabric partitions reported".into()
+        } else {
+            format!(
+                "{} NVSwitches; NVLink partitions of {}",
+                p.nvswitches,
+                p.fabric_partition_sizes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+    });
+    Ok(NodeView {
+        can_operate: principal.platform::<PlatformOperators>().is_ok(),
+        canonical_name: d.canonical_name,
+        health: match (d.health, d.health_detail) {
+            (Some(h), Some(detail)) => format!("{h}: {detail}"),
+            (Some(h), None) => h,
+            (None, _) => "no heartbeat yet".into(),
+        },
+        enrolled_at: d.enrolled_at,
+        agent_enrolled_at: d.agent_enrolled_at,
+        open_token_expires: d.open_token_expires,
+        node: ssr::node_row(d.node),
+        slots: d.slots.into_iter().map(ssr::slot_view).collect(),
+        proposal,
+        tasks: d
+            .tasks
+            .into_iter()
+            .map(|t| TaskView {
+                kind: t.kind,
+                state: t.state,
+                created_at: t.created_at,
+                error: t.error,
+                phases: t
+                    .phases
+                    .iter()
+                    .filter(|(_, status, _)| status != "started")
+                    .map(|(p, s, ms)| format!("{p} {s} in {ms} ms"))
+                    .collect::<Vec<_>>()
+                    .join(" · "),
+            })
+            .collect(),
+        audit: d
+            .audit
+            .into_iter()
+            .map(|a| crate::projects::AuditRow {
+                at: a.at,
+                actor: a.actor,
+                action: a.action,
+                change: a.change,
+                request_id: a.request_id.unwrap_or_default(),
+            })
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn set_node_state(id: String, state: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let state = control_plane::fleet::AdminState::parse(&state)?;
+    cp.set_admin_state(
+        &ops,
+        ssr::node_id(&id)?,
+        state,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+#[server]
+pub async fn rediscover_node(id: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    cp.request_discovery(&ops, ssr::node_id(&id)?, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+#[server]
+pub async fn approve_slot_map(
+    id: String,
+    generation: i32,
+    wipe_policy: Option<String>,
+    only: Option<String>,
+) -> Result<usize, AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::fleet::SlotMapDecision;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let decision = SlotMapDecision::Approve {
+        only: ssr::slot_list(only.as_deref().unwrap_or_default())?,
+        wipe_policy,
+    };
+    Ok(cp
+        .decide_slot_map(
+            &ops,
+            ssr::node_id(&id)?,
+            generation,
+            &decision,
+            Some(&crate::error::request_id()),
+        )
+        .await?)
+}
+
+#[server]
+pub async fn reject_slot_map(id: String, generation: i32, reason: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::fleet::SlotMapDecision;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    cp.decide_slot_map(
+        &ops,
+        ssr::node_id(&id)?,
+        generation,
+        &SlotMapDecision::Reject { reason },
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+const POSTURE_CHOICES: [(&str, &str); 7] = [
+    ("fully_available", "Fully available"),
+    ("partially_allocated", "Partially allocated"),
+    ("fully_allocated_slices", "Fully allocated by slices"),
+    (
+        "exclusively_allocated_baremetal",
+        "Exclusively allocated (bare metal)",
+    ),
+    ("draining", "Draining"),
+    ("cleanup_blocked", "Cleanup blocked"),
+    ("unavailable", "Unavailable"),
+];
+
+#[component]
+pub fn FleetPage() -> impl IntoView {
+    let query = use_query_map();
+    let enrol = ServerAction::<EnrolNode>::new();
+    let filter = move || query.with(|q| (q.get("region"), q.get("posture"), q.get("model")));
+    let fleet = Resource::new(
+        move || (filter(), enrol.version().get()),
+        |((region, posture, model), _)| fleet_overview(region, posture, model),
+    );
+    view! {
+        <Title text="Fleet" />
+        <h1>"Fleet"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match fleet.await {
+                    Ok(f) => view! { <FleetBody fleet=f filter=filter() enrol /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn FleetBody(
+    fleet: FleetView,
+    filter: (Option<String>, Option<String>, Option<String>),
+    enrol: ServerAction<EnrolNode>,
+) -> impl IntoView {
+    let (region, posture, model) = filter;
+    let selected = |current: &Option<String>, value: &str| current.as_deref() == Some(value);
+    let can_operate = fleet.can_operate;
+    view! {
+        <section class="card" aria-labelledby="postures">
+            <h2 id="postures">"Postures"</h2>
+            <ul class="tally" data-testid="posture-counts">
+                {fleet.by_posture.into_iter().map(|(p, label, n)| view! {
+                    <li data-posture=p.clone()>
+                        <a href=format!("/fleet?posture={p}")>
+                            <strong>{n}</strong> " " {label}
+                        </a>
+                    </li>
+                }).collect_view()}
+            </ul>
+            <p class="hint">
+                "By region: "
+                {fleet.by_region.iter().map(|(r, n)| format!("{r} {n}")).collect::<Vec<_>>().join(" · ")}
+                " — by GPU model: "
+                {fleet.by_model.iter().map(|(m, n)| format!("{m} {n}")).collect::<Vec<_>>().join(" · ")}
+            </p>
+            <form method="get" action="/fleet" class="filters">
+                <label>"Region "
+                    <select name="region">
+                        <option value="">"All"</option>
+                        {fleet.regions.into_iter().map(|r| { let s = selected(&region, &r); let label = r.clone(); view! { <option value=r selected=s>{label}</option> } }).collect_view()}
+                    </select>
+                </label>
+                <label>"Posture "
+                    <select name="posture">
+                        <option value="">"All"</option>
+                        {POSTURE_CHOICES.iter().map(|(p, l)| view! { <option value=*p selected=selected(&posture, p)>{*l}</option> }).collect_view()}
+                    </select>
+                </label>
+                <label>"GPU model "
+                    <select name="model">
+                        <option value="">"All"</option>
+                        {fleet.models.into_iter().map(|m| { let s = selected(&model, &m); let label = m.clone(); view! { <option value=m selected=s>{label}</option> } }).collect_view()}
+                    </select>
+                </label>
+                <button type="submit">"Filter"</button>
+            </form>
+        </section>
+        <section class="card" aria-labelledby="nodes">
+            <h2 id="nodes">"Nodes"</h2>
+            {if fleet.nodes.is_empty() {
+                view! { <p>"No nodes match."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                    <table class="data">
+                        <thead><tr>
+                            <th>"Host"</th><th>"Region / rack"</th><th>"Family"</th><th>"GPU"</th>
+                            <th>"Slots"</th><th>"Posture"</th><th>"Heartbeat"</th><th>"Proposal"</th>
+                        </tr></thead>
+                        <tbody>
+                            {fleet.nodes.into_iter().map(|n| view! {
+                                <tr data-node=n.hostname.clone()>
+                                    <td><a href=format!("/fleet/{}", n.id)>{n.hostname.clone()}</a></td>
+                                    <td>{n.region} " / " {n.rack}</td>
+                                    <td>{n.family}</td>
+                                    <td>{n.gpu_model}</td>
+                                    <td>{n.schedulable_slots} " of " {n.live_slots} " schedulable"
+                                        {(n.drifted_slots > 0).then(|| format!(", {} drifted", n.drifted_slots))}</td>
+                                    <td><span class=format!("posture posture-{}", n.posture)>{n.posture_label}</span>
+                                        <br/><small>{n.posture_reason}</small></td>
+                                    <td>{n.last_heartbeat}</td>
+                                    <td>{n.pending_generation.map(|g| format!("generation {g} waits for approval"))}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    </div>
+                }.into_any()
+            }}
+        </section>
+        {can_operate.then(|| view! { <EnrolForm enrol /> })}
+    }
+}
+
+#[component]
+fn EnrolForm(enrol: ServerAction<EnrolNode>) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="enrol">
+            <h2 id="enrol">"Enrol a node"</h2>
+            <ActionForm action=enrol>
+                <div class="form-grid">
+                    <label>"Hostname" <input name="hostname" required placeholder="gpu-hgx-01" /></label>
+                    <label>"Region" <input name="region" required placeholder="eu-west-1" /></label>
+                    <label>"Rack" <input name="rack" required placeholder="r12" /></label>
+                    <label>"Node family" <input name="family" required placeholder="hgx-h100-8x" /></label>
+                </div>
+                <fieldset>
+                    <legend>"May serve"</legend>
+                    <label><input type="checkbox" name="shape_gpu_slice" value="on" checked /> " GPU slices"</label>
+                    <label><input type="checkbox" name="shape_baremetal" value="on" /> " Bare metal (whole node)"</label>
+                </fieldset>
+                <button type="submit">"Enrol"</button>
+            </ActionForm>
+            {outcome(enrol.value(), |_: Enrolled| None)}
+            {move || enrol.value().get().and_then(Result::ok).map(|e| view! { <TokenOnce e /> })}
+        </section>
+    }
+}
+
+/// The bootstrap token, shown once, with the command that uses it.
+#[component]
+fn TokenOnce(e: Enrolled) -> impl IntoView {
+    view! {
+        <div class="token-once" role="status">
+            <p>
+                "Enrolled " <a href=format!("/fleet/{}", e.node_id)>{e.hostname.clone()}</a>
+                ". This bootstrap token is shown once and expires at " {e.expires_at.clone()} ":"
+            </p>
+            <pre data-testid="bootstrap-token">{e.token.clone()}</pre>
+            <p>"On the host, run:"</p>
+            <pre>{format!(
+                "NODE_AGENT_BOOTSTRAP_TOKEN='{}' node-agent enroll --server {}\nnode-agent run",
+                e.token, e.server
+            )}</pre>
+        </div>
+    }
+}
+
+#[component]
+pub fn NodePage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").unwrap_or_default());
+    let set_state = ServerAction::<SetNodeState>::new();
+    let rediscover = ServerAction::<RediscoverNode>::new();
+    let approve = ServerAction::<ApproveSlotMap>::new();
+    let reject = ServerAction::<RejectSlotMap>::new();
+    let reissue = ServerAction::<ReissueNodeToken>::new();
+    let page = Resource::new(
+        move || {
+            (
+                id(),
+                set_state.version().get(),
+                rediscover.version().get(),
+                approve.version().get(),
+                reject.version().get(),
+                reissue.version().get(),
+            )
+        },
+        |(id, ..)| get_node(id),
+    );
+    let actions = NodeActions {
+        set_state,
+        rediscover,
+        approve,
+        reject,
+        reissue,
+    };
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(p) => view! { <NodeBody page=p actions /> }.into_any(),
+                    Err(e) => view! { <Title text="Node" /><ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[derive(Clone, Copy)]
+struct NodeActions {
+    set_state: ServerAction<SetNodeState>,
+    rediscover: ServerAction<RediscoverNode>,
+    approve: ServerAction<ApproveSlotMap>,
+    reject: ServerAction<RejectSlotMap>,
+    reissue: ServerAction<ReissueNodeToken>,
+}
+
+#[component]
+fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
+    let n = page.node.clone();
+    let id = n.id.clone();
+    let can = page.can_operate;
+    let state_button = |state: &'static str, label: &'static str, id: String| {
+        view! {
+            <ActionForm action=actions.set_state attr:class="inline">
+                <input type="hidden" name="id" value=id />
+                <input type="hidden" name="state" value=state />
+                <button type="submit">{label}</button>
+            </ActionForm>
+        }
+    };
+    view! {
+        <Title text=n.hostname.clone() />
+        <p class="breadcrumb"><a href="/fleet">"Fleet"</a> " / " {n.hostname.clone()}</p>
+        <h1>{n.hostname.clone()}</h1>
+        <section class="card" aria-labelledby="facts">
+            <h2 id="facts">"Node"</h2>
+            <dl class="facts">
+                <dt>"Posture"</dt>
+                <dd><span class=format!("posture posture-{}", n.posture) data-testid="posture">{n.posture_label.clone()}</span>
+                    " — " {n.posture_reason.clone()}</dd>
+                <dt>"Admin state"</dt><dd data-testid="admin-state">{n.admin_state.clone()}</dd>
+                <dt>"Region / rack"</dt><dd>{n.region.clone()} " / " {n.rack.clone()}</dd>
+                <dt>"Family"</dt><dd>{n.family.clone()}</dd>
+                <dt>"May serve"</dt><dd>{n.shapes.clone()}</dd>
+                <dt>"Agent"</dt><dd>{n.agent_version.clone()} ", enrolled " {page.agent_enrolled_at.clone().unwrap_or_else(|| "not yet".into())}</dd>
+                <dt>"Last heartbeat"</dt><dd>{n.last_heartbeat.clone()} " (" {page.health.clone()} ")"</dd>
+                <dt>"Schedulable slots"</dt><dd data-testid="schedulable">{n.schedulable_slots} " of " {n.live_slots}</dd>
+                <dt>"Canonical name"</dt><dd><code>{page.canonical_name.clone()}</code></dd>
+                {page.open_token_expires.clone().map(|t| view! { <dt>"Bootstrap token"</dt><dd>"unused, expires " {t}</dd> })}
+            </dl>
+            {let (id, rid, tid) = (id.clone(), id.clone(), id.clone()); can.then(move || view! {
+                <div class="actions">
+                    {(n.admin_state != "draining").then(|| state_button("draining", "Drain", id.clone()))}
+                    {(n.admin_state != "active").then(|| state_button("active", "Return to service", id.clone()))}
+                    {(n.admin_state != "cordoned").then(|| state_button("cordoned", "Cordon", id.clone()))}
+                    <ActionForm action=actions.rediscover attr:class="inline">
+                        <input type="hidden" name="id" value=rid.clone() />
+                        <button type="submit">"Discover again"</button>
+                    </ActionForm>
+                    <ActionForm action=actions.reissue attr:class="inline">
+                        <input type="hidden" name="id" value=tid.clone() />
+                        <button type="submit">"New bootstrap token"</button>
+                    </ActionForm>
+                </div>
+                {outcome(actions.set_state.value(), |_| Some("Admin state changed.".into()))}
+                {outcome(actions.rediscover.value(), |_| Some("Discovery queued; the agent picks it up on its next poll.".into()))}
+                {outcome(actions.reissue.value(), |_: Enrolled| None)}
+                {move || actions.reissue.value().get().and_then(Result::ok).map(|e| view! { <TokenOnce e /> })}
+            })}
+        </section>
+        {page.proposal.clone().map(|p| view! { <Proposal p id=id.clone() can actions /> })}
+        <section class="card" aria-labelledby="slots">
+            <h2 id="slots">"Approved slots"</h2>
+            {if page.slots.is_empty() {
+                view! { <p>"No approved slots: nothing on this node can be scheduled yet."</p> }.into_any()
+            } else {
+                view! { <SlotTable slots=page.slots.clone() /> }.into_any()
+            }}
+        </section>
+        <section class="card" aria-labelledby="tasks">
+            <h2 id="tasks">"Agent tasks"</h2>
+            <ul class="plain">
+                {page.tasks.iter().map(|t| view! {
+                    <li>{t.created_at.clone()} " — " <code>{t.kind.clone()}</code> " " <strong>{t.state.clone()}</strong>
+                        {(!t.phases.is_empty()).then(|| format!(" · {}", t.phases))}
+                        {t.error.clone().map(|e| view! { <span class="form-error">" " {e}</span> })}
+                    </li>
+                }).collect_view()}
+            </ul>
+        </section>
+        <section class="card" aria-labelledby="node-audit">
+            <h2 id="node-audit">"Audit trail"</h2>
+            <div class="table-scroll">
+            <table class="data">
+                <thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"Change"</th></tr></thead>
+                <tbody>
+                    {page.audit.iter().map(|a| view! {
+                        <tr><td>{a.at.clone()}</td><td>{a.actor.clone()}</td><td><code>{a.action.clone()}</code></td><td><small>{a.change.clone()}</small></td></tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn SlotTable(slots: Vec<SlotView>) -> impl IntoView {
+    view! {
+        <div class="table-scroll">
+        <table class="data" data-testid="slots">
+            <thead><tr>
+                <th>"#"</th><th>"GPU"</th><th>"NUMA"</th><th>"NVMe"</th><th>"IB VF"</th>
+                <th>"CPUs"</th><th>"Memory"</th><th>"Wipe"</th><th>"State"</th>
+            </tr></thead>
+            <tbody>
+                {slots.into_iter().map(|s| { let state = s.state.clone(); view! {
+                    <tr data-slot-state=state>
+                        <td>{s.index}</td>
+                        <td>{s.gpu} <br/><small>{s.model}</small></td>
+                        <td>{s.numa}</td>
+                        <td>{s.nvme}</td>
+                        <td>{s.vf}</td>
+                        <td>{s.cpus}</td>
+                        <td>{s.memory_gib} " GiB"</td>
+                        <td>{s.wipe}</td>
+                        <td>{s.state}{s.drift.map(|d| view! { <br/><small class="form-error">{d}</small> })}</td>
+                    </tr>
+                }}).collect_view()}
+            </tbody>
+        </table>
+        </div>
+    }
+}
+
+fn describe(s: &SlotSpec) -> String {
+    format!(
+        "{} · NUMA {} · NVMe {} · VF {} · CPUs {} · {} GiB · wipe {}",
+        s.gpu.pci_address,
+        s.numa_node.map_or("?".to_string(), |n| n.to_string()),
+        s.nvme.as_ref().map_or("none", |n| n.pci_address.as_str()),
+        s.ib_vf_pci_address.as_deref().unwrap_or("none"),
+        if s.cpu_set.is_empty() {
+            "none"
+        } else {
+            s.cpu_set.as_str()
+        },
+        s.memory_mib / 1024,
+        s.capacity_metadata
+            .get("destructive_wipe_policy")
+            .map(String::as_str)
+            .filter(|w| !w.is_empty())
+            .unwrap_or("not set"),
+    )
+}
+
+#[component]
+fn Proposal(p: ProposalPanel, id: String, can: bool, actions: NodeActions) -> impl IntoView {
+    let pending = p.status == "pending";
+    let problems: usize = p.slots.iter().map(|s| s.problems.len()).sum();
+    view! {
+        <section class="card" aria-labelledby="proposal" data-testid="proposal">
+            <h2 id="proposal">"Slot map proposal, generation " {p.generation}</h2>
+            <p>
+                "Discovered " {p.discovered_at.clone()} ". Status: " <strong data-testid="proposal-status">{p.status.clone()}</strong>
+                {p.decided_by.clone().map(|d| format!(" by {d}"))}
+                {p.decision_reason.clone().map(|r| format!(" — {r}"))}
+            </p>
+            <p class="hint">{p.fabric.clone()}</p>
+            {(!p.warnings.is_empty()).then(|| view! {
+                <ul class="warnings">{p.warnings.iter().map(|w| view! { <li>{w.clone()}</li> }).collect_view()}</ul>
+            })}
+            {(problems > 0).then(|| view! {
+                <p class="form-error">{problems} " problem(s) as proposed; each is listed on its slot below."</p>
+            })}
+            <div class="table-scroll">
+            <table class="data side-by-side">
+                <thead><tr><th>"#"</th><th>"Proposed"</th><th>"Approved now"</th><th>"Change"</th><th>"Problems"</th></tr></thead>
+                <tbody>
+                    {p.slots.iter().map(|s| view! {
+                        <tr data-proposed-slot=s.proposed.slot_index>
+                            <td>{s.proposed.slot_index}</td>
+                            <td><small>{describe(&s.proposed)}</small></td>
+                            <td><small>{s.current.as_ref().map_or("—".to_string(), |c| format!("{} · NUMA {} · NVMe {} · VF {} · wipe {} · {}", c.gpu, c.numa, c.nvme, c.vf, c.wipe, c.state))}</small></td>
+                            <td>{s.change.clone()}</td>
+                            <td>
+                                <ul class="problems">{s.problems.iter().map(|x| view! { <li>{x.clone()}</li> }).collect_view()}</ul>
+                            </td>
+                        </tr>
+                    }).collect_view()}
+                    {p.gone.iter().map(|g| view! {
+                        <tr class="gone">
+                            <td>{g.index}</td><td>"— (not found by this discovery)"</td>
+                            <td><small>{g.gpu.clone()} " · " {g.state.clone()}</small></td>
+                            <td>"gone: approving all retires this slot"</td><td></td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+            {let (aid, xid) = (id.clone(), id.clone()); (pending && can).then(move || view! {
+                <div class="decision">
+                    <ActionForm action=actions.approve>
+                        <input type="hidden" name="id" value=aid.clone() />
+                        <input type="hidden" name="generation" value=p.generation />
+                        <label>"Destructive wipe policy "
+                            <select name="wipe_policy">
+                                <option value="">"— as proposed —"</option>
+                                {p.wipe_methods.iter().map(|m| view! { <option value=m.clone()>{m.clone()}</option> }).collect_view()}
+                            </select>
+                        </label>
+                        <label>"Only these slots "
+                            <input name="only" placeholder="all" inputmode="numeric" />
+                        </label>
+                        <button type="submit">"Approve"</button>
+                        <p class="hint">"Leave the slots empty to approve all of them; or list some, e.g. 0,1,4-6."</p>
+                    </ActionForm>
+                    {outcome(actions.approve.value(), |n: usize| Some(format!("Approved {n} slot(s).")))}
+                    <ActionForm action=actions.reject>
+                        <input type="hidden" name="id" value=xid.clone() />
+                        <input type="hidden" name="generation" value=p.generation />
+                        <label>"Reason " <input name="reason" required placeholder="firmware not qualified" /></label>
+                        <button type="submit" class="danger">"Reject"</button>
+                    </ActionForm>
+                    {outcome(actions.reject.value(), |_| Some("Proposal rejected.".into()))}
+                </div>
+            })}
+        </section>
+    }
+}

@@ -1,0 +1,123 @@
+// An operator enrols a node; a real node-agent process (simulated driver on the HGX H100
+// fixture) enrols with the shown token and discovers; the operator sees the proposal with its
+// problems, fixes the missing wipe policy, approves, and sees 8 schedulable slots.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+
+const EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
+const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
+const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
+const FIXTURE = 'node-agent/fixtures/hgx-h100-8x';
+const HOST = `gpu-hgx-${Date.now().toString(36)}`;
+
+test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 schedulable slots', async () => {
+  assert.ok(PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
+  const b = await openBrowser();
+  let agent = null;
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/login`);
+    const form = page.locator('#break-glass-form');
+    await form.getByLabel('Email').fill(EMAIL);
+    await form.getByLabel('Password').fill(PASSWORD);
+    await form.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(`${BASE}/admin`);
+
+    await page.goto(`${BASE}/fleet`);
+    await hydrated(page);
+    const enrol = page.locator('section[aria-labelledby="enrol"]');
+    // Bad input is refused with a message naming the field.
+    await enrol.getByLabel('Hostname').fill('not a hostname');
+    await enrol.getByLabel('Region').fill('eu-west-1');
+    await enrol.getByLabel('Rack').fill('r12');
+    await enrol.getByLabel('Node family').fill('hgx-h100-8x');
+    await enrol.getByRole('button', { name: 'Enrol' }).click();
+    assert.match(await enrol.getByRole('alert').innerText(), /^Invalid hostname: use letters, digits and hyphens/);
+
+    await enrol.getByLabel('Hostname').fill(HOST);
+    await enrol.getByRole('button', { name: 'Enrol' }).click();
+    const tokenBox = enrol.locator('[data-testid="bootstrap-token"]');
+    await tokenBox.waitFor();
+    const token = (await tokenBox.innerText()).trim();
+    assert.match(token, /^gpb_[A-Za-z0-9_-]{43}$/);
+    await shot(page, 'fleet-enrolled');
+
+    // The agent exchanges the token for its credential (0600 in its state directory).
+    const enrolled = spawnSync(AGENT, ['enroll', '--server', BASE, '--state-dir', state, '--hostname', HOST], {
+      env: { ...process.env, NODE_AGENT_BOOTSTRAP_TOKEN: token },
+      encoding: 'utf8',
+    });
+    assert.equal(enrolled.status, 0, enrolled.stderr);
+    assert.equal(statSync(join(state, 'credential')).mode & 0o777, 0o600);
+    // The token works once.
+    const again = spawnSync(AGENT, ['enroll', '--server', BASE, '--state-dir', mkdtempSync(join(tmpdir(), 'node-agent-')), '--hostname', HOST], {
+      env: { ...process.env, NODE_AGENT_BOOTSTRAP_TOKEN: token },
+      encoding: 'utf8',
+    });
+    assert.notEqual(again.status, 0);
+    assert.match(again.stderr, /already used/);
+
+    agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', FIXTURE], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+
+    // The node page shows the proposal once the agent has discovered the host.
+    await enrol.getByRole('link', { name: HOST }).click();
+    await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
+    const nodeUrl = page.url();
+    const status = page.locator('[data-testid="proposal-status"]');
+    for (let i = 0; i < 60 && !(await status.count()); i++) {
+      await page.waitForTimeout(500);
+      await page.goto(nodeUrl);
+    }
+    assert.equal(await status.innerText(), 'pending');
+    await hydrated(page);
+    const proposal = page.locator('[data-testid="proposal"]');
+    assert.equal(await proposal.locator('tr[data-proposed-slot]').count(), 8);
+    assert.match(await proposal.innerText(), /4 NVSwitches; NVLink partitions of 8, 4, 4, 2, 2, 2, 2, 1/);
+    const problems = await proposal.locator('ul.problems li').allInnerTexts();
+    assert.equal(problems.length, 8);
+    assert.ok(problems.every((p) => p.startsWith('destructive_wipe_policy is empty; choose one of nvme-format-crypto')), problems.join('\n'));
+    assert.equal(await page.locator('[data-testid="schedulable"]').innerText(), '0 of 0');
+    await shot(page, 'fleet-proposal');
+
+    // Approving as proposed is refused, slot by slot.
+    const approve = proposal.locator('.decision form').first();
+    await approve.getByRole('button', { name: 'Approve' }).click();
+    const refusal = proposal.getByRole('alert');
+    await refusal.waitFor();
+    assert.match(await refusal.innerText(), /slot 0: destructive_wipe_policy is empty.*slot 7: destructive_wipe_policy is empty/s);
+
+    // Fix the wipe policy and approve all.
+    await approve.getByLabel('Destructive wipe policy').selectOption('nvme-format-crypto');
+    await approve.getByRole('button', { name: 'Approve' }).click();
+    await page.locator('[data-testid="proposal-status"]', { hasText: 'approved' }).waitFor();
+    assert.equal(await page.locator('[data-testid="schedulable"]').innerText(), '8 of 8');
+    assert.equal(await page.locator('table[data-testid="slots"] tr[data-slot-state="schedulable"]').count(), 8);
+    assert.equal(await page.locator('[data-testid="posture"]').innerText(), 'Fully available');
+    const trail = await page.locator('#node-audit').locator('xpath=..').locator('td code').allInnerTexts();
+    for (const action of ['node.enrol', 'node.agent.enrol', 'node.discovery.record', 'node.slot_map.approve']) {
+      assert.ok(trail.includes(action), `audit trail lacks ${action}: ${trail.join(', ')}`);
+    }
+    await shot(page, 'fleet-approved');
+
+    // Drain is one click and shows in the posture; the fleet page counts it.
+    await page.getByRole('button', { name: 'Drain' }).click();
+    await page.locator('[data-testid="admin-state"]', { hasText: 'draining' }).waitFor();
+    assert.equal(await page.locator('[data-testid="posture"]').innerText(), 'Draining');
+    await page.goto(`${BASE}/fleet?posture=draining`);
+    assert.equal(await page.locator(`tr[data-node="${HOST}"]`).count(), 1);
+    await page.goto(`${BASE}/fleet?posture=fully_available`);
+    assert.equal(await page.locator(`tr[data-node="${HOST}"]`).count(), 0);
+  } finally {
+    if (agent) agent.kill('SIGTERM');
+    rmSync(state, { recursive: true, force: true });
+    await b.close();
+  }
+});
