@@ -182,7 +182,7 @@ pub enum TaskOutcome {
 #[serde(tag = "kind")]
 pub enum TaskOutput {
     #[serde(rename = "slice.topology_discover")]
-    TopologyDiscovered(Discovery),
+    TopologyDiscovered(Box<Discovery>),
 }
 
 /// Capacity metadata keys a slot needs before it may be scheduled.

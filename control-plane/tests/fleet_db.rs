@@ -181,7 +181,7 @@ async fn discover(
         agent,
         task.0,
         &TaskOutcome::Succeeded {
-            output: TaskOutput::TopologyDiscovered(d.clone()),
+            output: TaskOutput::TopologyDiscovered(Box::new(d.clone())),
         },
     )
     .await
@@ -477,7 +477,7 @@ async fn approval_refuses_problems_then_creates_eight_schedulable_slots(pool: Pg
             &agent,
             task,
             &TaskOutcome::Succeeded {
-                output: TaskOutput::TopologyDiscovered(sneaky),
+                output: TaskOutput::TopologyDiscovered(Box::new(sneaky)),
             },
         )
         .await

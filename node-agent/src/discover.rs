@@ -255,7 +255,7 @@ fn read_nvme(root: &Path, pci: &BTreeMap<&str, &PciDevice>) -> Result<Vec<NvmeCo
                 size_bytes: sectors * 512,
             });
         }
-        namespaces.sort_by(|a, b| natural(&a.name).cmp(&natural(&b.name)));
+        namespaces.sort_by_key(|n| natural(&n.name));
         out.push(NvmeController {
             serial: read_trimmed(&path.join("serial"))?,
             model: read_trimmed(&path.join("model"))?,

@@ -267,7 +267,7 @@ async fn execute(client: &Client, driver: Arc<dyn Driver>, task: agent_protocol:
             .topology_discover(&mut |p| {
                 let _ = tx.send(p);
             })
-            .map(TaskOutput::TopologyDiscovered),
+            .map(|d| TaskOutput::TopologyDiscovered(Box::new(d))),
     });
     while let Some(report) = rx.recv().await {
         if let Err(e) = client.phase(&task.task_id, &report).await {

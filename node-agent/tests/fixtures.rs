@@ -41,17 +41,17 @@ fn discover(name: &str) -> Discovery {
     d
 }
 
-/// (gpu, numa, nvme, vf, cpus, memory MiB) per slot.
-fn summary(
-    d: &Discovery,
-) -> Vec<(
+/// (gpu, numa, nvme, vf, cpus, memory MiB) of one slot.
+type Row = (
     String,
     Option<u32>,
     Option<String>,
     Option<String>,
     String,
     u64,
-)> {
+);
+
+fn summary(d: &Discovery) -> Vec<Row> {
     d.proposed_slots
         .iter()
         .map(|s| {
@@ -67,21 +67,7 @@ fn summary(
         .collect()
 }
 
-fn row(
-    gpu: &str,
-    numa: u32,
-    nvme: &str,
-    vf: Option<&str>,
-    cpus: &str,
-    mib: u64,
-) -> (
-    String,
-    Option<u32>,
-    Option<String>,
-    Option<String>,
-    String,
-    u64,
-) {
+fn row(gpu: &str, numa: u32, nvme: &str, vf: Option<&str>, cpus: &str, mib: u64) -> Row {
     (
         gpu.into(),
         Some(numa),
