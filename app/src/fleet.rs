@@ -698,9 +698,9 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
                 {outcome(actions.rediscover.value(), |_| Some("Discovery queued; the agent picks it up on its next poll.".into()))}
                 {outcome(actions.reissue.value(), |_: Enrolled| None)}
                 {move || actions.reissue.value().get().and_then(Result::ok).map(|e| view! { <TokenOnce e /> })}
-            })}
+            }.into_any())}
         </section>
-        {page.proposal.clone().map(|p| view! { <Proposal p id=id.clone() can actions /> })}
+        {page.proposal.clone().map(|p| view! { <Proposal p id=id.clone() can actions /> }.into_any())}
         <section class="card" aria-labelledby="slots">
             <h2 id="slots">"Approved slots"</h2>
             {if page.slots.is_empty() {
@@ -856,7 +856,7 @@ fn Proposal(p: ProposalPanel, id: String, can: bool, actions: NodeActions) -> im
                     </ActionForm>
                     {outcome(actions.reject.value(), |_| Some("Proposal rejected.".into()))}
                 </div>
-            })}
+            }.into_any())}
         </section>
     }
 }
