@@ -9,7 +9,7 @@ use agent_protocol::{
 };
 use serde_json::json;
 
-use super::{SlotRow, differences, new_secret, secret_hash, utc};
+use super::{differences, live_slots, lock_node, new_secret, secret_hash, utc};
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::error::{Error, Result};
@@ -297,12 +297,7 @@ impl ControlPlane {
         outcome: &TaskOutcome,
     ) -> Result<Option<i32>> {
         let mut tx = self.pool().begin().await?;
-        sqlx::query!(
-            "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE",
-            agent.id as NodeId
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        lock_node(&mut tx, agent.id).await?;
         let row = sqlx::query!(
             "SELECT state, kind FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR UPDATE",
             task as AgentTaskId,
@@ -409,36 +404,8 @@ impl ControlPlane {
         .await?;
 
         // Drift: approved slots the new discovery disagrees with.
-        let live = sqlx::query!(
-            r#"SELECT id AS "id: SlotId", slot_index, gpu_pci_address, gpu_model, gpu_uuid, numa_node,
-                      nvme_pci_address, nvme_serial, nvme_namespace, ib_vf_pci_address, cpu_set,
-                      memory_mib, approved_generation, drift
-               FROM node_resource_slots WHERE node_id = $1 AND retired_at IS NULL
-               ORDER BY slot_index"#,
-            agent.id as NodeId
-        )
-        .fetch_all(&mut *tx)
-        .await?;
         let mut drifted = Vec::new();
-        for s in live {
-            let current = SlotRow {
-                id: s.id,
-                slot_index: s.slot_index,
-                gpu_pci_address: s.gpu_pci_address.clone(),
-                gpu_model: s.gpu_model,
-                gpu_uuid: s.gpu_uuid,
-                numa_node: s.numa_node,
-                nvme_pci_address: s.nvme_pci_address,
-                nvme_serial: s.nvme_serial,
-                nvme_namespace: s.nvme_namespace,
-                ib_vf_pci_address: s.ib_vf_pci_address,
-                cpu_set: s.cpu_set,
-                memory_mib: s.memory_mib,
-                wipe_policy: String::new(),
-                approved_generation: s.approved_generation,
-                state: String::new(),
-                drift: s.drift.clone(),
-            };
+        for current in live_slots(&mut *tx, agent.id).await? {
             let now = discovery
                 .proposed_slots
                 .iter()
@@ -453,17 +420,17 @@ impl ControlPlane {
             // Drift sticks until an operator re-approves: a GPU that comes back is not
             // trusted by itself.
             if let Some(reason) = reason
-                && s.drift.is_none()
+                && current.drift.is_none()
             {
                 sqlx::query!(
                     "UPDATE node_resource_slots SET drift = $2, drift_generation = $3 WHERE id = $1",
-                    s.id as SlotId,
+                    current.id as SlotId,
                     reason,
                     generation
                 )
                 .execute(&mut *tx)
                 .await?;
-                drifted.push(json!({ "slot": s.slot_index, "drift": reason }));
+                drifted.push(json!({ "slot": current.slot_index, "drift": reason }));
             }
         }
         let name = self.naming().node(&agent.region, agent.id)?;

@@ -486,13 +486,7 @@ impl ControlPlane {
     ) -> Result<Enrolment> {
         let actor = who.principal().user_id;
         let mut tx = self.pool().begin().await?;
-        let row = sqlx::query!(
-            "SELECT hostname, region FROM nodes WHERE id = $1 FOR UPDATE",
-            node as NodeId
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound { what: "node" })?;
+        let row = lock_node(&mut tx, node).await?;
         sqlx::query!(
             "UPDATE node_bootstrap_tokens SET revoked_at = now()
              WHERE node_id = $1 AND used_at IS NULL AND revoked_at IS NULL",
@@ -532,13 +526,7 @@ impl ControlPlane {
         request_id: Option<&str>,
     ) -> Result<()> {
         let mut tx = self.pool().begin().await?;
-        let row = sqlx::query!(
-            "SELECT region, admin_state FROM nodes WHERE id = $1 FOR UPDATE",
-            node as NodeId
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound { what: "node" })?;
+        let row = lock_node(&mut tx, node).await?;
         if row.admin_state == state.as_str() {
             return Err(Error::Conflict(format!(
                 "the node is already {}",
@@ -578,13 +566,7 @@ impl ControlPlane {
     ) -> Result<()> {
         let actor = who.principal().user_id;
         let mut tx = self.pool().begin().await?;
-        let region = sqlx::query_scalar!(
-            "SELECT region FROM nodes WHERE id = $1 FOR UPDATE",
-            node as NodeId
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound { what: "node" })?;
+        let region = lock_node(&mut tx, node).await?.region;
         if !agent::queue_discovery(&mut tx, node, Some(actor)).await? {
             return Err(Error::Conflict(
                 "a discovery is already queued or running on this node".into(),
@@ -621,13 +603,7 @@ impl ControlPlane {
     ) -> Result<usize> {
         let actor = who.principal().user_id;
         let mut tx = self.pool().begin().await?;
-        let region = sqlx::query_scalar!(
-            "SELECT region FROM nodes WHERE id = $1 FOR UPDATE",
-            node as NodeId
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(Error::NotFound { what: "node" })?;
+        let region = lock_node(&mut tx, node).await?.region;
         let proposal = sqlx::query!(
             r#"SELECT generation, status, discovery,
                       (SELECT max(generation) FROM slot_map_proposals WHERE node_id = $1) AS "latest!"
@@ -858,10 +834,15 @@ impl ControlPlane {
             })
             .collect())
     }
+}
 
-    async fn live_slots(&self, node: NodeId) -> Result<Vec<SlotRow>> {
-        let rows = sqlx::query!(
-            r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.gpu_model, s.gpu_uuid,
+/// The node's approved (not retired) slots, with their state, in index order.
+pub(crate) async fn live_slots(
+    conn: &mut sqlx::PgConnection,
+    node: NodeId,
+) -> Result<Vec<SlotRow>> {
+    let rows = sqlx::query!(
+        r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.gpu_model, s.gpu_uuid,
                       s.numa_node, s.nvme_pci_address, s.nvme_serial, s.nvme_namespace,
                       s.ib_vf_pci_address, s.cpu_set, s.memory_mib, s.capacity_metadata,
                       s.approved_generation, s.drift, s.cleanup_state,
@@ -870,43 +851,44 @@ impl ControlPlane {
                FROM node_resource_slots s
                WHERE s.node_id = $1 AND s.retired_at IS NULL
                ORDER BY s.slot_index"#,
-            node as NodeId
-        )
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| SlotRow {
-                state: if r.cleanup_state == "blocked" {
-                    "cleanup blocked".into()
-                } else if r.cleanup_state == "cleaning" {
-                    "cleaning".into()
-                } else if r.claimed {
-                    "claimed".into()
-                } else if r.drift.is_some() {
-                    "drifted".into()
-                } else {
-                    "schedulable".into()
-                },
-                id: r.id,
-                slot_index: r.slot_index,
-                gpu_pci_address: r.gpu_pci_address,
-                gpu_model: r.gpu_model,
-                gpu_uuid: r.gpu_uuid,
-                numa_node: r.numa_node,
-                nvme_pci_address: r.nvme_pci_address,
-                nvme_serial: r.nvme_serial,
-                nvme_namespace: r.nvme_namespace,
-                ib_vf_pci_address: r.ib_vf_pci_address,
-                cpu_set: r.cpu_set,
-                memory_mib: r.memory_mib,
-                wipe_policy: wipe_policy_of(&r.capacity_metadata),
-                approved_generation: r.approved_generation,
-                drift: r.drift,
-            })
-            .collect())
-    }
+        node as NodeId
+    )
+    .fetch_all(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| SlotRow {
+            state: if r.cleanup_state == "blocked" {
+                "cleanup blocked".into()
+            } else if r.cleanup_state == "cleaning" {
+                "cleaning".into()
+            } else if r.claimed {
+                "claimed".into()
+            } else if r.drift.is_some() {
+                "drifted".into()
+            } else {
+                "schedulable".into()
+            },
+            id: r.id,
+            slot_index: r.slot_index,
+            gpu_pci_address: r.gpu_pci_address,
+            gpu_model: r.gpu_model,
+            gpu_uuid: r.gpu_uuid,
+            numa_node: r.numa_node,
+            nvme_pci_address: r.nvme_pci_address,
+            nvme_serial: r.nvme_serial,
+            nvme_namespace: r.nvme_namespace,
+            ib_vf_pci_address: r.ib_vf_pci_address,
+            cpu_set: r.cpu_set,
+            memory_mib: r.memory_mib,
+            wipe_policy: wipe_policy_of(&r.capacity_metadata),
+            approved_generation: r.approved_generation,
+            drift: r.drift,
+        })
+        .collect())
+}
 
+impl ControlPlane {
     /// The node page: facts, posture, slots, the latest proposal beside the current map,
     /// recent tasks with their phases, and the node's audit trail.
     pub async fn node_detail(
@@ -929,7 +911,7 @@ impl ControlPlane {
         )
         .fetch_one(self.pool())
         .await?;
-        let slots = self.live_slots(node).await?;
+        let slots = live_slots(&mut *self.pool().acquire().await?, node).await?;
         let proposal = sqlx::query!(
             r#"SELECT p.generation, p.discovery, p.status, p.decision_reason,
                       p.discovered_at, u.email AS "decided_by?"
@@ -993,6 +975,25 @@ impl ControlPlane {
             audit,
         })
     }
+}
+
+/// A node's row, locked for the rest of the transaction: every change to a node, its
+/// proposals or its slots takes this lock first, so they serialise per node.
+pub(crate) struct LockedNode {
+    pub hostname: String,
+    pub region: String,
+    pub admin_state: String,
+}
+
+pub(crate) async fn lock_node(tx: &mut sqlx::PgConnection, node: NodeId) -> Result<LockedNode> {
+    sqlx::query_as!(
+        LockedNode,
+        "SELECT hostname, region, admin_state FROM nodes WHERE id = $1 FOR UPDATE",
+        node as NodeId
+    )
+    .fetch_optional(tx)
+    .await?
+    .ok_or(Error::NotFound { what: "node" })
 }
 
 /// The slots an approval covers, with the operator's wipe policy applied.
@@ -1104,43 +1105,19 @@ async fn apply_slots(
         let numa = slot
             .numa_node
             .expect("validated: every GPU has a NUMA node") as i32;
-        match live
+        // A slot whose GPU is already approved keeps its id and index; a new one gets the
+        // proposal's index, or the lowest free one.
+        let (id, index) = match live
             .iter()
             .find(|o| o.gpu_pci_address == slot.gpu.pci_address)
         {
-            Some(old) => {
-                if old.claimed {
-                    return Err(Error::Conflict(format!(
-                        "slot {} ({}) is claimed by an allocation; approve it again once released",
-                        old.slot_index, old.gpu_pci_address
-                    )));
-                }
-                sqlx::query!(
-                    r#"UPDATE node_resource_slots SET
-                           gpu_model = $2, gpu_uuid = $3, numa_node = $4, nvme_pci_address = $5,
-                           nvme_serial = $6, nvme_namespace = $7, nvme_size_bytes = $8,
-                           ib_vf_pci_address = $9, cpu_set = $10, memory_mib = $11,
-                           capacity_metadata = $12, approved_generation = $13, approved_by = $14,
-                           approved_at = now(), drift = NULL, drift_generation = NULL
-                       WHERE id = $1"#,
-                    old.id as SlotId,
-                    slot.gpu.model,
-                    slot.gpu.uuid,
-                    numa,
-                    nvme.pci_address,
-                    nvme.serial,
-                    nvme.namespace,
-                    nvme.size_bytes as i64,
-                    vf,
-                    slot.cpu_set,
-                    slot.memory_mib as i64,
-                    meta,
-                    generation,
-                    actor as UserId,
-                )
-                .execute(&mut *tx)
-                .await?;
+            Some(old) if old.claimed => {
+                return Err(Error::Conflict(format!(
+                    "slot {} ({}) is claimed by an allocation; approve it again once released",
+                    old.slot_index, old.gpu_pci_address
+                )));
             }
+            Some(old) => (old.id, old.slot_index),
             None => {
                 let wanted = slot.slot_index as i32;
                 let index = if used.contains(&wanted) {
@@ -1151,35 +1128,46 @@ async fn apply_slots(
                     wanted
                 };
                 used.push(index);
-                sqlx::query!(
-                    r#"INSERT INTO node_resource_slots
-                           (id, node_id, slot_index, gpu_pci_address, gpu_model, gpu_uuid, numa_node,
-                            nvme_pci_address, nvme_serial, nvme_namespace, nvme_size_bytes,
-                            ib_vf_pci_address, cpu_set, memory_mib, capacity_metadata,
-                            approved_generation, approved_by)
-                       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"#,
-                    SlotId::new_random() as SlotId,
-                    node as NodeId,
-                    index,
-                    slot.gpu.pci_address,
-                    slot.gpu.model,
-                    slot.gpu.uuid,
-                    numa,
-                    nvme.pci_address,
-                    nvme.serial,
-                    nvme.namespace,
-                    nvme.size_bytes as i64,
-                    vf,
-                    slot.cpu_set,
-                    slot.memory_mib as i64,
-                    meta,
-                    generation,
-                    actor as UserId,
-                )
-                .execute(&mut *tx)
-                .await?;
+                (SlotId::new_random(), index)
             }
-        }
+        };
+        sqlx::query!(
+            r#"INSERT INTO node_resource_slots
+                   (id, node_id, slot_index, gpu_pci_address, gpu_model, gpu_uuid, numa_node,
+                    nvme_pci_address, nvme_serial, nvme_namespace, nvme_size_bytes,
+                    ib_vf_pci_address, cpu_set, memory_mib, capacity_metadata,
+                    approved_generation, approved_by)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+               ON CONFLICT (id) DO UPDATE SET
+                   gpu_model = EXCLUDED.gpu_model, gpu_uuid = EXCLUDED.gpu_uuid,
+                   numa_node = EXCLUDED.numa_node, nvme_pci_address = EXCLUDED.nvme_pci_address,
+                   nvme_serial = EXCLUDED.nvme_serial, nvme_namespace = EXCLUDED.nvme_namespace,
+                   nvme_size_bytes = EXCLUDED.nvme_size_bytes,
+                   ib_vf_pci_address = EXCLUDED.ib_vf_pci_address, cpu_set = EXCLUDED.cpu_set,
+                   memory_mib = EXCLUDED.memory_mib, capacity_metadata = EXCLUDED.capacity_metadata,
+                   approved_generation = EXCLUDED.approved_generation,
+                   approved_by = EXCLUDED.approved_by, approved_at = now(),
+                   drift = NULL, drift_generation = NULL"#,
+            id as SlotId,
+            node as NodeId,
+            index,
+            slot.gpu.pci_address,
+            slot.gpu.model,
+            slot.gpu.uuid,
+            numa,
+            nvme.pci_address,
+            nvme.serial,
+            nvme.namespace,
+            nvme.size_bytes as i64,
+            vf,
+            slot.cpu_set,
+            slot.memory_mib as i64,
+            meta,
+            generation,
+            actor as UserId,
+        )
+        .execute(&mut *tx)
+        .await?;
     }
     Ok(())
 }
