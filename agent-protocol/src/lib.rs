@@ -16,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod ranges;
 pub mod topology;
 
 pub use topology::{

@@ -121,6 +121,17 @@ mod ssr {
     use super::{NodeRow, SlotView};
     use crate::AppError;
 
+    /// What the operator is shown once: the token and where the agent should connect.
+    pub fn enrolled(e: control_plane::fleet::Enrolment) -> Result<super::Enrolled, AppError> {
+        Ok(super::Enrolled {
+            node_id: e.node_id.to_string(),
+            hostname: e.hostname,
+            token: e.bootstrap_token,
+            expires_at: e.expires_at,
+            server: crate::server::public_origin()?.0.to_string(),
+        })
+    }
+
     /// A malformed id is "not found", like an unknown one.
     pub fn node_id(id: &str) -> Result<NodeId, AppError> {
         id.parse().map_err(|_| AppError::NotFound)
@@ -169,30 +180,16 @@ mod ssr {
 
     /// `0-2,5` → [0, 1, 2, 5]; empty → None (all slots).
     pub fn slot_list(s: &str) -> Result<Option<Vec<u32>>, AppError> {
-        let s = s.trim();
-        if s.is_empty() {
+        if s.trim().is_empty() {
             return Ok(None);
         }
-        let bad = |p: &str| {
-            AppError::BadRequest(format!(
-                "\"{p}\" is not a slot number or range; write e.g. 0,1,4-6."
-            ))
-        };
-        let mut out = Vec::new();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            match part.split_once('-') {
-                Some((a, b)) => {
-                    let a: u32 = a.trim().parse().map_err(|_| bad(part))?;
-                    let b: u32 = b.trim().parse().map_err(|_| bad(part))?;
-                    if a > b || b - a > 1024 {
-                        return Err(bad(part));
-                    }
-                    out.extend(a..=b);
-                }
-                None => out.push(part.parse().map_err(|_| bad(part))?),
-            }
-        }
-        Ok(Some(out))
+        agent_protocol::ranges::parse_ranges(s)
+            .map(Some)
+            .map_err(|p| {
+                AppError::BadRequest(format!(
+                    "\"{p}\" is not a slot number or range; write e.g. 0,1,4-6."
+                ))
+            })
     }
 }
 
@@ -251,13 +248,7 @@ pub async fn enrol_node(
     let e = cp
         .enrol_node(&ops, &node, Some(&crate::error::request_id()))
         .await?;
-    Ok(Enrolled {
-        node_id: e.node_id.to_string(),
-        hostname: e.hostname,
-        token: e.bootstrap_token,
-        expires_at: e.expires_at,
-        server: crate::server::public_origin()?.0.to_string(),
-    })
+    ssr::enrolled(e)
 }
 
 #[server]
@@ -268,13 +259,7 @@ pub async fn reissue_node_token(id: String) -> Result<Enrolled, AppError> {
     let e = cp
         .reissue_bootstrap_token(&ops, ssr::node_id(&id)?, Some(&crate::error::request_id()))
         .await?;
-    Ok(Enrolled {
-        node_id: e.node_id.to_string(),
-        hostname: e.hostname,
-        token: e.bootstrap_token,
-        expires_at: e.expires_at,
-        server: crate::server::public_origin()?.0.to_string(),
-    })
+    ssr::enrolled(e)
 }
 
 #[server]
@@ -430,19 +415,6 @@ pub async fn reject_slot_map(id: String, generation: i32, reason: String) -> Res
     Ok(())
 }
 
-const POSTURE_CHOICES: [(&str, &str); 7] = [
-    ("fully_available", "Fully available"),
-    ("partially_allocated", "Partially allocated"),
-    ("fully_allocated_slices", "Fully allocated by slices"),
-    (
-        "exclusively_allocated_baremetal",
-        "Exclusively allocated (bare metal)",
-    ),
-    ("draining", "Draining"),
-    ("cleanup_blocked", "Cleanup blocked"),
-    ("unavailable", "Unavailable"),
-];
-
 #[component]
 pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
@@ -475,6 +447,12 @@ fn FleetBody(
     let (region, posture, model) = filter;
     let selected = |current: &Option<String>, value: &str| current.as_deref() == Some(value);
     let can_operate = fleet.can_operate;
+    // The filter offers every posture, in the control plane's order and words.
+    let postures: Vec<(String, String)> = fleet
+        .by_posture
+        .iter()
+        .map(|(p, l, _)| (p.clone(), l.clone()))
+        .collect();
     view! {
         <section class="card" aria-labelledby="postures">
             <h2 id="postures">"Postures"</h2>
@@ -503,7 +481,7 @@ fn FleetBody(
                 <label>"Posture "
                     <select name="posture">
                         <option value="">"All"</option>
-                        {POSTURE_CHOICES.iter().map(|(p, l)| view! { <option value=*p selected=selected(&posture, p)>{*l}</option> }).collect_view()}
+                        {postures.into_iter().map(|(p, l)| { let s = selected(&posture, &p); view! { <option value=p selected=s>{l}</option> } }).collect_view()}
                     </select>
                 </label>
                 <label>"GPU model "

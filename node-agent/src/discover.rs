@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use agent_protocol::metadata;
 use agent_protocol::{
-    Discovery, Gpu, HostTopology, IbDevice, NumaNode, NvmeController, NvmeNamespace, PciDevice,
-    SlotGpu, SlotNvme, SlotSpec,
+    Gpu, HostTopology, IbDevice, NumaNode, NvmeController, NvmeNamespace, PciDevice, SlotGpu,
+    SlotNvme, SlotSpec,
 };
 
 use crate::tools::Tools;
@@ -44,20 +44,6 @@ pub enum DiscoverError {
 }
 
 type Result<T> = std::result::Result<T, DiscoverError>;
-
-/// Reads the host under `root` and proposes a slot map.
-pub fn discover(root: &Path, tools: &dyn Tools) -> Result<Discovery> {
-    let mut warnings = Vec::new();
-    let host = read_host(root, tools, &mut warnings)?;
-    let proposed_slots = propose_slots(&host, &mut warnings);
-    Ok(Discovery {
-        approval_required: true,
-        host,
-        proposed_slots,
-        wipe_methods: WIPE_METHODS.iter().map(|m| m.to_string()).collect(),
-        warnings,
-    })
-}
 
 /// The host as sysfs and the tools describe it.
 pub fn read_host(
@@ -418,44 +404,11 @@ fn host_share(host: &HostTopology, numa: Option<u32>, peers: usize, share: usize
 
 /// `0-3,8,10-11` → [0,1,2,3,8,10,11].
 pub fn parse_cpulist(s: &str) -> std::result::Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let bad = || format!("{part:?} is not a CPU or a range");
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if a > b {
-                    return Err(bad());
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().map_err(|_| bad())?),
-        }
-    }
-    Ok(out)
+    agent_protocol::ranges::parse_ranges(s)
+        .map_err(|part| format!("{part:?} is not a CPU or a range"))
 }
 
-/// The inverse of [`parse_cpulist`] for a sorted list.
-pub fn format_cpulist(cpus: &[u32]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let start = cpus[i];
-        let mut end = start;
-        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
-            i += 1;
-            end = cpus[i];
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
-    }
-    parts.join(",")
-}
+pub use agent_protocol::ranges::format_ranges as format_cpulist;
 
 fn natural(s: &str) -> (usize, String) {
     (s.len(), s.to_string())
