@@ -45,6 +45,34 @@ pub enum DiscoverError {
 
 type Result<T> = std::result::Result<T, DiscoverError>;
 
+/// What the agent reports with each heartbeat: degraded when the host can't do what slots
+/// need, i.e. sysfs is unreadable or there is no IOMMU (no VFIO passthrough without one).
+pub fn host_health(root: &Path) -> agent_protocol::Health {
+    use agent_protocol::{Health, HealthStatus};
+    let groups = root.join("sys/kernel/iommu_groups");
+    let degraded = |detail: String| Health {
+        status: HealthStatus::Degraded,
+        detail: Some(detail),
+    };
+    if let Err(e) = fs::read_dir(root.join("sys/bus/pci/devices")) {
+        return degraded(format!(
+            "cannot read PCI devices under {}: {e}",
+            root.display()
+        ));
+    }
+    let has_groups = fs::read_dir(&groups).is_ok_and(|mut e| e.next().is_some());
+    match has_groups {
+        true => Health {
+            status: HealthStatus::Healthy,
+            detail: None,
+        },
+        false => degraded(format!(
+            "no IOMMU groups under {}: enable the IOMMU (intel_iommu=on or amd_iommu=on) for GPU passthrough",
+            groups.display()
+        )),
+    }
+}
+
 /// The host as sysfs and the tools describe it.
 pub fn read_host(
     root: &Path,
@@ -471,6 +499,26 @@ mod tests {
             parse_cpulist("3-1").unwrap_err(),
             "\"3-1\" is not a CPU or a range"
         );
+    }
+
+    #[test]
+    fn health_needs_readable_sysfs_and_an_iommu() {
+        use agent_protocol::HealthStatus;
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hgx-h100-8x");
+        assert_eq!(host_health(&fixture).status, HealthStatus::Healthy);
+
+        let bare = std::env::temp_dir().join(format!("no-iommu-{}", std::process::id()));
+        fs::create_dir_all(bare.join("sys/bus/pci/devices")).unwrap();
+        let h = host_health(&bare);
+        assert_eq!(h.status, HealthStatus::Degraded);
+        assert!(h.detail.unwrap().starts_with("no IOMMU groups under "));
+        let gone = host_health(&bare.join("missing"));
+        assert!(
+            gone.detail
+                .unwrap()
+                .starts_with("cannot read PCI devices under ")
+        );
+        fs::remove_dir_all(&bare).unwrap();
     }
 
     #[test]

@@ -14,6 +14,8 @@ use crate::tools::{FixtureTools, HostTools, Tools};
 pub trait Driver: Send + Sync {
     /// For logs: `host` or `simulated (hgx-h100-8x)`.
     fn describe(&self) -> String;
+    /// What the next heartbeat reports.
+    fn health(&self) -> agent_protocol::Health;
     /// `slice.topology_discover`; every phase is passed to `report` as it starts and ends.
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String>;
 }
@@ -27,6 +29,9 @@ pub struct HostDriver {
 impl Driver for HostDriver {
     fn describe(&self) -> String {
         format!("host ({})", self.root.display())
+    }
+    fn health(&self) -> agent_protocol::Health {
+        discover::host_health(&self.root)
     }
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         discover_with_phases(&self.root, &self.tools, Duration::ZERO, report)
@@ -52,6 +57,9 @@ impl SimulatedDriver {
 impl Driver for SimulatedDriver {
     fn describe(&self) -> String {
         format!("simulated ({})", self.fixture.display())
+    }
+    fn health(&self) -> agent_protocol::Health {
+        discover::host_health(&self.fixture)
     }
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         let tools = FixtureTools {

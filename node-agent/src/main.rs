@@ -5,9 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_protocol::{
-    Health, HealthStatus, Heartbeat, TaskOutcome, TaskOutput, TaskResult, TaskSpec,
-};
+use agent_protocol::{Heartbeat, TaskOutcome, TaskOutput, TaskResult, TaskSpec};
 use clap::{Parser, Subcommand, ValueEnum};
 use node_agent::client::{Client, ClientError, hello};
 use node_agent::driver::{Driver, HostDriver, SimulatedDriver};
@@ -205,14 +203,12 @@ async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Resu
 
     let beats = {
         let client = client.clone();
+        let driver = driver.clone();
         tokio::spawn(async move {
             loop {
                 let beat = Heartbeat {
                     hello: hello(),
-                    health: Health {
-                        status: HealthStatus::Healthy,
-                        detail: None,
-                    },
+                    health: driver.health(),
                 };
                 if let Err(e) = client.heartbeat(&beat).await {
                     eprintln!("heartbeat failed: {e}");
