@@ -105,6 +105,46 @@ fn numa_mismatch_duplicates_and_bad_metadata_are_each_named() {
     );
 }
 
+#[test]
+fn what_the_database_would_refuse_is_named_before_approval() {
+    let mut d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    d.proposed_slots[0].cpu_set = String::new();
+    d.proposed_slots[1].memory_mib = 0;
+    d.proposed_slots[2].nvme.as_mut().unwrap().size_bytes = 0;
+    d.proposed_slots[3].cpu_set = "1-x".into();
+    assert_eq!(
+        problems(&d),
+        [
+            "slot 0: no CPUs are left for this slot on its NUMA node",
+            "slot 1: no memory is left for this slot on its NUMA node",
+            "slot 2: NVMe namespace nvme2n1 reports an impossible size",
+            "slot 3: CPU set has \"1-x\", which is not a CPU or a range",
+        ]
+    );
+    let mut d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    d.proposed_slots[0].gpu.model = String::new();
+    d.proposed_slots[0].nvme.as_mut().unwrap().namespace = "sda".into();
+    // A GPU address the host doesn't list is named twice: malformed and not on the bus.
+    d.proposed_slots[1].gpu.pci_address = "0000:61:00".into();
+    let got = problems(&d);
+    assert!(
+        got.contains(
+            &"slot 0: the GPU model name is empty or longer than 100 characters".to_string()
+        ),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(&"slot 0: \"sda\" is not an NVMe namespace name (nvmeXnY)".to_string()),
+        "{got:?}"
+    );
+    assert!(
+        got.contains(
+            &"slot 1: GPU address \"0000:61:00\" is not a PCI address (dddd:bb:dd.f)".to_string()
+        ),
+        "{got:?}"
+    );
+}
+
 // --- helpers --------------------------------------------------------------------------------
 
 async fn operator(cp: &ControlPlane, email: &str) -> Platform<PlatformOperators> {

@@ -24,6 +24,35 @@ fn device_of(address: &str) -> &str {
     address.rsplit_once('.').map_or(address, |(d, _)| d)
 }
 
+/// `dddd:bb:dd.f`, lowercase hex, as sysfs writes it.
+fn is_pci_address(a: &str) -> bool {
+    let b = a.as_bytes();
+    let hex = |r: std::ops::Range<usize>| {
+        b[r].iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    b.len() == 12
+        && hex(0..4)
+        && b[4] == b':'
+        && hex(5..7)
+        && b[7] == b':'
+        && hex(8..10)
+        && b[10] == b'.'
+        && (b'0'..=b'7').contains(&b[11])
+}
+
+/// `nvme0n1`, …
+fn is_namespace(n: &str) -> bool {
+    n.strip_prefix("nvme")
+        .and_then(|r| r.split_once('n'))
+        .is_some_and(|(c, ns)| {
+            !c.is_empty()
+                && !ns.is_empty()
+                && c.bytes().all(|x| x.is_ascii_digit())
+                && ns.bytes().all(|x| x.is_ascii_digit())
+        })
+}
+
 /// Every problem with `slots` (which may be a subset of the proposal) on the host `discovery`
 /// describes. Empty means approvable.
 pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProblem> {
@@ -143,6 +172,50 @@ pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProb
                     }
                 }
             },
+        }
+
+        // What the database would refuse, named here instead of failing on approval.
+        for (what, address) in [
+            Some(("GPU", slot.gpu.pci_address.as_str())),
+            slot.nvme.as_ref().map(|n| ("NVMe", n.pci_address.as_str())),
+            (!vf.is_empty()).then_some(("InfiniBand VF", vf)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if !is_pci_address(address) {
+                say(format!(
+                    "{what} address {address:?} is not a PCI address (dddd:bb:dd.f)"
+                ));
+            }
+        }
+        let model = slot.gpu.model.trim();
+        if model.is_empty() || model.chars().count() > 100 {
+            say("the GPU model name is empty or longer than 100 characters".into());
+        }
+        match agent_protocol::ranges::parse_ranges(&slot.cpu_set) {
+            Ok(cpus) if !cpus.is_empty() => {}
+            Ok(_) => say("no CPUs are left for this slot on its NUMA node".into()),
+            Err(part) => say(format!(
+                "CPU set has {part:?}, which is not a CPU or a range"
+            )),
+        }
+        if slot.memory_mib == 0 {
+            say("no memory is left for this slot on its NUMA node".into());
+        }
+        if let Some(nvme) = &slot.nvme {
+            if nvme.size_bytes == 0 || nvme.size_bytes > i64::MAX as u64 {
+                say(format!(
+                    "NVMe namespace {} reports an impossible size",
+                    nvme.namespace
+                ));
+            }
+            if !is_namespace(&nvme.namespace) {
+                say(format!(
+                    "{:?} is not an NVMe namespace name (nvmeXnY)",
+                    nvme.namespace
+                ));
+            }
         }
 
         // No PCI address twice.
