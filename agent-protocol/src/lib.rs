@@ -137,13 +137,121 @@ pub enum TaskSpec {
     /// Read the host and propose a slot map (always `approval_required`).
     #[serde(rename = "slice.topology_discover")]
     TopologyDiscover {},
+    /// Start a VM on the plan's slots (VFIO passthrough of each GPU and IB VF).
+    #[serde(rename = "slice.vm_provision")]
+    VmProvision(ProvisionPlan),
+    /// Stop and destroy the VM, wipe, verify, reset the GPUs, prove it.
+    #[serde(rename = "slice.vm_release")]
+    VmRelease(ReleasePlan),
+    /// Hand the whole node to the tenant (every slot in the plan).
+    #[serde(rename = "baremetal.provision")]
+    BaremetalProvision(ProvisionPlan),
+    #[serde(rename = "baremetal.release")]
+    BaremetalRelease(ReleasePlan),
 }
 
 impl TaskSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             TaskSpec::TopologyDiscover {} => "slice.topology_discover",
+            TaskSpec::VmProvision(_) => "slice.vm_provision",
+            TaskSpec::VmRelease(_) => "slice.vm_release",
+            TaskSpec::BaremetalProvision(_) => "baremetal.provision",
+            TaskSpec::BaremetalRelease(_) => "baremetal.release",
         }
+    }
+}
+
+/// One approved slot as a plan names it; the agent checks it against its own approved map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedSlot {
+    pub slot_id: String,
+    pub slot_index: u32,
+    pub gpu_pci_address: String,
+    pub nvme_pci_address: String,
+    pub nvme_serial: String,
+    pub nvme_namespace: String,
+    pub ib_vf_pci_address: String,
+    pub cpu_set: String,
+    pub memory_mib: u64,
+    pub wipe_policy: String,
+    /// `52:54:` + the first 4 bytes of sha256(`{node_id}:{slot_index}`).
+    pub mac_address: String,
+    /// `10.100.0.{10 + slot_index}`.
+    pub ip_address: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRef {
+    pub name: String,
+    pub source: String,
+    pub ssh_user: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProvisionPlan {
+    pub allocation_id: String,
+    /// The allocation's name, for the VM's hostname.
+    pub name: String,
+    pub image: ImageRef,
+    pub ssh_public_key: String,
+    pub slots: Vec<PlannedSlot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleasePlan {
+    pub allocation_id: String,
+    pub slots: Vec<PlannedSlot>,
+}
+
+/// What a successful provision reports: where the tenant connects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provisioned {
+    pub ssh_host: String,
+    pub ssh_port: u16,
+    pub ssh_user: String,
+}
+
+/// One slot's cleaning, as the agent proves it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotCleanup {
+    pub slot_id: String,
+    pub nvme_serial: String,
+    pub wipe_method: String,
+    pub wipe_verified: bool,
+    pub gpu_reset: bool,
+    pub firmware_ok: bool,
+}
+
+/// The proof a release ends with, signed with the node credential: HMAC-SHA-256 keyed with
+/// SHA-256(credential) over [`CleanupProof::signing_message`], as lowercase hex.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanupProof {
+    pub allocation_id: String,
+    pub node_id: String,
+    pub slots: Vec<SlotCleanup>,
+    pub signature: String,
+}
+
+impl CleanupProof {
+    /// The exact bytes the signature covers: one line per fact, in order.
+    pub fn signing_message(&self) -> String {
+        let mut m = format!(
+            "gpuaas-cleanup-proof/v1\nallocation {}\nnode {}\n",
+            self.allocation_id, self.node_id
+        );
+        for s in &self.slots {
+            m.push_str(&format!(
+                "slot {} nvme {} wipe {} verified {} gpu_reset {} firmware_ok {}\n",
+                s.slot_id,
+                s.nvme_serial,
+                s.wipe_method,
+                s.wipe_verified,
+                s.gpu_reset,
+                s.firmware_ok
+            ));
+        }
+        m
     }
 }
 
@@ -184,6 +292,12 @@ pub enum TaskOutcome {
 pub enum TaskOutput {
     #[serde(rename = "slice.topology_discover")]
     TopologyDiscovered(Box<Discovery>),
+    /// The answer to a provision (slice or bare metal).
+    #[serde(rename = "allocation.provisioned")]
+    Provisioned(Provisioned),
+    /// The answer to a release: the cleanup proof.
+    #[serde(rename = "allocation.cleaned")]
+    Cleaned(CleanupProof),
 }
 
 /// Capacity metadata keys a slot needs before it may be scheduled.

@@ -89,6 +89,8 @@ mod ssr {
                 }
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
+                e @ E::SkuUnavailable(_) => AppError::Conflict(format!("{e}.")),
+                E::PolicyDenied(m) => AppError::Forbidden(sentence(&m)),
                 E::Unauthenticated => AppError::Unauthenticated,
                 // Only the agent API produces it; a page never should.
                 E::AgentRefused(m) => AppError::Forbidden(sentence(&m)),

@@ -24,6 +24,14 @@ pub enum Error {
     /// A node agent's bootstrap token or credential was refused; the message says why.
     #[error("{0}")]
     AgentRefused(String),
+    /// Placement found no fit. The message says which constraint ruled out how many nodes
+    /// and what would fit instead. Shown as `sku_unavailable: …`.
+    #[error("sku_unavailable: {0}")]
+    SkuUnavailable(String),
+    /// A policy of the chain refuses the request; the message names the policy, the level
+    /// that set it, and the numbers.
+    #[error("{0}")]
+    PolicyDenied(String),
     /// The request is valid but clashes with the current state.
     #[error("{0}")]
     Conflict(String),

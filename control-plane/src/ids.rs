@@ -65,3 +65,15 @@ uuid_id!(
     /// A unit of work queued for a node agent.
     AgentTaskId
 );
+uuid_id!(
+    /// A sellable outcome in the catalog.
+    SkuId
+);
+uuid_id!(
+    /// An operating-system image tenants may launch.
+    ImageId
+);
+uuid_id!(
+    /// A project's lease of slots or of a whole node.
+    AllocationId
+);

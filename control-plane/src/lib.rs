@@ -4,21 +4,26 @@
 //! in-process. Postgres is the single source of truth; invariants live in the schema
 //! (`migrations/`), and the Rust here checks them again to give better errors.
 
+pub mod allocations;
 pub mod audit;
 pub mod auth;
+pub mod catalog;
 pub mod demo;
 pub mod error;
 pub mod fleet;
 pub mod health;
 pub mod ids;
 pub mod naming;
+pub mod placement;
 pub mod policy;
 pub mod resource_name;
 pub mod sso;
 pub mod tenancy;
 
 pub use error::{Error, Result};
-pub use ids::{AgentTaskId, NodeId, ProjectId, SlotId, TenantId, UserId};
+pub use ids::{
+    AgentTaskId, AllocationId, ImageId, NodeId, ProjectId, SkuId, SlotId, TenantId, UserId,
+};
 pub use naming::Naming;
 pub use resource_name::{ResourceName, ResourceNameError};
 

@@ -68,6 +68,25 @@ impl Naming {
         )
     }
 
+    /// `{partition}:{service}:{region}:{tenant}:{project}:allocation:{id}`
+    pub fn allocation(
+        &self,
+        region: &str,
+        tenant: TenantId,
+        project: ProjectId,
+        id: crate::ids::AllocationId,
+    ) -> Result<ResourceName, ResourceNameError> {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            Some(tenant),
+            Some(project),
+            "allocation",
+            &id.to_string(),
+        )
+    }
+
     fn name(
         &self,
         region: &str,

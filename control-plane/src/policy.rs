@@ -34,10 +34,12 @@ impl fmt::Display for Money {
 impl Money {
     /// Parses `5000.00 USD`, `5000 usd` or `12.5 EUR`.
     pub fn parse(input: &str) -> Result<Self> {
-        let invalid = |reason: String| Error::Invalid {
-            field: "monthly_budget",
-            reason,
-        };
+        Self::parse_as("monthly_budget", input)
+    }
+
+    /// [`Money::parse`], with errors naming `field`.
+    pub fn parse_as(field: &'static str, input: &str) -> Result<Self> {
+        let invalid = |reason: String| Error::Invalid { field, reason };
         let parts: Vec<&str> = input.split_whitespace().collect();
         let [amount, currency] = parts[..] else {
             return Err(invalid(format!(
@@ -426,49 +428,61 @@ impl ControlPlane {
         tenant: Option<TenantId>,
         project: Option<ProjectId>,
     ) -> Result<Vec<Resolved>> {
-        let rows = sqlx::query!(
-            r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
+        resolve_policies_on(&mut *self.pool().acquire().await?, tenant, project).await
+    }
+}
+
+/// [`ControlPlane::resolve_policies`] on `conn`: a launch resolves its policies in the
+/// transaction that reserves.
+pub(crate) async fn resolve_policies_on(
+    conn: &mut sqlx::PgConnection,
+    tenant: Option<TenantId>,
+    project: Option<ProjectId>,
+) -> Result<Vec<Resolved>> {
+    let rows = sqlx::query!(
+        r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
                FROM policies
                WHERE (tenant_id IS NULL AND project_id IS NULL)
                   OR (tenant_id = $1 AND project_id IS NULL)
                   OR (tenant_id = $1 AND project_id = $2)"#,
-            tenant as Option<TenantId>,
-            project as Option<ProjectId>,
-        )
-        .fetch_all(self.pool())
-        .await?;
-        let mut levels = vec![Level::Global];
-        if tenant.is_some() {
-            levels.push(Level::Tenant);
-        }
-        if project.is_some() {
-            levels.push(Level::Project);
-        }
-        PolicyKey::ALL
-            .into_iter()
-            .map(|key| {
-                let trace = levels
-                    .iter()
-                    .map(|&level| {
-                        let row = rows.iter().find(|r| {
-                            r.key == key.as_str()
-                                && match level {
-                                    Level::Global => r.tenant.is_none(),
-                                    Level::Tenant => r.tenant.is_some() && r.project.is_none(),
-                                    Level::Project => r.project.is_some(),
-                                }
-                        });
-                        let value = row
-                            .map(|r| PolicyValue::from_json(key, r.value.clone()))
-                            .transpose()?;
-                        Ok((level, value))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(resolve(key, trace))
-            })
-            .collect()
+        tenant as Option<TenantId>,
+        project as Option<ProjectId>,
+    )
+    .fetch_all(conn)
+    .await?;
+    let mut levels = vec![Level::Global];
+    if tenant.is_some() {
+        levels.push(Level::Tenant);
     }
+    if project.is_some() {
+        levels.push(Level::Project);
+    }
+    PolicyKey::ALL
+        .into_iter()
+        .map(|key| {
+            let trace = levels
+                .iter()
+                .map(|&level| {
+                    let row = rows.iter().find(|r| {
+                        r.key == key.as_str()
+                            && match level {
+                                Level::Global => r.tenant.is_none(),
+                                Level::Tenant => r.tenant.is_some() && r.project.is_none(),
+                                Level::Project => r.project.is_some(),
+                            }
+                    });
+                    let value = row
+                        .map(|r| PolicyValue::from_json(key, r.value.clone()))
+                        .transpose()?;
+                    Ok((level, value))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(resolve(key, trace))
+        })
+        .collect()
+}
 
+impl ControlPlane {
     /// Sets (`Some`) or clears (`None`) one setting at `scope`. Audited.
     pub async fn set_policy(
         &self,

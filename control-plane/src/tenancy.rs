@@ -105,6 +105,13 @@ impl ProjectRequirement for ProjectViewers {
     const WHO: &'static str = "project members";
 }
 
+/// Those who may launch and release: project admins and operators.
+pub struct ProjectOperators;
+impl ProjectRequirement for ProjectOperators {
+    const ROLES: &'static [ProjectRole] = &[ProjectRole::Admin, ProjectRole::Operator];
+    const WHO: &'static str = "project admins and operators";
+}
+
 pub struct ProjectAdmins;
 impl ProjectRequirement for ProjectAdmins {
     const ROLES: &'static [ProjectRole] = &[ProjectRole::Admin];

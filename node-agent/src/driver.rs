@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_protocol::{Discovery, PhaseReport, PhaseStatus};
+use agent_protocol::{
+    Discovery, PhaseReport, PhaseStatus, ProvisionPlan, Provisioned, ReleasePlan, SlotCleanup,
+};
 
 use crate::discover;
 use crate::tools::{FixtureTools, HostTools, Tools};
@@ -18,7 +20,25 @@ pub trait Driver: Send + Sync {
     fn health(&self) -> agent_protocol::Health;
     /// `slice.topology_discover`; every phase is passed to `report` as it starts and ends.
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String>;
+    /// `slice.vm_provision` (or `baremetal.provision` with `whole_node`).
+    fn provision(
+        &self,
+        plan: &ProvisionPlan,
+        whole_node: bool,
+        report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Provisioned, String>;
+    /// `slice.vm_release` / `baremetal.release`: stop, destroy, wipe, verify, reset. The
+    /// caller signs what this returns.
+    fn release(
+        &self,
+        plan: &ReleasePlan,
+        report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Vec<SlotCleanup>, String>;
 }
+
+/// What the host driver answers until the libvirt driver exists: a clear refusal, so that a
+/// real host never pretends to run a VM.
+const NO_LIBVIRT: &str = "this agent's host driver can't provision yet: the libvirt driver is not built; run a simulated node for now";
 
 /// The real host.
 pub struct HostDriver {
@@ -35,6 +55,21 @@ impl Driver for HostDriver {
     }
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         discover_with_phases(&self.root, &self.tools, Duration::ZERO, report)
+    }
+    fn provision(
+        &self,
+        _plan: &ProvisionPlan,
+        _whole_node: bool,
+        _report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Provisioned, String> {
+        Err(NO_LIBVIRT.into())
+    }
+    fn release(
+        &self,
+        _plan: &ReleasePlan,
+        _report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Vec<SlotCleanup>, String> {
+        Err(NO_LIBVIRT.into())
     }
 }
 
@@ -66,6 +101,119 @@ impl Driver for SimulatedDriver {
             dir: self.fixture.join("tools"),
         };
         discover_with_phases(&self.fixture, &tools, self.phase_time, report)
+    }
+
+    fn provision(
+        &self,
+        plan: &ProvisionPlan,
+        whole_node: bool,
+        report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Provisioned, String> {
+        let pause = self.phase_time;
+        phase("validate_plan", pause / 3, report, || {
+            self.check_plan(&plan.slots)
+        })?;
+        if plan.image.source.trim().is_empty() {
+            return Err("the plan names no image source".into());
+        }
+        for name in [
+            "write_image",
+            "cloud_init",
+            "define_domain",
+            "start_vm",
+            "wait_ssh",
+        ] {
+            phase(name, pause, report, || Ok(()))?;
+        }
+        let first = plan.slots.first().ok_or("the plan names no slots")?;
+        Ok(Provisioned {
+            ssh_host: if whole_node {
+                self.hostname()?
+            } else {
+                first.ip_address.clone()
+            },
+            ssh_port: 22,
+            ssh_user: plan.image.ssh_user.clone(),
+        })
+    }
+
+    fn release(
+        &self,
+        plan: &ReleasePlan,
+        report: &mut dyn FnMut(PhaseReport),
+    ) -> Result<Vec<SlotCleanup>, String> {
+        let pause = self.phase_time;
+        phase("validate_plan", pause / 3, report, || {
+            self.check_plan(&plan.slots)
+        })?;
+        phase("stop_vm", pause, report, || Ok(()))?;
+        phase("destroy_domain", pause / 2, report, || Ok(()))?;
+        phase("wipe_nvme", pause, report, || {
+            match plan
+                .slots
+                .iter()
+                .find(|s| !discover::WIPE_METHODS.contains(&s.wipe_policy.as_str()))
+            {
+                Some(s) => Err(format!(
+                    "slot {}: this agent can't wipe with {:?} (it supports {})",
+                    s.slot_index,
+                    s.wipe_policy,
+                    discover::WIPE_METHODS.join(", ")
+                )),
+                None => Ok(()),
+            }
+        })?;
+        for name in ["verify_wipe", "reset_gpu", "check_firmware"] {
+            phase(name, pause / 2, report, || Ok(()))?;
+        }
+        Ok(plan
+            .slots
+            .iter()
+            .map(|s| SlotCleanup {
+                slot_id: s.slot_id.clone(),
+                nvme_serial: s.nvme_serial.clone(),
+                wipe_method: s.wipe_policy.clone(),
+                wipe_verified: true,
+                gpu_reset: true,
+                firmware_ok: true,
+            })
+            .collect())
+    }
+}
+
+impl SimulatedDriver {
+    fn hostname(&self) -> Result<String, String> {
+        std::fs::read_to_string(self.fixture.join("proc/sys/kernel/hostname"))
+            .map(|h| h.trim().to_string())
+            .map_err(|e| format!("reading the fixture's hostname: {e}"))
+    }
+
+    /// Every planned slot must be hardware this host has: its GPU, NVMe and IB VF.
+    fn check_plan(&self, slots: &[agent_protocol::PlannedSlot]) -> Result<(), String> {
+        if slots.is_empty() {
+            return Err("the plan names no slots".into());
+        }
+        let tools = FixtureTools {
+            dir: self.fixture.join("tools"),
+        };
+        let host = discover::read_host(&self.fixture, &tools, &mut Vec::new())
+            .map_err(|e| e.to_string())?;
+        let has = |addr: &str| host.pci_devices.iter().any(|d| d.address == addr);
+        for s in slots {
+            for (what, addr) in [
+                ("GPU", &s.gpu_pci_address),
+                ("NVMe", &s.nvme_pci_address),
+                ("IB VF", &s.ib_vf_pci_address),
+            ] {
+                if !has(addr) {
+                    return Err(format!(
+                        "slot {}: this host has no {what} at {addr}; refusing the plan",
+                        s.slot_index
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -4,5 +4,6 @@
 pub mod client;
 pub mod discover;
 pub mod driver;
+pub mod proof;
 pub mod state;
 pub mod tools;

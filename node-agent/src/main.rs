@@ -192,7 +192,11 @@ fn read_hostname(path: &std::path::Path) -> Result<String, String> {
 
 async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Result<(), String> {
     let (node, credential) = state.load()?;
-    let client = Client::new(&node.server, Some(credential));
+    let client = Client::new(&node.server, Some(credential.clone()));
+    let signer = Arc::new(Signer {
+        node_id: node.node_id.clone(),
+        credential,
+    });
     eprintln!(
         "node-agent {}: node {} → {} with driver {}",
         env!("CARGO_PKG_VERSION"),
@@ -223,7 +227,7 @@ async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Resu
             match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
                 Ok(answer) => {
                     if let Some(task) = answer.task {
-                        execute(&client, driver.clone(), task).await;
+                        execute(&client, driver.clone(), &signer, task).await;
                     }
                 }
                 Err(ClientError::Api(e))
@@ -255,15 +259,46 @@ async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Resu
     result
 }
 
-async fn execute(client: &Client, driver: Arc<dyn Driver>, task: agent_protocol::Task) {
+/// What signs cleanup proofs: the node's id and credential.
+struct Signer {
+    node_id: String,
+    credential: String,
+}
+
+async fn execute(
+    client: &Client,
+    driver: Arc<dyn Driver>,
+    signer: &Arc<Signer>,
+    task: agent_protocol::Task,
+) {
     eprintln!("task {}: {}", task.task_id, task.spec.kind());
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let job = tokio::task::spawn_blocking(move || match task.spec {
-        TaskSpec::TopologyDiscover {} => driver
-            .topology_discover(&mut |p| {
-                let _ = tx.send(p);
-            })
-            .map(|d| TaskOutput::TopologyDiscovered(Box::new(d))),
+    let signer = signer.clone();
+    let job = tokio::task::spawn_blocking(move || {
+        let mut report = |p| {
+            let _ = tx.send(p);
+        };
+        match task.spec {
+            TaskSpec::TopologyDiscover {} => driver
+                .topology_discover(&mut report)
+                .map(|d| TaskOutput::TopologyDiscovered(Box::new(d))),
+            TaskSpec::VmProvision(plan) => driver
+                .provision(&plan, false, &mut report)
+                .map(TaskOutput::Provisioned),
+            TaskSpec::BaremetalProvision(plan) => driver
+                .provision(&plan, true, &mut report)
+                .map(TaskOutput::Provisioned),
+            TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan) => {
+                driver.release(&plan, &mut report).map(|slots| {
+                    TaskOutput::Cleaned(node_agent::proof::sign(
+                        &signer.credential,
+                        &signer.node_id,
+                        &plan.allocation_id,
+                        slots,
+                    ))
+                })
+            }
+        }
     });
     while let Some(report) = rx.recv().await {
         if let Err(e) = client.phase(&task.task_id, &report).await {

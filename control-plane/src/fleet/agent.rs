@@ -13,7 +13,7 @@ use super::{differences, live_slots, lock_node, new_secret, secret_hash, utc};
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::error::{Error, Result};
-use crate::ids::{AgentTaskId, NodeId, SlotId, UserId};
+use crate::ids::{AgentTaskId, AllocationId, NodeId, SlotId, UserId};
 
 /// Proof that the caller holds node `id`'s current credential. Fields are private.
 #[derive(Clone, Debug)]
@@ -283,6 +283,14 @@ impl ControlPlane {
         )
         .execute(self.pool())
         .await?;
+        if report.status == PhaseStatus::Started {
+            crate::allocations::lifecycle::phase_started(
+                &mut *self.pool().acquire().await?,
+                task,
+                phase,
+            )
+            .await?;
+        }
         Ok(())
     }
 
@@ -299,7 +307,8 @@ impl ControlPlane {
         let mut tx = self.pool().begin().await?;
         lock_node(&mut tx, agent.id).await?;
         let row = sqlx::query!(
-            "SELECT state, kind FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR UPDATE",
+            r#"SELECT state, kind, spec, allocation_id AS "allocation_id: AllocationId"
+               FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR UPDATE"#,
             task as AgentTaskId,
             agent.id as NodeId
         )
@@ -311,6 +320,14 @@ impl ControlPlane {
                 "task {task} is already {}",
                 row.state
             )));
+        }
+        if let Some(allocation) = row.allocation_id {
+            crate::allocations::lifecycle::task_finished(
+                &mut tx, agent.id, task, &row.kind, allocation, row.spec, outcome,
+            )
+            .await?;
+            tx.commit().await?;
+            return Ok(None);
         }
         let mut generation = None;
         match outcome {
@@ -325,7 +342,12 @@ impl ControlPlane {
                 .await?;
             }
             TaskOutcome::Succeeded { output } => {
-                let TaskOutput::TopologyDiscovered(discovery) = output;
+                let TaskOutput::TopologyDiscovered(discovery) = output else {
+                    return Err(Error::Invalid {
+                        field: "result",
+                        reason: "a discovery task answers with a discovery".into(),
+                    });
+                };
                 if row.kind != "slice.topology_discover" {
                     return Err(Error::Invalid {
                         field: "result",

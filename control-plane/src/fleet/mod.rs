@@ -339,7 +339,7 @@ fn check_new_node(n: &NewNode) -> Result<NewNode> {
     })
 }
 
-fn utc(t: OffsetDateTime) -> String {
+pub(crate) fn utc(t: OffsetDateTime) -> String {
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
         t.year(),
@@ -1168,6 +1168,59 @@ async fn apply_slots(
         )
         .execute(&mut *tx)
         .await?;
+    }
+    store_partitions(tx, node, discovery).await
+}
+
+/// The node's NVLink fabric partitions, by slot, from the approved discovery: placement
+/// gives a 2-, 4- or 8-GPU slice exactly one of them. Only partitions whose every GPU is an
+/// approved slot are kept, and of one size only a disjoint set (in partition id order), so
+/// that counting free partitions counts placements.
+async fn store_partitions(
+    tx: &mut sqlx::PgConnection,
+    node: NodeId,
+    discovery: &Discovery,
+) -> Result<()> {
+    let slots = live_slots(&mut *tx, node).await?;
+    sqlx::query!(
+        "DELETE FROM node_fabric_partitions WHERE node_id = $1",
+        node as NodeId
+    )
+    .execute(&mut *tx)
+    .await?;
+    let mut kept: Vec<Vec<uuid::Uuid>> = Vec::new();
+    let mut partitions = discovery.host.fabric_partitions.clone();
+    partitions.sort_by_key(|p| p.id);
+    for p in partitions {
+        if ![2, 4, 8].contains(&p.gpus.len()) {
+            continue;
+        }
+        let ids: Option<Vec<uuid::Uuid>> = p
+            .gpus
+            .iter()
+            .map(|g| {
+                slots
+                    .iter()
+                    .find(|s| &s.gpu_pci_address == g)
+                    .map(|s| s.id.0)
+            })
+            .collect();
+        let Some(ids) = ids else { continue };
+        let overlaps = kept
+            .iter()
+            .any(|k| k.len() == ids.len() && k.iter().any(|i| ids.contains(i)));
+        if overlaps {
+            continue;
+        }
+        sqlx::query!(
+            "INSERT INTO node_fabric_partitions (node_id, partition_id, slot_ids) VALUES ($1, $2, $3)",
+            node as NodeId,
+            p.id as i32,
+            &ids
+        )
+        .execute(&mut *tx)
+        .await?;
+        kept.push(ids);
     }
     Ok(())
 }

@@ -1,0 +1,909 @@
+//! After launch: the outbox dispatcher turns outbox rows into node tasks; agent results move
+//! the allocation on (running, or released once the cleanup proof verifies); the reaper
+//! handles nodes lost during provisioning and expired allocations. Every failure branch ends
+//! with the claims released and the slots either cleaned (proof) or `blocked` for an operator,
+//! never leaked.
+
+use agent_protocol::{
+    CleanupProof, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, TaskOutcome, TaskOutput,
+    TaskSpec,
+};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
+
+use super::projected;
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::auth::{Platform, PlatformOperators};
+use crate::error::{Error, Result};
+use crate::fleet::{lock_node, utc};
+use crate::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
+use crate::policy::Money;
+use crate::tenancy::{Project, ProjectViewers};
+
+/// The phase of a release during which the allocation counts as `cleaning`.
+pub const WIPE_PHASE: &str = "wipe_nvme";
+
+/// Marks an allocation for release and queues the release; cancels a provision the agent
+/// hasn't started. `failure` records why, when the release is a failure branch.
+pub(crate) async fn begin_release(
+    conn: &mut PgConnection,
+    id: AllocationId,
+    failure: Option<&str>,
+) -> Result<()> {
+    sqlx::query!(
+        "UPDATE allocations SET desired_state = 'released', state = 'releasing',
+                failure = coalesce($2, failure)
+         WHERE id = $1 AND state IN ('placed', 'provisioning', 'running')",
+        id as AllocationId,
+        failure
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE agent_tasks SET state = 'failed', claimed_at = now(), finished_at = now(),
+                error = 'cancelled: the allocation was released before the agent started it'
+         WHERE allocation_id = $1 AND state = 'queued'
+           AND kind IN ('slice.vm_provision', 'baremetal.provision')",
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.release', $1)",
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `52:54:` + the first 4 bytes of sha256(`{node_id}:{slot_index}`).
+pub fn mac_address(node: NodeId, slot_index: i32) -> String {
+    let h = Sha256::digest(format!("{node}:{slot_index}").as_bytes());
+    format!("52:54:{:02x}:{:02x}:{:02x}:{:02x}", h[0], h[1], h[2], h[3])
+}
+
+/// The slots an allocation holds (every live slot of the node for bare metal), as a plan.
+async fn planned_slots(
+    conn: &mut PgConnection,
+    id: AllocationId,
+    node: NodeId,
+) -> Result<Vec<PlannedSlot>> {
+    let rows = sqlx::query!(
+        r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.nvme_pci_address,
+                  s.nvme_serial, s.nvme_namespace, s.ib_vf_pci_address, s.cpu_set, s.memory_mib,
+                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
+           FROM node_resource_slots s
+           WHERE s.node_id = $2 AND s.retired_at IS NULL
+             AND EXISTS (SELECT 1 FROM resource_claims c
+                         WHERE c.allocation_id = $1 AND (c.slot_id = s.id OR c.kind = 'baremetal'))
+           ORDER BY s.slot_index"#,
+        id as AllocationId,
+        node as NodeId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| PlannedSlot {
+            slot_id: r.id.to_string(),
+            slot_index: r.slot_index as u32,
+            gpu_pci_address: r.gpu_pci_address,
+            nvme_pci_address: r.nvme_pci_address,
+            nvme_serial: r.nvme_serial,
+            nvme_namespace: r.nvme_namespace,
+            ib_vf_pci_address: r.ib_vf_pci_address,
+            cpu_set: r.cpu_set,
+            memory_mib: r.memory_mib as u64,
+            wipe_policy: r.wipe,
+            mac_address: mac_address(node, r.slot_index),
+            ip_address: format!("10.100.0.{}", 10 + r.slot_index),
+        })
+        .collect())
+}
+
+async fn queue_task(
+    conn: &mut PgConnection,
+    node: NodeId,
+    allocation: AllocationId,
+    spec: &TaskSpec,
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (allocation_id, kind) WHERE allocation_id IS NOT NULL AND state <> 'failed'
+         DO NOTHING",
+        AgentTaskId::new_random() as AgentTaskId,
+        node as NodeId,
+        spec.kind(),
+        serde_json::to_value(spec).expect("a task spec serializes"),
+        allocation as AllocationId,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Turns one outbox row into a node task. Idempotent: a row seen twice queues one task (the
+/// unique index), and an allocation that moved on is left alone.
+async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> Result<()> {
+    let a = sqlx::query!(
+        r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
+                  a.ssh_public_key, i.name AS image, i.source, i.ssh_user
+           FROM allocations a JOIN images i ON i.id = a.image_id
+           WHERE a.id = $1 FOR UPDATE OF a"#,
+        id as AllocationId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let baremetal = a.shape == "baremetal";
+    match kind {
+        "allocation.provision" => {
+            if a.state != "placed" || a.desired_state != "running" {
+                return Ok(());
+            }
+            let plan = ProvisionPlan {
+                allocation_id: id.to_string(),
+                name: a.name,
+                image: ImageRef {
+                    name: a.image,
+                    source: a.source,
+                    ssh_user: a.ssh_user,
+                },
+                ssh_public_key: a.ssh_public_key,
+                slots: planned_slots(&mut *conn, id, a.node_id).await?,
+            };
+            let spec = if baremetal {
+                TaskSpec::BaremetalProvision(plan)
+            } else {
+                TaskSpec::VmProvision(plan)
+            };
+            queue_task(&mut *conn, a.node_id, id, &spec).await?;
+            sqlx::query!(
+                "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
+                 WHERE id = $1",
+                id as AllocationId
+            )
+            .execute(&mut *conn)
+            .await?;
+        }
+        "allocation.release" => {
+            if !matches!(a.state.as_str(), "releasing" | "cleaning") {
+                return Ok(());
+            }
+            let plan = ReleasePlan {
+                allocation_id: id.to_string(),
+                slots: planned_slots(&mut *conn, id, a.node_id).await?,
+            };
+            let spec = if baremetal {
+                TaskSpec::BaremetalRelease(plan)
+            } else {
+                TaskSpec::VmRelease(plan)
+            };
+            queue_task(&mut *conn, a.node_id, id, &spec).await?;
+        }
+        other => return Err(Error::Corrupt(format!("outbox kind {other}"))),
+    }
+    Ok(())
+}
+
+/// Verifies a cleanup proof against the release plan and the node's current credential.
+fn verify_proof(
+    proof: &CleanupProof,
+    allocation: AllocationId,
+    node: NodeId,
+    plan: &ReleasePlan,
+    credential_hash: &[u8],
+) -> std::result::Result<(), String> {
+    if proof.allocation_id != allocation.to_string() || proof.node_id != node.to_string() {
+        return Err("the proof is for another allocation or node".into());
+    }
+    let mut expected: Vec<&str> = plan.slots.iter().map(|s| s.slot_id.as_str()).collect();
+    let mut got: Vec<&str> = proof.slots.iter().map(|s| s.slot_id.as_str()).collect();
+    expected.sort();
+    got.sort();
+    if expected != got {
+        return Err(format!(
+            "the proof covers slots {got:?}, the release was for {expected:?}"
+        ));
+    }
+    for s in &proof.slots {
+        let planned = plan
+            .slots
+            .iter()
+            .find(|p| p.slot_id == s.slot_id)
+            .expect("same slot sets");
+        if s.nvme_serial != planned.nvme_serial {
+            return Err(format!(
+                "slot {}: wiped NVMe {} but the slot's is {}",
+                planned.slot_index, s.nvme_serial, planned.nvme_serial
+            ));
+        }
+        if s.wipe_method != planned.wipe_policy {
+            return Err(format!(
+                "slot {}: wiped with {} but the policy is {}",
+                planned.slot_index, s.wipe_method, planned.wipe_policy
+            ));
+        }
+        if !(s.wipe_verified && s.gpu_reset && s.firmware_ok) {
+            return Err(format!(
+                "slot {}: wipe verified {}, GPU reset {}, firmware ok {}",
+                planned.slot_index, s.wipe_verified, s.gpu_reset, s.firmware_ok
+            ));
+        }
+    }
+    let signature = (0..proof.signature.len())
+        .step_by(2)
+        .map(|i| {
+            proof
+                .signature
+                .get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect::<Option<Vec<u8>>>()
+        .ok_or("the signature is not hex")?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(credential_hash).expect("any key length");
+    mac.update(proof.signing_message().as_bytes());
+    mac.verify_slice(&signature)
+        .map_err(|_| "the signature does not verify with the node's credential".to_string())
+}
+
+/// Releases the allocation's claims and ends it; its slots are blocked with `reason`.
+async fn end_blocked(
+    conn: &mut PgConnection,
+    id: AllocationId,
+    failure: &str,
+    observed: &str,
+) -> Result<()> {
+    sqlx::query!(
+        "UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1 AND released_at IS NULL",
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE node_resource_slots s SET cleanup_state = 'blocked', cleanup_detail = $2
+         FROM resource_claims c
+         WHERE c.allocation_id = $1 AND c.node_id = s.node_id AND s.retired_at IS NULL
+           AND (c.slot_id = s.id OR c.kind = 'baremetal') AND s.cleanup_state <> 'clean'",
+        id as AllocationId,
+        format!("allocation {id}: {failure}. Check the host, then clear the slot."),
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE allocations SET desired_state = 'released', state = 'released',
+                released_at = now(), observed_state = $3, failure = coalesce(failure || '; ', '') || $2
+         WHERE id = $1",
+        id as AllocationId,
+        failure,
+        observed
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Records an allocation task's result (called by `finish_task` in its transaction).
+pub(crate) async fn task_finished(
+    conn: &mut PgConnection,
+    node: NodeId,
+    task: AgentTaskId,
+    kind: &str,
+    id: AllocationId,
+    spec: serde_json::Value,
+    outcome: &TaskOutcome,
+) -> Result<()> {
+    let state = sqlx::query_scalar!(
+        "SELECT state FROM allocations WHERE id = $1 FOR UPDATE",
+        id as AllocationId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let (task_state, task_error) = match (kind, outcome) {
+        ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Succeeded { output }) => {
+            let TaskOutput::Provisioned(p) = output else {
+                return Err(Error::Invalid {
+                    field: "result",
+                    reason: format!("a {kind} task answers with where to connect"),
+                });
+            };
+            // A release may have been asked for meanwhile: then only the observation counts.
+            sqlx::query!(
+                "UPDATE allocations SET observed_state = 'running', ssh_host = $2, ssh_port = $3,
+                        ssh_user = $4,
+                        state = CASE WHEN state = 'provisioning' THEN 'running' ELSE state END
+                 WHERE id = $1",
+                id as AllocationId,
+                p.ssh_host,
+                p.ssh_port as i32,
+                p.ssh_user
+            )
+            .execute(&mut *conn)
+            .await?;
+            ("succeeded", None)
+        }
+        ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Failed { error }) => {
+            if state == "provisioning" {
+                // The host may have written to the slot: clean it like any release.
+                begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
+            }
+            ("failed", Some(error.clone()))
+        }
+        ("slice.vm_release" | "baremetal.release", outcome) => {
+            let stage = if state == "cleaning" {
+                "cleanup failed"
+            } else {
+                "release failed"
+            };
+            let verdict = match outcome {
+                TaskOutcome::Failed { error } => Err(format!("{stage}: {error}")),
+                TaskOutcome::Succeeded {
+                    output: TaskOutput::Cleaned(proof),
+                } => {
+                    let plan: TaskSpec = serde_json::from_value(spec)
+                        .map_err(|e| Error::Corrupt(format!("task {task} spec: {e}")))?;
+                    let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = plan
+                    else {
+                        return Err(Error::Corrupt(format!("task {task} is not a release")));
+                    };
+                    let hash = sqlx::query_scalar!(
+                        "SELECT credential_hash FROM node_credentials
+                         WHERE node_id = $1 AND revoked_at IS NULL",
+                        node as NodeId
+                    )
+                    .fetch_optional(&mut *conn)
+                    .await?
+                    .unwrap_or_default();
+                    verify_proof(proof, id, node, &plan, &hash)
+                        .map(|()| proof)
+                        .map_err(|e| format!("cleanup proof refused: {e}"))
+                }
+                TaskOutcome::Succeeded { .. } => Err(format!(
+                    "{stage}: the agent answered without a cleanup proof"
+                )),
+            };
+            match verdict {
+                Ok(proof) => {
+                    for s in &proof.slots {
+                        sqlx::query!(
+                            "INSERT INTO cleanup_certificates
+                                 (id, allocation_id, node_id, slot_id, task_id, nvme_serial,
+                                  wipe_method, wipe_verified, gpu_reset, firmware_ok, signature)
+                             VALUES (gen_random_uuid(), $1, $2, $3::text::uuid, $4, $5, $6, $7, $8, $9, $10)",
+                            id as AllocationId,
+                            node as NodeId,
+                            s.slot_id,
+                            task as AgentTaskId,
+                            s.nvme_serial,
+                            s.wipe_method,
+                            s.wipe_verified,
+                            s.gpu_reset,
+                            s.firmware_ok,
+                            proof.signature,
+                        )
+                        .execute(&mut *conn)
+                        .await?;
+                    }
+                    sqlx::query!(
+                        "UPDATE resource_claims SET released_at = now()
+                         WHERE allocation_id = $1 AND released_at IS NULL",
+                        id as AllocationId
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query!(
+                        "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL
+                         WHERE id = ANY(SELECT (s ->> 'slot_id')::uuid
+                                        FROM jsonb_array_elements($1::jsonb) AS s)",
+                        serde_json::to_value(&proof.slots).expect("serializes"),
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query!(
+                        "UPDATE allocations SET state = 'released', released_at = now(),
+                                observed_state = 'absent'
+                         WHERE id = $1 AND state IN ('releasing', 'cleaning')",
+                        id as AllocationId
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    ("succeeded", None)
+                }
+                Err(reason) => {
+                    end_blocked(&mut *conn, id, &reason, "absent").await?;
+                    ("failed", Some(reason))
+                }
+            }
+        }
+        _ => {
+            return Err(Error::Corrupt(format!(
+                "task {task} of kind {kind} belongs to an allocation"
+            )));
+        }
+    };
+    sqlx::query!(
+        "UPDATE agent_tasks SET state = $2, finished_at = now(), error = $3 WHERE id = $1",
+        task as AgentTaskId,
+        task_state,
+        task_error.map(|e| if e.trim().is_empty() {
+            "the agent gave no reason".to_string()
+        } else {
+            e
+        }),
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A release task's wipe has started: the allocation is now `cleaning`.
+pub(crate) async fn phase_started(
+    conn: &mut PgConnection,
+    task: AgentTaskId,
+    phase: &str,
+) -> Result<()> {
+    if phase == WIPE_PHASE {
+        sqlx::query!(
+            "UPDATE allocations SET state = 'cleaning', observed_state = 'stopping'
+             WHERE state = 'releasing'
+               AND id = (SELECT allocation_id FROM agent_tasks
+                         WHERE id = $1 AND kind IN ('slice.vm_release', 'baremetal.release'))",
+            task as AgentTaskId
+        )
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
+impl ControlPlane {
+    /// Turns up to `max` due outbox rows into node tasks, one transaction each
+    /// (`FOR UPDATE SKIP LOCKED`, so any number of replicas may run this). A row that fails
+    /// is retried with exponential backoff (2 s, 4 s, … up to 5 minutes). Returns how many
+    /// rows it handled.
+    #[tracing::instrument(skip_all)]
+    pub async fn dispatch_outbox(&self, max: usize) -> Result<usize> {
+        let mut handled = 0;
+        while handled < max {
+            let mut tx = self.pool().begin().await?;
+            let Some(row) = sqlx::query!(
+                r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId", attempts
+                   FROM outbox WHERE done_at IS NULL AND available_at <= now()
+                   ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#
+            )
+            .fetch_optional(&mut *tx)
+            .await?
+            else {
+                break;
+            };
+            handled += 1;
+            match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
+                Ok(()) => {
+                    sqlx::query!(
+                        "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL
+                         WHERE id = $1",
+                        row.id
+                    )
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                }
+                Err(e) => {
+                    drop(tx);
+                    tracing::warn!(outbox.id = row.id, outbox.kind = %row.kind, error.cause = %e, "outbox row failed; retrying later");
+                    sqlx::query!(
+                        "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+                                available_at = now() + make_interval(secs => least(300, 2 ^ least(attempts + 1, 9)))
+                         WHERE id = $1",
+                        row.id,
+                        e.to_string()
+                    )
+                    .execute(self.pool())
+                    .await?;
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Failure branches that no agent reports: a node lost (no heartbeat for 60 s) while
+    /// provisioning (its claims end; the slots are blocked until an operator looks), and
+    /// allocations past their policy lifetime (released). Returns how many it handled.
+    #[tracing::instrument(skip_all)]
+    pub async fn reap_allocations(&self) -> Result<usize> {
+        let mut handled = 0;
+        let lost = sqlx::query!(
+            r#"SELECT a.id AS "id: AllocationId", a.region, a.tenant_id AS "tenant: TenantId",
+                      a.project_id AS "project: ProjectId", n.last_heartbeat_at
+               FROM allocations a JOIN nodes n ON n.id = a.node_id
+               WHERE a.state = 'provisioning'
+                 AND (n.last_heartbeat_at IS NULL OR n.last_heartbeat_at < now() - interval '60 seconds')"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for a in lost {
+            let mut tx = self.pool().begin().await?;
+            let still = sqlx::query_scalar!(
+                "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
+                a.id as AllocationId
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            if still.as_deref() != Some("provisioning") {
+                continue;
+            }
+            let failure = format!(
+                "node lost during provisioning (no heartbeat since {})",
+                a.last_heartbeat_at
+                    .map(utc)
+                    .unwrap_or_else(|| "ever".into())
+            );
+            sqlx::query!(
+                "UPDATE agent_tasks SET state = 'failed', claimed_at = coalesce(claimed_at, now()),
+                        finished_at = now(), error = $2
+                 WHERE allocation_id = $1 AND state IN ('queued', 'running')",
+                a.id as AllocationId,
+                failure
+            )
+            .execute(&mut *tx)
+            .await?;
+            end_blocked(&mut tx, a.id, &failure, "lost").await?;
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "allocation.node_lost",
+                    resource: &self
+                        .naming()
+                        .allocation(&a.region, a.tenant, a.project, a.id)?,
+                    before: Some(json!({ "state": "provisioning" })),
+                    after: Some(json!({ "state": "released", "failure": failure })),
+                    request_id: None,
+                },
+            )
+            .await?;
+            tx.commit().await?;
+            handled += 1;
+        }
+        let expired = sqlx::query!(
+            r#"SELECT id AS "id: AllocationId", region, tenant_id AS "tenant: TenantId",
+                      project_id AS "project: ProjectId"
+               FROM allocations
+               WHERE state IN ('placed', 'provisioning', 'running') AND expires_at < now()"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for a in expired {
+            let mut tx = self.pool().begin().await?;
+            let still = sqlx::query_scalar!(
+                "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
+                a.id as AllocationId
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            if !matches!(
+                still.as_deref(),
+                Some("placed" | "provisioning" | "running")
+            ) {
+                continue;
+            }
+            begin_release(&mut tx, a.id, None).await?;
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "allocation.expire",
+                    resource: &self
+                        .naming()
+                        .allocation(&a.region, a.tenant, a.project, a.id)?,
+                    before: Some(json!({ "state": still })),
+                    after: Some(
+                        json!({ "state": "releasing", "why": "max_allocation_lifetime_hours" }),
+                    ),
+                    request_id: None,
+                },
+            )
+            .await?;
+            tx.commit().await?;
+            handled += 1;
+        }
+        Ok(handled)
+    }
+
+    /// An operator declares a `blocked` slot clean after looking at the host. Audited, with
+    /// the reason; the database accepts it only with this override row.
+    #[tracing::instrument(skip_all, fields(slot.id = %slot))]
+    pub async fn clear_blocked_slot(
+        &self,
+        who: &Platform<PlatformOperators>,
+        slot: SlotId,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let reason = reason.trim();
+        if reason.is_empty() || reason.chars().count() > 1000 {
+            return Err(Error::Invalid {
+                field: "reason",
+                reason: "say what you checked (up to 1000 characters)".into(),
+            });
+        }
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"SELECT node_id AS "node: NodeId", slot_index, cleanup_state, cleanup_detail
+               FROM node_resource_slots WHERE id = $1 AND retired_at IS NULL"#,
+            slot as SlotId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "slot" })?;
+        let region = lock_node(&mut tx, row.node).await?.region;
+        if row.cleanup_state != "blocked" {
+            return Err(Error::Conflict(format!(
+                "slot {} is {}, not blocked",
+                row.slot_index, row.cleanup_state
+            )));
+        }
+        sqlx::query!(
+            "INSERT INTO slot_cleanup_overrides (slot_id, cleared_by, reason) VALUES ($1, $2, $3)",
+            slot as SlotId,
+            who.principal().user_id as crate::ids::UserId,
+            reason
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL WHERE id = $1",
+            slot as SlotId
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.principal().user_id),
+                action: "node.slot.clear_cleanup",
+                resource: &self.naming().node(&region, row.node)?,
+                before: Some(json!({ "slot": row.slot_index, "cleanup_state": "blocked", "detail": row.cleanup_detail })),
+                after: Some(json!({ "slot": row.slot_index, "cleanup_state": "clean", "reason": reason })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub from: Option<String>,
+    pub to: String,
+    pub at: String,
+    /// Since the previous transition.
+    pub after_ms: i64,
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    pub task: String,
+    pub phase: String,
+    pub status: String,
+    pub elapsed_ms: i64,
+    pub detail: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    pub slot_index: i32,
+    pub nvme_serial: String,
+    pub wipe_method: String,
+    pub wipe_verified: bool,
+    pub gpu_reset: bool,
+    pub firmware_ok: bool,
+    pub signature: String,
+    pub received_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationDetail {
+    pub id: AllocationId,
+    pub canonical_name: String,
+    pub project_id: ProjectId,
+    pub name: String,
+    pub sku: String,
+    pub shape: String,
+    pub gpu_count: i32,
+    pub region: String,
+    pub node: String,
+    pub slot_indexes: Vec<i32>,
+    pub image: String,
+    pub price: String,
+    pub desired_state: String,
+    pub observed_state: String,
+    pub state: String,
+    pub projected: String,
+    /// The current (or last) task and its last phase.
+    pub execution: Option<String>,
+    pub failure: Option<String>,
+    pub placement_why: String,
+    /// `ssh user@host -p port`, once running.
+    pub ssh: Option<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub transitions: Vec<Transition>,
+    pub phases: Vec<Phase>,
+    pub certificates: Vec<Certificate>,
+    pub can_release: bool,
+}
+
+pub(crate) async fn detail(
+    cp: &ControlPlane,
+    who: &Project<ProjectViewers>,
+    id: AllocationId,
+    can_release: bool,
+) -> Result<AllocationDetail> {
+    let mut conn = cp.pool().acquire().await?;
+    let a = sqlx::query!(
+        r#"SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
+                  i.display_name AS image, a.price_per_hour_minor, a.currency, a.desired_state,
+                  a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
+                  a.ssh_user, a.created_at, a.expires_at
+           FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
+                JOIN images i ON i.id = a.image_id
+           WHERE a.id = $1 AND a.project_id = $2"#,
+        id as AllocationId,
+        who.id() as ProjectId
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::NotFound { what: "allocation" })?;
+    let transitions = sqlx::query!(
+        r#"SELECT from_state, to_state, at, detail,
+                  (extract(epoch FROM at - lag(at) OVER (ORDER BY id)) * 1000)::bigint AS after_ms
+           FROM allocation_transitions WHERE allocation_id = $1 ORDER BY id"#,
+        id as AllocationId
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|t| Transition {
+        from: t.from_state,
+        to: t.to_state,
+        at: utc(t.at),
+        after_ms: t.after_ms.unwrap_or(0),
+        detail: t.detail,
+    })
+    .collect();
+    let phases: Vec<Phase> = sqlx::query!(
+        r#"SELECT t.kind, p.phase, p.status, p.elapsed_ms, p.detail
+           FROM agent_task_phases p JOIN agent_tasks t ON t.id = p.task_id
+           WHERE t.allocation_id = $1 AND p.status <> 'started'
+           ORDER BY p.id"#,
+        id as AllocationId
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|p| Phase {
+        task: p.kind,
+        phase: p.phase,
+        status: p.status,
+        elapsed_ms: p.elapsed_ms,
+        detail: p.detail,
+    })
+    .collect();
+    let execution = sqlx::query!(
+        r#"SELECT t.kind, t.state, t.error,
+                  (SELECT p.phase || ' ' || p.status FROM agent_task_phases p
+                   WHERE p.task_id = t.id ORDER BY p.id DESC LIMIT 1) AS last_phase
+           FROM agent_tasks t WHERE t.allocation_id = $1 ORDER BY t.created_at DESC LIMIT 1"#,
+        id as AllocationId
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|t| {
+        let mut s = format!("{} {}", t.kind, t.state);
+        if let Some(p) = t.last_phase {
+            s.push_str(&format!(" (last phase: {p})"));
+        }
+        if let Some(e) = t.error {
+            s.push_str(&format!(": {e}"));
+        }
+        s
+    });
+    let certificates = sqlx::query!(
+        r#"SELECT s.slot_index, c.nvme_serial, c.wipe_method, c.wipe_verified, c.gpu_reset,
+                  c.firmware_ok, c.signature, c.received_at
+           FROM cleanup_certificates c JOIN node_resource_slots s ON s.id = c.slot_id
+           WHERE c.allocation_id = $1 ORDER BY s.slot_index"#,
+        id as AllocationId
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|c| Certificate {
+        slot_index: c.slot_index,
+        nvme_serial: c.nvme_serial,
+        wipe_method: c.wipe_method,
+        wipe_verified: c.wipe_verified,
+        gpu_reset: c.gpu_reset,
+        firmware_ok: c.firmware_ok,
+        signature: c.signature,
+        received_at: utc(c.received_at),
+    })
+    .collect();
+    let slot_indexes = a
+        .placement
+        .get("slot_indexes")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    Ok(AllocationDetail {
+        id,
+        canonical_name: cp
+            .naming()
+            .allocation(&a.region, who.tenant(), who.id(), id)?
+            .to_string(),
+        project_id: who.id(),
+        projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
+        ssh: match (&a.ssh_host, a.ssh_port, &a.ssh_user) {
+            (Some(h), Some(p), Some(u)) if a.state == "running" => {
+                Some(format!("ssh {u}@{h} -p {p}"))
+            }
+            _ => None,
+        },
+        name: a.name,
+        sku: a.sku,
+        shape: a.shape,
+        gpu_count: a.gpu_count,
+        region: a.region,
+        node: a.hostname,
+        slot_indexes,
+        image: a.image,
+        price: format!(
+            "{} per hour",
+            Money {
+                amount_minor: a.price_per_hour_minor,
+                currency: a.currency
+            }
+        ),
+        desired_state: a.desired_state,
+        observed_state: a.observed_state,
+        can_release: can_release
+            && matches!(a.state.as_str(), "placed" | "provisioning" | "running"),
+        state: a.state,
+        execution,
+        failure: a.failure,
+        placement_why: a
+            .placement
+            .get("why")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        created_at: utc(a.created_at),
+        expires_at: a.expires_at.map(utc),
+        transitions,
+        phases,
+        certificates,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_addresses_are_deterministic_and_local() {
+        let node = NodeId(uuid::Uuid::nil());
+        let a = mac_address(node, 0);
+        assert_eq!(a, mac_address(node, 0));
+        assert_ne!(a, mac_address(node, 1));
+        assert!(a.starts_with("52:54:"));
+        assert_eq!(a.len(), 17);
+    }
+}

@@ -1,0 +1,689 @@
+//! Allocations: launch (policy chain, placement and reservation in one transaction, with an
+//! idempotency key), release, and what the allocation pages read. The lifecycle after launch
+//! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
+
+pub mod lifecycle;
+mod ssh;
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::PgConnection;
+use time::OffsetDateTime;
+
+pub use ssh::validate_ssh_key;
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::catalog::{Shape, Sku, sku_by_name};
+use crate::error::{Error, Result};
+use crate::ids::{AllocationId, ImageId, NodeId, ProjectId, SkuId, TenantId, UserId};
+use crate::placement::{self, Placement, Reserve};
+use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved, resolve_policies_on};
+use crate::tenancy::{Project, ProjectOperators, ProjectViewers};
+
+/// What a tenant asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    pub sku: String,
+    /// Empty: any of the SKU's regions.
+    pub region: String,
+    pub image: String,
+    pub ssh_public_key: String,
+    pub name: String,
+    /// The same key twice creates one allocation.
+    pub idempotency_key: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launched {
+    pub id: AllocationId,
+    /// False when the idempotency key named an allocation that already existed.
+    pub created: bool,
+}
+
+/// The states, in lifecycle order.
+pub const STATES: &[&str] = &[
+    "requested",
+    "placed",
+    "provisioning",
+    "running",
+    "releasing",
+    "cleaning",
+    "released",
+];
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn check_name(name: &str) -> Result<String> {
+    let name = name.trim().to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(name)
+    } else {
+        Err(invalid(
+            "name",
+            format!(
+                "{name:?}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            ),
+        ))
+    }
+}
+
+fn check_idempotency_key(key: &str) -> Result<&str> {
+    let key = key.trim();
+    if (8..=200).contains(&key.len()) && key.chars().all(|c| c.is_ascii_graphic()) {
+        Ok(key)
+    } else {
+        Err(invalid(
+            "idempotency_key",
+            "use 8 to 200 printable characters (a UUID per launch form, for example)",
+        ))
+    }
+}
+
+/// Writes the allocation and its claims for one placement attempt (inside a savepoint).
+struct Reservation<'a> {
+    id: AllocationId,
+    tenant: TenantId,
+    project: ProjectId,
+    user: UserId,
+    name: &'a str,
+    sku: &'a Sku,
+    image: ImageId,
+    ssh_public_key: &'a str,
+    idempotency_key: &'a str,
+    fingerprint: &'a str,
+    requested_at: OffsetDateTime,
+    expires_at: Option<OffsetDateTime>,
+}
+
+impl Reserve for Reservation<'_> {
+    async fn reserve(&mut self, conn: &mut PgConnection, p: &Placement) -> Result<()> {
+        let inserted = sqlx::query!(
+            r#"INSERT INTO allocations
+                   (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                    image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                    request_fingerprint, requested_by, placement, state, requested_at, expires_at)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
+                       $17, 'placed', $18, $19)"#,
+            self.id as AllocationId,
+            self.tenant as TenantId,
+            self.project as ProjectId,
+            self.name,
+            self.sku.id as SkuId,
+            self.sku.shape.as_str(),
+            self.sku.gpu_count,
+            p.region,
+            p.node_id as NodeId,
+            self.image as ImageId,
+            self.ssh_public_key,
+            self.sku.price.amount_minor,
+            self.sku.price.currency,
+            self.idempotency_key,
+            self.fingerprint,
+            self.user as UserId,
+            json!({ "why": p.why, "hostname": p.hostname, "slot_indexes": p.slot_indexes }),
+            self.requested_at,
+            self.expires_at,
+        )
+        .execute(&mut *conn)
+        .await;
+        match inserted {
+            Err(sqlx::Error::Database(e)) if e.constraint() == Some("allocations_live_name") => {
+                return Err(invalid(
+                    "name",
+                    format!(
+                        "{} is the name of a live allocation in this project",
+                        self.name
+                    ),
+                ));
+            }
+            Err(sqlx::Error::Database(e))
+                if e.constraint() == Some("allocations_project_id_idempotency_key_key") =>
+            {
+                return Err(Error::Conflict(SAME_KEY_RACE.into()));
+            }
+            other => other?,
+        };
+        match self.sku.shape {
+            Shape::GpuSlice => sqlx::query!(
+                "INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id)
+                 SELECT gen_random_uuid(), $1, s, 'gpu_slice', $2 FROM unnest($3::uuid[]) AS s",
+                p.node_id as NodeId,
+                self.id as AllocationId,
+                &p.slots.iter().map(|s| s.0).collect::<Vec<_>>(),
+            ),
+            Shape::Baremetal => sqlx::query!(
+                "INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id)
+                 VALUES (gen_random_uuid(), $1, NULL, 'baremetal', $2)",
+                p.node_id as NodeId,
+                self.id as AllocationId,
+            ),
+        }
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+}
+
+const SAME_KEY_RACE: &str = "another request with this idempotency key is being placed";
+
+/// The scope a quota or budget counts in: the project when the project level set it, the
+/// whole tenant when the tenant (or global) level did.
+fn counts_in_project(r: &Resolved) -> bool {
+    r.decided_by == Some(Level::Project)
+}
+
+fn policy<'a>(all: &'a [Resolved], key: PolicyKey) -> &'a Resolved {
+    all.iter()
+        .find(|r| r.key == key)
+        .expect("resolve_policies returns every key")
+}
+
+fn decided(r: &Resolved) -> String {
+    format!(
+        "policy {} (set at {} level)",
+        r.key.as_str(),
+        r.decided_by.map(Level::as_str).unwrap_or("no")
+    )
+}
+
+impl ControlPlane {
+    /// Launches `req` in the caller's project: checks the policy chain, places, reserves the
+    /// slots, writes the allocation, its outbox row and the audit record, all in one
+    /// transaction. A repeated idempotency key returns the first allocation.
+    #[tracing::instrument(skip_all, fields(project.id = %who.id(), sku.name = %req.sku))]
+    pub async fn launch(
+        &self,
+        who: &Project<ProjectOperators>,
+        user: UserId,
+        req: &LaunchRequest,
+        request_id: Option<&str>,
+    ) -> Result<Launched> {
+        let requested_at = OffsetDateTime::now_utc();
+        let name = check_name(&req.name)?;
+        let key = check_idempotency_key(&req.idempotency_key)?;
+        let ssh_public_key = validate_ssh_key(&req.ssh_public_key)?;
+        let region = req.region.trim().to_ascii_lowercase();
+        let fingerprint = {
+            let mut h = Sha256::new();
+            for part in [
+                req.sku.trim(),
+                &region,
+                req.image.trim(),
+                &ssh_public_key,
+                &name,
+            ] {
+                h.update(part.as_bytes());
+                h.update([0]);
+            }
+            format!("{:x}", h.finalize())
+        };
+        match self
+            .launch_once(
+                who,
+                user,
+                req,
+                &name,
+                key,
+                &ssh_public_key,
+                &region,
+                &fingerprint,
+                requested_at,
+                request_id,
+            )
+            .await
+        {
+            Err(Error::Conflict(m)) if m == SAME_KEY_RACE => {
+                // The other request won; answer with its allocation.
+                let mut conn = self.pool().acquire().await?;
+                existing(&mut conn, who.id(), key, &fingerprint)
+                    .await?
+                    .ok_or_else(|| Error::Corrupt("idempotency key lost its allocation".into()))
+            }
+            other => other,
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn launch_once(
+        &self,
+        who: &Project<ProjectOperators>,
+        user: UserId,
+        req: &LaunchRequest,
+        name: &str,
+        key: &str,
+        ssh_public_key: &str,
+        region: &str,
+        fingerprint: &str,
+        requested_at: OffsetDateTime,
+        request_id: Option<&str>,
+    ) -> Result<Launched> {
+        let mut tx = self.pool().begin().await?;
+        if let Some(found) = existing(&mut tx, who.id(), key, fingerprint).await? {
+            return Ok(found);
+        }
+        let sku = match sku_by_name(&mut tx, &req.sku).await {
+            Err(Error::NotFound { .. }) => {
+                return Err(invalid(
+                    "sku",
+                    format!("there is no SKU {:?}", req.sku.trim()),
+                ));
+            }
+            other => other?,
+        };
+        if sku.state != "active" {
+            return Err(invalid(
+                "sku",
+                format!("{} is not for sale ({})", sku.name, sku.state),
+            ));
+        }
+        let image = sqlx::query!(
+            r#"SELECT id AS "id: ImageId" FROM images WHERE name = $1 AND active"#,
+            req.image.trim().to_ascii_lowercase()
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| {
+            invalid(
+                "image",
+                format!("there is no active image {:?}", req.image.trim()),
+            )
+        })?
+        .id;
+        let mut regions = if region.is_empty() {
+            sku.regions.clone()
+        } else if sku.regions.iter().any(|r| r == region) {
+            vec![region.to_string()]
+        } else {
+            return Err(invalid(
+                "region",
+                format!(
+                    "{} is sold in {}, not {region}",
+                    sku.name,
+                    sku.regions.join(", ")
+                ),
+            ));
+        };
+
+        // The policy chain, in this transaction.
+        let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
+        let allowed = policy(&policies, PolicyKey::AllowedSkus);
+        if let Some(PolicyValue::AllowedSkus(list)) = &allowed.value
+            && !list.contains(&sku.name)
+        {
+            return Err(Error::PolicyDenied(format!(
+                "{} allows {}, not {}",
+                decided(allowed),
+                list.join(", "),
+                sku.name
+            )));
+        }
+        let allowed = policy(&policies, PolicyKey::AllowedRegions);
+        if let Some(PolicyValue::AllowedRegions(list)) = &allowed.value {
+            regions.retain(|r| list.contains(r));
+            if regions.is_empty() {
+                return Err(Error::PolicyDenied(format!(
+                    "{} allows {}; {} is sold only in {}",
+                    decided(allowed),
+                    list.join(", "),
+                    sku.name,
+                    if region.is_empty() {
+                        sku.regions.join(", ")
+                    } else {
+                        region.to_string()
+                    }
+                )));
+            }
+        }
+        let max_gpus = policy(&policies, PolicyKey::MaxGpusInUse);
+        let budget = policy(&policies, PolicyKey::MonthlyBudget);
+        if max_gpus.value.is_some() || budget.value.is_some() {
+            // Serialise this scope's launches, so two can't both fit under the limit.
+            let project_scoped = [max_gpus, budget]
+                .iter()
+                .filter(|r| r.value.is_some())
+                .all(|r| counts_in_project(r));
+            if project_scoped {
+                sqlx::query!(
+                    "SELECT 1 AS one FROM projects WHERE id = $1 FOR UPDATE",
+                    who.id() as ProjectId
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+            } else {
+                sqlx::query!(
+                    "SELECT 1 AS one FROM tenants WHERE id = $1 FOR UPDATE",
+                    who.tenant() as TenantId
+                )
+                .fetch_one(&mut *tx)
+                .await?;
+            }
+        }
+        if let Some(PolicyValue::MaxGpusInUse(max)) = &max_gpus.value {
+            let in_use = sqlx::query_scalar!(
+                r#"SELECT coalesce(sum(gpu_count), 0)::bigint AS "n!" FROM allocations
+                   WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
+                     AND state <> 'released'"#,
+                who.tenant() as TenantId,
+                counts_in_project(max_gpus).then_some(who.id().0),
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if in_use + sku.gpu_count as i64 > *max as i64 {
+                return Err(Error::PolicyDenied(format!(
+                    "{} allows {max} GPUs in use in this {}; {in_use} are in use and {} would need {}",
+                    decided(max_gpus),
+                    if counts_in_project(max_gpus) {
+                        "project"
+                    } else {
+                        "organization"
+                    },
+                    sku.name,
+                    sku.gpu_count
+                )));
+            }
+        }
+        if let Some(PolicyValue::MonthlyBudget(limit)) = &budget.value {
+            if limit.currency != sku.price.currency {
+                return Err(Error::PolicyDenied(format!(
+                    "{} is in {}, but {} is priced in {}; ask an admin to set the budget in {}",
+                    decided(budget),
+                    limit.currency,
+                    sku.name,
+                    sku.price.currency,
+                    sku.price.currency
+                )));
+            }
+            let spent = month_to_date(
+                &mut tx,
+                who.tenant(),
+                counts_in_project(budget).then_some(who.id()),
+                &limit.currency,
+            )
+            .await?;
+            if spent + sku.price.amount_minor > limit.amount_minor {
+                return Err(Error::PolicyDenied(format!(
+                    "{} is {limit}; {} is spent this month and one hour of {} costs {}",
+                    decided(budget),
+                    Money {
+                        amount_minor: spent,
+                        currency: limit.currency.clone()
+                    },
+                    sku.name,
+                    sku.price
+                )));
+            }
+        }
+        let expires_at = match &policy(&policies, PolicyKey::MaxAllocationLifetimeHours).value {
+            Some(PolicyValue::MaxAllocationLifetimeHours(h)) => {
+                Some(requested_at + time::Duration::hours(*h as i64))
+            }
+            _ => None,
+        };
+
+        let taken = sqlx::query_scalar!(
+            "SELECT 1 AS one FROM allocations WHERE project_id = $1 AND name = $2 AND state <> 'released'",
+            who.id() as ProjectId,
+            name
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if taken.is_some() {
+            return Err(invalid(
+                "name",
+                format!("{name} is the name of a live allocation in this project"),
+            ));
+        }
+
+        let id = AllocationId::new_random();
+        let mut reservation = Reservation {
+            id,
+            tenant: who.tenant(),
+            project: who.id(),
+            user,
+            name,
+            sku: &sku,
+            image,
+            ssh_public_key,
+            idempotency_key: key,
+            fingerprint,
+            requested_at,
+            expires_at,
+        };
+        let placed = placement::place(&mut tx, &sku, &regions, &mut reservation).await?;
+        sqlx::query!(
+            "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.provision', $1)",
+            id as AllocationId
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(user),
+                action: "allocation.launch",
+                resource: &self
+                    .naming()
+                    .allocation(&placed.region, who.tenant(), who.id(), id)?,
+                before: None,
+                after: Some(json!({
+                    "name": name, "sku": sku.name, "node": placed.hostname,
+                    "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(),
+                    "why": placed.why,
+                })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Launched { id, created: true })
+    }
+
+    /// Asks for an allocation to be released. Idempotent: releasing one that is already on
+    /// its way out changes nothing. A provision still queued for the agent is cancelled.
+    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    pub async fn release_allocation(
+        &self,
+        who: &Project<ProjectOperators>,
+        user: UserId,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            "SELECT state, region FROM allocations WHERE id = $1 AND project_id = $2 FOR UPDATE",
+            id as AllocationId,
+            who.id() as ProjectId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "allocation" })?;
+        if matches!(row.state.as_str(), "releasing" | "cleaning" | "released") {
+            return Ok(());
+        }
+        lifecycle::begin_release(&mut tx, id, None).await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(user),
+                action: "allocation.release",
+                resource: &self
+                    .naming()
+                    .allocation(&row.region, who.tenant(), who.id(), id)?,
+                before: Some(json!({ "state": row.state })),
+                after: Some(json!({ "state": "releasing" })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A project's allocations, newest first; `state` filters (`active` = not released).
+    pub async fn allocations(
+        &self,
+        who: &Project<ProjectViewers>,
+        state: Option<&str>,
+    ) -> Result<Vec<AllocationSummary>> {
+        let state = state
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && *s != "all");
+        if let Some(s) = state
+            && s != "active"
+            && !STATES.contains(&s)
+        {
+            return Err(invalid(
+                "state",
+                format!("{s:?} is not one of active, {}", STATES.join(", ")),
+            ));
+        }
+        let rows = sqlx::query!(
+            r#"SELECT a.id AS "id: AllocationId", a.name, s.name AS sku, a.gpu_count, a.region,
+                      a.state, a.desired_state, a.observed_state, a.failure,
+                      a.price_per_hour_minor, a.currency, a.created_at
+               FROM allocations a JOIN skus s ON s.id = a.sku_id
+               WHERE a.project_id = $1
+                 AND ($2::text IS NULL OR a.state = $2 OR ($2 = 'active' AND a.state <> 'released'))
+               ORDER BY a.created_at DESC
+               LIMIT 500"#,
+            who.id() as ProjectId,
+            state
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| AllocationSummary {
+                id: r.id,
+                name: r.name,
+                sku: r.sku,
+                gpu_count: r.gpu_count,
+                region: r.region,
+                projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
+                state: r.state,
+                price: Money {
+                    amount_minor: r.price_per_hour_minor,
+                    currency: r.currency,
+                }
+                .to_string(),
+                created_at: crate::fleet::utc(r.created_at),
+            })
+            .collect())
+    }
+
+    /// One allocation, for the detail page. Viewers of its project only.
+    pub async fn allocation(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<AllocationDetail> {
+        let project = sqlx::query_scalar!(
+            r#"SELECT project_id AS "p: ProjectId" FROM allocations WHERE id = $1"#,
+            id as AllocationId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "allocation" })?;
+        let who = self
+            .project_access::<ProjectViewers>(principal, project)
+            .await?;
+        let can_release = self
+            .project_access::<ProjectOperators>(principal, project)
+            .await
+            .is_ok();
+        lifecycle::detail(self, &who, id, can_release).await
+    }
+}
+
+/// The allocation an idempotency key already made, if any; a different request with the
+/// same key is refused.
+async fn existing(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    key: &str,
+    fingerprint: &str,
+) -> Result<Option<Launched>> {
+    let row = sqlx::query!(
+        r#"SELECT id AS "id: AllocationId", request_fingerprint FROM allocations
+           WHERE project_id = $1 AND idempotency_key = $2"#,
+        project as ProjectId,
+        key
+    )
+    .fetch_optional(conn)
+    .await?;
+    match row {
+        None => Ok(None),
+        Some(r) if r.request_fingerprint == fingerprint => Ok(Some(Launched {
+            id: r.id,
+            created: false,
+        })),
+        Some(_) => Err(Error::Conflict(
+            "this idempotency key was used for a different launch request; reload the form".into(),
+        )),
+    }
+}
+
+/// What a scope spent this month, estimated from the allocations' prices at launch (per
+/// second, rounded up), in `currency`.
+async fn month_to_date(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    currency: &str,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(ceil(price_per_hour_minor
+                    * extract(epoch FROM coalesce(released_at, now())
+                                         - greatest(created_at, date_trunc('month', now())))
+                    / 3600.0)), 0)::bigint AS "spent!"
+           FROM allocations
+           WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
+             AND coalesce(released_at, now()) > date_trunc('month', now())"#,
+        tenant as TenantId,
+        project.map(|p| p.0),
+        currency
+    )
+    .fetch_one(conn)
+    .await?)
+}
+
+/// What the UI shows: the state, unless desired and actual disagree.
+pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
+    match (state, desired, failure) {
+        ("released", _, Some(_)) => "failed".into(),
+        ("released", _, None) => "released".into(),
+        (s, "released", Some(_)) if s != "released" => "failing".into(),
+        (s, "released", None) if matches!(s, "placed" | "provisioning" | "running") => {
+            "releasing".into()
+        }
+        (s, _, _) => s.into(),
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationSummary {
+    pub id: AllocationId,
+    pub name: String,
+    pub sku: String,
+    pub gpu_count: i32,
+    pub region: String,
+    pub state: String,
+    pub projected: String,
+    /// Per hour, at launch.
+    pub price: String,
+    pub created_at: String,
+}
+
+pub use lifecycle::{AllocationDetail, Certificate, Phase, Transition};

@@ -1,0 +1,491 @@
+//! Placement: where a SKU goes, done here and only here.
+//!
+//! Candidates come from `node_free_blocks` (kept by triggers, so it is what the catalog shows)
+//! joined with `node_sells` (admin state, health, heartbeat, shape): best fit first, the node
+//! with the fewest free slots that still has a block of the requested size. On each candidate
+//! [`choose::NodeView::choose`] picks the slots (partitions, NUMA, packing); the chosen slots
+//! are locked with `FOR UPDATE SKIP LOCKED`, and if someone else has them, or the database
+//! refuses the claim, the next candidate is tried. No fit is `sku_unavailable` with
+//! [`explain`]'s answer.
+
+pub mod choose;
+
+use serde::{Deserialize, Serialize};
+use sqlx::{Connection, PgConnection};
+
+use crate::ControlPlane;
+use crate::auth::{Platform, PlatformOperators};
+use crate::catalog::{Shape, Sku, sku_by_name};
+use crate::error::{Error, Result};
+use crate::ids::{NodeId, SlotId};
+use choose::{FreeSlot, NodeView, Partition};
+
+/// How many candidates one placement looks at before giving up.
+const CANDIDATES: i64 = 16;
+
+/// A placement decision: the node, the slots (empty for bare metal) and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub node_id: NodeId,
+    pub hostname: String,
+    pub region: String,
+    pub slots: Vec<SlotId>,
+    pub slot_indexes: Vec<i32>,
+    pub why: String,
+}
+
+struct Candidate {
+    node_id: NodeId,
+    hostname: String,
+    region: String,
+    free_slots: i32,
+}
+
+/// Live availability of `sku` per region: the number of launches that could succeed now.
+pub(crate) async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(String, i64)>> {
+    let per = sku.per_gpu();
+    let rows = match sku.shape {
+        Shape::GpuSlice => sqlx::query!(
+            r#"SELECT n.region, sum(b.free_blocks)::bigint AS "launchable!"
+               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+               WHERE b.gpu_model = $1 AND b.block_size = $2 AND b.free_blocks > 0
+                 AND b.min_vcpus >= $3 AND b.min_memory_mib >= $4 AND b.min_nvme_bytes >= $5
+                 AND n.region = ANY($6) AND n.family = ANY($7) AND node_sells(n, 'gpu_slice')
+               GROUP BY n.region"#,
+            sku.gpu_model,
+            sku.gpu_count,
+            per.vcpus,
+            per.memory_mib,
+            per.nvme_bytes,
+            &sku.regions,
+            &sku.families,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| (r.region, r.launchable))
+        .collect(),
+        Shape::Baremetal => sqlx::query!(
+            r#"SELECT n.region, count(*) AS "launchable!"
+               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+               WHERE b.gpu_model = $1 AND b.block_size = 1 AND b.whole_node_free
+                 AND b.live_slots >= $2
+                 AND n.region = ANY($3) AND n.family = ANY($4) AND node_sells(n, 'baremetal')
+               GROUP BY n.region"#,
+            sku.gpu_model,
+            sku.gpu_count,
+            &sku.regions,
+            &sku.families,
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| (r.region, r.launchable))
+        .collect(),
+    };
+    Ok(rows)
+}
+
+async fn candidates(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<Vec<Candidate>> {
+    let per = sku.per_gpu();
+    Ok(match sku.shape {
+        Shape::GpuSlice => {
+            sqlx::query_as!(
+                Candidate,
+                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots
+               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+               WHERE b.gpu_model = $1 AND b.block_size = $2 AND b.free_blocks > 0
+                 AND b.min_vcpus >= $3 AND b.min_memory_mib >= $4 AND b.min_nvme_bytes >= $5
+                 AND n.region = ANY($6) AND n.family = ANY($7) AND node_sells(n, 'gpu_slice')
+               ORDER BY b.free_slots, b.node_id
+               LIMIT $8"#,
+                sku.gpu_model,
+                sku.gpu_count,
+                per.vcpus,
+                per.memory_mib,
+                per.nvme_bytes,
+                regions,
+                &sku.families,
+                CANDIDATES,
+            )
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        Shape::Baremetal => {
+            sqlx::query_as!(
+                Candidate,
+                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots
+               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+               WHERE b.gpu_model = $1 AND b.block_size = 1 AND b.whole_node_free
+                 AND b.live_slots >= $2
+                 AND n.region = ANY($3) AND n.family = ANY($4) AND node_sells(n, 'baremetal')
+               ORDER BY b.live_slots, b.node_id
+               LIMIT $5"#,
+                sku.gpu_model,
+                sku.gpu_count,
+                regions,
+                &sku.families,
+                CANDIDATES,
+            )
+            .fetch_all(&mut *conn)
+            .await?
+        }
+    })
+}
+
+/// The node's free slots of `model` and its fabric partitions.
+async fn node_view(conn: &mut PgConnection, node: NodeId, model: &str) -> Result<NodeView> {
+    let free = sqlx::query!(
+        r#"SELECT s.id AS "id: SlotId", s.slot_index, s.numa_node
+           FROM node_resource_slots s
+           WHERE s.node_id = $1 AND s.gpu_model = $2 AND s.retired_at IS NULL
+             AND s.drift IS NULL AND s.cleanup_state = 'clean'
+             AND NOT EXISTS (SELECT 1 FROM resource_claims c
+                             WHERE c.node_id = $1 AND c.released_at IS NULL
+                               AND (c.slot_id = s.id OR c.kind = 'baremetal'))"#,
+        node as NodeId,
+        model
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| FreeSlot {
+        id: r.id,
+        index: r.slot_index,
+        numa: r.numa_node,
+    })
+    .collect();
+    let partitions = sqlx::query!(
+        r#"SELECT partition_id, slot_ids AS "slot_ids: Vec<uuid::Uuid>"
+           FROM node_fabric_partitions WHERE node_id = $1"#,
+        node as NodeId
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| Partition {
+        id: r.partition_id,
+        slots: r.slot_ids.into_iter().map(SlotId).collect(),
+    })
+    .collect();
+    Ok(NodeView { free, partitions })
+}
+
+/// What to do with a placement inside the caller's transaction (a savepoint): write the
+/// allocation and its claims. An error from the database there means "try the next node".
+pub(crate) trait Reserve {
+    async fn reserve(&mut self, conn: &mut PgConnection, placement: &Placement) -> Result<()>;
+}
+
+/// Places `sku` within `regions` on the caller's transaction. `reserve` runs in a savepoint
+/// per candidate; a refusal by the database (someone took the slots first) moves on.
+pub(crate) async fn place(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+    reserve: &mut impl Reserve,
+) -> Result<Placement> {
+    for candidate in candidates(&mut *conn, sku, regions).await? {
+        let Some(placement) = plan_on(&mut *conn, sku, &candidate).await? else {
+            continue;
+        };
+        // Lock what was chosen; someone else holding any of it means another node.
+        let locked = match sku.shape {
+            Shape::GpuSlice => {
+                sqlx::query_scalar!(
+                    "SELECT count(*) FROM (SELECT id FROM node_resource_slots
+                                       WHERE id = ANY($1) FOR UPDATE SKIP LOCKED) l",
+                    &placement.slots.iter().map(|s| s.0).collect::<Vec<_>>()
+                )
+                .fetch_one(&mut *conn)
+                .await?
+                .unwrap_or(0) as usize
+                    == placement.slots.len()
+            }
+            Shape::Baremetal => sqlx::query_scalar!(
+                "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE SKIP LOCKED",
+                candidate.node_id as NodeId
+            )
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some(),
+        };
+        if !locked {
+            continue;
+        }
+        let mut sp = conn.begin().await?;
+        match reserve.reserve(&mut sp, &placement).await {
+            Ok(()) => {
+                sp.commit().await?;
+                return Ok(placement);
+            }
+            Err(Error::Database(sqlx::Error::Database(e)))
+                if matches!(e.code().as_deref(), Some("23505" | "23P01" | "23514")) =>
+            {
+                tracing::debug!(node.id = %candidate.node_id, db.error = %e, "claim refused; next candidate");
+                sp.rollback().await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::SkuUnavailable(explain(conn, sku, regions).await?))
+}
+
+/// The slots `sku` would take on `candidate`, without locking anything.
+async fn plan_on(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    candidate: &Candidate,
+) -> Result<Option<Placement>> {
+    let base = |slots: Vec<SlotId>, slot_indexes: Vec<i32>, why: String| Placement {
+        node_id: candidate.node_id,
+        hostname: candidate.hostname.clone(),
+        region: candidate.region.clone(),
+        slots,
+        slot_indexes,
+        why,
+    };
+    Ok(match sku.shape {
+        Shape::Baremetal => Some(base(
+            vec![],
+            vec![],
+            format!(
+                "the whole node {} ({} GPUs, no claims): the smallest free node that fits",
+                candidate.hostname, candidate.free_slots
+            ),
+        )),
+        Shape::GpuSlice => {
+            let view = node_view(&mut *conn, candidate.node_id, &sku.gpu_model).await?;
+            view.choose(sku.gpu_count as usize).map(|c| {
+                let indexes = c
+                    .slots
+                    .iter()
+                    .map(|id| {
+                        view.free
+                            .iter()
+                            .find(|s| s.id == *id)
+                            .map(|s| s.index)
+                            .unwrap_or(-1)
+                    })
+                    .collect();
+                base(
+                    c.slots,
+                    indexes,
+                    format!(
+                        "{} on {} ({} free slots: best fit)",
+                        c.why, candidate.hostname, candidate.free_slots
+                    ),
+                )
+            })
+        }
+    })
+}
+
+/// Why `sku` can't be placed within `regions`: which constraint ruled out how many nodes,
+/// and what would fit instead (a smaller count here, or this SKU elsewhere).
+pub(crate) async fn explain(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<String> {
+    let per = sku.per_gpu();
+    let rows = sqlx::query!(
+        r#"SELECT reason AS "reason!", count(*) AS "nodes!" FROM (
+               SELECT CASE
+                   WHEN NOT n.region = ANY($3) THEN 'region'
+                   WHEN NOT n.family = ANY($4) THEN 'family'
+                   WHEN NOT $5 = ANY(n.capacity_shapes) THEN 'shape'
+                   WHEN n.admin_state <> 'active' THEN n.admin_state
+                   WHEN NOT node_sells(n, $5) THEN 'unhealthy'
+                   WHEN $5 = 'baremetal' AND b.live_slots < $2 THEN 'too_few_gpus'
+                   WHEN $5 = 'baremetal' AND NOT b.whole_node_free THEN 'in_use'
+                   WHEN $5 = 'gpu_slice' AND (b.min_vcpus < $6 OR b.min_memory_mib < $7
+                                              OR b.min_nvme_bytes < $8) THEN 'too_small'
+                   WHEN $5 = 'gpu_slice' AND b.free_blocks = 0 AND b.free_slots >= $2
+                       THEN 'fragmented'
+                   WHEN $5 = 'gpu_slice' AND b.free_blocks = 0 THEN 'full'
+                   ELSE 'fits'
+               END AS reason
+               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+               WHERE b.gpu_model = $1
+                 AND b.block_size = CASE WHEN $5 = 'baremetal' THEN 1 ELSE $2 END
+           ) r GROUP BY reason ORDER BY reason"#,
+        sku.gpu_model,
+        sku.gpu_count,
+        regions,
+        &sku.families,
+        sku.shape.as_str(),
+        per.vcpus,
+        per.memory_mib,
+        per.nvme_bytes,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let count = |r: &str| {
+        rows.iter()
+            .find(|x| x.reason == r)
+            .map(|x| x.nodes)
+            .unwrap_or(0)
+    };
+    let in_scope: i64 = rows
+        .iter()
+        .filter(|r| r.reason != "region")
+        .map(|r| r.nodes)
+        .sum();
+    let mut ruled_out = Vec::new();
+    let mut say = |n: i64, what: String| {
+        if n > 0 {
+            ruled_out.push(format!("{n} {what}"));
+        }
+    };
+    say(
+        count("family"),
+        format!(
+            "of another node family (this SKU uses {})",
+            sku.families.join(", ")
+        ),
+    );
+    say(
+        count("shape"),
+        format!("not sold as {}", sku.shape.as_str()),
+    );
+    say(count("draining"), "draining".into());
+    say(count("cordoned"), "cordoned".into());
+    say(
+        count("unhealthy"),
+        "without a recent heartbeat or unhealthy".into(),
+    );
+    say(
+        count("too_few_gpus"),
+        format!("with fewer than {} GPUs", sku.gpu_count),
+    );
+    say(
+        count("in_use"),
+        "partly in use or waiting for cleanup".into(),
+    );
+    say(
+        count("too_small"),
+        format!(
+            "whose slots are smaller than {} vCPUs / {} MiB / {} GiB NVMe per GPU",
+            per.vcpus,
+            per.memory_mib,
+            per.nvme_bytes >> 30
+        ),
+    );
+    say(
+        count("fragmented"),
+        format!(
+            "with {} free GPUs but no free NVLink partition of {}",
+            sku.gpu_count, sku.gpu_count
+        ),
+    );
+    say(count("full"), "full".into());
+    let mut text = if in_scope == 0 {
+        format!(
+            "no node in {} has {} GPUs",
+            regions.join(", "),
+            sku.gpu_model
+        )
+    } else {
+        format!(
+            "no node fits {} × {} in {}; of {in_scope} node(s) with this GPU: {}",
+            sku.gpu_count,
+            sku.gpu_model,
+            regions.join(", "),
+            if ruled_out.is_empty() {
+                "all were taken meanwhile (retry)".to_string()
+            } else {
+                ruled_out.join(", ")
+            }
+        )
+    };
+    // What would fit instead.
+    let mut instead = Vec::new();
+    if sku.shape == Shape::GpuSlice {
+        for smaller in [4, 2, 1].into_iter().filter(|&c| c < sku.gpu_count) {
+            let probe = Sku {
+                gpu_count: smaller,
+                vcpus: per.vcpus * smaller,
+                memory_gib: ((per.memory_mib * smaller as i64) / 1024) as i32,
+                nvme_gib: ((per.nvme_bytes * smaller as i64) >> 30) as i32,
+                regions: regions.to_vec(),
+                ..sku.clone()
+            };
+            let n: i64 = availability(&mut *conn, &probe)
+                .await?
+                .iter()
+                .map(|r| r.1)
+                .sum();
+            if n > 0 {
+                instead.push(format!("{n} × {smaller}-GPU slice(s) here"));
+                break;
+            }
+        }
+    }
+    let elsewhere: Vec<String> = sqlx::query_scalar!(
+        r#"SELECT DISTINCT n.region AS "region!"
+           FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
+           WHERE b.gpu_model = $1
+             AND CASE WHEN $3 = 'baremetal' THEN b.block_size = 1 AND b.whole_node_free AND b.live_slots >= $2
+                      ELSE b.block_size = $2 AND b.free_blocks > 0 END
+             AND NOT n.region = ANY($4) AND node_sells(n, $3)
+           ORDER BY 1"#,
+        sku.gpu_model,
+        sku.gpu_count,
+        sku.shape.as_str(),
+        regions,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if !elsewhere.is_empty() {
+        instead.push(format!("this shape in {}", elsewhere.join(", ")));
+    }
+    if !instead.is_empty() {
+        text.push_str(&format!(". What would fit instead: {}", instead.join("; ")));
+    }
+    Ok(text)
+}
+
+/// Nothing to reserve: the dry run's [`Reserve`].
+struct DryRun;
+impl Reserve for DryRun {
+    async fn reserve(&mut self, _: &mut PgConnection, _: &Placement) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl ControlPlane {
+    /// "Where would this go, and why", without reserving anything: the same placement in a
+    /// transaction that is rolled back.
+    #[tracing::instrument(skip_all, fields(sku.name = %sku_name))]
+    pub async fn placement_dry_run(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        sku_name: &str,
+        region: Option<&str>,
+    ) -> Result<Placement> {
+        let mut tx = self.pool().begin().await?;
+        let sku = sku_by_name(&mut tx, sku_name).await?;
+        let regions = match region.map(str::trim).filter(|r| !r.is_empty()) {
+            Some(r) if sku.regions.iter().any(|x| x == r) => vec![r.to_string()],
+            Some(r) => {
+                return Err(Error::Invalid {
+                    field: "region",
+                    reason: format!(
+                        "{} is sold in {}, not {r}",
+                        sku.name,
+                        sku.regions.join(", ")
+                    ),
+                });
+            }
+            None => sku.regions.clone(),
+        };
+        let placed = place(&mut tx, &sku, &regions, &mut DryRun).await;
+        tx.rollback().await?;
+        placed
+    }
+}
