@@ -214,8 +214,164 @@ pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {
         }
     }
 
+    seed_catalog(&mut tx).await?;
     tx.commit().await?;
     Ok(report)
+}
+
+/// `(name, display name, shape, GPU model, GPUs, vCPUs, memory GiB, NVMe GiB, family, cents/h)`
+type DemoSku = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    i32,
+    i32,
+    i32,
+    i32,
+    &'static str,
+    i64,
+);
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+const L40S: &str = "NVIDIA L40S";
+const SKUS: &[DemoSku] = &[
+    (
+        "h100.1x",
+        "1× H100 80GB",
+        "gpu_slice",
+        H100,
+        1,
+        22,
+        240,
+        3500,
+        "hgx-h100-8x",
+        299,
+    ),
+    (
+        "h100.2x",
+        "2× H100 80GB (NVLink)",
+        "gpu_slice",
+        H100,
+        2,
+        44,
+        480,
+        7000,
+        "hgx-h100-8x",
+        598,
+    ),
+    (
+        "h100.4x",
+        "4× H100 80GB (NVLink)",
+        "gpu_slice",
+        H100,
+        4,
+        88,
+        960,
+        14000,
+        "hgx-h100-8x",
+        1196,
+    ),
+    (
+        "h100.8x",
+        "8× H100 80GB (NVLink)",
+        "gpu_slice",
+        H100,
+        8,
+        176,
+        1920,
+        28000,
+        "hgx-h100-8x",
+        2392,
+    ),
+    (
+        "h100.8x.metal",
+        "HGX H100 bare metal",
+        "baremetal",
+        H100,
+        8,
+        192,
+        2048,
+        28000,
+        "hgx-h100-8x",
+        2200,
+    ),
+    (
+        "l40s.1x",
+        "1× L40S 48GB",
+        "gpu_slice",
+        L40S,
+        1,
+        28,
+        240,
+        7000,
+        "pcie-l40s-4x",
+        119,
+    ),
+    (
+        "l40s.2x",
+        "2× L40S 48GB",
+        "gpu_slice",
+        L40S,
+        2,
+        56,
+        480,
+        14000,
+        "pcie-l40s-4x",
+        238,
+    ),
+];
+
+/// Demo images and active SKUs in eu-west-1 and us-east-1 (idempotent; edits are kept).
+async fn seed_catalog(tx: &mut sqlx::PgConnection) -> Result<()> {
+    for (name, display, source, user) in [
+        (
+            "ubuntu-24.04-cuda",
+            "Ubuntu 24.04 + CUDA 12.6",
+            "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2",
+            "ubuntu",
+        ),
+        (
+            "rocky-9-cuda",
+            "Rocky Linux 9 + CUDA 12.6",
+            "/var/lib/gpuaas/images/rocky-9-cuda-12.6.qcow2",
+            "rocky",
+        ),
+    ] {
+        sqlx::query!(
+            "INSERT INTO images (id, name, display_name, source, ssh_user)
+             VALUES (gen_random_uuid(), $1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
+            name,
+            display,
+            source,
+            user
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    for &(name, display, shape, model, gpus, vcpus, mem, nvme, family, cents) in SKUS {
+        sqlx::query!(
+            "INSERT INTO skus (id, name, display_name, shape, gpu_model, gpu_count, vcpus,
+                               memory_gib, nvme_gib, regions, families, price_per_hour_minor,
+                               currency, state)
+             VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, $7, $8,
+                     ARRAY['eu-west-1', 'us-east-1'], ARRAY[$9], $10, 'USD', 'active')
+             ON CONFLICT (name) DO NOTHING",
+            name,
+            display,
+            shape,
+            model,
+            gpus,
+            vcpus,
+            mem,
+            nvme,
+            family,
+            cents
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
 }
 
 struct DemoProvider {

@@ -13,6 +13,8 @@ use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots}
 use control_plane::{ControlPlane, Error, Naming, NodeId};
 use sqlx::PgPool;
 
+mod support;
+
 fn discovery(fixture: &str) -> Discovery {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../node-agent/fixtures")
@@ -281,7 +283,7 @@ async fn claim(
         .bind(node.0)
         .bind(slot)
         .bind(if slot.is_some() { "gpu_slice" } else { "baremetal" })
-        .bind(uuid::Uuid::new_v4())
+        .bind(support::bare_allocation(cp, node).await)
         .execute(cp.pool())
         .await
         .map(|_| ())

@@ -441,23 +441,37 @@ pub(crate) async fn task_finished(
     Ok(())
 }
 
-/// A release task's wipe has started: the allocation is now `cleaning`.
+/// A release task's wipe has started: the VM is gone, so the allocation is now `cleaning`
+/// and its claims end; the slots wait in `cleaning` until the proof verifies.
 pub(crate) async fn phase_started(
-    conn: &mut PgConnection,
+    pool: &sqlx::PgPool,
     task: AgentTaskId,
     phase: &str,
 ) -> Result<()> {
-    if phase == WIPE_PHASE {
+    if phase != WIPE_PHASE {
+        return Ok(());
+    }
+    let mut tx = pool.begin().await?;
+    let moved = sqlx::query_scalar!(
+        r#"UPDATE allocations SET state = 'cleaning', observed_state = 'absent'
+           WHERE state = 'releasing'
+             AND id = (SELECT allocation_id FROM agent_tasks
+                       WHERE id = $1 AND kind IN ('slice.vm_release', 'baremetal.release'))
+           RETURNING id AS "id: AllocationId""#,
+        task as AgentTaskId
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(id) = moved {
         sqlx::query!(
-            "UPDATE allocations SET state = 'cleaning', observed_state = 'stopping'
-             WHERE state = 'releasing'
-               AND id = (SELECT allocation_id FROM agent_tasks
-                         WHERE id = $1 AND kind IN ('slice.vm_release', 'baremetal.release'))",
-            task as AgentTaskId
+            "UPDATE resource_claims SET released_at = now()
+             WHERE allocation_id = $1 AND released_at IS NULL",
+            id as AllocationId
         )
-        .execute(conn)
+        .execute(&mut *tx)
         .await?;
     }
+    tx.commit().await?;
     Ok(())
 }
 

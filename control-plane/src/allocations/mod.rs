@@ -270,6 +270,13 @@ impl ControlPlane {
         request_id: Option<&str>,
     ) -> Result<Launched> {
         let mut tx = self.pool().begin().await?;
+        // Requests with the same key wait for each other here, so the second sees the first.
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 7)) AS locked",
+            format!("{}:{key}", who.id())
+        )
+        .fetch_one(&mut *tx)
+        .await?;
         if let Some(found) = existing(&mut tx, who.id(), key, fingerprint).await? {
             return Ok(found);
         }

@@ -284,12 +284,7 @@ impl ControlPlane {
         .execute(self.pool())
         .await?;
         if report.status == PhaseStatus::Started {
-            crate::allocations::lifecycle::phase_started(
-                &mut *self.pool().acquire().await?,
-                task,
-                phase,
-            )
-            .await?;
+            crate::allocations::lifecycle::phase_started(self.pool(), task, phase).await?;
         }
         Ok(())
     }

@@ -181,56 +181,63 @@ pub(crate) trait Reserve {
     async fn reserve(&mut self, conn: &mut PgConnection, placement: &Placement) -> Result<()>;
 }
 
-/// Places `sku` within `regions` on the caller's transaction. `reserve` runs in a savepoint
-/// per candidate; a refusal by the database (someone took the slots first) moves on.
+/// Places `sku` within `regions` on the caller's transaction. Each candidate node's row is
+/// locked with `FOR UPDATE SKIP LOCKED` (a node someone else is placing on right now is
+/// skipped, which spreads concurrent launches), its free slots are read under that lock, and
+/// the chosen slots are locked too. `reserve` runs in a savepoint; a refusal by the database
+/// moves on to the next candidate. When every candidate was busy, it looks again (a few
+/// times) before answering `sku_unavailable`.
 pub(crate) async fn place(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],
     reserve: &mut impl Reserve,
 ) -> Result<Placement> {
-    for candidate in candidates(&mut *conn, sku, regions).await? {
-        let Some(placement) = plan_on(&mut *conn, sku, &candidate).await? else {
-            continue;
-        };
-        // Lock what was chosen; someone else holding any of it means another node.
-        let locked = match sku.shape {
-            Shape::GpuSlice => {
-                sqlx::query_scalar!(
-                    "SELECT count(*) FROM (SELECT id FROM node_resource_slots
-                                       WHERE id = ANY($1) FOR UPDATE SKIP LOCKED) l",
-                    &placement.slots.iter().map(|s| s.0).collect::<Vec<_>>()
-                )
-                .fetch_one(&mut *conn)
-                .await?
-                .unwrap_or(0) as usize
-                    == placement.slots.len()
-            }
-            Shape::Baremetal => sqlx::query_scalar!(
+    for round in 0..6 {
+        let mut contended = false;
+        for candidate in candidates(&mut *conn, sku, regions).await? {
+            let locked = sqlx::query_scalar!(
                 "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE SKIP LOCKED",
                 candidate.node_id as NodeId
             )
             .fetch_optional(&mut *conn)
             .await?
-            .is_some(),
-        };
-        if !locked {
-            continue;
-        }
-        let mut sp = conn.begin().await?;
-        match reserve.reserve(&mut sp, &placement).await {
-            Ok(()) => {
-                sp.commit().await?;
-                return Ok(placement);
+            .is_some();
+            if !locked {
+                contended = true;
+                continue;
             }
-            Err(Error::Database(sqlx::Error::Database(e)))
-                if matches!(e.code().as_deref(), Some("23505" | "23P01" | "23514")) =>
-            {
-                tracing::debug!(node.id = %candidate.node_id, db.error = %e, "claim refused; next candidate");
-                sp.rollback().await?;
+            let Some(placement) = plan_on(&mut *conn, sku, &candidate).await? else {
+                continue;
+            };
+            if !placement.slots.is_empty() {
+                sqlx::query!(
+                    "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR UPDATE",
+                    &placement.slots.iter().map(|s| s.0).collect::<Vec<_>>()
+                )
+                .fetch_all(&mut *conn)
+                .await?;
             }
-            Err(e) => return Err(e),
+            let mut sp = conn.begin().await?;
+            match reserve.reserve(&mut sp, &placement).await {
+                Ok(()) => {
+                    sp.commit().await?;
+                    return Ok(placement);
+                }
+                Err(Error::Database(sqlx::Error::Database(e)))
+                    if matches!(e.code().as_deref(), Some("23505" | "23P01" | "23514")) =>
+                {
+                    tracing::debug!(node.id = %candidate.node_id, db.error = %e, "claim refused; next candidate");
+                    sp.rollback().await?;
+                    contended = true;
+                }
+                Err(e) => return Err(e),
+            }
         }
+        if !contended {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2 << round)).await;
     }
     Err(Error::SkuUnavailable(explain(conn, sku, regions).await?))
 }

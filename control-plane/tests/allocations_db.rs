@@ -1,0 +1,858 @@
+//! Placement, reservation and the allocation lifecycle against a real database: the demo
+//! catalog, nodes approved from the agent's own fixture discoveries, the outbox dispatcher,
+//! the agent API functions answering as the simulated agent would, and cleanup proofs signed
+//! the way the node agent signs them.
+
+use std::time::Duration;
+
+use agent_protocol::{
+    PhaseReport, PhaseStatus, Provisioned, SlotCleanup, TaskOutcome, TaskOutput, TaskSpec,
+};
+use control_plane::allocations::{LaunchRequest, Launched};
+use control_plane::auth::{Platform, PlatformOperators};
+use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX_DEFAULT};
+use control_plane::fleet::agent::NodeAgent;
+use control_plane::policy::{PolicyKey, PolicyValue, Scope};
+use control_plane::tenancy::{Project, ProjectOperators};
+use control_plane::{AgentTaskId, AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
+use sqlx::PgPool;
+use uuid::uuid;
+
+mod support;
+use support::{approved, node, operator};
+
+const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
+const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
+const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
+
+async fn setup(pool: PgPool) -> (ControlPlane, Platform<PlatformOperators>) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    cp.seed_demo().await.unwrap();
+    let ops = operator(&cp, "ops@platform.example").await;
+    (cp, ops)
+}
+
+async fn member(
+    cp: &ControlPlane,
+    user: UserId,
+    project: control_plane::ProjectId,
+) -> Project<ProjectOperators> {
+    let p = cp.principal(user).await.unwrap().unwrap();
+    cp.project_access::<ProjectOperators>(&p, project)
+        .await
+        .unwrap()
+}
+
+fn request(sku: &str, name: &str) -> LaunchRequest {
+    LaunchRequest {
+        sku: sku.into(),
+        region: String::new(),
+        image: "ubuntu-24.04-cuda".into(),
+        ssh_public_key: KEY.into(),
+        name: name.into(),
+        idempotency_key: uuid::Uuid::new_v4().to_string(),
+    }
+}
+
+async fn hgx(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    host: &str,
+) -> (NodeId, NodeAgent, String) {
+    approved(
+        cp,
+        ops,
+        node(
+            host,
+            "eu-west-1",
+            "hgx-h100-8x",
+            &["gpu_slice", "baremetal"],
+        ),
+        "hgx-h100-8x",
+        "nvme-format-crypto",
+    )
+    .await
+}
+
+async fn launch(
+    cp: &ControlPlane,
+    who: &Project<ProjectOperators>,
+    user: UserId,
+    sku: &str,
+    name: &str,
+) -> Result<AllocationId, Error> {
+    cp.launch(who, user, &request(sku, name), None)
+        .await
+        .map(|l| l.id)
+}
+
+async fn state(cp: &ControlPlane, id: AllocationId) -> (String, String, String) {
+    sqlx::query_as("SELECT state, desired_state, observed_state FROM allocations WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+}
+
+async fn slot_indexes(cp: &ControlPlane, id: AllocationId) -> Vec<i32> {
+    sqlx::query_scalar(
+        "SELECT s.slot_index FROM resource_claims c JOIN node_resource_slots s ON s.id = c.slot_id
+         WHERE c.allocation_id = $1 ORDER BY 1",
+    )
+    .bind(id.0)
+    .fetch_all(cp.pool())
+    .await
+    .unwrap()
+}
+
+async fn cleanup_states(cp: &ControlPlane, node: NodeId) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT cleanup_state FROM node_resource_slots WHERE node_id = $1 ORDER BY slot_index",
+    )
+    .bind(node.0)
+    .fetch_all(cp.pool())
+    .await
+    .unwrap()
+}
+
+async fn double_bookings(cp: &ControlPlane) -> i64 {
+    sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM (SELECT slot_id FROM resource_claims WHERE released_at IS NULL AND slot_id IS NOT NULL
+                                       GROUP BY slot_id HAVING count(*) > 1) d)
+              + (SELECT count(*) FROM resource_claims b JOIN resource_claims o ON o.node_id = b.node_id AND o.id <> b.id
+                 WHERE b.kind = 'baremetal' AND b.released_at IS NULL AND o.released_at IS NULL)",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap()
+}
+
+async fn availability(cp: &ControlPlane, sku: &str) -> i64 {
+    cp.catalog()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.sku.name == sku)
+        .unwrap()
+        .availability
+        .iter()
+        .map(|a| a.launchable)
+        .sum()
+}
+
+/// Answers the agent's next task as the simulated agent would: phases, then `outcome`.
+async fn answer(
+    cp: &ControlPlane,
+    agent: &NodeAgent,
+    phases: &[&str],
+    outcome: impl FnOnce(&TaskSpec) -> TaskOutcome,
+) -> TaskSpec {
+    let (task, spec) = cp
+        .claim_task(agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("a queued task");
+    for p in phases {
+        for status in [PhaseStatus::Started, PhaseStatus::Succeeded] {
+            cp.report_phase(
+                agent,
+                task,
+                &PhaseReport {
+                    phase: p.to_string(),
+                    status,
+                    elapsed_ms: 5,
+                    detail: None,
+                },
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let outcome = outcome(&spec);
+    cp.finish_task(agent, task, &outcome).await.unwrap();
+    spec
+}
+
+fn provisioned(_: &TaskSpec) -> TaskOutcome {
+    TaskOutcome::Succeeded {
+        output: TaskOutput::Provisioned(Provisioned {
+            ssh_host: "10.100.0.10".into(),
+            ssh_port: 22,
+            ssh_user: "ubuntu".into(),
+        }),
+    }
+}
+
+/// The proof the node agent would send for a release spec.
+fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
+    let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = spec else {
+        panic!("not a release: {spec:?}")
+    };
+    let slots = plan
+        .slots
+        .iter()
+        .map(|s| SlotCleanup {
+            slot_id: s.slot_id.clone(),
+            nvme_serial: s.nvme_serial.clone(),
+            wipe_method: s.wipe_policy.clone(),
+            wipe_verified: true,
+            gpu_reset: true,
+            firmware_ok: true,
+        })
+        .collect();
+    TaskOutcome::Succeeded {
+        output: TaskOutput::Cleaned(node_agent::proof::sign(
+            credential,
+            &node.to_string(),
+            &plan.allocation_id,
+            slots,
+        )),
+    }
+}
+
+const PROVISION: &[&str] = &["validate_plan", "write_image", "start_vm"];
+const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    assert_eq!(availability(&cp, "h100.2x").await, 4);
+    assert_eq!(availability(&cp, "h100.8x").await, 1);
+
+    let id = launch(&cp, &bob, BOB, "h100.2x", "train-1").await.unwrap();
+    assert_eq!(state(&cp, id).await.0, "placed");
+    assert_eq!(
+        slot_indexes(&cp, id).await,
+        vec![0, 2],
+        "an NVLink pair (the fabric pairs 0+2)"
+    );
+    // The catalog agrees with what placement did: 3 pairs left, no 8-GPU slice.
+    assert_eq!(availability(&cp, "h100.2x").await, 3);
+    assert_eq!(availability(&cp, "h100.8x").await, 0);
+    assert_eq!(availability(&cp, "h100.8x.metal").await, 0);
+
+    // The dispatcher turns the outbox row into one provision task, even if run twice.
+    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 1);
+    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
+    assert_eq!(state(&cp, id).await.0, "provisioning");
+    let spec = answer(&cp, &agent, PROVISION, provisioned).await;
+    let TaskSpec::VmProvision(plan) = &spec else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(plan.slots.len(), 2);
+    assert_eq!(plan.slots[0].ip_address, "10.100.0.10");
+    assert!(plan.slots[0].mac_address.starts_with("52:54:"));
+    assert_eq!(plan.slots[0].wipe_policy, "nvme-format-crypto");
+    assert_eq!(
+        state(&cp, id).await,
+        ("running".into(), "running".into(), "running".into())
+    );
+
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let detail = cp.allocation(&principal, id).await.unwrap();
+    assert_eq!(detail.ssh.as_deref(), Some("ssh ubuntu@10.100.0.10 -p 22"));
+    assert!(
+        detail.placement_why.contains("NVLink partition"),
+        "{}",
+        detail.placement_why
+    );
+    let path: Vec<&str> = detail.transitions.iter().map(|t| t.to.as_str()).collect();
+    assert_eq!(path, ["requested", "placed", "provisioning", "running"]);
+    assert_eq!(detail.phases.len(), PROVISION.len());
+
+    // Release: twice is the same as once.
+    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
+    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
+    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 1);
+    let (task, spec) = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    cp.report_phase(
+        &agent,
+        task,
+        &PhaseReport {
+            phase: "wipe_nvme".into(),
+            status: PhaseStatus::Started,
+            elapsed_ms: 0,
+            detail: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(state(&cp, id).await.0, "cleaning");
+    // While cleaning, the pair is not free: no 8-GPU slice, and the DB refuses a clean
+    // mark without a proof.
+    assert_eq!(availability(&cp, "h100.8x").await, 0);
+    let refused =
+        sqlx::query("UPDATE node_resource_slots SET cleanup_state = 'clean' WHERE node_id = $1")
+            .bind(node.0)
+            .execute(cp.pool())
+            .await
+            .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("reusable only with a cleanup proof"),
+        "{refused}"
+    );
+
+    cp.finish_task(&agent, task, &proof(node, &credential, &spec))
+        .await
+        .unwrap();
+    assert_eq!(
+        state(&cp, id).await,
+        ("released".into(), "released".into(), "absent".into())
+    );
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+    let detail = cp.allocation(&principal, id).await.unwrap();
+    assert_eq!(detail.certificates.len(), 2);
+    assert_eq!(detail.projected, "released");
+    assert!(detail.ssh.is_none());
+    assert_eq!(availability(&cp, "h100.8x").await, 1);
+
+    // Another tenant gets the same slots.
+    let carol = member(&cp, CAROL, GLOBEX_DEFAULT).await;
+    let next = launch(&cp, &carol, CAROL, "h100.2x", "eval").await.unwrap();
+    assert_eq!(slot_indexes(&cp, next).await, vec![0, 2]);
+    assert_eq!(double_bookings(&cp).await, 0);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let req = request("h100.1x", "notebook");
+    let first = cp.launch(&bob, BOB, &req, None).await.unwrap();
+    let again = cp.launch(&bob, BOB, &req, None).await.unwrap();
+    assert_eq!(
+        again,
+        Launched {
+            id: first.id,
+            created: false
+        }
+    );
+    // Concurrent repeats of a new key: still one.
+    let req2 = request("h100.1x", "notebook-2");
+    let (a, b, c) = tokio::join!(
+        cp.launch(&bob, BOB, &req2, None),
+        cp.launch(&bob, BOB, &req2, None),
+        cp.launch(&bob, BOB, &req2, None)
+    );
+    let ids = [a.unwrap().id, b.unwrap().id, c.unwrap().id];
+    assert!(ids.iter().all(|i| *i == ids[0]));
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM allocations")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 2);
+    let claims: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM resource_claims WHERE released_at IS NULL")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(claims, 2);
+    // The same key for a different request is refused, not silently answered.
+    let other = LaunchRequest {
+        name: "other".into(),
+        ..req.clone()
+    };
+    let err = cp.launch(&bob, BOB, &other, None).await.unwrap_err();
+    assert!(
+        err.to_string().contains("different launch request"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn bad_input_is_named_and_nothing_is_reserved(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let field = |e: Error| match e {
+        Error::Invalid { field, .. } => field,
+        other => panic!("{other}"),
+    };
+    let mut r = request("h100.1x", "Bad Name");
+    assert_eq!(
+        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        "name"
+    );
+    r = request("h100.1x", "ok");
+    r.ssh_public_key = "ssh-rsa AAAA".into();
+    assert_eq!(
+        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        "ssh_public_key"
+    );
+    r = request("a100.1x", "ok");
+    assert_eq!(
+        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        "sku"
+    );
+    r = request("h100.1x", "ok");
+    r.region = "ap-south-1".into();
+    assert_eq!(
+        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        "region"
+    );
+    r = request("h100.1x", "ok");
+    r.image = "windows".into();
+    assert_eq!(
+        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        "image"
+    );
+    launch(&cp, &bob, BOB, "h100.1x", "ok").await.unwrap();
+    assert_eq!(
+        field(launch(&cp, &bob, BOB, "h100.1x", "ok").await.unwrap_err()),
+        "name"
+    );
+    let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM resource_claims")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(claims, 1);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    hgx(&cp, &ops, "gpu-a").await;
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let tenant_scope = cp
+        .policy_scope(&alice, control_plane::policy::Target::Tenant(ACME))
+        .await
+        .unwrap();
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    cp.set_policy(
+        &tenant_scope,
+        PolicyKey::AllowedSkus,
+        Some(PolicyValue::AllowedSkus(vec![
+            "h100.1x".into(),
+            "h100.2x".into(),
+        ])),
+        None,
+    )
+    .await
+    .unwrap();
+    let err = launch(&cp, &bob, BOB, "h100.4x", "big").await.unwrap_err();
+    assert!(matches!(err, Error::PolicyDenied(_)), "{err}");
+    assert!(
+        err.to_string().contains(
+            "allowed_skus (set at organization level) allows h100.1x, h100.2x, not h100.4x"
+        ),
+        "{err}"
+    );
+
+    cp.set_policy(
+        &tenant_scope,
+        PolicyKey::MaxGpusInUse,
+        Some(PolicyValue::MaxGpusInUse(3)),
+        None,
+    )
+    .await
+    .unwrap();
+    launch(&cp, &bob, BOB, "h100.2x", "a").await.unwrap();
+    let err = launch(&cp, &bob, BOB, "h100.2x", "b").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("allows 3 GPUs in use in this organization; 2 are in use"),
+        "{err}"
+    );
+    launch(&cp, &bob, BOB, "h100.1x", "c").await.unwrap();
+
+    let project_scope: Scope = cp
+        .policy_scope(
+            &alice,
+            control_plane::policy::Target::Project(ACME_RESEARCH),
+        )
+        .await
+        .unwrap();
+    cp.set_policy(&project_scope, PolicyKey::MaxGpusInUse, None, None)
+        .await
+        .unwrap();
+    cp.set_policy(&tenant_scope, PolicyKey::MaxGpusInUse, None, None)
+        .await
+        .unwrap();
+    cp.set_policy(
+        &project_scope,
+        PolicyKey::MonthlyBudget,
+        Some(PolicyValue::MonthlyBudget(control_plane::policy::Money {
+            amount_minor: 500,
+            currency: "USD".into(),
+        })),
+        None,
+    )
+    .await
+    .unwrap();
+    let err = launch(&cp, &bob, BOB, "h100.2x", "d").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("monthly_budget (set at project level) is 5.00 USD"),
+        "{err}"
+    );
+    cp.set_policy(
+        &tenant_scope,
+        PolicyKey::AllowedRegions,
+        Some(PolicyValue::AllowedRegions(vec!["us-east-1".into()])),
+        None,
+    )
+    .await
+    .unwrap();
+    cp.set_policy(&project_scope, PolicyKey::MonthlyBudget, None, None)
+        .await
+        .unwrap();
+    let err = launch(&cp, &bob, BOB, "h100.1x", "e").await.unwrap_err();
+    // us-east-1 is allowed and sold, but has no node: placement says so.
+    assert!(
+        err.to_string()
+            .starts_with("sku_unavailable: no node in us-east-1 has NVIDIA H100 80GB HBM3 GPUs"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("What would fit instead: this shape in eu-west-1"),
+        "{err}"
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
+    let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let slice = launch(&cp, &bob, BOB, "h100.1x", "one").await.unwrap();
+    let on: NodeId = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
+        .bind(slice.0)
+        .fetch_one(cp.pool())
+        .await
+        .map(NodeId)
+        .unwrap();
+    let metal = launch(&cp, &bob, BOB, "h100.8x.metal", "metal")
+        .await
+        .unwrap();
+    let metal_on: NodeId = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
+        .bind(metal.0)
+        .fetch_one(cp.pool())
+        .await
+        .map(NodeId)
+        .unwrap();
+    assert_ne!(on, metal_on, "bare metal never shares a node");
+    assert!([a, b].contains(&metal_on));
+    // Every slot of the metal node is blocked for slices; the other node has 7 free.
+    assert_eq!(availability(&cp, "h100.1x").await, 7);
+    let err = launch(&cp, &bob, BOB, "h100.8x.metal", "metal-2")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("of 2 node(s) with this GPU: 2 partly in use or waiting for cleanup"),
+        "{err}"
+    );
+    let err = launch(&cp, &bob, BOB, "h100.8x", "eight")
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("with 8 free GPUs but no free NVLink partition")
+            || err.to_string().contains("full"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("What would fit instead: 1 × 4-GPU slice(s) here"),
+        "{err}"
+    );
+    assert_eq!(double_bookings(&cp).await, 0);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_counts_them(
+    pool: PgPool,
+) {
+    let (cp, ops) = setup(pool).await;
+    let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
+    let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
+    let (c, ..) = hgx(&cp, &ops, "gpu-c").await;
+    cp.set_admin_state(&ops, a, control_plane::fleet::AdminState::Draining, None)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '5 minutes' WHERE id = $1")
+        .bind(b.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE node_resource_slots SET drift = 'GPU gone', drift_generation = approved_generation WHERE node_id = $1 AND slot_index = 3")
+        .bind(c.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    assert_eq!(availability(&cp, "h100.8x").await, 0);
+    assert_eq!(
+        availability(&cp, "h100.4x").await,
+        1,
+        "only c's second half"
+    );
+    let err = launch(&cp, &bob, BOB, "h100.8x", "eight")
+        .await
+        .unwrap_err();
+    let m = err.to_string();
+    assert!(m.contains("of 3 node(s) with this GPU: 1 draining, 1 without a recent heartbeat or unhealthy, 1 with 8 free GPUs") || m.contains("1 full"), "{m}");
+    assert!(
+        m.contains("1 draining") && m.contains("1 without a recent heartbeat"),
+        "{m}"
+    );
+    let four = launch(&cp, &bob, BOB, "h100.4x", "four").await.unwrap();
+    assert_eq!(slot_indexes(&cp, four).await, vec![4, 5, 6, 7]);
+    // The dry run answers where and why without reserving.
+    let plan = cp.placement_dry_run(&ops, "h100.2x", None).await.unwrap();
+    assert_eq!(plan.node_id, c);
+    assert_eq!(plan.slot_indexes, vec![0, 2]);
+    let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM resource_claims")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(claims, 4);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_slots(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    for h in ["gpu-a", "gpu-b", "gpu-c"] {
+        hgx(&cp, &ops, h).await;
+    }
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    // Fill 19 of 24 slots.
+    for i in 0..19 {
+        launch(&cp, &bob, BOB, "h100.1x", &format!("fill-{i}"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(availability(&cp, "h100.1x").await, 5);
+    let bob = std::sync::Arc::new(bob);
+    let mut tasks = Vec::new();
+    for i in 0..24 {
+        let cp = cp.clone();
+        let bob = bob.clone();
+        tasks.push(tokio::spawn(async move {
+            launch(&cp, &bob, BOB, "h100.1x", &format!("race-{i}")).await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(Error::SkuUnavailable(_)) => {}
+            Err(e) => panic!("a launch failed with {e}, not sku_unavailable"),
+        }
+    }
+    assert_eq!(ok, 5);
+    assert_eq!(double_bookings(&cp).await, 0);
+    assert_eq!(availability(&cp, "h100.1x").await, 0);
+}
+
+async fn running(
+    cp: &ControlPlane,
+    bob: &Project<ProjectOperators>,
+    agent: &NodeAgent,
+    name: &str,
+) -> AllocationId {
+    let id = launch(cp, bob, BOB, "h100.2x", name).await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(cp, agent, PROVISION, provisioned).await;
+    id
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_failed_provision_is_cleaned_like_a_release(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, BOB, "h100.2x", "doomed").await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(&cp, &agent, &["validate_plan"], |_| TaskOutcome::Failed {
+        error: "qemu-img: image not found".into(),
+    })
+    .await;
+    assert_eq!(state(&cp, id).await.0, "releasing");
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(&cp, &agent, RELEASE, |s| proof(node, &credential, s)).await;
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let d = cp.allocation(&principal, id).await.unwrap();
+    assert_eq!(d.state, "released");
+    assert_eq!(d.projected, "failed");
+    assert_eq!(
+        d.failure.as_deref(),
+        Some("provision failed: qemu-img: image not found")
+    );
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clears_them(
+    pool: PgPool,
+) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+
+    let a = running(&cp, &bob, &agent, "a").await;
+    cp.release_allocation(&bob, BOB, a, None).await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(&cp, &agent, &["stop_vm", "wipe_nvme"], |_| {
+        TaskOutcome::Failed {
+            error: "nvme format: device busy".into(),
+        }
+    })
+    .await;
+    assert_eq!(state(&cp, a).await.0, "released");
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    assert_eq!(
+        cp.allocation(&principal, a)
+            .await
+            .unwrap()
+            .failure
+            .as_deref(),
+        Some("cleanup failed: nvme format: device busy")
+    );
+    assert_eq!(
+        &cleanup_states(&cp, node).await[..3],
+        ["blocked", "clean", "blocked"]
+    );
+
+    // A proof signed with the wrong credential is refused the same way.
+    let b = running(&cp, &bob, &agent, "b").await;
+    cp.release_allocation(&bob, BOB, b, None).await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(&cp, &agent, RELEASE, |s| {
+        proof(node, "gpn_not_the_credential", s)
+    })
+    .await;
+    let f = cp.allocation(&principal, b).await.unwrap().failure.unwrap();
+    assert!(
+        f.contains("does not verify with the node's credential"),
+        "{f}"
+    );
+    assert_eq!(
+        &cleanup_states(&cp, node).await[..4],
+        ["blocked"; 4],
+        "pairs 0+2 and 1+3"
+    );
+    let (posture,): (String,) =
+        sqlx::query_as("SELECT posture FROM node_postures WHERE node_id = $1")
+            .bind(node.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(posture, "cleanup_blocked");
+    // Blocked slots are never placed on; the other 4 still are.
+    assert_eq!(availability(&cp, "h100.2x").await, 2);
+    let _ = credential;
+
+    let blocked: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM node_resource_slots WHERE node_id = $1 AND cleanup_state = 'blocked' ORDER BY slot_index")
+        .bind(node.0)
+        .fetch_all(cp.pool())
+        .await
+        .unwrap();
+    let err = cp
+        .clear_blocked_slot(&ops, blocked[0].into(), " ", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        Error::Invalid {
+            field: "reason",
+            ..
+        }
+    ));
+    for s in &blocked {
+        cp.clear_blocked_slot(
+            &ops,
+            (*s).into(),
+            "re-ran nvme format by hand; verified zeroes",
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+    let audits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'node.slot.clear_cleanup'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(audits, 4);
+    assert_eq!(availability(&cp, "h100.8x").await, 1);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slots(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, BOB, "h100.2x", "lost").await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    let (task, _) = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(cp.reap_allocations().await.unwrap(), 0, "the node is alive");
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '2 minutes' WHERE id = $1")
+        .bind(node.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(cp.reap_allocations().await.unwrap(), 1);
+    let (s, desired, observed) = state(&cp, id).await;
+    assert_eq!(
+        (s.as_str(), desired.as_str(), observed.as_str()),
+        ("released", "released", "lost")
+    );
+    assert_eq!(
+        &cleanup_states(&cp, node).await[..3],
+        ["blocked", "clean", "blocked"]
+    );
+    // The agent coming back with a late result is told the task is over.
+    let late = cp
+        .finish_task(&agent, task, &provisioned(&TaskSpec::TopologyDiscover {}))
+        .await
+        .unwrap_err();
+    assert!(late.to_string().contains("already failed"), "{late}");
+    let claims: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM resource_claims WHERE released_at IS NULL")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(claims, 0, "no slot leaks");
+    let _: AgentTaskId = task;
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn releasing_before_the_agent_starts_cancels_the_provision(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, BOB, "h100.2x", "quick").await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    // The only task the agent gets is the release.
+    let spec = answer(&cp, &agent, RELEASE, |s| proof(node, &credential, s)).await;
+    assert!(matches!(spec, TaskSpec::VmRelease(_)), "{spec:?}");
+    assert_eq!(state(&cp, id).await.0, "released");
+    assert!(
+        cp.claim_task(&agent, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -1,0 +1,151 @@
+//! Helpers shared by the database tests: people, enrolled nodes answering with the agent's
+//! own fixture discoveries, and the catalog rows an allocation needs.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput, TaskSpec};
+use control_plane::auth::{Platform, PlatformOperators};
+use control_plane::fleet::agent::NodeAgent;
+use control_plane::fleet::{NewNode, SlotMapDecision};
+use control_plane::{ControlPlane, NodeId};
+
+pub fn discovery(fixture: &str) -> Discovery {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../node-agent/fixtures")
+        .join(fixture)
+        .join("expected-discovery.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+pub async fn operator(cp: &ControlPlane, email: &str) -> Platform<PlatformOperators> {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, $2, $3, 'operator')")
+        .bind(id)
+        .bind(email)
+        .bind(email)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    cp.principal(id.into())
+        .await
+        .unwrap()
+        .unwrap()
+        .platform::<PlatformOperators>()
+        .unwrap()
+}
+
+pub fn node(hostname: &str, region: &str, family: &str, shapes: &[&str]) -> NewNode {
+    NewNode {
+        hostname: hostname.into(),
+        region: region.into(),
+        rack: "r12".into(),
+        family: family.into(),
+        capacity_shapes: shapes.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+pub async fn enrolled(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    node: NewNode,
+) -> (NodeId, NodeAgent) {
+    let e = cp.enrol_node(ops, &node, None).await.unwrap();
+    let cred = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, &node.hostname, "0.1.0")
+        .await
+        .unwrap();
+    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+        .await
+        .unwrap();
+    (e.node_id, agent)
+}
+
+/// Claims the queued discovery (or queues one) and answers it with `d`; returns the generation.
+pub async fn discover(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    node: NodeId,
+    agent: &NodeAgent,
+    d: &Discovery,
+) -> i32 {
+    let task = match cp.claim_task(agent, Duration::ZERO).await.unwrap() {
+        Some(t) => t,
+        None => {
+            cp.request_discovery(ops, node, None).await.unwrap();
+            cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap()
+        }
+    };
+    assert_eq!(task.1, TaskSpec::TopologyDiscover {});
+    cp.finish_task(
+        agent,
+        task.0,
+        &TaskOutcome::Succeeded {
+            output: TaskOutput::TopologyDiscovered(Box::new(d.clone())),
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap()
+}
+
+pub fn approve_all(policy: &str) -> SlotMapDecision {
+    SlotMapDecision::Approve {
+        only: None,
+        wipe_policy: Some(policy.into()),
+    }
+}
+
+/// An enrolled node with its fixture's slots approved; returns the node, its agent and the
+/// agent's credential (to sign cleanup proofs).
+pub async fn approved(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    new: NewNode,
+    fixture: &str,
+    wipe: &str,
+) -> (NodeId, NodeAgent, String) {
+    let e = cp.enrol_node(ops, &new, None).await.unwrap();
+    let cred = cp
+        .exchange_bootstrap_token(&e.bootstrap_token, &new.hostname, "0.1.0")
+        .await
+        .unwrap();
+    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+        .await
+        .unwrap();
+    let generation = discover(cp, ops, e.node_id, &agent, &discovery(fixture)).await;
+    cp.decide_slot_map(ops, e.node_id, generation, &approve_all(wipe), None)
+        .await
+        .unwrap();
+    (e.node_id, agent, cred.credential)
+}
+
+/// A minimal allocation row (tenant, project, user, SKU and image made for it), for tests of
+/// claim invariants below the launch path.
+pub async fn bare_allocation(cp: &ControlPlane, node: NodeId) -> uuid::Uuid {
+    let n = uuid::Uuid::new_v4();
+    let short = &n.simple().to_string()[..12];
+    let sql = format!(
+        "WITH t AS (INSERT INTO tenants (id, slug, display_name) VALUES (gen_random_uuid(), 't-{short}', 'T') RETURNING id),
+              p AS (INSERT INTO projects (id, tenant_id, slug, display_name) SELECT gen_random_uuid(), t.id, 'p-{short}', 'P' FROM t RETURNING id, tenant_id),
+              u AS (INSERT INTO users (id, email, display_name) VALUES (gen_random_uuid(), 'u-{short}@example.com', 'U') RETURNING id),
+              s AS (INSERT INTO skus (id, name, display_name, shape, gpu_model, gpu_count, vcpus, memory_gib, nvme_gib, regions, families, price_per_hour_minor, currency)
+                    VALUES (gen_random_uuid(), 's-{short}', 'S', 'gpu_slice', 'm', 1, 1, 1, 0, '{{eu-west-1}}', '{{f1}}', 100, 'USD') RETURNING id),
+              i AS (INSERT INTO images (id, name, display_name, source, ssh_user) VALUES (gen_random_uuid(), 'i-{short}', 'I', '/img', 'ubuntu') RETURNING id)
+         INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id, image_id,
+                                  ssh_public_key, price_per_hour_minor, currency, idempotency_key, request_fingerprint,
+                                  requested_by, placement, state, requested_at)
+         SELECT $1, p.tenant_id, p.id, 'a', s.id, 'gpu_slice', 1, 'eu-west-1', $2, i.id, 'k', 100, 'USD', 'key-{short}', 'f', u.id, '{{}}', 'placed', now()
+         FROM p, u, s, i"
+    );
+    sqlx::query(&sql)
+        .bind(n)
+        .bind(node.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    n
+}
