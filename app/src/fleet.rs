@@ -54,6 +54,7 @@ pub struct Enrolled {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlotView {
+    pub id: String,
     pub index: i32,
     pub gpu: String,
     pub model: String,
@@ -65,6 +66,7 @@ pub struct SlotView {
     pub wipe: String,
     pub state: String,
     pub drift: Option<String>,
+    pub cleanup_detail: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,6 +166,7 @@ mod ssr {
 
     pub fn slot_view(s: SlotRow) -> SlotView {
         SlotView {
+            id: s.id.to_string(),
             index: s.slot_index,
             gpu: s.gpu_pci_address,
             model: s.gpu_model,
@@ -175,6 +178,7 @@ mod ssr {
             wipe: s.wipe_policy,
             state: s.state,
             drift: s.drift,
+            cleanup_detail: s.cleanup_detail,
         }
     }
 
@@ -415,6 +419,18 @@ pub async fn reject_slot_map(id: String, generation: i32, reason: String) -> Res
     Ok(())
 }
 
+/// An operator declares a blocked slot clean, saying what they checked.
+#[server]
+pub async fn clear_blocked_slot(slot: String, reason: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let slot = slot.parse().map_err(|_| AppError::NotFound)?;
+    cp.clear_blocked_slot(&ops, slot, &reason, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
 #[component]
 pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
@@ -583,6 +599,7 @@ pub fn NodePage() -> impl IntoView {
     let approve = ServerAction::<ApproveSlotMap>::new();
     let reject = ServerAction::<RejectSlotMap>::new();
     let reissue = ServerAction::<ReissueNodeToken>::new();
+    let clear = ServerAction::<ClearBlockedSlot>::new();
     let page = Resource::new(
         move || {
             (
@@ -592,6 +609,7 @@ pub fn NodePage() -> impl IntoView {
                 approve.version().get(),
                 reject.version().get(),
                 reissue.version().get(),
+                clear.version().get(),
             )
         },
         |(id, ..)| get_node(id),
@@ -602,6 +620,7 @@ pub fn NodePage() -> impl IntoView {
         approve,
         reject,
         reissue,
+        clear,
     };
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -622,6 +641,7 @@ struct NodeActions {
     approve: ServerAction<ApproveSlotMap>,
     reject: ServerAction<RejectSlotMap>,
     reissue: ServerAction<ReissueNodeToken>,
+    clear: ServerAction<ClearBlockedSlot>,
 }
 
 #[component]
@@ -684,7 +704,7 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
             {if page.slots.is_empty() {
                 view! { <p>"No approved slots: nothing on this node can be scheduled yet."</p> }.into_any()
             } else {
-                view! { <SlotTable slots=page.slots.clone() /> }.into_any()
+                view! { <SlotTable slots=page.slots.clone() clear=page.can_operate.then_some(actions.clear) /> }.into_any()
             }}
         </section>
         <section class="card" aria-labelledby="tasks">
@@ -715,7 +735,7 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
 }
 
 #[component]
-fn SlotTable(slots: Vec<SlotView>) -> impl IntoView {
+fn SlotTable(slots: Vec<SlotView>, clear: Option<ServerAction<ClearBlockedSlot>>) -> impl IntoView {
     view! {
         <div class="table-scroll">
         <table class="data" data-testid="slots">
@@ -724,7 +744,11 @@ fn SlotTable(slots: Vec<SlotView>) -> impl IntoView {
                 <th>"CPUs"</th><th>"Memory"</th><th>"Wipe"</th><th>"State"</th>
             </tr></thead>
             <tbody>
-                {slots.into_iter().map(|s| { let state = s.state.clone(); view! {
+                {slots.into_iter().map(|s| {
+                    let state = s.state.clone();
+                    let blocked = s.state == "cleanup blocked";
+                    let id = s.id.clone();
+                    view! {
                     <tr data-slot-state=state>
                         <td>{s.index}</td>
                         <td>{s.gpu} <br/><small>{s.model}</small></td>
@@ -734,7 +758,16 @@ fn SlotTable(slots: Vec<SlotView>) -> impl IntoView {
                         <td>{s.cpus}</td>
                         <td>{s.memory_gib} " GiB"</td>
                         <td>{s.wipe}</td>
-                        <td>{s.state}{s.drift.map(|d| view! { <br/><small class="form-error">{d}</small> })}</td>
+                        <td>{s.state}{s.drift.map(|d| view! { <br/><small class="form-error">{d}</small> })}
+                            {s.cleanup_detail.map(|d| view! { <br/><small>{d}</small> })}
+                            {clear.filter(|_| blocked).map(|clear| view! {
+                                <ActionForm action=clear attr:class="inline">
+                                    <input type="hidden" name="slot" value=id.clone() />
+                                    <input name="reason" required placeholder="what you checked" aria-label="What you checked" />
+                                    <button type="submit">"Mark clean"</button>
+                                </ActionForm>
+                            })}
+                        </td>
                     </tr>
                 }}).collect_view()}
             </tbody>

@@ -4,8 +4,10 @@
 //! its error to [`AppError`]. No SQL and no business rule lives here. With the `ssr` feature
 //! this crate links the control plane; with `hydrate` it compiles to wasm without it.
 
+pub mod allocations;
 pub mod audit;
 pub mod auth;
+pub mod catalog;
 pub mod components;
 pub mod error;
 pub mod fleet;
@@ -25,7 +27,7 @@ use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use pages::placeholder::{ALLOCATIONS, BILLING, CATALOG, MARKETPLACE, Placeholder, SECTIONS};
+use pages::placeholder::{BILLING, MARKETPLACE, Placeholder, SECTIONS};
 use theme::{ThemePicker, ThemeSignal};
 
 /// The HTML document around [`App`]; rendered on the server only.
@@ -106,9 +108,12 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("fleet") view=fleet::FleetPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("fleet"), ParamSegment("id")) view=fleet::NodePage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("catalog") view=|| view! { <Placeholder section=&CATALOG /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("catalog") view=catalog::CatalogPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("catalog"), StaticSegment("manage")) view=catalog::SkuAdminPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("launch") view=allocations::LaunchPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } ssr=SsrMode::Async />
-                    <Route path=StaticSegment("allocations") view=|| view! { <Placeholder section=&ALLOCATIONS /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("allocations") view=allocations::AllocationsPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } ssr=SsrMode::Async />

@@ -8,6 +8,7 @@ pub mod health;
 pub mod origin;
 pub mod sso;
 pub mod telemetry;
+pub mod workers;
 
 use axum::Router;
 use axum::body::Body;
@@ -184,6 +185,7 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         PostgresStore::new(state.cp.pool().clone())
             .continuously_delete_expired(std::time::Duration::from_secs(3600))
     });
+    let workers = tokio::spawn(workers::run(state.cp.clone()));
     let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
     // Once the signal arrives, in-flight requests get `grace` to finish.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -199,6 +201,7 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
     }
     guard.abort();
     sweeper.abort();
+    workers.abort();
     tracing::info!("portal stopped");
     Ok(())
 }

@@ -20,11 +20,15 @@ use tower::ServiceExt;
 use tower_sessions::Session;
 use tower_sessions_sqlx_store::PostgresStore;
 
+use app::allocations::{
+    GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, ReleaseAllocation,
+};
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
+use app::catalog::{AddImage, DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
-    ApproveSlotMap, EnrolNode, FleetOverview, GetNode, RediscoverNode, ReissueNodeToken,
-    RejectSlotMap, SetNodeState,
+    ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
+    ReissueNodeToken, RejectSlotMap, SetNodeState,
 };
 use app::pages::admin::AdminOverview;
 use app::pages::home::GetPlatformHealth;
@@ -49,6 +53,8 @@ struct Flags {
 enum Need {
     /// Any project role (or a tenant role that implies one).
     SeeProject,
+    /// Launch and release: project operators and admins.
+    ProjectOperator,
     ProjectAdmin,
     TenantAdmin,
 }
@@ -64,6 +70,8 @@ struct Case {
 struct Ids {
     project: String,
     alice: String,
+    /// An allocation in `project`.
+    allocation: String,
 }
 
 /// Server functions that take no resource id, and why they are safe without one.
@@ -90,6 +98,38 @@ const FLEET: &[(&str, &[(&str, &str)])] = &[
         RejectSlotMap::PATH,
         &[("id", NODE), ("generation", "1"), ("reason", "x")],
     ),
+    (
+        ClearBlockedSlot::PATH,
+        &[("slot", NODE), ("reason", "looked at it")],
+    ),
+    (GetSkuAdmin::PATH, &[]),
+    (
+        SaveSku::PATH,
+        &[
+            ("name", "evil.1x"),
+            ("display_name", "Evil"),
+            ("shape", "gpu_slice"),
+            ("gpu_model", "NVIDIA H100 80GB HBM3"),
+            ("gpu_count", "1"),
+            ("vcpus", "1"),
+            ("memory_gib", "1"),
+            ("nvme_gib", "1"),
+            ("regions", "eu-west-1"),
+            ("families", "hgx-h100-8x"),
+            ("price_per_hour", "0.01 USD"),
+        ],
+    ),
+    (SetSkuState::PATH, &[("id", NODE), ("state", "retired")]),
+    (
+        AddImage::PATH,
+        &[
+            ("name", "evil"),
+            ("display_name", "Evil"),
+            ("source", "/x"),
+            ("ssh_user", "root"),
+        ],
+    ),
+    (DryRunPlacement::PATH, &[("sku", "h100.1x"), ("region", "")]),
 ];
 const NODE: &str = "00000000-0000-4000-8000-00000000beef";
 
@@ -108,6 +148,14 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
         "platform staff only (tested in auth tests)",
     ),
     (ListProjects::PATH, "the caller's own tenant only"),
+    (
+        GetCatalog::PATH,
+        "public: prices and availability, no tenant data",
+    ),
+    (
+        GetLaunchForm::PATH,
+        "the caller's own projects, the public catalog and images",
+    ),
     (CreateProject::PATH, "into the caller's own tenant only"),
     (
         SearchAudit::PATH,
@@ -125,6 +173,40 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
 
 fn cases() -> Vec<Case> {
     vec![
+        Case {
+            path: ListAllocations::PATH,
+            need: Need::SeeProject,
+            mutates: false,
+            args: |i| vec![("project", i.project.clone()), ("state", "all".into())],
+        },
+        Case {
+            path: GetAllocation::PATH,
+            need: Need::SeeProject,
+            mutates: false,
+            args: |i| vec![("id", i.allocation.clone())],
+        },
+        Case {
+            path: LaunchAllocation::PATH,
+            need: Need::ProjectOperator,
+            mutates: true,
+            args: |i| {
+                vec![
+                    ("project", i.project.clone()),
+                    ("sku", "h100.1x".into()),
+                    ("region", String::new()),
+                    ("image", "ubuntu-24.04-cuda".into()),
+                    ("name", "pwned".into()),
+                    ("ssh_public_key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x".into()),
+                    ("idempotency_key", "isolation-key-1".into()),
+                ]
+            },
+        },
+        Case {
+            path: ReleaseAllocation::PATH,
+            need: Need::ProjectOperator,
+            mutates: true,
+            args: |i| vec![("id", i.allocation.clone())],
+        },
         Case {
             path: GetProject::PATH,
             need: Need::SeeProject,
@@ -200,7 +282,7 @@ const CALLERS: &[Caller] = &[
     // Acme member: operator of research, not in inference.
     Caller {
         email: "bob@acme.example",
-        research: Some(Need::SeeProject),
+        research: Some(Need::ProjectOperator),
         inference: None,
     },
     // Acme finance: views every project.
@@ -231,6 +313,31 @@ async fn session_cookie(
     format!("portal_session={}", session.id().unwrap())
 }
 
+/// An allocation of `project` (made once, by SQL, on a node made for it).
+async fn allocation_in(pool: &sqlx::PgPool, project: control_plane::ProjectId) -> String {
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "WITH n AS (INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, enrolled_by)
+                    SELECT gen_random_uuid(), 'iso-' || substr(md5($1::text), 1, 8), 'eu-west-1', 'r1', 'hgx-h100-8x',
+                           ARRAY['gpu_slice'], (SELECT id FROM users WHERE email = 'alice@acme.example')
+                    ON CONFLICT (hostname) DO UPDATE SET rack = 'r1' RETURNING id)
+         INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                                  image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                                  request_fingerprint, requested_by, placement, state, requested_at)
+         SELECT gen_random_uuid(), p.tenant_id, p.id, 'existing', s.id, 'gpu_slice', 1, 'eu-west-1', n.id,
+                i.id, 'k', 299, 'USD', 'existing-' || p.id, 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'),
+                '{}', 'placed', now()
+         FROM projects p, skus s, images i, n
+         WHERE p.id = $1 AND s.name = 'h100.1x' AND i.name = 'ubuntu-24.04-cuda'
+         ON CONFLICT (project_id, idempotency_key) DO UPDATE SET name = 'existing'
+         RETURNING id",
+    )
+    .bind(project.0)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    id.to_string()
+}
+
 /// Everything a server function here could change, in one string.
 async fn fingerprint(pool: &sqlx::PgPool) -> String {
     sqlx::query_scalar(
@@ -241,6 +348,9 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT string_agg(key || value::text, ',' ORDER BY id) FROM policies),
             (SELECT count(*) FROM audit_log),
             (SELECT count(*) FROM nodes),
+            (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
+            (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
+            (SELECT count(*) FROM images),
             (SELECT count(*) FROM node_bootstrap_tokens))",
     )
     .fetch_one(pool)
@@ -317,6 +427,7 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
             let ids = Ids {
                 project: project.to_string(),
                 alice: alice.to_string(),
+                allocation: allocation_in(&pool, project).await,
             };
             for case in cases() {
                 if may.is_some_and(|m| m >= case.need) {
@@ -412,9 +523,9 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
             );
         }
     }
-    // carol: 6 cases x 2 projects; bob: 5 on research (can see it) + 6 on inference;
-    // fiona: 5 on each.
-    assert_eq!(checked, 12 + 11 + 10);
+    // carol: 10 cases x 2 projects; bob: 5 on research (operator there) + 10 on inference;
+    // fiona: 7 on each (she sees both, launches and releases in neither).
+    assert_eq!(checked, 20 + 15 + 14);
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -170,6 +170,8 @@ pub struct SlotRow {
     /// `schedulable`, `drifted`, `claimed`, `cleaning` or `cleanup blocked`.
     pub state: String,
     pub drift: Option<String>,
+    /// Why the slot waits for cleaning or is blocked.
+    pub cleanup_detail: Option<String>,
 }
 
 /// One proposed slot beside the approved slot with the same GPU.
@@ -845,7 +847,7 @@ pub(crate) async fn live_slots(
         r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.gpu_model, s.gpu_uuid,
                       s.numa_node, s.nvme_pci_address, s.nvme_serial, s.nvme_namespace,
                       s.ib_vf_pci_address, s.cpu_set, s.memory_mib, s.capacity_metadata,
-                      s.approved_generation, s.drift, s.cleanup_state,
+                      s.approved_generation, s.drift, s.cleanup_state, s.cleanup_detail,
                       EXISTS (SELECT 1 FROM resource_claims c
                               WHERE c.slot_id = s.id AND c.released_at IS NULL) AS "claimed!"
                FROM node_resource_slots s
@@ -884,6 +886,7 @@ pub(crate) async fn live_slots(
             wipe_policy: wipe_policy_of(&r.capacity_metadata),
             approved_generation: r.approved_generation,
             drift: r.drift,
+            cleanup_detail: r.cleanup_detail,
         })
         .collect())
 }

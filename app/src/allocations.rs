@@ -1,0 +1,584 @@
+//! Launching and running allocations: the launch form (project, SKU, region, image, SSH key,
+//! name; a fresh idempotency key per form, so a double submit makes one allocation), a
+//! project's allocations with state filters, and the allocation page with its phases and
+//! timings (refreshed every second while it changes), SSH details, release, and the cleanup
+//! certificate.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchForm {
+    /// `(id, name)` of the projects the user may launch in.
+    pub projects: Vec<(String, String)>,
+    /// `(name, label, regions)`.
+    pub skus: Vec<(String, String, Vec<String>)>,
+    pub images: Vec<(String, String)>,
+    pub selected_sku: Option<String>,
+    pub idempotency_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationRow {
+    pub id: String,
+    pub name: String,
+    pub sku: String,
+    pub gpus: i32,
+    pub region: String,
+    pub state: String,
+    pub projected: String,
+    pub price: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationsView {
+    pub projects: Vec<(String, String)>,
+    pub project: Option<String>,
+    pub state: String,
+    pub rows: Vec<AllocationRow>,
+}
+
+/// The allocation page (mirrors the control plane's read model).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationView {
+    pub id: String,
+    pub canonical_name: String,
+    pub project_id: String,
+    pub name: String,
+    pub sku: String,
+    pub gpus: i32,
+    pub region: String,
+    pub node: String,
+    pub slots: String,
+    pub image: String,
+    pub price: String,
+    pub desired: String,
+    pub observed: String,
+    pub state: String,
+    pub projected: String,
+    pub execution: Option<String>,
+    pub failure: Option<String>,
+    pub why: String,
+    pub ssh: Option<String>,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    /// `(from → to, at, after)`.
+    pub transitions: Vec<(String, String, String)>,
+    /// `(task, phase, status, ms, detail)`.
+    pub phases: Vec<(String, String, String, i64, String)>,
+    /// `(slot, nvme, method, checks, signature, at)`.
+    pub certificates: Vec<(i32, String, String, String, String, String)>,
+    pub can_release: bool,
+}
+
+pub const STATE_FILTERS: &[&str] = &[
+    "active",
+    "all",
+    "placed",
+    "provisioning",
+    "running",
+    "releasing",
+    "cleaning",
+    "released",
+];
+
+#[cfg(feature = "ssr")]
+async fn launchable_projects(
+    cp: &control_plane::ControlPlane,
+    principal: &control_plane::auth::Principal,
+) -> Result<Vec<(String, String)>, AppError> {
+    use control_plane::tenancy::{ProjectRole, TenantMembers};
+    let (tenant, _) = crate::server::home_tenant(cp, principal).await?;
+    let who = cp.tenant_access::<TenantMembers>(principal, tenant).await?;
+    Ok(cp
+        .list_projects(&who)
+        .await?
+        .into_iter()
+        .filter(|p| matches!(p.my_role, ProjectRole::Admin | ProjectRole::Operator))
+        .map(|p| (p.id.to_string(), p.display_name))
+        .collect())
+}
+
+#[server]
+pub async fn get_launch_form(sku: Option<String>) -> Result<LaunchForm, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let projects = launchable_projects(&cp, &principal).await?;
+    let skus = cp
+        .catalog()
+        .await?
+        .into_iter()
+        .map(|e| {
+            (
+                e.sku.name.clone(),
+                format!("{} — {} per hour", e.sku.display_name, e.sku.price),
+                e.sku.regions,
+            )
+        })
+        .collect();
+    let images = cp
+        .images(false)
+        .await?
+        .into_iter()
+        .map(|i| (i.name, i.display_name))
+        .collect();
+    Ok(LaunchForm {
+        projects,
+        skus,
+        images,
+        selected_sku: sku,
+        idempotency_key: uuid::Uuid::new_v4().to_string(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[server]
+pub async fn launch_allocation(
+    project: String,
+    sku: String,
+    region: String,
+    image: String,
+    name: String,
+    ssh_public_key: String,
+    idempotency_key: String,
+) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let project = project.parse().map_err(|_| AppError::NotFound)?;
+    let who = cp
+        .project_access::<ProjectOperators>(&principal, project)
+        .await?;
+    let req = control_plane::allocations::LaunchRequest {
+        sku,
+        region,
+        image,
+        ssh_public_key,
+        name,
+        idempotency_key,
+    };
+    let launched = cp
+        .launch(
+            &who,
+            principal.user_id,
+            &req,
+            Some(&crate::error::request_id()),
+        )
+        .await?;
+    leptos_axum::redirect(&format!("/allocations/{}", launched.id));
+    Ok(())
+}
+
+#[server]
+pub async fn list_allocations(
+    project: Option<String>,
+    state: Option<String>,
+) -> Result<AllocationsView, AppError> {
+    use control_plane::tenancy::{ProjectViewers, TenantMembers};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let member = cp
+        .tenant_access::<TenantMembers>(&principal, tenant)
+        .await?;
+    let projects: Vec<(String, String)> = cp
+        .list_projects(&member)
+        .await?
+        .into_iter()
+        .map(|p| (p.id.to_string(), p.display_name))
+        .collect();
+    let project = project
+        .filter(|p| !p.is_empty())
+        .or_else(|| projects.first().map(|p| p.0.clone()));
+    let state = state
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "active".into());
+    let rows = match &project {
+        None => vec![],
+        Some(p) => {
+            let id = p.parse().map_err(|_| AppError::NotFound)?;
+            let who = cp.project_access::<ProjectViewers>(&principal, id).await?;
+            cp.allocations(&who, Some(&state))
+                .await?
+                .into_iter()
+                .map(|a| AllocationRow {
+                    id: a.id.to_string(),
+                    name: a.name,
+                    sku: a.sku,
+                    gpus: a.gpu_count,
+                    region: a.region,
+                    state: a.state,
+                    projected: a.projected,
+                    price: a.price,
+                    created_at: a.created_at,
+                })
+                .collect()
+        }
+    };
+    Ok(AllocationsView {
+        projects,
+        project,
+        state,
+        rows,
+    })
+}
+
+#[server]
+pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let d = cp.allocation(&principal, id).await?;
+    Ok(AllocationView {
+        id: d.id.to_string(),
+        canonical_name: d.canonical_name,
+        project_id: d.project_id.to_string(),
+        name: d.name,
+        sku: d.sku,
+        gpus: d.gpu_count,
+        region: d.region,
+        node: d.node,
+        slots: d
+            .slot_indexes
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        image: d.image,
+        price: d.price,
+        desired: d.desired_state,
+        observed: d.observed_state,
+        state: d.state,
+        projected: d.projected,
+        execution: d.execution,
+        failure: d.failure,
+        why: d.placement_why,
+        ssh: d.ssh,
+        created_at: d.created_at,
+        expires_at: d.expires_at,
+        transitions: d
+            .transitions
+            .into_iter()
+            .map(|t| {
+                (
+                    match t.from {
+                        Some(f) => format!("{f} → {}", t.to),
+                        None => t.to,
+                    },
+                    t.at,
+                    format!("{:.1} s", t.after_ms as f64 / 1000.0),
+                )
+            })
+            .collect(),
+        phases: d
+            .phases
+            .into_iter()
+            .map(|p| {
+                (
+                    p.task,
+                    p.phase,
+                    p.status,
+                    p.elapsed_ms,
+                    p.detail.unwrap_or_default(),
+                )
+            })
+            .collect(),
+        certificates: d
+            .certificates
+            .into_iter()
+            .map(|c| {
+                (
+                    c.slot_index,
+                    c.nvme_serial,
+                    c.wipe_method,
+                    format!(
+                        "wipe verified: {}, GPU reset: {}, firmware: {}",
+                        yes(c.wipe_verified),
+                        yes(c.gpu_reset),
+                        if c.firmware_ok { "ok" } else { "NOT ok" }
+                    ),
+                    c.signature,
+                    c.received_at,
+                )
+            })
+            .collect(),
+        can_release: d.can_release,
+    })
+}
+
+#[cfg(feature = "ssr")]
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+#[server]
+pub async fn release_allocation(id: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id: control_plane::AllocationId = id.parse().map_err(|_| AppError::NotFound)?;
+    // Seeing it first: another tenant's id is "not found", a viewer is "forbidden".
+    let d = cp.allocation(&principal, id).await?;
+    let project = d.project_id;
+    let who = cp
+        .project_access::<ProjectOperators>(&principal, project)
+        .await?;
+    cp.release_allocation(
+        &who,
+        principal.user_id,
+        id,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+#[component]
+pub fn LaunchPage() -> impl IntoView {
+    let query = use_query_map();
+    let sku = move || query.with(|q| q.get("sku"));
+    let form = Resource::new(sku, get_launch_form);
+    let launch = ServerAction::<LaunchAllocation>::new();
+    view! {
+        <Title text="Launch" />
+        <h1>"Launch"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match form.await {
+                    Ok(f) => view! { <LaunchBody f launch /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl IntoView {
+    if f.projects.is_empty() {
+        return view! {
+            <section class="card notice" role="alert">
+                <p>"You can't launch in any project: ask a project admin to make you an operator."</p>
+            </section>
+        }
+        .into_any();
+    }
+    let selected = f.selected_sku.clone();
+    let regions: Vec<String> = {
+        let mut r: Vec<String> = f.skus.iter().flat_map(|s| s.2.clone()).collect();
+        r.sort();
+        r.dedup();
+        r
+    };
+    view! {
+        <section class="card" aria-labelledby="launch-form">
+            <h2 id="launch-form">"What to launch"</h2>
+            <ActionForm action=launch attr:id="launch">
+                <input type="hidden" name="idempotency_key" value=f.idempotency_key />
+                <div class="form-grid">
+                    <label>"Project"
+                        <select name="project">
+                            {f.projects.into_iter().map(|(id, name)| view! { <option value=id>{name}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <label>"SKU"
+                        <select name="sku">
+                            {f.skus.into_iter().map(|(name, label, _)| {
+                                let s = selected.as_deref() == Some(name.as_str());
+                                view! { <option value=name selected=s>{label}</option> }
+                            }).collect_view()}
+                        </select>
+                    </label>
+                    <label>"Region"
+                        <select name="region">
+                            <option value="">"Any region of the SKU"</option>
+                            {regions.into_iter().map(|r| { let l = r.clone(); view! { <option value=r>{l}</option> } }).collect_view()}
+                        </select>
+                    </label>
+                    <label>"Image"
+                        <select name="image">
+                            {f.images.into_iter().map(|(name, label)| view! { <option value=name>{label}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <label>"Name" <input name="name" required placeholder="train-llama" /></label>
+                </div>
+                <label>"SSH public key"
+                    <textarea name="ssh_public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
+                </label>
+                <button type="submit">"Launch"</button>
+            </ActionForm>
+            {outcome(launch.value(), |_: ()| None)}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+pub fn AllocationsPage() -> impl IntoView {
+    let query = use_query_map();
+    let filter = move || query.with(|q| (q.get("project"), q.get("state")));
+    let list = Resource::new(filter, |(p, s)| list_allocations(p, s));
+    view! {
+        <Title text="Allocations" />
+        <h1>"Allocations"</h1>
+        <p><a class="button" href="/catalog">"Launch from the catalog"</a></p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match list.await {
+                    Ok(v) => view! { <AllocationsBody v /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn AllocationsBody(v: AllocationsView) -> impl IntoView {
+    let project = v.project.clone();
+    let state = v.state.clone();
+    view! {
+        <form method="get" action="/allocations" class="filters">
+            <label>"Project "
+                <select name="project">
+                    {v.projects.into_iter().map(|(id, name)| { let s = project.as_deref() == Some(id.as_str()); view! { <option value=id selected=s>{name}</option> } }).collect_view()}
+                </select>
+            </label>
+            <label>"State "
+                <select name="state">
+                    {STATE_FILTERS.iter().map(|f| view! { <option value=*f selected=state == *f>{*f}</option> }).collect_view()}
+                </select>
+            </label>
+            <button type="submit">"Filter"</button>
+        </form>
+        {if v.rows.is_empty() {
+            view! { <p>"No allocations match."</p> }.into_any()
+        } else {
+            view! {
+                <div class="table-scroll">
+                <table class="data" id="allocations">
+                    <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Per hour"</th><th>"Created"</th></tr></thead>
+                    <tbody>
+                        {v.rows.into_iter().map(|a| view! {
+                            <tr data-allocation=a.name.clone()>
+                                <td><a href=format!("/allocations/{}", a.id)>{a.name.clone()}</a></td>
+                                <td>{a.sku}</td><td>{a.gpus}</td><td>{a.region}</td>
+                                <td><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
+                                <td>{a.price}</td><td>{a.created_at}</td>
+                            </tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+                </div>
+            }.into_any()
+        }}
+    }
+}
+
+#[component]
+pub fn AllocationPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").unwrap_or_default());
+    let release = ServerAction::<ReleaseAllocation>::new();
+    let tick = RwSignal::new(0u32);
+    // Live: refetch every second in the browser (the page is also complete without it).
+    Effect::new(move |_| {
+        let handle = set_interval_with_handle(
+            move || tick.update(|t| *t = t.wrapping_add(1)),
+            std::time::Duration::from_secs(1),
+        );
+        on_cleanup(move || {
+            if let Ok(h) = handle {
+                h.clear();
+            }
+        });
+    });
+    let page = Resource::new(
+        move || (id(), release.version().get(), tick.get()),
+        |(id, ..)| get_allocation(id),
+    );
+    view! {
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(a) => view! { <AllocationBody a release /> }.into_any(),
+                    Err(e) => view! { <Title text="Allocation" /><ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -> impl IntoView {
+    let id = a.id.clone();
+    let differs = a.desired != a.observed && a.state != "released";
+    view! {
+        <Title text=a.name.clone() />
+        <h1>{a.name.clone()} " " <span class=format!("state state-{}", a.projected) data-testid="projected-state">{a.projected.clone()}</span></h1>
+        <p class="hint"><code>{a.canonical_name}</code></p>
+        <section class="card" aria-labelledby="state">
+            <h2 id="state">"State"</h2>
+            <dl class="facts">
+                <dt>"Lifecycle"</dt><dd data-testid="state">{a.state.clone()}</dd>
+                <dt>"Desired"</dt><dd data-testid="desired">{a.desired.clone()}</dd>
+                <dt>"Observed on the node"</dt><dd data-testid="observed">{a.observed.clone()}</dd>
+                <dt>"Execution"</dt><dd data-testid="execution">{a.execution.unwrap_or_else(|| "no task yet".into())}</dd>
+            </dl>
+            {differs.then(|| view! { <p class="hint">"Desired and observed differ: the control plane is working on it."</p> })}
+            {a.failure.map(|f| view! { <p class="form-error" role="alert" data-testid="failure">{f}</p> })}
+            {a.ssh.map(|s| view! { <p>"Connect: " <code data-testid="ssh">{s}</code></p> })}
+            {a.can_release.then(|| view! {
+                <ActionForm action=release attr:id="release">
+                    <input type="hidden" name="id" value=id.clone() />
+                    <label><input type="checkbox" required name="confirm" value="yes" /> " I understand the VM and its disk are destroyed"</label>
+                    <button type="submit" class="danger">"Release"</button>
+                </ActionForm>
+            })}
+            {outcome(release.value(), |_: ()| Some("Release requested.".to_string()))}
+        </section>
+        <section class="card" aria-labelledby="what">
+            <h2 id="what">"What and where"</h2>
+            <dl class="facts">
+                <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpus} " GPUs), " {a.price}</dd>
+                <dt>"Image"</dt><dd>{a.image}</dd>
+                <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
+                <dt>"Slots"</dt><dd data-testid="slots">{a.slots}</dd>
+                <dt>"Why there"</dt><dd>{a.why}</dd>
+                <dt>"Created"</dt><dd>{a.created_at}</dd>
+                {a.expires_at.map(|e| view! { <dt>"Expires"</dt><dd>{e}</dd> })}
+            </dl>
+        </section>
+        <section class="card" aria-labelledby="timeline">
+            <h2 id="timeline">"Timeline"</h2>
+            <ol class="timeline" data-testid="transitions">
+                {a.transitions.into_iter().map(|(what, at, after)| view! { <li><strong>{what}</strong> " at " {at} " (+" {after} ")"</li> }).collect_view()}
+            </ol>
+            {(!a.phases.is_empty()).then(|| view! {
+                <table class="data" data-testid="phases">
+                    <thead><tr><th>"Task"</th><th>"Phase"</th><th>"Result"</th><th>"Took"</th><th></th></tr></thead>
+                    <tbody>
+                        {a.phases.into_iter().map(|(task, phase, status, ms, detail)| view! {
+                            <tr><td>{task}</td><td>{phase}</td><td>{status}</td><td>{format!("{ms} ms")}</td><td>{detail}</td></tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            })}
+        </section>
+        {(!a.certificates.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="certificate">
+                <h2 id="certificate">"Cleanup certificate"</h2>
+                <p class="hint">"Signed by the node with its credential and verified by the control plane before the slots were reused."</p>
+                <table class="data" data-testid="certificate">
+                    <thead><tr><th>"Slot"</th><th>"NVMe"</th><th>"Wipe"</th><th>"Checks"</th><th>"Signature"</th><th>"Received"</th></tr></thead>
+                    <tbody>
+                        {a.certificates.into_iter().map(|(slot, nvme, method, checks, sig, at)| view! {
+                            <tr><td>{slot}</td><td>{nvme}</td><td>{method}</td><td>{checks}</td><td><code>{sig[..16.min(sig.len())].to_string()} "…"</code></td><td>{at}</td></tr>
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </section>
+        })}
+    }
+}

@@ -1,0 +1,409 @@
+//! The catalog, public: every active SKU with its price, a cost estimate for a chosen
+//! duration, and what could launch right now per region (or why nothing could). For platform
+//! staff, `/catalog/manage`: SKUs (create, edit, activate, retire), images, and a placement
+//! dry run.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkuRow {
+    pub id: String,
+    pub name: String,
+    pub display_name: String,
+    pub shape: String,
+    pub gpu_model: String,
+    pub gpu_count: i32,
+    pub vcpus: i32,
+    pub memory_gib: i32,
+    pub nvme_gib: i32,
+    pub regions: String,
+    pub families: String,
+    pub price: String,
+    pub state: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogRow {
+    pub sku: SkuRow,
+    pub estimate: String,
+    pub availability: Vec<(String, i64)>,
+    pub unavailable_because: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogView {
+    pub hours: u32,
+    pub rows: Vec<CatalogRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageRow {
+    pub name: String,
+    pub display_name: String,
+    pub source: String,
+    pub ssh_user: String,
+    pub active: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkuAdminView {
+    pub can_operate: bool,
+    pub skus: Vec<SkuRow>,
+    pub images: Vec<ImageRow>,
+}
+
+#[cfg(feature = "ssr")]
+pub(crate) fn sku_row(s: control_plane::catalog::Sku) -> SkuRow {
+    SkuRow {
+        id: s.id.to_string(),
+        name: s.name,
+        display_name: s.display_name,
+        shape: s.shape.as_str().to_string(),
+        gpu_model: s.gpu_model,
+        gpu_count: s.gpu_count,
+        vcpus: s.vcpus,
+        memory_gib: s.memory_gib,
+        nvme_gib: s.nvme_gib,
+        regions: s.regions.join(", "),
+        families: s.families.join(", "),
+        price: s.price.to_string(),
+        state: s.state,
+    }
+}
+
+/// Public: no sign-in needed.
+#[server]
+pub async fn get_catalog(hours: Option<u32>) -> Result<CatalogView, AppError> {
+    let cp = crate::server::control_plane()?;
+    let hours = hours.unwrap_or(24).clamp(1, 8760);
+    let mut rows = Vec::new();
+    for e in cp.catalog().await? {
+        let estimate = control_plane::catalog::estimate(&e.sku.price, hours)?.to_string();
+        rows.push(CatalogRow {
+            estimate,
+            availability: e
+                .availability
+                .into_iter()
+                .map(|a| (a.region, a.launchable))
+                .collect(),
+            unavailable_because: e.unavailable_because,
+            sku: sku_row(e.sku),
+        });
+    }
+    Ok(CatalogView { hours, rows })
+}
+
+#[server]
+pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
+    use control_plane::auth::{PlatformOperators, PlatformStaff};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let staff = principal.platform::<PlatformStaff>()?;
+    Ok(SkuAdminView {
+        can_operate: principal.platform::<PlatformOperators>().is_ok(),
+        skus: cp.skus(&staff).await?.into_iter().map(sku_row).collect(),
+        images: cp
+            .images(true)
+            .await?
+            .into_iter()
+            .map(|i| ImageRow {
+                name: i.name,
+                display_name: i.display_name,
+                source: i.source,
+                ssh_user: i.ssh_user,
+                active: i.active,
+            })
+            .collect(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+#[server]
+pub async fn save_sku(
+    id: Option<String>,
+    name: String,
+    display_name: String,
+    shape: String,
+    gpu_model: String,
+    gpu_count: String,
+    vcpus: String,
+    memory_gib: String,
+    nvme_gib: String,
+    regions: String,
+    families: String,
+    price_per_hour: String,
+) -> Result<String, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let id = match id.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+        Some(s) => Some(s.parse().map_err(|_| AppError::NotFound)?),
+        None => None,
+    };
+    let input = control_plane::catalog::SkuInput {
+        name,
+        display_name,
+        shape,
+        gpu_model,
+        gpu_count,
+        vcpus,
+        memory_gib,
+        nvme_gib,
+        regions,
+        families,
+        price_per_hour,
+    };
+    cp.save_sku(&ops, id, &input, Some(&crate::error::request_id()))
+        .await?;
+    Ok(input.name.trim().to_ascii_lowercase())
+}
+
+#[server]
+pub async fn set_sku_state(id: String, state: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    cp.set_sku_state(&ops, id, &state, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+#[server]
+pub async fn add_image(
+    name: String,
+    display_name: String,
+    source: String,
+    ssh_user: String,
+) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    cp.add_image(
+        &ops,
+        &name,
+        &display_name,
+        &source,
+        &ssh_user,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// "Where would this go, and why", without reserving.
+#[server]
+pub async fn dry_run_placement(sku: String, region: String) -> Result<String, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let region = Some(region.as_str()).filter(|r| !r.trim().is_empty());
+    let p = cp.placement_dry_run(&ops, &sku, region).await?;
+    Ok(format!("{} ({}): {}", p.hostname, p.region, p.why))
+}
+
+#[component]
+pub fn CatalogPage() -> impl IntoView {
+    let query = use_query_map();
+    let hours = move || query.with(|q| q.get("hours").and_then(|h| h.parse::<u32>().ok()));
+    let catalog = Resource::new(hours, get_catalog);
+    view! {
+        <Title text="Catalog" />
+        <h1>"Catalog"</h1>
+        <p class="lede">"GPU slices and whole bare-metal nodes. Prices are per hour; availability is live."</p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match catalog.await {
+                    Ok(c) => view! { <CatalogBody c /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn CatalogBody(c: CatalogView) -> impl IntoView {
+    let hours = c.hours;
+    view! {
+        <form method="get" action="/catalog" class="filters">
+            <label>"Estimate for "
+                <input type="number" name="hours" min="1" max="8760" value=hours.to_string() /> " hours"
+            </label>
+            <button type="submit">"Estimate"</button>
+        </form>
+        <div class="table-scroll">
+        <table class="data" id="catalog">
+            <thead><tr>
+                <th>"SKU"</th><th>"Shape"</th><th>"GPUs"</th><th>"vCPU / memory / NVMe"</th>
+                <th>"Per hour"</th><th>{format!("{hours} h")}</th><th>"Launchable now"</th><th></th>
+            </tr></thead>
+            <tbody>
+                {c.rows.into_iter().map(|r| {
+                    let name = r.sku.name.clone();
+                    let total: i64 = r.availability.iter().map(|(_, n)| n).sum();
+                    view! {
+                        <tr data-sku=name.clone()>
+                            <td><strong>{r.sku.display_name}</strong><br/><code>{name.clone()}</code></td>
+                            <td>{if r.sku.shape == "baremetal" { "bare metal" } else { "GPU slice" }}</td>
+                            <td>{r.sku.gpu_count} " × " {r.sku.gpu_model}</td>
+                            <td>{r.sku.vcpus} " vCPU / " {r.sku.memory_gib} " GiB / " {r.sku.nvme_gib} " GiB"</td>
+                            <td>{r.sku.price}</td>
+                            <td data-testid="estimate">{r.estimate}</td>
+                            <td data-testid="availability">
+                                {r.availability.into_iter().map(|(region, n)| { let label = region.clone(); view! {
+                                    <span class="pill" data-region=region>{label} ": " {n}</span> " "
+                                } }).collect_view()}
+                                {r.unavailable_because.map(|why| view! { <p class="hint" data-testid="why-unavailable">{why}</p> })}
+                            </td>
+                            <td>{(total > 0).then(|| view! { <a class="button" href=format!("/launch?sku={name}")>"Launch"</a> })}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+        </div>
+    }
+}
+
+#[component]
+pub fn SkuAdminPage() -> impl IntoView {
+    let save = ServerAction::<SaveSku>::new();
+    let state = ServerAction::<SetSkuState>::new();
+    let image = ServerAction::<AddImage>::new();
+    let dry = ServerAction::<DryRunPlacement>::new();
+    let page = Resource::new(
+        move || {
+            (
+                save.version().get(),
+                state.version().get(),
+                image.version().get(),
+            )
+        },
+        |_| get_sku_admin(),
+    );
+    view! {
+        <Title text="SKUs and images" />
+        <h1>"SKUs and images"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(p) => view! { <SkuAdminBody p save state image dry /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn SkuAdminBody(
+    p: SkuAdminView,
+    save: ServerAction<SaveSku>,
+    state: ServerAction<SetSkuState>,
+    image: ServerAction<AddImage>,
+    dry: ServerAction<DryRunPlacement>,
+) -> impl IntoView {
+    let can = p.can_operate;
+    let sku_names: Vec<String> = p
+        .skus
+        .iter()
+        .filter(|s| s.state == "active")
+        .map(|s| s.name.clone())
+        .collect();
+    view! {
+        <section class="card" aria-labelledby="skus">
+            <h2 id="skus">"SKUs"</h2>
+            {outcome(state.value(), |_: ()| Some("Saved.".to_string()))}
+            <div class="table-scroll">
+            <table class="data" id="sku-table">
+                <thead><tr><th>"SKU"</th><th>"Shape"</th><th>"GPUs"</th><th>"Regions"</th><th>"Families"</th><th>"Per hour"</th><th>"State"</th><th></th></tr></thead>
+                <tbody>
+                    {p.skus.into_iter().map(|s| {
+                        let id = s.id.clone();
+                        let next = match s.state.as_str() { "draft" => Some(("active", "Activate")), "active" => Some(("retired", "Retire")), _ => None };
+                        let name = s.name.clone();
+                        view! {
+                            <tr data-sku=name>
+                                <td>{s.display_name}<br/><code>{s.name}</code></td>
+                                <td>{s.shape}</td>
+                                <td>{s.gpu_count} " × " {s.gpu_model}</td>
+                                <td>{s.regions}</td>
+                                <td>{s.families}</td>
+                                <td>{s.price}</td>
+                                <td>{s.state.clone()}</td>
+                                <td>{(can && next.is_some()).then(|| { let (to, label) = next.unwrap_or(("", "")); view! {
+                                    <ActionForm action=state attr:class="inline">
+                                        <input type="hidden" name="id" value=id.clone() />
+                                        <input type="hidden" name="state" value=to />
+                                        <button type="submit">{label}</button>
+                                    </ActionForm>
+                                } })}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+        {can.then(|| view! {
+            <section class="card" aria-labelledby="new-sku">
+                <h2 id="new-sku">"Create or edit a SKU"</h2>
+                <p class="hint">"A new SKU starts as a draft; activate it to sell it. Saving an existing name edits it (new launches pay the new price; running allocations keep theirs)."</p>
+                <ActionForm action=save>
+                    <div class="form-grid">
+                        <label>"Name" <input name="name" required placeholder="h100.2x" /></label>
+                        <label>"Display name" <input name="display_name" required placeholder="2× H100 80GB" /></label>
+                        <label>"Shape" <select name="shape"><option value="gpu_slice">"GPU slice"</option><option value="baremetal">"Bare metal"</option></select></label>
+                        <label>"GPU model" <input name="gpu_model" required placeholder="NVIDIA H100 80GB HBM3" /></label>
+                        <label>"GPUs" <input name="gpu_count" required placeholder="1, 2, 4 or 8" /></label>
+                        <label>"vCPUs" <input name="vcpus" required /></label>
+                        <label>"Memory (GiB)" <input name="memory_gib" required /></label>
+                        <label>"NVMe (GiB)" <input name="nvme_gib" required /></label>
+                        <label>"Regions" <input name="regions" required placeholder="eu-west-1, us-east-1" /></label>
+                        <label>"Node families" <input name="families" required placeholder="hgx-h100-8x" /></label>
+                        <label>"Price per hour" <input name="price_per_hour" required placeholder="5.98 USD" /></label>
+                    </div>
+                    <button type="submit">"Save SKU"</button>
+                </ActionForm>
+                {outcome(save.value(), |n: String| Some(format!("Saved {n}.")))}
+            </section>
+            <section class="card" aria-labelledby="dry-run">
+                <h2 id="dry-run">"Placement dry run"</h2>
+                <p class="hint">"Where would a launch go right now, and why. Nothing is reserved."</p>
+                <ActionForm action=dry attr:class="inline">
+                    <label>"SKU " <select name="sku">{sku_names.clone().into_iter().map(|n| { let label = n.clone(); view! { <option value=n>{label}</option> } }).collect_view()}</select></label>
+                    <label>" Region " <input name="region" placeholder="any" /></label>
+                    <button type="submit">"Where would it go?"</button>
+                </ActionForm>
+                {outcome(dry.value(), Some)}
+            </section>
+        })}
+        <section class="card" aria-labelledby="images">
+            <h2 id="images">"Images"</h2>
+            <ul>
+                {p.images.into_iter().map(|i| view! {
+                    <li>{i.display_name} " (" <code>{i.name}</code> ", user " {i.ssh_user} ", " <code>{i.source}</code> ")"
+                        {(!i.active).then_some(" — inactive")}</li>
+                }).collect_view()}
+            </ul>
+            {can.then(|| view! {
+                <ActionForm action=image>
+                    <div class="form-grid">
+                        <label>"Name" <input name="name" required placeholder="ubuntu-24.04-cuda" /></label>
+                        <label>"Display name" <input name="display_name" required /></label>
+                        <label>"Source" <input name="source" required placeholder="/var/lib/gpuaas/images/…qcow2" /></label>
+                        <label>"SSH user" <input name="ssh_user" required placeholder="ubuntu" /></label>
+                    </div>
+                    <button type="submit">"Add image"</button>
+                </ActionForm>
+                {outcome(image.value(), |_: ()| Some("Image added.".to_string()))}
+            })}
+        </section>
+    }
+}

@@ -1,0 +1,187 @@
+// The allocation lifecycle in a real browser against a real node agent (simulated driver on
+// the PCIe L40S fixture): an operator enrols and approves the node; the public catalog shows
+// what could launch; bob launches a 2-GPU slice, watches it reach running, releases it and
+// sees it cleaned with its certificate; carol, of another organization, then gets those
+// same slots.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+import { ssoSignIn } from '../support-sso.mjs';
+
+const EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
+const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
+const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
+const RUN = Date.now().toString(36);
+const HOST = `gpu-l40s-${RUN}`;
+const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
+
+async function approvedNode(state) {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/login`);
+    const form = page.locator('#break-glass-form');
+    await form.getByLabel('Email').fill(EMAIL);
+    await form.getByLabel('Password').fill(PASSWORD);
+    await form.getByRole('button', { name: 'Sign in' }).click();
+    await page.waitForURL(`${BASE}/admin`);
+    await page.goto(`${BASE}/fleet`);
+    await hydrated(page);
+    const enrol = page.locator('section[aria-labelledby="enrol"]');
+    await enrol.getByLabel('Hostname').fill(HOST);
+    await enrol.getByLabel('Region').fill('us-east-1');
+    await enrol.getByLabel('Rack').fill('r7');
+    await enrol.getByLabel('Node family').fill('pcie-l40s-4x');
+    await enrol.getByRole('button', { name: 'Enrol' }).click();
+    const token = (await enrol.locator('[data-testid="bootstrap-token"]').innerText()).trim();
+    const enrolled = spawnSync(AGENT, ['enroll', '--server', BASE, '--state-dir', state, '--hostname', HOST], {
+      env: { ...process.env, NODE_AGENT_BOOTSTRAP_TOKEN: token },
+      encoding: 'utf8',
+    });
+    assert.equal(enrolled.status, 0, enrolled.stderr);
+    const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x'], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    await enrol.getByRole('link', { name: HOST }).click();
+    await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
+    const nodeUrl = page.url();
+    const status = page.locator('[data-testid="proposal-status"]');
+    for (let i = 0; i < 60 && !(await status.count()); i++) {
+      await page.waitForTimeout(500);
+      await page.goto(nodeUrl);
+    }
+    await hydrated(page);
+    const approve = page.locator('[data-testid="proposal"] .decision form').first();
+    await approve.getByLabel('Destructive wipe policy').selectOption('zero-fill');
+    await approve.getByRole('button', { name: 'Approve' }).click();
+    await page.locator('[data-testid="proposal-status"]', { hasText: 'approved' }).waitFor();
+    // The SKU admin's dry run says where a 2-GPU slice would go, and why.
+    await page.goto(`${BASE}/catalog/manage`);
+    await hydrated(page);
+    const dry = page.locator('section[aria-labelledby="dry-run"]');
+    await dry.getByLabel('SKU').selectOption('l40s.2x');
+    await dry.getByLabel('Region').fill('us-east-1');
+    await dry.getByRole('button', { name: 'Where would it go?' }).click();
+    assert.match(await dry.getByRole('status').innerText(), new RegExp(`^${HOST} \\(us-east-1\\): 2 slot\\(s\\) on NUMA node 0 \\(best fit\\)`));
+    return { agent, nodeUrl };
+  } finally {
+    await b.close();
+  }
+}
+
+async function waitForState(page, want, seconds = 40) {
+  const state = page.locator('[data-testid="state"]');
+  for (let i = 0; i < seconds * 4; i++) {
+    if ((await state.innerText().catch(() => '')) === want) return;
+    await page.waitForTimeout(250);
+  }
+  assert.fail(`allocation never reached ${want}; it is ${await state.innerText()}`);
+}
+
+test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; carol then gets those slots', async () => {
+  assert.ok(PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
+  let agent = null;
+  try {
+    ({ agent } = await approvedNode(state));
+
+    // The catalog is public: prices, an estimate, and live availability per region.
+    const anon = await openBrowser();
+    try {
+      await anon.page.goto(`${BASE}/catalog?hours=10`);
+      const row = anon.page.locator('tr[data-sku="l40s.2x"]');
+      assert.equal(await row.locator('[data-testid="estimate"]').innerText(), '23.80 USD');
+      assert.equal(await row.locator('span[data-region="us-east-1"]').innerText(), 'us-east-1: 2');
+      const h100 = anon.page.locator('tr[data-sku="h100.8x"]');
+      assert.match(await h100.locator('[data-testid="why-unavailable"]').innerText(), /no node fits 8 × NVIDIA H100 80GB HBM3|no node in eu-west-1, us-east-1 has/);
+      await shot(anon.page, 'catalog');
+    } finally {
+      await anon.close();
+    }
+
+    const b = await openBrowser();
+    let first = null;
+    try {
+      const { page } = b;
+      await ssoSignIn(page, 'bob@acme.example');
+      await page.goto(`${BASE}/catalog`);
+      await page.locator('tr[data-sku="l40s.2x"]').getByRole('link', { name: 'Launch' }).click();
+      await page.waitForURL(/\/launch\?sku=l40s\.2x$/);
+      await hydrated(page);
+      const form = page.locator('#launch');
+      await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Name').fill(`train-${RUN}`);
+      // A bad key is refused with a reason; nothing is reserved.
+      await form.getByLabel('SSH public key').fill('ssh-ed25519 not-base64!');
+      await form.getByRole('button', { name: 'Launch' }).click();
+      assert.match(await page.getByRole('alert').innerText(), /^Invalid ssh_public_key: the key data is not valid base64/);
+      await form.getByLabel('SSH public key').fill(KEY);
+      await form.getByRole('button', { name: 'Launch' }).click();
+      await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
+      first = page.url();
+      await hydrated(page);
+      await waitForState(page, 'running');
+      assert.equal(await page.locator('[data-testid="desired"]').innerText(), 'running');
+      assert.equal(await page.locator('[data-testid="observed"]').innerText(), 'running');
+      assert.match(await page.locator('[data-testid="ssh"]').innerText(), /^ssh ubuntu@10\.100\.0\.1\d -p 22$/);
+      const transitions = await page.locator('[data-testid="transitions"] li').allInnerTexts();
+      assert.deepEqual(transitions.map((t) => t.split(' at ')[0]), ['requested', 'requested → placed', 'placed → provisioning', 'provisioning → running']);
+      assert.ok((await page.locator('[data-testid="phases"] tr').count()) >= 6, 'provision phases are listed');
+      const slots = await page.locator('[data-testid="slots"]').innerText();
+      const node = await page.locator('[data-testid="node"]').innerText();
+      assert.equal(node, `us-east-1 / ${HOST}`);
+      await shot(page, 'allocation-running');
+
+      // Release, with confirmation.
+      const release = page.locator('#release');
+      await release.getByRole('button', { name: 'Release' }).click();
+      assert.equal(await page.locator('[data-testid="state"]').innerText(), 'running', 'unconfirmed: nothing happens');
+      await release.getByLabel(/I understand/).check();
+      await release.getByRole('button', { name: 'Release' }).click();
+      await waitForState(page, 'released');
+      assert.equal(await page.locator('[data-testid="projected-state"]').innerText(), 'released');
+      assert.equal(await page.locator('[data-testid="certificate"] tbody tr').count(), 2);
+      assert.match(await page.locator('[data-testid="certificate"]').innerText(), /zero-fill.*wipe verified: yes, GPU reset: yes, firmware: ok/s);
+      const path = (await page.locator('[data-testid="transitions"] li').allInnerTexts()).map((t) => t.split(' at ')[0]);
+      assert.deepEqual(path.slice(4), ['running → releasing', 'releasing → cleaning', 'cleaning → released']);
+      await shot(page, 'allocation-cleaned');
+
+      // The list shows it under "released", not under "active".
+      await page.goto(`${BASE}/allocations?state=released`);
+      assert.equal(await page.locator(`tr[data-allocation="train-${RUN}"]`).count(), 1);
+      await page.goto(`${BASE}/allocations`);
+      assert.equal(await page.locator(`tr[data-allocation="train-${RUN}"]`).count(), 0);
+
+      // Carol, in another organization, gets the same slots now that they are clean.
+      const c = await openBrowser();
+      try {
+        await ssoSignIn(c.page, 'carol@globex.example');
+        await c.page.goto(`${BASE}/launch?sku=l40s.2x`);
+        await hydrated(c.page);
+        const cf = c.page.locator('#launch');
+        await cf.getByLabel('Region').selectOption('us-east-1');
+        await cf.getByLabel('Name').fill(`eval-${RUN}`);
+        await cf.getByLabel('SSH public key').fill(KEY);
+        await cf.getByRole('button', { name: 'Launch' }).click();
+        await c.page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
+        assert.notEqual(c.page.url(), first);
+        assert.equal(await c.page.locator('[data-testid="node"]').innerText(), node);
+        assert.equal(await c.page.locator('[data-testid="slots"]').innerText(), slots);
+        // Bob can't see carol's allocation.
+        await page.goto(c.page.url());
+        assert.match(await page.getByRole('alert').innerText(), /Not found/);
+      } finally {
+        await c.close();
+      }
+    } finally {
+      await b.close();
+    }
+  } finally {
+    if (agent) agent.kill('SIGTERM');
+    rmSync(state, { recursive: true, force: true });
+  }
+});
