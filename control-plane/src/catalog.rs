@@ -488,6 +488,18 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Every active SKU (the placement benchmark measures [`ControlPlane::availability_of`]
+    /// on them).
+    pub async fn skus_for_bench(&self) -> Result<Vec<Sku>> {
+        self.all_skus(true).await
+    }
+
+    /// What the catalog shows for one SKU: launchable count per region, from the same query
+    /// placement uses.
+    pub async fn availability_of(&self, sku: &Sku) -> Result<Vec<(String, i64)>> {
+        crate::placement::availability(&mut *self.pool().acquire().await?, sku).await
+    }
+
     /// Images; inactive ones only for staff screens.
     pub async fn images(&self, include_inactive: bool) -> Result<Vec<Image>> {
         Ok(sqlx::query_as!(

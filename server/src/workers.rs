@@ -17,7 +17,7 @@ pub async fn run(cp: ControlPlane) {
             tracing::error!(error.cause = %e, "outbox dispatch failed");
         }
         n += 1;
-        if n % 20 == 0
+        if n.is_multiple_of(20)
             && let Err(e) = cp.reap_allocations().await
         {
             tracing::error!(error.cause = %e, "allocation reaper failed");

@@ -2,6 +2,7 @@
 //! check. Both install what is missing first. Only `std`, `ctrlc` and `pgcluster`, so this
 //! crate builds in seconds on a fresh machine.
 
+mod bench;
 mod dev;
 mod portal;
 mod proc;
@@ -20,6 +21,9 @@ usage: cargo xtask <command>
                  migrate, load demo data, serve the portal at http://127.0.0.1:3000
   test           fmt, clippy (ssr + hydrate), unit and database tests, release build,
                  browser tests in Chromium
+  bench placement [--clients N] [--seconds S] [--nodes N]
+                 placement benchmark: a synthetic 10,000-node fleet, N concurrent clients
+                 launching and releasing, against PostgreSQL with durable commits
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";
@@ -28,6 +32,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("dev") => dev::run(&args[1..]),
+        Some("bench") => bench::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some("sqlx-prepare") => test::sqlx_prepare(),
         Some("setup") => tools::ensure_all(tools::Needs::everything()),

@@ -184,7 +184,7 @@ fn counts_in_project(r: &Resolved) -> bool {
     r.decided_by == Some(Level::Project)
 }
 
-fn policy<'a>(all: &'a [Resolved], key: PolicyKey) -> &'a Resolved {
+fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
     all.iter()
         .find(|r| r.key == key)
         .expect("resolve_policies returns every key")
@@ -672,9 +672,7 @@ pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
         ("released", _, Some(_)) => "failed".into(),
         ("released", _, None) => "released".into(),
         (s, "released", Some(_)) if s != "released" => "failing".into(),
-        (s, "released", None) if matches!(s, "placed" | "provisioning" | "running") => {
-            "releasing".into()
-        }
+        ("placed" | "provisioning" | "running", "released", None) => "releasing".into(),
         (s, _, _) => s.into(),
     }
 }

@@ -1,0 +1,431 @@
+//! `cargo xtask bench placement`: placement and reservation under load, in the real database.
+//!
+//! Builds a synthetic fleet (default 10,000 nodes × 8 slots: HGX H100 nodes with NVLink
+//! partitions and PCIe L40S nodes, two regions, some drained, some partly used), then runs
+//! N concurrent clients (default 32) that launch and release through the control plane's own
+//! `launch` and `release_allocation`, first on the (nearly) empty fleet, then with the fleet
+//! 99% full. Prints a table, the catalog-availability query's latency, and, last, the audit
+//! line `double_bookings=N`.
+//!
+//! Flags: `--clients N`, `--seconds S` (per phase), `--nodes N`. Needs `DATABASE_URL`
+//! (an empty database; `cargo xtask bench placement` starts a durable cluster for it).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use control_plane::allocations::LaunchRequest;
+use control_plane::demo::ACME_RESEARCH;
+use control_plane::tenancy::{Project, ProjectOperators};
+use control_plane::{AllocationId, ControlPlane, Error, Naming, UserId};
+use sqlx::postgres::PgPoolOptions;
+
+const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
+/// `(SKU, weight, label)`.
+const MIX: &[(&str, u32, &str)] = &[
+    ("h100.1x", 40, "1 GPU"),
+    ("h100.2x", 25, "2 GPUs"),
+    ("h100.4x", 15, "4 GPUs"),
+    ("h100.8x", 10, "8 GPUs"),
+    ("h100.8x.metal", 10, "baremetal"),
+];
+
+fn flag(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    ms(sorted[i])
+}
+
+#[derive(Default)]
+struct Tally {
+    /// Per MIX entry: latencies of committed placements.
+    placed: Vec<Vec<Duration>>,
+    /// Per MIX entry: latencies of `sku_unavailable` answers.
+    unavailable: Vec<Vec<Duration>>,
+    released: usize,
+    errors: Vec<String>,
+}
+
+impl Tally {
+    fn merge(&mut self, o: Tally) {
+        if self.placed.is_empty() {
+            self.placed = vec![vec![]; MIX.len()];
+            self.unavailable = vec![vec![]; MIX.len()];
+        }
+        for (i, v) in o.placed.into_iter().enumerate() {
+            self.placed[i].extend(v);
+        }
+        for (i, v) in o.unavailable.into_iter().enumerate() {
+            self.unavailable[i].extend(v);
+        }
+        self.released += o.released;
+        self.errors.extend(o.errors);
+    }
+    fn committed(&self) -> usize {
+        self.placed.iter().map(Vec::len).sum()
+    }
+    fn refused(&self) -> usize {
+        self.unavailable.iter().map(Vec::len).sum()
+    }
+}
+
+async fn client(
+    cp: ControlPlane,
+    who: Arc<Project<ProjectOperators>>,
+    me: usize,
+    phase: &'static str,
+    until: Instant,
+) -> Tally {
+    let mut t = Tally {
+        placed: vec![vec![]; MIX.len()],
+        unavailable: vec![vec![]; MIX.len()],
+        ..Tally::default()
+    };
+    let total: u32 = MIX.iter().map(|m| m.1).sum();
+    let mut seed = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut mine: Vec<AllocationId> = Vec::new();
+    let mut n = 0;
+    while Instant::now() < until {
+        let mut pick = (next() % total as u64) as u32;
+        let which = MIX
+            .iter()
+            .position(|m| {
+                if pick < m.1 {
+                    true
+                } else {
+                    pick -= m.1;
+                    false
+                }
+            })
+            .unwrap_or(0);
+        n += 1;
+        let req = LaunchRequest {
+            sku: MIX[which].0.into(),
+            region: String::new(),
+            image: "ubuntu-24.04-cuda".into(),
+            ssh_public_key: KEY.into(),
+            name: format!("{phase}-{me}-{n}"),
+            idempotency_key: format!("bench-{phase}-{me}-{n}"),
+        };
+        let started = Instant::now();
+        match cp.launch(&who, ALICE, &req, None).await {
+            Ok(l) => {
+                t.placed[which].push(started.elapsed());
+                mine.push(l.id);
+            }
+            Err(Error::SkuUnavailable(_)) => t.unavailable[which].push(started.elapsed()),
+            Err(e) => t.errors.push(e.to_string()),
+        }
+        // Release every other allocation (the slots return once their cleanup proof does).
+        if next() % 2 == 0
+            && let Some(id) = mine.pop()
+        {
+            match cp.release_allocation(&who, ALICE, id, None).await {
+                Ok(()) => t.released += 1,
+                Err(e) => t.errors.push(e.to_string()),
+            }
+        }
+    }
+    t
+}
+
+async fn phase(
+    cp: &ControlPlane,
+    who: &Arc<Project<ProjectOperators>>,
+    name: &'static str,
+    clients: usize,
+    seconds: u64,
+) -> (Tally, Duration) {
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..clients)
+        .map(|i| tokio::spawn(client(cp.clone(), who.clone(), i, name, until)))
+        .collect();
+    let mut all = Tally::default();
+    for task in tasks {
+        all.merge(task.await.expect("a client panicked"));
+    }
+    (all, started.elapsed())
+}
+
+/// The synthetic fleet, in bulk SQL: nodes with a fresh heartbeat, an approved generation,
+/// 8 approved slots each, and NVLink partitions on the HGX nodes.
+async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, admin_state,
+                            enrolled_by, agent_enrolled_at, agent_version, last_heartbeat_at, health)
+         SELECT uuid_generate_v5_like(i), 'bench-' || i,
+                CASE WHEN i % 2 = 0 THEN 'eu-west-1' ELSE 'us-east-1' END, 'r' || (i % 40),
+                CASE WHEN i % 10 < 7 THEN 'hgx-h100-8x' ELSE 'pcie-l40s-8x' END,
+                ARRAY['gpu_slice', 'baremetal'],
+                CASE WHEN i % 33 = 0 THEN 'draining' ELSE 'active' END,
+                $2, now(), 'bench', now() + interval '1 day', 'healthy'
+         FROM generate_series(1, $1) AS i",
+    )
+    .bind(nodes as i64)
+    .bind(ALICE.0)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO slot_map_proposals (node_id, generation, discovery, status, decided_by, decided_at)
+         SELECT id, 1, '{}', 'approved', $1, now() FROM nodes WHERE hostname LIKE 'bench-%'",
+    )
+    .bind(ALICE.0)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO node_resource_slots
+             (id, node_id, slot_index, gpu_pci_address, gpu_model, numa_node, nvme_pci_address,
+              nvme_serial, nvme_namespace, nvme_size_bytes, ib_vf_pci_address, cpu_set, memory_mib,
+              capacity_metadata, approved_generation, approved_by)
+         SELECT gen_random_uuid(), n.id, s,
+                format('0000:%s:00.0', lpad(to_hex(16 + s * 16), 2, '0')),
+                CASE WHEN n.family = 'hgx-h100-8x' THEN 'NVIDIA H100 80GB HBM3' ELSE 'NVIDIA L40S' END,
+                s / 4,
+                format('0000:%s:00.0', lpad(to_hex(17 + s * 16), 2, '0')),
+                'SN' || s, 'nvme' || s || 'n1', 3840000000000,
+                format('0000:%s:00.1', lpad(to_hex(18 + s * 16), 2, '0')),
+                format('%s-%s', 2 + s * 24, 25 + s * 24), 254976,
+                jsonb_build_object('storage_ownership', 'slice', 'fabric_claim_mode', 'per_slot_vf',
+                                   'fabric_vf_pci_address', format('0000:%s:00.1', lpad(to_hex(18 + s * 16), 2, '0')),
+                                   'destructive_wipe_policy', 'nvme-format-crypto'),
+                1, $1
+         FROM nodes n CROSS JOIN generate_series(0, 7) AS s
+         WHERE n.hostname LIKE 'bench-%'",
+    )
+    .bind(ALICE.0)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO node_fabric_partitions (node_id, partition_id, slot_ids)
+         SELECT n.id, p.id, (SELECT array_agg(s.id ORDER BY s.slot_index) FROM node_resource_slots s
+                             WHERE s.node_id = n.id AND s.slot_index = ANY(p.members))
+         FROM nodes n CROSS JOIN (VALUES (0, ARRAY[0,1,2,3,4,5,6,7]), (1, ARRAY[0,1,2,3]), (2, ARRAY[4,5,6,7]),
+                                         (3, ARRAY[0,2]), (4, ARRAY[1,3]), (5, ARRAY[4,6]), (6, ARRAY[5,7])) AS p (id, members)
+         WHERE n.hostname LIKE 'bench-%' AND n.family = 'hgx-h100-8x'",
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Claims free slots in bulk (one allocation per node): `fraction` of the free ones, or of
+/// the nodes' first `first_k` slots.
+async fn occupy(pool: &sqlx::PgPool, condition: &str) -> Result<u64, sqlx::Error> {
+    let sql = format!(
+        "WITH pick AS (
+             SELECT s.node_id, s.id AS slot_id FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+             WHERE n.hostname LIKE 'bench-%' AND s.retired_at IS NULL AND s.cleanup_state = 'clean'
+               AND NOT EXISTS (SELECT 1 FROM resource_claims c WHERE c.node_id = s.node_id
+                               AND c.released_at IS NULL AND (c.slot_id = s.id OR c.kind = 'baremetal'))
+               AND ({condition})
+         ), per_node AS (
+             SELECT node_id, gen_random_uuid() AS alloc, count(*)::int AS n FROM pick GROUP BY node_id
+         ), a AS (
+             INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region,
+                                      node_id, image_id, ssh_public_key, price_per_hour_minor, currency,
+                                      idempotency_key, request_fingerprint, requested_by, placement,
+                                      state, requested_at)
+             SELECT pn.alloc, p.tenant_id, p.id, 'fill-' || substr(pn.alloc::text, 1, 8), s.id,
+                    'gpu_slice', pn.n, nd.region, pn.node_id, i.id, 'k', 299, 'USD',
+                    'fill-' || pn.alloc, 'f', $1, '{{}}', 'placed', now()
+             FROM per_node pn JOIN nodes nd ON nd.id = pn.node_id, projects p, skus s, images i
+             WHERE p.id = $2 AND s.name = 'h100.1x' AND i.name = 'ubuntu-24.04-cuda'
+             RETURNING id
+         )
+         INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id)
+         SELECT gen_random_uuid(), pk.node_id, pk.slot_id, 'gpu_slice', pn.alloc
+         FROM pick pk JOIN per_node pn USING (node_id)
+         WHERE EXISTS (SELECT 1 FROM a)"
+    );
+    Ok(sqlx::query(&sql)
+        .bind(ALICE.0)
+        .bind(ACME_RESEARCH.0)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+fn report(name: &str, t: &Tally, took: Duration, clients: usize) {
+    let secs = took.as_secs_f64();
+    println!(
+        "{name:<18} {clients:>7} {secs:>8.1} {:>10} {:>13.0} {:>12} {:>9}",
+        t.committed(),
+        t.committed() as f64 / secs,
+        t.refused(),
+        t.released
+    );
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let clients = flag("--clients", 32);
+    let seconds = flag("--seconds", 10) as u64;
+    let nodes = flag("--nodes", 10_000);
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
+    let pool = PgPoolOptions::new()
+        .max_connections(clients as u32 + 4)
+        .connect(&url)
+        .await
+        .expect("connects");
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.migrate().await.expect("migrates");
+    cp.seed_demo().await.expect("seeds");
+    sqlx::query(
+        "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i int) RETURNS uuid LANGUAGE sql IMMUTABLE AS
+         $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
+    )
+    .execute(&pool)
+    .await
+    .expect("helper");
+    let sync: String = sqlx::query_scalar(
+        "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("settings");
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+
+    let t = Instant::now();
+    build_fleet(&pool, nodes).await.expect("builds the fleet");
+    // Partly used: a quarter of the nodes have slots 0 and 1 taken.
+    let partial = occupy(&pool, "n.hostname ~ '[048]$' AND s.slot_index < 2")
+        .await
+        .expect("occupies");
+    sqlx::query("ANALYZE")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    println!(
+        "fleet: {nodes} nodes x 8 slots ({} slots claimed up front, every 33rd node draining) built in {:.1} s; {cores} cores; fsync/synchronous_commit = {sync}",
+        partial,
+        t.elapsed().as_secs_f64()
+    );
+
+    let principal = cp.principal(ALICE).await.unwrap().unwrap();
+    let who = Arc::new(
+        cp.project_access::<ProjectOperators>(&principal, ACME_RESEARCH)
+            .await
+            .unwrap(),
+    );
+
+    println!();
+    println!("phase              clients  seconds  committed  committed/s  unavailable  released");
+    let (empty, took) = phase(&cp, &who, "empty", clients, seconds).await;
+    report("empty fleet", &empty, took, clients);
+    let free: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM node_resource_slots s WHERE s.cleanup_state = 'clean'
+           AND NOT EXISTS (SELECT 1 FROM resource_claims c WHERE c.node_id = s.node_id AND c.released_at IS NULL
+                           AND (c.slot_id = s.id OR c.kind = 'baremetal'))",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let total = (nodes * 8) as f64;
+    // Leave 1% of all slots free, scattered.
+    let keep = (total * 0.01) as i64;
+    let fraction = 1.0 - keep as f64 / free.max(1) as f64;
+    occupy(&pool, &format!("random() < {fraction}"))
+        .await
+        .expect("fills");
+    sqlx::query("ANALYZE")
+        .execute(&pool)
+        .await
+        .expect("analyze");
+    let (full, took) = phase(&cp, &who, "full", clients, seconds).await;
+    report("99% full fleet", &full, took, clients);
+
+    println!();
+    println!("placement latency, committed placements on the empty fleet (ms)");
+    println!("shape          count     p50     p99     max   unavailable(p99)");
+    for (i, (_, _, label)) in MIX.iter().enumerate() {
+        let mut v = empty.placed[i].clone();
+        v.sort();
+        let mut u = empty.unavailable[i].clone();
+        u.sort();
+        println!(
+            "{label:<12} {:>7} {:>7.1} {:>7.1} {:>7.1}   {:>5} ({:.1})",
+            v.len(),
+            pct(&v, 0.50),
+            pct(&v, 0.99),
+            v.last().map(|d| ms(*d)).unwrap_or(f64::NAN),
+            u.len(),
+            pct(&u, 0.99),
+        );
+    }
+    let mut all: Vec<Duration> = empty.placed.iter().flatten().copied().collect();
+    all.sort();
+    println!(
+        "all          {:>7} {:>7.1} {:>7.1} {:>7.1}",
+        all.len(),
+        pct(&all, 0.5),
+        pct(&all, 0.99),
+        all.last().map(|d| ms(*d)).unwrap_or(f64::NAN)
+    );
+
+    // The catalog's availability query, as the catalog runs it, per SKU.
+    let skus = cp.skus_for_bench().await.expect("skus");
+    let mut lat = Vec::new();
+    for _ in 0..200 {
+        for sku in &skus {
+            let t = Instant::now();
+            cp.availability_of(sku).await.expect("availability");
+            lat.push(t.elapsed());
+        }
+    }
+    lat.sort();
+    println!();
+    println!(
+        "catalog availability query: {} calls over {} SKUs, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lat.len(),
+        skus.len(),
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        lat.last().map(|d| ms(*d)).unwrap_or(f64::NAN)
+    );
+    let errors: Vec<&String> = empty.errors.iter().chain(&full.errors).collect();
+    if !errors.is_empty() {
+        println!("errors ({}): first: {}", errors.len(), errors[0]);
+    }
+    println!(
+        "targets: >= 1000 committed/s, p99 <= 20 ms, 8-GPU p99 <= 2 x 1-GPU p99, availability p99 <= 10 ms"
+    );
+    let doubles: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM (SELECT slot_id FROM resource_claims
+                                       WHERE released_at IS NULL AND slot_id IS NOT NULL
+                                       GROUP BY slot_id HAVING count(*) > 1) d)
+              + (SELECT count(*) FROM resource_claims b JOIN resource_claims o
+                   ON o.node_id = b.node_id AND o.id <> b.id
+                 WHERE b.kind = 'baremetal' AND b.released_at IS NULL AND o.released_at IS NULL)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    println!("double_bookings={doubles}");
+}
