@@ -151,9 +151,13 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
     let (status, _, body) = get(&app, "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains(r#"data-status="ready""#), "{body}");
-    let (status, _, body) = get(&app, "/catalog").await;
+    let (status, _, body) = get(&app, "/billing").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Not built yet"), "{body}");
+    // The catalog is public: it renders without a session.
+    let (status, _, body) = get(&app, "/catalog").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains(r#"id="catalog""#), "{body}");
 }
 
 const ADMIN_PW: &str = "correct horse battery staple";
