@@ -114,6 +114,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await hydrated(page);
       const form = page.locator('#launch');
       await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Image').selectOption('ubuntu-24.04-cuda');
       await form.getByLabel('Name').fill(`train-${RUN}`);
       // A bad key is refused with a reason; nothing is reserved.
       await form.getByLabel('SSH public key').fill('ssh-ed25519 not-base64!');
@@ -164,6 +165,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
         await hydrated(c.page);
         const cf = c.page.locator('#launch');
         await cf.getByLabel('Region').selectOption('us-east-1');
+        await cf.getByLabel('Image').selectOption('ubuntu-24.04-cuda');
         await cf.getByLabel('Name').fill(`eval-${RUN}`);
         await cf.getByLabel('SSH public key').fill(KEY);
         await cf.getByRole('button', { name: 'Launch' }).click();

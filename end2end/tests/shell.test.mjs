@@ -34,8 +34,12 @@ test('home page renders, hydrates, and then handles forms and links in place', a
     assert.equal(await page.locator('h1').innerText(), 'Catalog');
     assert.equal(await page.evaluate(() => window.__samePage), 'yes');
     assert.equal(await page.getByRole('link', { name: 'Catalog' }).getAttribute('aria-current'), 'page');
-    assert.match(await page.locator('main').innerText(), /Not built yet/);
+    assert.equal(await page.locator('#catalog').count(), 1, 'the catalog is public');
     assert.equal(await page.title(), 'Catalog · GPU cloud');
+    await page.getByRole('link', { name: 'Billing' }).click();
+    await page.waitForURL(`${BASE}/billing`);
+    assert.match(await page.locator('main').innerText(), /Not built yet/);
+    assert.equal(await page.evaluate(() => window.__samePage), 'yes');
 
     // The cookie was set by the background post: a fresh load keeps the theme.
     await page.reload();
