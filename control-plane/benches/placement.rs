@@ -219,10 +219,14 @@ async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::Erro
     .bind(ALICE.0)
     .execute(&mut *tx)
     .await?;
+    sqlx::query("ANALYZE nodes, node_resource_slots")
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(
         "INSERT INTO node_fabric_partitions (node_id, partition_id, slot_ids)
          SELECT n.id, p.id, (SELECT array_agg(s.id ORDER BY s.slot_index) FROM node_resource_slots s
-                             WHERE s.node_id = n.id AND s.slot_index = ANY(p.members))
+                             WHERE s.node_id = n.id AND s.retired_at IS NULL
+                               AND s.slot_index = ANY(p.members))
          FROM nodes n CROSS JOIN (VALUES (0, ARRAY[0,1,2,3,4,5,6,7]), (1, ARRAY[0,1,2,3]), (2, ARRAY[4,5,6,7]),
                                          (3, ARRAY[0,2]), (4, ARRAY[1,3]), (5, ARRAY[4,6]), (6, ARRAY[5,7])) AS p (id, members)
          WHERE n.hostname LIKE 'bench-%' AND n.family = 'hgx-h100-8x'",
@@ -296,7 +300,7 @@ async fn main() {
     cp.migrate().await.expect("migrates");
     cp.seed_demo().await.expect("seeds");
     sqlx::query(
-        "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i int) RETURNS uuid LANGUAGE sql IMMUTABLE AS
+        "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i bigint) RETURNS uuid LANGUAGE sql IMMUTABLE AS
          $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
     )
     .execute(&pool)

@@ -21,7 +21,7 @@ use crate::ids::{NodeId, SlotId};
 use choose::{FreeSlot, NodeView, Partition};
 
 /// How many candidates one placement looks at before giving up.
-const CANDIDATES: i64 = 16;
+const CANDIDATES: i64 = 64;
 
 /// A placement decision: the node, the slots (empty for bare metal) and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,7 +86,28 @@ pub(crate) async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<V
     Ok(rows)
 }
 
+/// Best fit first; among equally good nodes, a random rotation, so that concurrent launches
+/// start on different nodes instead of queueing for the same one.
 async fn candidates(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<Vec<Candidate>> {
+    let mut found = best_fit(conn, sku, regions).await?;
+    let mut start = 0;
+    while start < found.len() {
+        let tie = found[start..]
+            .iter()
+            .take_while(|c| c.free_slots == found[start].free_slots)
+            .count();
+        let turn = rand::random::<usize>() % tie;
+        found[start..start + tie].rotate_left(turn);
+        start += tie;
+    }
+    Ok(found)
+}
+
+async fn best_fit(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],
@@ -237,7 +258,7 @@ pub(crate) async fn place(
         if !contended {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(2 << round)).await;
+        tokio::time::sleep(std::time::Duration::from_millis(1 << round)).await;
     }
     Err(Error::SkuUnavailable(explain(conn, sku, regions).await?))
 }
