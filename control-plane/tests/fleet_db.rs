@@ -3,10 +3,9 @@
 //! seven postures. Discoveries are the node agent's own answers on the host fixtures
 //! (`node-agent/fixtures/*/expected-discovery.json`).
 
-use std::path::Path;
 use std::time::Duration;
 
-use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput, TaskSpec};
+use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput};
 use control_plane::auth::{Platform, PlatformOperators, PlatformStaff};
 use control_plane::fleet::agent::NodeAgent;
 use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
@@ -14,14 +13,7 @@ use control_plane::{ControlPlane, Error, Naming, NodeId};
 use sqlx::PgPool;
 
 mod support;
-
-fn discovery(fixture: &str) -> Discovery {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../node-agent/fixtures")
-        .join(fixture)
-        .join("expected-discovery.json");
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
+use support::{approve_all, discover, discovery, enrolled, operator};
 
 fn with_wipe(mut d: Discovery, policy: &str) -> Discovery {
     for s in &mut d.proposed_slots {
@@ -149,23 +141,6 @@ fn what_the_database_would_refuse_is_named_before_approval() {
 
 // --- helpers --------------------------------------------------------------------------------
 
-async fn operator(cp: &ControlPlane, email: &str) -> Platform<PlatformOperators> {
-    let id = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, $2, $3, 'operator')")
-        .bind(id)
-        .bind(email)
-        .bind(email)
-        .execute(cp.pool())
-        .await
-        .unwrap();
-    cp.principal(id.into())
-        .await
-        .unwrap()
-        .unwrap()
-        .platform::<PlatformOperators>()
-        .unwrap()
-}
-
 async fn staff(cp: &ControlPlane, ops: &Platform<PlatformOperators>) -> Platform<PlatformStaff> {
     cp.principal(ops.principal().user_id)
         .await
@@ -186,58 +161,6 @@ fn hgx_node(hostname: &str) -> NewNode {
 }
 
 /// Enrols `hostname`, exchanges the token, heartbeats and returns the agent.
-async fn enrolled(
-    cp: &ControlPlane,
-    ops: &Platform<PlatformOperators>,
-    node: NewNode,
-) -> (NodeId, NodeAgent) {
-    let e = cp.enrol_node(ops, &node, None).await.unwrap();
-    let cred = cp
-        .exchange_bootstrap_token(&e.bootstrap_token, &node.hostname, "0.1.0")
-        .await
-        .unwrap();
-    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
-    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
-        .await
-        .unwrap();
-    (e.node_id, agent)
-}
-
-/// Claims the queued discovery (or queues one) and answers it with `d`; returns the generation.
-async fn discover(
-    cp: &ControlPlane,
-    ops: &Platform<PlatformOperators>,
-    node: NodeId,
-    agent: &NodeAgent,
-    d: &Discovery,
-) -> i32 {
-    let task = match cp.claim_task(agent, Duration::ZERO).await.unwrap() {
-        Some(t) => t,
-        None => {
-            cp.request_discovery(ops, node, None).await.unwrap();
-            cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap()
-        }
-    };
-    assert_eq!(task.1, TaskSpec::TopologyDiscover {});
-    cp.finish_task(
-        agent,
-        task.0,
-        &TaskOutcome::Succeeded {
-            output: TaskOutput::TopologyDiscovered(Box::new(d.clone())),
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap()
-}
-
-fn approve_all(policy: &str) -> SlotMapDecision {
-    SlotMapDecision::Approve {
-        only: None,
-        wipe_policy: Some(policy.into()),
-    }
-}
-
 async fn approved_hgx(
     cp: &ControlPlane,
     ops: &Platform<PlatformOperators>,
