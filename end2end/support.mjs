@@ -58,3 +58,27 @@ export function shot(page, name) {
 export function hydrated(page) {
   return page.waitForSelector('body[data-hydrated="true"]', { timeout: 20_000 });
 }
+
+export const ADMIN_EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
+export const ADMIN_PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
+
+/** Signs in as the platform admin (break-glass); resolves on the admin page. */
+export async function adminSignIn(page) {
+  if (!ADMIN_PASSWORD) throw new Error('PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  await page.goto(`${BASE}/login`);
+  const form = page.locator('#break-glass-form');
+  await form.getByLabel('Email').fill(ADMIN_EMAIL);
+  await form.getByLabel('Password').fill(ADMIN_PASSWORD);
+  await form.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(`${BASE}/admin`);
+}
+
+/** Reloads a node's page until the agent's discovery shows as a proposal (up to 30 s). */
+export async function waitForProposal(page, nodeUrl) {
+  const status = page.locator('[data-testid="proposal-status"]');
+  for (let i = 0; i < 60 && !(await status.count()); i++) {
+    await page.waitForTimeout(500);
+    await page.goto(nodeUrl);
+  }
+  return status;
+}

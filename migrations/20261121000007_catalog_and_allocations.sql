@@ -91,7 +91,7 @@ CREATE TABLE allocations (
     -- lifecycle as the control plane drives it.
     desired_state        text NOT NULL DEFAULT 'running' CHECK (desired_state IN ('running', 'released')),
     observed_state       text NOT NULL DEFAULT 'absent'
-                         CHECK (observed_state IN ('absent', 'provisioning', 'running', 'stopping', 'lost')),
+                         CHECK (observed_state IN ('absent', 'provisioning', 'running', 'lost')),
     state                text NOT NULL CHECK (state IN (
         'requested', 'placed', 'provisioning', 'running', 'releasing', 'cleaning', 'released')),
     failure              text CHECK (length(failure) <= 2000),

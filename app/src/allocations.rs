@@ -93,14 +93,14 @@ async fn launchable_projects(
     cp: &control_plane::ControlPlane,
     principal: &control_plane::auth::Principal,
 ) -> Result<Vec<(String, String)>, AppError> {
-    use control_plane::tenancy::{ProjectRole, TenantMembers};
+    use control_plane::tenancy::{ProjectOperators, ProjectRequirement, TenantMembers};
     let (tenant, _) = crate::server::home_tenant(cp, principal).await?;
     let who = cp.tenant_access::<TenantMembers>(principal, tenant).await?;
     Ok(cp
         .list_projects(&who)
         .await?
         .into_iter()
-        .filter(|p| matches!(p.my_role, ProjectRole::Admin | ProjectRole::Operator))
+        .filter(|p| ProjectOperators::ROLES.contains(&p.my_role))
         .map(|p| (p.id.to_string(), p.display_name))
         .collect())
 }
@@ -110,14 +110,14 @@ pub async fn get_launch_form(sku: Option<String>) -> Result<LaunchForm, AppError
     let (cp, principal) = crate::server::signed_in().await?;
     let projects = launchable_projects(&cp, &principal).await?;
     let skus = cp
-        .catalog()
+        .active_skus()
         .await?
         .into_iter()
-        .map(|e| {
+        .map(|sku| {
             (
-                e.sku.name.clone(),
-                format!("{} — {} per hour", e.sku.display_name, e.sku.price),
-                e.sku.regions,
+                sku.name.clone(),
+                format!("{} — {} per hour", sku.display_name, sku.price),
+                sku.regions,
             )
         })
         .collect();
@@ -162,12 +162,7 @@ pub async fn launch_allocation(
         idempotency_key,
     };
     let launched = cp
-        .launch(
-            &who,
-            principal.user_id,
-            &req,
-            Some(&crate::error::request_id()),
-        )
+        .launch(&who, &req, Some(&crate::error::request_id()))
         .await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
     Ok(())
@@ -318,19 +313,12 @@ pub async fn release_allocation(id: String) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let id: control_plane::AllocationId = id.parse().map_err(|_| AppError::NotFound)?;
-    // Seeing it first: another tenant's id is "not found", a viewer is "forbidden".
-    let d = cp.allocation(&principal, id).await?;
-    let project = d.project_id;
+    // Another tenant's id is "not found", a viewer is "forbidden".
     let who = cp
-        .project_access::<ProjectOperators>(&principal, project)
+        .allocation_access::<ProjectOperators>(&principal, id)
         .await?;
-    cp.release_allocation(
-        &who,
-        principal.user_id,
-        id,
-        Some(&crate::error::request_id()),
-    )
-    .await?;
+    cp.release_allocation(&who, id, Some(&crate::error::request_id()))
+        .await?;
     Ok(())
 }
 

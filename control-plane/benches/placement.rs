@@ -63,11 +63,14 @@ struct Tally {
 }
 
 impl Tally {
-    fn merge(&mut self, o: Tally) {
-        if self.placed.is_empty() {
-            self.placed = vec![vec![]; MIX.len()];
-            self.unavailable = vec![vec![]; MIX.len()];
+    fn new() -> Self {
+        Tally {
+            placed: vec![vec![]; MIX.len()],
+            unavailable: vec![vec![]; MIX.len()],
+            ..Tally::default()
         }
+    }
+    fn merge(&mut self, o: Tally) {
         for (i, v) in o.placed.into_iter().enumerate() {
             self.placed[i].extend(v);
         }
@@ -92,11 +95,7 @@ async fn client(
     phase: &'static str,
     until: Instant,
 ) -> Tally {
-    let mut t = Tally {
-        placed: vec![vec![]; MIX.len()],
-        unavailable: vec![vec![]; MIX.len()],
-        ..Tally::default()
-    };
+    let mut t = Tally::new();
     let total: u32 = MIX.iter().map(|m| m.1).sum();
     let mut seed = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut next = move || {
@@ -130,7 +129,7 @@ async fn client(
             idempotency_key: format!("bench-{phase}-{me}-{n}"),
         };
         let started = Instant::now();
-        match cp.launch(&who, ALICE, &req, None).await {
+        match cp.launch(&who, &req, None).await {
             Ok(l) => {
                 t.placed[which].push(started.elapsed());
                 mine.push(l.id);
@@ -142,7 +141,7 @@ async fn client(
         if next() % 2 == 0
             && let Some(id) = mine.pop()
         {
-            match cp.release_allocation(&who, ALICE, id, None).await {
+            match cp.release_allocation(&who, id, None).await {
                 Ok(()) => t.released += 1,
                 Err(e) => t.errors.push(e.to_string()),
             }
@@ -163,7 +162,7 @@ async fn phase(
     let tasks: Vec<_> = (0..clients)
         .map(|i| tokio::spawn(client(cp.clone(), who.clone(), i, name, until)))
         .collect();
-    let mut all = Tally::default();
+    let mut all = Tally::new();
     for task in tasks {
         all.merge(task.await.expect("a client panicked"));
     }
@@ -394,7 +393,7 @@ async fn main() {
     );
 
     // The catalog's availability query, as the catalog runs it, per SKU.
-    let skus = cp.skus_for_bench().await.expect("skus");
+    let skus = cp.active_skus().await.expect("skus");
     let mut lat = Vec::new();
     for _ in 0..200 {
         for sku in &skus {

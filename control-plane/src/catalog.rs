@@ -297,7 +297,7 @@ impl TryFrom<SkuRow> for Sku {
     }
 }
 
-/// One SKU by id or name, with a row lock when `lock`.
+/// One SKU by name.
 pub(crate) async fn sku_by_name(conn: &mut sqlx::PgConnection, name: &str) -> Result<Sku> {
     sqlx::query_as!(
         SkuRow,
@@ -488,9 +488,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Every active SKU (the placement benchmark measures [`ControlPlane::availability_of`]
-    /// on them).
-    pub async fn skus_for_bench(&self) -> Result<Vec<Sku>> {
+    /// The SKUs for sale, for anyone (the launch form lists them).
+    pub async fn active_skus(&self) -> Result<Vec<Sku>> {
         self.all_skus(true).await
     }
 

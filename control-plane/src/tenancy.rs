@@ -131,6 +131,10 @@ impl<R: ProjectRequirement> Project<R> {
     pub fn id(&self) -> ProjectId {
         self.project
     }
+    /// Who holds the role (for attribution).
+    pub fn user(&self) -> UserId {
+        self.user
+    }
     pub fn tenant(&self) -> TenantId {
         self.tenant
     }

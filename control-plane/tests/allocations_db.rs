@@ -14,7 +14,7 @@ use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX_DEFAULT};
 use control_plane::fleet::agent::NodeAgent;
 use control_plane::policy::{PolicyKey, PolicyValue, Scope};
 use control_plane::tenancy::{Project, ProjectOperators};
-use control_plane::{AgentTaskId, AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
+use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
@@ -79,11 +79,10 @@ async fn hgx(
 async fn launch(
     cp: &ControlPlane,
     who: &Project<ProjectOperators>,
-    user: UserId,
     sku: &str,
     name: &str,
 ) -> Result<AllocationId, Error> {
-    cp.launch(who, user, &request(sku, name), None)
+    cp.launch(who, &request(sku, name), None)
         .await
         .map(|l| l.id)
 }
@@ -223,7 +222,7 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(availability(&cp, "h100.2x").await, 4);
     assert_eq!(availability(&cp, "h100.8x").await, 1);
 
-    let id = launch(&cp, &bob, BOB, "h100.2x", "train-1").await.unwrap();
+    let id = launch(&cp, &bob, "h100.2x", "train-1").await.unwrap();
     assert_eq!(state(&cp, id).await.0, "placed");
     assert_eq!(
         slot_indexes(&cp, id).await,
@@ -265,8 +264,8 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(detail.phases.len(), PROVISION.len());
 
     // Release: twice is the same as once.
-    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
-    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
+    cp.release_allocation(&bob, id, None).await.unwrap();
+    cp.release_allocation(&bob, id, None).await.unwrap();
     assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 1);
     let (task, spec) = cp
         .claim_task(&agent, Duration::ZERO)
@@ -318,7 +317,7 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
 
     // Another tenant gets the same slots.
     let carol = member(&cp, CAROL, GLOBEX_DEFAULT).await;
-    let next = launch(&cp, &carol, CAROL, "h100.2x", "eval").await.unwrap();
+    let next = launch(&cp, &carol, "h100.2x", "eval").await.unwrap();
     assert_eq!(slot_indexes(&cp, next).await, vec![0, 2]);
     assert_eq!(double_bookings(&cp).await, 0);
 }
@@ -329,8 +328,8 @@ async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let req = request("h100.1x", "notebook");
-    let first = cp.launch(&bob, BOB, &req, None).await.unwrap();
-    let again = cp.launch(&bob, BOB, &req, None).await.unwrap();
+    let first = cp.launch(&bob, &req, None).await.unwrap();
+    let again = cp.launch(&bob, &req, None).await.unwrap();
     assert_eq!(
         again,
         Launched {
@@ -341,9 +340,9 @@ async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
     // Concurrent repeats of a new key: still one.
     let req2 = request("h100.1x", "notebook-2");
     let (a, b, c) = tokio::join!(
-        cp.launch(&bob, BOB, &req2, None),
-        cp.launch(&bob, BOB, &req2, None),
-        cp.launch(&bob, BOB, &req2, None)
+        cp.launch(&bob, &req2, None),
+        cp.launch(&bob, &req2, None),
+        cp.launch(&bob, &req2, None)
     );
     let ids = [a.unwrap().id, b.unwrap().id, c.unwrap().id];
     assert!(ids.iter().all(|i| *i == ids[0]));
@@ -363,7 +362,7 @@ async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
         name: "other".into(),
         ..req.clone()
     };
-    let err = cp.launch(&bob, BOB, &other, None).await.unwrap_err();
+    let err = cp.launch(&bob, &other, None).await.unwrap_err();
     assert!(
         err.to_string().contains("different launch request"),
         "{err}"
@@ -380,36 +379,27 @@ async fn bad_input_is_named_and_nothing_is_reserved(pool: PgPool) {
         other => panic!("{other}"),
     };
     let mut r = request("h100.1x", "Bad Name");
-    assert_eq!(
-        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
-        "name"
-    );
+    assert_eq!(field(cp.launch(&bob, &r, None).await.unwrap_err()), "name");
     r = request("h100.1x", "ok");
     r.ssh_public_key = "ssh-rsa AAAA".into();
     assert_eq!(
-        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        field(cp.launch(&bob, &r, None).await.unwrap_err()),
         "ssh_public_key"
     );
     r = request("a100.1x", "ok");
-    assert_eq!(
-        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
-        "sku"
-    );
+    assert_eq!(field(cp.launch(&bob, &r, None).await.unwrap_err()), "sku");
     r = request("h100.1x", "ok");
     r.region = "ap-south-1".into();
     assert_eq!(
-        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
+        field(cp.launch(&bob, &r, None).await.unwrap_err()),
         "region"
     );
     r = request("h100.1x", "ok");
     r.image = "windows".into();
+    assert_eq!(field(cp.launch(&bob, &r, None).await.unwrap_err()), "image");
+    launch(&cp, &bob, "h100.1x", "ok").await.unwrap();
     assert_eq!(
-        field(cp.launch(&bob, BOB, &r, None).await.unwrap_err()),
-        "image"
-    );
-    launch(&cp, &bob, BOB, "h100.1x", "ok").await.unwrap();
-    assert_eq!(
-        field(launch(&cp, &bob, BOB, "h100.1x", "ok").await.unwrap_err()),
+        field(launch(&cp, &bob, "h100.1x", "ok").await.unwrap_err()),
         "name"
     );
     let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM resource_claims")
@@ -440,7 +430,7 @@ async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
     )
     .await
     .unwrap();
-    let err = launch(&cp, &bob, BOB, "h100.4x", "big").await.unwrap_err();
+    let err = launch(&cp, &bob, "h100.4x", "big").await.unwrap_err();
     assert!(matches!(err, Error::PolicyDenied(_)), "{err}");
     assert!(
         err.to_string().contains(
@@ -457,14 +447,14 @@ async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
     )
     .await
     .unwrap();
-    launch(&cp, &bob, BOB, "h100.2x", "a").await.unwrap();
-    let err = launch(&cp, &bob, BOB, "h100.2x", "b").await.unwrap_err();
+    launch(&cp, &bob, "h100.2x", "a").await.unwrap();
+    let err = launch(&cp, &bob, "h100.2x", "b").await.unwrap_err();
     assert!(
         err.to_string()
             .contains("allows 3 GPUs in use in this organization; 2 are in use"),
         "{err}"
     );
-    launch(&cp, &bob, BOB, "h100.1x", "c").await.unwrap();
+    launch(&cp, &bob, "h100.1x", "c").await.unwrap();
 
     let project_scope: Scope = cp
         .policy_scope(
@@ -490,7 +480,7 @@ async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
     )
     .await
     .unwrap();
-    let err = launch(&cp, &bob, BOB, "h100.2x", "d").await.unwrap_err();
+    let err = launch(&cp, &bob, "h100.2x", "d").await.unwrap_err();
     assert!(
         err.to_string()
             .contains("monthly_budget (set at project level) is 5.00 USD"),
@@ -507,7 +497,7 @@ async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
     cp.set_policy(&project_scope, PolicyKey::MonthlyBudget, None, None)
         .await
         .unwrap();
-    let err = launch(&cp, &bob, BOB, "h100.1x", "e").await.unwrap_err();
+    let err = launch(&cp, &bob, "h100.1x", "e").await.unwrap_err();
     // us-east-1 is allowed and sold, but has no node: placement says so.
     assert!(
         err.to_string()
@@ -527,16 +517,14 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(po
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
     let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let slice = launch(&cp, &bob, BOB, "h100.1x", "one").await.unwrap();
+    let slice = launch(&cp, &bob, "h100.1x", "one").await.unwrap();
     let on: NodeId = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
         .bind(slice.0)
         .fetch_one(cp.pool())
         .await
         .map(NodeId)
         .unwrap();
-    let metal = launch(&cp, &bob, BOB, "h100.8x.metal", "metal")
-        .await
-        .unwrap();
+    let metal = launch(&cp, &bob, "h100.8x.metal", "metal").await.unwrap();
     let metal_on: NodeId = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
         .bind(metal.0)
         .fetch_one(cp.pool())
@@ -547,7 +535,7 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(po
     assert!([a, b].contains(&metal_on));
     // Every slot of the metal node is blocked for slices; the other node has 7 free.
     assert_eq!(availability(&cp, "h100.1x").await, 7);
-    let err = launch(&cp, &bob, BOB, "h100.8x.metal", "metal-2")
+    let err = launch(&cp, &bob, "h100.8x.metal", "metal-2")
         .await
         .unwrap_err();
     assert!(
@@ -555,13 +543,11 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(po
             .contains("of 2 node(s) with this GPU: 2 partly in use or waiting for cleanup"),
         "{err}"
     );
-    let err = launch(&cp, &bob, BOB, "h100.8x", "eight")
-        .await
-        .unwrap_err();
+    let err = launch(&cp, &bob, "h100.8x", "eight").await.unwrap_err();
+    // One node has 7 free GPUs (the slice), the other none (bare metal).
     assert!(
         err.to_string()
-            .contains("with 8 free GPUs but no free NVLink partition")
-            || err.to_string().contains("full"),
+            .contains("of 2 node(s) with this GPU: 2 with fewer than 8 free GPUs"),
         "{err}"
     );
     assert!(
@@ -600,16 +586,17 @@ async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_coun
         1,
         "only c's second half"
     );
-    let err = launch(&cp, &bob, BOB, "h100.8x", "eight")
-        .await
-        .unwrap_err();
+    let err = launch(&cp, &bob, "h100.8x", "eight").await.unwrap_err();
     let m = err.to_string();
-    assert!(m.contains("of 3 node(s) with this GPU: 1 draining, 1 without a recent heartbeat or unhealthy, 1 with 8 free GPUs") || m.contains("1 full"), "{m}");
+    assert!(
+        m.contains("of 3 node(s) with this GPU: 1 draining, 1 without a recent heartbeat or unhealthy, 1 with fewer than 8 free GPUs"),
+        "{m}"
+    );
     assert!(
         m.contains("1 draining") && m.contains("1 without a recent heartbeat"),
         "{m}"
     );
-    let four = launch(&cp, &bob, BOB, "h100.4x", "four").await.unwrap();
+    let four = launch(&cp, &bob, "h100.4x", "four").await.unwrap();
     assert_eq!(slot_indexes(&cp, four).await, vec![4, 5, 6, 7]);
     // The dry run answers where and why without reserving.
     let plan = cp.placement_dry_run(&ops, "h100.2x", None).await.unwrap();
@@ -631,7 +618,7 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     // Fill 19 of 24 slots.
     for i in 0..19 {
-        launch(&cp, &bob, BOB, "h100.1x", &format!("fill-{i}"))
+        launch(&cp, &bob, "h100.1x", &format!("fill-{i}"))
             .await
             .unwrap();
     }
@@ -642,7 +629,7 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
         let cp = cp.clone();
         let bob = bob.clone();
         tasks.push(tokio::spawn(async move {
-            launch(&cp, &bob, BOB, "h100.1x", &format!("race-{i}")).await
+            launch(&cp, &bob, "h100.1x", &format!("race-{i}")).await
         }));
     }
     let mut ok = 0;
@@ -664,7 +651,7 @@ async fn running(
     agent: &NodeAgent,
     name: &str,
 ) -> AllocationId {
-    let id = launch(cp, bob, BOB, "h100.2x", name).await.unwrap();
+    let id = launch(cp, bob, "h100.2x", name).await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     answer(cp, agent, PROVISION, provisioned).await;
     id
@@ -675,7 +662,7 @@ async fn a_failed_provision_is_cleaned_like_a_release(pool: PgPool) {
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let id = launch(&cp, &bob, BOB, "h100.2x", "doomed").await.unwrap();
+    let id = launch(&cp, &bob, "h100.2x", "doomed").await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     answer(&cp, &agent, &["validate_plan"], |_| TaskOutcome::Failed {
         error: "qemu-img: image not found".into(),
@@ -700,11 +687,11 @@ async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clea
     pool: PgPool,
 ) {
     let (cp, ops) = setup(pool).await;
-    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
 
     let a = running(&cp, &bob, &agent, "a").await;
-    cp.release_allocation(&bob, BOB, a, None).await.unwrap();
+    cp.release_allocation(&bob, a, None).await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     answer(&cp, &agent, &["stop_vm", "wipe_nvme"], |_| {
         TaskOutcome::Failed {
@@ -729,7 +716,7 @@ async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clea
 
     // A proof signed with the wrong credential is refused the same way.
     let b = running(&cp, &bob, &agent, "b").await;
-    cp.release_allocation(&bob, BOB, b, None).await.unwrap();
+    cp.release_allocation(&bob, b, None).await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     answer(&cp, &agent, RELEASE, |s| {
         proof(node, "gpn_not_the_credential", s)
@@ -754,7 +741,6 @@ async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clea
     assert_eq!(posture, "cleanup_blocked");
     // Blocked slots are never placed on; the other 4 still are.
     assert_eq!(availability(&cp, "h100.2x").await, 2);
-    let _ = credential;
 
     let blocked: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM node_resource_slots WHERE node_id = $1 AND cleanup_state = 'blocked' ORDER BY slot_index")
         .bind(node.0)
@@ -798,7 +784,7 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
     let (cp, ops) = setup(pool).await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let id = launch(&cp, &bob, BOB, "h100.2x", "lost").await.unwrap();
+    let id = launch(&cp, &bob, "h100.2x", "lost").await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     let (task, _) = cp
         .claim_task(&agent, Duration::ZERO)
@@ -833,7 +819,6 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
             .await
             .unwrap();
     assert_eq!(claims, 0, "no slot leaks");
-    let _: AgentTaskId = task;
 }
 
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]
@@ -841,9 +826,9 @@ async fn releasing_before_the_agent_starts_cancels_the_provision(pool: PgPool) {
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let id = launch(&cp, &bob, BOB, "h100.2x", "quick").await.unwrap();
+    let id = launch(&cp, &bob, "h100.2x", "quick").await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
-    cp.release_allocation(&bob, BOB, id, None).await.unwrap();
+    cp.release_allocation(&bob, id, None).await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
     // The only task the agent gets is the release.
     let spec = answer(&cp, &agent, RELEASE, |s| proof(node, &credential, s)).await;
@@ -855,4 +840,51 @@ async fn releasing_before_the_agent_starts_cancels_the_provision(pool: PgPool) {
             .unwrap()
             .is_none()
     );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let scope = cp
+        .policy_scope(
+            &alice,
+            control_plane::policy::Target::Project(ACME_RESEARCH),
+        )
+        .await
+        .unwrap();
+    cp.set_policy(
+        &scope,
+        PolicyKey::MaxAllocationLifetimeHours,
+        Some(PolicyValue::MaxAllocationLifetimeHours(2)),
+        None,
+    )
+    .await
+    .unwrap();
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = running(&cp, &bob, &agent, "short").await;
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let expires = cp.allocation(&principal, id).await.unwrap().expires_at;
+    assert!(expires.is_some(), "the lifetime policy sets an expiry");
+    assert_eq!(cp.reap_allocations().await.unwrap(), 0, "not expired yet");
+    sqlx::query("UPDATE allocations SET expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(id.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(cp.reap_allocations().await.unwrap(), 1);
+    assert_eq!(
+        state(&cp, id).await,
+        ("releasing".into(), "released".into(), "running".into())
+    );
+    cp.dispatch_outbox(10).await.unwrap();
+    answer(&cp, &agent, RELEASE, |s| proof(node, &credential, s)).await;
+    assert_eq!(state(&cp, id).await.0, "released");
+    let expired: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'allocation.expire'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(expired, 1);
 }

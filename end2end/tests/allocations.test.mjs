@@ -9,11 +9,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, openBrowser, shot, hydrated, waitForProposal } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
-const EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
-const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
 const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
 const RUN = Date.now().toString(36);
 const HOST = `gpu-l40s-${RUN}`;
@@ -23,12 +21,7 @@ async function approvedNode(state) {
   const b = await openBrowser();
   try {
     const { page } = b;
-    await page.goto(`${BASE}/login`);
-    const form = page.locator('#break-glass-form');
-    await form.getByLabel('Email').fill(EMAIL);
-    await form.getByLabel('Password').fill(PASSWORD);
-    await form.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL(`${BASE}/admin`);
+    await adminSignIn(page);
     await page.goto(`${BASE}/fleet`);
     await hydrated(page);
     const enrol = page.locator('section[aria-labelledby="enrol"]');
@@ -49,11 +42,8 @@ async function approvedNode(state) {
     await enrol.getByRole('link', { name: HOST }).click();
     await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
     const nodeUrl = page.url();
-    const status = page.locator('[data-testid="proposal-status"]');
-    for (let i = 0; i < 60 && !(await status.count()); i++) {
-      await page.waitForTimeout(500);
-      await page.goto(nodeUrl);
-    }
+    const status = await waitForProposal(page, nodeUrl);
+    assert.equal(await status.innerText(), 'pending');
     await hydrated(page);
     const approve = page.locator('[data-testid="proposal"] .decision form').first();
     await approve.getByLabel('Destructive wipe policy').selectOption('zero-fill');
@@ -83,7 +73,7 @@ async function waitForState(page, want, seconds = 40) {
 }
 
 test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; carol then gets those slots', async () => {
-  assert.ok(PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  assert.ok(ADMIN_PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
   const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
   let agent = null;
   try {

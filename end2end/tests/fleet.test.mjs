@@ -7,27 +7,20 @@ import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, openBrowser, shot, hydrated, waitForProposal } from '../support.mjs';
 
-const EMAIL = process.env.PORTAL_ADMIN_EMAIL ?? 'admin@platform.example';
-const PASSWORD = process.env.PORTAL_ADMIN_PASSWORD;
 const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
 const FIXTURE = 'node-agent/fixtures/hgx-h100-8x';
 const HOST = `gpu-hgx-${Date.now().toString(36)}`;
 
 test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 schedulable slots', async () => {
-  assert.ok(PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
+  assert.ok(ADMIN_PASSWORD, 'PORTAL_ADMIN_PASSWORD must be set (cargo xtask test does this)');
   const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
   const b = await openBrowser();
   let agent = null;
   try {
     const { page } = b;
-    await page.goto(`${BASE}/login`);
-    const form = page.locator('#break-glass-form');
-    await form.getByLabel('Email').fill(EMAIL);
-    await form.getByLabel('Password').fill(PASSWORD);
-    await form.getByRole('button', { name: 'Sign in' }).click();
-    await page.waitForURL(`${BASE}/admin`);
+    await adminSignIn(page);
 
     await page.goto(`${BASE}/fleet`);
     await hydrated(page);
@@ -71,11 +64,7 @@ test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 sched
     await enrol.getByRole('link', { name: HOST }).click();
     await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
     const nodeUrl = page.url();
-    const status = page.locator('[data-testid="proposal-status"]');
-    for (let i = 0; i < 60 && !(await status.count()); i++) {
-      await page.waitForTimeout(500);
-      await page.goto(nodeUrl);
-    }
+    const status = await waitForProposal(page, nodeUrl);
     assert.equal(await status.innerText(), 'pending');
     await hydrated(page);
     const proposal = page.locator('[data-testid="proposal"]');

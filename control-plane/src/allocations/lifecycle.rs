@@ -252,6 +252,28 @@ fn verify_proof(
         .map_err(|_| "the signature does not verify with the node's credential".to_string())
 }
 
+/// Ends the allocation's active claims; the trigger `resource_claims_release_cleans` sends
+/// their slots to `cleaning`.
+async fn end_claims(conn: &mut PgConnection, id: AllocationId) -> Result<()> {
+    sqlx::query!(
+        "UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1 AND released_at IS NULL",
+        id as AllocationId
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// The allocation's state, locked, if nobody else holds it (a replica's reaper skips it).
+async fn lock_state(conn: &mut PgConnection, id: AllocationId) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
+        id as AllocationId
+    )
+    .fetch_optional(conn)
+    .await?)
+}
+
 /// Releases the allocation's claims and ends it; its slots are blocked with `reason`.
 async fn end_blocked(
     conn: &mut PgConnection,
@@ -259,12 +281,7 @@ async fn end_blocked(
     failure: &str,
     observed: &str,
 ) -> Result<()> {
-    sqlx::query!(
-        "UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1 AND released_at IS NULL",
-        id as AllocationId
-    )
-    .execute(&mut *conn)
-    .await?;
+    end_claims(&mut *conn, id).await?;
     sqlx::query!(
         "UPDATE node_resource_slots s SET cleanup_state = 'blocked', cleanup_detail = $2
          FROM resource_claims c
@@ -389,13 +406,7 @@ pub(crate) async fn task_finished(
                         .execute(&mut *conn)
                         .await?;
                     }
-                    sqlx::query!(
-                        "UPDATE resource_claims SET released_at = now()
-                         WHERE allocation_id = $1 AND released_at IS NULL",
-                        id as AllocationId
-                    )
-                    .execute(&mut *conn)
-                    .await?;
+                    end_claims(&mut *conn, id).await?;
                     sqlx::query!(
                         "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL
                          WHERE id = ANY(SELECT (s ->> 'slot_id')::uuid
@@ -463,13 +474,7 @@ pub(crate) async fn phase_started(
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(id) = moved {
-        sqlx::query!(
-            "UPDATE resource_claims SET released_at = now()
-             WHERE allocation_id = $1 AND released_at IS NULL",
-            id as AllocationId
-        )
-        .execute(&mut *tx)
-        .await?;
+        end_claims(&mut tx, id).await?;
     }
     tx.commit().await?;
     Ok(())
@@ -486,7 +491,7 @@ impl ControlPlane {
         while handled < max {
             let mut tx = self.pool().begin().await?;
             let Some(row) = sqlx::query!(
-                r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId", attempts
+                r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
                    FROM outbox WHERE done_at IS NULL AND available_at <= now()
                    ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#
             )
@@ -542,13 +547,7 @@ impl ControlPlane {
         .await?;
         for a in lost {
             let mut tx = self.pool().begin().await?;
-            let still = sqlx::query_scalar!(
-                "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
-                a.id as AllocationId
-            )
-            .fetch_optional(&mut *tx)
-            .await?;
-            if still.as_deref() != Some("provisioning") {
+            if lock_state(&mut tx, a.id).await?.as_deref() != Some("provisioning") {
                 continue;
             }
             let failure = format!(
@@ -594,12 +593,7 @@ impl ControlPlane {
         .await?;
         for a in expired {
             let mut tx = self.pool().begin().await?;
-            let still = sqlx::query_scalar!(
-                "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
-                a.id as AllocationId
-            )
-            .fetch_optional(&mut *tx)
-            .await?;
+            let still = lock_state(&mut tx, a.id).await?;
             if !matches!(
                 still.as_deref(),
                 Some("placed" | "provisioning" | "running")

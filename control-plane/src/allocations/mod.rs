@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::ids::{AllocationId, ImageId, NodeId, ProjectId, SkuId, TenantId, UserId};
 use crate::placement::{self, Placement, Reserve};
 use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved, resolve_policies_on};
-use crate::tenancy::{Project, ProjectOperators, ProjectViewers};
+use crate::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
 
 /// What a tenant asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,10 +148,14 @@ impl Reserve for Reservation<'_> {
                     ),
                 ));
             }
+            // Unreachable while `launch` holds the key's advisory lock; the index is the
+            // backstop, and its refusal must not read as "try the next node".
             Err(sqlx::Error::Database(e))
                 if e.constraint() == Some("allocations_project_id_idempotency_key_key") =>
             {
-                return Err(Error::Conflict(SAME_KEY_RACE.into()));
+                return Err(Error::Conflict(
+                    "another request with this idempotency key is being placed; retry".into(),
+                ));
             }
             other => other?,
         };
@@ -175,8 +179,6 @@ impl Reserve for Reservation<'_> {
         Ok(())
     }
 }
-
-const SAME_KEY_RACE: &str = "another request with this idempotency key is being placed";
 
 /// The scope a quota or budget counts in: the project when the project level set it, the
 /// whole tenant when the tenant (or global) level did.
@@ -206,69 +208,33 @@ impl ControlPlane {
     pub async fn launch(
         &self,
         who: &Project<ProjectOperators>,
-        user: UserId,
         req: &LaunchRequest,
         request_id: Option<&str>,
     ) -> Result<Launched> {
         let requested_at = OffsetDateTime::now_utc();
+        let user = who.user();
         let name = check_name(&req.name)?;
+        let name = name.as_str();
         let key = check_idempotency_key(&req.idempotency_key)?;
         let ssh_public_key = validate_ssh_key(&req.ssh_public_key)?;
+        let ssh_public_key = ssh_public_key.as_str();
         let region = req.region.trim().to_ascii_lowercase();
+        let region = region.as_str();
         let fingerprint = {
             let mut h = Sha256::new();
             for part in [
                 req.sku.trim(),
-                &region,
+                region,
                 req.image.trim(),
-                &ssh_public_key,
-                &name,
+                ssh_public_key,
+                name,
             ] {
                 h.update(part.as_bytes());
                 h.update([0]);
             }
             format!("{:x}", h.finalize())
         };
-        match self
-            .launch_once(
-                who,
-                user,
-                req,
-                &name,
-                key,
-                &ssh_public_key,
-                &region,
-                &fingerprint,
-                requested_at,
-                request_id,
-            )
-            .await
-        {
-            Err(Error::Conflict(m)) if m == SAME_KEY_RACE => {
-                // The other request won; answer with its allocation.
-                let mut conn = self.pool().acquire().await?;
-                existing(&mut conn, who.id(), key, &fingerprint)
-                    .await?
-                    .ok_or_else(|| Error::Corrupt("idempotency key lost its allocation".into()))
-            }
-            other => other,
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn launch_once(
-        &self,
-        who: &Project<ProjectOperators>,
-        user: UserId,
-        req: &LaunchRequest,
-        name: &str,
-        key: &str,
-        ssh_public_key: &str,
-        region: &str,
-        fingerprint: &str,
-        requested_at: OffsetDateTime,
-        request_id: Option<&str>,
-    ) -> Result<Launched> {
+        let fingerprint = fingerprint.as_str();
         let mut tx = self.pool().begin().await?;
         // Requests with the same key wait for each other here, so the second sees the first.
         sqlx::query!(
@@ -503,10 +469,10 @@ impl ControlPlane {
     pub async fn release_allocation(
         &self,
         who: &Project<ProjectOperators>,
-        user: UserId,
         id: AllocationId,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let user = who.user();
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
             "SELECT state, region FROM allocations WHERE id = $1 AND project_id = $2 FOR UPDATE",
@@ -590,12 +556,13 @@ impl ControlPlane {
             .collect())
     }
 
-    /// One allocation, for the detail page. Viewers of its project only.
-    pub async fn allocation(
+    /// The caller's proof of role `R` in the project that owns allocation `id`. Outside it,
+    /// "not found" (like an unknown id); a weaker role there, "forbidden".
+    pub async fn allocation_access<R: ProjectRequirement>(
         &self,
         principal: &crate::auth::Principal,
         id: AllocationId,
-    ) -> Result<AllocationDetail> {
+    ) -> Result<Project<R>> {
         let project = sqlx::query_scalar!(
             r#"SELECT project_id AS "p: ProjectId" FROM allocations WHERE id = $1"#,
             id as AllocationId
@@ -603,11 +570,20 @@ impl ControlPlane {
         .fetch_optional(self.pool())
         .await?
         .ok_or(Error::NotFound { what: "allocation" })?;
+        self.project_access::<R>(principal, project).await
+    }
+
+    /// One allocation, for the detail page. Viewers of its project only.
+    pub async fn allocation(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<AllocationDetail> {
         let who = self
-            .project_access::<ProjectViewers>(principal, project)
+            .allocation_access::<ProjectViewers>(principal, id)
             .await?;
         let can_release = self
-            .project_access::<ProjectOperators>(principal, project)
+            .project_access::<ProjectOperators>(principal, who.id())
             .await
             .is_ok();
         lifecycle::detail(self, &who, id, can_release).await

@@ -178,7 +178,8 @@ impl NodeView {
         })
     }
 
-    fn index_of(&self, id: SlotId) -> i32 {
+    /// The slot index of a free slot.
+    pub fn index_of(&self, id: SlotId) -> i32 {
         self.free
             .iter()
             .find(|s| s.id == id)

@@ -289,17 +289,7 @@ async fn plan_on(
         Shape::GpuSlice => {
             let view = node_view(&mut *conn, candidate.node_id, &sku.gpu_model).await?;
             view.choose(sku.gpu_count as usize).map(|c| {
-                let indexes = c
-                    .slots
-                    .iter()
-                    .map(|id| {
-                        view.free
-                            .iter()
-                            .find(|s| s.id == *id)
-                            .map(|s| s.index)
-                            .unwrap_or(-1)
-                    })
-                    .collect();
+                let indexes = c.slots.iter().map(|id| view.index_of(*id)).collect();
                 base(
                     c.slots,
                     indexes,
@@ -335,7 +325,7 @@ pub(crate) async fn explain(
                                               OR b.min_nvme_bytes < $8) THEN 'too_small'
                    WHEN $5 = 'gpu_slice' AND b.free_blocks = 0 AND b.free_slots >= $2
                        THEN 'fragmented'
-                   WHEN $5 = 'gpu_slice' AND b.free_blocks = 0 THEN 'full'
+                   WHEN $5 = 'gpu_slice' AND b.free_blocks = 0 THEN 'too_few_free'
                    ELSE 'fits'
                END AS reason
                FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
@@ -407,11 +397,14 @@ pub(crate) async fn explain(
     say(
         count("fragmented"),
         format!(
-            "with {} free GPUs but no free NVLink partition of {}",
+            "with at least {} free GPUs but no free NVLink partition of {}",
             sku.gpu_count, sku.gpu_count
         ),
     );
-    say(count("full"), "full".into());
+    say(
+        count("too_few_free"),
+        format!("with fewer than {} free GPUs", sku.gpu_count),
+    );
     let mut text = if in_scope == 0 {
         format!(
             "no node in {} has {} GPUs",
