@@ -12,10 +12,12 @@
 //! | `POST /agent/v1/tasks/claim` | [`ClaimRequest`] (long-poll) | [`ClaimResponse`] |
 //! | `POST /agent/v1/tasks/{task_id}/phases` | [`PhaseReport`] | 204 |
 //! | `POST /agent/v1/tasks/{task_id}/result` | [`TaskResult`] | 204 |
+//! | `POST /agent/v1/reconcile` | `{}` | [`ReconcileResponse`] |
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod identity;
 pub mod ranges;
 pub mod topology;
 
@@ -105,6 +107,29 @@ pub struct Health {
 pub struct Heartbeat {
     pub hello: AgentHello,
     pub health: Health,
+    /// What guests reported to the node's telemetry sink since the last heartbeat.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub utilisation: Vec<GpuUtilisation>,
+}
+
+/// One allocation's GPU utilisation, aggregated by the agent from its guest's reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUtilisation {
+    pub allocation_id: String,
+    /// The mean over the window and over the allocation's GPUs, 0–100.
+    pub gpu_util_pct: u8,
+    /// How many guest reports the mean covers.
+    pub samples: u32,
+}
+
+/// What the control plane believes about this node, for an agent that (re)starts or checks a
+/// plan: the approved slots exactly as plans name them, the tasks it claimed and has not
+/// finished, and the allocations that still hold (or are cleaning) its slots.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReconcileResponse {
+    pub approved_slots: Vec<PlannedSlot>,
+    pub running_tasks: Vec<Task>,
+    pub active_allocations: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,7 +198,10 @@ pub struct PlannedSlot {
     pub nvme_namespace: String,
     pub ib_vf_pci_address: String,
     pub cpu_set: String,
+    /// The NUMA node the slot's GPU, CPUs and memory sit on.
+    pub numa_node: u32,
     pub memory_mib: u64,
+    pub nvme_size_bytes: u64,
     pub wipe_policy: String,
     /// `52:54:` + the first 4 bytes of sha256(`{node_id}:{slot_index}`).
     pub mac_address: String,
@@ -218,8 +246,15 @@ pub struct SlotCleanup {
     pub slot_id: String,
     pub nvme_serial: String,
     pub wipe_method: String,
+    /// How long the wipe itself took.
+    pub wipe_ms: u64,
     pub wipe_verified: bool,
+    /// How many blocks the verification read back.
+    pub verified_samples: u32,
     pub gpu_reset: bool,
+    /// The GPU firmware identity seen after the reset (a version, or a digest of its ROM).
+    pub gpu_firmware: String,
+    /// Whether that firmware is the one this host recorded before any tenant had the GPU.
     pub firmware_ok: bool,
 }
 
@@ -237,17 +272,20 @@ impl CleanupProof {
     /// The exact bytes the signature covers: one line per fact, in order.
     pub fn signing_message(&self) -> String {
         let mut m = format!(
-            "gpuaas-cleanup-proof/v1\nallocation {}\nnode {}\n",
+            "gpuaas-cleanup-proof/v2\nallocation {}\nnode {}\n",
             self.allocation_id, self.node_id
         );
         for s in &self.slots {
             m.push_str(&format!(
-                "slot {} nvme {} wipe {} verified {} gpu_reset {} firmware_ok {}\n",
+                "slot {} nvme {} wipe {} wipe_ms {} verified {} samples {} gpu_reset {} firmware {} firmware_ok {}\n",
                 s.slot_id,
                 s.nvme_serial,
                 s.wipe_method,
+                s.wipe_ms,
                 s.wipe_verified,
+                s.verified_samples,
                 s.gpu_reset,
+                s.gpu_firmware,
                 s.firmware_ok
             ));
         }

@@ -288,12 +288,22 @@ pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
                     c.slot_index,
                     c.nvme_serial,
                     c.wipe_method,
-                    format!(
-                        "wipe verified: {}, GPU reset: {}, firmware: {}",
-                        yes(c.wipe_verified),
-                        yes(c.gpu_reset),
-                        if c.firmware_ok { "ok" } else { "NOT ok" }
-                    ),
+                    {
+                        let mut line = format!(
+                            "wipe verified: {}, GPU reset: {}, firmware: {}",
+                            yes(c.wipe_verified),
+                            yes(c.gpu_reset),
+                            if c.firmware_ok { "ok" } else { "NOT ok" }
+                        );
+                        if let (Some(ms), Some(n), Some(fw)) =
+                            (c.wipe_ms, c.verified_samples, c.gpu_firmware)
+                        {
+                            line.push_str(&format!(
+                                " ({fw}); wiped in {ms} ms, {n} blocks read back"
+                            ));
+                        }
+                        line
+                    },
                     c.signature,
                     c.received_at,
                 )

@@ -40,6 +40,18 @@ pub struct ControlPlane {
     naming: Naming,
     /// For identity providers. Never follows redirects (as OpenID Connect requires).
     http: reqwest::Client,
+    wake: std::sync::Arc<Wakeups>,
+}
+
+/// In-process nudges, so that a launch reaches its agent without waiting for a poll. Each
+/// waiter also polls (another replica may have done the work), so a lost nudge costs only
+/// latency.
+#[derive(Debug, Default)]
+pub struct Wakeups {
+    /// An outbox row was committed.
+    pub outbox: tokio::sync::Notify,
+    /// A node task was queued.
+    pub tasks: tokio::sync::Notify,
 }
 
 impl ControlPlane {
@@ -49,7 +61,17 @@ impl ControlPlane {
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .expect("the HTTP client's TLS backend initialises");
-        Self { pool, naming, http }
+        Self {
+            pool,
+            naming,
+            http,
+            wake: Default::default(),
+        }
+    }
+
+    /// The dispatcher and claimers wait on these; see [`Wakeups`].
+    pub fn wakeups(&self) -> &Wakeups {
+        &self.wake
     }
 
     pub(crate) fn http(&self) -> &reqwest::Client {

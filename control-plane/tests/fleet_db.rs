@@ -30,7 +30,7 @@ fn problems(d: &Discovery) -> Vec<String> {
         .collect()
 }
 
-const WIPE_EMPTY: &str = "destructive_wipe_policy is empty; choose one of nvme-format-crypto, nvme-sanitize-block, zero-fill";
+const WIPE_EMPTY: &str = "destructive_wipe_policy is empty; choose one of nvme-format-crypto, nvme-format, nvme-sanitize-block, overwrite-verify";
 
 // --- validation (no database) --------------------------------------------------------------
 
@@ -47,13 +47,13 @@ fn hgx_proposal_lacks_only_the_wipe_policy() {
 
 #[test]
 fn l40s_host_is_valid_once_a_wipe_policy_is_chosen() {
-    let d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    let d = with_wipe(discovery("pcie-l40s-4x"), "overwrite-verify");
     assert_eq!(problems(&d), Vec::<String>::new());
 }
 
 #[test]
 fn missing_ib_vf_is_named_on_its_slot() {
-    let d = with_wipe(discovery("l40s-missing-ib-vf"), "zero-fill");
+    let d = with_wipe(discovery("l40s-missing-ib-vf"), "overwrite-verify");
     assert_eq!(
         problems(&d),
         ["slot 3: fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot"]
@@ -62,7 +62,7 @@ fn missing_ib_vf_is_named_on_its_slot() {
 
 #[test]
 fn shared_iommu_group_is_named_on_its_slot() {
-    let d = with_wipe(discovery("l40s-shared-iommu"), "zero-fill");
+    let d = with_wipe(discovery("l40s-shared-iommu"), "overwrite-verify");
     assert_eq!(
         problems(&d),
         ["slot 1: IOMMU group 31 also holds 0000:62:00.0, which is not part of GPU 0000:61:00.0"]
@@ -92,7 +92,7 @@ fn numa_mismatch_duplicates_and_bad_metadata_are_each_named() {
             "slot 0: storage_ownership is \"shared\"; it must be \"slice\"",
             "slot 0: NVMe 0000:9e:00.0 is on NUMA node 1, the GPU on NUMA node 0",
             "slot 1: PCI address 0000:2c:00.1 (InfiniBand VF) is already used by slot 0 (InfiniBand VF)",
-            "slot 2: destructive_wipe_policy \"rm -rf\" is not a method this agent supports (nvme-format-crypto, nvme-sanitize-block, zero-fill)",
+            "slot 2: destructive_wipe_policy \"rm -rf\" is not a method this agent supports (nvme-format-crypto, nvme-format, nvme-sanitize-block, overwrite-verify)",
             "slot 3: fabric_claim_mode is missing; it must be \"per_slot_vf\"",
             "slot 4: PCI address 0000:9e:00.0 (NVMe) is already used by slot 0 (NVMe)",
         ]
@@ -101,7 +101,7 @@ fn numa_mismatch_duplicates_and_bad_metadata_are_each_named() {
 
 #[test]
 fn what_the_database_would_refuse_is_named_before_approval() {
-    let mut d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    let mut d = with_wipe(discovery("pcie-l40s-4x"), "overwrite-verify");
     d.proposed_slots[0].cpu_set = String::new();
     d.proposed_slots[1].memory_mib = 0;
     d.proposed_slots[2].nvme.as_mut().unwrap().size_bytes = 0;
@@ -115,7 +115,7 @@ fn what_the_database_would_refuse_is_named_before_approval() {
             "slot 3: CPU set has \"1-x\", which is not a CPU or a range",
         ]
     );
-    let mut d = with_wipe(discovery("pcie-l40s-4x"), "zero-fill");
+    let mut d = with_wipe(discovery("pcie-l40s-4x"), "overwrite-verify");
     d.proposed_slots[0].gpu.model = String::new();
     d.proposed_slots[0].nvme.as_mut().unwrap().namespace = "sda".into();
     // A GPU address the host doesn't list is named twice: malformed and not on the bus.
@@ -524,18 +524,18 @@ async fn a_stale_generation_or_a_decided_one_fails_with_a_message(pool: PgPool) 
     let g2 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
     assert_eq!((g1, g2), (1, 2));
     let stale = cp
-        .decide_slot_map(&ops, node, g1, &approve_all("zero-fill"), None)
+        .decide_slot_map(&ops, node, g1, &approve_all("overwrite-verify"), None)
         .await
         .unwrap_err();
     assert_eq!(
         stale.to_string(),
         "slot map generation 1 is stale: generation 2 is the latest. Reload and review it."
     );
-    cp.decide_slot_map(&ops, node, g2, &approve_all("zero-fill"), None)
+    cp.decide_slot_map(&ops, node, g2, &approve_all("overwrite-verify"), None)
         .await
         .unwrap();
     let twice = cp
-        .decide_slot_map(&ops, node, g2, &approve_all("zero-fill"), None)
+        .decide_slot_map(&ops, node, g2, &approve_all("overwrite-verify"), None)
         .await
         .unwrap_err();
     assert_eq!(
@@ -629,7 +629,7 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone(pool: PgPool) {
             g2,
             &SlotMapDecision::Approve {
                 only: Some(vec![2, 3]),
-                wipe_policy: Some("zero-fill".into()),
+                wipe_policy: Some("overwrite-verify".into()),
             },
             None,
         )
@@ -646,7 +646,7 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone(pool: PgPool) {
             g2,
             &SlotMapDecision::Approve {
                 only: Some(vec![0, 1, 2]),
-                wipe_policy: Some("zero-fill".into()),
+                wipe_policy: Some("overwrite-verify".into()),
             },
             None,
         )
@@ -870,6 +870,7 @@ async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health(pool:
         "0.1.0",
         HealthStatus::Degraded,
         Some("GPU 3 XID 79"),
+        &[],
     )
     .await
     .unwrap();
@@ -880,7 +881,7 @@ async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health(pool:
             "the agent reports degraded health: GPU 3 XID 79".into()
         )
     );
-    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None, &[])
         .await
         .unwrap();
     assert_eq!(posture(&cp, node).await.0, "fully_available");

@@ -46,7 +46,7 @@ async function approvedNode(state) {
     assert.equal(await status.innerText(), 'pending');
     await hydrated(page);
     const approve = page.locator('[data-testid="proposal"] .decision form').first();
-    await approve.getByLabel('Destructive wipe policy').selectOption('zero-fill');
+    await approve.getByLabel('Destructive wipe policy').selectOption('overwrite-verify');
     await approve.getByRole('button', { name: 'Approve' }).click();
     await page.locator('[data-testid="proposal-status"]', { hasText: 'approved' }).waitFor();
     // The SKU admin's dry run says where a 2-GPU slice would go, and why.
@@ -136,7 +136,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await waitForState(page, 'released');
       assert.equal(await page.locator('[data-testid="projected-state"]').innerText(), 'released');
       assert.equal(await page.locator('[data-testid="certificate"] tbody tr').count(), 2);
-      assert.match(await page.locator('[data-testid="certificate"]').innerText(), /zero-fill.*wipe verified: yes, GPU reset: yes, firmware: ok/s);
+      assert.match(await page.locator('[data-testid="certificate"]').innerText(), /overwrite-verify.*wipe verified: yes, GPU reset: yes, firmware: ok/s);
       const path = (await page.locator('[data-testid="transitions"] li').allInnerTexts()).map((t) => t.split(' at ')[0]);
       assert.deepEqual(path.slice(4), ['running → releasing', 'releasing → cleaning', 'cleaning → released']);
       await shot(page, 'allocation-cleaned');

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use agent_protocol::{
     API_PREFIX, AgentHello, ApiError, ClaimRequest, ClaimResponse, EnrollRequest, EnrollResponse,
-    Heartbeat, HeartbeatAck, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, TaskResult,
+    Heartbeat, HeartbeatAck, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, ReconcileResponse,
+    TaskResult,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -123,5 +124,9 @@ impl Client {
         self.post::<_, serde_json::Value>(&format!("/tasks/{task_id}/result"), result)
             .await
             .map(|_| ())
+    }
+
+    pub async fn reconcile(&self) -> Result<ReconcileResponse, ClientError> {
+        Self::expect(self.post("/reconcile", &serde_json::json!({})).await?)
     }
 }

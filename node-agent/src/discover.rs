@@ -28,7 +28,12 @@ use crate::tools::Tools;
 const NVIDIA: &str = "0x10de";
 
 /// The wipe methods this agent can carry out (`destructive_wipe_policy` values).
-pub const WIPE_METHODS: &[&str] = &["nvme-format-crypto", "nvme-sanitize-block", "zero-fill"];
+pub const WIPE_METHODS: &[&str] = &[
+    "nvme-format-crypto",
+    "nvme-format",
+    "nvme-sanitize-block",
+    "overwrite-verify",
+];
 
 /// CPUs per NUMA node kept for the host (housekeeping, the agent, interrupts).
 pub const HOST_RESERVED_CPUS_PER_NUMA: usize = 2;

@@ -1,54 +1,119 @@
-//! Where host primitives meet the machine. Two drivers behind one trait: [`HostDriver`] reads
-//! the real host (`/`, and NVIDIA's tools when installed); [`SimulatedDriver`] is a host
-//! described by a topology fixture, with realistic phase timings, so that everything above it
-//! runs for real on machines without GPUs.
+//! Where host primitives meet the machine: the hypervisor, block devices and GPUs. Two
+//! drivers behind one trait. [`LibvirtDriver`] is a real host: libvirt through `virsh`, NVMe
+//! through nvme-cli, GPUs through sysfs. [`SimulatedDriver`] is a host described by a topology
+//! fixture: its "hypervisor" keeps domains as files under the state directory (so that, like
+//! real VMs, they outlive an agent crash), its NVMe namespaces are files, and every phase
+//! takes a realistic, configurable time.
+//!
+//! Everything above this trait (plans, leases, phases, reports, proofs, recovery) is
+//! [`crate::agent`], the same code for both.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use agent_protocol::{
-    Discovery, PhaseReport, PhaseStatus, ProvisionPlan, Provisioned, ReleasePlan, SlotCleanup,
-};
+use agent_protocol::{Discovery, ImageRef, PhaseReport, PhaseStatus, PlannedSlot};
+use sha2::{Digest, Sha256};
 
 use crate::discover;
+use crate::image;
 use crate::tools::{FixtureTools, HostTools, Tools};
+pub use crate::virsh::DomainState;
+use crate::virsh::Virsh;
+use crate::wipe;
 
 pub trait Driver: Send + Sync {
-    /// For logs: `host` or `simulated (hgx-h100-8x)`.
+    /// For logs: `libvirt (qemu:///system)` or `simulated (hgx-h100-8x)`.
     fn describe(&self) -> String;
     /// What the next heartbeat reports.
     fn health(&self) -> agent_protocol::Health;
     /// `slice.topology_discover`; every phase is passed to `report` as it starts and ends.
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String>;
-    /// `slice.vm_provision` (or `baremetal.provision` with `whole_node`).
-    fn provision(
+    /// Every PCI function on the host (a plan naming another is refused).
+    fn pci_addresses(&self) -> Result<Vec<String>, String>;
+    /// Extra time a phase takes (the simulated host's timings; zero on a real one).
+    fn pause(&self, phase: &str) -> Duration;
+
+    /// The image file for `image` on this host.
+    fn image_path(&self, image: &ImageRef) -> Result<PathBuf, String>;
+    /// The block device (or file) backing a slot's NVMe namespace.
+    fn slot_disk(&self, slot: &PlannedSlot) -> Result<PathBuf, String>;
+    /// For file-backed disks: the size to grow the written image to.
+    fn disk_size(&self, slot: &PlannedSlot) -> Option<u64>;
+    /// Opens a slot's disk for wiping (a file-backed one is created if it never was written).
+    fn open_disk(&self, slot: &PlannedSlot) -> Result<fs::File, String>;
+
+    fn define(&self, xml: &Path) -> Result<(), String>;
+    fn domain_state(&self, name: &str) -> Result<Option<DomainState>, String>;
+    fn domains(&self) -> Result<Vec<String>, String>;
+    fn start(&self, name: &str) -> Result<(), String>;
+    fn shutdown(&self, name: &str) -> Result<(), String>;
+    fn destroy(&self, name: &str) -> Result<(), String>;
+    fn undefine(&self, name: &str) -> Result<(), String>;
+    /// Until the guest is reachable at `ip` (or `timeout`).
+    fn wait_guest(&self, name: &str, ip: &str, timeout: Duration) -> Result<(), String>;
+
+    /// A controller wipe (`nvme-format-crypto`, `nvme-format`, `nvme-sanitize-block`).
+    fn controller_wipe(
         &self,
-        plan: &ProvisionPlan,
-        whole_node: bool,
-        report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Provisioned, String>;
-    /// `slice.vm_release` / `baremetal.release`: stop, destroy, wipe, verify, reset. The
-    /// caller signs what this returns.
-    fn release(
-        &self,
-        plan: &ReleasePlan,
-        report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Vec<SlotCleanup>, String>;
+        method: &str,
+        slot: &PlannedSlot,
+        timeout: Duration,
+    ) -> Result<(), String>;
+    fn reset_gpu(&self, pci: &str) -> Result<(), String>;
+    /// The GPU's firmware identity (its option ROM's digest on a real host).
+    fn gpu_firmware(&self, pci: &str) -> Result<String, String>;
 }
 
-/// What the host driver answers until the libvirt driver exists: a clear refusal, so that a
-/// real host never pretends to run a VM.
-const NO_LIBVIRT: &str = "this agent's host driver can't provision yet: the libvirt driver is not built; run a simulated node for now";
+// ---------------------------------------------------------------------------------------------
+// libvirt
 
-/// The real host.
-pub struct HostDriver {
+/// How the libvirt driver decides a guest is up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestReady {
+    /// Its SSH port answers on the slot IP (real hosts).
+    Ssh,
+    /// The domain is running (libvirt's test hypervisor, whose guests have no network).
+    DomainRunning,
+}
+
+/// A real host.
+pub struct LibvirtDriver {
     pub root: PathBuf,
     pub tools: HostTools,
+    pub virsh: Virsh,
+    /// Where namespaces are files instead of `/dev/nvme…` (hosts without NVMe, tests).
+    pub disk_dir: Option<PathBuf>,
+    pub file_disk_bytes: u64,
+    pub guest_ready: GuestReady,
 }
 
-impl Driver for HostDriver {
+impl LibvirtDriver {
+    pub fn new(root: PathBuf, tools: HostTools, uri: &str) -> Self {
+        Self {
+            root,
+            tools,
+            virsh: Virsh::new(uri),
+            disk_dir: None,
+            file_disk_bytes: 64 << 20,
+            guest_ready: GuestReady::Ssh,
+        }
+    }
+
+    fn pci_dir(&self, pci: &str) -> Result<PathBuf, String> {
+        if !pci
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
+            return Err(format!("{pci:?} is not a PCI address"));
+        }
+        Ok(self.root.join("sys/bus/pci/devices").join(pci))
+    }
+}
+
+impl Driver for LibvirtDriver {
     fn describe(&self) -> String {
-        format!("host ({})", self.root.display())
+        format!("libvirt ({}, root {})", self.virsh.uri(), self.root.display())
     }
     fn health(&self) -> agent_protocol::Health {
         discover::host_health(&self.root)
@@ -56,36 +121,182 @@ impl Driver for HostDriver {
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         discover_with_phases(&self.root, &self.tools, Duration::ZERO, report)
     }
-    fn provision(
-        &self,
-        _plan: &ProvisionPlan,
-        _whole_node: bool,
-        _report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Provisioned, String> {
-        Err(NO_LIBVIRT.into())
+    fn pci_addresses(&self) -> Result<Vec<String>, String> {
+        pci_addresses(&self.root, &self.tools)
     }
-    fn release(
+    fn pause(&self, _phase: &str) -> Duration {
+        Duration::ZERO
+    }
+    fn image_path(&self, image: &ImageRef) -> Result<PathBuf, String> {
+        let p = PathBuf::from(&image.source);
+        if !p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+            return Err(format!(
+                "image {}: {:?} is not an absolute path on the host",
+                image.name, image.source
+            ));
+        }
+        Ok(p)
+    }
+    fn slot_disk(&self, slot: &PlannedSlot) -> Result<PathBuf, String> {
+        namespace_ok(&slot.nvme_namespace)?;
+        Ok(match &self.disk_dir {
+            Some(dir) => dir.join(format!("{}.raw", slot.nvme_namespace)),
+            None => PathBuf::from("/dev").join(&slot.nvme_namespace),
+        })
+    }
+    fn disk_size(&self, slot: &PlannedSlot) -> Option<u64> {
+        self.disk_dir
+            .as_ref()
+            .map(|_| self.file_disk_bytes.min(slot.nvme_size_bytes))
+    }
+    fn open_disk(&self, slot: &PlannedSlot) -> Result<fs::File, String> {
+        open_disk(&self.slot_disk(slot)?, self.disk_size(slot))
+    }
+    fn define(&self, xml: &Path) -> Result<(), String> {
+        self.virsh.define(xml)
+    }
+    fn domain_state(&self, name: &str) -> Result<Option<DomainState>, String> {
+        self.virsh.state(name)
+    }
+    fn domains(&self) -> Result<Vec<String>, String> {
+        self.virsh.list()
+    }
+    fn start(&self, name: &str) -> Result<(), String> {
+        self.virsh.start(name)
+    }
+    fn shutdown(&self, name: &str) -> Result<(), String> {
+        self.virsh.shutdown(name)
+    }
+    fn destroy(&self, name: &str) -> Result<(), String> {
+        self.virsh.destroy(name)
+    }
+    fn undefine(&self, name: &str) -> Result<(), String> {
+        self.virsh.undefine(name)
+    }
+    fn wait_guest(&self, name: &str, ip: &str, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.virsh.state(name)? != Some(DomainState::Running) {
+                return Err(format!("{name} stopped while booting"));
+            }
+            let up = match self.guest_ready {
+                GuestReady::DomainRunning => true,
+                GuestReady::Ssh => {
+                    let addr: std::net::SocketAddr = format!("{ip}:22")
+                        .parse()
+                        .map_err(|_| format!("{ip:?} is not an IP address"))?;
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+                }
+            };
+            if up {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the guest did not answer on {ip}:22 within {} s",
+                    timeout.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    fn controller_wipe(
         &self,
-        _plan: &ReleasePlan,
-        _report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Vec<SlotCleanup>, String> {
-        Err(NO_LIBVIRT.into())
+        method: &str,
+        slot: &PlannedSlot,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        if self.disk_dir.is_some() {
+            return Err(format!(
+                "{method} needs an NVMe controller; this host's namespaces are files (use overwrite-verify)"
+            ));
+        }
+        let argv = wipe::nvme_argv(method, &slot.nvme_namespace)?;
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        image::run("nvme", &args)?;
+        if method == "nvme-sanitize-block" {
+            let log = wipe::sanitize_log_argv(&slot.nvme_namespace)?;
+            let log: Vec<&str> = log.iter().map(String::as_str).collect();
+            let deadline = Instant::now() + timeout;
+            while !wipe::sanitize_done(&image::run("nvme", &log)?)? {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "sanitize of {} did not finish within {} s",
+                        slot.nvme_namespace,
+                        timeout.as_secs()
+                    ));
+                }
+                std::thread::sleep(Duration::from_secs(5));
+            }
+        }
+        Ok(())
+    }
+    fn reset_gpu(&self, pci: &str) -> Result<(), String> {
+        let reset = self.pci_dir(pci)?.join("reset");
+        fs::write(&reset, b"1").map_err(|e| format!("resetting GPU {pci}: {e}"))
+    }
+    fn gpu_firmware(&self, pci: &str) -> Result<String, String> {
+        // The option ROM is readable once enabled (works while vfio-pci owns the device).
+        // sysfs refuses to read a ROM until "1" is written to it; a copied tree just reads.
+        let rom = self.pci_dir(pci)?.join("rom");
+        let bytes = match fs::read(&rom) {
+            Ok(b) if !b.is_empty() => b,
+            _ => {
+                fs::write(&rom, b"1").map_err(|e| format!("GPU {pci}: enabling its ROM: {e}"))?;
+                let bytes = fs::read(&rom);
+                let _ = fs::write(&rom, b"0");
+                bytes.map_err(|e| format!("GPU {pci}: reading its ROM: {e}"))?
+            }
+        };
+        if bytes.len() < 512 {
+            return Err(format!("GPU {pci}: its ROM is unreadable ({} bytes)", bytes.len()));
+        }
+        let digest = Sha256::digest(&bytes);
+        Ok(format!(
+            "rom-sha256:{}",
+            digest[..8]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        ))
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// simulated
 
 /// A host described by a fixture directory (`sys/`, `proc/`, `tools/`).
 pub struct SimulatedDriver {
     pub fixture: PathBuf,
-    /// Added to each phase, so the portal shows phases as a real host would produce them.
+    /// Where the simulated hypervisor, disks and GPUs keep their state.
+    pub sim_dir: PathBuf,
+    /// How long a simulated phase takes (image writes and wipes take longer).
     pub phase_time: Duration,
+    pub disk_bytes: u64,
 }
 
 impl SimulatedDriver {
-    pub fn new(fixture: PathBuf) -> Self {
+    pub fn new(fixture: PathBuf, state_dir: &Path) -> Self {
         Self {
             fixture,
+            sim_dir: state_dir.join("sim"),
             phase_time: Duration::from_millis(300),
+            disk_bytes: 16 << 20,
         }
+    }
+
+    fn domain_file(&self, name: &str, ext: &str) -> Result<PathBuf, String> {
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(format!("{name:?} is not a domain name"));
+        }
+        Ok(self.sim_dir.join("domains").join(format!("{name}.{ext}")))
+    }
+
+    fn no_domain(name: &str) -> String {
+        format!("failed to get domain '{name}'")
     }
 }
 
@@ -102,119 +313,199 @@ impl Driver for SimulatedDriver {
         };
         discover_with_phases(&self.fixture, &tools, self.phase_time, report)
     }
-
-    fn provision(
-        &self,
-        plan: &ProvisionPlan,
-        whole_node: bool,
-        report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Provisioned, String> {
-        let pause = self.phase_time;
-        phase("validate_plan", pause / 3, report, || {
-            self.check_plan(&plan.slots)
-        })?;
-        if plan.image.source.trim().is_empty() {
-            return Err("the plan names no image source".into());
-        }
-        for name in [
-            "write_image",
-            "cloud_init",
-            "define_domain",
-            "start_vm",
-            "wait_ssh",
-        ] {
-            phase(name, pause, report, || Ok(()))?;
-        }
-        let first = plan.slots.first().ok_or("the plan names no slots")?;
-        Ok(Provisioned {
-            ssh_host: if whole_node {
-                self.hostname()?
-            } else {
-                first.ip_address.clone()
-            },
-            ssh_port: 22,
-            ssh_user: plan.image.ssh_user.clone(),
-        })
-    }
-
-    fn release(
-        &self,
-        plan: &ReleasePlan,
-        report: &mut dyn FnMut(PhaseReport),
-    ) -> Result<Vec<SlotCleanup>, String> {
-        let pause = self.phase_time;
-        phase("validate_plan", pause / 3, report, || {
-            self.check_plan(&plan.slots)
-        })?;
-        phase("stop_vm", pause, report, || Ok(()))?;
-        phase("destroy_domain", pause / 2, report, || Ok(()))?;
-        phase("wipe_nvme", pause, report, || {
-            match plan
-                .slots
-                .iter()
-                .find(|s| !discover::WIPE_METHODS.contains(&s.wipe_policy.as_str()))
-            {
-                Some(s) => Err(format!(
-                    "slot {}: this agent can't wipe with {:?} (it supports {})",
-                    s.slot_index,
-                    s.wipe_policy,
-                    discover::WIPE_METHODS.join(", ")
-                )),
-                None => Ok(()),
-            }
-        })?;
-        for name in ["verify_wipe", "reset_gpu", "check_firmware"] {
-            phase(name, pause / 2, report, || Ok(()))?;
-        }
-        Ok(plan
-            .slots
-            .iter()
-            .map(|s| SlotCleanup {
-                slot_id: s.slot_id.clone(),
-                nvme_serial: s.nvme_serial.clone(),
-                wipe_method: s.wipe_policy.clone(),
-                wipe_verified: true,
-                gpu_reset: true,
-                firmware_ok: true,
-            })
-            .collect())
-    }
-}
-
-impl SimulatedDriver {
-    fn hostname(&self) -> Result<String, String> {
-        std::fs::read_to_string(self.fixture.join("proc/sys/kernel/hostname"))
-            .map(|h| h.trim().to_string())
-            .map_err(|e| format!("reading the fixture's hostname: {e}"))
-    }
-
-    /// Every planned slot must be hardware this host has: its GPU, NVMe and IB VF.
-    fn check_plan(&self, slots: &[agent_protocol::PlannedSlot]) -> Result<(), String> {
-        if slots.is_empty() {
-            return Err("the plan names no slots".into());
-        }
+    fn pci_addresses(&self) -> Result<Vec<String>, String> {
         let tools = FixtureTools {
             dir: self.fixture.join("tools"),
         };
-        let host = discover::read_host(&self.fixture, &tools, &mut Vec::new())
-            .map_err(|e| e.to_string())?;
-        let has = |addr: &str| host.pci_devices.iter().any(|d| d.address == addr);
-        for s in slots {
-            for (what, addr) in [
-                ("GPU", &s.gpu_pci_address),
-                ("NVMe", &s.nvme_pci_address),
-                ("IB VF", &s.ib_vf_pci_address),
-            ] {
-                if !has(addr) {
-                    return Err(format!(
-                        "slot {}: this host has no {what} at {addr}; refusing the plan",
-                        s.slot_index
-                    ));
-                }
+        pci_addresses(&self.fixture, &tools)
+    }
+    fn pause(&self, phase: &str) -> Duration {
+        match phase {
+            "validate_plan" | "take_leases" | "release_leases" => self.phase_time / 4,
+            "write_image" | "wipe_nvme" | "wait_ssh" => self.phase_time * 2,
+            _ => self.phase_time,
+        }
+    }
+    fn image_path(&self, image: &ImageRef) -> Result<PathBuf, String> {
+        let base = Path::new(&image.source)
+            .file_name()
+            .ok_or_else(|| format!("image {}: {:?} names no file", image.name, image.source))?;
+        let path = self.sim_dir.join("images").join(base);
+        if !path.exists() {
+            // The simulated host's copy of the image: a small real qcow2.
+            image::create_qcow2(&path, "8M")?;
+        }
+        Ok(path)
+    }
+    fn slot_disk(&self, slot: &PlannedSlot) -> Result<PathBuf, String> {
+        namespace_ok(&slot.nvme_namespace)?;
+        Ok(self
+            .sim_dir
+            .join("nvme")
+            .join(format!("{}.raw", slot.nvme_namespace)))
+    }
+    fn disk_size(&self, slot: &PlannedSlot) -> Option<u64> {
+        Some(self.disk_bytes.min(slot.nvme_size_bytes))
+    }
+    fn open_disk(&self, slot: &PlannedSlot) -> Result<fs::File, String> {
+        open_disk(&self.slot_disk(slot)?, self.disk_size(slot))
+    }
+    fn define(&self, xml: &Path) -> Result<(), String> {
+        let text = fs::read_to_string(xml).map_err(|e| format!("{}: {e}", xml.display()))?;
+        let name = text
+            .split_once("<name>")
+            .and_then(|(_, r)| r.split_once("</name>"))
+            .map(|(n, _)| n.to_string())
+            .ok_or("the domain XML has no <name>")?;
+        let path = self.domain_file(&name, "xml")?;
+        fs::create_dir_all(path.parent().expect("has a parent"))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+    fn domain_state(&self, name: &str) -> Result<Option<DomainState>, String> {
+        if !self.domain_file(name, "xml")?.exists() {
+            return Ok(None);
+        }
+        Ok(Some(if self.domain_file(name, "running")?.exists() {
+            DomainState::Running
+        } else {
+            DomainState::ShutOff
+        }))
+    }
+    fn domains(&self) -> Result<Vec<String>, String> {
+        let dir = self.sim_dir.join("domains");
+        let mut names: Vec<String> = match fs::read_dir(&dir) {
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|n| n.strip_suffix(".xml"))
+                        .map(String::from)
+                })
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        names.sort();
+        Ok(names)
+    }
+    fn start(&self, name: &str) -> Result<(), String> {
+        match self.domain_state(name)? {
+            None => Err(Self::no_domain(name)),
+            Some(DomainState::Running) => Err("Requested operation is not valid: domain is already running".into()),
+            Some(_) => fs::write(self.domain_file(name, "running")?, b"")
+                .map_err(|e| format!("starting {name}: {e}")),
+        }
+    }
+    fn shutdown(&self, name: &str) -> Result<(), String> {
+        self.destroy(name)
+    }
+    fn destroy(&self, name: &str) -> Result<(), String> {
+        match self.domain_state(name)? {
+            None => Err(Self::no_domain(name)),
+            Some(DomainState::Running) => fs::remove_file(self.domain_file(name, "running")?)
+                .map_err(|e| format!("stopping {name}: {e}")),
+            Some(_) => Err("Requested operation is not valid: domain is not running".into()),
+        }
+    }
+    fn undefine(&self, name: &str) -> Result<(), String> {
+        match self.domain_state(name)? {
+            None => Err(Self::no_domain(name)),
+            Some(DomainState::Running) => Err("Requested operation is not valid: cannot undefine a running domain here; destroy it first".into()),
+            Some(_) => fs::remove_file(self.domain_file(name, "xml")?)
+                .map_err(|e| format!("undefining {name}: {e}")),
+        }
+    }
+    fn wait_guest(&self, name: &str, _ip: &str, _timeout: Duration) -> Result<(), String> {
+        match self.domain_state(name)? {
+            Some(DomainState::Running) => Ok(()),
+            _ => Err(format!("{name} is not running")),
+        }
+    }
+    fn controller_wipe(
+        &self,
+        method: &str,
+        slot: &PlannedSlot,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        // What the controller would do to the namespace: a crypto erase leaves unreadable
+        // noise (a new key), a format or block-erase sanitize leaves zeros.
+        let dev = self.open_disk(slot)?;
+        wipe::nvme_argv(method, &slot.nvme_namespace)?;
+        match method {
+            "nvme-format-crypto" => wipe::overwrite(&dev, wipe::fresh_seed(), timeout),
+            _ => {
+                let len = wipe::BlockDev::len(&dev)?;
+                dev.set_len(0)
+                    .and_then(|()| dev.set_len(len))
+                    .and_then(|()| dev.sync_all())
+                    .map_err(|e| format!("erasing {}: {e}", slot.nvme_namespace))
             }
+        }
+    }
+    fn reset_gpu(&self, pci: &str) -> Result<(), String> {
+        if !self.pci_addresses()?.iter().any(|a| a == pci) {
+            return Err(format!("resetting GPU {pci}: no such device"));
         }
         Ok(())
     }
+    fn gpu_firmware(&self, pci: &str) -> Result<String, String> {
+        if !self.pci_addresses()?.iter().any(|a| a == pci) {
+            return Err(format!("GPU {pci}: no such device"));
+        }
+        // A file per GPU, so that a test can play a tenant who flashed it.
+        let path = self.sim_dir.join("gpu-firmware").join(pci.replace(':', "_"));
+        match fs::read_to_string(&path) {
+            Ok(v) => Ok(v.trim().to_string()),
+            Err(_) => Ok("96.00.99.00.01".into()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+fn namespace_ok(ns: &str) -> Result<(), String> {
+    let ok = ns
+        .strip_prefix("nvme")
+        .and_then(|r| r.split_once('n'))
+        .is_some_and(|(c, n)| {
+            !c.is_empty()
+                && !n.is_empty()
+                && c.chars().all(|x| x.is_ascii_digit())
+                && n.chars().all(|x| x.is_ascii_digit())
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{ns:?} is not an NVMe namespace name"))
+    }
+}
+
+fn open_disk(path: &Path, size: Option<u64>) -> Result<fs::File, String> {
+    let file_backed = !path.starts_with("/dev");
+    if file_backed && let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let f = fs::File::options()
+        .read(true)
+        .write(true)
+        .create(file_backed)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    if let (true, Some(size)) = (file_backed, size) {
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < size {
+            f.set_len(size)
+                .map_err(|e| format!("sizing {}: {e}", path.display()))?;
+        }
+    }
+    Ok(f)
+}
+
+fn pci_addresses(root: &Path, tools: &dyn Tools) -> Result<Vec<String>, String> {
+    let host = discover::read_host(root, tools, &mut Vec::new()).map_err(|e| e.to_string())?;
+    Ok(host.pci_devices.into_iter().map(|d| d.address).collect())
 }
 
 fn discover_with_phases(
@@ -242,7 +533,8 @@ fn discover_with_phases(
     })
 }
 
-fn phase<T>(
+/// Reports `name` started, waits `pause`, runs `work`, reports how it ended.
+pub fn phase<T>(
     name: &str,
     pause: Duration,
     report: &mut dyn FnMut(PhaseReport),

@@ -1,15 +1,19 @@
-//! `node-agent`: enrol a host, discover its topology, run the pull loop.
+//! `node-agent`: enrol a host, discover its topology, run the pull loop, show its state.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use agent_protocol::{Heartbeat, TaskOutcome, TaskOutput, TaskResult, TaskSpec};
-use clap::{Parser, Subcommand, ValueEnum};
+use agent_protocol::{Heartbeat, Task, TaskOutcome, TaskResult, TaskSpec};
+use clap::{Parser, Subcommand};
+use node_agent::agent::{Agent, Faults, Stop};
 use node_agent::client::{Client, ClientError, hello};
-use node_agent::driver::{Driver, HostDriver, SimulatedDriver};
+use node_agent::config::Settings;
+use node_agent::driver::{Driver, GuestReady, LibvirtDriver, SimulatedDriver};
 use node_agent::state::{NodeFile, State};
+use node_agent::telemetry::Aggregator;
 use node_agent::tools::HostTools;
 
 #[derive(Parser)]
@@ -19,6 +23,9 @@ use node_agent::tools::HostTools;
     about = "The GPU host agent (agent protocol v1)."
 )]
 struct Cli {
+    /// A TOML settings file; flags override it.
+    #[arg(long, global = true, env = "NODE_AGENT_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,108 +40,55 @@ enum Command {
         /// The bootstrap token the operator was shown (prefer the environment variable).
         #[arg(long, env = "NODE_AGENT_BOOTSTRAP_TOKEN", hide_env_values = true)]
         token: String,
-        #[arg(
-            long,
-            env = "NODE_AGENT_STATE_DIR",
-            default_value = "/var/lib/gpu-node-agent"
-        )]
-        state_dir: PathBuf,
         /// Defaults to the host's (or the fixture's) hostname.
         #[arg(long)]
         hostname: Option<String>,
-        /// Read the hostname from this fixture (the simulated driver).
-        #[arg(long)]
-        fixture: Option<PathBuf>,
+        #[command(flatten)]
+        settings: Settings,
     },
     /// Read the host and print the topology and proposed slot map as JSON.
     Discover {
         #[command(flatten)]
-        driver: DriverArgs,
+        settings: Settings,
     },
-    /// Heartbeat, claim tasks and run them until stopped.
+    /// Recover from any interrupted work, then heartbeat, claim tasks and run them until
+    /// SIGTERM.
     Run {
-        #[arg(
-            long,
-            env = "NODE_AGENT_STATE_DIR",
-            default_value = "/var/lib/gpu-node-agent"
-        )]
-        state_dir: PathBuf,
         #[command(flatten)]
-        driver: DriverArgs,
-        #[arg(long, default_value_t = 15)]
-        heartbeat_s: u64,
+        settings: Settings,
     },
-}
-
-#[derive(clap::Args)]
-struct DriverArgs {
-    #[arg(long, value_enum, default_value = "host")]
-    driver: DriverKind,
-    /// The simulated host: a fixture directory (sys/, proc/, tools/).
-    #[arg(long, required_if_eq("driver", "simulated"))]
-    fixture: Option<PathBuf>,
-    /// The root to read sysfs under (host driver).
-    #[arg(long, default_value = "/")]
-    root: PathBuf,
-    /// The command that prints the NVLink fabric partition table, split on spaces.
-    #[arg(long, env = "NODE_AGENT_FABRIC_PARTITIONS_CMD")]
-    fabric_partitions_cmd: Option<String>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum DriverKind {
-    Host,
-    Simulated,
-}
-
-impl DriverArgs {
-    fn build(self) -> Arc<dyn Driver> {
-        match self.driver {
-            DriverKind::Simulated => Arc::new(SimulatedDriver::new(
-                self.fixture
-                    .expect("clap requires --fixture for the simulated driver"),
-            )),
-            DriverKind::Host => Arc::new(HostDriver {
-                root: self.root,
-                tools: HostTools {
-                    fabric_partitions_cmd: self
-                        .fabric_partitions_cmd
-                        .map(|c| c.split_whitespace().map(String::from).collect()),
-                },
-            }),
-        }
-    }
+    /// Print this host's leases, VMs and last tasks (no control plane needed).
+    Status {
+        #[command(flatten)]
+        settings: Settings,
+    },
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let config = cli.config.as_deref();
     let result = match cli.command {
         Command::Enroll {
             server,
             token,
-            state_dir,
             hostname,
-            fixture,
-        } => enroll(server, token, state_dir, hostname, fixture).await,
-        Command::Discover { driver } => {
-            let driver = driver.build();
+            settings,
+        } => match settings.over_file(config) {
+            Ok(s) => enroll(server, token, hostname, s).await,
+            Err(e) => Err(e),
+        },
+        Command::Discover { settings } => settings.over_file(config).and_then(|s| {
+            let driver = build_driver(&s)?;
             driver.topology_discover(&mut |_| {}).map(|d| {
                 println!("{}", serde_json::to_string_pretty(&d).expect("serializes"));
             })
-        }
-        Command::Run {
-            state_dir,
-            driver,
-            heartbeat_s,
-        } => {
-            run(
-                State::new(state_dir),
-                driver.build(),
-                Duration::from_secs(heartbeat_s),
-            )
-            .await
-        }
+        }),
+        Command::Run { settings } => match settings.over_file(config) {
+            Ok(s) => run(s).await,
+            Err(e) => Err(e),
+        },
+        Command::Status { settings } => settings.over_file(config).and_then(status),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -145,19 +99,62 @@ async fn main() -> ExitCode {
     }
 }
 
+fn build_driver(s: &Settings) -> Result<Arc<dyn Driver>, String> {
+    let state_dir = s.state_dir();
+    match s.driver.as_deref().unwrap_or("libvirt") {
+        "simulated" => {
+            let fixture = s
+                .fixture
+                .clone()
+                .ok_or("the simulated driver needs --fixture (a host fixture directory)")?;
+            let mut d = SimulatedDriver::new(fixture, &state_dir);
+            if let Some(ms) = s.phase_ms {
+                d.phase_time = Duration::from_millis(ms);
+            }
+            Ok(Arc::new(d))
+        }
+        "libvirt" => {
+            let tools = HostTools {
+                fabric_partitions_cmd: s
+                    .fabric_partitions_cmd
+                    .as_deref()
+                    .map(|c| c.split_whitespace().map(String::from).collect()),
+            };
+            let mut d = LibvirtDriver::new(
+                s.root.clone().unwrap_or_else(|| PathBuf::from("/")),
+                tools,
+                s.libvirt_uri.as_deref().unwrap_or("qemu:///system"),
+            );
+            d.disk_dir = s.disk_dir.clone();
+            d.guest_ready = match s.guest_ready.as_deref().unwrap_or("ssh") {
+                "ssh" => GuestReady::Ssh,
+                "domain-running" => GuestReady::DomainRunning,
+                other => {
+                    return Err(format!(
+                        "guest_ready {other:?} is not one of: ssh, domain-running"
+                    ));
+                }
+            };
+            Ok(Arc::new(d))
+        }
+        other => Err(format!(
+            "driver {other:?} is not one of: libvirt, simulated"
+        )),
+    }
+}
+
 async fn enroll(
     server: String,
     token: String,
-    state_dir: PathBuf,
     hostname: Option<String>,
-    fixture: Option<PathBuf>,
+    settings: Settings,
 ) -> Result<(), String> {
-    let hostname = match (hostname, fixture) {
+    let hostname = match (hostname, &settings.fixture) {
         (Some(h), _) => h,
         (None, Some(f)) => read_hostname(&f.join("proc/sys/kernel/hostname"))?,
-        (None, None) => read_hostname(std::path::Path::new("/proc/sys/kernel/hostname"))?,
+        (None, None) => read_hostname(Path::new("/proc/sys/kernel/hostname"))?,
     };
-    let state = State::new(state_dir);
+    let state = State::new(settings.state_dir());
     if state.credential_path().exists() {
         return Err(format!(
             "{} already exists: this node is enrolled",
@@ -184,19 +181,54 @@ async fn enroll(
     Ok(())
 }
 
-fn read_hostname(path: &std::path::Path) -> Result<String, String> {
+fn read_hostname(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
         .map_err(|e| format!("reading {}: {e}; pass --hostname", path.display()))
 }
 
-async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Result<(), String> {
-    let (node, credential) = state.load()?;
+fn status(settings: Settings) -> Result<(), String> {
+    let state_dir = settings.state_dir();
+    let (node, _) = State::new(&state_dir).load()?;
+    let driver = build_driver(&settings)?;
+    println!("node {} → {} ({})", node.node_id, node.server, driver.describe());
+    let leases = node_agent::lease::LeaseStore::new(&state_dir).all()?;
+    println!("\nleases ({}):", leases.len());
+    for l in &leases {
+        println!(
+            "  slot {:>2}  {}  allocation {}  {:?} at phase {}  task {}",
+            l.slot_index, l.slot_id, l.allocation_id, l.kind, l.phase, l.task_id
+        );
+    }
+    let domains = driver.domains()?;
+    println!("\nVMs ({}):", domains.len());
+    for d in &domains {
+        let state = driver.domain_state(d)?;
+        println!("  {d}  {state:?}");
+    }
+    let journal = std::fs::read_to_string(state_dir.join("tasks.log")).unwrap_or_default();
+    let lines: Vec<&str> = journal.lines().collect();
+    println!("\nlast tasks:");
+    for line in lines.iter().rev().take(10).rev() {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+async fn run(settings: Settings) -> Result<(), String> {
+    let state_dir = settings.state_dir();
+    let (node, credential) = State::new(&state_dir).load()?;
+    let driver = build_driver(&settings)?;
     let client = Client::new(&node.server, Some(credential.clone()));
-    let signer = Arc::new(Signer {
-        node_id: node.node_id.clone(),
-        credential,
-    });
+    let listen = settings
+        .telemetry_listen
+        .clone()
+        .unwrap_or_else(|| format!("{}:9400", node_agent::image::TELEMETRY_HOST));
+    let mut agent = Agent::new(node.node_id.clone(), credential, driver.clone(), state_dir.clone());
+    agent.faults = Faults {
+        fail_at: settings.fail_at.clone(),
+        crash_at: settings.crash_at.clone(),
+    };
     eprintln!(
         "node-agent {}: node {} → {} with driver {}",
         env!("CARGO_PKG_VERSION"),
@@ -205,101 +237,173 @@ async fn run(state: State, driver: Arc<dyn Driver>, heartbeat: Duration) -> Resu
         driver.describe()
     );
 
+    // The guest telemetry sink, on the host-only slot network.
+    let totals = Arc::new(Aggregator::default());
+    let listener = tokio::net::TcpListener::bind(&listen).await;
+    if let Ok(l) = &listener
+        && let Ok(addr) = l.local_addr()
+    {
+        agent.telemetry_port = addr.port();
+        eprintln!("telemetry sink listening on {addr}");
+    }
+    let agent = Arc::new(agent);
+    let sink = match listener {
+        Ok(l) => {
+            let app = node_agent::telemetry::router(agent.clone(), totals.clone());
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(l, app).await;
+            }))
+        }
+        Err(e) => {
+            eprintln!("telemetry sink not started: binding {listen}: {e}");
+            None
+        }
+    };
+
     let beats = {
         let client = client.clone();
         let driver = driver.clone();
+        let totals = totals.clone();
+        let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
         tokio::spawn(async move {
             loop {
                 let beat = Heartbeat {
                     hello: hello(),
                     health: driver.health(),
+                    utilisation: totals.drain(),
                 };
                 if let Err(e) = client.heartbeat(&beat).await {
                     eprintln!("heartbeat failed: {e}");
                 }
-                tokio::time::sleep(heartbeat).await;
+                tokio::time::sleep(every).await;
             }
         })
     };
 
-    let work = async {
-        loop {
-            match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
-                Ok(answer) => {
-                    if let Some(task) = answer.task {
-                        execute(&client, driver.clone(), &signer, task).await;
-                    }
-                }
-                Err(ClientError::Api(e))
-                    if e.code == agent_protocol::codes::UNSUPPORTED_PROTOCOL =>
-                {
-                    return Err(format!(
-                        "the control plane refused this agent: {}",
-                        e.message
-                    ));
-                }
-                Err(ClientError::Api(e)) if e.code == agent_protocol::codes::UNAUTHENTICATED => {
-                    return Err(format!(
-                        "the control plane refused the credential: {}",
-                        e.message
-                    ));
-                }
-                Err(e) => {
-                    eprintln!("claim failed: {e}; retrying in 5 s");
-                    tokio::time::sleep(Duration::from_secs(5)).await;
-                }
-            }
-        }
-    };
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
     let result = tokio::select! {
-        r = work => r,
-        _ = tokio::signal::ctrl_c() => Ok(()),
+        r = work(&client, &agent, &state_dir) => r,
+        () = &mut shutdown => Ok(()),
     };
+    if result.is_ok() && !agent.stopping.load(Ordering::SeqCst) {
+        eprintln!("node-agent: stopping");
+    }
     beats.abort();
+    if let Some(s) = sink {
+        s.abort();
+    }
     result
 }
 
-/// What signs cleanup proofs: the node's id and credential.
-struct Signer {
-    node_id: String,
-    credential: String,
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
-async fn execute(
-    client: &Client,
-    driver: Arc<dyn Driver>,
-    signer: &Arc<Signer>,
-    task: agent_protocol::Task,
-) {
-    eprintln!("task {}: {}", task.task_id, task.spec.kind());
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let signer = signer.clone();
-    let job = tokio::task::spawn_blocking(move || {
-        let mut report = |p| {
-            let _ = tx.send(p);
-        };
-        match task.spec {
-            TaskSpec::TopologyDiscover {} => driver
-                .topology_discover(&mut report)
-                .map(|d| TaskOutput::TopologyDiscovered(Box::new(d))),
-            TaskSpec::VmProvision(plan) => driver
-                .provision(&plan, false, &mut report)
-                .map(TaskOutput::Provisioned),
-            TaskSpec::BaremetalProvision(plan) => driver
-                .provision(&plan, true, &mut report)
-                .map(TaskOutput::Provisioned),
-            TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan) => {
-                driver.release(&plan, &mut report).map(|slots| {
-                    TaskOutput::Cleaned(node_agent::proof::sign(
-                        &signer.credential,
-                        &signer.node_id,
-                        &plan.allocation_id,
-                        slots,
-                    ))
-                })
+/// Recovery first, then the claim loop. Cancelled at an await point on shutdown; a task in
+/// progress runs on a blocking thread, which [`run_task`] stops at its next phase.
+async fn work(client: &Client, agent: &Arc<Agent>, state_dir: &Path) -> Result<(), String> {
+    let view = loop {
+        match client.reconcile().await {
+            Ok(v) => break v,
+            Err(e) => {
+                fatal(&e)?;
+                eprintln!("reconcile failed: {e}; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }
-    });
+    };
+    let a = agent.clone();
+    let v = view.clone();
+    let done = tokio::task::spawn_blocking(move || a.reconcile(&v))
+        .await
+        .map_err(|e| format!("reconcile panicked: {e}"))??;
+    for line in done {
+        eprintln!("recovery: {line}");
+    }
+    for task in view.running_tasks {
+        eprintln!("recovery: resuming task {} ({})", task.task_id, task.spec.kind());
+        run_task(client, agent, state_dir, task).await;
+    }
+    loop {
+        match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
+            Ok(answer) => {
+                if let Some(task) = answer.task {
+                    run_task(client, agent, state_dir, task).await;
+                }
+            }
+            Err(e) => {
+                fatal(&e)?;
+                eprintln!("claim failed: {e}; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+/// The errors that no retry will fix.
+fn fatal(e: &ClientError) -> Result<(), String> {
+    match e {
+        ClientError::Api(e) if e.code == agent_protocol::codes::UNSUPPORTED_PROTOCOL => Err(
+            format!("the control plane refused this agent: {}", e.message),
+        ),
+        ClientError::Api(e) if e.code == agent_protocol::codes::UNAUTHENTICATED => Err(format!(
+            "the control plane refused the credential: {}",
+            e.message
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Stops the running task at its next phase when dropped (the agent is shutting down).
+struct StopOnDrop(Arc<Agent>, bool);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.stopping.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+async fn run_task(client: &Client, agent: &Arc<Agent>, state_dir: &Path, task: Task) {
+    eprintln!("task {}: {}", task.task_id, task.spec.kind());
+    let mut guard = StopOnDrop(agent.clone(), false);
+    // Plans are checked against what the control plane approved for this node, now.
+    let view = if matches!(task.spec, TaskSpec::TopologyDiscover {}) {
+        agent_protocol::ReconcileResponse {
+            approved_slots: Vec::new(),
+            running_tasks: Vec::new(),
+            active_allocations: Vec::new(),
+        }
+    } else {
+        loop {
+            match client.reconcile().await {
+                Ok(v) => break v,
+                Err(e) => {
+                    eprintln!("task {}: reading the approved slots failed ({e}); retrying", task.task_id);
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                }
+            }
+        }
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = {
+        let agent = agent.clone();
+        let task = task.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut report = |p| {
+                let _ = tx.send(p);
+            };
+            agent.execute(&task.task_id, &task.spec, &view, &mut report)
+        })
+    };
     while let Some(report) = rx.recv().await {
         if let Err(e) = client.phase(&task.task_id, &report).await {
             eprintln!("task {}: phase report failed: {e}", task.task_id);
@@ -307,11 +411,20 @@ async fn execute(
     }
     let outcome = match job.await {
         Ok(Ok(output)) => TaskOutcome::Succeeded { output },
-        Ok(Err(error)) => TaskOutcome::Failed { error },
+        Ok(Err(Stop::Failed(error))) => TaskOutcome::Failed { error },
+        Ok(Err(Stop::Interrupted)) => {
+            eprintln!(
+                "task {}: interrupted by shutdown; the next start resumes it",
+                task.task_id
+            );
+            return;
+        }
         Err(e) => TaskOutcome::Failed {
             error: format!("the task panicked: {e}"),
         },
     };
+    guard.1 = true;
+    journal(state_dir, &task, &outcome);
     let result = TaskResult { outcome };
     // Results matter: retry until the control plane has it.
     for attempt in 0.. {
@@ -329,5 +442,34 @@ async fn execute(
                 tokio::time::sleep(Duration::from_secs(2)).await;
             }
         }
+    }
+}
+
+/// One line per finished task in `{state_dir}/tasks.log`, for `node-agent status`.
+fn journal(state_dir: &Path, task: &Task, outcome: &TaskOutcome) {
+    use std::io::Write;
+    let allocation = match &task.spec {
+        TaskSpec::VmProvision(p) | TaskSpec::BaremetalProvision(p) => p.allocation_id.as_str(),
+        TaskSpec::VmRelease(p) | TaskSpec::BaremetalRelease(p) => p.allocation_id.as_str(),
+        TaskSpec::TopologyDiscover {} => "-",
+    };
+    let how = match outcome {
+        TaskOutcome::Succeeded { .. } => "succeeded".to_string(),
+        TaskOutcome::Failed { error } => format!("failed: {error}"),
+    };
+    let line = format!(
+        "{} {} {} allocation {} {}\n",
+        node_agent::lease::now_s(),
+        task.task_id,
+        task.spec.kind(),
+        allocation,
+        how
+    );
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state_dir.join("tasks.log"))
+    {
+        let _ = f.write_all(line.as_bytes());
     }
 }

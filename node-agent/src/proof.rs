@@ -40,8 +40,11 @@ mod tests {
             slot_id: "s1".into(),
             nvme_serial: "SN1".into(),
             wipe_method: "nvme-format-crypto".into(),
+            wipe_ms: 1200,
             wipe_verified: true,
+            verified_samples: 64,
             gpu_reset: true,
+            gpu_firmware: "96.00.99.00.01".into(),
             firmware_ok: true,
         };
         let a = sign("gpn_secret", "n1", "a1", vec![slot.clone()]);

@@ -14,7 +14,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn discover(name: &str) -> Discovery {
-    let mut driver = SimulatedDriver::new(fixture(name));
+    let mut driver = SimulatedDriver::new(fixture(name), &std::env::temp_dir());
     driver.phase_time = std::time::Duration::ZERO;
     let mut phases = Vec::new();
     let d = driver
@@ -201,7 +201,7 @@ fn hgx_h100_proposes_eight_numa_local_slots_and_reads_the_fabric() {
     );
     assert_eq!(
         d.wipe_methods,
-        ["nvme-format-crypto", "nvme-sanitize-block", "zero-fill"]
+        ["nvme-format-crypto", "nvme-format", "nvme-sanitize-block", "overwrite-verify"]
     );
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
 }
@@ -293,7 +293,7 @@ fn a_shared_iommu_group_is_reported_as_read() {
 
 #[test]
 fn a_missing_sysfs_root_is_an_error_that_names_the_path() {
-    let driver = SimulatedDriver::new(PathBuf::from("/nonexistent/host"));
+    let driver = SimulatedDriver::new(PathBuf::from("/nonexistent/host"), &std::env::temp_dir());
     let err = driver.topology_discover(&mut |_| {}).unwrap_err();
     assert_eq!(
         err,

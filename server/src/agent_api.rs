@@ -127,6 +127,7 @@ pub fn routes() -> Router<ControlPlane> {
         .route("/agent/v1/tasks/claim", post(claim))
         .route("/agent/v1/tasks/{task_id}/phases", post(phase))
         .route("/agent/v1/tasks/{task_id}/result", post(result))
+        .route("/agent/v1/reconcile", post(reconcile))
         .route("/agent/{version}/{*rest}", any(other_version))
 }
 
@@ -171,11 +172,17 @@ async fn heartbeat(
         &beat.hello.agent_version,
         beat.health.status,
         beat.health.detail.as_deref(),
+        &beat.utilisation,
     )
     .await?;
     Ok(json(HeartbeatAck {
         heartbeat_interval_s: HEARTBEAT_INTERVAL_S,
     }))
+}
+
+async fn reconcile(State(cp): State<ControlPlane>, headers: HeaderMap) -> Result<Response, Refusal> {
+    let agent = node(&cp, &headers).await?;
+    Ok(json(cp.reconcile_view(&agent).await?))
 }
 
 async fn claim(

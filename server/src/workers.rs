@@ -1,4 +1,5 @@
-//! Background workers every replica runs: the outbox dispatcher (every 250 ms) and the
+//! Background workers every replica runs: the outbox dispatcher (every 250 ms, and at once
+//! when this replica commits an outbox row) and the
 //! allocation reaper (every 5 s). Both are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
@@ -12,7 +13,10 @@ pub async fn run(cp: ControlPlane) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut n: u64 = 0;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = cp.wakeups().outbox.notified() => {}
+        }
         if let Err(e) = cp.dispatch_outbox(100).await {
             tracing::error!(error.cause = %e, "outbox dispatch failed");
         }

@@ -5,13 +5,14 @@
 //! never leaked.
 
 use agent_protocol::{
+    identity,
     CleanupProof, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, TaskOutcome, TaskOutput,
     TaskSpec,
 };
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use sqlx::PgConnection;
 
 use super::projected;
@@ -61,32 +62,32 @@ pub(crate) async fn begin_release(
     Ok(())
 }
 
-/// `52:54:` + the first 4 bytes of sha256(`{node_id}:{slot_index}`).
-pub fn mac_address(node: NodeId, slot_index: i32) -> String {
-    let h = Sha256::digest(format!("{node}:{slot_index}").as_bytes());
-    format!("52:54:{:02x}:{:02x}:{:02x}:{:02x}", h[0], h[1], h[2], h[3])
-}
-
-/// The slots an allocation holds (every live slot of the node for bare metal), as a plan.
-async fn planned_slots(
+/// The slots an allocation holds (every live slot of the node for bare metal), as a plan;
+/// with no allocation, every live approved slot of the node (what the agent checks plans
+/// against).
+pub(crate) async fn planned_slots(
     conn: &mut PgConnection,
-    id: AllocationId,
+    id: Option<AllocationId>,
     node: NodeId,
 ) -> Result<Vec<PlannedSlot>> {
     let rows = sqlx::query!(
         r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.nvme_pci_address,
-                  s.nvme_serial, s.nvme_namespace, s.ib_vf_pci_address, s.cpu_set, s.memory_mib,
+                  s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes, s.ib_vf_pci_address,
+                  s.cpu_set, s.numa_node, s.memory_mib,
                   s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
            FROM node_resource_slots s
            WHERE s.node_id = $2 AND s.retired_at IS NULL
-             AND EXISTS (SELECT 1 FROM resource_claims c
-                         WHERE c.allocation_id = $1 AND (c.slot_id = s.id OR c.kind = 'baremetal'))
+             AND ($1::uuid IS NULL
+                  OR EXISTS (SELECT 1 FROM resource_claims c
+                             WHERE c.allocation_id = $1
+                               AND (c.slot_id = s.id OR c.kind = 'baremetal')))
            ORDER BY s.slot_index"#,
-        id as AllocationId,
+        id as Option<AllocationId>,
         node as NodeId
     )
     .fetch_all(&mut *conn)
     .await?;
+    let node = node.to_string();
     Ok(rows
         .into_iter()
         .map(|r| PlannedSlot {
@@ -98,10 +99,12 @@ async fn planned_slots(
             nvme_namespace: r.nvme_namespace,
             ib_vf_pci_address: r.ib_vf_pci_address,
             cpu_set: r.cpu_set,
+            numa_node: r.numa_node as u32,
             memory_mib: r.memory_mib as u64,
+            nvme_size_bytes: r.nvme_size_bytes as u64,
             wipe_policy: r.wipe,
-            mac_address: mac_address(node, r.slot_index),
-            ip_address: format!("10.100.0.{}", 10 + r.slot_index),
+            mac_address: identity::mac_address(&node, r.slot_index as u32),
+            ip_address: identity::ip_address(r.slot_index as u32),
         })
         .collect())
 }
@@ -155,7 +158,7 @@ async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> 
                     ssh_user: a.ssh_user,
                 },
                 ssh_public_key: a.ssh_public_key,
-                slots: planned_slots(&mut *conn, id, a.node_id).await?,
+                slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
             };
             let spec = if baremetal {
                 TaskSpec::BaremetalProvision(plan)
@@ -177,7 +180,7 @@ async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> 
             }
             let plan = ReleasePlan {
                 allocation_id: id.to_string(),
-                slots: planned_slots(&mut *conn, id, a.node_id).await?,
+                slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
             };
             let spec = if baremetal {
                 TaskSpec::BaremetalRelease(plan)
@@ -233,6 +236,12 @@ fn verify_proof(
             return Err(format!(
                 "slot {}: wipe verified {}, GPU reset {}, firmware ok {}",
                 planned.slot_index, s.wipe_verified, s.gpu_reset, s.firmware_ok
+            ));
+        }
+        if s.verified_samples == 0 || s.gpu_firmware.trim().is_empty() {
+            return Err(format!(
+                "slot {}: the proof names no read-back samples or no GPU firmware",
+                planned.slot_index
             ));
         }
     }
@@ -390,8 +399,10 @@ pub(crate) async fn task_finished(
                         sqlx::query!(
                             "INSERT INTO cleanup_certificates
                                  (id, allocation_id, node_id, slot_id, task_id, nvme_serial,
-                                  wipe_method, wipe_verified, gpu_reset, firmware_ok, signature)
-                             VALUES (gen_random_uuid(), $1, $2, $3::text::uuid, $4, $5, $6, $7, $8, $9, $10)",
+                                  wipe_method, wipe_verified, gpu_reset, firmware_ok, signature,
+                                  wipe_ms, verified_samples, gpu_firmware)
+                             VALUES (gen_random_uuid(), $1, $2, $3::text::uuid, $4, $5, $6, $7, $8, $9, $10,
+                                     $11, $12, $13)",
                             id as AllocationId,
                             node as NodeId,
                             s.slot_id,
@@ -402,6 +413,9 @@ pub(crate) async fn task_finished(
                             s.gpu_reset,
                             s.firmware_ok,
                             proof.signature,
+                            s.wipe_ms.min(i64::MAX as u64) as i64,
+                            s.verified_samples.min(i32::MAX as u32) as i32,
+                            s.gpu_firmware.chars().take(200).collect::<String>(),
                         )
                         .execute(&mut *conn)
                         .await?;
@@ -511,6 +525,7 @@ impl ControlPlane {
                     .execute(&mut *tx)
                     .await?;
                     tx.commit().await?;
+                    self.wakeups().tasks.notify_waiters();
                 }
                 Err(e) => {
                     drop(tx);
@@ -714,6 +729,9 @@ pub struct Certificate {
     pub wipe_verified: bool,
     pub gpu_reset: bool,
     pub firmware_ok: bool,
+    pub wipe_ms: Option<i64>,
+    pub verified_samples: Option<i32>,
+    pub gpu_firmware: Option<String>,
     pub signature: String,
     pub received_at: String,
 }
@@ -827,7 +845,8 @@ pub(crate) async fn detail(
     });
     let certificates = sqlx::query!(
         r#"SELECT s.slot_index, c.nvme_serial, c.wipe_method, c.wipe_verified, c.gpu_reset,
-                  c.firmware_ok, c.signature, c.received_at
+                  c.firmware_ok, c.signature, c.received_at, c.wipe_ms, c.verified_samples,
+                  c.gpu_firmware
            FROM cleanup_certificates c JOIN node_resource_slots s ON s.id = c.slot_id
            WHERE c.allocation_id = $1 ORDER BY s.slot_index"#,
         id as AllocationId
@@ -842,6 +861,9 @@ pub(crate) async fn detail(
         wipe_verified: c.wipe_verified,
         gpu_reset: c.gpu_reset,
         firmware_ok: c.firmware_ok,
+        wipe_ms: c.wipe_ms,
+        verified_samples: c.verified_samples,
+        gpu_firmware: c.gpu_firmware,
         signature: c.signature,
         received_at: utc(c.received_at),
     })
@@ -899,19 +921,4 @@ pub(crate) async fn detail(
         phases,
         certificates,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mac_addresses_are_deterministic_and_local() {
-        let node = NodeId(uuid::Uuid::nil());
-        let a = mac_address(node, 0);
-        assert_eq!(a, mac_address(node, 0));
-        assert_ne!(a, mac_address(node, 1));
-        assert!(a.starts_with("52:54:"));
-        assert_eq!(a.len(), 17);
-    }
 }

@@ -460,6 +460,7 @@ impl ControlPlane {
         )
         .await?;
         tx.commit().await?;
+        self.wakeups().outbox.notify_one();
         Ok(Launched { id, created: true })
     }
 
@@ -501,6 +502,7 @@ impl ControlPlane {
         )
         .await?;
         tx.commit().await?;
+        self.wakeups().outbox.notify_one();
         Ok(())
     }
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use agent_protocol::{
-    Discovery, HealthStatus, PhaseReport, PhaseStatus, TaskOutcome, TaskOutput, TaskSpec,
+    Discovery, GpuUtilisation, HealthStatus, PhaseReport, PhaseStatus, ReconcileResponse, Task,
+    TaskOutcome, TaskOutput, TaskSpec,
 };
 use serde_json::json;
 
@@ -176,6 +177,7 @@ impl ControlPlane {
         agent_version: &str,
         health: HealthStatus,
         detail: Option<&str>,
+        utilisation: &[GpuUtilisation],
     ) -> Result<()> {
         let health = match health {
             HealthStatus::Healthy => "healthy",
@@ -192,7 +194,85 @@ impl ControlPlane {
         )
         .execute(self.pool())
         .await?;
+        self.record_utilisation(agent, utilisation).await
+    }
+
+    /// Stores what the node's guests reported, for allocations on this node only (others
+    /// are ignored and logged: a node can't write another node's figures).
+    async fn record_utilisation(
+        &self,
+        agent: &NodeAgent,
+        utilisation: &[GpuUtilisation],
+    ) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for u in utilisation {
+            let Ok(id) = u.allocation_id.parse::<AllocationId>() else {
+                tracing::warn!(node.id = %agent.id, "utilisation for a malformed allocation id");
+                continue;
+            };
+            if u.samples == 0 || u.gpu_util_pct > 100 || !seen.insert(id) {
+                continue;
+            }
+            let stored = sqlx::query!(
+                "INSERT INTO allocation_gpu_utilisation (allocation_id, node_id, gpu_util_pct, samples)
+                 SELECT id, node_id, $3, $4 FROM allocations WHERE id = $1 AND node_id = $2",
+                id as AllocationId,
+                agent.id as NodeId,
+                i16::from(u.gpu_util_pct),
+                u.samples.min(i32::MAX as u32) as i32,
+            )
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+            if stored == 0 {
+                tracing::warn!(node.id = %agent.id, allocation.id = %id, "utilisation for an allocation not on this node; ignored");
+            }
+        }
         Ok(())
+    }
+
+    /// What this node should hold, for an agent checking a plan or restarting: its live
+    /// approved slots (as plans name them), its claimed and unfinished tasks, and the
+    /// allocations that still hold or are cleaning its slots.
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
+    pub async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse> {
+        let mut conn = self.pool().acquire().await?;
+        let approved_slots =
+            crate::allocations::lifecycle::planned_slots(&mut conn, None, agent.id).await?;
+        let tasks = sqlx::query!(
+            r#"SELECT id AS "id: AgentTaskId", spec FROM agent_tasks
+               WHERE node_id = $1 AND state = 'running' ORDER BY created_at"#,
+            agent.id as NodeId
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let running_tasks = tasks
+            .into_iter()
+            .map(|t| {
+                serde_json::from_value(t.spec)
+                    .map(|spec| Task {
+                        task_id: t.id.to_string(),
+                        spec,
+                    })
+                    .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", t.id)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let active_allocations = sqlx::query_scalar!(
+            r#"SELECT id AS "id: AllocationId" FROM allocations
+               WHERE node_id = $1 AND state IN ('placed', 'provisioning', 'running', 'releasing', 'cleaning')
+               ORDER BY id"#,
+            agent.id as NodeId
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|id| id.to_string())
+        .collect();
+        Ok(ReconcileResponse {
+            approved_slots,
+            running_tasks,
+            active_allocations,
+        })
     }
 
     /// The oldest queued task for this node, marked running; waits up to `wait` for one
@@ -205,6 +285,10 @@ impl ControlPlane {
     ) -> Result<Option<(AgentTaskId, TaskSpec)>> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
+            // Registered before looking, so that a task queued meanwhile still wakes us.
+            let queued = self.wakeups().tasks.notified();
+            tokio::pin!(queued);
+            queued.as_mut().enable();
             let row = sqlx::query!(
                 r#"UPDATE agent_tasks SET state = 'running', claimed_at = now()
                    WHERE id = (SELECT id FROM agent_tasks
@@ -223,7 +307,8 @@ impl ControlPlane {
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            tokio::time::sleep(Duration::from_millis(250).min(wait)).await;
+            // Woken at once when this replica queues a task; polls for other replicas'.
+            let _ = tokio::time::timeout(Duration::from_millis(250).min(wait), queued).await;
         }
     }
 

@@ -57,7 +57,7 @@ pub async fn enrolled(
         .await
         .unwrap();
     let agent = cp.authenticate_node(&cred.credential).await.unwrap();
-    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None, &[])
         .await
         .unwrap();
     (e.node_id, agent)
@@ -113,7 +113,7 @@ pub async fn approved(
         .await
         .unwrap();
     let agent = cp.authenticate_node(&cred.credential).await.unwrap();
-    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None)
+    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None, &[])
         .await
         .unwrap();
     let generation = discover(cp, ops, e.node_id, &agent, &discovery(fixture)).await;

@@ -1,0 +1,621 @@
+//! Everything above the driver, the same for a real and a simulated host: checking each plan
+//! against the approved slots and the leases, the provision and release phases, the leases
+//! they move through, the cleanup proof, fault injection, and recovery after a crash.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_protocol::{
+    PhaseReport, PlannedSlot, ProvisionPlan, Provisioned, ReconcileResponse, ReleasePlan,
+    SlotCleanup, TaskOutput, TaskSpec, identity,
+};
+
+use crate::domain::{self, DomainSpec};
+use crate::driver::{DomainState, Driver, phase};
+use crate::image;
+use crate::lease::{Lease, LeaseKind, LeaseStore, now_s};
+use crate::wipe;
+
+/// Test knobs: make a phase fail, or make the process die the moment a phase starts.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    pub fail_at: Option<String>,
+    pub crash_at: Option<String>,
+}
+
+/// Why a task did not finish.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// It failed; the control plane is told why.
+    Failed(String),
+    /// The agent is shutting down; the task is left to the next start's recovery.
+    Interrupted,
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+pub struct Agent {
+    pub node_id: String,
+    pub credential: String,
+    pub driver: Arc<dyn Driver>,
+    pub state_dir: PathBuf,
+    pub leases: LeaseStore,
+    pub faults: Faults,
+    /// The port of the telemetry sink on the slot network, written into each guest's seed.
+    pub telemetry_port: u16,
+    pub guest_timeout: Duration,
+    pub shutdown_timeout: Duration,
+    pub wipe_timeout: Duration,
+    /// Set on SIGTERM: the current phase finishes, the next does not start.
+    pub stopping: AtomicBool,
+}
+
+type Report<'a> = &'a mut dyn FnMut(PhaseReport);
+
+impl Agent {
+    pub fn new(node_id: String, credential: String, driver: Arc<dyn Driver>, state_dir: PathBuf) -> Self {
+        Self {
+            leases: LeaseStore::new(&state_dir),
+            node_id,
+            credential,
+            driver,
+            state_dir,
+            faults: Faults::default(),
+            telemetry_port: 9400,
+            guest_timeout: Duration::from_secs(600),
+            shutdown_timeout: Duration::from_secs(60),
+            wipe_timeout: Duration::from_secs(6 * 3600),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// One phase: reported, timed, recorded in the leases, subject to the fault knobs.
+    fn step<T>(
+        &self,
+        name: &str,
+        leases: Option<(&[PlannedSlot], &str)>,
+        report: Report<'_>,
+        work: impl FnOnce() -> Result<T, String>,
+    ) -> Result<T, Stop> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(Stop::Interrupted);
+        }
+        if let Some((slots, allocation)) = leases {
+            self.mark(slots, allocation, name)?;
+        }
+        if self.faults.crash_at.as_deref() == Some(name) {
+            eprintln!("node-agent: crash injected at phase {name}");
+            std::process::exit(86);
+        }
+        let fail = self.faults.fail_at.as_deref() == Some(name);
+        phase(name, self.driver.pause(name), report, || {
+            if fail {
+                return Err(format!("fault injected at phase {name}"));
+            }
+            work()
+        })
+        .map_err(Stop::Failed)
+    }
+
+    /// Records the phase reached in each slot's lease.
+    fn mark(&self, slots: &[PlannedSlot], allocation: &str, phase: &str) -> Result<(), String> {
+        for s in slots {
+            if let Some(mut l) = self.leases.get(&s.slot_id)?
+                && l.allocation_id == allocation
+            {
+                l.phase = phase.to_string();
+                l.updated_at = now_s();
+                self.leases.put(&l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a task to its output.
+    pub fn execute(
+        &self,
+        task_id: &str,
+        spec: &TaskSpec,
+        view: &ReconcileResponse,
+        report: Report<'_>,
+    ) -> Result<TaskOutput, Stop> {
+        match spec {
+            TaskSpec::TopologyDiscover {} => self
+                .driver
+                .topology_discover(report)
+                .map(|d| TaskOutput::TopologyDiscovered(Box::new(d)))
+                .map_err(Stop::Failed),
+            TaskSpec::VmProvision(plan) => self
+                .provision(task_id, plan, false, &view.approved_slots, report)
+                .map(TaskOutput::Provisioned),
+            TaskSpec::BaremetalProvision(plan) => self
+                .provision(task_id, plan, true, &view.approved_slots, report)
+                .map(TaskOutput::Provisioned),
+            TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan) => {
+                let whole = matches!(spec, TaskSpec::BaremetalRelease(_));
+                self.release(task_id, plan, whole, &view.approved_slots, report)
+                    .map(|slots| {
+                        TaskOutput::Cleaned(crate::proof::sign(
+                            &self.credential,
+                            &self.node_id,
+                            &plan.allocation_id,
+                            slots,
+                        ))
+                    })
+            }
+        }
+    }
+
+    /// Refuses a plan unless every slot is one of this node's approved slots exactly as
+    /// approved (and as the identity rule names it), the hardware is present, and no other
+    /// allocation holds a lease on it.
+    pub fn check_plan(
+        &self,
+        allocation: &str,
+        slots: &[PlannedSlot],
+        whole_node: bool,
+        approved: &[PlannedSlot],
+    ) -> Result<(), String> {
+        if slots.is_empty() {
+            return Err("the plan names no slots".into());
+        }
+        let present = self.driver.pci_addresses()?;
+        for s in slots {
+            let Some(a) = approved.iter().find(|a| a.slot_id == s.slot_id) else {
+                return Err(format!(
+                    "slot {} ({}) is not an approved slot of this node; refusing the plan",
+                    s.slot_index, s.slot_id
+                ));
+            };
+            let differs = differences(a, s);
+            if !differs.is_empty() {
+                return Err(format!(
+                    "slot {}: the plan's {} differ from the approved slot; refusing the plan",
+                    s.slot_index,
+                    differs.join(", ")
+                ));
+            }
+            if s.mac_address != identity::mac_address(&self.node_id, s.slot_index)
+                || s.ip_address != identity::ip_address(s.slot_index)
+            {
+                return Err(format!(
+                    "slot {}: MAC {} / IP {} is not this node's identity for the slot; refusing the plan",
+                    s.slot_index, s.mac_address, s.ip_address
+                ));
+            }
+            for (what, addr) in [
+                ("GPU", &s.gpu_pci_address),
+                ("NVMe", &s.nvme_pci_address),
+                ("IB VF", &s.ib_vf_pci_address),
+            ] {
+                if !present.contains(addr) {
+                    return Err(format!(
+                        "slot {}: this host has no {what} at {addr}; refusing the plan",
+                        s.slot_index
+                    ));
+                }
+            }
+            if let Some(l) = self.leases.get(&s.slot_id)?
+                && l.allocation_id != allocation
+            {
+                return Err(format!(
+                    "slot {} is leased to allocation {} (phase {}); refusing the plan",
+                    s.slot_index, l.allocation_id, l.phase
+                ));
+            }
+        }
+        if whole_node && let Some(missing) = approved.iter().find(|a| !slots.iter().any(|s| s.slot_id == a.slot_id)) {
+            return Err(format!(
+                "a whole-node plan must name every approved slot; slot {} is missing",
+                missing.slot_index
+            ));
+        }
+        Ok(())
+    }
+
+    fn paths(&self, allocation: &str) -> (PathBuf, PathBuf, PathBuf) {
+        let dir = self.state_dir.join("allocations").join(allocation);
+        (dir.join("seed"), dir.join("seed.iso"), dir.join("domain.xml"))
+    }
+
+    pub fn provision(
+        &self,
+        task_id: &str,
+        plan: &ProvisionPlan,
+        whole_node: bool,
+        approved: &[PlannedSlot],
+        report: Report<'_>,
+    ) -> Result<Provisioned, Stop> {
+        let alloc = plan.allocation_id.as_str();
+        let slots = plan.slots.as_slice();
+        self.step("validate_plan", None, report, || {
+            if plan.image.ssh_user.trim().is_empty() {
+                return Err("the plan's image names no SSH user".into());
+            }
+            self.check_plan(alloc, slots, whole_node, approved)
+        })?;
+        let token = self.step("take_leases", None, report, || {
+            self.take_leases(task_id, alloc, slots, LeaseKind::Provision, "take_leases")
+        })?;
+        let leased = Some((slots, alloc));
+        let name = domain::domain_name(alloc);
+        let running = self.driver.domain_state(&name)? == Some(DomainState::Running);
+        let (seed_dir, seed_iso, xml_path) = self.paths(alloc);
+        let disks: Vec<PathBuf> = slots
+            .iter()
+            .map(|s| self.driver.slot_disk(s))
+            .collect::<Result<_, _>>()?;
+        self.step("write_image", leased, report, || {
+            if running {
+                return Ok(()); // A restarted agent: the VM is up on this disk already.
+            }
+            let source = self.driver.image_path(&plan.image)?;
+            image::write_image(&source, &disks[0], self.driver.disk_size(&slots[0]))
+        })?;
+        self.step("cloud_init", leased, report, || {
+            if running {
+                return Ok(());
+            }
+            image::build_seed(plan, &token, self.telemetry_port, &seed_dir, &seed_iso)
+        })?;
+        self.step("define_domain", leased, report, || {
+            let xml = domain::render(&DomainSpec {
+                allocation_id: alloc,
+                slots,
+                disks: &disks,
+                seed_iso: &seed_iso,
+            })?;
+            std::fs::write(&xml_path, xml)
+                .map_err(|e| format!("{}: {e}", xml_path.display()))?;
+            if running {
+                return Ok(());
+            }
+            self.driver.define(&xml_path)
+        })?;
+        self.step("start_vm", leased, report, || {
+            match self.driver.domain_state(&name)? {
+                Some(DomainState::Running) => Ok(()),
+                Some(_) => self.driver.start(&name),
+                None => Err(format!("{name} is not defined")),
+            }
+        })?;
+        self.step("wait_ssh", leased, report, || {
+            self.driver
+                .wait_guest(&name, &slots[0].ip_address, self.guest_timeout)
+        })?;
+        self.mark(slots, alloc, "running")?;
+        let ssh_host = if whole_node {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| slots[0].ip_address.clone())
+        } else {
+            slots[0].ip_address.clone()
+        };
+        Ok(Provisioned {
+            ssh_host,
+            ssh_port: 22,
+            ssh_user: plan.image.ssh_user.clone(),
+        })
+    }
+
+    /// Takes (or, for a resumed task, keeps) each slot's lease; returns the allocation's
+    /// telemetry token.
+    fn take_leases(
+        &self,
+        task_id: &str,
+        alloc: &str,
+        slots: &[PlannedSlot],
+        kind: LeaseKind,
+        phase: &str,
+    ) -> Result<String, String> {
+        let mut token = None;
+        for s in slots {
+            if let Some(l) = self.leases.get(&s.slot_id)?
+                && l.allocation_id == alloc
+            {
+                token = Some(l.telemetry_token);
+                break;
+            }
+        }
+        let token = token.unwrap_or_else(new_token);
+        for s in slots {
+            // The firmware every later check compares with, recorded before any tenant runs.
+            self.firmware_baseline(&s.gpu_pci_address)?;
+            self.leases.put(&Lease {
+                slot_id: s.slot_id.clone(),
+                slot_index: s.slot_index,
+                allocation_id: alloc.to_string(),
+                task_id: task_id.to_string(),
+                kind,
+                phase: phase.to_string(),
+                telemetry_token: token.clone(),
+                updated_at: now_s(),
+            })?;
+        }
+        Ok(token)
+    }
+
+    /// The firmware this host first saw on a GPU (recorded then), in
+    /// `{state_dir}/gpu-firmware/`. An operator who upgrades firmware removes the entry.
+    fn firmware_baseline(&self, pci: &str) -> Result<String, String> {
+        let dir = self.state_dir.join("gpu-firmware");
+        let path = dir.join(pci.replace(':', "_"));
+        if let Ok(v) = std::fs::read_to_string(&path) {
+            return Ok(v.trim().to_string());
+        }
+        let seen = self.driver.gpu_firmware(pci)?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(&path, &seen).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(seen)
+    }
+
+    pub fn release(
+        &self,
+        task_id: &str,
+        plan: &ReleasePlan,
+        whole_node: bool,
+        approved: &[PlannedSlot],
+        report: Report<'_>,
+    ) -> Result<Vec<SlotCleanup>, Stop> {
+        let alloc = plan.allocation_id.as_str();
+        let slots = plan.slots.as_slice();
+        self.step("validate_plan", None, report, || {
+            self.check_plan(alloc, slots, whole_node, approved)?;
+            if let Some(s) = slots
+                .iter()
+                .find(|s| !crate::discover::WIPE_METHODS.contains(&s.wipe_policy.as_str()))
+            {
+                return Err(format!(
+                    "slot {}: this agent can't wipe with {:?} (it supports {})",
+                    s.slot_index,
+                    s.wipe_policy,
+                    crate::discover::WIPE_METHODS.join(", ")
+                ));
+            }
+            Ok(())
+        })?;
+        self.take_leases(task_id, alloc, slots, LeaseKind::Release, "stop_vm")?;
+        let leased = Some((slots, alloc));
+        let name = domain::domain_name(alloc);
+        self.step("stop_vm", leased, report, || {
+            if self.driver.domain_state(&name)? != Some(DomainState::Running) {
+                return Ok(());
+            }
+            self.driver.shutdown(&name)?;
+            let deadline = Instant::now() + self.shutdown_timeout;
+            while self.driver.domain_state(&name)? == Some(DomainState::Running)
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(())
+        })?;
+        self.step("destroy_domain", leased, report, || {
+            match self.driver.domain_state(&name)? {
+                Some(DomainState::Running) | Some(DomainState::Other) => {
+                    let _ = self.driver.destroy(&name);
+                    self.driver.undefine(&name)
+                }
+                Some(DomainState::ShutOff) => self.driver.undefine(&name),
+                None => Ok(()),
+            }?;
+            let dir = self.state_dir.join("allocations").join(alloc);
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(format!("{}: {e}", dir.display()))
+                }
+                _ => Ok(()),
+            }
+        })?;
+        // Per slot: (how it is verified, the offsets, how long the wipe took).
+        let wiped = self.step("wipe_nvme", leased, report, || {
+            slots
+                .iter()
+                .map(|s| self.wipe_slot(s))
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        let samples = self.step("verify_wipe", leased, report, || {
+            slots
+                .iter()
+                .zip(&wiped)
+                .map(|(s, w)| {
+                    let dev = self.driver.open_disk(s)?;
+                    let expect = match &w.check {
+                        Check::Pattern(seed) => wipe::Expect::Pattern(*seed),
+                        Check::Changed(before) => wipe::Expect::Changed(before),
+                    };
+                    wipe::verify(&dev, &w.offsets, expect)
+                        .map_err(|e| format!("slot {}: {e}", s.slot_index))
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        self.step("reset_gpu", leased, report, || {
+            slots
+                .iter()
+                .try_for_each(|s| self.driver.reset_gpu(&s.gpu_pci_address))
+        })?;
+        let firmware = self.step("check_firmware", leased, report, || {
+            slots
+                .iter()
+                .map(|s| {
+                    let expected = self.firmware_baseline(&s.gpu_pci_address)?;
+                    let seen = self.driver.gpu_firmware(&s.gpu_pci_address)?;
+                    if seen != expected {
+                        return Err(format!(
+                            "slot {}: GPU {} firmware is {seen}, expected {expected}; the slot stays blocked until an operator reflashes it",
+                            s.slot_index, s.gpu_pci_address
+                        ));
+                    }
+                    Ok(seen)
+                })
+                .collect::<Result<Vec<_>, String>>()
+        })?;
+        self.step("release_leases", None, report, || {
+            slots
+                .iter()
+                .try_for_each(|s| self.leases.remove(&s.slot_id))
+        })?;
+        Ok(slots
+            .iter()
+            .zip(wiped)
+            .zip(samples)
+            .zip(firmware)
+            .map(|(((s, w), n), fw)| SlotCleanup {
+                slot_id: s.slot_id.clone(),
+                nvme_serial: s.nvme_serial.clone(),
+                wipe_method: s.wipe_policy.clone(),
+                wipe_ms: w.ms,
+                wipe_verified: true,
+                verified_samples: n,
+                gpu_reset: true,
+                gpu_firmware: fw,
+                firmware_ok: true,
+            })
+            .collect())
+    }
+
+    fn wipe_slot(&self, s: &PlannedSlot) -> Result<Wiped, String> {
+        let started = Instant::now();
+        let dev = self.driver.open_disk(s)?;
+        let len = wipe::BlockDev::len(&dev)?;
+        let seed = wipe::fresh_seed();
+        let offsets = wipe::sample_offsets(len, seed);
+        let check = match s.wipe_policy.as_str() {
+            "overwrite-verify" => {
+                wipe::overwrite(&dev, seed, self.wipe_timeout)?;
+                Check::Pattern(seed)
+            }
+            method => {
+                let before = wipe::take_samples(&dev, &offsets)?;
+                drop(dev);
+                self.driver.controller_wipe(method, s, self.wipe_timeout)?;
+                Check::Changed(before)
+            }
+        };
+        Ok(Wiped {
+            check,
+            offsets,
+            ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// After a (re)start: leases whose allocation the control plane no longer runs and that
+    /// no unfinished task covers are stale. Their domains are stopped and removed and the
+    /// leases dropped (the control plane keeps such slots blocked until an operator clears
+    /// them; nothing here marks a slot clean). Domains of this agent with no lease at all
+    /// are removed too. Returns what it did, for the log.
+    pub fn reconcile(&self, view: &ReconcileResponse) -> Result<Vec<String>, String> {
+        let mut done = Vec::new();
+        let in_flight: Vec<&str> = view
+            .running_tasks
+            .iter()
+            .filter_map(|t| match &t.spec {
+                TaskSpec::VmProvision(p) | TaskSpec::BaremetalProvision(p) => {
+                    Some(p.allocation_id.as_str())
+                }
+                TaskSpec::VmRelease(p) | TaskSpec::BaremetalRelease(p) => {
+                    Some(p.allocation_id.as_str())
+                }
+                TaskSpec::TopologyDiscover {} => None,
+            })
+            .collect();
+        let live = |a: &str| view.active_allocations.iter().any(|x| x == a) || in_flight.contains(&a);
+        let leases = self.leases.all()?;
+        for l in &leases {
+            if !live(&l.allocation_id) {
+                self.remove_domain(&domain::domain_name(&l.allocation_id))?;
+                self.leases.remove(&l.slot_id)?;
+                done.push(format!(
+                    "dropped the stale lease on slot {} (allocation {}, phase {})",
+                    l.slot_index, l.allocation_id, l.phase
+                ));
+            }
+        }
+        for name in self.driver.domains()? {
+            let Some(alloc) = name.strip_prefix("gpuaas-") else {
+                continue;
+            };
+            if !live(alloc) && !leases.iter().any(|l| l.allocation_id == alloc && live(alloc)) {
+                self.remove_domain(&name)?;
+                done.push(format!("removed domain {name}, which no allocation owns"));
+            }
+        }
+        Ok(done)
+    }
+
+    fn remove_domain(&self, name: &str) -> Result<(), String> {
+        match self.driver.domain_state(name)? {
+            None => Ok(()),
+            Some(DomainState::ShutOff) => self.driver.undefine(name),
+            Some(_) => {
+                let _ = self.driver.destroy(name);
+                self.driver.undefine(name)
+            }
+        }
+    }
+
+    /// Which allocation a telemetry token belongs to (a running one, on this host).
+    pub fn allocation_for_token(&self, token: &str) -> Option<String> {
+        if token.len() < 32 {
+            return None;
+        }
+        self.leases
+            .all()
+            .ok()?
+            .into_iter()
+            .find(|l| l.kind == LeaseKind::Provision && l.phase == "running" && l.telemetry_token == token)
+            .map(|l| l.allocation_id)
+    }
+}
+
+enum Check {
+    Pattern(u64),
+    Changed(Vec<wipe::Sample>),
+}
+
+struct Wiped {
+    check: Check,
+    offsets: Vec<u64>,
+    ms: u64,
+}
+
+fn new_token() -> String {
+    let mut b = [0u8; 24];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("/dev/urandom is readable");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The names of the fields where a plan's slot and the approved slot disagree.
+fn differences(a: &PlannedSlot, p: &PlannedSlot) -> Vec<&'static str> {
+    let mut d = Vec::new();
+    let mut check = |name, same: bool| {
+        if !same {
+            d.push(name);
+        }
+    };
+    check("slot index", a.slot_index == p.slot_index);
+    check("GPU address", a.gpu_pci_address == p.gpu_pci_address);
+    check("NVMe address", a.nvme_pci_address == p.nvme_pci_address);
+    check("NVMe serial", a.nvme_serial == p.nvme_serial);
+    check("NVMe namespace", a.nvme_namespace == p.nvme_namespace);
+    check("NVMe size", a.nvme_size_bytes == p.nvme_size_bytes);
+    check("IB VF address", a.ib_vf_pci_address == p.ib_vf_pci_address);
+    check("CPU set", a.cpu_set == p.cpu_set);
+    check("NUMA node", a.numa_node == p.numa_node);
+    check("memory", a.memory_mib == p.memory_mib);
+    check("wipe policy", a.wipe_policy == p.wipe_policy);
+    check("MAC address", a.mac_address == p.mac_address);
+    check("IP address", a.ip_address == p.ip_address);
+    d
+}

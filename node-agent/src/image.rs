@@ -1,0 +1,201 @@
+//! The guest's disk and first-boot seed: the image goes onto the slot's NVMe with the real
+//! `qemu-img` (convert to raw, then resize where the target is a file), and cloud-init reads a
+//! NoCloud seed (an ISO labelled `cidata`, built with `xorriso`) with the hostname, the
+//! tenant's SSH key, the network and the telemetry token.
+
+use std::path::Path;
+use std::process::Command;
+
+use agent_protocol::ProvisionPlan;
+use serde_json::json;
+
+/// Runs a fixed command line (never through a shell) and names it in the error.
+pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("running {program}: {e} (is it installed?)"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            err.trim().lines().last().unwrap_or("no message")
+        ))
+    }
+}
+
+fn path_str(p: &Path) -> Result<&str, String> {
+    p.to_str()
+        .ok_or_else(|| format!("{} is not a UTF-8 path", p.display()))
+}
+
+/// Writes `source` (any format qemu-img reads) as raw onto `disk`. A block device is written
+/// in place (`-n`); a file is created, then grown to `size_bytes` when that is larger.
+pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Result<(), String> {
+    if !source.is_file() {
+        return Err(format!("the image {} does not exist on this host", source.display()));
+    }
+    let block = std::fs::metadata(disk)
+        .map(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_block_device()
+        })
+        .unwrap_or(false);
+    if !block && let Some(dir) = disk.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let (src, dst) = (path_str(source)?, path_str(disk)?);
+    let mut args = vec!["convert", "-O", "raw"];
+    if block {
+        args.push("-n");
+    }
+    args.extend([src, dst]);
+    run("qemu-img", &args)?;
+    if let (false, Some(size)) = (block, size_bytes) {
+        let current = std::fs::metadata(disk)
+            .map_err(|e| format!("{}: {e}", disk.display()))?
+            .len();
+        if size > current {
+            run("qemu-img", &["resize", "-f", "raw", dst, &size.to_string()])?;
+        }
+    }
+    Ok(())
+}
+
+/// The virtual size qemu-img reports for `image`.
+pub fn virtual_size(image: &Path) -> Result<u64, String> {
+    let out = run("qemu-img", &["info", "--output=json", path_str(image)?])?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| format!("qemu-img info: {e}"))?;
+    v["virtual-size"]
+        .as_u64()
+        .ok_or_else(|| "qemu-img info reports no virtual-size".into())
+}
+
+/// Creates a small qcow2 image (a stand-in for a real one on simulated hosts and in tests).
+pub fn create_qcow2(path: &Path, size: &str) -> Result<(), String> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    run("qemu-img", &["create", "-q", "-f", "qcow2", path_str(path)?, size]).map(|_| ())
+}
+
+/// Where guests send metrics: the host's address on the slot network.
+pub const TELEMETRY_HOST: &str = "10.100.0.1";
+
+/// The three NoCloud files for `plan`. JSON is YAML, so every value is quoted by serde.
+pub fn seed_files(
+    plan: &ProvisionPlan,
+    telemetry_token: &str,
+    telemetry_port: u16,
+) -> [(&'static str, String); 3] {
+    let hostname = hostname(&plan.name);
+    let user_data = json!({
+        "hostname": hostname,
+        "users": [{
+            "name": plan.image.ssh_user,
+            "ssh_authorized_keys": [plan.ssh_public_key.trim()],
+            "sudo": "ALL=(ALL) NOPASSWD:ALL",
+            "shell": "/bin/bash",
+        }],
+        "ssh_pwauth": false,
+        "write_files": [{
+            "path": "/etc/gpuaas/telemetry.json",
+            "permissions": "0600",
+            "content": json!({
+                "url": format!("http://{TELEMETRY_HOST}:{telemetry_port}/v1/gpu"),
+                "token": telemetry_token,
+                "allocation_id": plan.allocation_id,
+            }).to_string(),
+        }],
+    });
+    let meta_data = json!({
+        "instance-id": plan.allocation_id,
+        "local-hostname": hostname,
+    });
+    let ethernets: serde_json::Map<String, serde_json::Value> = plan
+        .slots
+        .iter()
+        .take(1)
+        .map(|s| {
+            (
+                "slot0".to_string(),
+                json!({
+                    "match": { "macaddress": s.mac_address },
+                    "set-name": "eth0",
+                    "addresses": [format!("{}/24", s.ip_address)],
+                    "routes": [{ "to": "default", "via": TELEMETRY_HOST }],
+                    "nameservers": { "addresses": [TELEMETRY_HOST] },
+                }),
+            )
+        })
+        .collect();
+    let network = json!({ "version": 2, "ethernets": ethernets });
+    [
+        ("user-data", format!("#cloud-config\n{user_data:#}\n")),
+        ("meta-data", format!("{meta_data:#}\n")),
+        ("network-config", format!("{network:#}\n")),
+    ]
+}
+
+/// Writes the seed files into `dir` and builds `iso` from them.
+pub fn build_seed(
+    plan: &ProvisionPlan,
+    telemetry_token: &str,
+    telemetry_port: u16,
+    dir: &Path,
+    iso: &Path,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for (name, body) in seed_files(plan, telemetry_token, telemetry_port) {
+        let path = dir.join(name);
+        write_private(&path, body.as_bytes())?;
+        files.push(path_str(&path)?.to_string());
+    }
+    let _ = std::fs::remove_file(iso);
+    let iso = path_str(iso)?;
+    let mut args = vec![
+        "-as",
+        "genisoimage",
+        "-quiet",
+        "-output",
+        iso,
+        "-volid",
+        "cidata",
+        "-joliet",
+        "-rock",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    run("xorriso", &args).map(|_| ())
+}
+
+/// Files with the tenant's token are readable by the agent only.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// An RFC 1123 label from the allocation's name.
+pub fn hostname(name: &str) -> String {
+    let mut h: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    h = h.trim_matches('-').chars().take(63).collect();
+    if h.is_empty() { "gpu-vm".into() } else { h }
+}

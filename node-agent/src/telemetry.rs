@@ -1,0 +1,100 @@
+//! The guest telemetry sink: a host-only HTTP endpoint on the slot network where each guest
+//! posts its GPU utilisation with the token its cloud-init seed carried. A token names exactly
+//! one running allocation on this host; anything else is refused. There is nothing to read:
+//! the sink has one route, `POST /v1/gpu`, and answers 204 or an error, so a tenant learns
+//! nothing about the host or other guests. The agent forwards per-allocation means with its
+//! next heartbeat.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_protocol::GpuUtilisation;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use serde::Deserialize;
+
+use crate::agent::Agent;
+
+/// Sums per allocation since the last heartbeat.
+#[derive(Default)]
+pub struct Aggregator {
+    sums: Mutex<HashMap<String, (u64, u32)>>,
+}
+
+impl Aggregator {
+    pub fn add(&self, allocation: &str, pct: u8) {
+        let mut sums = self.sums.lock().unwrap_or_else(|p| p.into_inner());
+        let e = sums.entry(allocation.to_string()).or_default();
+        e.0 += u64::from(pct);
+        e.1 += 1;
+    }
+
+    /// The means since the last drain, and resets.
+    pub fn drain(&self) -> Vec<GpuUtilisation> {
+        let mut sums = self.sums.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<GpuUtilisation> = sums
+            .drain()
+            .filter(|(_, (_, n))| *n > 0)
+            .map(|(allocation_id, (sum, n))| GpuUtilisation {
+                allocation_id,
+                gpu_util_pct: (sum as f64 / f64::from(n)).round().min(100.0) as u8,
+                samples: n,
+            })
+            .collect();
+        out.sort_by(|a, b| a.allocation_id.cmp(&b.allocation_id));
+        out
+    }
+}
+
+#[derive(Clone)]
+struct Sink {
+    agent: Arc<Agent>,
+    totals: Arc<Aggregator>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuReport {
+    /// One figure per GPU the guest sees, 0–100.
+    gpu_util_pct: Vec<u8>,
+}
+
+async fn gpu(State(sink): State<Sink>, headers: HeaderMap, body: axum::body::Bytes) -> (StatusCode, String) {
+    let token = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let agent = sink.agent.clone();
+    let allocation = tokio::task::spawn_blocking(move || agent.allocation_for_token(&token))
+        .await
+        .ok()
+        .flatten();
+    let Some(allocation) = allocation else {
+        return (StatusCode::UNAUTHORIZED, "unknown telemetry token\n".into());
+    };
+    let report: GpuReport = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad report: {e}\n")),
+    };
+    if report.gpu_util_pct.is_empty() || report.gpu_util_pct.iter().any(|&p| p > 100) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "gpu_util_pct needs one figure per GPU, each 0–100\n".into(),
+        );
+    }
+    let mean = report.gpu_util_pct.iter().map(|&p| u32::from(p)).sum::<u32>()
+        / report.gpu_util_pct.len() as u32;
+    sink.totals.add(&allocation, mean as u8);
+    (StatusCode::NO_CONTENT, String::new())
+}
+
+pub fn router(agent: Arc<Agent>, totals: Arc<Aggregator>) -> Router {
+    Router::new()
+        .route("/v1/gpu", post(gpu))
+        .with_state(Sink { agent, totals })
+}

@@ -1,0 +1,349 @@
+//! The host side of provisioning with real tools: domain XML checked by libvirt's own schema
+//! (`virt-xml-validate`), the whole libvirt driver lifecycle against libvirt's `test:///default`
+//! hypervisor, `qemu-img` on a generated image, and the plans an agent must refuse.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use agent_protocol::{Discovery, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, identity};
+use node_agent::agent::{Agent, Stop};
+use node_agent::domain::{DomainSpec, domain_name, render};
+use node_agent::driver::{DomainState, Driver, GuestReady, LibvirtDriver, SimulatedDriver};
+use node_agent::tools::HostTools;
+
+const NODE: &str = "6f1c2d3e-0000-4000-8000-00000000abcd";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("agent-host-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The fixture's proposed slots, approved as the control plane would name them in plans.
+fn approved(name: &str, wipe: &str) -> Vec<PlannedSlot> {
+    let d: Discovery = serde_json::from_str(
+        &std::fs::read_to_string(fixture(name).join("expected-discovery.json")).unwrap(),
+    )
+    .unwrap();
+    d.proposed_slots
+        .iter()
+        .filter(|s| s.nvme.is_some() && s.ib_vf_pci_address.is_some())
+        .map(|s| {
+            let nvme = s.nvme.clone().unwrap();
+            PlannedSlot {
+                slot_id: format!("00000000-0000-4000-8000-{:012}", s.slot_index),
+                slot_index: s.slot_index,
+                gpu_pci_address: s.gpu.pci_address.clone(),
+                nvme_pci_address: nvme.pci_address,
+                nvme_serial: nvme.serial,
+                nvme_namespace: nvme.namespace,
+                ib_vf_pci_address: s.ib_vf_pci_address.clone().unwrap(),
+                cpu_set: s.cpu_set.clone(),
+                numa_node: s.numa_node.unwrap_or(0),
+                memory_mib: s.memory_mib,
+                nvme_size_bytes: nvme.size_bytes,
+                wipe_policy: wipe.into(),
+                mac_address: identity::mac_address(NODE, s.slot_index),
+                ip_address: identity::ip_address(s.slot_index),
+            }
+        })
+        .collect()
+}
+
+fn validate(xml: &str, dir: &Path, name: &str) {
+    let path = dir.join(format!("{name}.xml"));
+    std::fs::write(&path, xml).unwrap();
+    let out = Command::new("virt-xml-validate")
+        .arg(&path)
+        .arg("domain")
+        .output()
+        .expect("virt-xml-validate (libvirt-clients, libxml2-utils) is installed");
+    assert!(
+        out.status.success(),
+        "{name}: {}\n{}\n{xml}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
+    let dir = tempdir("xml");
+    let alloc = "11111111-2222-4333-8444-555555555555";
+    for name in ["hgx-h100-8x", "pcie-l40s-4x"] {
+        let slots = approved(name, "overwrite-verify");
+        assert!(slots.len() >= 4, "{name}");
+        let mut plans: Vec<Vec<PlannedSlot>> = slots.iter().map(|s| vec![s.clone()]).collect();
+        for size in [2, 4, 8] {
+            if slots.len() >= size {
+                plans.push(slots[..size].to_vec());
+            }
+        }
+        for (i, plan) in plans.iter().enumerate() {
+            let disks: Vec<PathBuf> = plan
+                .iter()
+                .map(|s| PathBuf::from("/dev").join(&s.nvme_namespace))
+                .collect();
+            let xml = render(&DomainSpec {
+                allocation_id: alloc,
+                slots: plan,
+                disks: &disks,
+                seed_iso: Path::new("/var/lib/gpu-node-agent/allocations/a/seed.iso"),
+            })
+            .unwrap();
+            validate(&xml, &dir, &format!("{name}-{i}"));
+            // What the XML must say, beyond being valid.
+            let cpus: usize = plan
+                .iter()
+                .map(|s| agent_protocol::ranges::parse_ranges(&s.cpu_set).unwrap().len())
+                .sum();
+            assert!(xml.contains(&format!("<vcpu placement='static'>{cpus}</vcpu>")));
+            assert_eq!(xml.matches("<vcpupin ").count(), cpus);
+            assert_eq!(xml.matches("<hostdev ").count(), 2 * plan.len());
+            assert!(xml.contains("<hugepages/>"));
+            assert!(xml.contains(&format!("<mac address='{}'/>", plan[0].mac_address)));
+            let memory: u64 = plan.iter().map(|s| s.memory_mib).sum();
+            assert!(xml.contains(&format!("<memory unit='MiB'>{memory}</memory>")));
+            assert!(xml.contains(&format!("nodeset='{}'", plan[0].numa_node)) || plan.len() > 1);
+            assert!(xml.contains(&format!("<source dev='/dev/{}'/>", plan[0].nvme_namespace)));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn qemu_img_writes_a_generated_image_raw_and_grows_it() {
+    let dir = tempdir("qemu");
+    // A raw image with recognisable bytes, converted to qcow2 (what sites ship).
+    let raw = dir.join("src.raw");
+    let mut bytes = vec![0u8; 1 << 20];
+    bytes[..16].copy_from_slice(b"GPUAAS-TEST-IMG!");
+    bytes[(1 << 20) - 4..].copy_from_slice(b"END!");
+    std::fs::write(&raw, &bytes).unwrap();
+    let qcow = dir.join("image.qcow2");
+    node_agent::image::run(
+        "qemu-img",
+        &["convert", "-f", "raw", "-O", "qcow2", raw.to_str().unwrap(), qcow.to_str().unwrap()],
+    )
+    .unwrap();
+    assert_eq!(node_agent::image::virtual_size(&qcow).unwrap(), 1 << 20);
+    let disk = dir.join("nvme0n1.raw");
+    node_agent::image::write_image(&qcow, &disk, Some(8 << 20)).unwrap();
+    let written = std::fs::read(&disk).unwrap();
+    assert_eq!(written.len(), 8 << 20, "grown to the slot's size");
+    assert_eq!(&written[..16], b"GPUAAS-TEST-IMG!");
+    assert_eq!(&written[(1 << 20) - 4..1 << 20], b"END!");
+    assert!(written[1 << 20..].iter().all(|&b| b == 0));
+    // A missing image is named.
+    let e = node_agent::image::write_image(&dir.join("nope.qcow2"), &disk, None).unwrap_err();
+    assert!(e.contains("nope.qcow2 does not exist on this host"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
+    ProvisionPlan {
+        allocation_id: alloc.into(),
+        name: "Train run #1".into(),
+        image: ImageRef {
+            name: "ubuntu-24.04-cuda".into(),
+            source: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into(),
+            ssh_user: "ubuntu".into(),
+        },
+        ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test".into(),
+        slots,
+    }
+}
+
+fn simulated_agent(dir: &Path, fixture_name: &str) -> Agent {
+    let mut d = SimulatedDriver::new(fixture(fixture_name), dir);
+    d.phase_time = std::time::Duration::ZERO;
+    d.disk_bytes = 1 << 20;
+    Agent::new(NODE.into(), "gpn_test".into(), Arc::new(d), dir.to_path_buf())
+}
+
+fn refused(r: Result<impl std::fmt::Debug, Stop>) -> String {
+    match r {
+        Err(Stop::Failed(e)) => e,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
+    let dir = tempdir("refuse");
+    let agent = simulated_agent(&dir, "pcie-l40s-4x");
+    let ok = approved("pcie-l40s-4x", "overwrite-verify");
+    let approved_two = &ok[..2];
+    let a1 = "aaaaaaaa-0000-4000-8000-000000000001";
+    let mut quiet = |_| {};
+
+    // A slot the node never approved.
+    let e = refused(agent.provision("t", &plan(a1, vec![ok[3].clone()]), false, approved_two, &mut quiet));
+    assert_eq!(
+        e,
+        format!("slot 3 ({}) is not an approved slot of this node; refusing the plan", ok[3].slot_id)
+    );
+    // The right slot id with the wrong hardware.
+    let mut wrong = ok[0].clone();
+    wrong.gpu_pci_address = ok[1].gpu_pci_address.clone();
+    wrong.cpu_set = "0-3".into();
+    let e = refused(agent.provision("t", &plan(a1, vec![wrong]), false, approved_two, &mut quiet));
+    assert_eq!(
+        e,
+        "slot 0: the plan's GPU address, CPU set differ from the approved slot; refusing the plan"
+    );
+    // Another node's slot: its identity is another node's.
+    let mut other = ok[0].clone();
+    other.mac_address = identity::mac_address("another-node", 0);
+    let mut approved_other = approved_two.to_vec();
+    approved_other[0] = other.clone();
+    let e = refused(agent.provision("t", &plan(a1, vec![other.clone()]), false, &approved_other, &mut quiet));
+    assert_eq!(
+        e,
+        format!(
+            "slot 0: MAC {} / IP 10.100.0.10 is not this node's identity for the slot; refusing the plan",
+            other.mac_address
+        )
+    );
+    // A slot leased to another allocation.
+    let p1 = plan(a1, vec![ok[0].clone()]);
+    agent.provision("t1", &p1, false, approved_two, &mut quiet).unwrap();
+    let a2 = "aaaaaaaa-0000-4000-8000-000000000002";
+    let e = refused(agent.provision("t2", &plan(a2, vec![ok[0].clone()]), false, approved_two, &mut quiet));
+    assert_eq!(e, format!("slot 0 is leased to allocation {a1} (phase running); refusing the plan"));
+    // Nothing was touched by the refusals: one domain, one lease.
+    assert_eq!(agent.driver.domains().unwrap(), [domain_name(a1)]);
+    assert_eq!(agent.leases.all().unwrap().len(), 1);
+    // A whole-node plan must name every approved slot.
+    let e = refused(agent.provision("t3", &plan(a2, vec![ok[1].clone()]), true, approved_two, &mut quiet));
+    assert_eq!(e, "a whole-node plan must name every approved slot; slot 0 is missing");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_flashed_gpu_or_an_unknown_wipe_fails_the_release_and_keeps_the_lease() {
+    let dir = tempdir("firmware");
+    let agent = simulated_agent(&dir, "pcie-l40s-4x");
+    let slots = approved("pcie-l40s-4x", "overwrite-verify");
+    let a = "bbbbbbbb-0000-4000-8000-000000000001";
+    let mut quiet = |_| {};
+    agent.provision("t1", &plan(a, vec![slots[1].clone()]), false, &slots, &mut quiet).unwrap();
+    // The tenant flashed the GPU's firmware.
+    let fw = dir.join("sim/gpu-firmware");
+    std::fs::create_dir_all(&fw).unwrap();
+    std::fs::write(fw.join(slots[1].gpu_pci_address.replace(':', "_")), "97.00.00.00.66").unwrap();
+    let release = ReleasePlan {
+        allocation_id: a.into(),
+        slots: vec![slots[1].clone()],
+    };
+    let e = refused(agent.release("t2", &release, false, &slots, &mut quiet));
+    assert_eq!(
+        e,
+        format!(
+            "slot 1: GPU {} firmware is 97.00.00.00.66, expected 96.00.99.00.01; the slot stays blocked until an operator reflashes it",
+            slots[1].gpu_pci_address
+        )
+    );
+    // No proof, and the lease stays: the slot is not free on this host either.
+    let lease = agent.leases.get(&slots[1].slot_id).unwrap().unwrap();
+    assert_eq!(lease.phase, "check_firmware");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The libvirt driver for real, against libvirt's own test hypervisor: define, start,
+/// shutdown, destroy and undefine are libvirt's. NVMe namespaces are files (this machine has
+/// none) and the GPUs' sysfs is a copy of the fixture with ROMs added.
+#[test]
+fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
+    let dir = tempdir("libvirt");
+    let root = dir.join("root");
+    assert!(
+        Command::new("cp")
+            .args(["-r", fixture("pcie-l40s-4x").to_str().unwrap(), root.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let slots = approved("pcie-l40s-4x", "overwrite-verify");
+    for s in &slots {
+        let dev = root.join("sys/bus/pci/devices").join(&s.gpu_pci_address);
+        std::fs::write(dev.join("rom"), vec![0x55u8; 4096]).unwrap();
+    }
+    // The image, where the plan says it is (under this test's directory).
+    let image = dir.join("images/ubuntu.qcow2");
+    node_agent::image::create_qcow2(&image, "4M").unwrap();
+    let mut driver = LibvirtDriver::new(
+        root.clone(),
+        HostTools {
+            fabric_partitions_cmd: None,
+        },
+        "test:///default",
+    );
+    driver.disk_dir = Some(dir.join("disks"));
+    driver.file_disk_bytes = 8 << 20;
+    driver.guest_ready = GuestReady::DomainRunning;
+    let driver = Arc::new(driver);
+    let agent = Agent::new(NODE.into(), "gpn_test".into(), driver.clone(), dir.join("state"));
+    let a = "cccccccc-0000-4000-8000-000000000001";
+    let mut p = plan(a, slots[..2].to_vec());
+    p.image.source = image.to_str().unwrap().into();
+    let mut phases = Vec::new();
+    let done = agent
+        .provision("t1", &p, false, &slots, &mut |r| phases.push((r.phase, r.status)))
+        .unwrap();
+    assert_eq!(done.ssh_host, "10.100.0.10");
+    let name = domain_name(a);
+    assert_eq!(driver.domain_state(&name).unwrap(), Some(DomainState::Running));
+    assert!(driver.domains().unwrap().contains(&name));
+    let started: Vec<&str> = phases
+        .iter()
+        .filter(|(_, s)| *s == agent_protocol::PhaseStatus::Started)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    assert_eq!(
+        started,
+        ["validate_plan", "take_leases", "write_image", "cloud_init", "define_domain", "start_vm", "wait_ssh"]
+    );
+    // Leases record the allocation and that it runs; the seed is a real ISO.
+    let leases = agent.leases.all().unwrap();
+    assert_eq!(leases.len(), 2);
+    assert!(leases.iter().all(|l| l.allocation_id == a && l.phase == "running"));
+    let iso = dir.join(format!("state/allocations/{a}/seed.iso"));
+    let label = node_agent::image::run("xorriso", &["-indev", iso.to_str().unwrap(), "-pvd_info"]).unwrap();
+    assert!(label.contains("cidata"), "{label}");
+    // A second provision of the same allocation (a resumed task) starts no second VM.
+    agent.provision("t1", &p, false, &slots, &mut |_| {}).unwrap();
+    assert_eq!(driver.domains().unwrap().iter().filter(|d| **d == name).count(), 1);
+
+    let release = ReleasePlan {
+        allocation_id: a.into(),
+        slots: slots[..2].to_vec(),
+    };
+    let cleaned = agent.release("t2", &release, false, &slots, &mut |_| {}).unwrap();
+    assert_eq!(driver.domain_state(&name).unwrap(), None, "destroyed and undefined");
+    assert!(agent.leases.all().unwrap().is_empty());
+    assert_eq!(cleaned.len(), 2);
+    for c in &cleaned {
+        assert!(c.wipe_verified && c.gpu_reset && c.firmware_ok);
+        assert_eq!(c.wipe_method, "overwrite-verify");
+        assert_eq!(c.verified_samples, 64);
+        assert!(c.gpu_firmware.starts_with("rom-sha256:"), "{}", c.gpu_firmware);
+    }
+    // The image is gone from the disk: nothing of the tenant's bytes is left at offset 0.
+    let disk = std::fs::read(dir.join(format!("disks/{}.raw", slots[0].nvme_namespace))).unwrap();
+    assert_ne!(&disk[..4], b"QFI\xfb");
+    // A controller wipe on a file-backed namespace is refused by name.
+    let e = driver
+        .controller_wipe("nvme-format-crypto", &slots[0], std::time::Duration::from_secs(1))
+        .unwrap_err();
+    assert!(e.contains("needs an NVMe controller"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
