@@ -25,7 +25,10 @@ mod tests {
         let node = "00000000-0000-0000-0000-000000000001";
         assert_eq!(mac_address(node, 0), MAC_0);
         assert_eq!(mac_address(node, 7), MAC_7);
-        assert_ne!(mac_address("00000000-0000-0000-0000-000000000002", 0), MAC_0);
+        assert_ne!(
+            mac_address("00000000-0000-0000-0000-000000000002", 0),
+            MAC_0
+        );
         assert_eq!(ip_address(0), "10.100.0.10");
         assert_eq!(ip_address(7), "10.100.0.17");
     }

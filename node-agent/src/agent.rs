@@ -59,7 +59,12 @@ pub struct Agent {
 type Report<'a> = &'a mut dyn FnMut(PhaseReport);
 
 impl Agent {
-    pub fn new(node_id: String, credential: String, driver: Arc<dyn Driver>, state_dir: PathBuf) -> Self {
+    pub fn new(
+        node_id: String,
+        credential: String,
+        driver: Arc<dyn Driver>,
+        state_dir: PathBuf,
+    ) -> Self {
         Self {
             leases: LeaseStore::new(&state_dir),
             node_id,
@@ -210,7 +215,11 @@ impl Agent {
                 ));
             }
         }
-        if whole_node && let Some(missing) = approved.iter().find(|a| !slots.iter().any(|s| s.slot_id == a.slot_id)) {
+        if whole_node
+            && let Some(missing) = approved
+                .iter()
+                .find(|a| !slots.iter().any(|s| s.slot_id == a.slot_id))
+        {
             return Err(format!(
                 "a whole-node plan must name every approved slot; slot {} is missing",
                 missing.slot_index
@@ -221,7 +230,11 @@ impl Agent {
 
     fn paths(&self, allocation: &str) -> (PathBuf, PathBuf, PathBuf) {
         let dir = self.state_dir.join("allocations").join(allocation);
-        (dir.join("seed"), dir.join("seed.iso"), dir.join("domain.xml"))
+        (
+            dir.join("seed"),
+            dir.join("seed.iso"),
+            dir.join("domain.xml"),
+        )
     }
 
     pub fn provision(
@@ -271,8 +284,7 @@ impl Agent {
                 disks: &disks,
                 seed_iso: &seed_iso,
             })?;
-            std::fs::write(&xml_path, xml)
-                .map_err(|e| format!("{}: {e}", xml_path.display()))?;
+            std::fs::write(&xml_path, xml).map_err(|e| format!("{}: {e}", xml_path.display()))?;
             if running {
                 return Ok(());
             }
@@ -527,7 +539,8 @@ impl Agent {
                 TaskSpec::TopologyDiscover {} => None,
             })
             .collect();
-        let live = |a: &str| view.active_allocations.iter().any(|x| x == a) || in_flight.contains(&a);
+        let live =
+            |a: &str| view.active_allocations.iter().any(|x| x == a) || in_flight.contains(&a);
         let leases = self.leases.all()?;
         for l in &leases {
             if !live(&l.allocation_id) {
@@ -543,7 +556,11 @@ impl Agent {
             let Some(alloc) = name.strip_prefix("gpuaas-") else {
                 continue;
             };
-            if !live(alloc) && !leases.iter().any(|l| l.allocation_id == alloc && live(alloc)) {
+            if !live(alloc)
+                && !leases
+                    .iter()
+                    .any(|l| l.allocation_id == alloc && live(alloc))
+            {
                 self.remove_domain(&name)?;
                 done.push(format!("removed domain {name}, which no allocation owns"));
             }
@@ -571,7 +588,9 @@ impl Agent {
             .all()
             .ok()?
             .into_iter()
-            .find(|l| l.kind == LeaseKind::Provision && l.phase == "running" && l.telemetry_token == token)
+            .find(|l| {
+                l.kind == LeaseKind::Provision && l.phase == "running" && l.telemetry_token == token
+            })
             .map(|l| l.allocation_id)
     }
 }

@@ -64,8 +64,7 @@ impl Settings {
         let Some(path) = path else {
             return Ok(self);
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let file: Settings =
             toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(Settings {

@@ -124,10 +124,7 @@ pub fn render(spec: &DomainSpec<'_>) -> Result<String, String> {
         let _ = writeln!(w, "      <target dev='{target}' bus='virtio'/>");
         let _ = writeln!(w, "    </disk>");
     }
-    let seed = spec
-        .seed_iso
-        .to_str()
-        .ok_or("the seed path is not UTF-8")?;
+    let seed = spec.seed_iso.to_str().ok_or("the seed path is not UTF-8")?;
     let _ = writeln!(w, "    <disk type='file' device='cdrom'>");
     let _ = writeln!(w, "      <driver name='qemu' type='raw'/>");
     let _ = writeln!(w, "      <source file='{}'/>", esc(seed));

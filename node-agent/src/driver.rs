@@ -113,7 +113,11 @@ impl LibvirtDriver {
 
 impl Driver for LibvirtDriver {
     fn describe(&self) -> String {
-        format!("libvirt ({}, root {})", self.virsh.uri(), self.root.display())
+        format!(
+            "libvirt ({}, root {})",
+            self.virsh.uri(),
+            self.root.display()
+        )
     }
     fn health(&self) -> agent_protocol::Health {
         discover::host_health(&self.root)
@@ -249,7 +253,10 @@ impl Driver for LibvirtDriver {
             }
         };
         if bytes.len() < 512 {
-            return Err(format!("GPU {pci}: its ROM is unreadable ({} bytes)", bytes.len()));
+            return Err(format!(
+                "GPU {pci}: its ROM is unreadable ({} bytes)",
+                bytes.len()
+            ));
         }
         let digest = Sha256::digest(&bytes);
         Ok(format!(
@@ -286,10 +293,7 @@ impl SimulatedDriver {
     }
 
     fn domain_file(&self, name: &str, ext: &str) -> Result<PathBuf, String> {
-        if !name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-')
-        {
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
             return Err(format!("{name:?} is not a domain name"));
         }
         Ok(self.sim_dir.join("domains").join(format!("{name}.{ext}")))
@@ -392,7 +396,9 @@ impl Driver for SimulatedDriver {
     fn start(&self, name: &str) -> Result<(), String> {
         match self.domain_state(name)? {
             None => Err(Self::no_domain(name)),
-            Some(DomainState::Running) => Err("Requested operation is not valid: domain is already running".into()),
+            Some(DomainState::Running) => {
+                Err("Requested operation is not valid: domain is already running".into())
+            }
             Some(_) => fs::write(self.domain_file(name, "running")?, b"")
                 .map_err(|e| format!("starting {name}: {e}")),
         }
@@ -454,7 +460,10 @@ impl Driver for SimulatedDriver {
             return Err(format!("GPU {pci}: no such device"));
         }
         // A file per GPU, so that a test can play a tenant who flashed it.
-        let path = self.sim_dir.join("gpu-firmware").join(pci.replace(':', "_"));
+        let path = self
+            .sim_dir
+            .join("gpu-firmware")
+            .join(pci.replace(':', "_"));
         match fs::read_to_string(&path) {
             Ok(v) => Ok(v.trim().to_string()),
             Err(_) => Ok("96.00.99.00.01".into()),

@@ -37,7 +37,10 @@ fn path_str(p: &Path) -> Result<&str, String> {
 /// in place (`-n`); a file is created, then grown to `size_bytes` when that is larger.
 pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Result<(), String> {
     if !source.is_file() {
-        return Err(format!("the image {} does not exist on this host", source.display()));
+        return Err(format!(
+            "the image {} does not exist on this host",
+            source.display()
+        ));
     }
     let block = std::fs::metadata(disk)
         .map(|m| {
@@ -81,7 +84,11 @@ pub fn create_qcow2(path: &Path, size: &str) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    run("qemu-img", &["create", "-q", "-f", "qcow2", path_str(path)?, size]).map(|_| ())
+    run(
+        "qemu-img",
+        &["create", "-q", "-f", "qcow2", path_str(path)?, size],
+    )
+    .map(|_| ())
 }
 
 /// Where guests send metrics: the host's address on the slot network.

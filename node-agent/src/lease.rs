@@ -49,11 +49,7 @@ impl LeaseStore {
 
     fn path(&self, slot_id: &str) -> Result<PathBuf, String> {
         // Slot ids are UUIDs; anything else must not become a path.
-        if slot_id.is_empty()
-            || !slot_id
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == '-')
-        {
+        if slot_id.is_empty() || !slot_id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
             return Err(format!("{slot_id:?} is not a slot id"));
         }
         Ok(self.dir.join(format!("{slot_id}.json")))

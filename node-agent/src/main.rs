@@ -191,7 +191,12 @@ fn status(settings: Settings) -> Result<(), String> {
     let state_dir = settings.state_dir();
     let (node, _) = State::new(&state_dir).load()?;
     let driver = build_driver(&settings)?;
-    println!("node {} → {} ({})", node.node_id, node.server, driver.describe());
+    println!(
+        "node {} → {} ({})",
+        node.node_id,
+        node.server,
+        driver.describe()
+    );
     let leases = node_agent::lease::LeaseStore::new(&state_dir).all()?;
     println!("\nleases ({}):", leases.len());
     for l in &leases {
@@ -224,7 +229,12 @@ async fn run(settings: Settings) -> Result<(), String> {
         .telemetry_listen
         .clone()
         .unwrap_or_else(|| format!("{}:9400", node_agent::image::TELEMETRY_HOST));
-    let mut agent = Agent::new(node.node_id.clone(), credential, driver.clone(), state_dir.clone());
+    let mut agent = Agent::new(
+        node.node_id.clone(),
+        credential,
+        driver.clone(),
+        state_dir.clone(),
+    );
     agent.faults = Faults {
         fail_at: settings.fail_at.clone(),
         crash_at: settings.crash_at.clone(),
@@ -328,7 +338,11 @@ async fn work(client: &Client, agent: &Arc<Agent>, state_dir: &Path) -> Result<(
         eprintln!("recovery: {line}");
     }
     for task in view.running_tasks {
-        eprintln!("recovery: resuming task {} ({})", task.task_id, task.spec.kind());
+        eprintln!(
+            "recovery: resuming task {} ({})",
+            task.task_id,
+            task.spec.kind()
+        );
         run_task(client, agent, state_dir, task).await;
     }
     loop {
@@ -387,7 +401,10 @@ async fn run_task(client: &Client, agent: &Arc<Agent>, state_dir: &Path, task: T
             match client.reconcile().await {
                 Ok(v) => break v,
                 Err(e) => {
-                    eprintln!("task {}: reading the approved slots failed ({e}); retrying", task.task_id);
+                    eprintln!(
+                        "task {}: reading the approved slots failed ({e}); retrying",
+                        task.task_id
+                    );
                     tokio::time::sleep(Duration::from_secs(2)).await;
                 }
             }

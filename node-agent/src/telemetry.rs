@@ -61,7 +61,11 @@ struct GpuReport {
     gpu_util_pct: Vec<u8>,
 }
 
-async fn gpu(State(sink): State<Sink>, headers: HeaderMap, body: axum::body::Bytes) -> (StatusCode, String) {
+async fn gpu(
+    State(sink): State<Sink>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> (StatusCode, String) {
     let token = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -87,7 +91,11 @@ async fn gpu(State(sink): State<Sink>, headers: HeaderMap, body: axum::body::Byt
             "gpu_util_pct needs one figure per GPU, each 0–100\n".into(),
         );
     }
-    let mean = report.gpu_util_pct.iter().map(|&p| u32::from(p)).sum::<u32>()
+    let mean = report
+        .gpu_util_pct
+        .iter()
+        .map(|&p| u32::from(p))
+        .sum::<u32>()
         / report.gpu_util_pct.len() as u32;
     sink.totals.add(&allocation, mean as u8);
     (StatusCode::NO_CONTENT, String::new())

@@ -208,10 +208,7 @@ pub fn sanitize_done(log_json: &str) -> Result<bool, String> {
     let v: serde_json::Value =
         serde_json::from_str(log_json).map_err(|e| format!("unreadable sanitize log: {e}"))?;
     // nvme-cli prints one object per device, keyed by its name.
-    let log = v
-        .as_object()
-        .and_then(|o| o.values().next())
-        .unwrap_or(&v);
+    let log = v.as_object().and_then(|o| o.values().next()).unwrap_or(&v);
     let sstat = log
         .get("sstat")
         .and_then(|s| s.as_u64())
@@ -376,8 +373,14 @@ mod tests {
             "\"nvme0n2; rm -rf /\" is not an NVMe namespace name"
         );
         assert!(nvme_argv("overwrite-verify", "nvme0n1").is_err());
-        assert_eq!(sanitize_done(r#"{"nvme0":{"sprog":65535,"sstat":1}}"#), Ok(true));
-        assert_eq!(sanitize_done(r#"{"nvme0":{"sprog":1200,"sstat":2}}"#), Ok(false));
+        assert_eq!(
+            sanitize_done(r#"{"nvme0":{"sprog":65535,"sstat":1}}"#),
+            Ok(true)
+        );
+        assert_eq!(
+            sanitize_done(r#"{"nvme0":{"sprog":1200,"sstat":2}}"#),
+            Ok(false)
+        );
         assert!(sanitize_done(r#"{"nvme0":{"sstat":3}}"#).is_err());
     }
 }

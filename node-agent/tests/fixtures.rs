@@ -201,7 +201,12 @@ fn hgx_h100_proposes_eight_numa_local_slots_and_reads_the_fabric() {
     );
     assert_eq!(
         d.wipe_methods,
-        ["nvme-format-crypto", "nvme-format", "nvme-sanitize-block", "overwrite-verify"]
+        [
+            "nvme-format-crypto",
+            "nvme-format",
+            "nvme-sanitize-block",
+            "overwrite-verify"
+        ]
     );
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
 }

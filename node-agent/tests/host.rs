@@ -103,7 +103,11 @@ fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
             // What the XML must say, beyond being valid.
             let cpus: usize = plan
                 .iter()
-                .map(|s| agent_protocol::ranges::parse_ranges(&s.cpu_set).unwrap().len())
+                .map(|s| {
+                    agent_protocol::ranges::parse_ranges(&s.cpu_set)
+                        .unwrap()
+                        .len()
+                })
                 .sum();
             assert!(xml.contains(&format!("<vcpu placement='static'>{cpus}</vcpu>")));
             assert_eq!(xml.matches("<vcpupin ").count(), cpus);
@@ -131,7 +135,15 @@ fn qemu_img_writes_a_generated_image_raw_and_grows_it() {
     let qcow = dir.join("image.qcow2");
     node_agent::image::run(
         "qemu-img",
-        &["convert", "-f", "raw", "-O", "qcow2", raw.to_str().unwrap(), qcow.to_str().unwrap()],
+        &[
+            "convert",
+            "-f",
+            "raw",
+            "-O",
+            "qcow2",
+            raw.to_str().unwrap(),
+            qcow.to_str().unwrap(),
+        ],
     )
     .unwrap();
     assert_eq!(node_agent::image::virtual_size(&qcow).unwrap(), 1 << 20);
@@ -157,7 +169,9 @@ fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
             source: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into(),
             ssh_user: "ubuntu".into(),
         },
-        ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test".into(),
+        ssh_public_key:
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test"
+                .into(),
         slots,
     }
 }
@@ -166,7 +180,12 @@ fn simulated_agent(dir: &Path, fixture_name: &str) -> Agent {
     let mut d = SimulatedDriver::new(fixture(fixture_name), dir);
     d.phase_time = std::time::Duration::ZERO;
     d.disk_bytes = 1 << 20;
-    Agent::new(NODE.into(), "gpn_test".into(), Arc::new(d), dir.to_path_buf())
+    Agent::new(
+        NODE.into(),
+        "gpn_test".into(),
+        Arc::new(d),
+        dir.to_path_buf(),
+    )
 }
 
 fn refused(r: Result<impl std::fmt::Debug, Stop>) -> String {
@@ -186,10 +205,19 @@ fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
     let mut quiet = |_| {};
 
     // A slot the node never approved.
-    let e = refused(agent.provision("t", &plan(a1, vec![ok[3].clone()]), false, approved_two, &mut quiet));
+    let e = refused(agent.provision(
+        "t",
+        &plan(a1, vec![ok[3].clone()]),
+        false,
+        approved_two,
+        &mut quiet,
+    ));
     assert_eq!(
         e,
-        format!("slot 3 ({}) is not an approved slot of this node; refusing the plan", ok[3].slot_id)
+        format!(
+            "slot 3 ({}) is not an approved slot of this node; refusing the plan",
+            ok[3].slot_id
+        )
     );
     // The right slot id with the wrong hardware.
     let mut wrong = ok[0].clone();
@@ -205,7 +233,13 @@ fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
     other.mac_address = identity::mac_address("another-node", 0);
     let mut approved_other = approved_two.to_vec();
     approved_other[0] = other.clone();
-    let e = refused(agent.provision("t", &plan(a1, vec![other.clone()]), false, &approved_other, &mut quiet));
+    let e = refused(agent.provision(
+        "t",
+        &plan(a1, vec![other.clone()]),
+        false,
+        &approved_other,
+        &mut quiet,
+    ));
     assert_eq!(
         e,
         format!(
@@ -215,16 +249,36 @@ fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
     );
     // A slot leased to another allocation.
     let p1 = plan(a1, vec![ok[0].clone()]);
-    agent.provision("t1", &p1, false, approved_two, &mut quiet).unwrap();
+    agent
+        .provision("t1", &p1, false, approved_two, &mut quiet)
+        .unwrap();
     let a2 = "aaaaaaaa-0000-4000-8000-000000000002";
-    let e = refused(agent.provision("t2", &plan(a2, vec![ok[0].clone()]), false, approved_two, &mut quiet));
-    assert_eq!(e, format!("slot 0 is leased to allocation {a1} (phase running); refusing the plan"));
+    let e = refused(agent.provision(
+        "t2",
+        &plan(a2, vec![ok[0].clone()]),
+        false,
+        approved_two,
+        &mut quiet,
+    ));
+    assert_eq!(
+        e,
+        format!("slot 0 is leased to allocation {a1} (phase running); refusing the plan")
+    );
     // Nothing was touched by the refusals: one domain, one lease.
     assert_eq!(agent.driver.domains().unwrap(), [domain_name(a1)]);
     assert_eq!(agent.leases.all().unwrap().len(), 1);
     // A whole-node plan must name every approved slot.
-    let e = refused(agent.provision("t3", &plan(a2, vec![ok[1].clone()]), true, approved_two, &mut quiet));
-    assert_eq!(e, "a whole-node plan must name every approved slot; slot 0 is missing");
+    let e = refused(agent.provision(
+        "t3",
+        &plan(a2, vec![ok[1].clone()]),
+        true,
+        approved_two,
+        &mut quiet,
+    ));
+    assert_eq!(
+        e,
+        "a whole-node plan must name every approved slot; slot 0 is missing"
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -235,11 +289,23 @@ fn a_flashed_gpu_or_an_unknown_wipe_fails_the_release_and_keeps_the_lease() {
     let slots = approved("pcie-l40s-4x", "overwrite-verify");
     let a = "bbbbbbbb-0000-4000-8000-000000000001";
     let mut quiet = |_| {};
-    agent.provision("t1", &plan(a, vec![slots[1].clone()]), false, &slots, &mut quiet).unwrap();
+    agent
+        .provision(
+            "t1",
+            &plan(a, vec![slots[1].clone()]),
+            false,
+            &slots,
+            &mut quiet,
+        )
+        .unwrap();
     // The tenant flashed the GPU's firmware.
     let fw = dir.join("sim/gpu-firmware");
     std::fs::create_dir_all(&fw).unwrap();
-    std::fs::write(fw.join(slots[1].gpu_pci_address.replace(':', "_")), "97.00.00.00.66").unwrap();
+    std::fs::write(
+        fw.join(slots[1].gpu_pci_address.replace(':', "_")),
+        "97.00.00.00.66",
+    )
+    .unwrap();
     let release = ReleasePlan {
         allocation_id: a.into(),
         slots: vec![slots[1].clone()],
@@ -267,7 +333,11 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
     let root = dir.join("root");
     assert!(
         Command::new("cp")
-            .args(["-r", fixture("pcie-l40s-4x").to_str().unwrap(), root.to_str().unwrap()])
+            .args([
+                "-r",
+                fixture("pcie-l40s-4x").to_str().unwrap(),
+                root.to_str().unwrap()
+            ])
             .status()
             .unwrap()
             .success()
@@ -291,17 +361,27 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
     driver.file_disk_bytes = 8 << 20;
     driver.guest_ready = GuestReady::DomainRunning;
     let driver = Arc::new(driver);
-    let agent = Agent::new(NODE.into(), "gpn_test".into(), driver.clone(), dir.join("state"));
+    let agent = Agent::new(
+        NODE.into(),
+        "gpn_test".into(),
+        driver.clone(),
+        dir.join("state"),
+    );
     let a = "cccccccc-0000-4000-8000-000000000001";
     let mut p = plan(a, slots[..2].to_vec());
     p.image.source = image.to_str().unwrap().into();
     let mut phases = Vec::new();
     let done = agent
-        .provision("t1", &p, false, &slots, &mut |r| phases.push((r.phase, r.status)))
+        .provision("t1", &p, false, &slots, &mut |r| {
+            phases.push((r.phase, r.status))
+        })
         .unwrap();
     assert_eq!(done.ssh_host, "10.100.0.10");
     let name = domain_name(a);
-    assert_eq!(driver.domain_state(&name).unwrap(), Some(DomainState::Running));
+    assert_eq!(
+        driver.domain_state(&name).unwrap(),
+        Some(DomainState::Running)
+    );
     assert!(driver.domains().unwrap().contains(&name));
     let started: Vec<&str> = phases
         .iter()
@@ -310,39 +390,76 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
         .collect();
     assert_eq!(
         started,
-        ["validate_plan", "take_leases", "write_image", "cloud_init", "define_domain", "start_vm", "wait_ssh"]
+        [
+            "validate_plan",
+            "take_leases",
+            "write_image",
+            "cloud_init",
+            "define_domain",
+            "start_vm",
+            "wait_ssh"
+        ]
     );
     // Leases record the allocation and that it runs; the seed is a real ISO.
     let leases = agent.leases.all().unwrap();
     assert_eq!(leases.len(), 2);
-    assert!(leases.iter().all(|l| l.allocation_id == a && l.phase == "running"));
+    assert!(
+        leases
+            .iter()
+            .all(|l| l.allocation_id == a && l.phase == "running")
+    );
     let iso = dir.join(format!("state/allocations/{a}/seed.iso"));
-    let label = node_agent::image::run("xorriso", &["-indev", iso.to_str().unwrap(), "-pvd_info"]).unwrap();
+    let label =
+        node_agent::image::run("xorriso", &["-indev", iso.to_str().unwrap(), "-pvd_info"]).unwrap();
     assert!(label.contains("cidata"), "{label}");
     // A second provision of the same allocation (a resumed task) starts no second VM.
-    agent.provision("t1", &p, false, &slots, &mut |_| {}).unwrap();
-    assert_eq!(driver.domains().unwrap().iter().filter(|d| **d == name).count(), 1);
+    agent
+        .provision("t1", &p, false, &slots, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        driver
+            .domains()
+            .unwrap()
+            .iter()
+            .filter(|d| **d == name)
+            .count(),
+        1
+    );
 
     let release = ReleasePlan {
         allocation_id: a.into(),
         slots: slots[..2].to_vec(),
     };
-    let cleaned = agent.release("t2", &release, false, &slots, &mut |_| {}).unwrap();
-    assert_eq!(driver.domain_state(&name).unwrap(), None, "destroyed and undefined");
+    let cleaned = agent
+        .release("t2", &release, false, &slots, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        driver.domain_state(&name).unwrap(),
+        None,
+        "destroyed and undefined"
+    );
     assert!(agent.leases.all().unwrap().is_empty());
     assert_eq!(cleaned.len(), 2);
     for c in &cleaned {
         assert!(c.wipe_verified && c.gpu_reset && c.firmware_ok);
         assert_eq!(c.wipe_method, "overwrite-verify");
         assert_eq!(c.verified_samples, 64);
-        assert!(c.gpu_firmware.starts_with("rom-sha256:"), "{}", c.gpu_firmware);
+        assert!(
+            c.gpu_firmware.starts_with("rom-sha256:"),
+            "{}",
+            c.gpu_firmware
+        );
     }
     // The image is gone from the disk: nothing of the tenant's bytes is left at offset 0.
     let disk = std::fs::read(dir.join(format!("disks/{}.raw", slots[0].nvme_namespace))).unwrap();
     assert_ne!(&disk[..4], b"QFI\xfb");
     // A controller wipe on a file-backed namespace is refused by name.
     let e = driver
-        .controller_wipe("nvme-format-crypto", &slots[0], std::time::Duration::from_secs(1))
+        .controller_wipe(
+            "nvme-format-crypto",
+            &slots[0],
+            std::time::Duration::from_secs(1),
+        )
         .unwrap_err();
     assert!(e.contains("needs an NVMe controller"), "{e}");
     let _ = std::fs::remove_dir_all(dir);

@@ -180,7 +180,10 @@ async fn heartbeat(
     }))
 }
 
-async fn reconcile(State(cp): State<ControlPlane>, headers: HeaderMap) -> Result<Response, Refusal> {
+async fn reconcile(
+    State(cp): State<ControlPlane>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
     let agent = node(&cp, &headers).await?;
     Ok(json(cp.reconcile_view(&agent).await?))
 }

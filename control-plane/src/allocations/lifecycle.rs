@@ -5,9 +5,8 @@
 //! never leaked.
 
 use agent_protocol::{
-    identity,
     CleanupProof, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, TaskOutcome, TaskOutput,
-    TaskSpec,
+    TaskSpec, identity,
 };
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,289 @@
+//! Crash recovery with the real binary: a control plane (the agent API and the outbox
+//! dispatcher, in this process, on loopback) and the `node-agent` executable with the
+//! simulated driver. For every provision and release phase the agent dies the moment the
+//! phase starts (exit, no cleanup: what SIGKILL leaves), and a fresh agent is started on the
+//! same state directory. Each time the allocation must converge (running, or released with a
+//! verified proof), with one domain at most and no leaked slot, lease or claim.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use control_plane::allocations::LaunchRequest;
+use control_plane::demo::ACME_RESEARCH;
+use control_plane::tenancy::{Project, ProjectOperators};
+use control_plane::{AllocationId, ControlPlane, Naming, NodeId, UserId};
+use sqlx::PgPool;
+use uuid::uuid;
+
+#[path = "../../control-plane/tests/support/mod.rs"]
+mod support;
+
+const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
+
+const PROVISION: [&str; 7] = [
+    "validate_plan",
+    "take_leases",
+    "write_image",
+    "cloud_init",
+    "define_domain",
+    "start_vm",
+    "wait_ssh",
+];
+const RELEASE: [&str; 8] = [
+    "validate_plan",
+    "stop_vm",
+    "destroy_domain",
+    "wipe_nvme",
+    "verify_wipe",
+    "reset_gpu",
+    "check_firmware",
+    "release_leases",
+];
+
+struct Host {
+    state: PathBuf,
+    fixture: PathBuf,
+}
+
+impl Host {
+    fn agent(&self, crash_at: Option<&str>) -> Running {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_node-agent"));
+        c.args([
+            "run",
+            "--driver",
+            "simulated",
+            "--phase-ms",
+            "20",
+            "--heartbeat-s",
+            "2",
+        ])
+        .arg("--state-dir")
+        .arg(&self.state)
+        .arg("--fixture")
+        .arg(&self.fixture)
+        .args(["--telemetry-listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+        if let Some(p) = crash_at {
+            c.args(["--crash-at", p]);
+        }
+        Running(c.spawn().expect("the node-agent binary runs"))
+    }
+
+    fn domains(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.state.join("sim/domains"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()?
+                            .strip_suffix(".xml")
+                            .map(String::from)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    fn leases(&self) -> usize {
+        node_agent::lease::LeaseStore::new(&self.state)
+            .all()
+            .unwrap()
+            .len()
+    }
+}
+
+/// A running agent, killed if the test fails first.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits without blocking the runtime (the control plane runs on it).
+async fn wait_exit(child: &mut Running, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the agent did not exit");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn stop(mut child: Running) {
+    let _ = Command::new("kill").arg(child.0.id().to_string()).status();
+    let status = wait_exit(&mut child, Duration::from_secs(20)).await;
+    assert!(status.success(), "SIGTERM is a clean exit: {status}");
+}
+
+async fn state(pool: &PgPool, id: AllocationId) -> String {
+    sqlx::query_scalar("SELECT state FROM allocations WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+async fn until(pool: &PgPool, id: AllocationId, want: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = state(pool, id).await;
+        if s == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: allocation is {s}, never became {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// No claim, no unclean slot, and one certificate per slot the allocation had.
+async fn assert_released_clean(pool: &PgPool, id: AllocationId, slots: i64, what: &str) {
+    let (claims, certs, unclean): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM resource_claims WHERE allocation_id = $1 AND released_at IS NULL),
+                (SELECT count(*) FROM cleanup_certificates WHERE allocation_id = $1),
+                (SELECT count(*) FROM node_resource_slots WHERE cleanup_state <> 'clean')",
+    )
+    .bind(id.0)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!((claims, certs, unclean), (0, slots, 0), "{what}");
+}
+
+async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) -> AllocationId {
+    let req = LaunchRequest {
+        sku: "l40s.1x".into(),
+        region: String::new(),
+        image: "ubuntu-24.04-cuda".into(),
+        ssh_public_key: KEY.into(),
+        name: name.into(),
+        idempotency_key: uuid::Uuid::new_v4().to_string(),
+    };
+    cp.launch(who, &req, None).await.unwrap().id
+}
+
+fn write_state(dir: &Path, node: NodeId, server: &str, credential: &str) {
+    let s = node_agent::state::State::new(dir);
+    s.save(
+        &node_agent::state::NodeFile {
+            node_id: node.to_string(),
+            server: server.into(),
+        },
+        credential,
+    )
+    .unwrap();
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn allocations_converge_after_a_crash_at_every_phase(pool: PgPool) {
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.seed_demo().await.unwrap();
+    let ops = support::operator(&cp, "ops@platform.example").await;
+    let (node, _agent, credential) = support::approved(
+        &cp,
+        &ops,
+        support::node("gpu-crash-01", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
+        "pcie-l40s-4x",
+        "overwrite-verify",
+    )
+    .await;
+    // The control plane: the agent API on loopback and the workers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = server::agent_api::routes().with_state(cp.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(server::workers::run(cp.clone()));
+
+    let dir = std::env::temp_dir().join(format!("agent-crash-{}", uuid::Uuid::new_v4()));
+    let host = Host {
+        state: dir.join("state"),
+        fixture: Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-l40s-4x"),
+    };
+    write_state(&host.state, node, &url, &credential);
+    let bob = cp.principal(BOB).await.unwrap().unwrap();
+    let bob = cp
+        .project_access::<ProjectOperators>(&bob, ACME_RESEARCH)
+        .await
+        .unwrap();
+
+    for phase in PROVISION {
+        let what = format!("crash at provision phase {phase}");
+        let id = launch(&cp, &bob, &format!("p-{}", phase.replace('_', "-"))).await;
+        let mut crashing = host.agent(Some(phase));
+        let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+        assert_ne!(state(&pool, id).await, "running", "{what}");
+        let agent = host.agent(None);
+        until(&pool, id, "running", &what).await;
+        let domain = format!("gpuaas-{id}");
+        assert_eq!(host.domains(), [domain.clone()], "{what}: exactly one VM");
+        assert_eq!(host.leases(), 1, "{what}");
+        cp.release_allocation(&bob, id, None).await.unwrap();
+        until(&pool, id, "released", &what).await;
+        assert_released_clean(&pool, id, 1, &what).await;
+        assert!(host.domains().is_empty(), "{what}: the VM is gone");
+        assert_eq!(host.leases(), 0, "{what}: no lease left");
+        stop(agent).await;
+    }
+
+    for phase in RELEASE {
+        let what = format!("crash at release phase {phase}");
+        let agent = host.agent(None);
+        let id = launch(&cp, &bob, &format!("r-{}", phase.replace('_', "-"))).await;
+        until(&pool, id, "running", &what).await;
+        stop(agent).await;
+        cp.release_allocation(&bob, id, None).await.unwrap();
+        let mut crashing = host.agent(Some(phase));
+        let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+        // Not freed while the wipe is unproven.
+        let unclean_or_claimed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM node_resource_slots s
+             WHERE s.cleanup_state <> 'clean'
+                OR EXISTS (SELECT 1 FROM resource_claims c WHERE c.slot_id = s.id
+                           AND c.allocation_id = $1 AND c.released_at IS NULL)",
+        )
+        .bind(id.0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(unclean_or_claimed, 1, "{what}: the slot is not free yet");
+        let agent = host.agent(None);
+        until(&pool, id, "released", &what).await;
+        assert_released_clean(&pool, id, 1, &what).await;
+        assert!(host.domains().is_empty(), "{what}: no VM left");
+        assert_eq!(host.leases(), 0, "{what}: no lease left");
+        stop(agent).await;
+    }
+
+    // `status` shows the host's view without the control plane.
+    let out = Command::new(env!("CARGO_BIN_EXE_node-agent"))
+        .args(["status", "--driver", "simulated"])
+        .arg("--state-dir")
+        .arg(&host.state)
+        .arg("--fixture")
+        .arg(&host.fixture)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("leases (0):") && text.contains("VMs (0):"),
+        "{text}"
+    );
+    assert!(text.contains("slice.vm_release allocation"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
