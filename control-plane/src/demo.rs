@@ -447,3 +447,144 @@ pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) 
     tx.commit().await?;
     Ok(())
 }
+
+/// One host of the demo fleet that `cargo xtask dev` runs as simulated agents.
+#[derive(Clone, Copy, Debug)]
+pub struct DemoHost {
+    pub hostname: &'static str,
+    pub region: &'static str,
+    pub family: &'static str,
+    pub shapes: &'static [&'static str],
+    /// The node agent's topology fixture (`node-agent/fixtures/…`).
+    pub fixture: &'static str,
+}
+
+/// Two HGX H100 hosts and one 4×L40S host selling slices, and one HGX host offered as bare
+/// metal only.
+pub const DEMO_FLEET: [DemoHost; 4] = [
+    DemoHost {
+        hostname: "hgx-demo-01",
+        region: "eu-west-1",
+        family: "hgx-h100-8x",
+        shapes: &["gpu_slice"],
+        fixture: "hgx-h100-8x",
+    },
+    DemoHost {
+        hostname: "hgx-demo-02",
+        region: "eu-west-1",
+        family: "hgx-h100-8x",
+        shapes: &["gpu_slice"],
+        fixture: "hgx-h100-8x",
+    },
+    DemoHost {
+        hostname: "l40s-demo-01",
+        region: "us-east-1",
+        family: "pcie-l40s-4x",
+        shapes: &["gpu_slice"],
+        fixture: "pcie-l40s-4x",
+    },
+    DemoHost {
+        hostname: "metal-demo-01",
+        region: "eu-west-1",
+        family: "hgx-h100-8x",
+        shapes: &["baremetal"],
+        fixture: "hgx-h100-8x",
+    },
+];
+
+/// The wipe policy the demo fleet's slots are approved with (the simulated NVMe namespaces
+/// are files, so the agent overwrites and reads back).
+pub const DEMO_WIPE_POLICY: &str = "overwrite-verify";
+
+impl crate::ControlPlane {
+    /// The platform operator (or admin) with this email, for the demo fleet's set-up.
+    pub async fn demo_operator(
+        &self,
+        email: &str,
+    ) -> Result<crate::auth::Platform<crate::auth::PlatformOperators>> {
+        let id = sqlx::query_scalar!(
+            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
+            email
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(crate::Error::NotFound { what: "user" })?;
+        let p = self
+            .principal(id)
+            .await?
+            .ok_or(crate::Error::NotFound { what: "user" })?;
+        p.platform::<crate::auth::PlatformOperators>()
+    }
+
+    /// The node enrolled under a demo hostname, if any.
+    pub async fn demo_node_id(&self, hostname: &str) -> Result<Option<crate::NodeId>> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT id AS "id: crate::NodeId" FROM nodes WHERE hostname = $1"#,
+            hostname
+        )
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// Enrols the demo hosts named in `hosts` (or issues a fresh bootstrap token to those
+    /// already enrolled); returns (host, token) for each.
+    pub async fn demo_fleet_tokens(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+        hosts: &[&str],
+    ) -> Result<Vec<(DemoHost, String)>> {
+        let mut out = Vec::new();
+        for h in DEMO_FLEET.iter().filter(|h| hosts.contains(&h.hostname)) {
+            let enrolment = match self.demo_node_id(h.hostname).await? {
+                Some(node) => self.reissue_bootstrap_token(who, node, None).await?,
+                None => {
+                    let new = crate::fleet::NewNode {
+                        hostname: h.hostname.into(),
+                        region: h.region.into(),
+                        rack: "demo".into(),
+                        family: h.family.into(),
+                        capacity_shapes: h.shapes.iter().map(|s| s.to_string()).collect(),
+                    };
+                    self.enrol_node(who, &new, None).await?
+                }
+            };
+            out.push((*h, enrolment.bootstrap_token));
+        }
+        Ok(out)
+    }
+
+    /// Approves every pending slot-map proposal of a demo host (all slots, the demo wipe
+    /// policy), as `who`; audited like any approval. Returns how many hosts have approved
+    /// slots afterwards.
+    pub async fn demo_fleet_approve(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+    ) -> Result<usize> {
+        let names: Vec<String> = DEMO_FLEET.iter().map(|h| h.hostname.to_string()).collect();
+        let pending = sqlx::query!(
+            r#"SELECT p.node_id AS "node_id: crate::NodeId", p.generation
+               FROM slot_map_proposals p JOIN nodes n ON n.id = p.node_id
+               WHERE n.hostname = ANY($1) AND p.status = 'pending'"#,
+            &names
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for p in pending {
+            let decision = crate::fleet::SlotMapDecision::Approve {
+                only: None,
+                wipe_policy: Some(DEMO_WIPE_POLICY.into()),
+            };
+            self.decide_slot_map(who, p.node_id, p.generation, &decision, None)
+                .await?;
+        }
+        let ready = sqlx::query_scalar!(
+            r#"SELECT count(DISTINCT n.id) AS "n!" FROM nodes n
+               JOIN node_resource_slots s ON s.node_id = n.id AND s.retired_at IS NULL
+               WHERE n.hostname = ANY($1)"#,
+            &names
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(ready as usize)
+    }
+}

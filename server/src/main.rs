@@ -30,6 +30,23 @@ enum Command {
     Migrate,
     /// Load the demo tenants and users (idempotent) and exit.
     SeedDemo,
+    /// Demo fleet: print each demo host as `hostname fixture node-id token`, enrolling (or issuing a
+    /// new bootstrap token to) the hosts named in `--enrol`; `-` where none was asked for.
+    DemoFleetTokens {
+        #[arg(long)]
+        operator: String,
+        /// Comma-separated hostnames.
+        #[arg(long, default_value = "")]
+        enrol: String,
+    },
+    /// Demo fleet: approve the demo hosts' pending slot maps until all have slots (or the
+    /// wait runs out).
+    DemoFleetApprove {
+        #[arg(long)]
+        operator: String,
+        #[arg(long, default_value_t = 60)]
+        wait_s: u64,
+    },
     /// Create a platform admin with a break-glass password, or set a new one. The password
     /// is read from standard input (one line), never from a flag or a default.
     SetAdminPassword {
@@ -67,6 +84,44 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
         Some(Command::Serve { migrate, seed_demo }) => (migrate, seed_demo, true),
         Some(Command::Migrate) => (true, false, false),
         Some(Command::SeedDemo) => (false, true, false),
+        Some(Command::DemoFleetTokens { operator, enrol }) => {
+            let who = cp.demo_operator(&operator).await?;
+            let asked: Vec<&str> = enrol.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
+            let tokens = cp.demo_fleet_tokens(&who, &asked).await?;
+            for h in control_plane::demo::DEMO_FLEET {
+                let token = tokens
+                    .iter()
+                    .find(|(t, _)| t.hostname == h.hostname)
+                    .map(|(_, tok)| tok.as_str())
+                    .unwrap_or("-");
+                let node = cp
+                    .demo_node_id(h.hostname)
+                    .await?
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|| "-".into());
+                println!("{} {} {node} {token}", h.hostname, h.fixture);
+            }
+            return Ok(());
+        }
+        Some(Command::DemoFleetApprove { operator, wait_s }) => {
+            let who = cp.demo_operator(&operator).await?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_s);
+            loop {
+                let ready = cp.demo_fleet_approve(&who).await?;
+                if ready == control_plane::demo::DEMO_FLEET.len() {
+                    println!("demo fleet: {ready} hosts approved");
+                    return Ok(());
+                }
+                if std::time::Instant::now() >= deadline {
+                    println!(
+                        "demo fleet: {ready} of {} hosts approved; the rest have not reported a discovery yet",
+                        control_plane::demo::DEMO_FLEET.len()
+                    );
+                    return Ok(());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
         Some(Command::SetAdminPassword { email, name }) => {
             let password = read_password()?;
             let user = cp

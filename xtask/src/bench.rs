@@ -33,6 +33,7 @@ fn placement(args: &[String]) -> Result {
         postgres: true,
         chromium: false,
         npm: false,
+        host_tools: false,
     })?;
     step("starting PostgreSQL with durable commits");
     let dir = std::env::temp_dir().join(format!("portal-pg-bench-{}", std::process::id()));

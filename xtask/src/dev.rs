@@ -11,7 +11,7 @@ use pgcluster::{Durability, PgCluster, StopOnDrop};
 
 use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, portal, root, step, target_dir};
+use crate::{Result, fleet, portal, root, step, target_dir};
 
 pub const ADDR: &str = "127.0.0.1:3000";
 const IDP_PORT: u16 = 3002;
@@ -32,6 +32,7 @@ pub fn run(args: &[String]) -> Result {
         postgres: external.is_none(),
         chromium: false,
         npm: true,
+        host_tools: true,
     })?;
 
     // Held until the end of this function: dropping it stops the cluster.
@@ -57,10 +58,16 @@ pub fn run(args: &[String]) -> Result {
         }
     };
 
-    step("building the portal (cargo leptos build)");
+    step("building the portal (cargo leptos build) and the node agent");
     run_cmd(
         Command::new("cargo")
             .args(["leptos", "build"])
+            .current_dir(root()),
+    )?;
+    run_cmd(
+        Command::new("cargo")
+            .args(["build", "--package", "node-agent"])
+            .env("RUSTFLAGS", "--cfg erase_components")
             .current_dir(root()),
     )?;
     if stop.load(Ordering::SeqCst) {
@@ -74,7 +81,7 @@ pub fn run(args: &[String]) -> Result {
 
     step("starting the server");
     let admin_password = portal::dev_secret("admin-password")?;
-    let mut server = portal::Launch {
+    let launch = portal::Launch {
         binary: target_dir().join("debug/server"),
         database_url,
         addr: ADDR.to_string(),
@@ -83,9 +90,10 @@ pub fn run(args: &[String]) -> Result {
         admin_password: admin_password.clone(),
         demo_idp: Some((issuer, idp_secret)),
         log: None,
-    }
-    .start()
-    .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
+    };
+    let mut server = launch
+        .start()
+        .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
     let port: u16 = ADDR
         .rsplit(':')
         .next()
@@ -96,6 +104,15 @@ pub fn run(args: &[String]) -> Result {
         terminate(&mut idp, Duration::from_secs(5));
         return Err(e);
     }
+    step("starting the demo fleet (simulated node agents)");
+    let mut agents = match fleet::start(&launch, &format!("http://{ADDR}")) {
+        Ok(a) => a,
+        Err(e) => {
+            terminate(&mut server, Duration::from_secs(5));
+            terminate(&mut idp, Duration::from_secs(5));
+            return Err(e);
+        }
+    };
     eprintln!(
         "\n\x1b[1mThe portal is up at http://{ADDR}\x1b[0m  (Ctrl-C stops the server{})",
         if cluster.is_some() {
@@ -115,11 +132,17 @@ pub fn run(args: &[String]) -> Result {
     loop {
         if stop.load(Ordering::SeqCst) {
             step("stopping");
+            for a in &mut agents {
+                terminate(a, Duration::from_secs(10));
+            }
             terminate(&mut server, Duration::from_secs(25));
             terminate(&mut idp, Duration::from_secs(5));
             break;
         }
         if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
+            for a in &mut agents {
+                terminate(a, Duration::from_secs(10));
+            }
             terminate(&mut idp, Duration::from_secs(5));
             drop(cluster);
             return Err(format!("the server stopped ({status})"));

@@ -4,6 +4,7 @@
 
 mod bench;
 mod dev;
+mod fleet;
 mod portal;
 mod proc;
 mod test;

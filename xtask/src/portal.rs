@@ -38,6 +38,24 @@ impl Launch {
         c
     }
 
+    /// Runs a server subcommand and returns its standard output.
+    pub fn output(&self, args: &[&str]) -> Result<String> {
+        let mut cmd = self.command();
+        cmd.args(args);
+        let shown = show(&cmd);
+        let out = cmd
+            .output()
+            .map_err(|e| format!("starting `{shown}`: {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "`{shown}` failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
     fn run_quiet(&self, args: &[&str], stdin: Option<&str>) -> Result {
         let mut cmd = self.command();
         cmd.args(args)
@@ -66,7 +84,7 @@ impl Launch {
     }
 
     /// Migrates, sets the admin's password, then starts serving (returns at once).
-    pub fn start(self) -> Result<Child> {
+    pub fn start(&self) -> Result<Child> {
         self.run_quiet(&["migrate"], None)?;
         self.run_quiet(
             &[

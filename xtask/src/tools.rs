@@ -1,6 +1,7 @@
 //! Installs what is missing: the wasm target, cargo-leptos, the wasm-bindgen CLI, npm
-//! packages, and (via apt, as root) PostgreSQL, Node.js and Chromium. Nothing here downloads
-//! a prebuilt binary from outside the crates.io, npm and Debian registries.
+//! packages, and (via apt, as root) PostgreSQL, Node.js, Chromium and the node agent's host
+//! tools. Nothing here downloads a prebuilt binary from outside the crates.io, npm and Debian
+//! registries.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,6 +18,9 @@ pub struct Needs {
     pub chromium: bool,
     /// npm packages: playwright-core, binaryen's wasm-opt.
     pub npm: bool,
+    /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
+    /// validator, nvme-cli.
+    pub host_tools: bool,
 }
 
 impl Needs {
@@ -25,9 +29,20 @@ impl Needs {
             postgres: true,
             chromium: true,
             npm: true,
+            host_tools: true,
         }
     }
 }
+
+/// The node agent's host tools, by the Debian package that ships each.
+const HOST_TOOLS: [(&str, &str); 6] = [
+    ("/usr/bin/qemu-img", "qemu-utils"),
+    ("/usr/bin/xorriso", "xorriso"),
+    ("/usr/bin/virsh", "libvirt-clients"),
+    ("/usr/bin/virt-xml-validate", "libvirt-clients"),
+    ("/usr/bin/xmllint", "libxml2-utils"),
+    ("/usr/sbin/nvme", "nvme-cli"),
+];
 
 pub fn ensure_all(needs: Needs) -> Result {
     step("checking tools");
@@ -41,6 +56,13 @@ pub fn ensure_all(needs: Needs) -> Result {
     }
     if needs.chromium && !std::path::Path::new("/usr/bin/chromium").exists() {
         apt.push("chromium");
+    }
+    if needs.host_tools {
+        for (binary, package) in HOST_TOOLS {
+            if !std::path::Path::new(binary).exists() {
+                apt.push(package);
+            }
+        }
     }
     if !apt.is_empty() {
         apt_install(&apt)?;

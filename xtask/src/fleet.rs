@@ -1,0 +1,106 @@
+//! The demo fleet for `cargo xtask dev`: one simulated node agent per demo host (two HGX H100
+//! hosts and a 4×L40S host selling slices, one HGX host offered as bare metal), each a separate
+//! `node-agent` process with its state in `.data/agents/{host}`. Hosts are enrolled through the
+//! real bootstrap-token exchange and their discovered slot maps approved by the platform admin
+//! (audited), so a newcomer can launch at once.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::portal::{ADMIN_EMAIL, Launch};
+use crate::proc::run as run_cmd;
+use crate::{Result, root, target_dir};
+
+struct Host {
+    hostname: String,
+    fixture: String,
+    node_id: String,
+}
+
+fn listing(launch: &Launch, enrol: &[String]) -> Result<Vec<(Host, Option<String>)>> {
+    let out = launch.output(&[
+        "demo-fleet-tokens",
+        "--operator",
+        ADMIN_EMAIL,
+        "--enrol",
+        &enrol.join(","),
+    ])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4).then(|| {
+                (
+                    Host {
+                        hostname: f[0].into(),
+                        fixture: f[1].into(),
+                        node_id: f[2].into(),
+                    },
+                    (f[3] != "-").then(|| f[3].to_string()),
+                )
+            })
+        })
+        .collect())
+}
+
+/// The node id an agent state directory was enrolled as.
+fn enrolled_as(dir: &Path) -> Option<String> {
+    let json = std::fs::read_to_string(dir.join("node.json")).ok()?;
+    // `"node_id": "…"`, as the agent writes it.
+    let rest = json.split_once("\"node_id\"")?.1;
+    let id = rest.split('"').nth(1)?.to_string();
+    dir.join("credential").exists().then_some(id)
+}
+
+/// Enrols what is not enrolled yet, starts every agent, approves their slot maps.
+pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
+    let agents = root().join(".data/agents");
+    let binary = target_dir().join("debug/node-agent");
+    // A state directory from an older database (or none) is enrolled again.
+    let stale: Vec<String> = listing(launch, &[])?
+        .into_iter()
+        .filter(|(h, _)| enrolled_as(&agents.join(&h.hostname)).as_deref() != Some(&h.node_id))
+        .map(|(h, _)| h.hostname)
+        .collect();
+    let hosts = listing(launch, &stale)?;
+    for (h, token) in &hosts {
+        let Some(token) = token else { continue };
+        let dir = agents.join(&h.hostname);
+        let _ = std::fs::remove_dir_all(&dir);
+        run_cmd(
+            Command::new(&binary)
+                .args(["enroll", "--server", portal_url, "--hostname", &h.hostname])
+                .arg("--state-dir")
+                .arg(&dir)
+                .env("NODE_AGENT_BOOTSTRAP_TOKEN", token)
+                .stdout(Stdio::null()),
+        )?;
+    }
+    let mut children = Vec::new();
+    for (h, _) in &hosts {
+        let dir = agents.join(&h.hostname);
+        let log = std::fs::File::create(agents.join(format!("{}.log", h.hostname)))
+            .map_err(|e| format!("creating the agent log: {e}"))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(&binary)
+            .args(["run", "--driver", "simulated", "--telemetry-listen", "127.0.0.1:0"])
+            .arg("--state-dir")
+            .arg(&dir)
+            .arg("--fixture")
+            .arg(root().join("node-agent/fixtures").join(&h.fixture))
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting the {} agent: {e}", h.hostname))?;
+        children.push(child);
+    }
+    let out = launch.output(&["demo-fleet-approve", "--operator", ADMIN_EMAIL, "--wait-s", "60"])?;
+    eprint!("{out}");
+    for (h, _) in &hosts {
+        eprintln!(
+            "    {} ({}) — log in .data/agents/{}.log",
+            h.hostname, h.fixture, h.hostname
+        );
+    }
+    Ok(children)
+}
