@@ -1,6 +1,7 @@
-//! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]`: the placement
-//! benchmark (control-plane/benches/placement.rs) against a private PostgreSQL cluster with
-//! durable commits (fsync and synchronous_commit on), removed afterwards.
+//! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]` and
+//! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]`: the benchmarks in
+//! control-plane/benches/ against a private PostgreSQL cluster with durable commits (fsync and
+//! synchronous_commit on), removed afterwards.
 
 use std::process::Command;
 
@@ -10,18 +11,19 @@ use crate::proc::run as run_cmd;
 use crate::tools::{self, Needs};
 use crate::{Result, root, step};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
-        Some("placement") => placement(&args[1..]),
+        Some("placement") => bench("placement", &["--clients", "--seconds", "--nodes"], &args[1..]),
+        Some("dispatch") => bench("dispatch", &["--rate", "--seconds", "--nodes"], &args[1..]),
         _ => Err(USAGE.into()),
     }
 }
 
-fn placement(args: &[String]) -> Result {
+fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     for pair in args.chunks(2) {
-        let ok = matches!(pair[0].as_str(), "--clients" | "--seconds" | "--nodes")
+        let ok = flags.contains(&pair[0].as_str())
             && pair
                 .get(1)
                 .is_some_and(|v| v.parse::<u32>().is_ok_and(|n| n > 0));
@@ -41,7 +43,7 @@ fn placement(args: &[String]) -> Result {
     let pg = StopOnDrop(PgCluster::init(&dir, Durability::Durable).map_err(|e| e.to_string())?);
     pg.start().map_err(|e| e.to_string())?;
     pg.ensure_database("bench").map_err(|e| e.to_string())?;
-    step("building and running the placement benchmark (release)");
+    step(&format!("building and running the {name} benchmark (release)"));
     let result = run_cmd(
         Command::new("cargo")
             .args([
@@ -49,7 +51,7 @@ fn placement(args: &[String]) -> Result {
                 "--package",
                 "control-plane",
                 "--bench",
-                "placement",
+                name,
                 "--",
             ])
             .args(args)

@@ -1,0 +1,293 @@
+//! `cargo xtask bench dispatch`: how fast a launch reaches its node agent, and how fast a
+//! released slot can be claimed again.
+//!
+//! Enrols a fleet of HGX nodes through the real enrolment path (default 40 × 8 slots), then
+//! runs one simulated agent per node in this process: each long-polls `claim_task` (the same
+//! function the agent API serves), answers provisions at once, and answers releases with an
+//! instant wipe (the `wipe_nvme` phase, then a signed cleanup proof). A launcher issues
+//! 1-GPU launches at a fixed rate (default 200/s) through `launch`, holds each for a random
+//! 0.2–1 s and releases it. The agents talk to the control plane in process (no HTTP hop).
+//!
+//! Prints launch → agent acknowledges (the task is claimed) and release → slot claimable
+//! again (the proof is accepted and the slot is clean), as p50/p99 in milliseconds.
+//!
+//! Flags: `--rate N` (launches per second), `--seconds S`, `--nodes N`. Needs `DATABASE_URL`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_protocol::{
+    PhaseReport, PhaseStatus, Provisioned, SlotCleanup, TaskOutcome, TaskOutput, TaskSpec,
+};
+use control_plane::allocations::LaunchRequest;
+use control_plane::demo::ACME_RESEARCH;
+use control_plane::tenancy::ProjectOperators;
+use control_plane::{ControlPlane, Naming, UserId};
+use sqlx::postgres::PgPoolOptions;
+
+#[allow(dead_code)]
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
+
+fn flag(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+#[derive(Default)]
+struct Clock {
+    /// When each allocation's launch was called / its release asked for.
+    launched: HashMap<String, Instant>,
+    /// When an agent claimed each allocation's provision (it may before `launch` returns).
+    claimed: HashMap<String, Instant>,
+    released: HashMap<String, Instant>,
+    ack: Vec<Duration>,
+    claimable: Vec<Duration>,
+    launch_calls: Vec<Duration>,
+    refused: usize,
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let rate = flag("--rate", 200);
+    let seconds = flag("--seconds", 10);
+    let nodes = flag("--nodes", 40);
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
+    let pool = PgPoolOptions::new()
+        .max_connections(nodes as u32 + 40)
+        .connect(&url)
+        .await
+        .expect("connects");
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.migrate().await.expect("migrates");
+    cp.seed_demo().await.expect("seeds");
+    let ops = support::operator(&cp, "bench-ops@platform.example").await;
+
+    let t = Instant::now();
+    let mut agents = Vec::new();
+    for i in 0..nodes {
+        let (node, agent, credential) = support::approved(
+            &cp,
+            &ops,
+            support::node(
+                &format!("dispatch-{i}"),
+                "eu-west-1",
+                "hgx-h100-8x",
+                &["gpu_slice"],
+            ),
+            "hgx-h100-8x",
+            "nvme-format-crypto",
+        )
+        .await;
+        agents.push((node, agent, credential));
+    }
+    // The agents' heartbeats must stay fresh for the run.
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() + interval '1 hour'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    println!(
+        "fleet: {nodes} HGX nodes x 8 slots enrolled and approved in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let clock = Arc::new(Mutex::new(Clock::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (node, agent, credential) in agents {
+        let (cp, clock, stop) = (cp.clone(), clock.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Some((task, spec)) = cp
+                    .claim_task(&agent, Duration::from_secs(1))
+                    .await
+                    .expect("claims")
+                else {
+                    continue;
+                };
+                let claimed = Instant::now();
+                let outcome = match &spec {
+                    TaskSpec::VmProvision(plan) => {
+                        clock
+                            .lock()
+                            .unwrap()
+                            .claimed
+                            .insert(plan.allocation_id.clone(), claimed);
+                        TaskOutcome::Succeeded {
+                            output: TaskOutput::Provisioned(Provisioned {
+                                ssh_host: plan.slots[0].ip_address.clone(),
+                                ssh_port: 22,
+                                ssh_user: "ubuntu".into(),
+                            }),
+                        }
+                    }
+                    TaskSpec::VmRelease(plan) => {
+                        let wipe = PhaseReport {
+                            phase: "wipe_nvme".into(),
+                            status: PhaseStatus::Started,
+                            elapsed_ms: 0,
+                            detail: None,
+                        };
+                        cp.report_phase(&agent, task, &wipe).await.expect("phase");
+                        let slots = plan
+                            .slots
+                            .iter()
+                            .map(|s| SlotCleanup {
+                                slot_id: s.slot_id.clone(),
+                                nvme_serial: s.nvme_serial.clone(),
+                                wipe_method: s.wipe_policy.clone(),
+                                wipe_ms: 0,
+                                wipe_verified: true,
+                                verified_samples: 64,
+                                gpu_reset: true,
+                                gpu_firmware: "96.00.99.00.01".into(),
+                                firmware_ok: true,
+                            })
+                            .collect();
+                        TaskOutcome::Succeeded {
+                            output: TaskOutput::Cleaned(node_agent::proof::sign(
+                                &credential,
+                                &node.to_string(),
+                                &plan.allocation_id,
+                                slots,
+                            )),
+                        }
+                    }
+                    other => panic!("unexpected task {other:?}"),
+                };
+                cp.finish_task(&agent, task, &outcome).await.expect("finishes");
+                if let TaskSpec::VmRelease(plan) = &spec {
+                    let mut c = clock.lock().unwrap();
+                    if let Some(t0) = c.released.get(&plan.allocation_id).copied() {
+                        c.claimable.push(t0.elapsed());
+                    }
+                }
+            }
+        }));
+    }
+    // The dispatcher, as the server runs it.
+    let dispatcher = {
+        let cp = cp.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = cp.wakeups().outbox.notified() => {}
+                }
+                cp.dispatch_outbox(100).await.expect("dispatches");
+            }
+        })
+    };
+
+    let principal = cp.principal(ALICE).await.unwrap().unwrap();
+    let who = Arc::new(
+        cp.project_access::<ProjectOperators>(&principal, ACME_RESEARCH)
+            .await
+            .unwrap(),
+    );
+    let every = Duration::from_secs_f64(1.0 / rate as f64);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let started = Instant::now();
+    let mut launches = Vec::new();
+    let mut n: u64 = 0;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        tick.tick().await;
+        n += 1;
+        let (cp, who, clock) = (cp.clone(), who.clone(), clock.clone());
+        let hold = Duration::from_millis(200 + (n * 7919 % 800));
+        launches.push(tokio::spawn(async move {
+            let req = LaunchRequest {
+                sku: "h100.1x".into(),
+                region: String::new(),
+                image: "ubuntu-24.04-cuda".into(),
+                ssh_public_key: KEY.into(),
+                name: format!("d-{n}"),
+                idempotency_key: uuid::Uuid::new_v4().to_string(),
+            };
+            let t0 = Instant::now();
+            let launched = cp.launch(&who, &req, None).await;
+            let took = t0.elapsed();
+            let id = match launched {
+                Ok(l) => l.id,
+                Err(_) => {
+                    clock.lock().unwrap().refused += 1;
+                    return;
+                }
+            };
+            {
+                let mut c = clock.lock().unwrap();
+                c.launch_calls.push(took);
+                c.launched.insert(id.to_string(), t0);
+            }
+            tokio::time::sleep(hold).await;
+            clock
+                .lock()
+                .unwrap()
+                .released
+                .insert(id.to_string(), Instant::now());
+            cp.release_allocation(&who, id, None).await.expect("releases");
+        }));
+    }
+    let offered = started.elapsed();
+    for l in launches {
+        let _ = l.await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    dispatcher.abort();
+
+    let mut c = clock.lock().unwrap();
+    let acks: Vec<Duration> = c
+        .launched
+        .iter()
+        .filter_map(|(id, t0)| c.claimed.get(id).map(|t| *t - *t0))
+        .collect();
+    c.ack = acks;
+    c.ack.sort();
+    c.claimable.sort();
+    c.launch_calls.sort();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "offered {n} launches in {:.1} s ({:.0}/s; target {rate}/s) on {cores} cores; {} refused (no free slot)",
+        offered.as_secs_f64(),
+        n as f64 / offered.as_secs_f64(),
+        c.refused
+    );
+    println!("{:<36} {:>7} {:>9} {:>9}", "", "count", "p50 ms", "p99 ms");
+    for (name, v, target) in [
+        ("launch call (commit)", &c.launch_calls, ""),
+        ("launch -> agent acknowledges", &c.ack, "  (target p99 <= 100 ms)"),
+        ("release -> slot claimable again", &c.claimable, "  (target p99 <= 1000 ms)"),
+    ] {
+        println!(
+            "{name:<36} {:>7} {:>9.1} {:>9.1}{target}",
+            v.len(),
+            pct(v, 0.5),
+            pct(v, 0.99)
+        );
+    }
+}
