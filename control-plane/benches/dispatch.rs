@@ -62,6 +62,8 @@ struct Clock {
     claimable: Vec<Duration>,
     launch_calls: Vec<Duration>,
     refused: usize,
+    /// Agent calls the control plane refused (each one a bug).
+    errors: usize,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -122,6 +124,10 @@ async fn main() {
                 else {
                     continue;
                 };
+                let fail = |what: &str, e: control_plane::Error| {
+                    eprintln!("agent: {what} failed: {e}");
+                    clock.lock().unwrap().errors += 1;
+                };
                 let claimed = Instant::now();
                 let outcome = match &spec {
                     TaskSpec::VmProvision(plan) => {
@@ -145,7 +151,10 @@ async fn main() {
                             elapsed_ms: 0,
                             detail: None,
                         };
-                        cp.report_phase(&agent, task, &wipe).await.expect("phase");
+                        if let Err(e) = cp.report_phase(&agent, task, &wipe).await {
+                            fail("the wipe phase report", e);
+                            continue;
+                        }
                         let slots = plan
                             .slots
                             .iter()
@@ -172,7 +181,10 @@ async fn main() {
                     }
                     other => panic!("unexpected task {other:?}"),
                 };
-                cp.finish_task(&agent, task, &outcome).await.expect("finishes");
+                if let Err(e) = cp.finish_task(&agent, task, &outcome).await {
+                    fail("the result", e);
+                    continue;
+                }
                 if let TaskSpec::VmRelease(plan) = &spec {
                     let mut c = clock.lock().unwrap();
                     if let Some(t0) = c.released.get(&plan.allocation_id).copied() {
@@ -182,20 +194,13 @@ async fn main() {
             }
         }));
     }
-    // The dispatcher, as the server runs it.
-    let dispatcher = {
-        let cp = cp.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(250));
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = cp.wakeups().outbox.notified() => {}
-                }
-                cp.dispatch_outbox(100).await.expect("dispatches");
-            }
+    // The dispatchers, as the server runs them.
+    let dispatchers: Vec<_> = (0..2)
+        .map(|_| {
+            let cp = cp.clone();
+            tokio::spawn(async move { cp.dispatcher().await })
         })
-    };
+        .collect();
 
     let principal = cp.principal(ALICE).await.unwrap().unwrap();
     let who = Arc::new(
@@ -244,7 +249,9 @@ async fn main() {
                 .unwrap()
                 .released
                 .insert(id.to_string(), Instant::now());
-            cp.release_allocation(&who, id, None).await.expect("releases");
+            cp.release_allocation(&who, id, None)
+                .await
+                .expect("releases");
         }));
     }
     let offered = started.elapsed();
@@ -256,7 +263,9 @@ async fn main() {
     for t in tasks {
         let _ = t.await;
     }
-    dispatcher.abort();
+    for d in dispatchers {
+        d.abort();
+    }
 
     let mut c = clock.lock().unwrap();
     let acks: Vec<Duration> = c
@@ -272,16 +281,25 @@ async fn main() {
         .map(|n| n.get())
         .unwrap_or(1);
     println!(
-        "offered {n} launches in {:.1} s ({:.0}/s; target {rate}/s) on {cores} cores; {} refused (no free slot)",
+        "offered {n} launches in {:.1} s ({:.0}/s; target {rate}/s) on {cores} cores; {} refused (no free slot); agent errors: {}",
         offered.as_secs_f64(),
         n as f64 / offered.as_secs_f64(),
-        c.refused
+        c.refused,
+        c.errors
     );
     println!("{:<36} {:>7} {:>9} {:>9}", "", "count", "p50 ms", "p99 ms");
     for (name, v, target) in [
         ("launch call (commit)", &c.launch_calls, ""),
-        ("launch -> agent acknowledges", &c.ack, "  (target p99 <= 100 ms)"),
-        ("release -> slot claimable again", &c.claimable, "  (target p99 <= 1000 ms)"),
+        (
+            "launch -> agent acknowledges",
+            &c.ack,
+            "  (target p99 <= 100 ms)",
+        ),
+        (
+            "release -> slot claimable again",
+            &c.claimable,
+            "  (target p99 <= 1000 ms)",
+        ),
     ] {
         println!(
             "{name:<36} {:>7} {:>9.1} {:>9.1}{target}",

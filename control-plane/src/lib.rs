@@ -43,15 +43,37 @@ pub struct ControlPlane {
     wake: std::sync::Arc<Wakeups>,
 }
 
-/// In-process nudges, so that a launch reaches its agent without waiting for a poll. Each
-/// waiter also polls (another replica may have done the work), so a lost nudge costs only
+/// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
+/// Claimers also poll (another replica may have queued the task), so a lost nudge costs only
 /// latency.
 #[derive(Debug, Default)]
 pub struct Wakeups {
-    /// An outbox row was committed.
-    pub outbox: tokio::sync::Notify,
-    /// A node task was queued.
-    pub tasks: tokio::sync::Notify,
+    /// Per node: a task was queued for it (only that node's claimers wake).
+    tasks: std::sync::Mutex<std::collections::HashMap<NodeId, std::sync::Arc<tokio::sync::Notify>>>,
+}
+
+impl Wakeups {
+    /// What a claimer for `node` waits on.
+    pub fn tasks_for(&self, node: NodeId) -> std::sync::Arc<tokio::sync::Notify> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(node)
+            .or_default()
+            .clone()
+    }
+
+    pub fn task_queued(&self, node: NodeId) {
+        let waiting = self
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .cloned();
+        if let Some(n) = waiting {
+            n.notify_waiters();
+        }
+    }
 }
 
 impl ControlPlane {

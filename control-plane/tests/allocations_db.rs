@@ -226,7 +226,8 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(availability(&cp, "h100.8x").await, 1);
 
     let id = launch(&cp, &bob, "h100.2x", "train-1").await.unwrap();
-    assert_eq!(state(&cp, id).await.0, "placed");
+    // Placed, and its provision already queued for the agent.
+    assert_eq!(state(&cp, id).await.0, "provisioning");
     assert_eq!(
         slot_indexes(&cp, id).await,
         vec![0, 2],
@@ -237,8 +238,9 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(availability(&cp, "h100.8x").await, 0);
     assert_eq!(availability(&cp, "h100.8x.metal").await, 0);
 
-    // The dispatcher turns the outbox row into one provision task, even if run twice.
-    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 1);
+    // Launch dispatched its own outbox row at once: one provision task, and nothing left for
+    // the dispatcher, however often it runs.
+    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
     assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
     assert_eq!(state(&cp, id).await.0, "provisioning");
     let spec = answer(&cp, &agent, PROVISION, provisioned).await;
@@ -269,7 +271,7 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     // Release: twice is the same as once.
     cp.release_allocation(&bob, id, None).await.unwrap();
     cp.release_allocation(&bob, id, None).await.unwrap();
-    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 1);
+    assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
     let (task, spec) = cp
         .claim_task(&agent, Duration::ZERO)
         .await
@@ -890,4 +892,43 @@ async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper(pool: 
             .await
             .unwrap();
     assert_eq!(expired, 1);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let (node_a, agent_a, _) = hgx(&cp, &ops, "gpu-util-a").await;
+    let (_node_b, agent_b, _) = hgx(&cp, &ops, "gpu-util-b").await;
+    let alloc = support::bare_allocation(&cp, node_a).await;
+    let report = |pct| agent_protocol::GpuUtilisation {
+        allocation_id: alloc.to_string(),
+        gpu_util_pct: pct,
+        samples: 4,
+    };
+    let ok = agent_protocol::HealthStatus::Healthy;
+    cp.heartbeat(&agent_a, "0.1.0", ok, None, &[report(72)])
+        .await
+        .unwrap();
+    // Another node can't write figures for an allocation that is not on it.
+    cp.heartbeat(&agent_b, "0.1.0", ok, None, &[report(5)])
+        .await
+        .unwrap();
+    let rows: Vec<(i16, i32)> = sqlx::query_as(
+        "SELECT gpu_util_pct, samples FROM allocation_gpu_utilisation WHERE allocation_id = $1",
+    )
+    .bind(alloc)
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(rows, [(72, 4)]);
+    // The database refuses it too.
+    let e = sqlx::query(
+        "INSERT INTO allocation_gpu_utilisation (allocation_id, node_id, gpu_util_pct, samples)
+         SELECT $1, id, 5, 1 FROM nodes WHERE hostname = 'gpu-util-b'",
+    )
+    .bind(alloc)
+    .execute(cp.pool())
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("is not on node"), "{e}");
 }

@@ -86,7 +86,11 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
         Some(Command::SeedDemo) => (false, true, false),
         Some(Command::DemoFleetTokens { operator, enrol }) => {
             let who = cp.demo_operator(&operator).await?;
-            let asked: Vec<&str> = enrol.split(',').map(str::trim).filter(|h| !h.is_empty()).collect();
+            let asked: Vec<&str> = enrol
+                .split(',')
+                .map(str::trim)
+                .filter(|h| !h.is_empty())
+                .collect();
             let tokens = cp.demo_fleet_tokens(&who, &asked).await?;
             for h in control_plane::demo::DEMO_FLEET {
                 let token = tokens

@@ -1,29 +1,27 @@
-//! Background workers every replica runs: the outbox dispatcher (every 250 ms, and at once
-//! when this replica commits an outbox row) and the
-//! allocation reaper (every 5 s). Both are safe to run on any number of replicas at once
+//! Background workers every replica runs: outbox dispatchers (every 250 ms, for the rows a
+//! launch or release did not dispatch itself) and the allocation reaper (every 5 s). All are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
 use std::time::Duration;
 
 use control_plane::ControlPlane;
 
-/// Runs until aborted. Errors are logged and the loop goes on.
+/// Concurrent dispatchers per replica (each outbox row is its own short transaction).
+const DISPATCHERS: usize = 2;
+
+/// Runs until aborted (which also stops the dispatchers). Errors are logged and the loops
+/// go on.
 pub async fn run(cp: ControlPlane) {
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    let mut dispatchers = tokio::task::JoinSet::new();
+    for _ in 0..DISPATCHERS {
+        let cp = cp.clone();
+        dispatchers.spawn(async move { cp.dispatcher().await });
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut n: u64 = 0;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = cp.wakeups().outbox.notified() => {}
-        }
-        if let Err(e) = cp.dispatch_outbox(100).await {
-            tracing::error!(error.cause = %e, "outbox dispatch failed");
-        }
-        n += 1;
-        if n.is_multiple_of(20)
-            && let Err(e) = cp.reap_allocations().await
-        {
+        tick.tick().await;
+        if let Err(e) = cp.reap_allocations().await {
             tracing::error!(error.cause = %e, "allocation reaper failed");
         }
     }

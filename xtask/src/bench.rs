@@ -15,7 +15,11 @@ const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
-        Some("placement") => bench("placement", &["--clients", "--seconds", "--nodes"], &args[1..]),
+        Some("placement") => bench(
+            "placement",
+            &["--clients", "--seconds", "--nodes"],
+            &args[1..],
+        ),
         Some("dispatch") => bench("dispatch", &["--rate", "--seconds", "--nodes"], &args[1..]),
         _ => Err(USAGE.into()),
     }
@@ -43,17 +47,12 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     let pg = StopOnDrop(PgCluster::init(&dir, Durability::Durable).map_err(|e| e.to_string())?);
     pg.start().map_err(|e| e.to_string())?;
     pg.ensure_database("bench").map_err(|e| e.to_string())?;
-    step(&format!("building and running the {name} benchmark (release)"));
+    step(&format!(
+        "building and running the {name} benchmark (release)"
+    ));
     let result = run_cmd(
         Command::new("cargo")
-            .args([
-                "bench",
-                "--package",
-                "control-plane",
-                "--bench",
-                name,
-                "--",
-            ])
+            .args(["bench", "--package", "control-plane", "--bench", name, "--"])
             .args(args)
             .env("DATABASE_URL", pg.url("bench"))
             .env("SQLX_OFFLINE", "true")

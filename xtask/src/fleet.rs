@@ -83,7 +83,13 @@ pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
             .map_err(|e| format!("creating the agent log: {e}"))?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new(&binary)
-            .args(["run", "--driver", "simulated", "--telemetry-listen", "127.0.0.1:0"])
+            .args([
+                "run",
+                "--driver",
+                "simulated",
+                "--telemetry-listen",
+                "127.0.0.1:0",
+            ])
             .arg("--state-dir")
             .arg(&dir)
             .arg("--fixture")
@@ -94,7 +100,13 @@ pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
             .map_err(|e| format!("starting the {} agent: {e}", h.hostname))?;
         children.push(child);
     }
-    let out = launch.output(&["demo-fleet-approve", "--operator", ADMIN_EMAIL, "--wait-s", "60"])?;
+    let out = launch.output(&[
+        "demo-fleet-approve",
+        "--operator",
+        ADMIN_EMAIL,
+        "--wait-s",
+        "60",
+    ])?;
     eprint!("{out}");
     for (h, _) in &hosts {
         eprintln!(

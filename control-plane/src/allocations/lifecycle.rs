@@ -132,7 +132,12 @@ async fn queue_task(
 
 /// Turns one outbox row into a node task. Idempotent: a row seen twice queues one task (the
 /// unique index), and an allocation that moved on is left alone.
-async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> Result<()> {
+/// Returns the node a task was queued for, if one was.
+async fn dispatch_one(
+    conn: &mut PgConnection,
+    kind: &str,
+    id: AllocationId,
+) -> Result<Option<NodeId>> {
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, i.name AS image, i.source, i.ssh_user
@@ -146,7 +151,7 @@ async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> 
     match kind {
         "allocation.provision" => {
             if a.state != "placed" || a.desired_state != "running" {
-                return Ok(());
+                return Ok(None);
             }
             let plan = ProvisionPlan {
                 allocation_id: id.to_string(),
@@ -175,7 +180,7 @@ async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> 
         }
         "allocation.release" => {
             if !matches!(a.state.as_str(), "releasing" | "cleaning") {
-                return Ok(());
+                return Ok(None);
             }
             let plan = ReleasePlan {
                 allocation_id: id.to_string(),
@@ -190,7 +195,7 @@ async fn dispatch_one(conn: &mut PgConnection, kind: &str, id: AllocationId) -> 
         }
         other => return Err(Error::Corrupt(format!("outbox kind {other}"))),
     }
-    Ok(())
+    Ok(Some(a.node_id))
 }
 
 /// Verifies a cleanup proof against the release plan and the node's current credential.
@@ -476,6 +481,15 @@ pub(crate) async fn phase_started(
         return Ok(());
     }
     let mut tx = pool.begin().await?;
+    // Every change to a node's claims holds its row first (placement, results, this), so that
+    // the free-block summary triggers of two releases on one node never interleave.
+    let node = sqlx::query_scalar!(
+        r#"SELECT node_id AS "node_id: NodeId" FROM agent_tasks WHERE id = $1"#,
+        task as AgentTaskId
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    lock_node(&mut tx, node).await?;
     let moved = sqlx::query_scalar!(
         r#"UPDATE allocations SET state = 'cleaning', observed_state = 'absent'
            WHERE state = 'releasing'
@@ -501,47 +515,79 @@ impl ControlPlane {
     #[tracing::instrument(skip_all)]
     pub async fn dispatch_outbox(&self, max: usize) -> Result<usize> {
         let mut handled = 0;
-        while handled < max {
-            let mut tx = self.pool().begin().await?;
-            let Some(row) = sqlx::query!(
-                r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
-                   FROM outbox WHERE done_at IS NULL AND available_at <= now()
-                   ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#
-            )
-            .fetch_optional(&mut *tx)
-            .await?
-            else {
-                break;
-            };
+        while handled < max && self.dispatch_row(None).await? {
             handled += 1;
-            match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
-                Ok(()) => {
-                    sqlx::query!(
-                        "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL
-                         WHERE id = $1",
-                        row.id
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                    tx.commit().await?;
-                    self.wakeups().tasks.notify_waiters();
-                }
-                Err(e) => {
-                    drop(tx);
-                    tracing::warn!(outbox.id = row.id, outbox.kind = %row.kind, error.cause = %e, "outbox row failed; retrying later");
-                    sqlx::query!(
-                        "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
-                                available_at = now() + make_interval(secs => least(300, 2 ^ least(attempts + 1, 9)))
-                         WHERE id = $1",
-                        row.id,
-                        e.to_string()
-                    )
-                    .execute(self.pool())
-                    .await?;
-                }
-            }
         }
         Ok(handled)
+    }
+
+    /// Right after a launch or release commits: its own outbox row, at once, so that the
+    /// agent need not wait for a dispatcher. Best effort: if this fails or the process dies,
+    /// the row is still there for the dispatchers.
+    pub(crate) async fn dispatch_now(&self, allocation: AllocationId) {
+        if let Err(e) = self.dispatch_row(Some(allocation)).await {
+            tracing::warn!(allocation.id = %allocation, error.cause = %e, "immediate dispatch failed; the dispatcher will retry");
+        }
+    }
+
+    /// Handles one due outbox row (of `only` that allocation, if given); false when none.
+    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool> {
+        let mut tx = self.pool().begin().await?;
+        let Some(row) = sqlx::query!(
+            r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
+               FROM outbox WHERE done_at IS NULL AND available_at <= now()
+                 AND ($1::uuid IS NULL OR allocation_id = $1)
+               ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#,
+            only as Option<AllocationId>
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(false);
+        };
+        match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
+            Ok(node) => {
+                sqlx::query!(
+                    "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL
+                     WHERE id = $1",
+                    row.id
+                )
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                if let Some(node) = node {
+                    self.wakeups().task_queued(node);
+                }
+            }
+            Err(e) => {
+                drop(tx);
+                tracing::warn!(outbox.id = row.id, outbox.kind = %row.kind, error.cause = %e, "outbox row failed; retrying later");
+                sqlx::query!(
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+                            available_at = now() + make_interval(secs => least(300, 2 ^ least(attempts + 1, 9)))
+                     WHERE id = $1",
+                    row.id,
+                    e.to_string()
+                )
+                .execute(self.pool())
+                .await?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// One dispatcher, until aborted: every 250 ms, drains what launches and releases did not
+    /// dispatch themselves (a failed attempt, a reaper's release, another replica's crash).
+    /// Run several (`FOR UPDATE SKIP LOCKED` keeps them apart); errors are logged.
+    pub async fn dispatcher(&self) {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = self.dispatch_outbox(100).await {
+                tracing::error!(error.cause = %e, "outbox dispatch failed");
+            }
+        }
     }
 
     /// Failure branches that no agent reports: a node lost (no heartbeat for 60 s) while

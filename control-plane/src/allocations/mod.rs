@@ -460,7 +460,7 @@ impl ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.wakeups().outbox.notify_one();
+        self.dispatch_now(id).await;
         Ok(Launched { id, created: true })
     }
 
@@ -502,7 +502,7 @@ impl ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.wakeups().outbox.notify_one();
+        self.dispatch_now(id).await;
         Ok(())
     }
 

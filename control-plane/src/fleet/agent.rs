@@ -284,9 +284,10 @@ impl ControlPlane {
         wait: Duration,
     ) -> Result<Option<(AgentTaskId, TaskSpec)>> {
         let deadline = tokio::time::Instant::now() + wait;
+        let wake = self.wakeups().tasks_for(agent.id);
         loop {
             // Registered before looking, so that a task queued meanwhile still wakes us.
-            let queued = self.wakeups().tasks.notified();
+            let queued = wake.notified();
             tokio::pin!(queued);
             queued.as_mut().enable();
             let row = sqlx::query!(
