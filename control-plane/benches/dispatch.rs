@@ -26,7 +26,6 @@ use control_plane::tenancy::ProjectOperators;
 use control_plane::{ControlPlane, Naming, UserId};
 use sqlx::postgres::PgPoolOptions;
 
-#[allow(dead_code)]
 #[path = "../tests/support/mod.rs"]
 mod support;
 

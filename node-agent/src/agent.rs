@@ -497,7 +497,7 @@ impl Agent {
     fn wipe_slot(&self, s: &PlannedSlot) -> Result<Wiped, String> {
         let started = Instant::now();
         let dev = self.driver.open_disk(s)?;
-        let len = wipe::BlockDev::len(&dev)?;
+        let len = wipe::BlockDev::size_bytes(&dev)?;
         let seed = wipe::fresh_seed();
         let offsets = wipe::sample_offsets(len, seed);
         let check = match s.wipe_policy.as_str() {

@@ -441,7 +441,7 @@ impl Driver for SimulatedDriver {
         match method {
             "nvme-format-crypto" => wipe::overwrite(&dev, wipe::fresh_seed(), timeout),
             _ => {
-                let len = wipe::BlockDev::len(&dev)?;
+                let len = wipe::BlockDev::size_bytes(&dev)?;
                 dev.set_len(0)
                     .and_then(|()| dev.set_len(len))
                     .and_then(|()| dev.sync_all())

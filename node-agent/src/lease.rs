@@ -78,10 +78,10 @@ impl LeaseStore {
             let entry = entry.map_err(|e| format!("{}: {e}", self.dir.display()))?;
             let name = entry.file_name().to_string_lossy().into_owned();
             // Temporary files of an interrupted write are not leases.
-            if let Some(slot) = name.strip_suffix(".json") {
-                if let Some(lease) = self.get(slot)? {
-                    leases.push(lease);
-                }
+            if let Some(slot) = name.strip_suffix(".json")
+                && let Some(lease) = self.get(slot)?
+            {
+                leases.push(lease);
             }
         }
         leases.sort_by_key(|l| l.slot_index);

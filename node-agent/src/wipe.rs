@@ -20,14 +20,14 @@ pub const BLOCK: usize = 4096;
 pub const SAMPLES: usize = 64;
 
 pub trait BlockDev {
-    fn len(&self) -> Result<u64, String>;
+    fn size_bytes(&self) -> Result<u64, String>;
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), String>;
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<(), String>;
     fn sync(&self) -> Result<(), String>;
 }
 
 impl BlockDev for File {
-    fn len(&self) -> Result<u64, String> {
+    fn size_bytes(&self) -> Result<u64, String> {
         use std::io::{Seek, SeekFrom};
         // Block devices report 0 in metadata; seeking to the end works for both.
         let mut f = self;
@@ -99,7 +99,7 @@ pub fn pattern_block(seed: u64, offset: u64, out: &mut [u8]) {
 /// Writes the pattern for `seed` over the whole device and flushes it. `deadline` bounds the
 /// time (a real 4 TB namespace takes hours; the operator chose this policy).
 pub fn overwrite(dev: &dyn BlockDev, seed: u64, deadline: Duration) -> Result<(), String> {
-    let len = dev.len()?;
+    let len = dev.size_bytes()?;
     let started = Instant::now();
     const CHUNK_BLOCKS: u64 = 256;
     let mut buf = vec![0u8; BLOCK * CHUNK_BLOCKS as usize];
@@ -301,8 +301,8 @@ mod tests {
     }
 
     impl BlockDev for Corrupting<'_> {
-        fn len(&self) -> Result<u64, String> {
-            BlockDev::len(self.dev)
+        fn size_bytes(&self) -> Result<u64, String> {
+            BlockDev::size_bytes(self.dev)
         }
         fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), String> {
             BlockDev::read_at(self.dev, buf, offset)?;

@@ -229,7 +229,7 @@ async fn allocations_converge_after_a_crash_at_every_phase(pool: PgPool) {
         let agent = host.agent(None);
         until(&pool, id, "running", &what).await;
         let domain = format!("gpuaas-{id}");
-        assert_eq!(host.domains(), [domain.clone()], "{what}: exactly one VM");
+        assert_eq!(host.domains(), [domain], "{what}: exactly one VM");
         assert_eq!(host.leases(), 1, "{what}");
         cp.release_allocation(&bob, id, None).await.unwrap();
         until(&pool, id, "released", &what).await;
