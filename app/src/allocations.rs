@@ -66,6 +66,8 @@ pub struct AllocationView {
     pub failure: Option<String>,
     pub why: String,
     pub ssh: Option<String>,
+    /// "72% (guest-reported, 2026-11-21 13:02:11 UTC)".
+    pub gpu_utilisation: Option<String>,
     pub created_at: String,
     pub expires_at: Option<String>,
     /// `(from → to, at, after)`.
@@ -251,6 +253,9 @@ pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
         failure: d.failure,
         why: d.placement_why,
         ssh: d.ssh,
+        gpu_utilisation: d
+            .gpu_utilisation
+            .map(|(pct, at)| format!("{pct}% (reported by the guest, {at})")),
         created_at: d.created_at,
         expires_at: d.expires_at,
         transitions: d
@@ -527,6 +532,7 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
             {differs.then(|| view! { <p class="hint">"Desired and observed differ: the control plane is working on it."</p> })}
             {a.failure.map(|f| view! { <p class="form-error" role="alert" data-testid="failure">{f}</p> })}
             {a.ssh.map(|s| view! { <p>"Connect: " <code data-testid="ssh">{s}</code></p> })}
+            {a.gpu_utilisation.map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{u}</span></p> })}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />

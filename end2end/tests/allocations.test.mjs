@@ -36,7 +36,8 @@ async function approvedNode(state) {
       encoding: 'utf8',
     });
     assert.equal(enrolled.status, 0, enrolled.stderr);
-    const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x'], {
+    const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x',
+      '--heartbeat-s', '2', '--telemetry-listen', '127.0.0.1:0'], {
       stdio: ['ignore', 'inherit', 'inherit'],
     });
     await enrol.getByRole('link', { name: HOST }).click();
@@ -122,6 +123,10 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const transitions = await page.locator('[data-testid="transitions"] li').allInnerTexts();
       assert.deepEqual(transitions.map((t) => t.split(' at ')[0]), ['requested', 'requested → placed', 'placed → provisioning', 'provisioning → running']);
       assert.ok((await page.locator('[data-testid="phases"] tr').count()) >= 6, 'provision phases are listed');
+      // The simulated guest reports through the node's telemetry sink; the node forwards it.
+      const util = page.locator('[data-testid="gpu-utilisation"]');
+      await util.waitFor({ timeout: 20000 });
+      assert.match(await util.innerText(), /^\d{1,3}% \(reported by the guest, \d{4}-\d\d-\d\d /);
       const slots = await page.locator('[data-testid="slots"]').innerText();
       const node = await page.locator('[data-testid="node"]').innerText();
       assert.equal(node, `us-east-1 / ${HOST}`);

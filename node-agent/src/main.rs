@@ -257,12 +257,24 @@ async fn run(settings: Settings) -> Result<(), String> {
         eprintln!("telemetry sink listening on {addr}");
     }
     let agent = Arc::new(agent);
+    let simulated = settings.driver.as_deref() == Some("simulated");
     let sink = match listener {
         Ok(l) => {
+            let addr = l.local_addr().ok();
             let app = node_agent::telemetry::router(agent.clone(), totals.clone());
-            Some(tokio::spawn(async move {
+            let served = tokio::spawn(async move {
                 let _ = axum::serve(l, app).await;
-            }))
+            });
+            // A simulated host's guests report through the real sink.
+            let guests = match (simulated, addr) {
+                (true, Some(addr)) => Some(tokio::spawn(node_agent::telemetry::simulate_guests(
+                    agent.clone(),
+                    format!("http://{addr}/v1/gpu"),
+                    Duration::from_secs(2),
+                ))),
+                _ => None,
+            };
+            Some((served, guests))
         }
         Err(e) => {
             eprintln!("telemetry sink not started: binding {listen}: {e}");
@@ -300,8 +312,11 @@ async fn run(settings: Settings) -> Result<(), String> {
         eprintln!("node-agent: stopping");
     }
     beats.abort();
-    if let Some(s) = sink {
-        s.abort();
+    if let Some((served, guests)) = sink {
+        served.abort();
+        if let Some(g) = guests {
+            g.abort();
+        }
     }
     result
 }

@@ -106,3 +106,40 @@ pub fn router(agent: Arc<Agent>, totals: Arc<Aggregator>) -> Router {
         .route("/v1/gpu", post(gpu))
         .with_state(Sink { agent, totals })
 }
+
+/// The guests of a simulated host: every `every`, each running allocation posts a GPU
+/// utilisation figure to the sink at `url` with its own token, as its guest's reporter would
+/// (the figures wander between 35 and 95%). Runs until aborted.
+pub async fn simulate_guests(agent: Arc<Agent>, url: String, every: std::time::Duration) {
+    let http = reqwest::Client::new();
+    let mut tick: u64 = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        tick += 1;
+        let a = agent.clone();
+        let leases = tokio::task::spawn_blocking(move || a.leases.all().unwrap_or_default())
+            .await
+            .unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        for l in leases {
+            if l.kind != crate::lease::LeaseKind::Provision
+                || l.phase != "running"
+                || !seen.insert(l.allocation_id.clone())
+            {
+                continue;
+            }
+            let wobble = l
+                .allocation_id
+                .bytes()
+                .fold(tick, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+            let pct = 35 + (wobble % 61) as u8;
+            let _ = http
+                .post(&url)
+                .bearer_auth(&l.telemetry_token)
+                .header("content-type", "application/json")
+                .body(format!(r#"{{"gpu_util_pct":[{pct}]}}"#))
+                .send()
+                .await;
+        }
+    }
+}

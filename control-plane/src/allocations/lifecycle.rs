@@ -805,6 +805,9 @@ pub struct AllocationDetail {
     pub placement_why: String,
     /// `ssh user@host -p port`, once running.
     pub ssh: Option<String>,
+    /// What the guest last reported through its node's telemetry sink: the mean GPU
+    /// utilisation and when the node forwarded it.
+    pub gpu_utilisation: Option<(i16, String)>,
     pub created_at: String,
     pub expires_at: Option<String>,
     pub transitions: Vec<Transition>,
@@ -913,6 +916,14 @@ pub(crate) async fn detail(
         received_at: utc(c.received_at),
     })
     .collect();
+    let gpu_utilisation = sqlx::query!(
+        "SELECT gpu_util_pct, at FROM allocation_gpu_utilisation
+         WHERE allocation_id = $1 ORDER BY at DESC LIMIT 1",
+        id as AllocationId
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|u| (u.gpu_util_pct, utc(u.at)));
     let slot_indexes = a
         .placement
         .get("slot_indexes")
@@ -925,6 +936,7 @@ pub(crate) async fn detail(
             .allocation(&a.region, who.tenant(), who.id(), id)?
             .to_string(),
         project_id: who.id(),
+        gpu_utilisation,
         projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
         ssh: match (&a.ssh_host, a.ssh_port, &a.ssh_user) {
             (Some(h), Some(p), Some(u)) if a.state == "running" => {
