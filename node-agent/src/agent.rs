@@ -556,11 +556,7 @@ impl Agent {
             let Some(alloc) = name.strip_prefix("gpuaas-") else {
                 continue;
             };
-            if !live(alloc)
-                && !leases
-                    .iter()
-                    .any(|l| l.allocation_id == alloc && live(alloc))
-            {
+            if !live(alloc) {
                 self.remove_domain(&name)?;
                 done.push(format!("removed domain {name}, which no allocation owns"));
             }
