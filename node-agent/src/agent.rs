@@ -302,17 +302,10 @@ impl Agent {
                 .wait_guest(&name, &slots[0].ip_address, self.guest_timeout)
         })?;
         self.mark(slots, alloc, "running")?;
-        let ssh_host = if whole_node {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| slots[0].ip_address.clone())
-        } else {
-            slots[0].ip_address.clone()
-        };
+        // Bare metal too is a domain here (the whole node's devices), reached on the first
+        // slot's address.
         Ok(Provisioned {
-            ssh_host,
+            ssh_host: slots[0].ip_address.clone(),
             ssh_port: 22,
             ssh_user: plan.image.ssh_user.clone(),
         })
