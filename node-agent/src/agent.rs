@@ -167,6 +167,7 @@ impl Agent {
         whole_node: bool,
         approved: &[PlannedSlot],
     ) -> Result<(), String> {
+        domain::allocation_id_ok(allocation)?;
         if slots.is_empty() {
             return Err("the plan names no slots".into());
         }
@@ -254,6 +255,11 @@ impl Agent {
             self.check_plan(alloc, slots, whole_node, approved)
         })?;
         let token = self.step("take_leases", None, report, || {
+            // The firmware every later check compares with, recorded (where this host has
+            // none yet) before any tenant has the GPU.
+            for s in slots {
+                self.firmware_baseline(&s.gpu_pci_address, true)?;
+            }
             self.take_leases(task_id, alloc, slots, LeaseKind::Provision, "take_leases")
         })?;
         let leased = Some((slots, alloc));
@@ -269,7 +275,12 @@ impl Agent {
                 return Ok(()); // A restarted agent: the VM is up on this disk already.
             }
             let source = self.driver.image_path(&plan.image)?;
-            image::write_image(&source, &disks[0], self.driver.disk_size(&slots[0]))
+            image::write_image(&source, &disks[0], self.driver.disk_size(&slots[0]))?;
+            // The other slots' namespaces are the guest's data disks (wiped at their last
+            // release); file-backed ones are created at their size.
+            slots[1..]
+                .iter()
+                .try_for_each(|s| self.driver.open_disk(s).map(drop))
         })?;
         self.step("cloud_init", leased, report, || {
             if running {
@@ -332,8 +343,6 @@ impl Agent {
         }
         let token = token.unwrap_or_else(new_token);
         for s in slots {
-            // The firmware every later check compares with, recorded before any tenant runs.
-            self.firmware_baseline(&s.gpu_pci_address)?;
             self.leases.put(&Lease {
                 slot_id: s.slot_id.clone(),
                 slot_index: s.slot_index,
@@ -348,13 +357,21 @@ impl Agent {
         Ok(token)
     }
 
-    /// The firmware this host first saw on a GPU (recorded then), in
-    /// `{state_dir}/gpu-firmware/`. An operator who upgrades firmware removes the entry.
-    fn firmware_baseline(&self, pci: &str) -> Result<String, String> {
+    /// The firmware this host recorded for a GPU before any tenant had it, in
+    /// `{state_dir}/gpu-firmware/`; with `record`, what the GPU reports now becomes it when
+    /// none was recorded (only ever while no tenant has had the GPU). An operator who
+    /// upgrades firmware removes the entry.
+    fn firmware_baseline(&self, pci: &str, record: bool) -> Result<String, String> {
         let dir = self.state_dir.join("gpu-firmware");
         let path = dir.join(pci.replace(':', "_"));
         if let Ok(v) = std::fs::read_to_string(&path) {
             return Ok(v.trim().to_string());
+        }
+        if !record {
+            return Err(format!(
+                "GPU {pci} has no recorded firmware baseline (was {} lost?); an operator must check its firmware",
+                dir.display()
+            ));
         }
         let seen = self.driver.gpu_firmware(pci)?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -387,6 +404,13 @@ impl Agent {
             }
             Ok(())
         })?;
+        // A slot with no lease before this release never reached a tenant on this host (a
+        // provision that failed its checks, or a release resumed after its leases went):
+        // what its GPU reports now may serve as the baseline if none was recorded.
+        let untouched: Vec<bool> = slots
+            .iter()
+            .map(|s| self.leases.get(&s.slot_id).map(|l| l.is_none()))
+            .collect::<Result<_, _>>()?;
         self.take_leases(task_id, alloc, slots, LeaseKind::Release, "stop_vm")?;
         let leased = Some((slots, alloc));
         let name = domain::domain_name(alloc);
@@ -450,8 +474,9 @@ impl Agent {
         let firmware = self.step("check_firmware", leased, report, || {
             slots
                 .iter()
-                .map(|s| {
-                    let expected = self.firmware_baseline(&s.gpu_pci_address)?;
+                .zip(&untouched)
+                .map(|(s, untouched)| {
+                    let expected = self.firmware_baseline(&s.gpu_pci_address, *untouched)?;
                     let seen = self.driver.gpu_firmware(&s.gpu_pci_address)?;
                     if seen != expected {
                         return Err(format!(
@@ -578,7 +603,9 @@ impl Agent {
             .ok()?
             .into_iter()
             .find(|l| {
-                l.kind == LeaseKind::Provision && l.phase == "running" && l.telemetry_token == token
+                l.kind == LeaseKind::Provision
+                    && l.phase == "running"
+                    && same_secret(&l.telemetry_token, token)
             })
             .map(|l| l.allocation_id)
     }
@@ -596,12 +623,19 @@ struct Wiped {
 }
 
 fn new_token() -> String {
-    let mut b = [0u8; 24];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .expect("/dev/urandom is readable");
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    crate::random_bytes::<24>()
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// Equality that takes as long whichever byte differs (tokens arrive from guests).
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 /// The names of the fields where a plan's slot and the approved slot disagree.

@@ -57,7 +57,7 @@ pub fn render(spec: &DomainSpec<'_>) -> Result<String, String> {
     if spec.disks.len() != slots.len() {
         return Err("one disk per slot".into());
     }
-    uuid_ok(spec.allocation_id)?;
+    allocation_id_ok(spec.allocation_id)?;
     let mut cpus = Vec::new();
     for s in slots {
         let set = parse_ranges(&s.cpu_set)
@@ -150,7 +150,8 @@ pub fn render(spec: &DomainSpec<'_>) -> Result<String, String> {
     Ok(x)
 }
 
-fn uuid_ok(id: &str) -> Result<(), String> {
+/// Allocation ids are UUIDs; anything else must never become a domain name or a path.
+pub fn allocation_id_ok(id: &str) -> Result<(), String> {
     let groups: Vec<&str> = id.split('-').collect();
     let lens = [8, 4, 4, 4, 12];
     if groups.len() == 5

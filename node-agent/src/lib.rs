@@ -16,3 +16,13 @@ pub mod telemetry;
 pub mod tools;
 pub mod virsh;
 pub mod wipe;
+
+/// `N` bytes from the kernel's random source (wipe seeds, telemetry tokens).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    use std::io::Read;
+    let mut b = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("/dev/urandom is readable");
+    b
+}

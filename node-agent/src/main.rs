@@ -308,8 +308,8 @@ async fn run(settings: Settings) -> Result<(), String> {
         r = work(&client, &agent, &state_dir) => r,
         () = &mut shutdown => Ok(()),
     };
-    if result.is_ok() && !agent.stopping.load(Ordering::SeqCst) {
-        eprintln!("node-agent: stopping");
+    if result.is_ok() {
+        eprintln!("node-agent: stopped");
     }
     beats.abort();
     if let Some((served, guests)) = sink {

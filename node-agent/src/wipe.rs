@@ -246,16 +246,7 @@ fn splitmix(state: &mut u64) -> u64 {
 
 /// A fresh seed for one wipe.
 pub fn fresh_seed() -> u64 {
-    let mut b = [0u8; 8];
-    getrandom(&mut b);
-    u64::from_le_bytes(b)
-}
-
-fn getrandom(out: &mut [u8]) {
-    use std::io::Read;
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(out))
-        .expect("/dev/urandom is readable");
+    u64::from_le_bytes(crate::random_bytes())
 }
 
 #[cfg(test)]

@@ -116,7 +116,15 @@ fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
             assert!(xml.contains(&format!("<mac address='{}'/>", plan[0].mac_address)));
             let memory: u64 = plan.iter().map(|s| s.memory_mib).sum();
             assert!(xml.contains(&format!("<memory unit='MiB'>{memory}</memory>")));
-            assert!(xml.contains(&format!("nodeset='{}'", plan[0].numa_node)) || plan.len() > 1);
+            let mut numa: Vec<String> = plan.iter().map(|s| s.numa_node.to_string()).collect();
+            numa.dedup();
+            assert!(
+                xml.contains(&format!(
+                    "<memory mode='strict' nodeset='{}'/>",
+                    numa.join(",")
+                )),
+                "{xml}"
+            );
             assert!(xml.contains(&format!("<source dev='/dev/{}'/>", plan[0].nvme_namespace)));
         }
     }
@@ -267,6 +275,16 @@ fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
     // Nothing was touched by the refusals: one domain, one lease.
     assert_eq!(agent.driver.domains().unwrap(), [domain_name(a1)]);
     assert_eq!(agent.leases.all().unwrap().len(), 1);
+    // An allocation id that is not one never becomes a path or a domain name.
+    let e = refused(agent.provision(
+        "t4",
+        &plan("../../etc", vec![ok[1].clone()]),
+        false,
+        approved_two,
+        &mut quiet,
+    ));
+    assert_eq!(e, "\"../../etc\" is not an allocation id");
+    assert_eq!(agent.leases.all().unwrap().len(), 1);
     // A whole-node plan must name every approved slot.
     let e = refused(agent.provision(
         "t3",
@@ -321,6 +339,18 @@ fn a_flashed_gpu_or_an_unknown_wipe_fails_the_release_and_keeps_the_lease() {
     // No proof, and the lease stays: the slot is not free on this host either.
     let lease = agent.leases.get(&slots[1].slot_id).unwrap().unwrap();
     assert_eq!(lease.phase, "check_firmware");
+    // Without the baseline recorded before the tenant had the GPU, nothing vouches for it:
+    // what the GPU reports now is not taken as the baseline.
+    std::fs::remove_dir_all(dir.join("gpu-firmware")).unwrap();
+    let e = refused(agent.release("t3", &release, false, &slots, &mut quiet));
+    assert!(
+        e.starts_with(&format!(
+            "GPU {} has no recorded firmware baseline",
+            slots[1].gpu_pci_address
+        )),
+        "{e}"
+    );
+    assert!(agent.leases.get(&slots[1].slot_id).unwrap().is_some());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -426,6 +456,17 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
         1
     );
 
+    // The tenant writes to both disks.
+    let secret = b"TENANT-SECRET-DATA";
+    for s in &slots[..2] {
+        let path = dir.join(format!("disks/{}.raw", s.nvme_namespace));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let end = bytes.len() - 4096;
+        for at in [0, 4096 * 100, end] {
+            bytes[at..at + secret.len()].copy_from_slice(secret);
+        }
+        std::fs::write(&path, bytes).unwrap();
+    }
     let release = ReleasePlan {
         allocation_id: a.into(),
         slots: slots[..2].to_vec(),
@@ -450,9 +491,16 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
             c.gpu_firmware
         );
     }
-    // The image is gone from the disk: nothing of the tenant's bytes is left at offset 0.
-    let disk = std::fs::read(dir.join(format!("disks/{}.raw", slots[0].nvme_namespace))).unwrap();
-    assert_ne!(&disk[..4], b"QFI\xfb");
+    // Nothing the tenant wrote is left anywhere on either disk.
+    for s in &slots[..2] {
+        let disk = std::fs::read(dir.join(format!("disks/{}.raw", s.nvme_namespace))).unwrap();
+        assert_eq!(disk.len(), 8 << 20);
+        assert!(
+            !disk.windows(secret.len()).any(|w| w == secret),
+            "{}",
+            s.nvme_namespace
+        );
+    }
     // A controller wipe on a file-backed namespace is refused by name.
     let e = driver
         .controller_wipe(
