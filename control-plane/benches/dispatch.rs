@@ -17,9 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent_protocol::{
-    PhaseReport, PhaseStatus, Provisioned, SlotCleanup, TaskOutcome, TaskOutput, TaskSpec,
-};
+use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
 use control_plane::allocations::LaunchRequest;
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::ProjectOperators;
@@ -29,26 +27,12 @@ use sqlx::postgres::PgPoolOptions;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod common;
+use common::{flag, pct};
+
 const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
-
-fn flag(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i].as_secs_f64() * 1000.0
-}
 
 #[derive(Default)]
 struct Clock {
@@ -67,9 +51,9 @@ struct Clock {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let rate = flag("--rate", 200);
-    let seconds = flag("--seconds", 10);
-    let nodes = flag("--nodes", 40);
+    let rate: u64 = flag("--rate", 200);
+    let seconds: u64 = flag("--seconds", 10);
+    let nodes: u64 = flag("--nodes", 40);
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
     let pool = PgPoolOptions::new()
         .max_connections(nodes as u32 + 40)
@@ -154,27 +138,11 @@ async fn main() {
                             fail("the wipe phase report", e);
                             continue;
                         }
-                        let slots = plan
-                            .slots
-                            .iter()
-                            .map(|s| SlotCleanup {
-                                slot_id: s.slot_id.clone(),
-                                nvme_serial: s.nvme_serial.clone(),
-                                wipe_method: s.wipe_policy.clone(),
-                                wipe_ms: 0,
-                                wipe_verified: true,
-                                verified_samples: 64,
-                                gpu_reset: true,
-                                gpu_firmware: "96.00.99.00.01".into(),
-                                firmware_ok: true,
-                            })
-                            .collect();
                         TaskOutcome::Succeeded {
-                            output: TaskOutput::Cleaned(node_agent::proof::sign(
+                            output: TaskOutput::Cleaned(support::signed_proof(
+                                node,
                                 &credential,
-                                &node.to_string(),
-                                &plan.allocation_id,
-                                slots,
+                                plan,
                             )),
                         }
                     }

@@ -19,6 +19,9 @@ use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error, Naming, UserId};
 use sqlx::postgres::PgPoolOptions;
 
+mod common;
+use common::{flag, ms, pct};
+
 const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
@@ -30,27 +33,6 @@ const MIX: &[(&str, u32, &str)] = &[
     ("h100.8x", 10, "8 GPUs"),
     ("h100.8x.metal", 10, "baremetal"),
 ];
-
-fn flag(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn pct(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
-    ms(sorted[i])
-}
 
 #[derive(Default)]
 struct Tally {
@@ -286,9 +268,9 @@ fn report(name: &str, t: &Tally, took: Duration, clients: usize) {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let clients = flag("--clients", 32);
-    let seconds = flag("--seconds", 10) as u64;
-    let nodes = flag("--nodes", 10_000);
+    let clients: usize = flag("--clients", 32);
+    let seconds: u64 = flag("--seconds", 10);
+    let nodes: usize = flag("--nodes", 10_000);
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
     let pool = PgPoolOptions::new()
         .max_connections(clients as u32 + 4)

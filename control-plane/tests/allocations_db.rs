@@ -5,9 +5,7 @@
 
 use std::time::Duration;
 
-use agent_protocol::{
-    PhaseReport, PhaseStatus, Provisioned, SlotCleanup, TaskOutcome, TaskOutput, TaskSpec,
-};
+use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
 use control_plane::allocations::{LaunchRequest, Launched};
 use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX_DEFAULT};
@@ -189,28 +187,8 @@ fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
     let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = spec else {
         panic!("not a release: {spec:?}")
     };
-    let slots = plan
-        .slots
-        .iter()
-        .map(|s| SlotCleanup {
-            slot_id: s.slot_id.clone(),
-            nvme_serial: s.nvme_serial.clone(),
-            wipe_method: s.wipe_policy.clone(),
-            wipe_ms: 950,
-            wipe_verified: true,
-            verified_samples: 64,
-            gpu_reset: true,
-            gpu_firmware: "96.00.99.00.01".into(),
-            firmware_ok: true,
-        })
-        .collect();
     TaskOutcome::Succeeded {
-        output: TaskOutput::Cleaned(node_agent::proof::sign(
-            credential,
-            &node.to_string(),
-            &plan.allocation_id,
-            slots,
-        )),
+        output: TaskOutput::Cleaned(support::signed_proof(node, credential, plan)),
     }
 }
 

@@ -51,6 +51,16 @@ pub async fn enrolled(
     ops: &Platform<PlatformOperators>,
     node: NewNode,
 ) -> (NodeId, NodeAgent) {
+    let (id, agent, _) = enrolled_with_credential(cp, ops, node).await;
+    (id, agent)
+}
+
+/// An enrolled node that has heartbeaten once; also returns its credential.
+pub async fn enrolled_with_credential(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    node: NewNode,
+) -> (NodeId, NodeAgent, String) {
     let e = cp.enrol_node(ops, &node, None).await.unwrap();
     let cred = cp
         .exchange_bootstrap_token(&e.bootstrap_token, &node.hostname, "0.1.0")
@@ -60,7 +70,7 @@ pub async fn enrolled(
     cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None, &[])
         .await
         .unwrap();
-    (e.node_id, agent)
+    (e.node_id, agent, cred.credential)
 }
 
 /// Claims the queued discovery (or queues one) and answers it with `d`; returns the generation.
@@ -107,20 +117,12 @@ pub async fn approved(
     fixture: &str,
     wipe: &str,
 ) -> (NodeId, NodeAgent, String) {
-    let e = cp.enrol_node(ops, &new, None).await.unwrap();
-    let cred = cp
-        .exchange_bootstrap_token(&e.bootstrap_token, &new.hostname, "0.1.0")
+    let (id, agent, credential) = enrolled_with_credential(cp, ops, new).await;
+    let generation = discover(cp, ops, id, &agent, &discovery(fixture)).await;
+    cp.decide_slot_map(ops, id, generation, &approve_all(wipe), None)
         .await
         .unwrap();
-    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
-    cp.heartbeat(&agent, "0.1.0", HealthStatus::Healthy, None, &[])
-        .await
-        .unwrap();
-    let generation = discover(cp, ops, e.node_id, &agent, &discovery(fixture)).await;
-    cp.decide_slot_map(ops, e.node_id, generation, &approve_all(wipe), None)
-        .await
-        .unwrap();
-    (e.node_id, agent, cred.credential)
+    (id, agent, credential)
 }
 
 /// A minimal allocation row (tenant, project, user, SKU and image made for it), for tests of
@@ -148,4 +150,29 @@ pub async fn bare_allocation(cp: &ControlPlane, node: NodeId) -> uuid::Uuid {
         .await
         .unwrap();
     n
+}
+
+/// The cleanup proof the node agent would send for a release plan: every check passed,
+/// signed the agent's way.
+pub fn signed_proof(
+    node: NodeId,
+    credential: &str,
+    plan: &agent_protocol::ReleasePlan,
+) -> agent_protocol::CleanupProof {
+    let slots = plan
+        .slots
+        .iter()
+        .map(|s| agent_protocol::SlotCleanup {
+            slot_id: s.slot_id.clone(),
+            nvme_serial: s.nvme_serial.clone(),
+            wipe_method: s.wipe_policy.clone(),
+            wipe_ms: 950,
+            wipe_verified: true,
+            verified_samples: 64,
+            gpu_reset: true,
+            gpu_firmware: "96.00.99.00.01".into(),
+            firmware_ok: true,
+        })
+        .collect();
+    node_agent::proof::sign(credential, &node.to_string(), &plan.allocation_id, slots)
 }
