@@ -980,3 +980,56 @@ async fn fleet_counts_and_filters(pool: PgPool) {
         "filter choices cover the whole fleet"
     );
 }
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn the_demo_fleet_is_enrolled_by_token_and_approved_by_the_operator(pool: PgPool) {
+    use control_plane::demo::{DEMO_FLEET, DEMO_WIPE_POLICY};
+    let cp = ControlPlane::new(pool, Naming::default());
+    cp.seed_demo().await.unwrap();
+    let ops = operator(&cp, "ops@platform.example").await;
+    // Only a platform operator may set it up; the email is matched without case.
+    assert!(cp.demo_operator("alice@acme.example").await.is_err());
+    let who = cp.demo_operator("OPS@Platform.example").await.unwrap();
+    let hosts: Vec<&str> = DEMO_FLEET.iter().map(|h| h.hostname).collect();
+    let tokens = cp.demo_fleet_tokens(&who, &hosts[..3]).await.unwrap();
+    assert_eq!(tokens.len(), 3, "only the hosts asked for");
+    assert_eq!(cp.demo_node_id(hosts[3]).await.unwrap(), None);
+    // Nothing discovered yet: nothing to approve.
+    assert_eq!(cp.demo_fleet_approve(&who).await.unwrap(), 0);
+    for (h, token) in &tokens {
+        let cred = cp
+            .exchange_bootstrap_token(token, h.hostname, "0.1.0")
+            .await
+            .unwrap();
+        let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+        discover(&cp, &ops, cred.node_id, &agent, &discovery(h.fixture)).await;
+    }
+    assert_eq!(cp.demo_fleet_approve(&who).await.unwrap(), 3);
+    // Every approved slot carries the demo wipe policy; each approval is audited.
+    let (slots, policies, approvals): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM node_resource_slots WHERE retired_at IS NULL),
+                (SELECT count(DISTINCT capacity_metadata ->> 'destructive_wipe_policy')
+                 FROM node_resource_slots),
+                (SELECT count(*) FROM audit_log WHERE action = 'node.slot_map.approve')",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!((slots, policies, approvals), (8 + 8 + 4, 1, 3));
+    let policy: String = sqlx::query_scalar(
+        "SELECT DISTINCT capacity_metadata ->> 'destructive_wipe_policy' FROM node_resource_slots",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(policy, DEMO_WIPE_POLICY);
+    // An enrolled host asked for again gets a fresh token for the same node.
+    let again = cp.demo_fleet_tokens(&who, &hosts[..1]).await.unwrap();
+    assert_ne!(again[0].1, tokens[0].1);
+    let node = cp.demo_node_id(hosts[0]).await.unwrap().unwrap();
+    let cred = cp
+        .exchange_bootstrap_token(&again[0].1, hosts[0], "0.1.0")
+        .await
+        .unwrap();
+    assert_eq!(cred.node_id, node);
+}
