@@ -1,0 +1,27 @@
+//! What the benchmarks share: their flags and how they print latencies.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+/// `--name VALUE` from the command line, or `default`.
+pub fn flag<T: std::str::FromStr>(name: &str, default: T) -> T {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The `p` quantile (0–1) of sorted latencies, in milliseconds; NaN when there are none.
+pub fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    ms(sorted[i])
+}
