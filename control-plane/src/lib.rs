@@ -7,6 +7,7 @@
 pub mod allocations;
 pub mod audit;
 pub mod auth;
+pub mod billing;
 pub mod catalog;
 pub mod demo;
 pub mod error;
@@ -41,6 +42,8 @@ pub struct ControlPlane {
     /// For identity providers. Never follows redirects (as OpenID Connect requires).
     http: reqwest::Client,
     wake: std::sync::Arc<Wakeups>,
+    /// Stripe, when configured (the server always configures it; some tests don't need it).
+    stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
 }
 
 /// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
@@ -88,7 +91,18 @@ impl ControlPlane {
             naming,
             http,
             wake: Default::default(),
+            stripe: None,
         }
+    }
+
+    /// Connects billing to Stripe (or the local Stripe test server).
+    pub fn with_stripe(mut self, settings: &billing::stripe::StripeSettings) -> Result<Self> {
+        self.stripe = Some(std::sync::Arc::new(billing::stripe::StripeLink::new(settings)?));
+        Ok(self)
+    }
+
+    pub(crate) fn stripe_link(&self) -> Option<&billing::stripe::StripeLink> {
+        self.stripe.as_deref()
     }
 
     /// The dispatcher and claimers wait on these; see [`Wakeups`].

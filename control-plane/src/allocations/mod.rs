@@ -378,23 +378,30 @@ impl ControlPlane {
                     sku.price.currency
                 )));
             }
-            let spent = month_to_date(
+            // The ledger's month-to-date (rated charges plus what runs unrated), in this
+            // transaction, plus the launch's first hour.
+            let spent = crate::billing::reports::spent_this_month(
                 &mut tx,
                 who.tenant(),
                 counts_in_project(budget).then_some(who.id()),
                 &limit.currency,
+                time::OffsetDateTime::now_utc(),
             )
-            .await?;
+            .await?
+            .ceil_to_minor();
             if spent + sku.price.amount_minor > limit.amount_minor {
+                let money = |amount_minor| Money {
+                    amount_minor,
+                    currency: limit.currency.clone(),
+                };
                 return Err(Error::PolicyDenied(format!(
-                    "{} is {limit}; {} is spent this month and one hour of {} costs {}",
+                    "{} is {limit}; {} is spent this month, and {} for the first hour of {} would make {}, {} over",
                     decided(budget),
-                    Money {
-                        amount_minor: spent,
-                        currency: limit.currency.clone()
-                    },
+                    money(spent),
+                    sku.price,
                     sku.name,
-                    sku.price
+                    money(spent + sku.price.amount_minor),
+                    money(spent + sku.price.amount_minor - limit.amount_minor),
                 )));
             }
         }
@@ -622,28 +629,6 @@ async fn existing(
 
 /// What a scope spent this month, estimated from the allocations' prices at launch (per
 /// second, rounded up), in `currency`.
-async fn month_to_date(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    project: Option<ProjectId>,
-    currency: &str,
-) -> Result<i64> {
-    Ok(sqlx::query_scalar!(
-        r#"SELECT coalesce(sum(ceil(price_per_hour_minor
-                    * extract(epoch FROM coalesce(released_at, now())
-                                         - greatest(created_at, date_trunc('month', now())))
-                    / 3600.0)), 0)::bigint AS "spent!"
-           FROM allocations
-           WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
-             AND coalesce(released_at, now()) > date_trunc('month', now())"#,
-        tenant as TenantId,
-        project.map(|p| p.0),
-        currency
-    )
-    .fetch_one(conn)
-    .await?)
-}
-
 /// What the UI shows: the state, unless desired and actual disagree.
 pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
     match (state, desired, failure) {

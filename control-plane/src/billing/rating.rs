@@ -1,0 +1,131 @@
+//! Rating: running time → charges → balanced ledger entries.
+//!
+//! A period is one UTC hour. A period of an interval is rated once it is over for that
+//! interval (the hour has passed, or the allocation stopped running inside it), and only up
+//! to a horizon a little behind the clock, so a lifecycle transaction that commits late can't
+//! end an interval inside time already rated. Each batch is one statement: candidate
+//! (allocation, hour) rows in allocation order, one `usage` entry per tenant and currency
+//! (receivable debited, revenue credited), the charges that make it up, and each interval's
+//! progress. Batches are serialised by an advisory lock; the primary key on
+//! (allocation, hour) makes a second rating of the same hour impossible.
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use crate::error::Result;
+
+/// How far behind the clock rating stays (see the module docs).
+pub const HORIZON: time::Duration = time::Duration::minutes(2);
+
+/// Advisory lock key for rating batches ("rating" in ASCII).
+const RATING_LOCK: i64 = 0x72_61_74_69_6e_67;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Rated {
+    /// Charges written: (allocation, hour) rows.
+    pub charges: i64,
+    /// Journal entries posted (one per tenant and currency per batch).
+    pub entries: i64,
+    /// Intervals whose rating moved forward (zero: nothing was left to rate).
+    pub intervals: i64,
+}
+
+/// Rates at most `batch` (allocation, hour) periods that are over by `until`.
+#[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
+pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) -> Result<Rated> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query!(
+        r#"
+WITH cand AS (
+    SELECT u.allocation_id, p.period_start, u.tenant_id, u.project_id, u.sku_id, u.gpu_count,
+           u.price_per_hour_minor, u.currency, u.ended_at,
+           (extract(epoch FROM greatest(p.period_start, u.started_at) - u.started_at)
+                * 1000000)::bigint AS from_us,
+           (extract(epoch FROM least(p.period_start + interval '1 hour', u.ended_at) - u.started_at)
+                * 1000000)::bigint AS to_us,
+           least(p.period_start + interval '1 hour', u.ended_at) AS through
+    FROM usage_intervals u
+    CROSS JOIN LATERAL generate_series(
+        date_trunc('hour', coalesce(u.rated_until, u.started_at), 'UTC'),
+        least(u.ended_at, $1::timestamptz),
+        interval '1 hour') AS p(period_start)
+    WHERE NOT u.fully_rated
+      AND least(p.period_start + interval '1 hour', u.ended_at) <= $1::timestamptz
+      AND (u.rated_until IS NULL OR p.period_start >= u.rated_until)
+      AND NOT EXISTS (SELECT 1 FROM usage_charges c
+                      WHERE c.allocation_id = u.allocation_id AND c.period_start = p.period_start)
+    ORDER BY u.allocation_id, p.period_start
+    LIMIT $2
+), billable AS (
+    SELECT * FROM cand WHERE to_us > from_us
+), ent AS (
+    INSERT INTO journal_entries (kind, tenant_id, currency, memo)
+    SELECT 'usage', tenant_id, currency,
+           'usage: ' || count(*) || ' allocation-hours rated'
+    FROM billable GROUP BY tenant_id, currency
+    RETURNING id, tenant_id, currency
+), ch AS (
+    INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
+                               gpu_count, price_per_hour_minor, currency, rated_us,
+                               amount_micro, entry_id)
+    SELECT b.allocation_id, b.period_start, b.tenant_id, b.project_id, b.sku_id, b.gpu_count,
+           b.price_per_hour_minor, b.currency, b.to_us - b.from_us,
+           (div(b.price_per_hour_minor::numeric * b.to_us, 360000)
+            - div(b.price_per_hour_minor::numeric * b.from_us, 360000))::bigint,
+           e.id
+    FROM billable b JOIN ent e USING (tenant_id, currency)
+    RETURNING entry_id, tenant_id, currency, amount_micro
+), totals AS (
+    SELECT entry_id, tenant_id, currency, sum(amount_micro)::bigint AS total
+    FROM ch GROUP BY entry_id, tenant_id, currency
+), posted AS (
+    INSERT INTO postings (entry_id, account_id, amount_micro)
+    SELECT entry_id, ledger_account('tenant_receivable', tenant_id, currency), total FROM totals
+    UNION ALL
+    SELECT entry_id, ledger_account('platform_revenue', NULL, currency), -total FROM totals
+    RETURNING 1
+), progress AS (
+    UPDATE usage_intervals u
+    SET rated_until = pr.through,
+        fully_rated = (u.ended_at IS NOT NULL AND pr.through >= u.ended_at)
+    FROM (SELECT allocation_id, max(through) AS through FROM cand GROUP BY allocation_id) pr
+    WHERE u.allocation_id = pr.allocation_id
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "entries!",
+       (SELECT count(*) FROM posted) AS "postings!", (SELECT count(*) FROM progress) AS "progress!"
+"#,
+        until,
+        batch
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(Rated {
+        charges: row.charges,
+        entries: row.entries,
+        intervals: row.progress,
+    })
+}
+
+/// Rates everything that is over by `until`, batch by batch, until a batch finds nothing.
+pub async fn rate_until(pool: &PgPool, until: time::OffsetDateTime, batch: i64) -> Result<Rated> {
+    let mut total = Rated::default();
+    loop {
+        let r = rate_batch(pool, until, batch).await?;
+        total.charges += r.charges;
+        total.entries += r.entries;
+        total.intervals += r.intervals;
+        if r.intervals == 0 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Rates what is over by the horizon behind the clock: what the worker calls each round.
+pub async fn rate_now(pool: &PgPool, batch: i64) -> Result<Rated> {
+    rate_until(pool, time::OffsetDateTime::now_utc() - HORIZON, batch).await
+}

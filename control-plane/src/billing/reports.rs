@@ -1,0 +1,594 @@
+//! What finance screens read: month-to-date, forecast, budgets, spend series, invoices, CSV.
+
+use serde::{Deserialize, Serialize};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use super::{Micros, month_bounds, month_label};
+use crate::ControlPlane;
+use crate::auth::Platform;
+use crate::billing::invoices::PlatformFinance;
+use crate::error::{Error, Result};
+use crate::ids::{ProjectId, TenantId};
+use crate::policy::{Level, Money, PolicyKey, PolicyValue, resolve_policies_on};
+use crate::tenancy::{Tenant, TenantRequirement, TenantRole};
+
+/// Owners, admins and finance: who sees a tenant's spend and invoices.
+pub struct TenantFinance;
+impl TenantRequirement for TenantFinance {
+    const ROLES: &'static [TenantRole] = &[TenantRole::Owner, TenantRole::Admin, TenantRole::Finance];
+    const WHO: &'static str = "organization admins and finance";
+}
+
+/// Spent this month by a tenant (or one project) in `currency`, in micro-units: rated
+/// charges since the month began plus what is running and not rated yet, up to `now`.
+pub async fn spent_this_month(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+    currency: &str,
+    now: time::OffsetDateTime,
+) -> Result<Micros> {
+    let (start, end) = month_bounds(now);
+    let micro = sqlx::query_scalar!(
+        r#"SELECT (
+             (SELECT coalesce(sum(amount_micro), 0) FROM usage_charges
+              WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
+                AND period_start >= $4 AND period_start < $5)
+           + (SELECT coalesce(sum(
+                  div(price_per_hour_minor::numeric * (extract(epoch FROM least(coalesce(ended_at, $6), $6) - started_at) * 1000000)::bigint, 360000)
+                - div(price_per_hour_minor::numeric * (extract(epoch FROM greatest(coalesce(rated_until, started_at), $4) - started_at) * 1000000)::bigint, 360000)), 0)
+              FROM usage_intervals
+              WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
+                AND NOT fully_rated AND least(coalesce(ended_at, $6), $6) > greatest(coalesce(rated_until, started_at), $4))
+           )::bigint AS "spent!""#,
+        tenant as TenantId,
+        project.map(|p| p.0),
+        currency,
+        start,
+        end,
+        now
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(Micros(micro))
+}
+
+/// What is running now costs this much per hour (micro-units), for the forecast.
+async fn run_rate(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> Result<i64> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(price_per_hour_minor), 0)::bigint AS "rate!" FROM usage_intervals
+           WHERE tenant_id = $1 AND currency = $2 AND ended_at IS NULL"#,
+        tenant as TenantId,
+        currency
+    )
+    .fetch_one(conn)
+    .await?
+        * Micros::PER_MINOR)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    /// "organization" or the project's slug.
+    pub scope: String,
+    pub limit: Money,
+    pub spent: Money,
+    pub percent: i64,
+    /// `ok`, `warning` (≥ 80 %) or `exceeded` (≥ 100 %).
+    pub alert: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpendPoint {
+    /// `2026-11-03`.
+    pub day: String,
+    pub project: String,
+    pub sku: String,
+    pub amount_minor: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overview {
+    pub month: String,
+    pub currency: String,
+    pub month_to_date: Money,
+    /// Month-to-date plus what is running now, at its price, until the month ends.
+    pub forecast: Money,
+    pub running_per_hour: Money,
+    pub credit_balance: Money,
+    pub budgets: Vec<BudgetStatus>,
+    /// Rated spend per day, project and SKU this month.
+    pub daily: Vec<SpendPoint>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceSummary {
+    pub id: Uuid,
+    pub tenant: String,
+    pub number: String,
+    pub month: String,
+    pub status: String,
+    /// Stripe's view; `None` until the invoice is synced.
+    pub stripe_status: Option<String>,
+    pub total: Money,
+    pub hosted_invoice_url: Option<String>,
+    /// A payment attempt failed and the invoice is still open: someone must act.
+    pub payment_failed: bool,
+    pub payment_error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceLine {
+    pub line_no: i32,
+    pub kind: String,
+    pub description: String,
+    pub project: Option<String>,
+    pub sku: Option<String>,
+    pub gpu_hours: String,
+    pub unit_price: String,
+    pub amount: Money,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditNote {
+    pub amount: Money,
+    pub reason: String,
+    pub created_at: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceDetail {
+    pub summary: InvoiceSummary,
+    pub lines: Vec<InvoiceLine>,
+    pub subtotal: Money,
+    pub credit_applied: Money,
+    pub credit_notes: Vec<CreditNote>,
+    /// Total less credit notes.
+    pub balance: Money,
+    pub finalized_at: Option<String>,
+    pub paid_at: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct InvoiceFilter {
+    pub status: Option<String>,
+    pub tenant: Option<String>,
+    pub month: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevenuePoint {
+    pub month: String,
+    pub currency: String,
+    /// Usage rated in the month (before rounding, credits and credit notes).
+    pub rated: Money,
+    /// Invoiced totals for the month, and what of that is paid.
+    pub invoiced: Money,
+    pub paid: Money,
+}
+
+fn ts(t: time::OffsetDateTime) -> String {
+    t.to_offset(time::UtcOffset::UTC)
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
+struct SummaryRow {
+    id: Uuid,
+    tenant: String,
+    number: Option<String>,
+    month: time::Date,
+    status: String,
+    stripe_status: Option<String>,
+    total_minor: i64,
+    currency: String,
+    hosted_invoice_url: Option<String>,
+    payment_failed_at: Option<time::OffsetDateTime>,
+    payment_error: Option<String>,
+}
+
+impl From<SummaryRow> for InvoiceSummary {
+    fn from(r: SummaryRow) -> Self {
+        InvoiceSummary {
+            id: r.id,
+            tenant: r.tenant,
+            number: r.number.unwrap_or_else(|| "(draft)".into()),
+            month: month_label(r.month),
+            payment_failed: r.status == "open" && r.payment_failed_at.is_some(),
+            status: r.status,
+            stripe_status: r.stripe_status,
+            total: Money {
+                amount_minor: r.total_minor,
+                currency: r.currency,
+            },
+            hosted_invoice_url: r.hosted_invoice_url,
+            payment_error: r.payment_error,
+        }
+    }
+}
+
+impl ControlPlane {
+    /// The tenant's month so far: spend, forecast, credit, budgets and the daily series.
+    #[tracing::instrument(skip_all, fields(tenant.id = %who.id()))]
+    pub async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview> {
+        let now = time::OffsetDateTime::now_utc();
+        let (start, end) = month_bounds(now);
+        let mut conn = self.pool().acquire().await?;
+        let tenant = who.id();
+        // The tenant's currency: that of its SKUs' prices (all sold in one currency today).
+        let currency = sqlx::query_scalar!(
+            r#"SELECT coalesce((SELECT currency FROM usage_intervals WHERE tenant_id = $1
+                                ORDER BY started_at DESC LIMIT 1),
+                               (SELECT currency FROM skus ORDER BY created_at LIMIT 1), 'USD') AS "c!""#,
+            tenant as TenantId
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let spent = spent_this_month(&mut conn, tenant, None, &currency, now).await?;
+        let rate = run_rate(&mut conn, tenant, &currency).await?;
+        let remaining_us = (end - now).whole_microseconds().max(0) as i64;
+        let forecast = Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
+        let credit = super::invoices::credit_balance_on(&mut conn, tenant, &currency).await?;
+
+        // Budgets: the organization's, and each project's own.
+        let mut budgets = Vec::new();
+        let projects = sqlx::query!(
+            r#"SELECT id AS "id: ProjectId", slug FROM projects WHERE tenant_id = $1 ORDER BY slug"#,
+            tenant as TenantId
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let org = resolve_policies_on(&mut conn, Some(tenant), None).await?;
+        let mut scopes = vec![("organization".to_string(), None, org)];
+        for p in &projects {
+            let r = resolve_policies_on(&mut conn, Some(tenant), Some(p.id)).await?;
+            scopes.push((p.slug.clone(), Some(p.id), r));
+        }
+        for (scope, project, resolved) in scopes {
+            let Some(b) = resolved.iter().find(|r| r.key == PolicyKey::MonthlyBudget) else {
+                continue;
+            };
+            let Some(PolicyValue::MonthlyBudget(limit)) = &b.value else {
+                continue;
+            };
+            // A project's row only when the project sets its own budget.
+            if project.is_some() && b.decided_by != Some(Level::Project) {
+                continue;
+            }
+            let spent = spent_this_month(&mut conn, tenant, project, &limit.currency, now).await?;
+            let spent_minor = spent.ceil_to_minor();
+            let percent = if limit.amount_minor > 0 {
+                spent_minor * 100 / limit.amount_minor
+            } else {
+                100
+            };
+            budgets.push(BudgetStatus {
+                scope,
+                spent: Money {
+                    amount_minor: spent_minor,
+                    currency: limit.currency.clone(),
+                },
+                limit: limit.clone(),
+                percent,
+                alert: match percent {
+                    p if p >= 100 => "exceeded",
+                    p if p >= 80 => "warning",
+                    _ => "ok",
+                }
+                .into(),
+            });
+        }
+
+        let daily = sqlx::query!(
+            r#"SELECT to_char(date_trunc('day', c.period_start, 'UTC') AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS "day!",
+                      p.slug AS project, s.name AS sku, sum(c.amount_micro)::bigint AS "micro!"
+               FROM usage_charges c JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
+               WHERE c.tenant_id = $1 AND c.currency = $2 AND c.period_start >= $3 AND c.period_start < $4
+               GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"#,
+            tenant as TenantId,
+            currency,
+            start,
+            end
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| SpendPoint {
+            day: r.day,
+            project: r.project,
+            sku: r.sku,
+            amount_minor: Micros(r.micro).round_to_minor(),
+        })
+        .collect();
+
+        Ok(Overview {
+            month: month_label(start.date()),
+            month_to_date: spent.money(&currency),
+            forecast: forecast.money(&currency),
+            running_per_hour: Micros(rate).money(&currency),
+            credit_balance: Money {
+                amount_minor: credit,
+                currency: currency.clone(),
+            },
+            currency,
+            budgets,
+            daily,
+        })
+    }
+
+    /// The tenant's invoices, newest month first.
+    pub async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>> {
+        self.invoices_where(Some(who.id()), &InvoiceFilter::default()).await
+    }
+
+    /// One invoice of the tenant's, with lines and credit notes. Another tenant's: not found.
+    pub async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail> {
+        self.invoice_detail(Some(who.id()), id).await
+    }
+
+    /// Every tenant's invoices, filtered (platform finance).
+    pub async fn all_invoices(
+        &self,
+        _who: &Platform<PlatformFinance>,
+        filter: &InvoiceFilter,
+    ) -> Result<Vec<InvoiceSummary>> {
+        self.invoices_where(None, filter).await
+    }
+
+    pub async fn any_invoice(&self, _who: &Platform<PlatformFinance>, id: Uuid) -> Result<InvoiceDetail> {
+        self.invoice_detail(None, id).await
+    }
+
+    async fn invoices_where(&self, tenant: Option<TenantId>, f: &InvoiceFilter) -> Result<Vec<InvoiceSummary>> {
+        let status = f.status.as_deref().filter(|s| !s.is_empty());
+        if let Some(s) = status
+            && !["draft", "open", "paid", "void", "uncollectible", "failed"].contains(&s)
+        {
+            return Err(Error::Invalid {
+                field: "status",
+                reason: format!("{s:?} is not one of draft, open, paid, void, uncollectible, failed"),
+            });
+        }
+        let month = match f.month.as_deref().filter(|m| !m.is_empty()) {
+            Some(m) => Some(super::parse_month("month", m)?),
+            None => None,
+        };
+        let rows = sqlx::query_as!(
+            SummaryRow,
+            r#"SELECT i.id, t.slug AS tenant, i.number, i.month, i.status, i.stripe_status,
+                      i.total_minor, i.currency, i.hosted_invoice_url, i.payment_failed_at,
+                      i.payment_error
+               FROM invoices i JOIN tenants t ON t.id = i.tenant_id
+               WHERE ($1::uuid IS NULL OR i.tenant_id = $1)
+                 AND ($2::text IS NULL OR i.status = $2
+                      OR ($2 = 'failed' AND i.status = 'open' AND i.payment_failed_at IS NOT NULL))
+                 AND ($3::text IS NULL OR t.slug = $3)
+                 AND ($4::date IS NULL OR i.month = $4)
+               ORDER BY i.month DESC, t.slug, i.currency
+               LIMIT 500"#,
+            tenant.map(|t| t.0),
+            status,
+            f.tenant.as_deref().filter(|t| !t.is_empty()),
+            month
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn invoice_detail(&self, tenant: Option<TenantId>, id: Uuid) -> Result<InvoiceDetail> {
+        let i = sqlx::query!(
+            r#"SELECT i.id, t.slug AS tenant, i.number, i.month, i.status, i.stripe_status,
+                      i.total_minor, i.currency, i.hosted_invoice_url, i.payment_failed_at,
+                      i.payment_error, i.subtotal_minor, i.credit_applied_minor, i.finalized_at, i.paid_at
+               FROM invoices i JOIN tenants t ON t.id = i.tenant_id
+               WHERE i.id = $1 AND ($2::uuid IS NULL OR i.tenant_id = $2)"#,
+            id,
+            tenant.map(|t| t.0)
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "invoice" })?;
+        let money = |amount_minor| Money {
+            amount_minor,
+            currency: i.currency.clone(),
+        };
+        let lines = sqlx::query!(
+            r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?", s.name AS "sku?",
+                      l.gpu_us, l.unit_price_micro, l.amount_minor
+               FROM invoice_lines l
+               LEFT JOIN projects p ON p.id = l.project_id
+               LEFT JOIN skus s ON s.id = l.sku_id
+               WHERE l.invoice_id = $1 ORDER BY l.line_no"#,
+            id
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|l| InvoiceLine {
+            line_no: l.line_no,
+            gpu_hours: if l.kind == "usage" { super::gpu_hours(l.gpu_us) } else { String::new() },
+            unit_price: if l.kind == "usage" {
+                Micros(l.unit_price_micro).to_string()
+            } else {
+                String::new()
+            },
+            kind: l.kind,
+            description: l.description,
+            project: l.project,
+            sku: l.sku,
+            amount: money(l.amount_minor),
+        })
+        .collect();
+        let credit_notes: Vec<CreditNote> = sqlx::query!(
+            "SELECT amount_minor, reason, created_at FROM credit_notes WHERE invoice_id = $1 ORDER BY created_at",
+            id
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|n| CreditNote {
+            amount: money(n.amount_minor),
+            reason: n.reason,
+            created_at: ts(n.created_at),
+        })
+        .collect();
+        let noted: i64 = credit_notes.iter().map(|n| n.amount.amount_minor).sum();
+        Ok(InvoiceDetail {
+            subtotal: money(i.subtotal_minor),
+            credit_applied: money(i.credit_applied_minor),
+            balance: money(i.total_minor - noted),
+            finalized_at: i.finalized_at.map(ts),
+            paid_at: i.paid_at.map(ts),
+            lines,
+            credit_notes,
+            summary: SummaryRow {
+                id: i.id,
+                tenant: i.tenant,
+                number: i.number,
+                month: i.month,
+                status: i.status,
+                stripe_status: i.stripe_status,
+                total_minor: i.total_minor,
+                currency: i.currency.clone(),
+                hosted_invoice_url: i.hosted_invoice_url,
+                payment_failed_at: i.payment_failed_at,
+                payment_error: i.payment_error,
+            }
+            .into(),
+        })
+    }
+
+    /// Revenue per month and currency, newest first (platform finance).
+    pub async fn revenue_by_month(&self, _who: &Platform<PlatformFinance>) -> Result<Vec<RevenuePoint>> {
+        let rows = sqlx::query!(
+            r#"WITH rated AS (
+                   SELECT date_trunc('month', period_start, 'UTC')::date AS month, currency,
+                          sum(amount_micro)::bigint AS micro
+                   FROM usage_charges GROUP BY 1, 2
+               ), inv AS (
+                   SELECT month, currency,
+                          sum(total_minor) FILTER (WHERE status <> 'void')::bigint AS invoiced,
+                          sum(total_minor) FILTER (WHERE status = 'paid')::bigint AS paid
+                   FROM invoices WHERE status <> 'draft' GROUP BY 1, 2
+               )
+               SELECT coalesce(r.month, i.month) AS "month!", coalesce(r.currency, i.currency) AS "currency!",
+                      coalesce(r.micro, 0) AS "micro!", coalesce(i.invoiced, 0) AS "invoiced!",
+                      coalesce(i.paid, 0) AS "paid!"
+               FROM rated r FULL JOIN inv i ON i.month = r.month AND i.currency = r.currency
+               ORDER BY 1 DESC, 2 LIMIT 36"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| RevenuePoint {
+                month: month_label(r.month),
+                rated: Micros(r.micro).money(&r.currency),
+                invoiced: Money {
+                    amount_minor: r.invoiced,
+                    currency: r.currency.clone(),
+                },
+                paid: Money {
+                    amount_minor: r.paid,
+                    currency: r.currency.clone(),
+                },
+                currency: r.currency,
+            })
+            .collect())
+    }
+
+    /// Usage (one row per allocation and hour) for a month as CSV.
+    pub async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String> {
+        let month = super::parse_month("month", month)?;
+        let rows = sqlx::query!(
+            r#"SELECT c.period_start, p.slug AS project, s.name AS sku, a.name AS allocation,
+                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro
+               FROM usage_charges c
+               JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
+               JOIN allocations a ON a.id = c.allocation_id
+               WHERE c.tenant_id = $1
+                 AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
+                 AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
+               ORDER BY c.period_start, p.slug, a.name"#,
+            who.id() as TenantId,
+            month
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut out = String::from(
+            "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount\n",
+        );
+        for r in rows {
+            out.push_str(&csv_row(&[
+                &ts(r.period_start),
+                &r.project,
+                &r.sku,
+                &r.allocation,
+                &r.allocation_id.to_string(),
+                &r.gpu_count.to_string(),
+                &format!("{}.{:06}", r.rated_us / 1_000_000, r.rated_us % 1_000_000),
+                &Money { amount_minor: r.price_per_hour_minor, currency: String::new() }
+                    .to_string()
+                    .trim()
+                    .to_string(),
+                &r.currency,
+                &Micros(r.amount_micro).to_string(),
+            ]));
+        }
+        Ok(out)
+    }
+
+    /// An invoice's lines as CSV.
+    pub async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String> {
+        let d = self.tenant_invoice(who, id).await?;
+        let mut out = String::from("invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n");
+        for l in &d.lines {
+            out.push_str(&csv_row(&[
+                &d.summary.number,
+                &d.summary.month,
+                &l.line_no.to_string(),
+                &l.kind,
+                l.project.as_deref().unwrap_or(""),
+                l.sku.as_deref().unwrap_or(""),
+                &l.gpu_hours,
+                &l.unit_price,
+                Money { amount_minor: l.amount.amount_minor, currency: String::new() }.to_string().trim(),
+                &l.amount.currency,
+                &l.description,
+            ]));
+        }
+        Ok(out)
+    }
+}
+
+/// One CSV record (RFC 4180 quoting). Cells that a spreadsheet would run as a formula are
+/// prefixed with a quote.
+fn csv_row(cells: &[&str]) -> String {
+    let mut out = cells
+        .iter()
+        .map(|c| {
+            let c = if c.starts_with(['=', '+', '@']) || (c.starts_with('-') && c.parse::<f64>().is_err()) {
+                format!("'{c}")
+            } else {
+                c.to_string()
+            };
+            if c.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", c.replace('"', "\"\""))
+            } else {
+                c
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn csv_quotes_and_defuses_formulas() {
+        assert_eq!(super::csv_row(&["a,b", "x\"y", "=1+1", "-12.50", "plain"]), "\"a,b\",\"x\"\"y\",'=1+1,-12.50,plain\n");
+    }
+}
