@@ -588,3 +588,54 @@ impl crate::ControlPlane {
         Ok(ready as usize)
     }
 }
+
+/// Demo billing history (idempotent): last month's and this month's finished runs for Acme
+/// and Globex, imported as usage (see [`crate::billing::history`]). The billing worker rates
+/// them, closes last month into invoices and syncs those to Stripe.
+#[tracing::instrument(skip_all)]
+pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<usize> {
+    use crate::billing::history::{ImportedRun, import_run};
+    let (month, _) = crate::billing::month_bounds(now);
+    let (last, _) = crate::billing::month_bounds(month - time::Duration::days(1));
+    let h = time::Duration::hours;
+    let bob = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
+    let carol = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
+    // (tenant, project, sku, name, start, hours, by): last month's runs, then this month's,
+    // cut off two hours ago so nothing ends in the future.
+    let runs: [(TenantId, ProjectId, &str, &str, time::OffsetDateTime, i64, UserId); 7] = [
+        (ACME, ACME_RESEARCH, "h100.8x", "pretrain-7b", last + h(49), 72, bob),
+        (ACME, ACME_RESEARCH, "h100.1x", "notebook", last + h(24 * 3 + 9), 230, bob),
+        (ACME, ACME_INFERENCE, "l40s.1x", "serving", last + h(2), 24 * 27, bob),
+        (GLOBEX, GLOBEX_DEFAULT, "h100.2x", "sweep", last + h(24 * 10), 120, carol),
+        (ACME, ACME_RESEARCH, "h100.2x", "finetune", month + h(1), 40, bob),
+        (ACME, ACME_INFERENCE, "l40s.1x", "serving-v2", month, 24 * 20, bob),
+        (ACME, ACME_RESEARCH, "h100.1x", "eval", month + h(30), 9, bob),
+    ];
+    let cutoff = now - h(2);
+    let mut conn = pool.acquire().await?;
+    let mut imported = 0;
+    for (i, (tenant, project, sku, name, start, hours, by)) in runs.into_iter().enumerate() {
+        let end = (start + h(hours)).min(cutoff);
+        if end <= start {
+            continue;
+        }
+        let key = format!("demo-{}-{i}", crate::billing::month_label(start.date()));
+        import_run(
+            &mut conn,
+            &ImportedRun {
+                tenant,
+                project,
+                sku,
+                name,
+                started_at: start,
+                ended_at: end,
+                price_per_hour_minor: None,
+                by,
+                key: &key,
+            },
+        )
+        .await?;
+        imported += 1;
+    }
+    Ok(imported)
+}

@@ -101,6 +101,10 @@ impl ControlPlane {
         Ok(self)
     }
 
+    pub fn stripe_configured(&self) -> bool {
+        self.stripe.is_some()
+    }
+
     pub(crate) fn stripe_link(&self) -> Option<&billing::stripe::StripeLink> {
         self.stripe.as_deref()
     }

@@ -209,6 +209,20 @@ pub struct Config {
     #[arg(long, env = "PORTAL_DEMO_IDP_CLIENT_SECRET")]
     pub demo_idp_client_secret: Option<Secret>,
 
+    /// Stripe's API base URL (`cargo xtask dev` and the tests point it at the local Stripe
+    /// test server).
+    #[arg(long, env = "STRIPE_API_BASE", default_value = "https://api.stripe.com/")]
+    pub stripe_api_base: String,
+
+    /// Stripe secret key (`sk_…`). Without it and the webhook secret, billing still rates
+    /// and invoices, but nothing is synced to Stripe.
+    #[arg(long, env = "STRIPE_SECRET_KEY")]
+    pub stripe_secret_key: Option<Secret>,
+
+    /// The webhook endpoint's signing secret (`whsec_…`).
+    #[arg(long, env = "STRIPE_WEBHOOK_SECRET")]
+    pub stripe_webhook_secret: Option<Secret>,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
@@ -231,6 +245,14 @@ impl Config {
             return Err(format!("PORTAL_PUBLIC_URL {url:?} has no host"));
         }
         Ok(format!("{scheme}://{}", host.to_ascii_lowercase()))
+    }
+
+    pub fn stripe_settings(&self) -> Option<control_plane::billing::stripe::StripeSettings> {
+        Some(control_plane::billing::stripe::StripeSettings {
+            api_base: self.stripe_api_base.clone(),
+            secret_key: self.stripe_secret_key.as_ref()?.expose().to_string(),
+            webhook_secret: self.stripe_webhook_secret.as_ref()?.expose().to_string(),
+        })
     }
 
     pub fn session_idle(&self) -> Duration {

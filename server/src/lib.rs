@@ -2,6 +2,7 @@
 //! request ids and graceful shutdown. The binary in `main.rs` only parses flags and calls in.
 
 pub mod agent_api;
+pub mod billing;
 pub mod config;
 pub mod error;
 pub mod health;
@@ -101,7 +102,14 @@ pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
 pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     let naming = Naming::new(&config.partition, &config.service)
         .map_err(|e| ServerError::Config(format!("PORTAL_PARTITION/PORTAL_SERVICE: {e}")))?;
-    Ok(ControlPlane::new(pool(config)?, naming))
+    let cp = ControlPlane::new(pool(config)?, naming);
+    match config.stripe_settings() {
+        Some(settings) => Ok(cp.with_stripe(&settings)?),
+        None => {
+            tracing::warn!("STRIPE_SECRET_KEY/STRIPE_WEBHOOK_SECRET not set: invoices are not synced to Stripe and /stripe/webhook answers 500");
+            Ok(cp)
+        }
+    }
 }
 
 /// The whole HTTP surface.
@@ -131,6 +139,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/auth/callback", get(sso::callback))
         .merge(agent_api::routes().with_state(state.cp.clone()))
+        .merge(billing::routes())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })

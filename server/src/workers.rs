@@ -1,5 +1,6 @@
 //! Background workers every replica runs: outbox dispatchers (every 250 ms, for the rows a
-//! launch or release did not dispatch itself) and the allocation reaper (every 5 s). All are safe to run on any number of replicas at once
+//! launch or release did not dispatch itself), the allocation reaper (every 5 s) and billing
+//! (rating, month close, Stripe sync; every 10 s). All are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
 use std::time::Duration;
@@ -17,12 +18,35 @@ pub async fn run(cp: ControlPlane) {
         let cp = cp.clone();
         dispatchers.spawn(async move { cp.dispatcher().await });
     }
+    dispatchers.spawn(billing(cp.clone()));
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = cp.reap_allocations().await {
             tracing::error!(error.cause = %e, "allocation reaper failed");
+        }
+    }
+}
+
+/// Billing, every 10 s: rate what is over, close months that ended, sync Stripe.
+async fn billing(cp: ControlPlane) {
+    let mut tick = tokio::time::interval(Duration::from_secs(10));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = control_plane::billing::rating::rate_now(cp.pool(), 5_000).await {
+            tracing::error!(error.cause = %e, "rating failed");
+            continue;
+        }
+        let horizon = time::OffsetDateTime::now_utc() - control_plane::billing::rating::HORIZON;
+        if let Err(e) = control_plane::billing::invoices::close_months(cp.pool(), horizon).await {
+            tracing::error!(error.cause = %e, "closing months failed");
+        }
+        if cp.stripe_configured()
+            && let Err(e) = cp.sync_stripe().await
+        {
+            tracing::error!(error.cause = %e, "Stripe sync failed");
         }
     }
 }

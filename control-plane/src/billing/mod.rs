@@ -10,6 +10,7 @@
 //!   and made immutable at finalisation, then synced to Stripe through the outbox ([`stripe`]).
 //! - **Reports** ([`reports`]): month-to-date, forecast, budget alerts, spend series, CSV.
 
+pub mod history;
 pub mod invoices;
 pub mod rating;
 pub mod reports;
