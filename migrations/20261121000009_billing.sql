@@ -151,7 +151,7 @@ CREATE INDEX postings_account ON postings (account_id);
 CREATE FUNCTION journal_entry_balances() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-    entry   bigint := CASE TG_TABLE_NAME WHEN 'postings' THEN NEW.entry_id ELSE NEW.id END;
+    entry   bigint := (to_jsonb(NEW) ->> CASE TG_TABLE_NAME WHEN 'postings' THEN 'entry_id' ELSE 'id' END)::bigint;
     n       integer;
     total   numeric;
     foreign_currency integer;
