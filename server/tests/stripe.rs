@@ -1,0 +1,340 @@
+//! Stripe end to end: the portal (real router, real database) syncs invoices through
+//! async-stripe to the local Stripe test server, which answers with Stripe's fixture objects
+//! and sends signed webhooks back to `/stripe/webhook`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use control_plane::billing::history::{ImportedRun, import_run};
+use control_plane::billing::invoices::close_months;
+use control_plane::billing::rating::rate_until;
+use control_plane::billing::stripe::StripeSettings;
+use control_plane::demo::{ACME, ACME_RESEARCH};
+use control_plane::{ControlPlane, Naming, UserId};
+use pgcluster::{Durability, PgCluster, StopOnDrop};
+use server::config::Config;
+use server::{AppState, WebSettings, leptos_options, router};
+use stripe_test_server::Faults;
+use time::macros::datetime;
+
+const SECRET: &str = "whsec_portal_test_secret";
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    config: Config,
+}
+
+struct Portal {
+    cp: ControlPlane,
+    addr: SocketAddr,
+    stripe: stripe_test_server::Handle,
+    invoice: uuid::Uuid,
+    _pg: StopOnDrop,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Portal {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn fixtures() -> serde_json::Value {
+    let path = std::env::var("STRIPE_FIXTURES").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/stripe/fixtures3.json").into()
+    });
+    stripe_test_server::Config::from_fixture_file(std::path::Path::new(&path))
+        .unwrap_or_else(|e| panic!("Stripe fixtures at {path}: {e}"))
+}
+
+/// A portal with Acme's October closed into one finalised invoice, not yet synced.
+async fn portal(label: &str) -> Portal {
+    let dir = std::env::temp_dir().join(format!("portal-stripe-{label}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = PgCluster::init(&dir, Durability::Throwaway).expect("initdb");
+    pg.start().unwrap();
+    pg.ensure_database("portal").unwrap();
+    let url = pg.url("portal");
+    let config = Flags::parse_from(["server", "--database-url", &url, "--public-url", "http://127.0.0.1:3000"]).config;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stripe = stripe_test_server::start(
+        stripe_test_server::Config {
+            fixtures: fixtures(),
+            webhook_url: Some(format!("http://{addr}/stripe/webhook")),
+            webhook_secret: SECRET.into(),
+            autopay_after: None,
+        },
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let cp = ControlPlane::new(server::pool(&config).unwrap(), Naming::default())
+        .with_stripe(&StripeSettings {
+            api_base: stripe.base_url(),
+            secret_key: "sk_test_portal".into(),
+            webhook_secret: SECRET.into(),
+        })
+        .unwrap();
+    cp.migrate().await.unwrap();
+    cp.seed_demo().await.unwrap();
+    let state = AppState {
+        leptos: leptos_options(&config),
+        cp: cp.clone(),
+        web: WebSettings::from_config(&config).unwrap(),
+    };
+    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
+
+    let mut conn = cp.pool().acquire().await.unwrap();
+    for (key, sku, start, hours) in [
+        ("a", "h100.1x", datetime!(2026-10-03 00:00 UTC), 10),
+        ("b", "h100.2x", datetime!(2026-10-09 00:00 UTC), 3),
+    ] {
+        import_run(
+            &mut conn,
+            &ImportedRun {
+                tenant: ACME,
+                project: ACME_RESEARCH,
+                sku,
+                name: key,
+                started_at: start,
+                ended_at: start + time::Duration::hours(hours),
+                price_per_hour_minor: None,
+                by: UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000002")),
+                key,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    drop(conn);
+    rate_until(cp.pool(), datetime!(2026-11-01 01:00 UTC), 1000).await.unwrap();
+    let closed = close_months(cp.pool(), datetime!(2026-11-01 01:00 UTC)).await.unwrap();
+    assert_eq!(closed.len(), 1);
+    // 10 h × 2.99 + 3 h × 5.98 = 47.84 USD
+    assert_eq!(closed[0].total_minor, 4_784);
+    Portal {
+        invoice: closed[0].invoice,
+        cp,
+        addr,
+        stripe,
+        _pg: StopOnDrop(pg),
+        dir,
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct Local {
+    status: String,
+    stripe_status: Option<String>,
+    stripe_invoice_id: Option<String>,
+    hosted: Option<String>,
+    failed: bool,
+}
+
+async fn local(p: &Portal) -> Local {
+    let r = sqlx::query!(
+        "SELECT status, stripe_status, stripe_invoice_id, hosted_invoice_url, payment_failed_at FROM invoices WHERE id = $1",
+        p.invoice
+    )
+    .fetch_one(p.cp.pool())
+    .await
+    .unwrap();
+    Local {
+        failed: r.payment_failed_at.is_some() && r.status == "open",
+        status: r.status,
+        stripe_status: r.stripe_status,
+        stripe_invoice_id: r.stripe_invoice_id,
+        hosted: r.hosted_invoice_url,
+    }
+}
+
+/// Waits (up to 10 s) for `check` on the local invoice.
+async fn until(p: &Portal, what: &str, check: impl Fn(&Local) -> bool) -> Local {
+    for _ in 0..200 {
+        let l = local(p).await;
+        if check(&l) {
+            return l;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: still {:?}", local(p).await);
+}
+
+async fn events(p: &Portal) -> Vec<(String, String)> {
+    sqlx::query!("SELECT type, coalesce(outcome, 'pending') AS \"outcome!\" FROM stripe_events ORDER BY created, received_at")
+        .fetch_all(p.cp.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.r#type, r.outcome))
+        .collect()
+}
+
+async fn cash_postings(p: &Portal) -> Vec<i64> {
+    sqlx::query_scalar!(
+        "SELECT p.amount_micro FROM postings p JOIN ledger_accounts a ON a.id = p.account_id
+         JOIN journal_entries e ON e.id = p.entry_id WHERE a.kind = 'cash' AND e.invoice_id = $1",
+        p.invoice
+    )
+    .fetch_all(p.cp.pool())
+    .await
+    .unwrap()
+}
+
+async fn sync(p: &Portal) -> usize {
+    p.cp.sync_stripe().await.unwrap()
+}
+
+#[tokio::test]
+async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
+    let p = portal("flow").await;
+    assert_eq!(sync(&p).await, 1);
+    let l = local(&p).await;
+    let sid = l.stripe_invoice_id.clone().expect("linked to Stripe");
+    assert_eq!((l.status.as_str(), l.stripe_status.as_deref()), ("open", Some("open")));
+    assert_eq!(l.hosted.as_deref(), Some(format!("http://{}/hosted/{sid}", p.stripe.addr).as_str()));
+    // Stripe holds the same amounts: one item per line, the total to the cent.
+    let s = p.stripe.invoice(&sid).unwrap();
+    assert_eq!(s["amount_due"], 4_784);
+    assert_eq!(p.stripe.created("invoiceitem"), 2);
+    assert_eq!(s["metadata"]["invoice_id"], p.invoice.to_string());
+    assert_eq!(sync(&p).await, 0, "nothing left to sync");
+
+    p.stripe.set_faults(Faults { decline_payments: 1, ..Default::default() });
+    assert!(p.stripe.pay(&sid).await.is_err());
+    let l = until(&p, "payment failure recorded", |l| l.failed).await;
+    assert_eq!(l.status, "open");
+    let fin = finance(&p.cp).await;
+    let failed = p
+        .cp
+        .all_invoices(&fin, &control_plane::billing::reports::InvoiceFilter { status: Some("failed".into()), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(failed.len(), 1, "needs action");
+
+    p.stripe.pay(&sid).await.unwrap();
+    let l = until(&p, "paid", |l| l.status == "paid").await;
+    assert!(!l.failed);
+    assert_eq!(cash_postings(&p).await, vec![47_840_000]);
+    let ev = events(&p).await;
+    assert!(ev.contains(&("invoice.payment_failed".into(), "applied: payment failed".into())), "{ev:?}");
+    assert!(ev.contains(&("invoice.paid".into(), "applied: paid".into())), "{ev:?}");
+    assert!(ev.contains(&("invoice.finalized".into(), "ignored: not an event this platform handles".into())), "{ev:?}");
+}
+
+async fn finance(cp: &ControlPlane) -> control_plane::auth::Platform<control_plane::billing::invoices::PlatformFinance> {
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO users (id, email, display_name, platform_role) VALUES (gen_random_uuid(), 'fin@platform.example', 'Fin', 'finance') RETURNING id",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    cp.principal(UserId(id)).await.unwrap().unwrap().platform().unwrap()
+}
+
+async fn post_webhook(p: &Portal, body: &str, signature: &str) -> (u16, String) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/stripe/webhook", p.addr))
+        .header("stripe-signature", signature)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+fn now() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+#[tokio::test]
+async fn the_webhook_checks_signatures_and_timestamps_and_processes_an_event_once() {
+    let p = portal("sig").await;
+    assert_eq!(sync(&p).await, 1);
+    let sid = local(&p).await.stripe_invoice_id.unwrap();
+    // An event as Stripe would send it: the fixture event around the invoice, marked paid.
+    let mut invoice = p.stripe.invoice(&sid).unwrap();
+    invoice["status"] = "paid".into();
+    invoice["amount_paid"] = 4_784.into();
+    let mut event = fixtures()["resources"]["event"].clone();
+    event["id"] = "evt_portal_test_1".into();
+    event["type"] = "invoice.paid".into();
+    event["created"] = now().into();
+    event["data"] = serde_json::json!({ "object": invoice });
+    let body = event.to_string();
+
+    let (status, text) = post_webhook(&p, &body, &stripe_test_server::sign("whsec_someone_else", now(), &body)).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("invalid Stripe-Signature"), "{text}");
+    let (status, text) = post_webhook(&p, &body, &stripe_test_server::sign(SECRET, now() - 301, &body)).await;
+    assert_eq!(status, 400);
+    assert!(text.to_lowercase().contains("timestamp"), "{text}");
+    let (status, text) = post_webhook(&p, &body, "t=1,v1=nothex").await;
+    assert_eq!(status, 400, "{text}");
+    // A body changed after signing.
+    let (status, _) = post_webhook(&p, &body.replace("4784", "1"), &stripe_test_server::sign(SECRET, now(), &body)).await;
+    assert_eq!(status, 400);
+    assert_eq!(local(&p).await.status, "open", "nothing refused changed anything");
+
+    let sig = stripe_test_server::sign(SECRET, now(), &body);
+    let (status, text) = post_webhook(&p, &body, &sig).await;
+    assert_eq!((status, text.contains("\"duplicate\":false")), (200, true), "{text}");
+    let (status, text) = post_webhook(&p, &body, &sig).await;
+    assert_eq!((status, text.contains("\"duplicate\":true")), (200, true), "{text}");
+    assert_eq!(local(&p).await.status, "paid");
+    assert_eq!(cash_postings(&p).await, vec![47_840_000], "paid once");
+}
+
+#[tokio::test]
+async fn events_out_of_order_and_twice_change_nothing() {
+    let p = portal("order").await;
+    assert_eq!(sync(&p).await, 1);
+    let sid = local(&p).await.stripe_invoice_id.unwrap();
+    // A declined attempt, then a successful one; Stripe holds both events and then delivers
+    // them newest first, each twice.
+    p.stripe.set_faults(Faults { decline_payments: 1, hold_events: true, duplicate_events: true, ..Default::default() });
+    assert!(p.stripe.pay(&sid).await.is_err());
+    p.stripe.pay(&sid).await.unwrap();
+    p.stripe.flush().await;
+    let l = until(&p, "paid", |l| l.status == "paid").await;
+    assert!(!l.failed, "the older failure arrived late and changed nothing");
+    let ev = events(&p).await;
+    assert_eq!(
+        ev.iter().filter(|(t, _)| t == "invoice.paid" || t == "invoice.payment_failed").cloned().collect::<Vec<_>>(),
+        vec![
+            ("invoice.payment_failed".to_string(), "ignored: invoice.payment_failed on an invoice that is paid".to_string()),
+            ("invoice.paid".to_string(), "applied: paid".to_string()),
+        ],
+        "stored once each, by id; the failure (older) was processed after the payment"
+    );
+    assert_eq!(cash_postings(&p).await, vec![47_840_000]);
+}
+
+#[tokio::test]
+async fn a_stripe_outage_is_retried_and_nothing_is_duplicated() {
+    let p = portal("outage").await;
+    // Down for every call of the first round (4 tries each), then two answers lost after
+    // the objects were made: the retries must replay, not create again.
+    p.stripe.set_faults(Faults { fail_requests: 4, ..Default::default() });
+    assert_eq!(sync(&p).await, 0);
+    let err: Option<String> = sqlx::query_scalar("SELECT last_error FROM billing_outbox").fetch_one(p.cp.pool()).await.unwrap();
+    assert!(err.as_deref().unwrap_or("").contains("503"), "{err:?}");
+    assert_eq!(local(&p).await.stripe_invoice_id, None);
+    p.stripe.set_faults(Faults { lose_responses: 2, ..Default::default() });
+    // The outbox backs off; make the retry due now instead of waiting.
+    sqlx::query("UPDATE billing_outbox SET available_at = now()").execute(p.cp.pool()).await.unwrap();
+    assert_eq!(sync(&p).await, 1);
+    let l = local(&p).await;
+    assert_eq!(l.stripe_status.as_deref(), Some("open"));
+    assert_eq!(
+        (p.stripe.created("customer"), p.stripe.created("invoice"), p.stripe.created("invoiceitem")),
+        (1, 1, 2),
+        "one of each, whatever was retried"
+    );
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM billing_outbox").fetch_one(p.cp.pool()).await.unwrap();
+    assert_eq!(attempts, 2);
+}
