@@ -7,6 +7,7 @@
 pub mod allocations;
 pub mod audit;
 pub mod auth;
+pub mod billing;
 pub mod catalog;
 pub mod components;
 pub mod error;
@@ -27,7 +28,7 @@ use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use pages::placeholder::{BILLING, MARKETPLACE, Placeholder, SECTIONS};
+use pages::placeholder::{MARKETPLACE, Placeholder, SECTIONS};
 use theme::{ThemePicker, ThemeSignal};
 
 /// The HTML document around [`App`]; rendered on the server only.
@@ -43,6 +44,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml" />
                 <AutoReload options=options.clone() />
                 <HydrationScripts options />
+                // Draws finance charts; loads ECharts (served from /vendor/) only where one is.
+                <script src="/charts.js" defer></script>
                 <MetaTags />
             </head>
             <body>
@@ -116,7 +119,9 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("billing") view=|| view! { <Placeholder section=&BILLING /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("billing") view=billing::BillingPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("billing"), StaticSegment("invoices"), ParamSegment("id")) view=billing::InvoicePage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("billing")) view=billing::PlatformBillingPage ssr=SsrMode::Async />
                 </Routes>
             </main>
             <footer class="footer">

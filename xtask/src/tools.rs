@@ -174,11 +174,25 @@ fn ensure_npm() -> Result {
         (Ok(s), Ok(l)) => s.modified().ok() >= l.modified().ok(),
         _ => false,
     };
-    if fresh {
+    if !fresh {
+        step("npm ci");
+        run(Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund"])
+            .current_dir(&root))?;
+    }
+    vendor_echarts(&root)
+}
+
+/// The finance charts' ECharts, served from `public/vendor/` (never a CDN), copied from the
+/// npm package pinned in package-lock.json.
+fn vendor_echarts(root: &std::path::Path) -> Result {
+    let from = root.join("node_modules/echarts/dist/echarts.min.js");
+    let to = root.join("public/vendor/echarts.min.js");
+    let same = matches!((from.metadata(), to.metadata()), (Ok(a), Ok(b)) if a.len() == b.len());
+    if same {
         return Ok(());
     }
-    step("npm ci");
-    run(Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
-        .current_dir(&root))
+    std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(|e| e.to_string())?;
+    std::fs::copy(&from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
+    Ok(())
 }

@@ -459,6 +459,16 @@ impl ControlPlane {
         })
     }
 
+    /// Every organization, for platform finance's pickers.
+    pub async fn tenant_slugs(&self) -> Result<Vec<(TenantId, String)>> {
+        Ok(sqlx::query!(r#"SELECT id AS "id: TenantId", slug FROM tenants ORDER BY slug"#)
+            .fetch_all(self.pool())
+            .await?
+            .into_iter()
+            .map(|r| (r.id, r.slug))
+            .collect())
+    }
+
     /// Revenue per month and currency, newest first (platform finance).
     pub async fn revenue_by_month(&self, _who: &Platform<PlatformFinance>) -> Result<Vec<RevenuePoint>> {
         let rows = sqlx::query!(

@@ -1,0 +1,600 @@
+//! Finance screens. `/billing` for an organization's owners, admins and finance people:
+//! month-to-date and forecast, budget alerts, spend by project and by SKU over the month
+//! (charts), prepaid credit, invoices with their Stripe status and hosted link, CSV export.
+//! `/billing/invoices/{id}`: one invoice. `/admin/billing` for platform finance: every
+//! tenant's invoices with filters, revenue, failed payments, credit grants and credit notes.
+//!
+//! Charts are ECharts option JSON built on the server with `charming`; `public/charts.js`
+//! draws every `.chart[data-option]` with ECharts served from `/vendor/` (never a CDN).
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetRow {
+    pub scope: String,
+    pub limit: String,
+    pub spent: String,
+    pub percent: i64,
+    pub alert: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceRow {
+    pub id: String,
+    pub tenant: String,
+    pub number: String,
+    pub month: String,
+    pub status: String,
+    pub stripe_status: Option<String>,
+    pub total: String,
+    pub hosted_invoice_url: Option<String>,
+    pub payment_failed: bool,
+    pub payment_error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BillingView {
+    pub organization: String,
+    pub month: String,
+    pub month_to_date: String,
+    pub forecast: String,
+    pub running_per_hour: String,
+    pub credit_balance: String,
+    pub budgets: Vec<BudgetRow>,
+    /// ECharts options (JSON): daily spend stacked by project, and by SKU.
+    pub by_project_chart: String,
+    pub by_sku_chart: String,
+    pub has_spend: bool,
+    pub invoices: Vec<InvoiceRow>,
+    pub platform_finance: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineRow {
+    pub line_no: i32,
+    pub kind: String,
+    pub description: String,
+    pub gpu_hours: String,
+    pub unit_price: String,
+    pub amount: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceView {
+    pub invoice: InvoiceRow,
+    pub lines: Vec<LineRow>,
+    pub subtotal: String,
+    pub credit_applied: String,
+    pub credit_notes: Vec<(String, String, String)>,
+    pub balance: String,
+    pub finalized_at: Option<String>,
+    pub paid_at: Option<String>,
+    /// The viewer may issue credit notes (platform finance).
+    pub can_credit: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformBillingView {
+    pub invoices: Vec<InvoiceRow>,
+    pub failed: Vec<InvoiceRow>,
+    pub revenue_chart: String,
+    pub revenue: Vec<(String, String, String, String)>,
+    pub tenants: Vec<(String, String)>,
+}
+
+#[cfg(feature = "ssr")]
+mod ssr {
+    use charming::Chart;
+    use charming::component::{Axis, Grid, Legend};
+    use charming::element::{AxisType, Tooltip, Trigger};
+    use charming::series::Bar;
+    use control_plane::billing::reports::{InvoiceSummary, SpendPoint};
+
+    use super::InvoiceRow;
+
+    pub fn invoice_row(i: InvoiceSummary) -> InvoiceRow {
+        InvoiceRow {
+            id: i.id.to_string(),
+            tenant: i.tenant,
+            number: i.number,
+            month: i.month,
+            status: i.status,
+            stripe_status: i.stripe_status,
+            total: i.total.to_string(),
+            hosted_invoice_url: i.hosted_invoice_url,
+            payment_failed: i.payment_failed,
+            payment_error: i.payment_error,
+        }
+    }
+
+    /// Stacked bars: one bar per day, one series per `key` (project or SKU), in currency units.
+    pub fn stacked(points: &[SpendPoint], key: fn(&SpendPoint) -> &str, currency: &str) -> String {
+        let mut days: Vec<&str> = points.iter().map(|p| p.day.as_str()).collect();
+        days.dedup();
+        let mut keys: Vec<&str> = points.iter().map(key).collect();
+        keys.sort();
+        keys.dedup();
+        let mut chart = Chart::new()
+            .tooltip(Tooltip::new().trigger(Trigger::Axis))
+            .legend(Legend::new().top("bottom"))
+            .grid(Grid::new().left("3%").right("3%").top("8%").bottom("18%").contain_label(true))
+            .x_axis(Axis::new().type_(AxisType::Category).data(days.iter().map(|d| d[5..].to_string()).collect::<Vec<_>>()))
+            .y_axis(Axis::new().type_(AxisType::Value).name(currency));
+        for k in keys {
+            let data: Vec<f64> = days
+                .iter()
+                .map(|d| {
+                    points
+                        .iter()
+                        .filter(|p| p.day == *d && key(p) == k)
+                        .map(|p| p.amount_minor)
+                        .sum::<i64>() as f64
+                        / 100.0
+                })
+                .collect();
+            chart = chart.series(Bar::new().name(k).stack("spend").data(data));
+        }
+        chart.to_string()
+    }
+}
+
+#[server]
+pub async fn get_billing() -> Result<BillingView, AppError> {
+    use control_plane::billing::invoices::PlatformFinance;
+    use control_plane::billing::reports::TenantFinance;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp.tenant_access::<TenantFinance>(&principal, tenant).await?;
+    let o = cp.billing_overview(&who).await?;
+    let invoices = cp.tenant_invoices(&who).await?.into_iter().map(ssr::invoice_row).collect();
+    Ok(BillingView {
+        organization,
+        by_project_chart: ssr::stacked(&o.daily, |p| p.project.as_str(), &o.currency),
+        by_sku_chart: ssr::stacked(&o.daily, |p| p.sku.as_str(), &o.currency),
+        has_spend: !o.daily.is_empty(),
+        month: o.month,
+        month_to_date: o.month_to_date.to_string(),
+        forecast: o.forecast.to_string(),
+        running_per_hour: o.running_per_hour.to_string(),
+        credit_balance: o.credit_balance.to_string(),
+        budgets: o
+            .budgets
+            .into_iter()
+            .map(|b| BudgetRow {
+                scope: b.scope,
+                limit: b.limit.to_string(),
+                spent: b.spent.to_string(),
+                percent: b.percent,
+                alert: b.alert,
+            })
+            .collect(),
+        invoices,
+        platform_finance: principal.platform::<PlatformFinance>().is_ok(),
+    })
+}
+
+#[server]
+pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
+    use control_plane::billing::invoices::PlatformFinance;
+    use control_plane::billing::reports::TenantFinance;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id: uuid::Uuid = id.parse().map_err(|_| AppError::NotFound)?;
+    // Platform finance sees any invoice; everyone else only their organization's.
+    let (d, can_credit) = match principal.platform::<PlatformFinance>() {
+        Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
+        Err(_) => {
+            let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+            let who = cp.tenant_access::<TenantFinance>(&principal, tenant).await?;
+            (cp.tenant_invoice(&who, id).await?, false)
+        }
+    };
+    Ok(InvoiceView {
+        invoice: ssr::invoice_row(d.summary),
+        lines: d
+            .lines
+            .into_iter()
+            .map(|l| LineRow {
+                line_no: l.line_no,
+                kind: l.kind,
+                description: l.description,
+                gpu_hours: l.gpu_hours,
+                unit_price: l.unit_price,
+                amount: l.amount.to_string(),
+            })
+            .collect(),
+        subtotal: d.subtotal.to_string(),
+        credit_applied: d.credit_applied.to_string(),
+        credit_notes: d
+            .credit_notes
+            .into_iter()
+            .map(|n| (n.amount.to_string(), n.reason, n.created_at))
+            .collect(),
+        balance: d.balance.to_string(),
+        finalized_at: d.finalized_at,
+        paid_at: d.paid_at,
+        can_credit,
+    })
+}
+
+#[server]
+pub async fn get_platform_billing(
+    status: Option<String>,
+    tenant: Option<String>,
+    month: Option<String>,
+) -> Result<PlatformBillingView, AppError> {
+    use charming::Chart;
+    use charming::component::{Axis, Legend};
+    use charming::element::{AxisType, Tooltip, Trigger};
+    use charming::series::Bar;
+    use control_plane::billing::invoices::PlatformFinance;
+    use control_plane::billing::reports::InvoiceFilter;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let fin = principal.platform::<PlatformFinance>()?;
+    let filter = InvoiceFilter { status, tenant, month };
+    let invoices = cp.all_invoices(&fin, &filter).await?.into_iter().map(ssr::invoice_row).collect();
+    let failed = cp
+        .all_invoices(&fin, &InvoiceFilter { status: Some("failed".into()), ..Default::default() })
+        .await?
+        .into_iter()
+        .map(ssr::invoice_row)
+        .collect();
+    let mut revenue = cp.revenue_by_month(&fin).await?;
+    revenue.reverse(); // oldest first, for the chart
+    let months: Vec<String> = revenue.iter().map(|r| format!("{} {}", r.month, r.currency)).collect();
+    let units = |f: fn(&control_plane::billing::reports::RevenuePoint) -> i64| -> Vec<f64> {
+        revenue.iter().map(|r| f(r) as f64 / 100.0).collect()
+    };
+    let chart = Chart::new()
+        .tooltip(Tooltip::new().trigger(Trigger::Axis))
+        .legend(Legend::new().top("bottom"))
+        .x_axis(Axis::new().type_(AxisType::Category).data(months))
+        .y_axis(Axis::new().type_(AxisType::Value))
+        .series(Bar::new().name("rated usage").data(units(|r| r.rated.amount_minor)))
+        .series(Bar::new().name("invoiced").data(units(|r| r.invoiced.amount_minor)))
+        .series(Bar::new().name("paid").data(units(|r| r.paid.amount_minor)));
+    let tenants = cp
+        .tenant_slugs()
+        .await?
+        .into_iter()
+        .map(|(id, slug)| (id.to_string(), slug))
+        .collect();
+    Ok(PlatformBillingView {
+        invoices,
+        failed,
+        revenue_chart: chart.to_string(),
+        revenue: revenue
+            .into_iter()
+            .rev()
+            .map(|r| (r.month, r.rated.to_string(), r.invoiced.to_string(), r.paid.to_string()))
+            .collect(),
+        tenants,
+    })
+}
+
+#[server]
+pub async fn grant_credit(tenant: String, amount: String, reason: String) -> Result<String, AppError> {
+    use control_plane::billing::invoices::PlatformFinance;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let fin = principal.platform::<PlatformFinance>()?;
+    let tenant = tenant.parse().map_err(|_| AppError::NotFound)?;
+    let granted = cp
+        .grant_credit(&fin, tenant, &amount, &reason, Some(&crate::error::request_id()))
+        .await?;
+    Ok(granted.to_string())
+}
+
+#[server]
+pub async fn issue_credit_note(invoice: String, amount: String, reason: String) -> Result<String, AppError> {
+    use control_plane::billing::invoices::PlatformFinance;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let fin = principal.platform::<PlatformFinance>()?;
+    let invoice = invoice.parse().map_err(|_| AppError::NotFound)?;
+    let noted = cp
+        .issue_credit_note(&fin, invoice, &amount, &reason, Some(&crate::error::request_id()))
+        .await?;
+    Ok(noted.to_string())
+}
+
+/// An ECharts chart; `public/charts.js` draws it (and redraws on theme or size changes).
+#[component]
+fn Chart(option: String, label: &'static str, testid: &'static str) -> impl IntoView {
+    view! { <div class="chart" role="img" aria-label=label data-testid=testid data-option=option></div> }
+}
+
+fn status_badge(i: &InvoiceRow) -> impl IntoView + use<> {
+    let (class, text) = match (i.status.as_str(), i.payment_failed) {
+        ("open", true) => ("pill danger", "payment failed".to_string()),
+        ("paid", _) => ("pill ok", "paid".to_string()),
+        ("open", false) => ("pill", "open".to_string()),
+        (s, _) => ("pill muted", s.to_string()),
+    };
+    view! { <span class=class data-testid="invoice-status">{text}</span> }
+}
+
+fn stripe_cell(i: &InvoiceRow) -> impl IntoView + use<> {
+    let status = i.stripe_status.clone().unwrap_or_else(|| "syncing…".into());
+    let link = i.hosted_invoice_url.clone().map(|u| {
+        view! { " " <a href=u rel="external noopener" target="_blank" data-testid="hosted-link">"Stripe invoice ↗"</a> }
+    });
+    view! { <span data-testid="stripe-status">{status}</span> {link} }
+}
+
+#[component]
+fn InvoiceTable(invoices: Vec<InvoiceRow>, show_tenant: bool) -> impl IntoView {
+    if invoices.is_empty() {
+        return view! { <p class="hint">"No invoices yet. A month is invoiced once it is over and all its usage is rated."</p> }.into_any();
+    }
+    view! {
+        <div class="table-scroll">
+        <table class="data" id="invoices">
+            <thead><tr>
+                {show_tenant.then(|| view! { <th>"Organization"</th> })}
+                <th>"Invoice"</th><th>"Month"</th><th>"Total"</th><th>"Status"</th><th>"Stripe"</th>
+            </tr></thead>
+            <tbody>
+                {invoices.into_iter().map(|i| {
+                    let badge = status_badge(&i);
+                    let stripe = stripe_cell(&i);
+                    view! {
+                        <tr data-invoice=i.number.clone()>
+                            {show_tenant.then(|| view! { <td>{i.tenant.clone()}</td> })}
+                            <td><a href=format!("/billing/invoices/{}", i.id)>{i.number.clone()}</a></td>
+                            <td>{i.month.clone()}</td>
+                            <td>{i.total.clone()}</td>
+                            <td>{badge} {i.payment_error.clone().filter(|_| i.payment_failed).map(|e| view! { <br/><small>{e}</small> })}</td>
+                            <td>{stripe}</td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+pub fn BillingPage() -> impl IntoView {
+    let page = Resource::new(|| (), |_| get_billing());
+    view! {
+        <Title text="Billing" />
+        <h1>"Billing"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(b) => view! { <BillingBody b /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn BillingBody(b: BillingView) -> impl IntoView {
+    let month = b.month.clone();
+    view! {
+        <p class="lede">{format!("{} · {}", b.organization, b.month)}
+            {b.platform_finance.then(|| view! { " · " <a href="/admin/billing">"All organizations →"</a> })}
+        </p>
+        {b.budgets.iter().filter(|x| x.alert != "ok").map(|x| view! {
+            <section class=format!("card notice budget-{}", x.alert) role="alert" data-testid="budget-alert">
+                <p><strong>{if x.alert == "exceeded" { "Budget exceeded" } else { "Budget at 80 %" }}</strong>
+                   {format!(": {} has spent {} of its {} monthly budget ({} %). ", x.scope, x.spent, x.limit, x.percent)}
+                   {if x.alert == "exceeded" { "New launches in this scope are refused until next month or a higher budget." } else { "Launches that would pass the budget are refused." }}
+                </p>
+            </section>
+        }).collect_view()}
+        <div class="stats">
+            <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{b.month_to_date}</span></div>
+            <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{b.forecast}</span>
+                <span class="hint">{format!("{} running now", b.running_per_hour)}"/h"</span></div>
+            <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{b.credit_balance}</span></div>
+        </div>
+        {(!b.budgets.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="budgets">
+                <h2 id="budgets">"Budgets"</h2>
+                <ul>{b.budgets.into_iter().map(|x| view! {
+                    <li>{format!("{}: {} of {} ({} %)", x.scope, x.spent, x.limit, x.percent)}</li>
+                }).collect_view()}</ul>
+            </section>
+        })}
+        <section class="card" aria-labelledby="spend">
+            <h2 id="spend">"Spend this month"</h2>
+            {if b.has_spend {
+                view! {
+                    <h3>"By project"</h3>
+                    <Chart option=b.by_project_chart label="Daily spend this month, stacked by project" testid="chart-project" />
+                    <h3>"By SKU"</h3>
+                    <Chart option=b.by_sku_chart label="Daily spend this month, stacked by SKU" testid="chart-sku" />
+                }.into_any()
+            } else {
+                view! { <p class="hint">"No rated usage this month yet. Usage is rated hourly."</p> }.into_any()
+            }}
+            <p><a class="button" href=format!("/billing/export/usage.csv?month={month}") download data-testid="export-usage">"Export usage (CSV)"</a></p>
+        </section>
+        <section class="card" aria-labelledby="invoices-h">
+            <h2 id="invoices-h">"Invoices"</h2>
+            <InvoiceTable invoices=b.invoices show_tenant=false />
+        </section>
+    }
+}
+
+#[component]
+pub fn InvoicePage() -> impl IntoView {
+    let params = use_params_map();
+    let note = ServerAction::<IssueCreditNote>::new();
+    let page = Resource::new(
+        move || (params.with(|p| p.get("id").unwrap_or_default()), note.version().get()),
+        |(id, _)| get_invoice(id),
+    );
+    view! {
+        <Title text="Invoice" />
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(v) => view! { <InvoiceBody v note /> }.into_any(),
+                    Err(e) => view! { <h1>"Invoice"</h1> <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl IntoView {
+    let i = v.invoice.clone();
+    let badge = status_badge(&i);
+    let stripe = stripe_cell(&i);
+    let id = i.id.clone();
+    view! {
+        <h1>"Invoice " {i.number.clone()}</h1>
+        <p class="lede">{format!("{} · {}", i.tenant, i.month)} " · " {badge} " · Stripe: " {stripe}</p>
+        {i.payment_error.clone().filter(|_| i.payment_failed).map(|e| view! {
+            <section class="card notice" role="alert"><p>"The last payment attempt failed: " {e} ". Stripe retries; the customer can also pay on the hosted invoice page."</p></section>
+        })}
+        <div class="table-scroll">
+        <table class="data" id="invoice-lines">
+            <thead><tr><th>"#"</th><th>"Description"</th><th>"GPU-hours"</th><th>"Unit price / GPU-hour"</th><th>"Amount"</th></tr></thead>
+            <tbody>
+                {v.lines.into_iter().map(|l| view! {
+                    <tr data-kind=l.kind><td>{l.line_no}</td><td>{l.description}</td><td>{l.gpu_hours}</td><td>{l.unit_price}</td><td>{l.amount}</td></tr>
+                }).collect_view()}
+            </tbody>
+            <tfoot>
+                <tr><th colspan="4">"Subtotal"</th><td>{v.subtotal}</td></tr>
+                <tr><th colspan="4">"Prepaid credit applied"</th><td>{v.credit_applied}</td></tr>
+                <tr><th colspan="4">"Total"</th><td data-testid="invoice-total">{i.total.clone()}</td></tr>
+                {v.credit_notes.iter().map(|(amount, reason, at)| view! {
+                    <tr><th colspan="4">{format!("Credit note ({reason}, {at})")}</th><td>{format!("-{amount}")}</td></tr>
+                }).collect_view()}
+                <tr><th colspan="4">"Balance"</th><td data-testid="invoice-balance">{v.balance}</td></tr>
+            </tfoot>
+        </table>
+        </div>
+        <p class="hint">"Amounts are rated per second at the price in force at launch, and rounded to the cent once per line (halves away from zero)."
+            {v.finalized_at.map(|t| format!(" Finalised {t}."))}{v.paid_at.map(|t| format!(" Paid {t}."))}</p>
+        {(!v.can_credit).then(|| view! {
+            <p><a class="button" href=format!("/billing/export/invoices/{id}/lines.csv") download data-testid="export-lines">"Export lines (CSV)"</a></p>
+        })}
+        {v.can_credit.then(|| view! {
+            <section class="card" aria-labelledby="credit-note">
+                <h2 id="credit-note">"Issue a credit note"</h2>
+                <ActionForm action=note>
+                    <input type="hidden" name="invoice" value=i.id.clone() />
+                    <div class="form-grid">
+                        <label>"Amount" <input name="amount" required placeholder="12.50 USD" /></label>
+                        <label>"Reason" <input name="reason" required placeholder="SLA credit for the 3 Nov outage" /></label>
+                    </div>
+                    <button type="submit">"Issue credit note"</button>
+                </ActionForm>
+                {outcome(note.value(), |m: String| Some(format!("Credit note of {m} issued.")))}
+            </section>
+        })}
+        <p><a href="/billing">"← Billing"</a></p>
+    }
+}
+
+#[component]
+pub fn PlatformBillingPage() -> impl IntoView {
+    let query = use_query_map();
+    let grant = ServerAction::<GrantCredit>::new();
+    let filters = move || {
+        query.with(|q| {
+            (
+                q.get("status").filter(|s| !s.is_empty()),
+                q.get("tenant").filter(|s| !s.is_empty()),
+                q.get("month").filter(|s| !s.is_empty()),
+            )
+        })
+    };
+    let page = Resource::new(
+        move || (filters(), grant.version().get()),
+        |((status, tenant, month), _)| get_platform_billing(status, tenant, month),
+    );
+    view! {
+        <Title text="Platform billing" />
+        <h1>"Platform billing"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let (status, tenant, month) = filters();
+                match page.await {
+                    Ok(p) => view! { <PlatformBody p grant status tenant month /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn PlatformBody(
+    p: PlatformBillingView,
+    grant: ServerAction<GrantCredit>,
+    status: Option<String>,
+    tenant: Option<String>,
+    month: Option<String>,
+) -> impl IntoView {
+    let tenants = p.tenants.clone();
+    view! {
+        <section class="card" aria-labelledby="failed">
+            <h2 id="failed">"Failed payments needing action"</h2>
+            {if p.failed.is_empty() {
+                view! { <p class="hint" data-testid="no-failed">"None."</p> }.into_any()
+            } else {
+                view! { <InvoiceTable invoices=p.failed show_tenant=true /> }.into_any()
+            }}
+        </section>
+        <section class="card" aria-labelledby="revenue">
+            <h2 id="revenue">"Revenue"</h2>
+            <Chart option=p.revenue_chart label="Rated usage, invoiced and paid, per month" testid="chart-revenue" />
+            <div class="table-scroll">
+            <table class="data"><thead><tr><th>"Month"</th><th>"Rated usage"</th><th>"Invoiced"</th><th>"Paid"</th></tr></thead>
+                <tbody>{p.revenue.into_iter().map(|(m, r, i, pd)| view! { <tr><td>{m}</td><td>{r}</td><td>{i}</td><td>{pd}</td></tr> }).collect_view()}</tbody>
+            </table>
+            </div>
+        </section>
+        <section class="card" aria-labelledby="all-invoices">
+            <h2 id="all-invoices">"Invoices"</h2>
+            <form method="get" action="/admin/billing" class="filters">
+                <label>"Status "
+                    <select name="status">
+                        {["", "open", "paid", "failed", "void", "uncollectible"].into_iter().map(|s| view! {
+                            <option value=s selected=status.as_deref() == Some(s)>{if s.is_empty() { "any" } else { s }}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>" Organization "
+                    <select name="tenant">
+                        <option value="">"any"</option>
+                        {tenants.iter().map(|(_, slug)| view! {
+                            <option value=slug.clone() selected=tenant.as_deref() == Some(slug.as_str())>{slug.clone()}</option>
+                        }).collect_view()}
+                    </select>
+                </label>
+                <label>" Month " <input name="month" placeholder="2026-10" value=month.unwrap_or_default() /></label>
+                <button type="submit">"Filter"</button>
+            </form>
+            <InvoiceTable invoices=p.invoices show_tenant=true />
+        </section>
+        <section class="card" aria-labelledby="grant">
+            <h2 id="grant">"Grant prepaid credit"</h2>
+            <p class="hint">"Applied to the organization's next invoices before anything is charged. Audited."</p>
+            <ActionForm action=grant>
+                <div class="form-grid">
+                    <label>"Organization" <select name="tenant">{p.tenants.into_iter().map(|(id, slug)| view! { <option value=id>{slug}</option> }).collect_view()}</select></label>
+                    <label>"Amount" <input name="amount" required placeholder="500.00 USD" /></label>
+                    <label>"Reason" <input name="reason" required placeholder="pilot agreement" /></label>
+                </div>
+                <button type="submit">"Grant credit"</button>
+            </ActionForm>
+            {outcome(grant.value(), |m: String| Some(format!("Granted {m}.")))}
+        </section>
+    }
+}
