@@ -3,6 +3,7 @@
 use control_plane::billing::history::{ImportedRun, import_run};
 use control_plane::billing::invoices::{PlatformFinance, close_months};
 use control_plane::billing::rating::{rate_batch, rate_until};
+use control_plane::billing::reports::TenantFinance;
 use control_plane::billing::{Micros, cost_micros};
 use control_plane::demo::{ACME, ACME_INFERENCE, ACME_RESEARCH, GLOBEX, GLOBEX_DEFAULT};
 use control_plane::{ControlPlane, Naming, ProjectId, TenantId, UserId};
@@ -318,6 +319,18 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     run(&cp, ACME, ACME_RESEARCH, "h100.1x", "late", datetime!(2026-10-20 00:00 UTC), datetime!(2026-10-20 01:00 UTC)).await;
     let err = rate_until(cp.pool(), datetime!(2026-11-03 00:00 UTC), 100).await.unwrap_err().to_string();
     assert!(err.contains("after that month was invoiced"), "{err}");
+
+    // Acme's finance person sees it; Globex's admin gets "not found", and bob (a member) is refused.
+    let fiona = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003"))).await.unwrap().unwrap();
+    let fin_acme = cp.tenant_access::<TenantFinance>(&fiona, ACME).await.unwrap();
+    assert_eq!(cp.tenant_invoice(&fin_acme, acme.invoice).await.unwrap().summary.total.to_string(), "26.37 USD");
+    let carol = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"))).await.unwrap().unwrap();
+    let globex = cp.tenant_access::<TenantFinance>(&carol, GLOBEX).await.unwrap();
+    let err = cp.tenant_invoice(&globex, acme.invoice).await.unwrap_err();
+    assert!(matches!(err, control_plane::Error::NotFound { what: "invoice" }), "{err}");
+    let bob = cp.principal(BOB).await.unwrap().unwrap();
+    let err = cp.tenant_access::<TenantFinance>(&bob, ACME).await.err().unwrap().to_string();
+    assert_eq!(err, "only organization admins and finance may do this");
 
     // A credit note reverses part of it, never more than what is left.
     let err = cp.issue_credit_note(&fin, acme.invoice, "30.00 USD", "too much", None).await.unwrap_err().to_string();

@@ -24,6 +24,7 @@ use app::allocations::{
     GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, ReleaseAllocation,
 };
 use app::audit::SearchAudit;
+use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, IssueCreditNote};
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
 use app::catalog::{AddImage, DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
@@ -130,6 +131,16 @@ const FLEET: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (DryRunPlacement::PATH, &[("sku", "h100.1x"), ("region", "")]),
+    // Platform finance: every organization's invoices, credit grants and credit notes.
+    (GetPlatformBilling::PATH, &[]),
+    (
+        GrantCredit::PATH,
+        &[("tenant", "0a0e0000-0000-4000-8000-000000000001"), ("amount", "1000.00 USD"), ("reason", "x")],
+    ),
+    (
+        IssueCreditNote::PATH,
+        &[("invoice", NODE), ("amount", "1.00 USD"), ("reason", "x")],
+    ),
 ];
 const NODE: &str = "00000000-0000-4000-8000-00000000beef";
 
@@ -157,6 +168,15 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
         "the caller's own projects, the public catalog and images",
     ),
     (CreateProject::PATH, "into the caller's own tenant only"),
+    (
+        GetBilling::PATH,
+        "the caller's own tenant; its owners, admins and finance only",
+    ),
+    (
+        GetInvoice::PATH,
+        "an invoice of the caller's own tenant (its owners, admins and finance), or any for platform finance; \
+         another tenant's id is not found (control-plane/tests/billing_db.rs)",
+    ),
     (
         SearchAudit::PATH,
         "the caller's own tenant (admins) or all (platform admins) only",
