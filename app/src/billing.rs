@@ -123,8 +123,19 @@ mod ssr {
         let mut chart = Chart::new()
             .tooltip(Tooltip::new().trigger(Trigger::Axis))
             .legend(Legend::new().top("bottom"))
-            .grid(Grid::new().left("3%").right("3%").top("8%").bottom("18%").contain_label(true))
-            .x_axis(Axis::new().type_(AxisType::Category).data(days.iter().map(|d| d[5..].to_string()).collect::<Vec<_>>()))
+            .grid(
+                Grid::new()
+                    .left("3%")
+                    .right("3%")
+                    .top("8%")
+                    .bottom("18%")
+                    .contain_label(true),
+            )
+            .x_axis(
+                Axis::new()
+                    .type_(AxisType::Category)
+                    .data(days.iter().map(|d| d[5..].to_string()).collect::<Vec<_>>()),
+            )
             .y_axis(Axis::new().type_(AxisType::Value).name(currency));
         for k in keys {
             let data: Vec<f64> = days
@@ -150,9 +161,16 @@ pub async fn get_billing() -> Result<BillingView, AppError> {
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp.tenant_access::<TenantFinance>(&principal, tenant).await?;
+    let who = cp
+        .tenant_access::<TenantFinance>(&principal, tenant)
+        .await?;
     let o = cp.billing_overview(&who).await?;
-    let invoices = cp.tenant_invoices(&who).await?.into_iter().map(ssr::invoice_row).collect();
+    let invoices = cp
+        .tenant_invoices(&who)
+        .await?
+        .into_iter()
+        .map(ssr::invoice_row)
+        .collect();
     Ok(BillingView {
         organization,
         by_project_chart: ssr::stacked(&o.daily, |p| p.project.as_str(), &o.currency),
@@ -190,7 +208,9 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
         Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
         Err(_) => {
             let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-            let who = cp.tenant_access::<TenantFinance>(&principal, tenant).await?;
+            let who = cp
+                .tenant_access::<TenantFinance>(&principal, tenant)
+                .await?;
             (cp.tenant_invoice(&who, id).await?, false)
         }
     };
@@ -236,17 +256,35 @@ pub async fn get_platform_billing(
     use control_plane::billing::reports::InvoiceFilter;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
-    let filter = InvoiceFilter { status, tenant, month };
-    let invoices = cp.all_invoices(&fin, &filter).await?.into_iter().map(ssr::invoice_row).collect();
+    let filter = InvoiceFilter {
+        status,
+        tenant,
+        month,
+    };
+    let invoices = cp
+        .all_invoices(&fin, &filter)
+        .await?
+        .into_iter()
+        .map(ssr::invoice_row)
+        .collect();
     let failed = cp
-        .all_invoices(&fin, &InvoiceFilter { status: Some("failed".into()), ..Default::default() })
+        .all_invoices(
+            &fin,
+            &InvoiceFilter {
+                status: Some("failed".into()),
+                ..Default::default()
+            },
+        )
         .await?
         .into_iter()
         .map(ssr::invoice_row)
         .collect();
     let mut revenue = cp.revenue_by_month(&fin).await?;
     revenue.reverse(); // oldest first, for the chart
-    let months: Vec<String> = revenue.iter().map(|r| format!("{} {}", r.month, r.currency)).collect();
+    let months: Vec<String> = revenue
+        .iter()
+        .map(|r| format!("{} {}", r.month, r.currency))
+        .collect();
     let units = |f: fn(&control_plane::billing::reports::RevenuePoint) -> i64| -> Vec<f64> {
         revenue.iter().map(|r| f(r) as f64 / 100.0).collect()
     };
@@ -255,8 +293,16 @@ pub async fn get_platform_billing(
         .legend(Legend::new().top("bottom"))
         .x_axis(Axis::new().type_(AxisType::Category).data(months))
         .y_axis(Axis::new().type_(AxisType::Value))
-        .series(Bar::new().name("rated usage").data(units(|r| r.rated.amount_minor)))
-        .series(Bar::new().name("invoiced").data(units(|r| r.invoiced.amount_minor)))
+        .series(
+            Bar::new()
+                .name("rated usage")
+                .data(units(|r| r.rated.amount_minor)),
+        )
+        .series(
+            Bar::new()
+                .name("invoiced")
+                .data(units(|r| r.invoiced.amount_minor)),
+        )
         .series(Bar::new().name("paid").data(units(|r| r.paid.amount_minor)));
     let tenants = cp
         .tenant_slugs()
@@ -271,32 +317,59 @@ pub async fn get_platform_billing(
         revenue: revenue
             .into_iter()
             .rev()
-            .map(|r| (r.month, r.rated.to_string(), r.invoiced.to_string(), r.paid.to_string()))
+            .map(|r| {
+                (
+                    r.month,
+                    r.rated.to_string(),
+                    r.invoiced.to_string(),
+                    r.paid.to_string(),
+                )
+            })
             .collect(),
         tenants,
     })
 }
 
 #[server]
-pub async fn grant_credit(tenant: String, amount: String, reason: String) -> Result<String, AppError> {
+pub async fn grant_credit(
+    tenant: String,
+    amount: String,
+    reason: String,
+) -> Result<String, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
     let tenant = tenant.parse().map_err(|_| AppError::NotFound)?;
     let granted = cp
-        .grant_credit(&fin, tenant, &amount, &reason, Some(&crate::error::request_id()))
+        .grant_credit(
+            &fin,
+            tenant,
+            &amount,
+            &reason,
+            Some(&crate::error::request_id()),
+        )
         .await?;
     Ok(granted.to_string())
 }
 
 #[server]
-pub async fn issue_credit_note(invoice: String, amount: String, reason: String) -> Result<String, AppError> {
+pub async fn issue_credit_note(
+    invoice: String,
+    amount: String,
+    reason: String,
+) -> Result<String, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
     let invoice = invoice.parse().map_err(|_| AppError::NotFound)?;
     let noted = cp
-        .issue_credit_note(&fin, invoice, &amount, &reason, Some(&crate::error::request_id()))
+        .issue_credit_note(
+            &fin,
+            invoice,
+            &amount,
+            &reason,
+            Some(&crate::error::request_id()),
+        )
         .await?;
     Ok(noted.to_string())
 }
@@ -431,7 +504,12 @@ pub fn InvoicePage() -> impl IntoView {
     let params = use_params_map();
     let note = ServerAction::<IssueCreditNote>::new();
     let page = Resource::new(
-        move || (params.with(|p| p.get("id").unwrap_or_default()), note.version().get()),
+        move || {
+            (
+                params.with(|p| p.get("id").unwrap_or_default()),
+                note.version().get(),
+            )
+        },
         |(id, _)| get_invoice(id),
     );
     view! {

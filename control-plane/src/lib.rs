@@ -97,7 +97,9 @@ impl ControlPlane {
 
     /// Connects billing to Stripe (or the local Stripe test server).
     pub fn with_stripe(mut self, settings: &billing::stripe::StripeSettings) -> Result<Self> {
-        self.stripe = Some(std::sync::Arc::new(billing::stripe::StripeLink::new(settings)?));
+        self.stripe = Some(std::sync::Arc::new(billing::stripe::StripeLink::new(
+            settings,
+        )?));
         Ok(self)
     }
 

@@ -97,25 +97,40 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let base = datetime!(2026-09-28 00:00 UTC);
     let skus = ["h100.1x", "h100.2x", "h100.8x", "l40s.1x"];
-    let projects = [(ACME, ACME_RESEARCH), (ACME, ACME_INFERENCE), (GLOBEX, GLOBEX_DEFAULT)];
+    let projects = [
+        (ACME, ACME_RESEARCH),
+        (ACME, ACME_INFERENCE),
+        (GLOBEX, GLOBEX_DEFAULT),
+    ];
     let mut runs = Vec::new();
     for i in 0..60 {
         let (tenant, project) = projects[rng.gen_range(0..projects.len())];
         let start = base + time::Duration::microseconds(rng.gen_range(0..10 * 86_400_000_000i64));
         let len = match i % 3 {
-            0 => rng.gen_range(1..2_000_000i64),               // under two seconds
-            1 => rng.gen_range(1..7_200_000_000i64),           // up to two hours
-            _ => rng.gen_range(1..5 * 86_400_000_000i64),      // up to five days
+            0 => rng.gen_range(1..2_000_000i64),     // under two seconds
+            1 => rng.gen_range(1..7_200_000_000i64), // up to two hours
+            _ => rng.gen_range(1..5 * 86_400_000_000i64), // up to five days
         };
         let sku = skus[rng.gen_range(0..skus.len())];
-        let id = run(&cp, tenant, project, sku, &format!("r{i}"), start, start + time::Duration::microseconds(len)).await;
+        let id = run(
+            &cp,
+            tenant,
+            project,
+            sku,
+            &format!("r{i}"),
+            start,
+            start + time::Duration::microseconds(len),
+        )
+        .await;
         runs.push((id, len));
     }
     // Rate in steps: random batch sizes, the clock moving forward in uneven jumps.
     let mut until = base;
     while until < base + time::Duration::days(16) {
         until += time::Duration::minutes(rng.gen_range(10..3000));
-        rate_until(cp.pool(), until, rng.gen_range(1..400)).await.unwrap();
+        rate_until(cp.pool(), until, rng.gen_range(1..400))
+            .await
+            .unwrap();
     }
     assert_eq!(unbalanced_entries(&cp).await, 0);
     for (id, len) in &runs {
@@ -130,7 +145,11 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
         .await
         .unwrap();
         assert_eq!(r.us, *len, "rated time of {id}");
-        assert_eq!(Micros(r.micro), cost_micros(r.price, *len), "charges of {id}");
+        assert_eq!(
+            Micros(r.micro),
+            cost_micros(r.price, *len),
+            "charges of {id}"
+        );
         assert!(r.done, "{id} fully rated");
     }
     // Postings agree with the charges: receivable debited by exactly what was rated.
@@ -148,14 +167,29 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
     let again = rate_until(cp.pool(), until, 1000).await.unwrap();
     assert_eq!((again.charges, again.entries), (0, 0));
     assert_eq!(rate_batch(cp.pool(), until, 5).await.unwrap().charges, 0);
-    assert_eq!(ledger_rows(&cp).await, before, "a second rating changes nothing");
+    assert_eq!(
+        ledger_rows(&cp).await,
+        before,
+        "a second rating changes nothing"
+    );
 }
 
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]
 async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
     let cp = setup(pool).await;
-    run(&cp, ACME, ACME_RESEARCH, "h100.1x", "a", datetime!(2026-10-01 00:00 UTC), datetime!(2026-10-01 03:00 UTC)).await;
-    rate_until(cp.pool(), datetime!(2026-10-02 00:00 UTC), 100).await.unwrap();
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "a",
+        datetime!(2026-10-01 00:00 UTC),
+        datetime!(2026-10-01 03:00 UTC),
+    )
+    .await;
+    rate_until(cp.pool(), datetime!(2026-10-02 00:00 UTC), 100)
+        .await
+        .unwrap();
     for sql in [
         "UPDATE journal_entries SET memo = 'edited'",
         "DELETE FROM journal_entries",
@@ -169,9 +203,15 @@ async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
         "DELETE FROM usage_intervals",
         "UPDATE usage_intervals SET started_at = started_at - interval '1 hour'",
     ] {
-        let err = sqlx::query(sql).execute(cp.pool()).await.unwrap_err().to_string();
+        let err = sqlx::query(sql)
+            .execute(cp.pool())
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(
-            err.contains("append-only") || err.contains("never deleted") || err.contains("can't change what was metered"),
+            err.contains("append-only")
+                || err.contains("never deleted")
+                || err.contains("can't change what was metered"),
             "{sql}: {err}"
         );
     }
@@ -190,10 +230,16 @@ async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
         .await
         .unwrap();
     let err = tx.commit().await.unwrap_err().to_string();
-    assert!(err.contains("does not balance: 1 postings summing to 5"), "{err}");
+    assert!(
+        err.contains("does not balance: 1 postings summing to 5"),
+        "{err}"
+    );
     // A reversing entry is how a mistake is corrected: it balances and is accepted.
     let mut tx = cp.pool().begin().await.unwrap();
-    let original: i64 = sqlx::query_scalar("SELECT min(id) FROM journal_entries").fetch_one(&mut *tx).await.unwrap();
+    let original: i64 = sqlx::query_scalar("SELECT min(id) FROM journal_entries")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
     let rev: i64 = sqlx::query_scalar(
         "INSERT INTO journal_entries (kind, tenant_id, currency, memo, reverses) VALUES ('reversal', $1, 'USD', 'reverse', $2) RETURNING id",
     )
@@ -219,23 +265,87 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     let cp = setup(pool).await;
     let fin = finance(&cp).await;
     let us = time::Duration::microseconds;
-    run(&cp, ACME, ACME_RESEARCH, "h100.1x", "a", datetime!(2026-10-01 00:00 UTC), datetime!(2026-10-01 10:30 UTC)).await;
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "a",
+        datetime!(2026-10-01 00:00 UTC),
+        datetime!(2026-10-01 10:30 UTC),
+    )
+    .await;
     // Crosses into November: only its October part is on this invoice.
-    run(&cp, ACME, ACME_RESEARCH, "h100.1x", "b", datetime!(2026-10-31 23:00 UTC) + us(500_000), datetime!(2026-11-01 01:00 UTC)).await;
-    run(&cp, ACME, ACME_INFERENCE, "l40s.1x", "c", datetime!(2026-10-15 12:00 UTC) + us(250_000), datetime!(2026-10-15 12:00:07 UTC) + us(750_000)).await;
-    run(&cp, ACME, ACME_RESEARCH, "h100.2x", "d", datetime!(2026-10-10 08:00 UTC), datetime!(2026-10-10 08:20 UTC) + us(1)).await;
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "b",
+        datetime!(2026-10-31 23:00 UTC) + us(500_000),
+        datetime!(2026-11-01 01:00 UTC),
+    )
+    .await;
+    run(
+        &cp,
+        ACME,
+        ACME_INFERENCE,
+        "l40s.1x",
+        "c",
+        datetime!(2026-10-15 12:00 UTC) + us(250_000),
+        datetime!(2026-10-15 12:00:07 UTC) + us(750_000),
+    )
+    .await;
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.2x",
+        "d",
+        datetime!(2026-10-10 08:00 UTC),
+        datetime!(2026-10-10 08:20 UTC) + us(1),
+    )
+    .await;
     // Another tenant's usage is on its own invoice.
-    run(&cp, GLOBEX, GLOBEX_DEFAULT, "h100.1x", "g", datetime!(2026-10-05 00:00 UTC), datetime!(2026-10-05 01:00 UTC)).await;
-    cp.grant_credit(&fin, ACME, "10.00 USD", "launch promotion", None).await.unwrap();
+    run(
+        &cp,
+        GLOBEX,
+        GLOBEX_DEFAULT,
+        "h100.1x",
+        "g",
+        datetime!(2026-10-05 00:00 UTC),
+        datetime!(2026-10-05 01:00 UTC),
+    )
+    .await;
+    cp.grant_credit(&fin, ACME, "10.00 USD", "launch promotion", None)
+        .await
+        .unwrap();
 
     // Acme's October isn't fully rated yet (run b is not): only Globex's invoice is made.
-    rate_until(cp.pool(), datetime!(2026-10-31 12:00 UTC), 1000).await.unwrap();
-    let early = close_months(cp.pool(), datetime!(2026-11-01 00:10 UTC)).await.unwrap();
-    assert_eq!(early.iter().map(|c| c.tenant).collect::<Vec<_>>(), vec![GLOBEX]);
-    rate_until(cp.pool(), datetime!(2026-11-02 00:00 UTC), 1000).await.unwrap();
-    let closed = close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC)).await.unwrap();
+    rate_until(cp.pool(), datetime!(2026-10-31 12:00 UTC), 1000)
+        .await
+        .unwrap();
+    let early = close_months(cp.pool(), datetime!(2026-11-01 00:10 UTC))
+        .await
+        .unwrap();
+    assert_eq!(
+        early.iter().map(|c| c.tenant).collect::<Vec<_>>(),
+        vec![GLOBEX]
+    );
+    rate_until(cp.pool(), datetime!(2026-11-02 00:00 UTC), 1000)
+        .await
+        .unwrap();
+    let closed = close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC))
+        .await
+        .unwrap();
     assert_eq!(closed.len(), 1, "{closed:?}");
-    assert!(close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC)).await.unwrap().is_empty(), "closing again does nothing");
+    assert!(
+        close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC))
+            .await
+            .unwrap()
+            .is_empty(),
+        "closing again does nothing"
+    );
     let acme = closed.iter().find(|c| c.tenant == ACME).unwrap();
 
     let lines = sqlx::query!(
@@ -248,14 +358,48 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     .unwrap();
     let got: Vec<(i32, &str, &str, i64, i64, i64, i64)> = lines
         .iter()
-        .map(|l| (l.line_no, l.kind.as_str(), l.description.as_str(), l.gpu_us, l.unit_price_micro, l.rated_micro, l.amount_minor))
+        .map(|l| {
+            (
+                l.line_no,
+                l.kind.as_str(),
+                l.description.as_str(),
+                l.gpu_us,
+                l.unit_price_micro,
+                l.rated_micro,
+                l.amount_minor,
+            )
+        })
         .collect();
     assert_eq!(
         got,
         vec![
-            (1, "usage", "inference · l40s.1x · 0.002083 GPU-hours at 1.19 USD/GPU-hour", 7_500_000, 1_190_000, 2_479, 0),
-            (2, "usage", "research · h100.1x · 11.499861 GPU-hours at 2.99 USD/GPU-hour", 41_399_500_000, 2_990_000, 34_384_584, 3_438),
-            (3, "usage", "research · h100.2x · 0.666666 GPU-hours at 2.99 USD/GPU-hour", 2_400_000_002, 2_990_000, 1_993_333, 199),
+            (
+                1,
+                "usage",
+                "inference · l40s.1x · 0.002083 GPU-hours at 1.19 USD/GPU-hour",
+                7_500_000,
+                1_190_000,
+                2_479,
+                0
+            ),
+            (
+                2,
+                "usage",
+                "research · h100.1x · 11.499861 GPU-hours at 2.99 USD/GPU-hour",
+                41_399_500_000,
+                2_990_000,
+                34_384_584,
+                3_438
+            ),
+            (
+                3,
+                "usage",
+                "research · h100.2x · 0.666666 GPU-hours at 2.99 USD/GPU-hour",
+                2_400_000_002,
+                2_990_000,
+                1_993_333,
+                199
+            ),
             (4, "credit", "Prepaid credit applied", 0, 0, 0, -1_000),
         ]
     );
@@ -266,7 +410,15 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    assert_eq!((inv.status.as_str(), inv.subtotal_minor, inv.credit_applied_minor, inv.total_minor), ("open", 3_637, 1_000, 2_637));
+    assert_eq!(
+        (
+            inv.status.as_str(),
+            inv.subtotal_minor,
+            inv.credit_applied_minor,
+            inv.total_minor
+        ),
+        ("open", 3_637, 1_000, 2_637)
+    );
     assert!(inv.number.unwrap().starts_with("GPU-202610-"));
 
     // The ledger: the tenant owes exactly the invoice total; the rounding is its own entry.
@@ -282,7 +434,8 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     .fetch_all(cp.pool())
     .await
     .unwrap();
-    let by_kind: std::collections::HashMap<String, i64> = ledger.into_iter().map(|r| (r.kind, r.sum)).collect();
+    let by_kind: std::collections::HashMap<String, i64> =
+        ledger.into_iter().map(|r| (r.kind, r.sum)).collect();
     let rounding: i64 = sqlx::query_scalar!(
         r#"SELECT sum(p.amount_micro)::bigint AS "s!" FROM postings p JOIN journal_entries e ON e.id = p.entry_id
            JOIN ledger_accounts a ON a.id = p.account_id
@@ -302,8 +455,15 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    assert_eq!(oct_rated + rounding - 10_000_000, Micros::from_minor(2_637).0);
-    assert_eq!(by_kind.get("prepaid_credit").copied(), Some(0), "the credit is used up: {by_kind:?}");
+    assert_eq!(
+        oct_rated + rounding - 10_000_000,
+        Micros::from_minor(2_637).0
+    );
+    assert_eq!(
+        by_kind.get("prepaid_credit").copied(),
+        Some(0),
+        "the credit is used up: {by_kind:?}"
+    );
 
     // Final means final: amounts, lines and the month's charges can't change.
     for sql in [
@@ -313,29 +473,91 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
         "DELETE FROM invoices WHERE id = $1",
         "UPDATE invoices SET status = 'draft', number = NULL, finalized_at = NULL WHERE id = $1",
     ] {
-        let err = sqlx::query(sql).bind(acme.invoice).execute(cp.pool()).await.unwrap_err().to_string();
-        assert!(err.contains("finalised") || err.contains("can't go from"), "{sql}: {err}");
+        let err = sqlx::query(sql)
+            .bind(acme.invoice)
+            .execute(cp.pool())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("finalised") || err.contains("can't go from"),
+            "{sql}: {err}"
+        );
     }
-    run(&cp, ACME, ACME_RESEARCH, "h100.1x", "late", datetime!(2026-10-20 00:00 UTC), datetime!(2026-10-20 01:00 UTC)).await;
-    let err = rate_until(cp.pool(), datetime!(2026-11-03 00:00 UTC), 100).await.unwrap_err().to_string();
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "late",
+        datetime!(2026-10-20 00:00 UTC),
+        datetime!(2026-10-20 01:00 UTC),
+    )
+    .await;
+    let err = rate_until(cp.pool(), datetime!(2026-11-03 00:00 UTC), 100)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("after that month was invoiced"), "{err}");
 
     // Acme's finance person sees it; Globex's admin gets "not found", and bob (a member) is refused.
-    let fiona = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003"))).await.unwrap().unwrap();
-    let fin_acme = cp.tenant_access::<TenantFinance>(&fiona, ACME).await.unwrap();
-    assert_eq!(cp.tenant_invoice(&fin_acme, acme.invoice).await.unwrap().summary.total.to_string(), "26.37 USD");
-    let carol = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"))).await.unwrap().unwrap();
-    let globex = cp.tenant_access::<TenantFinance>(&carol, GLOBEX).await.unwrap();
+    let fiona = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
+        .await
+        .unwrap()
+        .unwrap();
+    let fin_acme = cp
+        .tenant_access::<TenantFinance>(&fiona, ACME)
+        .await
+        .unwrap();
+    assert_eq!(
+        cp.tenant_invoice(&fin_acme, acme.invoice)
+            .await
+            .unwrap()
+            .summary
+            .total
+            .to_string(),
+        "26.37 USD"
+    );
+    let carol = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000004")))
+        .await
+        .unwrap()
+        .unwrap();
+    let globex = cp
+        .tenant_access::<TenantFinance>(&carol, GLOBEX)
+        .await
+        .unwrap();
     let err = cp.tenant_invoice(&globex, acme.invoice).await.unwrap_err();
-    assert!(matches!(err, control_plane::Error::NotFound { what: "invoice" }), "{err}");
+    assert!(
+        matches!(err, control_plane::Error::NotFound { what: "invoice" }),
+        "{err}"
+    );
     let bob = cp.principal(BOB).await.unwrap().unwrap();
-    let err = cp.tenant_access::<TenantFinance>(&bob, ACME).await.err().unwrap().to_string();
+    let err = cp
+        .tenant_access::<TenantFinance>(&bob, ACME)
+        .await
+        .err()
+        .unwrap()
+        .to_string();
     assert_eq!(err, "only organization admins and finance may do this");
 
     // A credit note reverses part of it, never more than what is left.
-    let err = cp.issue_credit_note(&fin, acme.invoice, "30.00 USD", "too much", None).await.unwrap_err().to_string();
+    let err = cp
+        .issue_credit_note(&fin, acme.invoice, "30.00 USD", "too much", None)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("between 0.01 and 26.37 USD"), "{err}");
-    cp.issue_credit_note(&fin, acme.invoice, "6.37 USD", "SLA credit for an outage", None).await.unwrap();
+    cp.issue_credit_note(
+        &fin,
+        acme.invoice,
+        "6.37 USD",
+        "SLA credit for an outage",
+        None,
+    )
+    .await
+    .unwrap();
     let detail = cp.any_invoice(&fin, acme.invoice).await.unwrap();
     assert_eq!(detail.balance.to_string(), "20.00 USD");
     assert_eq!(unbalanced_entries(&cp).await, 0);
@@ -347,13 +569,28 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
     let now = time::OffsetDateTime::now_utc();
     let (month, _) = control_plane::billing::month_bounds(now);
     if now - month < time::Duration::minutes(130) {
-        eprintln!("skipped: the month began less than 130 minutes ago; this test needs two past hours in it");
+        eprintln!(
+            "skipped: the month began less than 130 minutes ago; this test needs two past hours in it"
+        );
         return;
     }
     // Spent this month: two hours of h100.8x (47.84 USD), rated or not.
     let start = (now - time::Duration::hours(3)).max(month);
-    run(&cp, ACME, ACME_RESEARCH, "h100.8x", "big", start, start + time::Duration::hours(2)).await;
-    let alice = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"))).await.unwrap().unwrap();
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.8x",
+        "big",
+        start,
+        start + time::Duration::hours(2),
+    )
+    .await;
+    let alice = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000001")))
+        .await
+        .unwrap()
+        .unwrap();
     let scope = cp
         .policy_scope(&alice, control_plane::policy::Target::Tenant(ACME))
         .await
@@ -361,13 +598,21 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
     cp.set_policy(
         &scope,
         control_plane::policy::PolicyKey::MonthlyBudget,
-        Some(control_plane::policy::PolicyValue::MonthlyBudget(control_plane::policy::Money { amount_minor: 5_000, currency: "USD".into() })),
+        Some(control_plane::policy::PolicyValue::MonthlyBudget(
+            control_plane::policy::Money {
+                amount_minor: 5_000,
+                currency: "USD".into(),
+            },
+        )),
         None,
     )
     .await
     .unwrap();
     let bob = cp.principal(BOB).await.unwrap().unwrap();
-    let who = cp.project_access::<control_plane::tenancy::ProjectOperators>(&bob, ACME_RESEARCH).await.unwrap();
+    let who = cp
+        .project_access::<control_plane::tenancy::ProjectOperators>(&bob, ACME_RESEARCH)
+        .await
+        .unwrap();
     let req = control_plane::allocations::LaunchRequest {
         sku: "h100.1x".into(),
         region: String::new(),
@@ -386,10 +631,24 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
     let err2 = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(err, err2);
     // Alerts: 95 % of the budget is spent.
-    let fiona = cp.principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003"))).await.unwrap().unwrap();
-    let fin = cp.tenant_access::<control_plane::billing::reports::TenantFinance>(&fiona, ACME).await.unwrap();
+    let fiona = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
+        .await
+        .unwrap()
+        .unwrap();
+    let fin = cp
+        .tenant_access::<control_plane::billing::reports::TenantFinance>(&fiona, ACME)
+        .await
+        .unwrap();
     let o = cp.billing_overview(&fin).await.unwrap();
-    let b = o.budgets.iter().find(|b| b.scope == "organization").unwrap();
-    assert_eq!((b.percent, b.alert.as_str(), b.spent.to_string()), (95, "warning", "47.84 USD".into()));
+    let b = o
+        .budgets
+        .iter()
+        .find(|b| b.scope == "organization")
+        .unwrap();
+    assert_eq!(
+        (b.percent, b.alert.as_str(), b.spent.to_string()),
+        (95, "warning", "47.84 USD".into())
+    );
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
 }

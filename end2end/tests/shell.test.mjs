@@ -38,7 +38,7 @@ test('home page renders, hydrates, and then handles forms and links in place', a
     assert.equal(await page.title(), 'Catalog · GPU cloud');
     await page.getByRole('link', { name: 'Billing' }).click();
     await page.waitForURL(`${BASE}/billing`);
-    assert.match(await page.locator('main').innerText(), /Not built yet/);
+    assert.match(await page.locator('main').innerText(), /Please sign in to see this page/);
     assert.equal(await page.evaluate(() => window.__samePage), 'yes');
 
     // The cookie was set by the background post: a fresh load keeps the theme.

@@ -27,7 +27,10 @@ pub fn routes() -> Router<AppState> {
 /// so Stripe retries.
 #[tracing::instrument(skip_all)]
 async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(signature) = headers.get("stripe-signature").and_then(|v| v.to_str().ok()) else {
+    let Some(signature) = headers
+        .get("stripe-signature")
+        .and_then(|v| v.to_str().ok())
+    else {
         return (StatusCode::BAD_REQUEST, "missing Stripe-Signature header").into_response();
     };
     let Ok(payload) = std::str::from_utf8(&body) else {
@@ -37,7 +40,11 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
         Ok(outcome) => axum::Json(outcome).into_response(),
         Err(Error::Invalid { field, reason }) => {
             tracing::warn!(webhook.field = field, webhook.reason = %reason, "Stripe webhook refused");
-            (StatusCode::BAD_REQUEST, format!("invalid {field}: {reason}")).into_response()
+            (
+                StatusCode::BAD_REQUEST,
+                format!("invalid {field}: {reason}"),
+            )
+                .into_response()
         }
         Err(e) => {
             tracing::error!(error.cause = %e, "Stripe webhook failed; Stripe will retry");
@@ -46,7 +53,10 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-async fn finance(app: &AppState, session: &Session) -> Result<control_plane::tenancy::Tenant<TenantFinance>, Response> {
+async fn finance(
+    app: &AppState,
+    session: &Session,
+) -> Result<control_plane::tenancy::Tenant<TenantFinance>, Response> {
     let refuse = |s: StatusCode, m: &str| (s, m.to_string()).into_response();
     let principal = app::server::principal_of(session, &app.cp, &app.web.session)
         .await
@@ -71,13 +81,22 @@ fn csv(name: &str, body: Result<String, Error>) -> Response {
         Ok(text) => (
             [
                 (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-                (header::CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
+                (
+                    header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{name}\""),
+                ),
             ],
             text,
         )
             .into_response(),
-        Err(Error::NotFound { what }) => (StatusCode::NOT_FOUND, format!("{what} not found")).into_response(),
-        Err(Error::Invalid { field, reason }) => (StatusCode::BAD_REQUEST, format!("invalid {field}: {reason}")).into_response(),
+        Err(Error::NotFound { what }) => {
+            (StatusCode::NOT_FOUND, format!("{what} not found")).into_response()
+        }
+        Err(Error::Invalid { field, reason }) => (
+            StatusCode::BAD_REQUEST,
+            format!("invalid {field}: {reason}"),
+        )
+            .into_response(),
         Err(e) => {
             tracing::error!(error.cause = %e, "CSV export failed");
             (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
@@ -91,20 +110,37 @@ struct MonthQuery {
 }
 
 #[tracing::instrument(skip_all, fields(billing.month = %q.month))]
-async fn usage_csv(State(app): State<AppState>, session: Session, Query(q): Query<MonthQuery>) -> Response {
+async fn usage_csv(
+    State(app): State<AppState>,
+    session: Session,
+    Query(q): Query<MonthQuery>,
+) -> Response {
     let who = match finance(&app, &session).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    let name = format!("usage-{}.csv", q.month.chars().filter(|c| c.is_ascii_digit() || *c == '-').collect::<String>());
+    let name = format!(
+        "usage-{}.csv",
+        q.month
+            .chars()
+            .filter(|c| c.is_ascii_digit() || *c == '-')
+            .collect::<String>()
+    );
     csv(&name, app.cp.usage_csv(&who, &q.month).await)
 }
 
 #[tracing::instrument(skip_all, fields(invoice.id = %id))]
-async fn invoice_csv(State(app): State<AppState>, session: Session, Path(id): Path<uuid::Uuid>) -> Response {
+async fn invoice_csv(
+    State(app): State<AppState>,
+    session: Session,
+    Path(id): Path<uuid::Uuid>,
+) -> Response {
     let who = match finance(&app, &session).await {
         Ok(w) => w,
         Err(r) => return r,
     };
-    csv(&format!("invoice-{id}.csv"), app.cp.invoice_csv(&who, id).await)
+    csv(
+        &format!("invoice-{id}.csv"),
+        app.cp.invoice_csv(&who, id).await,
+    )
 }

@@ -211,7 +211,11 @@ pub struct Config {
 
     /// Stripe's API base URL (`cargo xtask dev` and the tests point it at the local Stripe
     /// test server).
-    #[arg(long, env = "STRIPE_API_BASE", default_value = "https://api.stripe.com/")]
+    #[arg(
+        long,
+        env = "STRIPE_API_BASE",
+        default_value = "https://api.stripe.com/"
+    )]
     pub stripe_api_base: String,
 
     /// Stripe secret key (`sk_…`). Without it and the webhook secret, billing still rates

@@ -106,7 +106,9 @@ pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     match config.stripe_settings() {
         Some(settings) => Ok(cp.with_stripe(&settings)?),
         None => {
-            tracing::warn!("STRIPE_SECRET_KEY/STRIPE_WEBHOOK_SECRET not set: invoices are not synced to Stripe and /stripe/webhook answers 500");
+            tracing::warn!(
+                "STRIPE_SECRET_KEY/STRIPE_WEBHOOK_SECRET not set: invoices are not synced to Stripe and /stripe/webhook answers 500"
+            );
             Ok(cp)
         }
     }

@@ -24,8 +24,8 @@ use app::allocations::{
     GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, ReleaseAllocation,
 };
 use app::audit::SearchAudit;
-use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, IssueCreditNote};
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
+use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, IssueCreditNote};
 use app::catalog::{AddImage, DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
@@ -135,7 +135,11 @@ const FLEET: &[(&str, &[(&str, &str)])] = &[
     (GetPlatformBilling::PATH, &[]),
     (
         GrantCredit::PATH,
-        &[("tenant", "0a0e0000-0000-4000-8000-000000000001"), ("amount", "1000.00 USD"), ("reason", "x")],
+        &[
+            ("tenant", "0a0e0000-0000-4000-8000-000000000001"),
+            ("amount", "1000.00 USD"),
+            ("reason", "x"),
+        ],
     ),
     (
         IssueCreditNote::PATH,

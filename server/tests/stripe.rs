@@ -43,7 +43,11 @@ impl Drop for Portal {
 
 fn fixtures() -> serde_json::Value {
     let path = std::env::var("STRIPE_FIXTURES").unwrap_or_else(|_| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/reference/stripe/fixtures3.json").into()
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../shared/reference/stripe/fixtures3.json"
+        )
+        .into()
     });
     stripe_test_server::Config::from_fixture_file(std::path::Path::new(&path))
         .unwrap_or_else(|e| panic!("Stripe fixtures at {path}: {e}"))
@@ -57,7 +61,14 @@ async fn portal(label: &str) -> Portal {
     pg.start().unwrap();
     pg.ensure_database("portal").unwrap();
     let url = pg.url("portal");
-    let config = Flags::parse_from(["server", "--database-url", &url, "--public-url", "http://127.0.0.1:3000"]).config;
+    let config = Flags::parse_from([
+        "server",
+        "--database-url",
+        &url,
+        "--public-url",
+        "http://127.0.0.1:3000",
+    ])
+    .config;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stripe = stripe_test_server::start(
@@ -66,6 +77,7 @@ async fn portal(label: &str) -> Portal {
             webhook_url: Some(format!("http://{addr}/stripe/webhook")),
             webhook_secret: SECRET.into(),
             autopay_after: None,
+            decline_tenants: Vec::new(),
         },
         "127.0.0.1:0".parse().unwrap(),
     )
@@ -110,8 +122,12 @@ async fn portal(label: &str) -> Portal {
         .unwrap();
     }
     drop(conn);
-    rate_until(cp.pool(), datetime!(2026-11-01 01:00 UTC), 1000).await.unwrap();
-    let closed = close_months(cp.pool(), datetime!(2026-11-01 01:00 UTC)).await.unwrap();
+    rate_until(cp.pool(), datetime!(2026-11-01 01:00 UTC), 1000)
+        .await
+        .unwrap();
+    let closed = close_months(cp.pool(), datetime!(2026-11-01 01:00 UTC))
+        .await
+        .unwrap();
     assert_eq!(closed.len(), 1);
     // 10 h × 2.99 + 3 h × 5.98 = 47.84 USD
     assert_eq!(closed[0].total_minor, 4_784);
@@ -194,8 +210,14 @@ async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
     assert_eq!(sync(&p).await, 1);
     let l = local(&p).await;
     let sid = l.stripe_invoice_id.clone().expect("linked to Stripe");
-    assert_eq!((l.status.as_str(), l.stripe_status.as_deref()), ("open", Some("open")));
-    assert_eq!(l.hosted.as_deref(), Some(format!("http://{}/hosted/{sid}", p.stripe.addr).as_str()));
+    assert_eq!(
+        (l.status.as_str(), l.stripe_status.as_deref()),
+        ("open", Some("open"))
+    );
+    assert_eq!(
+        l.hosted.as_deref(),
+        Some(format!("http://{}/hosted/{sid}", p.stripe.addr).as_str())
+    );
     // Stripe holds the same amounts: one item per line, the total to the cent.
     let s = p.stripe.invoice(&sid).unwrap();
     assert_eq!(s["amount_due"], 4_784);
@@ -203,14 +225,22 @@ async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
     assert_eq!(s["metadata"]["invoice_id"], p.invoice.to_string());
     assert_eq!(sync(&p).await, 0, "nothing left to sync");
 
-    p.stripe.set_faults(Faults { decline_payments: 1, ..Default::default() });
+    p.stripe.set_faults(Faults {
+        decline_payments: 1,
+        ..Default::default()
+    });
     assert!(p.stripe.pay(&sid).await.is_err());
     let l = until(&p, "payment failure recorded", |l| l.failed).await;
     assert_eq!(l.status, "open");
     let fin = finance(&p.cp).await;
-    let failed = p
-        .cp
-        .all_invoices(&fin, &control_plane::billing::reports::InvoiceFilter { status: Some("failed".into()), ..Default::default() })
+    let failed =
+        p.cp.all_invoices(
+            &fin,
+            &control_plane::billing::reports::InvoiceFilter {
+                status: Some("failed".into()),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     assert_eq!(failed.len(), 1, "needs action");
@@ -220,19 +250,41 @@ async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
     assert!(!l.failed);
     assert_eq!(cash_postings(&p).await, vec![47_840_000]);
     let ev = events(&p).await;
-    assert!(ev.contains(&("invoice.payment_failed".into(), "applied: payment failed".into())), "{ev:?}");
-    assert!(ev.contains(&("invoice.paid".into(), "applied: paid".into())), "{ev:?}");
-    assert!(ev.contains(&("invoice.finalized".into(), "ignored: not an event this platform handles".into())), "{ev:?}");
+    assert!(
+        ev.contains(&(
+            "invoice.payment_failed".into(),
+            "applied: payment failed".into()
+        )),
+        "{ev:?}"
+    );
+    assert!(
+        ev.contains(&("invoice.paid".into(), "applied: paid".into())),
+        "{ev:?}"
+    );
+    assert!(
+        ev.contains(&(
+            "invoice.finalized".into(),
+            "ignored: not an event this platform handles".into()
+        )),
+        "{ev:?}"
+    );
 }
 
-async fn finance(cp: &ControlPlane) -> control_plane::auth::Platform<control_plane::billing::invoices::PlatformFinance> {
+async fn finance(
+    cp: &ControlPlane,
+) -> control_plane::auth::Platform<control_plane::billing::invoices::PlatformFinance> {
     let id: uuid::Uuid = sqlx::query_scalar(
         "INSERT INTO users (id, email, display_name, platform_role) VALUES (gen_random_uuid(), 'fin@platform.example', 'Fin', 'finance') RETURNING id",
     )
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    cp.principal(UserId(id)).await.unwrap().unwrap().platform().unwrap()
+    cp.principal(UserId(id))
+        .await
+        .unwrap()
+        .unwrap()
+        .platform()
+        .unwrap()
 }
 
 async fn post_webhook(p: &Portal, body: &str, signature: &str) -> (u16, String) {
@@ -267,24 +319,51 @@ async fn the_webhook_checks_signatures_and_timestamps_and_processes_an_event_onc
     event["data"] = serde_json::json!({ "object": invoice });
     let body = event.to_string();
 
-    let (status, text) = post_webhook(&p, &body, &stripe_test_server::sign("whsec_someone_else", now(), &body)).await;
+    let (status, text) = post_webhook(
+        &p,
+        &body,
+        &stripe_test_server::sign("whsec_someone_else", now(), &body),
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(text.contains("invalid Stripe-Signature"), "{text}");
-    let (status, text) = post_webhook(&p, &body, &stripe_test_server::sign(SECRET, now() - 301, &body)).await;
+    let (status, text) = post_webhook(
+        &p,
+        &body,
+        &stripe_test_server::sign(SECRET, now() - 301, &body),
+    )
+    .await;
     assert_eq!(status, 400);
     assert!(text.to_lowercase().contains("timestamp"), "{text}");
     let (status, text) = post_webhook(&p, &body, "t=1,v1=nothex").await;
     assert_eq!(status, 400, "{text}");
     // A body changed after signing.
-    let (status, _) = post_webhook(&p, &body.replace("4784", "1"), &stripe_test_server::sign(SECRET, now(), &body)).await;
+    let (status, _) = post_webhook(
+        &p,
+        &body.replace("4784", "1"),
+        &stripe_test_server::sign(SECRET, now(), &body),
+    )
+    .await;
     assert_eq!(status, 400);
-    assert_eq!(local(&p).await.status, "open", "nothing refused changed anything");
+    assert_eq!(
+        local(&p).await.status,
+        "open",
+        "nothing refused changed anything"
+    );
 
     let sig = stripe_test_server::sign(SECRET, now(), &body);
     let (status, text) = post_webhook(&p, &body, &sig).await;
-    assert_eq!((status, text.contains("\"duplicate\":false")), (200, true), "{text}");
+    assert_eq!(
+        (status, text.contains("\"duplicate\":false")),
+        (200, true),
+        "{text}"
+    );
     let (status, text) = post_webhook(&p, &body, &sig).await;
-    assert_eq!((status, text.contains("\"duplicate\":true")), (200, true), "{text}");
+    assert_eq!(
+        (status, text.contains("\"duplicate\":true")),
+        (200, true),
+        "{text}"
+    );
     assert_eq!(local(&p).await.status, "paid");
     assert_eq!(cash_postings(&p).await, vec![47_840_000], "paid once");
 }
@@ -296,17 +375,31 @@ async fn events_out_of_order_and_twice_change_nothing() {
     let sid = local(&p).await.stripe_invoice_id.unwrap();
     // A declined attempt, then a successful one; Stripe holds both events and then delivers
     // them newest first, each twice.
-    p.stripe.set_faults(Faults { decline_payments: 1, hold_events: true, duplicate_events: true, ..Default::default() });
+    p.stripe.set_faults(Faults {
+        decline_payments: 1,
+        hold_events: true,
+        duplicate_events: true,
+        ..Default::default()
+    });
     assert!(p.stripe.pay(&sid).await.is_err());
     p.stripe.pay(&sid).await.unwrap();
     p.stripe.flush().await;
     let l = until(&p, "paid", |l| l.status == "paid").await;
-    assert!(!l.failed, "the older failure arrived late and changed nothing");
+    assert!(
+        !l.failed,
+        "the older failure arrived late and changed nothing"
+    );
     let ev = events(&p).await;
     assert_eq!(
-        ev.iter().filter(|(t, _)| t == "invoice.paid" || t == "invoice.payment_failed").cloned().collect::<Vec<_>>(),
+        ev.iter()
+            .filter(|(t, _)| t == "invoice.paid" || t == "invoice.payment_failed")
+            .cloned()
+            .collect::<Vec<_>>(),
         vec![
-            ("invoice.payment_failed".to_string(), "ignored: invoice.payment_failed on an invoice that is paid".to_string()),
+            (
+                "invoice.payment_failed".to_string(),
+                "ignored: invoice.payment_failed on an invoice that is paid".to_string()
+            ),
             ("invoice.paid".to_string(), "applied: paid".to_string()),
         ],
         "stored once each, by id; the failure (older) was processed after the payment"
@@ -319,22 +412,41 @@ async fn a_stripe_outage_is_retried_and_nothing_is_duplicated() {
     let p = portal("outage").await;
     // Down for every call of the first round (4 tries each), then two answers lost after
     // the objects were made: the retries must replay, not create again.
-    p.stripe.set_faults(Faults { fail_requests: 4, ..Default::default() });
+    p.stripe.set_faults(Faults {
+        fail_requests: 4,
+        ..Default::default()
+    });
     assert_eq!(sync(&p).await, 0);
-    let err: Option<String> = sqlx::query_scalar("SELECT last_error FROM billing_outbox").fetch_one(p.cp.pool()).await.unwrap();
+    let err: Option<String> = sqlx::query_scalar("SELECT last_error FROM billing_outbox")
+        .fetch_one(p.cp.pool())
+        .await
+        .unwrap();
     assert!(err.as_deref().unwrap_or("").contains("503"), "{err:?}");
     assert_eq!(local(&p).await.stripe_invoice_id, None);
-    p.stripe.set_faults(Faults { lose_responses: 2, ..Default::default() });
+    p.stripe.set_faults(Faults {
+        lose_responses: 2,
+        ..Default::default()
+    });
     // The outbox backs off; make the retry due now instead of waiting.
-    sqlx::query("UPDATE billing_outbox SET available_at = now()").execute(p.cp.pool()).await.unwrap();
+    sqlx::query("UPDATE billing_outbox SET available_at = now()")
+        .execute(p.cp.pool())
+        .await
+        .unwrap();
     assert_eq!(sync(&p).await, 1);
     let l = local(&p).await;
     assert_eq!(l.stripe_status.as_deref(), Some("open"));
     assert_eq!(
-        (p.stripe.created("customer"), p.stripe.created("invoice"), p.stripe.created("invoiceitem")),
+        (
+            p.stripe.created("customer"),
+            p.stripe.created("invoice"),
+            p.stripe.created("invoiceitem")
+        ),
         (1, 1, 2),
         "one of each, whatever was retried"
     );
-    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM billing_outbox").fetch_one(p.cp.pool()).await.unwrap();
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM billing_outbox")
+        .fetch_one(p.cp.pool())
+        .await
+        .unwrap();
     assert_eq!(attempts, 2);
 }

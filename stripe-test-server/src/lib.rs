@@ -42,6 +42,9 @@ pub struct Config {
     /// Attempt payment this long after finalisation, like Stripe's automatic collection
     /// (`None`: only when asked, through `/v1/invoices/{id}/pay` or the hosted page).
     pub autopay_after: Option<Duration>,
+    /// Payments of customers whose `metadata[tenant]` is listed here are always declined
+    /// (the demo's "card that fails").
+    pub decline_tenants: Vec<String>,
 }
 
 impl Config {
@@ -105,7 +108,12 @@ impl Handle {
     }
     /// Events made so far (each as sent, before duplication or reordering).
     pub fn events(&self) -> Vec<Value> {
-        self.inner.store.lock().unwrap_or_else(|p| p.into_inner()).events.clone()
+        self.inner
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .events
+            .clone()
     }
     pub fn created(&self, kind: &str) -> u32 {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -124,13 +132,18 @@ impl Handle {
     /// Attempts payment of an invoice, as the customer's card would be charged.
     pub async fn pay(&self, id: &str) -> Result<Value, Value> {
         let (status, body) = pay(&self.inner, id);
-        if status == StatusCode::OK { Ok(body) } else { Err(body) }
+        if status == StatusCode::OK {
+            Ok(body)
+        } else {
+            Err(body)
+        }
     }
 }
 
 fn set_faults(inner: &Inner, f: Faults) {
     let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    s.failing_until = (f.fail_for_ms > 0).then(|| Instant::now() + Duration::from_millis(f.fail_for_ms));
+    s.failing_until =
+        (f.fail_for_ms > 0).then(|| Instant::now() + Duration::from_millis(f.fail_for_ms));
     let was_holding = s.faults.hold_events;
     s.faults = f;
     if was_holding && !s.faults.hold_events {
@@ -160,7 +173,10 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
         .route("/v1/invoices/{id}/finalize", post(finalize_invoice))
         .route("/v1/invoices/{id}/pay", post(pay_invoice))
         .route("/v1/invoices/{id}/void", post(void_invoice))
-        .route("/v1/invoices/{id}/mark_uncollectible", post(uncollectible_invoice))
+        .route(
+            "/v1/invoices/{id}/mark_uncollectible",
+            post(uncollectible_invoice),
+        )
         .route("/v1/invoiceitems", post(create_item))
         .route("/hosted/{id}", get(hosted_page).post(hosted_pay))
         .route("/_test/faults", post(faults))
@@ -178,7 +194,10 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
 type Shared = State<Arc<Inner>>;
 
 fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 fn error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> (StatusCode, Value) {
@@ -202,13 +221,23 @@ fn new_id(s: &mut Store, prefix: &str) -> String {
 fn form(body: &Bytes) -> Result<HashMap<String, String>, (StatusCode, Value)> {
     serde_urlencoded::from_bytes::<Vec<(String, String)>>(body)
         .map(|v| v.into_iter().collect())
-        .map_err(|e| error(StatusCode::BAD_REQUEST, "invalid_request_error", None, &format!("could not parse the form: {e}")))
+        .map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                None,
+                &format!("could not parse the form: {e}"),
+            )
+        })
 }
 
 fn metadata(f: &HashMap<String, String>) -> Value {
     let mut m = serde_json::Map::new();
     for (k, v) in f {
-        if let Some(key) = k.strip_prefix("metadata[").and_then(|k| k.strip_suffix(']')) {
+        if let Some(key) = k
+            .strip_prefix("metadata[")
+            .and_then(|k| k.strip_suffix(']'))
+        {
             m.insert(key.to_string(), Value::String(v.clone()));
         }
     }
@@ -231,11 +260,21 @@ fn api(
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         if s.faults.fail_requests > 0 {
             s.faults.fail_requests -= 1;
-            let (st, b) = error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, "the Stripe test server is failing on purpose");
+            let (st, b) = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "api_error",
+                None,
+                "the Stripe test server is failing on purpose",
+            );
             return (st, axum::Json(b)).into_response();
         }
         if s.failing_until.is_some_and(|t| Instant::now() < t) {
-            let (st, b) = error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, "the Stripe test server is down for a while, on purpose");
+            let (st, b) = error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "api_error",
+                None,
+                "the Stripe test server is down for a while, on purpose",
+            );
             return (st, axum::Json(b)).into_response();
         }
         if let Some(k) = &key
@@ -246,12 +285,19 @@ fn api(
                     StatusCode::BAD_REQUEST,
                     "idempotency_error",
                     None,
-                    &format!("Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request."),
+                    &format!(
+                        "Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '{k}' if you meant to execute a different request."
+                    ),
                 );
                 return (st, axum::Json(b)).into_response();
             }
-            let mut r = (StatusCode::from_u16(*status).unwrap_or(StatusCode::OK), axum::Json(body.clone())).into_response();
-            r.headers_mut().insert("idempotent-replayed", "true".parse().expect("header"));
+            let mut r = (
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::OK),
+                axum::Json(body.clone()),
+            )
+                .into_response();
+            r.headers_mut()
+                .insert("idempotent-replayed", "true".parse().expect("header"));
             return r;
         }
     }
@@ -260,11 +306,17 @@ fn api(
     if let Some(k) = key
         && status.as_u16() < 500
     {
-        s.idempotency.insert(k, (fingerprint, status.as_u16(), body.clone()));
+        s.idempotency
+            .insert(k, (fingerprint, status.as_u16(), body.clone()));
     }
     if s.faults.lose_responses > 0 {
         s.faults.lose_responses -= 1;
-        let (st, b) = error(StatusCode::INTERNAL_SERVER_ERROR, "api_error", None, "the answer was lost on purpose (the request was carried out)");
+        let (st, b) = error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "api_error",
+            None,
+            "the answer was lost on purpose (the request was carried out)",
+        );
         return (st, axum::Json(b)).into_response();
     }
     (status, axum::Json(body)).into_response()
@@ -307,7 +359,12 @@ async fn get_customer(State(inner): Shared, Path(id): Path<String>) -> Response 
 }
 
 fn not_found(kind: &str, id: &str) -> Response {
-    let (st, b) = error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &format!("No such {kind}: '{id}'"));
+    let (st, b) = error(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        Some("resource_missing"),
+        &format!("No such {kind}: '{id}'"),
+    );
     (st, axum::Json(b)).into_response()
 }
 
@@ -319,11 +376,28 @@ async fn create_invoice(State(inner): Shared, headers: HeaderMap, body: Bytes) -
             Err(e) => return e,
         };
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(customer) = f.get("customer").filter(|c| s.customers.contains_key(*c)).cloned() else {
-            return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("resource_missing"), &format!("No such customer: '{}'", f.get("customer").cloned().unwrap_or_default()));
+        let Some(customer) = f
+            .get("customer")
+            .filter(|c| s.customers.contains_key(*c))
+            .cloned()
+        else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("resource_missing"),
+                &format!(
+                    "No such customer: '{}'",
+                    f.get("customer").cloned().unwrap_or_default()
+                ),
+            );
         };
         let Some(currency) = f.get("currency").cloned() else {
-            return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("parameter_missing"), "Missing required param: currency.");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("parameter_missing"),
+                "Missing required param: currency.",
+            );
         };
         let id = new_id(&mut s, "in");
         let mut i = fixture(inner, "invoice");
@@ -346,7 +420,15 @@ async fn create_invoice(State(inner): Shared, headers: HeaderMap, body: Bytes) -
         i["from_invoice"] = Value::Null;
         i["attempt_count"] = json!(0);
         i["attempted"] = json!(false);
-        for k in ["amount_due", "amount_paid", "amount_remaining", "subtotal", "total", "subtotal_excluding_tax", "total_excluding_tax"] {
+        for k in [
+            "amount_due",
+            "amount_paid",
+            "amount_remaining",
+            "subtotal",
+            "total",
+            "subtotal_excluding_tax",
+            "total_excluding_tax",
+        ] {
             i[k] = json!(0);
         }
         i["lines"]["data"] = json!([]);
@@ -374,17 +456,42 @@ async fn create_item(State(inner): Shared, headers: HeaderMap, body: Bytes) -> R
             Err(e) => return e,
         };
         let Some(amount) = f.get("amount").and_then(|a| a.parse::<i64>().ok()) else {
-            return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("parameter_missing"), "Missing required param: amount (an integer).");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("parameter_missing"),
+                "Missing required param: amount (an integer).",
+            );
         };
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         let invoice = f.get("invoice").cloned().unwrap_or_default();
         match s.invoices.get(&invoice) {
-            None => return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("resource_missing"), &format!("No such invoice: '{invoice}'")),
-            Some(i) if i["status"] != "draft" => {
-                return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("invoice_not_editable"), &format!("Invoice {invoice} is no longer a draft."));
+            None => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    Some("resource_missing"),
+                    &format!("No such invoice: '{invoice}'"),
+                );
             }
-            Some(i) if Some(i["customer"].as_str().unwrap_or_default()) != f.get("customer").map(String::as_str) => {
-                return error(StatusCode::BAD_REQUEST, "invalid_request_error", None, "The invoice belongs to another customer.");
+            Some(i) if i["status"] != "draft" => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    Some("invoice_not_editable"),
+                    &format!("Invoice {invoice} is no longer a draft."),
+                );
+            }
+            Some(i)
+                if Some(i["customer"].as_str().unwrap_or_default())
+                    != f.get("customer").map(String::as_str) =>
+            {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    None,
+                    "The invoice belongs to another customer.",
+                );
             }
             Some(_) => {}
         }
@@ -403,7 +510,14 @@ async fn create_item(State(inner): Shared, headers: HeaderMap, body: Bytes) -> R
         item["quantity"] = json!(1);
         item["quantity_decimal"] = json!("1");
         let inv = s.invoices.get_mut(&invoice).expect("checked above");
-        for k in ["amount_due", "amount_remaining", "subtotal", "total", "subtotal_excluding_tax", "total_excluding_tax"] {
+        for k in [
+            "amount_due",
+            "amount_remaining",
+            "subtotal",
+            "total",
+            "subtotal_excluding_tax",
+            "total_excluding_tax",
+        ] {
             inv[k] = json!(inv[k].as_i64().unwrap_or(0) + amount);
         }
         s.items.insert(id, item.clone());
@@ -469,22 +583,49 @@ fn deliver(inner: Arc<Inner>, event: Value) {
 pub fn sign(secret: &str, t: i64, body: &str) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
     mac.update(format!("{t}.{body}").as_bytes());
-    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("t={t},v1={hex}")
 }
 
-async fn finalize_invoice(State(inner): Shared, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn finalize_invoice(
+    State(inner): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let fp = fingerprint(&format!("/v1/invoices/{id}/finalize"), &body);
     let shared = inner.clone();
     let autopay = inner.config.autopay_after;
     let resp = api(&inner, &headers, fp, |inner| {
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-        let count = s.invoices.values().filter(|i| i["status"] != "draft").count();
+        let count = s
+            .invoices
+            .values()
+            .filter(|i| i["status"] != "draft")
+            .count();
         let Some(inv) = s.invoices.get_mut(&id) else {
-            return error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &format!("No such invoice: '{id}'"));
+            return error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                Some("resource_missing"),
+                &format!("No such invoice: '{id}'"),
+            );
         };
         if inv["status"] != "draft" {
-            return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("invoice_not_editable"), &format!("This invoice is already finalized ({}).", inv["status"].as_str().unwrap_or("")));
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("invoice_not_editable"),
+                &format!(
+                    "This invoice is already finalized ({}).",
+                    inv["status"].as_str().unwrap_or("")
+                ),
+            );
         }
         let t = now();
         inv["number"] = json!(format!("TEST-{:04}", count + 1));
@@ -520,15 +661,34 @@ async fn finalize_invoice(State(inner): Shared, Path(id): Path<String>, headers:
 /// One payment attempt: paid, or declined (the `decline_payments` knob).
 fn pay(inner: &Arc<Inner>, id: &str) -> (StatusCode, Value) {
     let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    let decline = s.faults.decline_payments > 0;
-    if decline {
+    let tenant = s
+        .invoices
+        .get(id)
+        .and_then(|i| s.customers.get(i["customer"].as_str().unwrap_or_default()))
+        .and_then(|c| c["metadata"]["tenant"].as_str().map(str::to_string));
+    let mut decline = tenant.is_some_and(|t| inner.config.decline_tenants.contains(&t));
+    if !decline && s.faults.decline_payments > 0 {
         s.faults.decline_payments -= 1;
+        decline = true;
     }
     let Some(inv) = s.invoices.get_mut(id) else {
-        return error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &format!("No such invoice: '{id}'"));
+        return error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Some("resource_missing"),
+            &format!("No such invoice: '{id}'"),
+        );
     };
     if !matches!(inv["status"].as_str(), Some("open" | "uncollectible")) {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", Some("invoice_not_open"), &format!("Invoice is {}; only open invoices can be paid.", inv["status"].as_str().unwrap_or("")));
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            Some("invoice_not_open"),
+            &format!(
+                "Invoice is {}; only open invoices can be paid.",
+                inv["status"].as_str().unwrap_or("")
+            ),
+        );
     }
     let attempts = inv["attempt_count"].as_i64().unwrap_or(0) + 1;
     inv["attempt_count"] = json!(attempts);
@@ -537,7 +697,12 @@ fn pay(inner: &Arc<Inner>, id: &str) -> (StatusCode, Value) {
         inv["next_payment_attempt"] = json!(now() + 3 * 86_400);
         let snapshot = inv.clone();
         emit(inner, &mut s, "invoice.payment_failed", &snapshot);
-        return error(StatusCode::PAYMENT_REQUIRED, "card_error", Some("card_declined"), "Your card was declined.");
+        return error(
+            StatusCode::PAYMENT_REQUIRED,
+            "card_error",
+            Some("card_declined"),
+            "Your card was declined.",
+        );
     }
     let t = now();
     let due = inv["amount_due"].as_i64().unwrap_or(0);
@@ -551,20 +716,41 @@ fn pay(inner: &Arc<Inner>, id: &str) -> (StatusCode, Value) {
     (StatusCode::OK, snapshot)
 }
 
-async fn pay_invoice(State(inner): Shared, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn pay_invoice(
+    State(inner): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let fp = fingerprint(&format!("/v1/invoices/{id}/pay"), &body);
     let shared = inner.clone();
     api(&inner, &headers, fp, |_| pay(&shared, &id))
 }
 
-fn transition(inner: &Arc<Inner>, id: &str, from: &[&str], to: &str, event: &str) -> (StatusCode, Value) {
+fn transition(
+    inner: &Arc<Inner>,
+    id: &str,
+    from: &[&str],
+    to: &str,
+    event: &str,
+) -> (StatusCode, Value) {
     let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
     let Some(inv) = s.invoices.get_mut(id) else {
-        return error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &format!("No such invoice: '{id}'"));
+        return error(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            Some("resource_missing"),
+            &format!("No such invoice: '{id}'"),
+        );
     };
     let status = inv["status"].as_str().unwrap_or("").to_string();
     if !from.contains(&status.as_str()) {
-        return error(StatusCode::BAD_REQUEST, "invalid_request_error", None, &format!("Invoice is {status}; can't become {to}."));
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            None,
+            &format!("Invoice is {status}; can't become {to}."),
+        );
     }
     inv["status"] = json!(to);
     if to == "void" {
@@ -577,20 +763,49 @@ fn transition(inner: &Arc<Inner>, id: &str, from: &[&str], to: &str, event: &str
     (StatusCode::OK, snapshot)
 }
 
-async fn void_invoice(State(inner): Shared, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn void_invoice(
+    State(inner): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let fp = fingerprint(&format!("/v1/invoices/{id}/void"), &body);
     let shared = inner.clone();
-    api(&inner, &headers, fp, |_| transition(&shared, &id, &["open", "uncollectible"], "void", "invoice.voided"))
+    api(&inner, &headers, fp, |_| {
+        transition(
+            &shared,
+            &id,
+            &["open", "uncollectible"],
+            "void",
+            "invoice.voided",
+        )
+    })
 }
 
-async fn uncollectible_invoice(State(inner): Shared, Path(id): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+async fn uncollectible_invoice(
+    State(inner): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let fp = fingerprint(&format!("/v1/invoices/{id}/mark_uncollectible"), &body);
     let shared = inner.clone();
-    api(&inner, &headers, fp, |_| transition(&shared, &id, &["open"], "uncollectible", "invoice.marked_uncollectible"))
+    api(&inner, &headers, fp, |_| {
+        transition(
+            &shared,
+            &id,
+            &["open"],
+            "uncollectible",
+            "invoice.marked_uncollectible",
+        )
+    })
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// What Stripe's hosted invoice page is to a customer: the invoice, and a way to pay it.
@@ -646,7 +861,10 @@ async fn flush(inner: &Arc<Inner>) {
     let (held, copies) = {
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         s.faults.hold_events = false;
-        (std::mem::take(&mut s.held), if s.faults.duplicate_events { 2 } else { 1 })
+        (
+            std::mem::take(&mut s.held),
+            if s.faults.duplicate_events { 2 } else { 1 },
+        )
     };
     // Newest first: out of order on purpose. Sequential, so the order is what arrives.
     let Some(url) = inner.config.webhook_url.clone() else {

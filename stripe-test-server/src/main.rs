@@ -22,6 +22,9 @@ struct Args {
     /// Attempt payment this many milliseconds after an invoice is finalised (0: never).
     #[arg(long, default_value_t = 0)]
     autopay_ms: u64,
+    /// Always decline payments of this organization (its slug); repeatable.
+    #[arg(long)]
+    decline_tenant: Vec<String>,
 }
 
 #[tokio::main]
@@ -35,6 +38,7 @@ async fn main() -> std::io::Result<()> {
             webhook_url: a.webhook_url,
             webhook_secret: a.webhook_secret,
             autopay_after: (a.autopay_ms > 0).then(|| Duration::from_millis(a.autopay_ms)),
+            decline_tenants: a.decline_tenant,
         },
         a.listen,
     )

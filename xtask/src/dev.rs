@@ -15,6 +15,7 @@ use crate::{Result, fleet, portal, root, step, target_dir};
 
 pub const ADDR: &str = "127.0.0.1:3000";
 const IDP_PORT: u16 = 3002;
+const STRIPE_PORT: u16 = 12111;
 
 pub fn run(args: &[String]) -> Result {
     if let Some(a) = args.first() {
@@ -66,7 +67,13 @@ pub fn run(args: &[String]) -> Result {
     )?;
     run_cmd(
         Command::new("cargo")
-            .args(["build", "--package", "node-agent"])
+            .args([
+                "build",
+                "--package",
+                "node-agent",
+                "--package",
+                "stripe-test-server",
+            ])
             .env("RUSTFLAGS", "--cfg erase_components")
             .current_dir(root()),
     )?;
@@ -79,6 +86,20 @@ pub fn run(args: &[String]) -> Result {
     let (mut idp, issuer) =
         portal::start_demo_idp(IDP_PORT, &format!("http://{ADDR}"), &idp_secret, None)?;
 
+    step("starting the local Stripe test server on 127.0.0.1:12111");
+    let webhook_secret = format!("whsec_{}", portal::dev_secret("stripe-webhook-secret")?);
+    let (mut stripe, stripe_api) = portal::start_stripe(
+        &target_dir().join("debug/stripe-test-server"),
+        STRIPE_PORT,
+        &format!("http://{ADDR}"),
+        &webhook_secret,
+        Some(
+            std::fs::File::create(root().join(".data/stripe.log"))
+                .map_err(|e| format!("creating .data/stripe.log: {e}"))?,
+        ),
+    )
+    .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
+
     step("starting the server");
     let admin_password = portal::dev_secret("admin-password")?;
     let launch = portal::Launch {
@@ -89,11 +110,13 @@ pub fn run(args: &[String]) -> Result {
         site_env: "dev",
         admin_password: admin_password.clone(),
         demo_idp: Some((issuer, idp_secret)),
+        stripe: Some((stripe_api, webhook_secret)),
         log: None,
     };
-    let mut server = launch
-        .start()
-        .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
+    let mut server = launch.start().inspect_err(|_| {
+        terminate(&mut idp, Duration::from_secs(5));
+        terminate(&mut stripe, Duration::from_secs(5));
+    })?;
     let port: u16 = ADDR
         .rsplit(':')
         .next()
@@ -102,6 +125,7 @@ pub fn run(args: &[String]) -> Result {
     if let Err(e) = wait_ready(&mut server, port, Duration::from_secs(60)) {
         terminate(&mut server, Duration::from_secs(5));
         terminate(&mut idp, Duration::from_secs(5));
+        terminate(&mut stripe, Duration::from_secs(5));
         return Err(e);
     }
     step("starting the demo fleet (simulated node agents)");
@@ -110,6 +134,7 @@ pub fn run(args: &[String]) -> Result {
         Err(e) => {
             terminate(&mut server, Duration::from_secs(5));
             terminate(&mut idp, Duration::from_secs(5));
+            terminate(&mut stripe, Duration::from_secs(5));
             return Err(e);
         }
     };
@@ -137,6 +162,7 @@ pub fn run(args: &[String]) -> Result {
             }
             terminate(&mut server, Duration::from_secs(25));
             terminate(&mut idp, Duration::from_secs(5));
+            terminate(&mut stripe, Duration::from_secs(5));
             break;
         }
         if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
@@ -144,6 +170,7 @@ pub fn run(args: &[String]) -> Result {
                 terminate(a, Duration::from_secs(10));
             }
             terminate(&mut idp, Duration::from_secs(5));
+            terminate(&mut stripe, Duration::from_secs(5));
             drop(cluster);
             return Err(format!("the server stopped ({status})"));
         }

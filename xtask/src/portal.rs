@@ -22,6 +22,8 @@ pub struct Launch {
     pub admin_password: String,
     /// The demo identity provider's issuer and client secret, for the demo tenants.
     pub demo_idp: Option<(String, String)>,
+    /// The local Stripe test server: its API base URL and the webhook signing secret.
+    pub stripe: Option<(String, String)>,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
 }
@@ -102,6 +104,11 @@ impl Launch {
             cmd.env("PORTAL_DEMO_IDP_ISSUER", issuer)
                 .env("PORTAL_DEMO_IDP_CLIENT_SECRET", secret);
         }
+        if let Some((api_base, webhook_secret)) = &self.stripe {
+            cmd.env("STRIPE_API_BASE", api_base)
+                .env("STRIPE_SECRET_KEY", "sk_test_local_stripe_test_server")
+                .env("STRIPE_WEBHOOK_SECRET", webhook_secret);
+        }
         if let Some(log) = &self.log {
             let out = log.try_clone().map_err(|e| e.to_string())?;
             let err = log.try_clone().map_err(|e| e.to_string())?;
@@ -146,6 +153,64 @@ pub fn start_demo_idp(
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     Ok((child, format!("http://127.0.0.1:{port}")))
+}
+
+/// Starts the local Stripe test server (`stripe-test-server`, built from this workspace) on
+/// `127.0.0.1:{port}`, sending webhooks to the portal, paying invoices `autopay_ms` after
+/// they are finalised and declining Globex's card (the demo's failed payment). Its objects
+/// are built from Stripe's fixtures in `../shared/reference/stripe/fixtures3.json` (or
+/// `$STRIPE_FIXTURES`). Returns the process and the API base URL.
+pub fn start_stripe(
+    binary: &std::path::Path,
+    port: u16,
+    portal_url: &str,
+    webhook_secret: &str,
+    log: Option<File>,
+) -> Result<(Child, String)> {
+    let fixtures = std::env::var("STRIPE_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root().join("../shared/reference/stripe/fixtures3.json"));
+    if !fixtures.exists() {
+        return Err(format!(
+            "Stripe's fixtures are not at {} (set STRIPE_FIXTURES to fixtures3.json)",
+            fixtures.display()
+        ));
+    }
+    let mut cmd = Command::new(binary);
+    cmd.args([
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--autopay-ms",
+        "3000",
+        "--decline-tenant",
+        "globex",
+    ])
+    .arg("--fixtures")
+    .arg(&fixtures)
+    .args(["--webhook-url", &format!("{portal_url}/stripe/webhook")])
+    .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
+    .current_dir(root());
+    if let Some(log) = log {
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        cmd.stdout(log).stderr(err);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("starting the Stripe test server: {e}"))?;
+    let start = std::time::Instant::now();
+    while crate::proc::http_status(port, "/v1/customers/cus_probe").is_none() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("the Stripe test server exited ({status})"));
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            return Err(format!(
+                "the Stripe test server did not start on port {port}"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok((child, format!("http://127.0.0.1:{port}/")))
 }
 
 /// 24 characters from the kernel's random source; no default password exists anywhere.

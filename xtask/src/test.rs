@@ -64,6 +64,9 @@ pub fn run(args: &[String]) -> Result {
     sh(cargo(&["test", "--workspace", "--exclude", "frontend"])
         .env("DATABASE_URL", pg.url("postgres")))?;
 
+    // The local Stripe test server, for the browser tests (a debug build is plenty).
+    sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
+
     step("release build (cargo leptos build --release)");
     sh(Command::new("cargo")
         .args(["leptos", "build", "--release"])
@@ -84,15 +87,34 @@ pub fn run(args: &[String]) -> Result {
         &idp_secret,
         Some(idp_log),
     )?;
+    let stripe_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let webhook_secret = format!("whsec_{}", portal::random_password()?);
+    let stripe_log = std::fs::File::create(root().join("test-artifacts/stripe.log"))
+        .map_err(|e| format!("creating test-artifacts/stripe.log: {e}"))?;
+    let (mut stripe, stripe_api) = match portal::start_stripe(
+        &target_dir().join("debug/stripe-test-server"),
+        stripe_port,
+        &format!("http://127.0.0.1:{port}"),
+        &webhook_secret,
+        Some(stripe_log),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            terminate(&mut idp, Duration::from_secs(5));
+            return Err(e);
+        }
+    };
     let mut server = match start_release_server(
         &pg.url("e2e"),
         port,
         &admin_password,
         (issuer.clone(), idp_secret),
+        (stripe_api.clone(), webhook_secret),
     ) {
         Ok(s) => s,
         Err(e) => {
             terminate(&mut idp, Duration::from_secs(5));
+            terminate(&mut stripe, Duration::from_secs(5));
             return Err(e);
         }
     };
@@ -106,12 +128,14 @@ pub fn run(args: &[String]) -> Result {
             .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
             .env("PORTAL_ADMIN_PASSWORD", &admin_password)
             .env("PORTAL_IDP_ISSUER", &issuer)
+            .env("STRIPE_API", &stripe_api)
             // Built by the test step above (node-agent has integration tests).
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
     });
     terminate(&mut server, Duration::from_secs(10));
     terminate(&mut idp, Duration::from_secs(5));
+    terminate(&mut stripe, Duration::from_secs(5));
     result?;
     drop(pg);
 
@@ -156,6 +180,7 @@ fn start_release_server(
     port: u16,
     admin_password: &str,
     demo_idp: (String, String),
+    stripe: (String, String),
 ) -> Result<Child> {
     let dir = root().join("test-artifacts");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -169,6 +194,7 @@ fn start_release_server(
         site_env: "prod",
         admin_password: admin_password.to_string(),
         demo_idp: Some(demo_idp),
+        stripe: Some(stripe),
         log: Some(log),
     }
     .start()

@@ -107,7 +107,10 @@ pub async fn close_month(
     .fetch_one(&mut *tx)
     .await?;
     if unrated > 0 {
-        tracing::info!(intervals = unrated, "month not fully rated yet; invoice waits");
+        tracing::info!(
+            intervals = unrated,
+            "month not fully rated yet; invoice waits"
+        );
         return Ok(None);
     }
 
@@ -240,7 +243,10 @@ pub async fn close_month(
                 memo: format!("{number}: prepaid credit applied"),
                 by: None,
             },
-            &[(Account::Prepaid(tenant), m), (Account::Receivable(tenant), -m)],
+            &[
+                (Account::Prepaid(tenant), m),
+                (Account::Receivable(tenant), -m),
+            ],
         )
         .await?;
     }
@@ -305,7 +311,11 @@ pub struct Entry<'a> {
 
 /// Posts one journal entry. Its postings (micro-units, debits positive) must balance; the
 /// database checks at commit.
-pub async fn post(conn: &mut PgConnection, entry: Entry<'_>, postings: &[(Account, i64)]) -> Result<i64> {
+pub async fn post(
+    conn: &mut PgConnection,
+    entry: Entry<'_>,
+    postings: &[(Account, i64)],
+) -> Result<i64> {
     let id = sqlx::query_scalar!(
         "INSERT INTO journal_entries (kind, tenant_id, currency, invoice_id, memo, created_by)
          VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
@@ -336,7 +346,11 @@ pub async fn post(conn: &mut PgConnection, entry: Entry<'_>, postings: &[(Accoun
 }
 
 /// Prepaid credit the tenant holds, in whole cents.
-pub async fn credit_balance_on(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> Result<i64> {
+pub async fn credit_balance_on(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    currency: &str,
+) -> Result<i64> {
     let micro = sqlx::query_scalar!(
         r#"SELECT coalesce(-sum(p.amount_micro), 0)::bigint AS "balance!"
            FROM postings p JOIN ledger_accounts a ON a.id = p.account_id
@@ -375,12 +389,13 @@ impl ControlPlane {
             });
         }
         let mut tx = self.pool().begin().await?;
-        let slug = sqlx::query_scalar!("SELECT slug FROM tenants WHERE id = $1", tenant as TenantId)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(Error::NotFound {
-                what: "organization",
-            })?;
+        let slug =
+            sqlx::query_scalar!("SELECT slug FROM tenants WHERE id = $1", tenant as TenantId)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(Error::NotFound {
+                    what: "organization",
+                })?;
         let by = who.principal().user_id;
         let m = Micros::from_minor(amount.amount_minor).0;
         let entry = post(
@@ -439,7 +454,10 @@ impl ControlPlane {
         if amount.currency != inv.currency {
             return Err(Error::Invalid {
                 field: "amount",
-                reason: format!("the invoice is in {}, not {}", inv.currency, amount.currency),
+                reason: format!(
+                    "the invoice is in {}, not {}",
+                    inv.currency, amount.currency
+                ),
             });
         }
         let room = inv.total_minor - inv.noted;
@@ -505,7 +523,9 @@ impl ControlPlane {
                 action: "billing.credit_note",
                 resource: &self.naming().tenant(inv.tenant),
                 before: None,
-                after: Some(json!({ "invoice": number, "amount": amount.to_string(), "reason": reason })),
+                after: Some(
+                    json!({ "invoice": number, "amount": amount.to_string(), "reason": reason }),
+                ),
                 request_id,
             },
         )

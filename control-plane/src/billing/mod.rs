@@ -24,7 +24,9 @@ use crate::policy::Money;
 
 /// Micro-units of a currency: 10^-6 of its unit, 10^-4 of a cent. Rating works in these so
 /// that per-second usage is never rounded to cents before the invoice.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Micros(pub i64);
 
@@ -49,7 +51,10 @@ impl Micros {
 
     /// Whole cents, rounded up: what a budget check counts (never under-counts spend).
     pub fn ceil_to_minor(self) -> i64 {
-        let (q, r) = (self.0.div_euclid(Self::PER_MINOR), self.0.rem_euclid(Self::PER_MINOR));
+        let (q, r) = (
+            self.0.div_euclid(Self::PER_MINOR),
+            self.0.rem_euclid(Self::PER_MINOR),
+        );
         if r > 0 { q + 1 } else { q }
     }
 
@@ -158,7 +163,10 @@ mod tests {
         assert_eq!(s, time::macros::datetime!(2026-12-01 00:00 UTC));
         assert_eq!(e, time::macros::datetime!(2027-01-01 00:00 UTC));
         assert_eq!(gpu_hours(3_600_000_000 * 12 + 1_800_000_000), "12.500000");
-        assert_eq!(month_label(parse_month("month", "2026-11").unwrap()), "2026-11");
+        assert_eq!(
+            month_label(parse_month("month", "2026-11").unwrap()),
+            "2026-11"
+        );
         let err = parse_month("month", "nov").unwrap_err().to_string();
         assert!(err.contains("YYYY-MM"), "{err}");
     }

@@ -16,7 +16,8 @@ use crate::tenancy::{Tenant, TenantRequirement, TenantRole};
 /// Owners, admins and finance: who sees a tenant's spend and invoices.
 pub struct TenantFinance;
 impl TenantRequirement for TenantFinance {
-    const ROLES: &'static [TenantRole] = &[TenantRole::Owner, TenantRole::Admin, TenantRole::Finance];
+    const ROLES: &'static [TenantRole] =
+        &[TenantRole::Owner, TenantRole::Admin, TenantRole::Finance];
     const WHO: &'static str = "organization admins and finance";
 }
 
@@ -227,7 +228,8 @@ impl ControlPlane {
         let spent = spent_this_month(&mut conn, tenant, None, &currency, now).await?;
         let rate = run_rate(&mut conn, tenant, &currency).await?;
         let remaining_us = (end - now).whole_microseconds().max(0) as i64;
-        let forecast = Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
+        let forecast =
+            Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
         let credit = super::invoices::credit_balance_on(&mut conn, tenant, &currency).await?;
 
         // Budgets: the organization's, and each project's own.
@@ -317,12 +319,20 @@ impl ControlPlane {
     }
 
     /// The tenant's invoices, newest month first.
-    pub async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>> {
-        self.invoices_where(Some(who.id()), &InvoiceFilter::default()).await
+    pub async fn tenant_invoices(
+        &self,
+        who: &Tenant<TenantFinance>,
+    ) -> Result<Vec<InvoiceSummary>> {
+        self.invoices_where(Some(who.id()), &InvoiceFilter::default())
+            .await
     }
 
     /// One invoice of the tenant's, with lines and credit notes. Another tenant's: not found.
-    pub async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail> {
+    pub async fn tenant_invoice(
+        &self,
+        who: &Tenant<TenantFinance>,
+        id: Uuid,
+    ) -> Result<InvoiceDetail> {
         self.invoice_detail(Some(who.id()), id).await
     }
 
@@ -335,18 +345,28 @@ impl ControlPlane {
         self.invoices_where(None, filter).await
     }
 
-    pub async fn any_invoice(&self, _who: &Platform<PlatformFinance>, id: Uuid) -> Result<InvoiceDetail> {
+    pub async fn any_invoice(
+        &self,
+        _who: &Platform<PlatformFinance>,
+        id: Uuid,
+    ) -> Result<InvoiceDetail> {
         self.invoice_detail(None, id).await
     }
 
-    async fn invoices_where(&self, tenant: Option<TenantId>, f: &InvoiceFilter) -> Result<Vec<InvoiceSummary>> {
+    async fn invoices_where(
+        &self,
+        tenant: Option<TenantId>,
+        f: &InvoiceFilter,
+    ) -> Result<Vec<InvoiceSummary>> {
         let status = f.status.as_deref().filter(|s| !s.is_empty());
         if let Some(s) = status
             && !["draft", "open", "paid", "void", "uncollectible", "failed"].contains(&s)
         {
             return Err(Error::Invalid {
                 field: "status",
-                reason: format!("{s:?} is not one of draft, open, paid, void, uncollectible, failed"),
+                reason: format!(
+                    "{s:?} is not one of draft, open, paid, void, uncollectible, failed"
+                ),
             });
         }
         let month = match f.month.as_deref().filter(|m| !m.is_empty()) {
@@ -407,7 +427,11 @@ impl ControlPlane {
         .into_iter()
         .map(|l| InvoiceLine {
             line_no: l.line_no,
-            gpu_hours: if l.kind == "usage" { super::gpu_hours(l.gpu_us) } else { String::new() },
+            gpu_hours: if l.kind == "usage" {
+                super::gpu_hours(l.gpu_us)
+            } else {
+                String::new()
+            },
             unit_price: if l.kind == "usage" {
                 Micros(l.unit_price_micro).to_string()
             } else {
@@ -461,16 +485,21 @@ impl ControlPlane {
 
     /// Every organization, for platform finance's pickers.
     pub async fn tenant_slugs(&self) -> Result<Vec<(TenantId, String)>> {
-        Ok(sqlx::query!(r#"SELECT id AS "id: TenantId", slug FROM tenants ORDER BY slug"#)
-            .fetch_all(self.pool())
-            .await?
-            .into_iter()
-            .map(|r| (r.id, r.slug))
-            .collect())
+        Ok(
+            sqlx::query!(r#"SELECT id AS "id: TenantId", slug FROM tenants ORDER BY slug"#)
+                .fetch_all(self.pool())
+                .await?
+                .into_iter()
+                .map(|r| (r.id, r.slug))
+                .collect(),
+        )
     }
 
     /// Revenue per month and currency, newest first (platform finance).
-    pub async fn revenue_by_month(&self, _who: &Platform<PlatformFinance>) -> Result<Vec<RevenuePoint>> {
+    pub async fn revenue_by_month(
+        &self,
+        _who: &Platform<PlatformFinance>,
+    ) -> Result<Vec<RevenuePoint>> {
         let rows = sqlx::query!(
             r#"WITH rated AS (
                    SELECT date_trunc('month', period_start, 'UTC')::date AS month, currency,
@@ -538,10 +567,13 @@ impl ControlPlane {
                 &r.allocation_id.to_string(),
                 &r.gpu_count.to_string(),
                 &format!("{}.{:06}", r.rated_us / 1_000_000, r.rated_us % 1_000_000),
-                &Money { amount_minor: r.price_per_hour_minor, currency: String::new() }
-                    .to_string()
-                    .trim()
-                    .to_string(),
+                &Money {
+                    amount_minor: r.price_per_hour_minor,
+                    currency: String::new(),
+                }
+                .to_string()
+                .trim()
+                .to_string(),
                 &r.currency,
                 &Micros(r.amount_micro).to_string(),
             ]));
@@ -552,7 +584,9 @@ impl ControlPlane {
     /// An invoice's lines as CSV.
     pub async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String> {
         let d = self.tenant_invoice(who, id).await?;
-        let mut out = String::from("invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n");
+        let mut out = String::from(
+            "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
+        );
         for l in &d.lines {
             out.push_str(&csv_row(&[
                 &d.summary.number,
@@ -563,7 +597,12 @@ impl ControlPlane {
                 l.sku.as_deref().unwrap_or(""),
                 &l.gpu_hours,
                 &l.unit_price,
-                Money { amount_minor: l.amount.amount_minor, currency: String::new() }.to_string().trim(),
+                Money {
+                    amount_minor: l.amount.amount_minor,
+                    currency: String::new(),
+                }
+                .to_string()
+                .trim(),
                 &l.amount.currency,
                 &l.description,
             ]));
@@ -578,7 +617,9 @@ fn csv_row(cells: &[&str]) -> String {
     let mut out = cells
         .iter()
         .map(|c| {
-            let c = if c.starts_with(['=', '+', '@']) || (c.starts_with('-') && c.parse::<f64>().is_err()) {
+            let c = if c.starts_with(['=', '+', '@'])
+                || (c.starts_with('-') && c.parse::<f64>().is_err())
+            {
                 format!("'{c}")
             } else {
                 c.to_string()
@@ -599,6 +640,9 @@ fn csv_row(cells: &[&str]) -> String {
 mod tests {
     #[test]
     fn csv_quotes_and_defuses_formulas() {
-        assert_eq!(super::csv_row(&["a,b", "x\"y", "=1+1", "-12.50", "plain"]), "\"a,b\",\"x\"\"y\",'=1+1,-12.50,plain\n");
+        assert_eq!(
+            super::csv_row(&["a,b", "x\"y", "=1+1", "-12.50", "plain"]),
+            "\"a,b\",\"x\"\"y\",'=1+1,-12.50,plain\n"
+        );
     }
 }

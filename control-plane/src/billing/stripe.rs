@@ -79,7 +79,9 @@ where
             Ok(v) => return Ok(v),
             Err(e) => {
                 let retry = match &e {
-                    StripeError::Stripe(_, status) => *status == 409 || *status == 429 || *status >= 500,
+                    StripeError::Stripe(_, status) => {
+                        *status == 409 || *status == 429 || *status >= 500
+                    }
                     StripeError::ClientError(_) | StripeError::Timeout => true,
                     StripeError::JSONDeserialize(_) | StripeError::ConfigError(_) => false,
                 };
@@ -113,7 +115,10 @@ fn key(k: String) -> RequestStrategy {
 }
 
 fn metadata(pairs: &[(&str, String)]) -> std::collections::HashMap<String, String> {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
 }
 
 impl ControlPlane {
@@ -190,7 +195,10 @@ impl ControlPlane {
                 let req = stripe_core::customer::CreateCustomer::new()
                     .name(inv.display_name.clone())
                     .description(format!("GPU cloud organization {}", inv.slug))
-                    .metadata(metadata(&[("tenant_id", inv.tenant.to_string()), ("tenant", inv.slug.clone())]));
+                    .metadata(metadata(&[
+                        ("tenant_id", inv.tenant.to_string()),
+                        ("tenant", inv.slug.clone()),
+                    ]));
                 let c = with_retries("create customer", || {
                     req.customize()
                         .request_strategy(key(format!("gpuaas-customer-{}", inv.tenant)))
@@ -222,8 +230,14 @@ impl ControlPlane {
                     .pending_invoice_items_behavior(
                         stripe_billing::invoice::CreateInvoicePendingInvoiceItemsBehavior::Exclude,
                     )
-                    .description(format!("GPU cloud usage, {}", super::month_label(inv.month)))
-                    .metadata(metadata(&[("invoice_id", invoice.to_string()), ("number", inv.number.clone())]));
+                    .description(format!(
+                        "GPU cloud usage, {}",
+                        super::month_label(inv.month)
+                    ))
+                    .metadata(metadata(&[
+                        ("invoice_id", invoice.to_string()),
+                        ("number", inv.number.clone()),
+                    ]));
                 let s = with_retries("create invoice", || {
                     req.customize()
                         .request_strategy(key(format!("gpuaas-invoice-{invoice}")))
@@ -231,10 +245,9 @@ impl ControlPlane {
                 })
                 .await
                 .map_err(fail)?;
-                let id = s
-                    .id
-                    .map(|i| i.to_string())
-                    .ok_or_else(|| Error::Corrupt("Stripe returned an invoice without an id".into()))?;
+                let id = s.id.map(|i| i.to_string()).ok_or_else(|| {
+                    Error::Corrupt("Stripe returned an invoice without an id".into())
+                })?;
                 sqlx::query!(
                     "UPDATE invoices SET stripe_invoice_id = $2, stripe_status = 'draft' WHERE id = $1 AND stripe_invoice_id IS NULL",
                     invoice,
@@ -260,7 +273,10 @@ impl ControlPlane {
                 .amount(l.amount_minor)
                 .currency(currency.clone())
                 .description(l.description.clone())
-                .metadata(metadata(&[("invoice_id", invoice.to_string()), ("line", l.line_no.to_string())]));
+                .metadata(metadata(&[
+                    ("invoice_id", invoice.to_string()),
+                    ("line", l.line_no.to_string()),
+                ]));
             let item = with_retries("create invoice item", || {
                 req.customize()
                     .request_strategy(key(format!("gpuaas-line-{invoice}-{}", l.line_no)))
@@ -279,7 +295,8 @@ impl ControlPlane {
         }
 
         if inv.stripe_status.as_deref().is_none_or(|s| s == "draft") {
-            let req = stripe_billing::invoice::FinalizeInvoiceInvoice::new(stripe_invoice.clone()).auto_advance(true);
+            let req = stripe_billing::invoice::FinalizeInvoiceInvoice::new(stripe_invoice.clone())
+                .auto_advance(true);
             let f = with_retries("finalize invoice", || {
                 req.customize()
                     .request_strategy(key(format!("gpuaas-finalize-{invoice}")))
@@ -306,12 +323,13 @@ impl ControlPlane {
     #[tracing::instrument(skip_all)]
     pub async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome> {
         let link = self.stripe()?;
-        let event = Webhook::construct_event(payload, signature, &link.webhook_secret).map_err(|e| {
-            Error::Invalid {
-                field: "Stripe-Signature",
-                reason: e.to_string(),
-            }
-        })?;
+        let event =
+            Webhook::construct_event(payload, signature, &link.webhook_secret).map_err(|e| {
+                Error::Invalid {
+                    field: "Stripe-Signature",
+                    reason: e.to_string(),
+                }
+            })?;
         let invoice = match &event.data.object {
             EventObject::InvoicePaid(i)
             | EventObject::InvoicePaymentFailed(i)
@@ -319,15 +337,17 @@ impl ControlPlane {
             | EventObject::InvoiceMarkedUncollectible(i) => i.id.as_ref().map(|i| i.to_string()),
             _ => None,
         };
-        let created = time::OffsetDateTime::from_unix_timestamp(event.created)
-            .map_err(|_| Error::Invalid {
+        let created = time::OffsetDateTime::from_unix_timestamp(event.created).map_err(|_| {
+            Error::Invalid {
                 field: "created",
                 reason: "not a time".into(),
-            })?;
-        let payload_json: serde_json::Value = serde_json::from_str(payload).map_err(|e| Error::Invalid {
-            field: "payload",
-            reason: e.to_string(),
+            }
         })?;
+        let payload_json: serde_json::Value =
+            serde_json::from_str(payload).map_err(|e| Error::Invalid {
+                field: "payload",
+                reason: e.to_string(),
+            })?;
         let inserted = sqlx::query_scalar!(
             "INSERT INTO stripe_events (id, type, stripe_invoice_id, created, payload, processed_at, outcome)
              VALUES ($1, $2, $3, $4, $5, CASE WHEN $3::text IS NULL THEN now() END,
@@ -343,12 +363,18 @@ impl ControlPlane {
         .await?;
         if inserted.is_none() {
             tracing::info!(stripe.event = %event.id.as_str(), "duplicate delivery; nothing to do");
-            return Ok(WebhookOutcome { event: event.id.to_string(), duplicate: true });
+            return Ok(WebhookOutcome {
+                event: event.id.to_string(),
+                duplicate: true,
+            });
         }
         if let Some(i) = invoice {
             self.apply_stripe_events(&i).await?;
         }
-        Ok(WebhookOutcome { event: event.id.to_string(), duplicate: false })
+        Ok(WebhookOutcome {
+            event: event.id.to_string(),
+            duplicate: false,
+        })
     }
 
     /// Applies a linked invoice's unprocessed events, oldest first (by Stripe's `created`).
@@ -389,10 +415,21 @@ impl ControlPlane {
             };
             let outcome: String = match (e.r#type.as_str(), status.as_str()) {
                 ("invoice.paid", "open" | "uncollectible") => {
-                    let paid = Micros::from_minor(obj["amount_paid"].as_i64().unwrap_or(inv.total_minor)).0;
-                    let from = if status == "open" { Account::Receivable(inv.tenant) } else { Account::BadDebt };
+                    let paid =
+                        Micros::from_minor(obj["amount_paid"].as_i64().unwrap_or(inv.total_minor))
+                            .0;
+                    let from = if status == "open" {
+                        Account::Receivable(inv.tenant)
+                    } else {
+                        Account::BadDebt
+                    };
                     if paid > 0 {
-                        post(&mut tx, entry("payment", format!("{}: paid through Stripe", inv.number)), &[(Account::Cash, paid), (from, -paid)]).await?;
+                        post(
+                            &mut tx,
+                            entry("payment", format!("{}: paid through Stripe", inv.number)),
+                            &[(Account::Cash, paid), (from, -paid)],
+                        )
+                        .await?;
                     }
                     sqlx::query!(
                         "UPDATE invoices SET status = 'paid', paid_at = $2, stripe_status = 'paid' WHERE id = $1",
@@ -422,7 +459,11 @@ impl ControlPlane {
                 }
                 ("invoice.voided", "open" | "uncollectible") => {
                     let applied_credit = Micros::from_minor(inv.credit_applied_minor).0;
-                    let from = if status == "open" { Account::Receivable(inv.tenant) } else { Account::BadDebt };
+                    let from = if status == "open" {
+                        Account::Receivable(inv.tenant)
+                    } else {
+                        Account::BadDebt
+                    };
                     let mut postings = vec![(Account::Revenue, due + applied_credit)];
                     if due != 0 {
                         postings.push((from, -due));
@@ -431,17 +472,42 @@ impl ControlPlane {
                         postings.push((Account::Prepaid(inv.tenant), -applied_credit));
                     }
                     if postings.len() > 1 {
-                        post(&mut tx, entry("void", format!("{}: voided; charges reversed, credit restored", inv.number)), &postings).await?;
-                    }
-                    sqlx::query!("UPDATE invoices SET status = 'void', stripe_status = 'void' WHERE id = $1", inv.id)
-                        .execute(&mut *tx)
+                        post(
+                            &mut tx,
+                            entry(
+                                "void",
+                                format!(
+                                    "{}: voided; charges reversed, credit restored",
+                                    inv.number
+                                ),
+                            ),
+                            &postings,
+                        )
                         .await?;
+                    }
+                    sqlx::query!(
+                        "UPDATE invoices SET status = 'void', stripe_status = 'void' WHERE id = $1",
+                        inv.id
+                    )
+                    .execute(&mut *tx)
+                    .await?;
                     status = "void".into();
                     "applied: void".into()
                 }
                 ("invoice.marked_uncollectible", "open") => {
                     if due != 0 {
-                        post(&mut tx, entry("uncollectible", format!("{}: marked uncollectible", inv.number)), &[(Account::BadDebt, due), (Account::Receivable(inv.tenant), -due)]).await?;
+                        post(
+                            &mut tx,
+                            entry(
+                                "uncollectible",
+                                format!("{}: marked uncollectible", inv.number),
+                            ),
+                            &[
+                                (Account::BadDebt, due),
+                                (Account::Receivable(inv.tenant), -due),
+                            ],
+                        )
+                        .await?;
                     }
                     sqlx::query!(
                         "UPDATE invoices SET status = 'uncollectible', stripe_status = 'uncollectible' WHERE id = $1",
