@@ -567,13 +567,7 @@ impl ControlPlane {
                 &r.allocation_id.to_string(),
                 &r.gpu_count.to_string(),
                 &format!("{}.{:06}", r.rated_us / 1_000_000, r.rated_us % 1_000_000),
-                &Money {
-                    amount_minor: r.price_per_hour_minor,
-                    currency: String::new(),
-                }
-                .to_string()
-                .trim()
-                .to_string(),
+                &decimal(r.price_per_hour_minor),
                 &r.currency,
                 &Micros(r.amount_micro).to_string(),
             ]));
@@ -597,18 +591,20 @@ impl ControlPlane {
                 l.sku.as_deref().unwrap_or(""),
                 &l.gpu_hours,
                 &l.unit_price,
-                Money {
-                    amount_minor: l.amount.amount_minor,
-                    currency: String::new(),
-                }
-                .to_string()
-                .trim(),
+                &decimal(l.amount.amount_minor),
                 &l.amount.currency,
                 &l.description,
             ]));
         }
         Ok(out)
     }
+}
+
+/// `12.50` from 1250 minor units.
+fn decimal(minor: i64) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    let abs = minor.unsigned_abs();
+    format!("{sign}{}.{:02}", abs / 100, abs % 100)
 }
 
 /// One CSV record (RFC 4180 quoting). Cells that a spreadsheet would run as a formula are
