@@ -1,5 +1,6 @@
 //! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]` and
-//! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]`: the benchmarks in
+//! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]` and
+//! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]`: the benchmarks in
 //! control-plane/benches/ against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
 
@@ -11,7 +12,7 @@ use crate::proc::run as run_cmd;
 use crate::tools::{self, Needs};
 use crate::{Result, root, step};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -21,6 +22,11 @@ pub fn run(args: &[String]) -> Result {
             &args[1..],
         ),
         Some("dispatch") => bench("dispatch", &["--rate", "--seconds", "--nodes"], &args[1..]),
+        Some("ledger") => bench(
+            "ledger",
+            &["--tenants", "--runs", "--hours", "--batch"],
+            &args[1..],
+        ),
         _ => Err(USAGE.into()),
     }
 }

@@ -25,6 +25,10 @@ usage: cargo xtask <command>
   bench placement [--clients N] [--seconds S] [--nodes N]
                  placement benchmark: a synthetic 10,000-node fleet, N concurrent clients
                  launching and releasing, against PostgreSQL with durable commits
+  bench dispatch [--rate N] [--seconds S] [--nodes N]
+                 launch → agent acknowledgement and release → claimable latency
+  bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]
+                 usage rows rated per second, and a month's invoices for N tenants
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";

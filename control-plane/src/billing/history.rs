@@ -84,7 +84,7 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
                                   image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                                   request_fingerprint, requested_by, placement, state, requested_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'imported', $11, $12, $13, 'imported', $14,
-                 '{\"imported\": true}', 'placed', $15)",
+                 '{\"why\": \"imported: usage that ran before this portal metered it\"}', 'placed', $15)",
         id as AllocationId,
         run.tenant as TenantId,
         run.project as ProjectId,
