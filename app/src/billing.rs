@@ -399,13 +399,13 @@ fn stripe_cell(i: &InvoiceRow) -> impl IntoView + use<> {
 }
 
 #[component]
-fn InvoiceTable(invoices: Vec<InvoiceRow>, show_tenant: bool) -> impl IntoView {
+fn InvoiceTable(invoices: Vec<InvoiceRow>, show_tenant: bool, id: &'static str) -> impl IntoView {
     if invoices.is_empty() {
         return view! { <p class="hint">"No invoices yet. A month is invoiced once it is over and all its usage is rated."</p> }.into_any();
     }
     view! {
         <div class="table-scroll">
-        <table class="data" id="invoices">
+        <table class="data" id=id>
             <thead><tr>
                 {show_tenant.then(|| view! { <th>"Organization"</th> })}
                 <th>"Invoice"</th><th>"Month"</th><th>"Total"</th><th>"Status"</th><th>"Stripe"</th>
@@ -494,7 +494,7 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         </section>
         <section class="card" aria-labelledby="invoices-h">
             <h2 id="invoices-h">"Invoices"</h2>
-            <InvoiceTable invoices=b.invoices show_tenant=false />
+            <InvoiceTable invoices=b.invoices show_tenant=false id="invoices" />
         </section>
     }
 }
@@ -626,7 +626,7 @@ fn PlatformBody(
             {if p.failed.is_empty() {
                 view! { <p class="hint" data-testid="no-failed">"None."</p> }.into_any()
             } else {
-                view! { <InvoiceTable invoices=p.failed show_tenant=true /> }.into_any()
+                view! { <InvoiceTable invoices=p.failed show_tenant=true id="failed-invoices" /> }.into_any()
             }}
         </section>
         <section class="card" aria-labelledby="revenue">
@@ -659,7 +659,7 @@ fn PlatformBody(
                 <label>" Month " <input name="month" placeholder="2026-10" value=month.unwrap_or_default() /></label>
                 <button type="submit">"Filter"</button>
             </form>
-            <InvoiceTable invoices=p.invoices show_tenant=true />
+            <InvoiceTable invoices=p.invoices show_tenant=true id="all-invoices" />
         </section>
         <section class="card" aria-labelledby="grant">
             <h2 id="grant">"Grant prepaid credit"</h2>

@@ -108,8 +108,11 @@ test('the platform admin sees the declined payment and revenue, and grants credi
   try {
     const { page } = b;
     await adminSignIn(page);
-    const failed = page.locator('#invoices tr[data-invoice]');
+    const failed = page.locator('#failed-invoices tr[data-invoice]');
     await reloadUntil(page, `${BASE}/admin/billing?status=failed`, async () => (await failed.count()) > 0);
+    // The filtered list agrees: only failed payments.
+    const listed = await page.locator('#all-invoices [data-testid="invoice-status"]').allInnerTexts();
+    assert.ok(listed.length > 0 && listed.every((s) => s === 'payment failed'), listed.join(','));
     await hydrated(page);
     assert.equal(await failed.first().locator('td').first().innerText(), 'globex');
     assert.equal(await failed.first().getByTestId('invoice-status').innerText(), 'payment failed');

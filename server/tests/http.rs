@@ -151,9 +151,13 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
     let (status, _, body) = get(&app, "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains(r#"data-status="ready""#), "{body}");
-    let (status, _, body) = get(&app, "/billing").await;
+    let (status, _, body) = get(&app, "/marketplace").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Not built yet"), "{body}");
+    // Billing needs a session; signed out, it says so (and shows no numbers).
+    let (status, _, body) = get(&app, "/billing").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.contains("Please sign in to see this page."), "{body}");
     // The catalog is public: it renders without a session.
     let (status, _, body) = get(&app, "/catalog").await;
     assert_eq!(status, StatusCode::OK);
