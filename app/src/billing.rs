@@ -467,7 +467,7 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         <div class="stats">
             <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{b.month_to_date}</span></div>
             <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{b.forecast}</span>
-                <span class="hint">{format!("{} running now", b.running_per_hour)}"/h"</span></div>
+                <span class="hint">{format!("{}/h running now", b.running_per_hour)}</span></div>
             <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{b.credit_balance}</span></div>
         </div>
         {(!b.budgets.is_empty()).then(|| view! {
