@@ -166,7 +166,7 @@ async fn main() {
     .unwrap();
     let (invoiced, rated): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT sum(subtotal_minor) FROM invoices)::bigint,
-                (SELECT sum((sub.m + 5000) / 10000) FROM (
+                (SELECT sum(floor((sub.m + 5000) / 10000)) FROM (
                     SELECT sum(amount_micro) AS m FROM usage_charges
                     WHERE period_start < '2026-11-01T00:00:00Z'
                     GROUP BY tenant_id, project_id, sku_id, gpu_count, price_per_hour_minor) sub)::bigint",
