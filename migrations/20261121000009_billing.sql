@@ -195,6 +195,8 @@ CREATE TABLE usage_charges (
     PRIMARY KEY (allocation_id, period_start)
 );
 CREATE INDEX usage_charges_tenant_period ON usage_charges (tenant_id, period_start);
+-- Month close looks for recent months with charges and no invoice.
+CREATE INDEX usage_charges_period ON usage_charges (period_start);
 
 -- Invoices: one per tenant, calendar month and currency. Numbers come from one sequence.
 CREATE SEQUENCE invoice_numbers;

@@ -42,7 +42,8 @@ pub fn AdminPage() -> impl IntoView {
                         <p class="signed-in-as">
                             "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
                         </p>
-                        <p><a href="/audit">"Audit log (all organizations)"</a></p>
+                        <p><a href="/audit">"Audit log (all organizations)"</a>
+                           " · " <a href="/admin/billing">"Billing (all organizations)"</a></p>
                         <crate::policies::Policies scope="global" view=v.policies set=set_policy />
                         <NotBuilt section=&ADMIN />
                     }.into_any(),

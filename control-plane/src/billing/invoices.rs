@@ -39,8 +39,10 @@ pub struct Closed {
     pub total_minor: i64,
 }
 
-/// Closes every month that ended before `now` and is fully rated: builds, finalises and
-/// queues each (tenant, month, currency) invoice that doesn't exist yet. Idempotent.
+/// Closes every month that ended before `now` (looking back three months) and is fully
+/// rated: builds, finalises and queues each (tenant, month, currency) invoice that doesn't
+/// exist yet. Idempotent. An older month left open (the worker was down for a quarter) is
+/// closed with [`close_month`] by hand.
 #[tracing::instrument(skip(pool))]
 pub async fn close_months(pool: &PgPool, now: time::OffsetDateTime) -> Result<Vec<Closed>> {
     let due = sqlx::query!(
@@ -48,6 +50,7 @@ pub async fn close_months(pool: &PgPool, now: time::OffsetDateTime) -> Result<Ve
                   date_trunc('month', c.period_start, 'UTC')::date AS "month!"
            FROM usage_charges c
            WHERE c.period_start < date_trunc('month', $1::timestamptz, 'UTC')
+             AND c.period_start >= date_trunc('month', $1::timestamptz, 'UTC') - interval '3 months'
              AND NOT EXISTS (SELECT 1 FROM invoices i
                              WHERE i.tenant_id = c.tenant_id AND i.currency = c.currency
                                AND i.month = date_trunc('month', c.period_start, 'UTC')::date)
