@@ -7,7 +7,6 @@
 //! retried with exponential backoff; an outbox row that still fails is retried later.
 
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -538,6 +537,3 @@ pub struct WebhookOutcome {
     pub event: String,
     pub duplicate: bool,
 }
-
-/// Shared handle (the server keeps one per process).
-pub type SharedStripe = Arc<StripeLink>;
