@@ -389,19 +389,29 @@ CREATE TRIGGER credit_notes_append_only BEFORE UPDATE OR DELETE ON credit_notes
 CREATE TRIGGER credit_notes_no_truncate BEFORE TRUNCATE ON credit_notes
     FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only();
 
--- Stripe calls wait here, written in the transaction that decides them.
+-- Stripe calls wait here, written in the transaction that decides them: an invoice's sync,
+-- or a credit note's (which waits until its invoice is on Stripe).
 CREATE TABLE billing_outbox (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    kind         text NOT NULL CHECK (kind IN ('stripe.invoice')),
-    invoice_id   uuid NOT NULL REFERENCES invoices (id),
-    created_at   timestamptz NOT NULL DEFAULT now(),
-    available_at timestamptz NOT NULL DEFAULT now(),
-    attempts     integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
-    last_error   text,
-    done_at      timestamptz
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    kind           text NOT NULL CHECK (kind IN ('stripe.invoice', 'stripe.credit_note')),
+    invoice_id     uuid NOT NULL REFERENCES invoices (id),
+    credit_note_id uuid REFERENCES credit_notes (id),
+    created_at     timestamptz NOT NULL DEFAULT now(),
+    available_at   timestamptz NOT NULL DEFAULT now(),
+    attempts       integer NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    last_error     text,
+    done_at        timestamptz,
+    CHECK ((kind = 'stripe.credit_note') = (credit_note_id IS NOT NULL))
 );
-CREATE UNIQUE INDEX billing_outbox_one_per_invoice ON billing_outbox (kind, invoice_id);
+CREATE UNIQUE INDEX billing_outbox_one_per_object ON billing_outbox (kind, invoice_id, credit_note_id) NULLS NOT DISTINCT;
 CREATE INDEX billing_outbox_pending ON billing_outbox (available_at) WHERE done_at IS NULL;
+
+-- A credit note's Stripe twin (credit notes themselves are append-only).
+CREATE TABLE stripe_credit_notes (
+    credit_note_id        uuid PRIMARY KEY REFERENCES credit_notes (id),
+    stripe_credit_note_id text NOT NULL UNIQUE CHECK (stripe_credit_note_id ~ '^cn_[A-Za-z0-9_]{1,200}$'),
+    created_at            timestamptz NOT NULL DEFAULT now()
+);
 
 -- Stripe's webhook events, by id: each is processed once, whatever the delivery.
 CREATE TABLE stripe_events (

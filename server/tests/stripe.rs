@@ -268,6 +268,76 @@ async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
         )),
         "{ev:?}"
     );
+
+    // A credit note after payment: in Stripe it credits the customer's balance.
+    p.cp.issue_credit_note(&fin, p.invoice, "5.00 USD", "SLA credit", None)
+        .await
+        .unwrap();
+    assert_eq!(sync(&p).await, 1);
+    assert_eq!(sync(&p).await, 0);
+    assert_eq!(p.stripe.created("credit_note"), 1);
+    let s = p.stripe.invoice(&sid).unwrap();
+    assert_eq!(s["post_payment_credit_notes_amount"], 500);
+    let customer = p.stripe.customer(s["customer"].as_str().unwrap()).unwrap();
+    assert_eq!(customer["balance"], -500, "the customer has 5.00 to spend");
+}
+
+#[tokio::test]
+async fn a_credit_note_issued_before_the_sync_reaches_stripe_after_its_invoice_once() {
+    let p = portal("credit").await;
+    let fin = finance(&p.cp).await;
+    p.cp.issue_credit_note(&fin, p.invoice, "7.84 USD", "goodwill", None)
+        .await
+        .unwrap();
+    // Make the credit note's row come first: it must wait for its invoice, not fail it.
+    sqlx::query("UPDATE billing_outbox SET available_at = now() - interval '1 minute' WHERE kind = 'stripe.credit_note'")
+        .execute(p.cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(sync(&p).await, 0);
+    let err: Option<String> = sqlx::query_scalar(
+        "SELECT last_error FROM billing_outbox WHERE kind = 'stripe.credit_note'",
+    )
+    .fetch_one(p.cp.pool())
+    .await
+    .unwrap();
+    assert!(
+        err.as_deref()
+            .unwrap_or("")
+            .contains("is not finalised on Stripe yet"),
+        "{err:?}"
+    );
+    // A lost answer on the way: the retry replays it.
+    p.stripe.set_faults(Faults {
+        lose_responses: 1,
+        ..Default::default()
+    });
+    assert_eq!(sync(&p).await, 1, "the invoice");
+    sqlx::query("UPDATE billing_outbox SET available_at = now()")
+        .execute(p.cp.pool())
+        .await
+        .unwrap();
+    p.stripe.set_faults(Faults {
+        lose_responses: 1,
+        ..Default::default()
+    });
+    assert_eq!(sync(&p).await, 1, "the credit note");
+    let sid = local(&p).await.stripe_invoice_id.unwrap();
+    let s = p.stripe.invoice(&sid).unwrap();
+    assert_eq!(
+        (
+            s["pre_payment_credit_notes_amount"].as_i64(),
+            s["amount_due"].as_i64()
+        ),
+        (Some(784), Some(4_000))
+    );
+    assert_eq!(p.stripe.created("credit_note"), 1);
+    let detail = p.cp.any_invoice(&fin, p.invoice).await.unwrap();
+    assert_eq!(
+        detail.balance.to_string(),
+        "40.00 USD",
+        "the portal and Stripe agree"
+    );
 }
 
 async fn finance(

@@ -75,6 +75,7 @@ pub struct Faults {
 struct Store {
     customers: HashMap<String, Value>,
     invoices: HashMap<String, Value>,
+    credit_notes: HashMap<String, Value>,
     items: HashMap<String, Value>,
     /// key → (request fingerprint, status, body).
     idempotency: HashMap<String, (String, u16, Value)>,
@@ -118,6 +119,10 @@ impl Handle {
     pub fn created(&self, kind: &str) -> u32 {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
         s.created.get(kind).copied().unwrap_or(0)
+    }
+    pub fn customer(&self, id: &str) -> Option<Value> {
+        let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        s.customers.get(id).cloned()
     }
     pub fn invoice(&self, id: &str) -> Option<Value> {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -178,6 +183,7 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
             post(uncollectible_invoice),
         )
         .route("/v1/invoiceitems", post(create_item))
+        .route("/v1/credit_notes", post(create_credit_note))
         .route("/hosted/{id}", get(hosted_page).post(hosted_pay))
         .route("/_test/faults", post(faults))
         .route("/_test/flush", post(flush_route))
@@ -523,6 +529,120 @@ async fn create_item(State(inner): Shared, headers: HeaderMap, body: Bytes) -> R
         s.items.insert(id, item.clone());
         *s.created.entry("invoiceitem").or_default() += 1;
         (StatusCode::OK, item)
+    })
+}
+
+/// A credit note against a finalised invoice. Before payment it lowers what is due; after,
+/// Stripe wants it to say where the money goes (`credit_amount`, `refund_amount`,
+/// `out_of_band_amount` summing to `amount`), and a credit lands on the customer's balance.
+async fn create_credit_note(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {
+    let fp = fingerprint("/v1/credit_notes", &body);
+    api(&inner, &headers, fp, |inner| {
+        let f = match form(&body) {
+            Ok(f) => f,
+            Err(e) => return e,
+        };
+        let num = |k: &str| f.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+        let amount = num("amount");
+        let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        let invoice = f.get("invoice").cloned().unwrap_or_default();
+        let Some(inv) = s.invoices.get(&invoice).cloned() else {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("resource_missing"),
+                &format!("No such invoice: '{invoice}'"),
+            );
+        };
+        let status = inv["status"].as_str().unwrap_or("").to_string();
+        let credited = inv["pre_payment_credit_notes_amount"].as_i64().unwrap_or(0)
+            + inv["post_payment_credit_notes_amount"]
+                .as_i64()
+                .unwrap_or(0);
+        if !matches!(status.as_str(), "open" | "paid") {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                None,
+                &format!(
+                    "Invoice {invoice} is {status}; credit notes need an open or paid invoice."
+                ),
+            );
+        }
+        if amount <= 0 || credited + amount > inv["total"].as_i64().unwrap_or(0) {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                Some("credit_note_amount_too_large"),
+                "The credit note amount must be positive and at most the invoice's total less earlier credit notes.",
+            );
+        }
+        let post_payment = status == "paid";
+        if post_payment
+            && num("credit_amount") + num("refund_amount") + num("out_of_band_amount") != amount
+        {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                None,
+                "For a paid invoice, credit_amount, refund_amount and out_of_band_amount must add up to amount.",
+            );
+        }
+        let id = new_id(&mut s, "cn");
+        let mut cn = fixture(inner, "credit_note");
+        let customer = inv["customer"].as_str().unwrap_or_default().to_string();
+        cn["id"] = json!(id);
+        cn["amount"] = json!(amount);
+        cn["subtotal"] = json!(amount);
+        cn["subtotal_excluding_tax"] = json!(amount);
+        cn["total"] = json!(amount);
+        cn["total_excluding_tax"] = json!(amount);
+        cn["currency"] = inv["currency"].clone();
+        cn["customer"] = json!(customer);
+        cn["invoice"] = json!(invoice);
+        cn["memo"] = json!(f.get("memo"));
+        cn["metadata"] = metadata(&f);
+        cn["created"] = json!(now());
+        cn["effective_at"] = json!(now());
+        cn["status"] = json!("issued");
+        cn["type"] = json!(if post_payment {
+            "post_payment"
+        } else {
+            "pre_payment"
+        });
+        cn["number"] = json!(format!(
+            "{}-CN-{:02}",
+            inv["number"].as_str().unwrap_or("TEST"),
+            s.credit_notes.len() + 1
+        ));
+        cn["lines"]["data"] = json!([]);
+        cn["customer_balance_transaction"] = Value::Null;
+        cn["refunds"] = json!([]);
+        let inv = s.invoices.get_mut(&invoice).expect("read above");
+        if post_payment {
+            inv["post_payment_credit_notes_amount"] = json!(
+                inv["post_payment_credit_notes_amount"]
+                    .as_i64()
+                    .unwrap_or(0)
+                    + amount
+            );
+        } else {
+            inv["pre_payment_credit_notes_amount"] =
+                json!(inv["pre_payment_credit_notes_amount"].as_i64().unwrap_or(0) + amount);
+            for k in ["amount_due", "amount_remaining"] {
+                inv[k] = json!(inv[k].as_i64().unwrap_or(0) - amount);
+            }
+        }
+        if post_payment && num("credit_amount") > 0 {
+            let c = s
+                .customers
+                .get_mut(&customer)
+                .expect("the invoice's customer");
+            c["balance"] = json!(c["balance"].as_i64().unwrap_or(0) - num("credit_amount"));
+        }
+        s.credit_notes.insert(id, cn.clone());
+        *s.created.entry("credit_note").or_default() += 1;
+        (StatusCode::OK, cn)
     })
 }
 

@@ -507,15 +507,23 @@ impl ControlPlane {
             &[(Account::Revenue, m), (Account::Receivable(inv.tenant), -m)],
         )
         .await?;
+        let note = Uuid::new_v4();
         sqlx::query!(
             "INSERT INTO credit_notes (id, invoice_id, amount_minor, reason, entry_id, created_by)
              VALUES ($1, $2, $3, $4, $5, $6)",
-            Uuid::new_v4(),
+            note,
             invoice,
             amount.amount_minor,
             reason,
             entry,
             by.0
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "INSERT INTO billing_outbox (kind, invoice_id, credit_note_id) VALUES ('stripe.credit_note', $1, $2)",
+            invoice,
+            note
         )
         .execute(&mut *tx)
         .await?;

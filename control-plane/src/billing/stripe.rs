@@ -138,14 +138,18 @@ impl ControlPlane {
                    WHERE id = (SELECT id FROM billing_outbox
                                WHERE done_at IS NULL AND available_at <= now()
                                ORDER BY available_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-                   RETURNING id, invoice_id, attempts"#
+                   RETURNING id, invoice_id, credit_note_id, attempts"#
             )
             .fetch_optional(self.pool())
             .await?
             else {
                 return Ok(done);
             };
-            match self.sync_invoice(row.invoice_id).await {
+            let synced = match row.credit_note_id {
+                Some(note) => self.sync_credit_note(note).await,
+                None => self.sync_invoice(row.invoice_id).await,
+            };
+            match synced {
                 Ok(()) => {
                     sqlx::query!(
                         "UPDATE billing_outbox SET done_at = now(), last_error = NULL WHERE id = $1",
@@ -314,6 +318,61 @@ impl ControlPlane {
         }
         // Events that arrived before the invoice was linked wait for this.
         self.apply_stripe_events(&stripe_invoice).await?;
+        Ok(())
+    }
+
+    /// Brings one credit note to Stripe, once its invoice is there: against an open invoice
+    /// it lowers what is due; against a paid one it goes to the customer's credit balance
+    /// (what our ledger's negative receivable means).
+    #[tracing::instrument(skip(self), fields(credit_note.id = %note))]
+    pub async fn sync_credit_note(&self, note: Uuid) -> Result<()> {
+        let link = self.stripe()?;
+        let n = sqlx::query!(
+            r#"SELECT n.amount_minor, n.reason, n.invoice_id, i.number AS "number!", i.stripe_invoice_id,
+                      i.stripe_status, (SELECT stripe_credit_note_id FROM stripe_credit_notes s WHERE s.credit_note_id = n.id) AS "synced?"
+               FROM credit_notes n JOIN invoices i ON i.id = n.invoice_id WHERE n.id = $1"#,
+            note
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "credit note" })?;
+        if n.synced.is_some() {
+            return Ok(());
+        }
+        let (Some(stripe_invoice), Some(status)) = (
+            n.stripe_invoice_id,
+            n.stripe_status.filter(|s| s != "draft"),
+        ) else {
+            return Err(Error::Conflict(format!(
+                "credit note waits: invoice {} is not finalised on Stripe yet",
+                n.number
+            )));
+        };
+        let mut req = stripe_billing::credit_note::CreateCreditNote::new(stripe_invoice)
+            .amount(n.amount_minor)
+            .memo(n.reason.clone())
+            .metadata(metadata(&[
+                ("credit_note_id", note.to_string()),
+                ("invoice_id", n.invoice_id.to_string()),
+            ]));
+        if status == "paid" {
+            req = req.credit_amount(n.amount_minor);
+        }
+        let created = with_retries("create credit note", || {
+            req.customize()
+                .request_strategy(key(format!("gpuaas-credit-note-{note}")))
+                .send(&link.client)
+        })
+        .await
+        .map_err(Error::Conflict)?;
+        sqlx::query!(
+            "INSERT INTO stripe_credit_notes (credit_note_id, stripe_credit_note_id) VALUES ($1, $2)
+             ON CONFLICT (credit_note_id) DO NOTHING",
+            note,
+            created.id.to_string()
+        )
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 
