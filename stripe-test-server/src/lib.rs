@@ -358,9 +358,14 @@ async fn create_customer(State(inner): Shared, headers: HeaderMap, body: Bytes) 
 
 async fn get_customer(State(inner): Shared, Path(id): Path<String>) -> Response {
     let s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    match s.customers.get(&id) {
-        Some(c) => axum::Json(c.clone()).into_response(),
-        None => not_found("customer", &id),
+    found(s.customers.get(&id), "customer", &id)
+}
+
+/// A stored object as Stripe answers a retrieve: the object, or 404 `resource_missing`.
+fn found(object: Option<&Value>, kind: &str, id: &str) -> Response {
+    match object {
+        Some(o) => axum::Json(o.clone()).into_response(),
+        None => not_found(kind, id),
     }
 }
 
@@ -448,10 +453,7 @@ async fn create_invoice(State(inner): Shared, headers: HeaderMap, body: Bytes) -
 
 async fn get_invoice(State(inner): Shared, Path(id): Path<String>) -> Response {
     let s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    match s.invoices.get(&id) {
-        Some(i) => axum::Json(i.clone()).into_response(),
-        None => not_found("invoice", &id),
-    }
+    found(s.invoices.get(&id), "invoice", &id)
 }
 
 async fn create_item(State(inner): Shared, headers: HeaderMap, body: Bytes) -> Response {

@@ -136,23 +136,40 @@ pub fn start_demo_idp(
         let err = log.try_clone().map_err(|e| e.to_string())?;
         cmd.stdout(log).stderr(err);
     }
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| format!("starting the demo identity provider: {e}"))?;
+    let child = wait_until_serving(
+        child,
+        port,
+        "the demo identity provider",
+        |status| status == Some(200),
+        "/.well-known/openid-configuration",
+    )?;
+    Ok((child, format!("http://127.0.0.1:{port}")))
+}
+
+/// Waits (up to 30 s) until `path` on `port` answers as `ready` says; the child is killed if
+/// it never does, and an early exit is reported as such.
+fn wait_until_serving(
+    mut child: Child,
+    port: u16,
+    what: &str,
+    ready: impl Fn(Option<u16>) -> bool,
+    path: &str,
+) -> Result<Child> {
     let start = std::time::Instant::now();
-    while crate::proc::http_status(port, "/.well-known/openid-configuration") != Some(200) {
+    while !ready(crate::proc::http_status(port, path)) {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the demo identity provider exited ({status})"));
+            return Err(format!("{what} exited ({status})"));
         }
         if start.elapsed() > std::time::Duration::from_secs(30) {
             let _ = child.kill();
-            return Err(format!(
-                "the demo identity provider did not start on port {port}"
-            ));
+            return Err(format!("{what} did not start on port {port}"));
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    Ok((child, format!("http://127.0.0.1:{port}")))
+    Ok(child)
 }
 
 /// Starts the local Stripe test server (`stripe-test-server`, built from this workspace) on
@@ -194,22 +211,17 @@ pub fn start_stripe(
         let err = log.try_clone().map_err(|e| e.to_string())?;
         cmd.stdout(log).stderr(err);
     }
-    let mut child = cmd
+    let child = cmd
         .spawn()
         .map_err(|e| format!("starting the Stripe test server: {e}"))?;
-    let start = std::time::Instant::now();
-    while crate::proc::http_status(port, "/v1/customers/cus_probe").is_none() {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the Stripe test server exited ({status})"));
-        }
-        if start.elapsed() > std::time::Duration::from_secs(30) {
-            let _ = child.kill();
-            return Err(format!(
-                "the Stripe test server did not start on port {port}"
-            ));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // Any answer (a 404 for a customer that doesn't exist) means it is serving.
+    let child = wait_until_serving(
+        child,
+        port,
+        "the Stripe test server",
+        |s| s.is_some(),
+        "/v1/customers/cus_probe",
+    )?;
     Ok((child, format!("http://127.0.0.1:{port}/")))
 }
 
