@@ -39,13 +39,19 @@ test('fiona sees the spend chart, a paid invoice with its Stripe link, and expor
     assert.match(await page.getByTestId('mtd').innerText(), /^\d+\.\d{2} USD$/);
     assert.match(await page.getByTestId('forecast').innerText(), /^\d+\.\d{2} USD$/);
 
-    // The chart is drawn by ECharts (served from /vendor/, not a CDN) into a canvas.
+    // The chart is drawn by ECharts (served from /vendor/, not a CDN) into a canvas. In the
+    // first two hours of a month the demo has no usage in it yet, and the page says so.
     const chart = page.getByTestId('chart-project');
-    await chart.locator('canvas').first().waitFor({ timeout: 20_000 });
-    const option = JSON.parse(await chart.getAttribute('data-option'));
-    const projects = option.series.map((s) => s.name).sort();
-    assert.deepEqual(projects, ['inference', 'research']);
-    assert.ok(option.series.every((s) => s.type === 'bar' && s.stack === 'spend'));
+    const monthIsYoung = new Date().getUTCDate() === 1 && new Date().getUTCHours() < 3;
+    if (monthIsYoung && (await chart.count()) === 0) {
+      assert.match(await page.locator('main').innerText(), /No rated usage this month yet/);
+    } else {
+      await chart.locator('canvas').first().waitFor({ timeout: 20_000 });
+      const option = JSON.parse(await chart.getAttribute('data-option'));
+      const projects = option.series.map((s) => s.name).sort();
+      assert.deepEqual(projects, ['inference', 'research']);
+      assert.ok(option.series.every((s) => s.type === 'bar' && s.stack === 'spend'));
+    }
     await shot(page, 'billing-fiona');
 
     // Last month's invoice: paid, Stripe says so too, with the hosted invoice link.
@@ -83,7 +89,7 @@ test('fiona sees the spend chart, a paid invoice with its Stripe link, and expor
     const [usage] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-usage').click()]);
     const rows = readFileSync(await usage.path(), 'utf8').trim().split('\n');
     assert.equal(rows[0], 'period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount');
-    assert.ok(rows.length > 1, 'this month has rated usage');
+    assert.ok(monthIsYoung || rows.length > 1, 'this month has rated usage');
   } finally {
     await b.close();
   }
