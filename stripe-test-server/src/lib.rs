@@ -14,6 +14,7 @@
 //! for a while; process the next N requests but lose the answer (500 after the object is
 //! made: the client retries with its key); decline the next N payments; send every event
 //! twice; hold events and then deliver them in reverse order (`POST /_test/flush`).
+//! `GET /_test/events` lists every event made, for looking at what a run sent.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -107,15 +108,6 @@ impl Handle {
     pub fn base_url(&self) -> String {
         format!("http://{}/", self.addr)
     }
-    /// Events made so far (each as sent, before duplication or reordering).
-    pub fn events(&self) -> Vec<Value> {
-        self.inner
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .events
-            .clone()
-    }
     pub fn created(&self, kind: &str) -> u32 {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
         s.created.get(kind).copied().unwrap_or(0)
@@ -175,13 +167,7 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
         .route("/v1/customers/{id}", get(get_customer))
         .route("/v1/invoices", post(create_invoice))
         .route("/v1/invoices/{id}", get(get_invoice))
-        .route("/v1/invoices/{id}/finalize", post(finalize_invoice))
-        .route("/v1/invoices/{id}/pay", post(pay_invoice))
-        .route("/v1/invoices/{id}/void", post(void_invoice))
-        .route(
-            "/v1/invoices/{id}/mark_uncollectible",
-            post(uncollectible_invoice),
-        )
+        .route("/v1/invoices/{id}/{action}", post(invoice_action))
         .route("/v1/invoiceitems", post(create_item))
         .route("/v1/credit_notes", post(create_credit_note))
         .route("/hosted/{id}", get(hosted_page).post(hosted_pay))
@@ -369,13 +355,18 @@ fn found(object: Option<&Value>, kind: &str, id: &str) -> Response {
     }
 }
 
-fn not_found(kind: &str, id: &str) -> Response {
-    let (st, b) = error(
+/// Stripe's answer for an id it doesn't know.
+fn no_such(kind: &str, id: &str) -> (StatusCode, Value) {
+    error(
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         Some("resource_missing"),
         &format!("No such {kind}: '{id}'"),
-    );
+    )
+}
+
+fn not_found(kind: &str, id: &str) -> Response {
+    let (st, b) = no_such(kind, id);
     (st, axum::Json(b)).into_response()
 }
 
@@ -392,15 +383,7 @@ async fn create_invoice(State(inner): Shared, headers: HeaderMap, body: Bytes) -
             .filter(|c| s.customers.contains_key(*c))
             .cloned()
         else {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                Some("resource_missing"),
-                &format!(
-                    "No such customer: '{}'",
-                    f.get("customer").cloned().unwrap_or_default()
-                ),
-            );
+            return no_such("customer", f.get("customer").map_or("", String::as_str));
         };
         let Some(currency) = f.get("currency").cloned() else {
             return error(
@@ -475,12 +458,7 @@ async fn create_item(State(inner): Shared, headers: HeaderMap, body: Bytes) -> R
         let invoice = f.get("invoice").cloned().unwrap_or_default();
         match s.invoices.get(&invoice) {
             None => {
-                return error(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
-                    Some("resource_missing"),
-                    &format!("No such invoice: '{invoice}'"),
-                );
+                return no_such("invoice", &invoice);
             }
             Some(i) if i["status"] != "draft" => {
                 return error(
@@ -549,12 +527,7 @@ async fn create_credit_note(State(inner): Shared, headers: HeaderMap, body: Byte
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         let invoice = f.get("invoice").cloned().unwrap_or_default();
         let Some(inv) = s.invoices.get(&invoice).cloned() else {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                Some("resource_missing"),
-                &format!("No such invoice: '{invoice}'"),
-            );
+            return no_such("invoice", &invoice);
         };
         let status = inv["status"].as_str().unwrap_or("").to_string();
         let credited = inv["pre_payment_credit_notes_amount"].as_i64().unwrap_or(0)
@@ -672,6 +645,21 @@ fn emit(inner: &Arc<Inner>, s: &mut Store, kind: &str, object: &Value) {
     }
 }
 
+/// One signed delivery of `body` to the webhook endpoint.
+async fn post_signed(inner: &Inner, url: &str, body: &str) -> reqwest::Result<reqwest::Response> {
+    inner
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .header(
+            "stripe-signature",
+            sign(&inner.config.webhook_secret, now(), body),
+        )
+        .body(body.to_string())
+        .send()
+        .await
+}
+
 /// Signs and posts an event, retrying (like Stripe) until the endpoint answers 2xx.
 fn deliver(inner: Arc<Inner>, event: Value) {
     let Some(url) = inner.config.webhook_url.clone() else {
@@ -681,16 +669,7 @@ fn deliver(inner: Arc<Inner>, event: Value) {
         let body = event.to_string();
         let mut delay = Duration::from_millis(200);
         for _ in 0..8 {
-            let header = sign(&inner.config.webhook_secret, now(), &body);
-            let r = inner
-                .http
-                .post(&url)
-                .header("content-type", "application/json")
-                .header("stripe-signature", header)
-                .body(body.clone())
-                .send()
-                .await;
-            match r {
+            match post_signed(&inner, &url, &body).await {
                 Ok(r) if r.status().is_success() => return,
                 Ok(r) => tracing::warn!(status = %r.status(), "webhook refused; retrying"),
                 Err(e) => tracing::warn!(error = %e, "webhook not delivered; retrying"),
@@ -714,16 +693,50 @@ pub fn sign(secret: &str, t: i64, body: &str) -> String {
     format!("t={t},v1={hex}")
 }
 
-async fn finalize_invoice(
+/// `POST /v1/invoices/{id}/{action}`: finalize, pay, void, mark_uncollectible.
+async fn invoice_action(
     State(inner): Shared,
-    Path(id): Path<String>,
+    Path((id, action)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let fp = fingerprint(&format!("/v1/invoices/{id}/finalize"), &body);
+    let fp = fingerprint(&format!("/v1/invoices/{id}/{action}"), &body);
+    let shared = inner.clone();
+    match action.as_str() {
+        "finalize" => finalize(&inner, id, &headers, fp),
+        "pay" => api(&inner, &headers, fp, |_| pay(&shared, &id)),
+        "void" => api(&inner, &headers, fp, |_| {
+            transition(
+                &shared,
+                &id,
+                &["open", "uncollectible"],
+                "void",
+                "invoice.voided",
+            )
+        }),
+        "mark_uncollectible" => api(&inner, &headers, fp, |_| {
+            transition(
+                &shared,
+                &id,
+                &["open"],
+                "uncollectible",
+                "invoice.marked_uncollectible",
+            )
+        }),
+        _ => (
+            StatusCode::NOT_FOUND,
+            format!("the test server doesn't do /v1/invoices/{{id}}/{action}"),
+        )
+            .into_response(),
+    }
+}
+
+/// Finalises a draft: number, hosted page, `open` (or `paid` when nothing is due), and a
+/// payment attempt later when autopay is on.
+fn finalize(inner: &Arc<Inner>, id: String, headers: &HeaderMap, fp: String) -> Response {
     let shared = inner.clone();
     let autopay = inner.config.autopay_after;
-    let resp = api(&inner, &headers, fp, |inner| {
+    let resp = api(inner, headers, fp, |inner| {
         let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         let count = s
             .invoices
@@ -731,12 +744,7 @@ async fn finalize_invoice(
             .filter(|i| i["status"] != "draft")
             .count();
         let Some(inv) = s.invoices.get_mut(&id) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                Some("resource_missing"),
-                &format!("No such invoice: '{id}'"),
-            );
+            return no_such("invoice", &id);
         };
         if inv["status"] != "draft" {
             return error(
@@ -794,12 +802,7 @@ fn pay(inner: &Arc<Inner>, id: &str) -> (StatusCode, Value) {
         decline = true;
     }
     let Some(inv) = s.invoices.get_mut(id) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            Some("resource_missing"),
-            &format!("No such invoice: '{id}'"),
-        );
+        return no_such("invoice", id);
     };
     if !matches!(inv["status"].as_str(), Some("open" | "uncollectible")) {
         return error(
@@ -838,17 +841,6 @@ fn pay(inner: &Arc<Inner>, id: &str) -> (StatusCode, Value) {
     (StatusCode::OK, snapshot)
 }
 
-async fn pay_invoice(
-    State(inner): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let fp = fingerprint(&format!("/v1/invoices/{id}/pay"), &body);
-    let shared = inner.clone();
-    api(&inner, &headers, fp, |_| pay(&shared, &id))
-}
-
 fn transition(
     inner: &Arc<Inner>,
     id: &str,
@@ -858,12 +850,7 @@ fn transition(
 ) -> (StatusCode, Value) {
     let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
     let Some(inv) = s.invoices.get_mut(id) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            Some("resource_missing"),
-            &format!("No such invoice: '{id}'"),
-        );
+        return no_such("invoice", id);
     };
     let status = inv["status"].as_str().unwrap_or("").to_string();
     if !from.contains(&status.as_str()) {
@@ -883,44 +870,6 @@ fn transition(
     let snapshot = inv.clone();
     emit(inner, &mut s, event, &snapshot);
     (StatusCode::OK, snapshot)
-}
-
-async fn void_invoice(
-    State(inner): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let fp = fingerprint(&format!("/v1/invoices/{id}/void"), &body);
-    let shared = inner.clone();
-    api(&inner, &headers, fp, |_| {
-        transition(
-            &shared,
-            &id,
-            &["open", "uncollectible"],
-            "void",
-            "invoice.voided",
-        )
-    })
-}
-
-async fn uncollectible_invoice(
-    State(inner): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let fp = fingerprint(&format!("/v1/invoices/{id}/mark_uncollectible"), &body);
-    let shared = inner.clone();
-    api(&inner, &headers, fp, |_| {
-        transition(
-            &shared,
-            &id,
-            &["open"],
-            "uncollectible",
-            "invoice.marked_uncollectible",
-        )
-    })
 }
 
 fn escape(s: &str) -> String {
@@ -995,15 +944,9 @@ async fn flush(inner: &Arc<Inner>) {
     for e in held.into_iter().rev() {
         let body = e.to_string();
         for _ in 0..copies {
-            let header = sign(&inner.config.webhook_secret, now(), &body);
-            let _ = inner
-                .http
-                .post(&url)
-                .header("content-type", "application/json")
-                .header("stripe-signature", header)
-                .body(body.clone())
-                .send()
-                .await;
+            if let Err(e) = post_signed(inner, &url, &body).await {
+                tracing::warn!(error = %e, "held webhook not delivered");
+            }
         }
     }
 }
