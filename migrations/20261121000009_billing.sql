@@ -24,9 +24,8 @@ CREATE TABLE usage_intervals (
     ended_at             timestamptz CHECK (ended_at >= started_at),
     -- Rating's progress: every period before this instant has its charge.
     rated_until          timestamptz,
-    fully_rated          boolean NOT NULL DEFAULT false,
-    FOREIGN KEY (tenant_id, project_id) REFERENCES projects (tenant_id, id),
-    CHECK (NOT fully_rated OR (ended_at IS NOT NULL AND rated_until >= ended_at))
+    fully_rated          boolean NOT NULL GENERATED ALWAYS AS (coalesce(rated_until >= ended_at, false)) STORED,
+    FOREIGN KEY (tenant_id, project_id) REFERENCES projects (tenant_id, id)
 );
 CREATE INDEX usage_intervals_unrated ON usage_intervals (allocation_id) WHERE NOT fully_rated;
 CREATE INDEX usage_intervals_tenant ON usage_intervals (tenant_id, started_at);
@@ -195,8 +194,6 @@ CREATE TABLE usage_charges (
     PRIMARY KEY (allocation_id, period_start)
 );
 CREATE INDEX usage_charges_tenant_period ON usage_charges (tenant_id, period_start);
--- Month close looks for recent months with charges and no invoice.
-CREATE INDEX usage_charges_period ON usage_charges (period_start);
 
 -- Invoices: one per tenant, calendar month and currency. Numbers come from one sequence.
 CREATE SEQUENCE invoice_numbers;
@@ -372,22 +369,18 @@ BEGIN
         USING ERRCODE = 'check_violation';
 END;
 $$;
-CREATE TRIGGER journal_entries_append_only BEFORE UPDATE OR DELETE ON journal_entries
-    FOR EACH ROW EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER journal_entries_no_truncate BEFORE TRUNCATE ON journal_entries
-    FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER postings_append_only BEFORE UPDATE OR DELETE ON postings
-    FOR EACH ROW EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER postings_no_truncate BEFORE TRUNCATE ON postings
-    FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER usage_charges_append_only BEFORE UPDATE OR DELETE ON usage_charges
-    FOR EACH ROW EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER usage_charges_no_truncate BEFORE TRUNCATE ON usage_charges
-    FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER credit_notes_append_only BEFORE UPDATE OR DELETE ON credit_notes
-    FOR EACH ROW EXECUTE FUNCTION ledger_is_append_only();
-CREATE TRIGGER credit_notes_no_truncate BEFORE TRUNCATE ON credit_notes
-    FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only();
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['journal_entries', 'postings', 'usage_charges', 'credit_notes'] LOOP
+        EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE OR DELETE ON %I
+                        FOR EACH ROW EXECUTE FUNCTION ledger_is_append_only()', t || '_append_only', t);
+        EXECUTE format('CREATE TRIGGER %I BEFORE TRUNCATE ON %I
+                        FOR EACH STATEMENT EXECUTE FUNCTION ledger_is_append_only()', t || '_no_truncate', t);
+    END LOOP;
+END;
+$$;
 
 -- Stripe calls wait here, written in the transaction that decides them: an invoice's sync,
 -- or a credit note's (which waits until its invoice is on Stripe).

@@ -2,6 +2,7 @@
 //! the CSV exports (a download for the signed-in finance user; not a server function because
 //! the browser saves the response as a file).
 
+use app::AppError;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -10,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use control_plane::Error;
 use control_plane::billing::reports::TenantFinance;
+use control_plane::tenancy::Tenant;
 use serde::Deserialize;
 use tower_sessions::Session;
 
@@ -23,10 +25,17 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// 200 once the event is stored (a duplicate too: Stripe must stop retrying); 400 for a bad
-/// signature or an old timestamp; 503 when Stripe isn't configured; 500 (logged) otherwise,
-/// so Stripe retries.
+/// signature or an old timestamp; 503 when Stripe isn't configured here; 500 (logged)
+/// otherwise, so Stripe retries.
 #[tracing::instrument(skip_all)]
 async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    if !app.cp.stripe_configured() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Stripe is not configured on this portal (STRIPE_SECRET_KEY, STRIPE_WEBHOOK_SECRET)",
+        )
+            .into_response();
+    }
     let Some(signature) = headers
         .get("stripe-signature")
         .and_then(|v| v.to_str().ok())
@@ -53,27 +62,33 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-async fn finance(
-    app: &AppState,
-    session: &Session,
-) -> Result<control_plane::tenancy::Tenant<TenantFinance>, Response> {
-    let refuse = |s: StatusCode, m: &str| (s, m.to_string()).into_response();
+/// A refusal as plain text with the status its kind calls for. Internal errors are logged by
+/// the conversion into `AppError` and shown only as its generic message.
+fn refusal(e: AppError) -> Response {
+    let status = match &e {
+        AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        AppError::NotFound => StatusCode::NOT_FOUND,
+        AppError::Conflict(_) => StatusCode::CONFLICT,
+        AppError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+        AppError::Internal { .. } | AppError::ServerFn(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, e.to_string()).into_response()
+}
+
+/// The signed-in user's organization, if they may see its money.
+async fn finance(app: &AppState, session: &Session) -> Result<Tenant<TenantFinance>, Response> {
     let principal = app::server::principal_of(session, &app.cp, &app.web.session)
         .await
-        .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))?
-        .ok_or_else(|| refuse(StatusCode::UNAUTHORIZED, "sign in to export billing data"))?;
-    let tenant = app
-        .cp
-        .tenants_of(&principal)
+        .map_err(refusal)?
+        .ok_or_else(|| refusal(AppError::Unauthenticated))?;
+    let (tenant, _) = app::server::home_tenant(&app.cp, &principal)
         .await
-        .map_err(|_| refuse(StatusCode::INTERNAL_SERVER_ERROR, "internal error"))?
-        .into_iter()
-        .next()
-        .ok_or_else(|| refuse(StatusCode::FORBIDDEN, "you don't belong to an organization"))?;
+        .map_err(refusal)?;
     app.cp
-        .tenant_access::<TenantFinance>(&principal, tenant.0)
+        .tenant_access::<TenantFinance>(&principal, tenant)
         .await
-        .map_err(|e| refuse(StatusCode::FORBIDDEN, &e.to_string()))
+        .map_err(|e| refusal(e.into()))
 }
 
 fn csv(name: &str, body: Result<String, Error>) -> Response {
@@ -89,18 +104,7 @@ fn csv(name: &str, body: Result<String, Error>) -> Response {
             text,
         )
             .into_response(),
-        Err(Error::NotFound { what }) => {
-            (StatusCode::NOT_FOUND, format!("{what} not found")).into_response()
-        }
-        Err(Error::Invalid { field, reason }) => (
-            StatusCode::BAD_REQUEST,
-            format!("invalid {field}: {reason}"),
-        )
-            .into_response(),
-        Err(e) => {
-            tracing::error!(error.cause = %e, "CSV export failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
-        }
+        Err(e) => refusal(e.into()),
     }
 }
 

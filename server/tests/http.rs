@@ -154,6 +154,18 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
     let (status, _, body) = get(&app, "/marketplace").await;
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("Not built yet"), "{body}");
+    // Without Stripe keys the webhook says so, so Stripe retries once it is configured.
+    let res = app
+        .clone()
+        .oneshot(
+            Request::post("/stripe/webhook")
+                .header("stripe-signature", "t=1,v1=00")
+                .body(Body::from("{}"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Billing needs a session; signed out, it says so (and shows no numbers).
     let (status, _, body) = get(&app, "/billing").await;
     assert_eq!(status, StatusCode::OK);

@@ -45,15 +45,22 @@ pub struct Closed {
 /// closed with [`close_month`] by hand.
 #[tracing::instrument(skip(pool))]
 pub async fn close_months(pool: &PgPool, now: time::OffsetDateTime) -> Result<Vec<Closed>> {
+    // One index probe per (tenant, currency, month): tenants with rated usage have a
+    // receivable account in its currency; a month is due when it has charges and no invoice.
     let due = sqlx::query!(
-        r#"SELECT DISTINCT c.tenant_id AS "tenant: TenantId", c.currency,
-                  date_trunc('month', c.period_start, 'UTC')::date AS "month!"
-           FROM usage_charges c
-           WHERE c.period_start < date_trunc('month', $1::timestamptz, 'UTC')
-             AND c.period_start >= date_trunc('month', $1::timestamptz, 'UTC') - interval '3 months'
+        r#"SELECT a.tenant_id AS "tenant!: TenantId", a.currency,
+                  (m.month AT TIME ZONE 'UTC')::date AS "month!"
+           FROM ledger_accounts a
+           CROSS JOIN generate_series(date_trunc('month', $1::timestamptz, 'UTC') - interval '3 months',
+                                      date_trunc('month', $1::timestamptz, 'UTC') - interval '1 month',
+                                      interval '1 month') AS m(month)
+           WHERE a.kind = 'tenant_receivable'
+             AND EXISTS (SELECT 1 FROM usage_charges c
+                         WHERE c.tenant_id = a.tenant_id AND c.currency = a.currency
+                           AND c.period_start >= m.month AND c.period_start < m.month + interval '1 month')
              AND NOT EXISTS (SELECT 1 FROM invoices i
-                             WHERE i.tenant_id = c.tenant_id AND i.currency = c.currency
-                               AND i.month = date_trunc('month', c.period_start, 'UTC')::date)
+                             WHERE i.tenant_id = a.tenant_id AND i.currency = a.currency
+                               AND i.month = (m.month AT TIME ZONE 'UTC')::date)
            ORDER BY 3, 1"#,
         now
     )

@@ -89,8 +89,7 @@ WITH cand AS (
     RETURNING 1
 ), progress AS (
     UPDATE usage_intervals u
-    SET rated_until = pr.through,
-        fully_rated = (u.ended_at IS NOT NULL AND pr.through >= u.ended_at)
+    SET rated_until = pr.through
     FROM (SELECT allocation_id, max(through) AS through FROM cand GROUP BY allocation_id) pr
     WHERE u.allocation_id = pr.allocation_id
     RETURNING 1
