@@ -28,6 +28,7 @@ CREATE TABLE usage_intervals (
     FOREIGN KEY (tenant_id, project_id) REFERENCES projects (tenant_id, id)
 );
 CREATE INDEX usage_intervals_unrated ON usage_intervals (allocation_id) WHERE NOT fully_rated;
+CREATE INDEX usage_intervals_unrated_tenant ON usage_intervals (tenant_id) WHERE NOT fully_rated;
 CREATE INDEX usage_intervals_tenant ON usage_intervals (tenant_id, started_at);
 
 CREATE FUNCTION usage_intervals_from_lifecycle() RETURNS trigger
@@ -194,6 +195,18 @@ CREATE TABLE usage_charges (
     PRIMARY KEY (allocation_id, period_start)
 );
 CREATE INDEX usage_charges_tenant_period ON usage_charges (tenant_id, period_start);
+
+-- Rated spend per project and month, kept by rating in the statement that writes the charges:
+-- what a launch's budget check and the billing page read, instead of summing a month of
+-- hourly charges. `rating_is_exact_balanced_and_idempotent` checks it against the charges.
+CREATE TABLE usage_month_totals (
+    tenant_id    uuid NOT NULL REFERENCES tenants (id),
+    project_id   uuid NOT NULL,
+    month        date NOT NULL CHECK (extract(day FROM month) = 1),
+    currency     text NOT NULL CHECK (currency ~ '^[A-Z]{3}$'),
+    amount_micro bigint NOT NULL CHECK (amount_micro >= 0),
+    PRIMARY KEY (tenant_id, project_id, month, currency)
+);
 
 -- Invoices: one per tenant, calendar month and currency. Numbers come from one sequence.
 CREATE SEQUENCE invoice_numbers;

@@ -162,6 +162,19 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
     .await
     .unwrap();
     assert_eq!(r.charged, r.receivable);
+    // The monthly totals that budgets read agree with the charges, project by project.
+    let mismatched: i64 = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM (
+             SELECT tenant_id, project_id, (date_trunc('month', period_start, 'UTC') AT TIME ZONE 'UTC')::date AS month,
+                    currency, sum(amount_micro)::bigint AS micro
+             FROM usage_charges GROUP BY 1, 2, 3, 4) c
+           FULL JOIN usage_month_totals t USING (tenant_id, project_id, month, currency)
+           WHERE c.micro IS DISTINCT FROM t.amount_micro"#
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(mismatched, 0);
 
     let before = ledger_rows(&cp).await;
     let again = rate_until(cp.pool(), until, 1000).await.unwrap();

@@ -5,8 +5,8 @@
 //! to a horizon a little behind the clock, so a lifecycle transaction that commits late can't
 //! end an interval inside time already rated. Each batch is one statement: candidate
 //! (allocation, hour) rows in allocation order, one `usage` entry per tenant and currency
-//! (receivable debited, revenue credited), the charges that make it up, and each interval's
-//! progress. Batches are serialised by an advisory lock; the primary key on
+//! (receivable debited, revenue credited), the charges that make it up, the per-project
+//! monthly totals, and each interval's progress. Batches are serialised by an advisory lock; the primary key on
 //! (allocation, hour) makes a second rating of the same hour impossible.
 
 use serde::Serialize;
@@ -77,7 +77,15 @@ WITH cand AS (
             - div(b.price_per_hour_minor::numeric * b.from_us, 360000))::bigint,
            e.id
     FROM billable b JOIN ent e USING (tenant_id, currency)
-    RETURNING entry_id, tenant_id, currency, amount_micro
+    RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro
+), months AS (
+    INSERT INTO usage_month_totals AS t (tenant_id, project_id, month, currency, amount_micro)
+    SELECT tenant_id, project_id, (date_trunc('month', period_start, 'UTC') AT TIME ZONE 'UTC')::date,
+           currency, sum(amount_micro)::bigint
+    FROM ch GROUP BY 1, 2, 3, 4
+    ON CONFLICT (tenant_id, project_id, month, currency)
+        DO UPDATE SET amount_micro = t.amount_micro + EXCLUDED.amount_micro
+    RETURNING 1
 ), totals AS (
     SELECT entry_id, tenant_id, currency, sum(amount_micro)::bigint AS total
     FROM ch GROUP BY entry_id, tenant_id, currency

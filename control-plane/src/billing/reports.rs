@@ -22,7 +22,8 @@ impl TenantRequirement for TenantFinance {
 }
 
 /// Spent this month by a tenant (or one project) in `currency`, in micro-units: rated
-/// charges since the month began plus what is running and not rated yet, up to `now`.
+/// total for the month (`usage_month_totals`, kept by rating) plus what is running and not
+/// rated yet, up to `now`.
 pub async fn spent_this_month(
     conn: &mut PgConnection,
     tenant: TenantId,
@@ -30,24 +31,23 @@ pub async fn spent_this_month(
     currency: &str,
     now: time::OffsetDateTime,
 ) -> Result<Micros> {
-    let (start, end) = month_bounds(now);
+    let (start, _) = month_bounds(now);
     let micro = sqlx::query_scalar!(
         r#"SELECT (
-             (SELECT coalesce(sum(amount_micro), 0) FROM usage_charges
+             (SELECT coalesce(sum(amount_micro), 0) FROM usage_month_totals
               WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
-                AND period_start >= $4 AND period_start < $5)
+                AND month = ($4 AT TIME ZONE 'UTC')::date)
            + (SELECT coalesce(sum(
-                  div(price_per_hour_minor::numeric * (extract(epoch FROM least(coalesce(ended_at, $6), $6) - started_at) * 1000000)::bigint, 360000)
+                  div(price_per_hour_minor::numeric * (extract(epoch FROM least(coalesce(ended_at, $5), $5) - started_at) * 1000000)::bigint, 360000)
                 - div(price_per_hour_minor::numeric * (extract(epoch FROM greatest(coalesce(rated_until, started_at), $4) - started_at) * 1000000)::bigint, 360000)), 0)
               FROM usage_intervals
               WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
-                AND NOT fully_rated AND least(coalesce(ended_at, $6), $6) > greatest(coalesce(rated_until, started_at), $4))
+                AND NOT fully_rated AND least(coalesce(ended_at, $5), $5) > greatest(coalesce(rated_until, started_at), $4))
            )::bigint AS "spent!""#,
         tenant as TenantId,
         project.map(|p| p.0),
         currency,
         start,
-        end,
         now
     )
     .fetch_one(conn)

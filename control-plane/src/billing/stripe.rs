@@ -190,7 +190,6 @@ impl ControlPlane {
         .fetch_optional(self.pool())
         .await?
         .ok_or(Error::NotFound { what: "invoice" })?;
-        let fail = |e: String| Error::Conflict(e);
 
         let customer = match inv.stripe_customer_id {
             Some(c) => c,
@@ -208,7 +207,7 @@ impl ControlPlane {
                         .send(&link.client)
                 })
                 .await
-                .map_err(fail)?;
+                .map_err(Error::Conflict)?;
                 let id = c.id.to_string();
                 sqlx::query!(
                     "UPDATE tenants SET stripe_customer_id = $2 WHERE id = $1 AND stripe_customer_id IS NULL",
@@ -247,7 +246,7 @@ impl ControlPlane {
                         .send(&link.client)
                 })
                 .await
-                .map_err(fail)?;
+                .map_err(Error::Conflict)?;
                 let id = s.id.map(|i| i.to_string()).ok_or_else(|| {
                     Error::Corrupt("Stripe returned an invoice without an id".into())
                 })?;
@@ -286,7 +285,7 @@ impl ControlPlane {
                     .send(&link.client)
             })
             .await
-            .map_err(fail)?;
+            .map_err(Error::Conflict)?;
             sqlx::query!(
                 "UPDATE invoice_lines SET stripe_invoice_item_id = $3 WHERE invoice_id = $1 AND line_no = $2",
                 invoice,
@@ -306,7 +305,7 @@ impl ControlPlane {
                     .send(&link.client)
             })
             .await
-            .map_err(fail)?;
+            .map_err(Error::Conflict)?;
             sqlx::query!(
                 "UPDATE invoices SET stripe_status = $2, hosted_invoice_url = $3 WHERE id = $1",
                 invoice,
