@@ -76,15 +76,17 @@ async fn unbalanced_entries(cp: &ControlPlane) -> i64 {
     .unwrap()
 }
 
-async fn ledger_rows(cp: &ControlPlane) -> (i64, i64, i64) {
+/// Entries, postings, charges, and the monthly totals' sum.
+async fn ledger_rows(cp: &ControlPlane) -> (i64, i64, i64, i64) {
     let r = sqlx::query!(
         r#"SELECT (SELECT count(*) FROM journal_entries) AS "e!", (SELECT count(*) FROM postings) AS "p!",
-                  (SELECT count(*) FROM usage_charges) AS "c!""#
+                  (SELECT count(*) FROM usage_charges) AS "c!",
+                  (SELECT coalesce(sum(amount_micro), 0)::bigint FROM usage_month_totals) AS "t!""#
     )
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    (r.e, r.p, r.c)
+    (r.e, r.p, r.c, r.t)
 }
 
 /// Random allocation histories (microsecond starts and ends, some spanning days and month
