@@ -211,9 +211,14 @@ pub struct PlannedSlot {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageRef {
+    /// The marketplace listing and version, e.g. `pytorch 2.5`.
     pub name: String,
     pub source: String,
     pub ssh_user: String,
+    /// The version's cloud-config fragment as a JSON object (empty: none), merged after the
+    /// platform's own keys: lists are appended, other keys the platform doesn't set are added.
+    #[serde(default)]
+    pub cloud_init: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

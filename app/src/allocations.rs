@@ -1,4 +1,5 @@
-//! Launching and running allocations: the launch form (project, SKU, region, image, SSH key,
+//! Launching and running allocations: the launch form (project, SKU, region, marketplace
+//! listing (preselected from a listing page, with only the SKUs it fits), SSH key,
 //! name; a fresh idempotency key per form, so a double submit makes one allocation), a
 //! project's allocations with state filters, and the allocation page with its phases and
 //! timings (refreshed every second while it changes), SSH details, release, and the cleanup
@@ -18,9 +19,23 @@ pub struct LaunchForm {
     pub projects: Vec<(String, String)>,
     /// `(name, label, regions)`.
     pub skus: Vec<(String, String, Vec<String>)>,
-    pub images: Vec<(String, String)>,
+    /// `(slug, label)` of every launchable listing, when none was preselected.
+    pub listings: Vec<(String, String)>,
+    /// The listing preselected from its marketplace page.
+    pub software: Option<Software>,
     pub selected_sku: Option<String>,
     pub idempotency_key: String,
+}
+
+/// A listing preselected for the launch form.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Software {
+    pub slug: String,
+    pub name: String,
+    /// Published versions, newest first.
+    pub versions: Vec<String>,
+    /// "0.25 USD per hour", when it has a fee.
+    pub fee: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,6 +72,7 @@ pub struct AllocationView {
     pub node: String,
     pub slots: String,
     pub image: String,
+    pub listing: String,
     pub price: String,
     pub desired: String,
     pub observed: String,
@@ -108,31 +124,63 @@ async fn launchable_projects(
 }
 
 #[server]
-pub async fn get_launch_form(sku: Option<String>) -> Result<LaunchForm, AppError> {
+pub async fn get_launch_form(
+    sku: Option<String>,
+    listing: Option<String>,
+) -> Result<LaunchForm, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
     let projects = launchable_projects(&cp, &principal).await?;
-    let skus = cp
-        .active_skus()
-        .await?
-        .into_iter()
-        .map(|sku| {
-            (
-                sku.name.clone(),
-                format!("{} — {} per hour", sku.display_name, sku.price),
-                sku.regions,
-            )
-        })
-        .collect();
-    let images = cp
-        .images(false)
-        .await?
-        .into_iter()
-        .map(|i| (i.name, i.display_name))
-        .collect();
+    let label = |sku: &control_plane::catalog::Sku| {
+        format!("{} — {} per hour", sku.display_name, sku.price)
+    };
+    let (skus, listings, software) = match listing.as_deref().filter(|l| !l.is_empty()) {
+        // From a listing page: only the SKUs it fits, with SKU + fee.
+        Some(slug) => {
+            let page = cp.listing_page(slug).await?;
+            let current = page.listing.current().cloned();
+            let fee = current.as_ref().and_then(|v| v.compatibility.fee.clone());
+            let skus = page
+                .fitting
+                .into_iter()
+                .map(|f| {
+                    let label = match &fee {
+                        Some(fee) => format!(
+                            "{} — {} + {} fee = {} per hour",
+                            f.sku.display_name, f.sku.price, fee, f.total_price
+                        ),
+                        None => label(&f.sku),
+                    };
+                    (f.sku.name, label, f.sku.regions)
+                })
+                .collect();
+            let software = Software {
+                versions: page
+                    .listing
+                    .versions
+                    .iter()
+                    .map(|v| v.version.clone())
+                    .collect(),
+                slug: page.listing.slug,
+                name: page.listing.name,
+                fee: fee.map(|f| format!("{f} per hour")),
+            };
+            (skus, Vec::new(), Some(software))
+        }
+        None => (
+            cp.active_skus()
+                .await?
+                .into_iter()
+                .map(|sku| (sku.name.clone(), label(&sku), sku.regions))
+                .collect(),
+            cp.launchable_listings().await?,
+            None,
+        ),
+    };
     Ok(LaunchForm {
         projects,
         skus,
-        images,
+        listings,
+        software,
         selected_sku: sku,
         idempotency_key: uuid::Uuid::new_v4().to_string(),
     })
@@ -144,7 +192,8 @@ pub async fn launch_allocation(
     project: String,
     sku: String,
     region: String,
-    image: String,
+    listing: String,
+    version: Option<String>,
     name: String,
     ssh_public_key: String,
     idempotency_key: String,
@@ -158,7 +207,8 @@ pub async fn launch_allocation(
     let req = control_plane::allocations::LaunchRequest {
         sku,
         region,
-        image,
+        listing,
+        version: version.unwrap_or_default(),
         ssh_public_key,
         name,
         idempotency_key,
@@ -244,6 +294,7 @@ pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
             .collect::<Vec<_>>()
             .join(", "),
         image: d.image,
+        listing: d.listing,
         price: d.price,
         desired: d.desired_state,
         observed: d.observed_state,
@@ -340,8 +391,8 @@ pub async fn release_allocation(id: String) -> Result<(), AppError> {
 #[component]
 pub fn LaunchPage() -> impl IntoView {
     let query = use_query_map();
-    let sku = move || query.with(|q| q.get("sku"));
-    let form = Resource::new(sku, get_launch_form);
+    let params = move || query.with(|q| (q.get("sku"), q.get("listing")));
+    let form = Resource::new(params, |(sku, listing)| get_launch_form(sku, listing));
     let launch = ServerAction::<LaunchAllocation>::new();
     view! {
         <Title text="Launch" />
@@ -363,6 +414,14 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         return view! {
             <section class="card notice" role="alert">
                 <p>"You can't launch in any project: ask a project admin to make you an operator."</p>
+            </section>
+        }
+        .into_any();
+    }
+    if f.skus.is_empty() {
+        return view! {
+            <section class="card notice" role="alert">
+                <p>"No SKU for sale fits this listing right now; its page says what it needs."</p>
             </section>
         }
         .into_any();
@@ -399,11 +458,24 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                             {regions.into_iter().map(|r| { let l = r.clone(); view! { <option value=r>{l}</option> } }).collect_view()}
                         </select>
                     </label>
-                    <label>"Image"
-                        <select name="image">
-                            {f.images.into_iter().map(|(name, label)| view! { <option value=name>{label}</option> }).collect_view()}
-                        </select>
-                    </label>
+                    {match f.software {
+                        Some(sw) => view! {
+                            <input type="hidden" name="listing" value=sw.slug.clone() />
+                            <label>"Software"
+                                <select name="version" id="launch-version">
+                                    {sw.versions.into_iter().map(|v| { let l = format!("{} {v}", sw.name); view! { <option value=v>{l}</option> } }).collect_view()}
+                                </select>
+                                {sw.fee.map(|fee| view! { <span class="hint" id="launch-fee">"Listing fee: " {fee} ", on top of the SKU"</span> })}
+                            </label>
+                        }.into_any(),
+                        None => view! {
+                            <label>"Software"
+                                <select name="listing">
+                                    {f.listings.into_iter().map(|(slug, label)| view! { <option value=slug>{label}</option> }).collect_view()}
+                                </select>
+                            </label>
+                        }.into_any(),
+                    }}
                     <label>"Name" <input name="name" required placeholder="train-llama" /></label>
                 </div>
                 <label>"SSH public key"
@@ -546,7 +618,7 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
             <h2 id="what">"What and where"</h2>
             <dl class="facts">
                 <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpus} " GPUs), " {a.price}</dd>
-                <dt>"Image"</dt><dd>{a.image}</dd>
+                <dt>"Software"</dt><dd><a href=format!("/marketplace/{}", a.listing)>{a.image}</a></dd>
                 <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
                 <dt>"Slots"</dt><dd data-testid="slots">{a.slots}</dd>
                 <dt>"Why there"</dt><dd>{a.why}</dd>

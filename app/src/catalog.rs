@@ -1,6 +1,6 @@
 //! The catalog, public: every active SKU with its price, a cost estimate for a chosen
 //! duration, and what could launch right now per region (or why nothing could). For platform
-//! staff, `/catalog/manage`: SKUs (create, edit, activate, retire), images, and a placement
+//! staff, `/catalog/manage`: SKUs (create, edit, activate, retire) and a placement
 //! dry run.
 
 // A SKU form has twelve fields; its server function takes them as arguments, and the
@@ -47,19 +47,9 @@ pub struct CatalogView {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImageRow {
-    pub name: String,
-    pub display_name: String,
-    pub source: String,
-    pub ssh_user: String,
-    pub active: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkuAdminView {
     pub can_operate: bool,
     pub skus: Vec<SkuRow>,
-    pub images: Vec<ImageRow>,
 }
 
 #[cfg(feature = "ssr")]
@@ -111,18 +101,6 @@ pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
     Ok(SkuAdminView {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
         skus: cp.skus(&staff).await?.into_iter().map(sku_row).collect(),
-        images: cp
-            .images(true)
-            .await?
-            .into_iter()
-            .map(|i| ImageRow {
-                name: i.name,
-                display_name: i.display_name,
-                source: i.source,
-                ssh_user: i.ssh_user,
-                active: i.active,
-            })
-            .collect(),
     })
 }
 
@@ -174,28 +152,6 @@ pub async fn set_sku_state(id: String, state: String) -> Result<(), AppError> {
     let id = id.parse().map_err(|_| AppError::NotFound)?;
     cp.set_sku_state(&ops, id, &state, Some(&crate::error::request_id()))
         .await?;
-    Ok(())
-}
-
-#[server]
-pub async fn add_image(
-    name: String,
-    display_name: String,
-    source: String,
-    ssh_user: String,
-) -> Result<(), AppError> {
-    use control_plane::auth::PlatformOperators;
-    let (cp, principal) = crate::server::signed_in().await?;
-    let ops = principal.platform::<PlatformOperators>()?;
-    cp.add_image(
-        &ops,
-        &name,
-        &display_name,
-        &source,
-        &ssh_user,
-        Some(&crate::error::request_id()),
-    )
-    .await?;
     Ok(())
 }
 
@@ -278,25 +234,18 @@ fn CatalogBody(c: CatalogView) -> impl IntoView {
 pub fn SkuAdminPage() -> impl IntoView {
     let save = ServerAction::<SaveSku>::new();
     let state = ServerAction::<SetSkuState>::new();
-    let image = ServerAction::<AddImage>::new();
     let dry = ServerAction::<DryRunPlacement>::new();
     let page = Resource::new(
-        move || {
-            (
-                save.version().get(),
-                state.version().get(),
-                image.version().get(),
-            )
-        },
+        move || (save.version().get(), state.version().get()),
         |_| get_sku_admin(),
     );
     view! {
-        <Title text="SKUs and images" />
-        <h1>"SKUs and images"</h1>
+        <Title text="SKUs" />
+        <h1>"SKUs"</h1>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Ok(p) => view! { <SkuAdminBody p save state image dry /> }.into_any(),
+                    Ok(p) => view! { <SkuAdminBody p save state dry /> }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }
             })}
@@ -309,7 +258,6 @@ fn SkuAdminBody(
     p: SkuAdminView,
     save: ServerAction<SaveSku>,
     state: ServerAction<SetSkuState>,
-    image: ServerAction<AddImage>,
     dry: ServerAction<DryRunPlacement>,
 ) -> impl IntoView {
     let can = p.can_operate;
@@ -389,24 +337,8 @@ fn SkuAdminBody(
         })}
         <section class="card" aria-labelledby="images">
             <h2 id="images">"Images"</h2>
-            <ul>
-                {p.images.into_iter().map(|i| view! {
-                    <li>{i.display_name} " (" <code>{i.name}</code> ", user " {i.ssh_user} ", " <code>{i.source}</code> ")"
-                        {(!i.active).then_some(" — inactive")}</li>
-                }).collect_view()}
-            </ul>
-            {can.then(|| view! {
-                <ActionForm action=image>
-                    <div class="form-grid">
-                        <label>"Name" <input name="name" required placeholder="ubuntu-24.04-cuda" /></label>
-                        <label>"Display name" <input name="display_name" required /></label>
-                        <label>"Source" <input name="source" required placeholder="/var/lib/gpuaas/images/…qcow2" /></label>
-                        <label>"SSH user" <input name="ssh_user" required placeholder="ubuntu" /></label>
-                    </div>
-                    <button type="submit">"Add image"</button>
-                </ActionForm>
-                {outcome(image.value(), |_: ()| Some("Image added.".to_string()))}
-            })}
+            <p>"OS images are the platform's own listings in the marketplace: add, review, publish and deprecate them under "
+                <a href="/admin/marketplace">"Marketplace review"</a> "."</p>
         </section>
     }
 }

@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod components;
 pub mod error;
 pub mod fleet;
+pub mod marketplace;
 pub mod pages;
 pub mod policies;
 pub mod projects;
@@ -28,7 +29,7 @@ use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{A, Route, Router, Routes};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use pages::placeholder::{MARKETPLACE, Placeholder, SECTIONS};
+use pages::placeholder::SECTIONS;
 use theme::{ThemePicker, ThemeSignal};
 
 /// The HTML document around [`App`]; rendered on the server only.
@@ -114,7 +115,10 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("catalog") view=catalog::CatalogPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("catalog"), StaticSegment("manage")) view=catalog::SkuAdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("launch") view=allocations::LaunchPage ssr=SsrMode::Async />
-                    <Route path=StaticSegment("marketplace") view=|| view! { <Placeholder section=&MARKETPLACE /> } ssr=SsrMode::Async />
+                    <Route path=StaticSegment("marketplace") view=marketplace::MarketplacePage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("marketplace"), StaticSegment("publish")) view=marketplace::PublishPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("marketplace"), ParamSegment("slug")) view=marketplace::ListingPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("marketplace")) view=marketplace::MarketplaceAdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("allocations") view=allocations::AllocationsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />

@@ -190,7 +190,8 @@ async fn main() {
             let req = LaunchRequest {
                 sku: "h100.1x".into(),
                 region: String::new(),
-                image: "ubuntu-24.04-cuda".into(),
+                listing: "ubuntu-24.04-cuda".into(),
+                version: String::new(),
                 ssh_public_key: KEY.into(),
                 name: format!("d-{n}"),
                 idempotency_key: uuid::Uuid::new_v4().to_string(),

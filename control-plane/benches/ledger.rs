@@ -51,6 +51,7 @@ async fn main() {
             tenant: ACME,
             project: ACME_RESEARCH,
             sku: "h100.1x",
+            listing: "ubuntu-24.04-cuda",
             name: "seed",
             started_at: datetime!(2026-10-01 00:00 UTC),
             ended_at: datetime!(2026-10-01 00:30 UTC),

@@ -105,7 +105,8 @@ async fn client(
         let req = LaunchRequest {
             sku: MIX[which].0.into(),
             region: String::new(),
-            image: "ubuntu-24.04-cuda".into(),
+            listing: "ubuntu-24.04-cuda".into(),
+            version: String::new(),
             ssh_public_key: KEY.into(),
             name: format!("{phase}-{me}-{n}"),
             idempotency_key: format!("bench-{phase}-{me}-{n}"),

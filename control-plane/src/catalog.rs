@@ -8,7 +8,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformOperators, PlatformStaff};
 use crate::error::{Error, Result};
-use crate::ids::{ImageId, SkuId};
+use crate::ids::SkuId;
 use crate::policy::Money;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,16 +228,6 @@ impl SkuInput {
             price,
         })
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Image {
-    pub id: ImageId,
-    pub name: String,
-    pub display_name: String,
-    pub source: String,
-    pub ssh_user: String,
-    pub active: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -497,106 +487,6 @@ impl ControlPlane {
     /// placement uses.
     pub async fn availability_of(&self, sku: &Sku) -> Result<Vec<(String, i64)>> {
         crate::placement::availability(&mut *self.pool().acquire().await?, sku).await
-    }
-
-    /// Images; inactive ones only for staff screens.
-    pub async fn images(&self, include_inactive: bool) -> Result<Vec<Image>> {
-        Ok(sqlx::query_as!(
-            Image,
-            r#"SELECT id AS "id: ImageId", name, display_name, source, ssh_user, active
-               FROM images WHERE active OR $1 ORDER BY active DESC, display_name"#,
-            include_inactive
-        )
-        .fetch_all(self.pool())
-        .await?)
-    }
-
-    /// Adds an image to the list tenants choose from.
-    #[tracing::instrument(skip_all, fields(image.name = %name))]
-    pub async fn add_image(
-        &self,
-        who: &Platform<PlatformOperators>,
-        name: &str,
-        display_name: &str,
-        source: &str,
-        ssh_user: &str,
-        request_id: Option<&str>,
-    ) -> Result<ImageId> {
-        let name = name.trim().to_ascii_lowercase();
-        let invalid = |field, reason: &str| Error::Invalid {
-            field,
-            reason: reason.to_string(),
-        };
-        if name.is_empty()
-            || name.len() > 63
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-        {
-            return Err(invalid(
-                "name",
-                "use lowercase letters, digits, '.', '_' and '-' (e.g. ubuntu-24.04)",
-            ));
-        }
-        let display_name = display_name.trim();
-        if display_name.is_empty() || display_name.chars().count() > 100 {
-            return Err(invalid("display_name", "use 1 to 100 characters"));
-        }
-        let source = source.trim();
-        if source.is_empty() || source.len() > 1000 || source.chars().any(char::is_whitespace) {
-            return Err(invalid(
-                "source",
-                "give the image's path on the hosts' image cache or its URL, without spaces",
-            ));
-        }
-        let ssh_user = ssh_user.trim();
-        if ssh_user.is_empty()
-            || ssh_user.len() > 32
-            || !ssh_user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-            || !ssh_user
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
-        {
-            return Err(invalid(
-                "ssh_user",
-                "a Unix user name: lowercase letters, digits, '_' and '-'",
-            ));
-        }
-        let id = ImageId::new_random();
-        let mut tx = self.pool().begin().await?;
-        let inserted = sqlx::query!(
-            "INSERT INTO images (id, name, display_name, source, ssh_user) VALUES ($1, $2, $3, $4, $5)",
-            id as ImageId,
-            name,
-            display_name,
-            source,
-            ssh_user
-        )
-        .execute(&mut *tx)
-        .await;
-        match inserted {
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-                return Err(invalid(
-                    "name",
-                    &format!("an image named {name} exists already"),
-                ));
-            }
-            other => other?,
-        };
-        audit::record(
-            &mut tx,
-            AuditEntry {
-                actor: Actor::User(who.principal().user_id),
-                action: "image.create",
-                resource: &self.naming().platform(&format!("image/{name}")),
-                before: None,
-                after: Some(json!({ "source": source, "ssh_user": ssh_user })),
-                request_id,
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(id)
     }
 
     /// The public catalog: every active SKU with what could launch now in each of its

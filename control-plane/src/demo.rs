@@ -322,33 +322,8 @@ const SKUS: &[DemoSku] = &[
     ),
 ];
 
-/// Demo images and active SKUs in eu-west-1 and us-east-1 (idempotent; edits are kept).
+/// Active SKUs in eu-west-1 and us-east-1, and the marketplace (idempotent; edits are kept).
 async fn seed_catalog(tx: &mut sqlx::PgConnection) -> Result<()> {
-    for (name, display, source, user) in [
-        (
-            "ubuntu-24.04-cuda",
-            "Ubuntu 24.04 + CUDA 12.6",
-            "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2",
-            "ubuntu",
-        ),
-        (
-            "rocky-9-cuda",
-            "Rocky Linux 9 + CUDA 12.6",
-            "/var/lib/gpuaas/images/rocky-9-cuda-12.6.qcow2",
-            "rocky",
-        ),
-    ] {
-        sqlx::query!(
-            "INSERT INTO images (id, name, display_name, source, ssh_user)
-             VALUES (gen_random_uuid(), $1, $2, $3, $4) ON CONFLICT (name) DO NOTHING",
-            name,
-            display,
-            source,
-            user
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
     for &(name, display, shape, model, gpus, vcpus, mem, nvme, family, cents) in SKUS {
         sqlx::query!(
             "INSERT INTO skus (id, name, display_name, shape, gpu_model, gpu_count, vcpus,
@@ -370,6 +345,290 @@ async fn seed_catalog(tx: &mut sqlx::PgConnection) -> Result<()> {
         )
         .execute(&mut *tx)
         .await?;
+    }
+    seed_marketplace(tx).await
+}
+
+/// One demo listing: the listing, then its versions oldest first.
+struct DemoListing {
+    slug: &'static str,
+    name: &'static str,
+    category: &'static str,
+    /// `None`: the platform.
+    publisher: Option<TenantId>,
+    logo: Option<(&'static str, &'static str)>,
+    versions: &'static [DemoVersion],
+}
+
+struct DemoVersion {
+    version: &'static str,
+    summary: &'static str,
+    description: &'static str,
+    notes: &'static str,
+    image: &'static str,
+    user: &'static str,
+    cloud_init: &'static str,
+    shapes: &'static [&'static str],
+    gpu_models: &'static [&'static str],
+    min_gpus: i32,
+    fee_cents: i64,
+    /// Where curation left it.
+    state: &'static str,
+}
+
+const OS_SHAPES: &[&str] = &["gpu_slice", "baremetal"];
+
+const LISTINGS: &[DemoListing] = &[
+    DemoListing {
+        slug: "ubuntu-24.04-cuda",
+        name: "Ubuntu 24.04 + CUDA 12.6",
+        category: "os_image",
+        publisher: None,
+        logo: None,
+        versions: &[DemoVersion {
+            version: "1",
+            summary: "Ubuntu 24.04 LTS with the NVIDIA 560 driver and CUDA 12.6.",
+            description: "The platform's default image: **Ubuntu 24.04 LTS**, the NVIDIA data-center driver, CUDA 12.6, `nvidia-container-toolkit` and Docker.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2",
+            user: "ubuntu",
+            cloud_init: "{}",
+            shapes: OS_SHAPES,
+            gpu_models: &[],
+            min_gpus: 1,
+            fee_cents: 0,
+            state: "published",
+        }],
+    },
+    DemoListing {
+        slug: "rocky-9-cuda",
+        name: "Rocky Linux 9 + CUDA 12.6",
+        category: "os_image",
+        publisher: None,
+        logo: None,
+        versions: &[DemoVersion {
+            version: "1",
+            summary: "Rocky Linux 9 with the NVIDIA 560 driver and CUDA 12.6.",
+            description: "Rocky Linux 9, the NVIDIA data-center driver and CUDA 12.6.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/rocky-9-cuda-12.6.qcow2",
+            user: "rocky",
+            cloud_init: "{}",
+            shapes: OS_SHAPES,
+            gpu_models: &[],
+            min_gpus: 1,
+            fee_cents: 0,
+            state: "published",
+        }],
+    },
+    DemoListing {
+        slug: "pytorch",
+        name: "PyTorch",
+        category: "ml_stack",
+        publisher: None,
+        logo: Some(("#ee4c2c", "Py")),
+        versions: &[
+            DemoVersion {
+                version: "2.4",
+                summary: "PyTorch 2.4 with CUDA 12.4, cuDNN 9 and NCCL, ready for torchrun.",
+                description: "PyTorch 2.4 on Ubuntu 24.04.",
+                notes: "First release.",
+                image: "/var/lib/gpuaas/images/pytorch-2.4-cuda-12.4.qcow2",
+                user: "ubuntu",
+                cloud_init: r#"{"runcmd": [["systemctl", "enable", "--now", "nvidia-persistenced"]]}"#,
+                shapes: OS_SHAPES,
+                gpu_models: &[],
+                min_gpus: 1,
+                fee_cents: 25,
+                state: "published",
+            },
+            DemoVersion {
+                version: "2.5",
+                summary: "PyTorch 2.5 with CUDA 12.6, cuDNN 9, NCCL and torchrun, on Ubuntu 24.04.",
+                description: "## PyTorch, ready to train\n\nA tuned **PyTorch 2.5** environment:\n\n- CUDA 12.6, cuDNN 9, NCCL 2.23 wired for NVLink and InfiniBand\n- `torchrun` and `torch.compile` ready; `python3 -c 'import torch; print(torch.cuda.device_count())'` shows your GPUs\n- JupyterLab on port 8888 behind your SSH tunnel\n\nSee the [PyTorch documentation](https://pytorch.org/docs/2.5/).",
+                notes: "CUDA 12.6 and NCCL 2.23; `torch.compile` cache on the NVMe.",
+                image: "/var/lib/gpuaas/images/pytorch-2.5-cuda-12.6.qcow2",
+                user: "ubuntu",
+                cloud_init: r#"{"runcmd": [["systemctl", "enable", "--now", "nvidia-persistenced"], ["mkdir", "-p", "/mnt/nvme/torch-cache"]], "write_files": [{"path": "/etc/profile.d/torch.sh", "content": "export TORCHINDUCTOR_CACHE_DIR=/mnt/nvme/torch-cache\n"}]}"#,
+                shapes: OS_SHAPES,
+                gpu_models: &[],
+                min_gpus: 1,
+                fee_cents: 25,
+                state: "published",
+            },
+        ],
+    },
+    DemoListing {
+        slug: "jupyterlab",
+        name: "JupyterLab",
+        category: "ml_stack",
+        publisher: None,
+        logo: Some(("#f37726", "Ju")),
+        versions: &[DemoVersion {
+            version: "4.3",
+            summary: "JupyterLab 4.3 with PyTorch, JAX and RAPIDS kernels.",
+            description: "JupyterLab listens on `localhost:8888`; reach it with `ssh -L 8888:localhost:8888`.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/jupyterlab-4.3.qcow2",
+            user: "ubuntu",
+            cloud_init: r#"{"runcmd": [["systemctl", "enable", "--now", "jupyterlab"]]}"#,
+            shapes: &["gpu_slice"],
+            gpu_models: &[],
+            min_gpus: 1,
+            fee_cents: 0,
+            state: "published",
+        }],
+    },
+    DemoListing {
+        slug: "vllm",
+        name: "vLLM inference server",
+        category: "ml_stack",
+        publisher: Some(GLOBEX),
+        logo: Some(("#30a2ff", "vL")),
+        versions: &[DemoVersion {
+            version: "0.6.4",
+            summary: "An OpenAI-compatible LLM server with paged attention, tuned for H100.",
+            description: "Serves any Hugging Face model with **vLLM 0.6.4**: `vllm serve <model>` listens on port 8000.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/vllm-0.6.4.qcow2",
+            user: "ubuntu",
+            cloud_init: "{}",
+            shapes: &["gpu_slice"],
+            gpu_models: &[H100],
+            min_gpus: 1,
+            fee_cents: 40,
+            state: "published",
+        }],
+    },
+    DemoListing {
+        slug: "ray-cluster",
+        name: "Ray cluster head",
+        category: "app",
+        publisher: Some(GLOBEX),
+        logo: Some(("#028cf0", "Ry")),
+        versions: &[DemoVersion {
+            version: "2.40",
+            summary: "A Ray head node with its own autoscaling scheduler and dashboard.",
+            description: "Starts `ray start --head`; workers join with the address it prints. Ray schedules inside the capacity you launched: it never owns inventory.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/ray-2.40.qcow2",
+            user: "ubuntu",
+            cloud_init: r#"{"runcmd": [["ray", "start", "--head", "--dashboard-host=127.0.0.1"]]}"#,
+            shapes: OS_SHAPES,
+            gpu_models: &[],
+            min_gpus: 2,
+            fee_cents: 100,
+            state: "published",
+        }],
+    },
+    DemoListing {
+        slug: "slurm-head",
+        name: "Slurm head node",
+        category: "app",
+        publisher: Some(GLOBEX),
+        logo: None,
+        versions: &[DemoVersion {
+            version: "24.05",
+            summary: "slurmctld and slurmdbd on a whole node; compute nodes join by token.",
+            description: "A Slurm 24.05 controller for a whole HGX node.",
+            notes: "",
+            image: "/var/lib/gpuaas/images/slurm-24.05.qcow2",
+            user: "ubuntu",
+            cloud_init: "{}",
+            shapes: &["baremetal"],
+            gpu_models: &[],
+            min_gpus: 8,
+            fee_cents: 200,
+            state: "in_review",
+        }],
+    },
+];
+
+/// A square monogram logo.
+fn demo_logo(color: &str, letters: &str) -> Vec<u8> {
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" fill="{color}"/><text x="32" y="41" font-family="sans-serif" font-size="26" font-weight="700" fill="#fff" text-anchor="middle">{letters}</text></svg>"##
+    )
+    .into_bytes()
+}
+
+/// Globex publishes (approved, 70 % share); the listings above, moved through curation to
+/// where the demo wants them.
+async fn seed_marketplace(tx: &mut sqlx::PgConnection) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO publishers (id, tenant_id, display_name, status, revenue_share_bps, decided_at)
+         VALUES ('0a0e0000-0000-4000-8003-000000000001', $1, 'Globex Labs', 'approved', 7000, now())
+         ON CONFLICT DO NOTHING",
+        GLOBEX as TenantId
+    )
+    .execute(&mut *tx)
+    .await?;
+    for l in LISTINGS {
+        let publisher = match l.publisher {
+            None => crate::marketplace::PLATFORM_PUBLISHER.0,
+            Some(t) => {
+                sqlx::query_scalar!(
+                    "SELECT id FROM publishers WHERE tenant_id = $1",
+                    t as TenantId
+                )
+                .fetch_one(&mut *tx)
+                .await?
+            }
+        };
+        let logo = l.logo.map(|(c, t)| demo_logo(c, t));
+        sqlx::query!(
+            "INSERT INTO listings (id, publisher_id, slug, name, category, logo, logo_type)
+             VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, CASE WHEN $5::bytea IS NULL THEN NULL ELSE 'image/svg+xml' END)
+             ON CONFLICT (slug) DO NOTHING",
+            publisher,
+            l.slug,
+            l.name,
+            l.category,
+            logo
+        )
+        .execute(&mut *tx)
+        .await?;
+        for v in l.versions {
+            let fee_currency = (v.fee_cents > 0).then_some("USD");
+            let created = sqlx::query_scalar!(
+                "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
+                                               release_notes, image_source, ssh_user, cloud_init,
+                                               shapes, gpu_models, min_gpus, fee_per_hour_minor,
+                                               fee_currency)
+                 SELECT gen_random_uuid(), id, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10, $11, $12, $13
+                 FROM listings WHERE slug = $1
+                 ON CONFLICT (listing_id, version) DO NOTHING RETURNING id",
+                l.slug,
+                v.version,
+                v.summary,
+                v.description,
+                v.notes,
+                v.image,
+                v.user,
+                v.cloud_init,
+                &v.shapes.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                &v.gpu_models.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                v.min_gpus,
+                v.fee_cents,
+                fee_currency
+            )
+            .fetch_optional(&mut *tx)
+            .await?;
+            let Some(id) = created else { continue };
+            let path: &[&str] = match v.state {
+                "in_review" => &["in_review"],
+                _ => &["in_review", "approved", "published"],
+            };
+            for state in path {
+                sqlx::query!(
+                    "UPDATE listing_versions SET state = $2 WHERE id = $1",
+                    id,
+                    state
+                )
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
     }
     Ok(())
 }
@@ -690,6 +949,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
                 tenant,
                 project,
                 sku,
+                listing: "ubuntu-24.04-cuda",
                 name,
                 started_at: start,
                 ended_at: end,

@@ -70,8 +70,16 @@ uuid_id!(
     SkuId
 );
 uuid_id!(
-    /// An operating-system image tenants may launch.
-    ImageId
+    /// Who publishes marketplace listings: the platform, or an approved organization.
+    PublisherId
+);
+uuid_id!(
+    /// A marketplace listing: an OS image, ML stack or app.
+    ListingId
+);
+uuid_id!(
+    /// A reviewed version of a listing: what an allocation is launched with.
+    ListingVersionId
 );
 uuid_id!(
     /// A project's lease of slots or of a whole node.

@@ -14,6 +14,7 @@ pub mod error;
 pub mod fleet;
 pub mod health;
 pub mod ids;
+pub mod marketplace;
 pub mod naming;
 pub mod placement;
 pub mod policy;
@@ -23,7 +24,8 @@ pub mod tenancy;
 
 pub use error::{Error, Result};
 pub use ids::{
-    AgentTaskId, AllocationId, ImageId, NodeId, ProjectId, SkuId, SlotId, TenantId, UserId,
+    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
+    SlotId, TenantId, UserId,
 };
 pub use naming::Naming;
 pub use resource_name::{ResourceName, ResourceNameError};

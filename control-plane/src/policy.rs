@@ -81,15 +81,17 @@ pub enum PolicyKey {
     AllowedRegions,
     MaxAllocationLifetimeHours,
     MonthlyBudget,
+    AllowedListings,
 }
 
 impl PolicyKey {
-    pub const ALL: [PolicyKey; 5] = [
+    pub const ALL: [PolicyKey; 6] = [
         PolicyKey::MaxGpusInUse,
         PolicyKey::AllowedSkus,
         PolicyKey::AllowedRegions,
         PolicyKey::MaxAllocationLifetimeHours,
         PolicyKey::MonthlyBudget,
+        PolicyKey::AllowedListings,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -99,6 +101,7 @@ impl PolicyKey {
             PolicyKey::AllowedRegions => "allowed_regions",
             PolicyKey::MaxAllocationLifetimeHours => "max_allocation_lifetime_hours",
             PolicyKey::MonthlyBudget => "monthly_budget",
+            PolicyKey::AllowedListings => "allowed_listings",
         }
     }
 
@@ -109,6 +112,7 @@ impl PolicyKey {
             PolicyKey::AllowedRegions => "Allowed regions",
             PolicyKey::MaxAllocationLifetimeHours => "Max allocation lifetime (hours)",
             PolicyKey::MonthlyBudget => "Monthly budget",
+            PolicyKey::AllowedListings => "Allowed marketplace listings",
         }
     }
 
@@ -120,6 +124,9 @@ impl PolicyKey {
             PolicyKey::AllowedRegions => "comma-separated regions, e.g. eu-west, us-east",
             PolicyKey::MaxAllocationLifetimeHours => "hours, 1 to 8760, e.g. 72",
             PolicyKey::MonthlyBudget => "amount and currency, e.g. 5000.00 USD",
+            PolicyKey::AllowedListings => {
+                "comma-separated listing names, e.g. ubuntu-24.04-cuda, pytorch"
+            }
         }
     }
 
@@ -139,6 +146,8 @@ impl PolicyKey {
 pub enum PolicyValue {
     MaxGpusInUse(u32),
     AllowedSkus(Vec<String>),
+    /// Marketplace listing slugs a project may launch.
+    AllowedListings(Vec<String>),
     AllowedRegions(Vec<String>),
     MaxAllocationLifetimeHours(u32),
     MonthlyBudget(Money),
@@ -190,6 +199,7 @@ impl PolicyValue {
         match self {
             PolicyValue::MaxGpusInUse(_) => PolicyKey::MaxGpusInUse,
             PolicyValue::AllowedSkus(_) => PolicyKey::AllowedSkus,
+            PolicyValue::AllowedListings(_) => PolicyKey::AllowedListings,
             PolicyValue::AllowedRegions(_) => PolicyKey::AllowedRegions,
             PolicyValue::MaxAllocationLifetimeHours(_) => PolicyKey::MaxAllocationLifetimeHours,
             PolicyValue::MonthlyBudget(_) => PolicyKey::MonthlyBudget,
@@ -203,6 +213,9 @@ impl PolicyValue {
                 PolicyValue::MaxGpusInUse(parse_whole("max_gpus_in_use", input, 0, 100_000)?)
             }
             PolicyKey::AllowedSkus => PolicyValue::AllowedSkus(parse_list("allowed_skus", input)?),
+            PolicyKey::AllowedListings => {
+                PolicyValue::AllowedListings(parse_list("allowed_listings", input)?)
+            }
             PolicyKey::AllowedRegions => {
                 PolicyValue::AllowedRegions(parse_list("allowed_regions", input)?)
             }
@@ -216,7 +229,9 @@ impl PolicyValue {
     fn to_json(&self) -> Value {
         match self {
             PolicyValue::MaxGpusInUse(n) | PolicyValue::MaxAllocationLifetimeHours(n) => json!(n),
-            PolicyValue::AllowedSkus(v) | PolicyValue::AllowedRegions(v) => json!(v),
+            PolicyValue::AllowedSkus(v)
+            | PolicyValue::AllowedRegions(v)
+            | PolicyValue::AllowedListings(v) => json!(v),
             PolicyValue::MonthlyBudget(m) => json!(m),
         }
     }
@@ -229,6 +244,9 @@ impl PolicyValue {
             }
             PolicyKey::AllowedSkus => {
                 PolicyValue::AllowedSkus(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::AllowedListings => {
+                PolicyValue::AllowedListings(serde_json::from_value(v).map_err(bad)?)
             }
             PolicyKey::AllowedRegions => {
                 PolicyValue::AllowedRegions(serde_json::from_value(v).map_err(bad)?)
@@ -247,9 +265,9 @@ impl fmt::Display for PolicyValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PolicyValue::MaxGpusInUse(n) => write!(f, "{n} GPUs"),
-            PolicyValue::AllowedSkus(v) | PolicyValue::AllowedRegions(v) => {
-                f.write_str(&v.join(", "))
-            }
+            PolicyValue::AllowedSkus(v)
+            | PolicyValue::AllowedRegions(v)
+            | PolicyValue::AllowedListings(v) => f.write_str(&v.join(", ")),
             PolicyValue::MaxAllocationLifetimeHours(h) => write!(f, "{h} hours"),
             PolicyValue::MonthlyBudget(m) => write!(f, "{m}"),
         }

@@ -47,7 +47,8 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
     LaunchRequest {
         sku: sku.into(),
         region: String::new(),
-        image: "ubuntu-24.04-cuda".into(),
+        listing: "ubuntu-24.04-cuda".into(),
+        version: String::new(),
         ssh_public_key: KEY.into(),
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
@@ -378,8 +379,11 @@ async fn bad_input_is_named_and_nothing_is_reserved(pool: PgPool) {
         "region"
     );
     r = request("h100.1x", "ok");
-    r.image = "windows".into();
-    assert_eq!(field(cp.launch(&bob, &r, None).await.unwrap_err()), "image");
+    r.listing = "windows".into();
+    assert_eq!(
+        field(cp.launch(&bob, &r, None).await.unwrap_err()),
+        "listing"
+    );
     launch(&cp, &bob, "h100.1x", "ok").await.unwrap();
     assert_eq!(
         field(launch(&cp, &bob, "h100.1x", "ok").await.unwrap_err()),

@@ -120,6 +120,7 @@ pub fn seed_files(
             }).to_string(),
         }],
     });
+    let user_data = merge_fragment(user_data, &plan.image.cloud_init);
     let meta_data = json!({
         "instance-id": plan.allocation_id,
         "local-hostname": hostname,
@@ -147,6 +148,32 @@ pub fn seed_files(
         ("meta-data", format!("{meta_data:#}\n")),
         ("network-config", format!("{network:#}\n")),
     ]
+}
+
+/// Adds the listing version's cloud-config fragment after the platform's keys: lists (such
+/// as `runcmd`, `write_files`, `packages`) are appended to the platform's, other keys are
+/// added only where the platform set none, so a fragment can never replace the user, SSH key
+/// or network the platform wrote. A fragment that is not a JSON object is ignored (the
+/// control plane refuses those before they are published).
+fn merge_fragment(mut base: serde_json::Value, fragment: &str) -> serde_json::Value {
+    let Ok(serde_json::Value::Object(extra)) = serde_json::from_str(fragment) else {
+        return base;
+    };
+    let Some(map) = base.as_object_mut() else {
+        return base;
+    };
+    for (k, v) in extra {
+        match (map.get_mut(&k), v) {
+            (Some(serde_json::Value::Array(ours)), serde_json::Value::Array(theirs)) => {
+                ours.extend(theirs)
+            }
+            (Some(_), _) => {}
+            (None, v) => {
+                map.insert(k, v);
+            }
+        }
+    }
+    base
 }
 
 /// Writes the seed files into `dir` and builds `iso` from them.
@@ -205,4 +232,39 @@ pub fn hostname(name: &str) -> String {
         .collect();
     h = h.trim_matches('-').chars().take(63).collect();
     if h.is_empty() { "gpu-vm".into() } else { h }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_fragment_adds_and_appends_but_never_replaces_the_platforms_keys() {
+        let base = json!({
+            "hostname": "train",
+            "users": [{ "name": "ubuntu" }],
+            "write_files": [{ "path": "/etc/gpuaas/telemetry.json" }],
+        });
+        let merged = merge_fragment(
+            base.clone(),
+            r#"{"hostname": "evil", "runcmd": [["nvidia-smi"]],
+                "write_files": [{"path": "/etc/profile.d/torch.sh"}]}"#,
+        );
+        assert_eq!(merged["hostname"], "train");
+        assert_eq!(merged["users"], base["users"]);
+        assert_eq!(merged["runcmd"], json!([["nvidia-smi"]]));
+        let paths: Vec<&str> = merged["write_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            paths,
+            ["/etc/gpuaas/telemetry.json", "/etc/profile.d/torch.sh"]
+        );
+        assert_eq!(merge_fragment(base.clone(), ""), base);
+        assert_eq!(merge_fragment(base.clone(), "[1, 2]"), base);
+    }
 }

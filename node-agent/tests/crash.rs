@@ -167,7 +167,8 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
     let req = LaunchRequest {
         sku: "l40s.1x".into(),
         region: String::new(),
-        image: "ubuntu-24.04-cuda".into(),
+        listing: "ubuntu-24.04-cuda".into(),
+        version: String::new(),
         ssh_public_key: KEY.into(),
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),

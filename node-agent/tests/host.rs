@@ -176,6 +176,7 @@ fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
             name: "ubuntu-24.04-cuda".into(),
             source: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into(),
             ssh_user: "ubuntu".into(),
+            cloud_init: String::new(),
         },
         ssh_public_key:
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test"

@@ -60,6 +60,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
             name: "ubuntu".into(),
             source: "/images/ubuntu.qcow2".into(),
             ssh_user: "ubuntu".into(),
+            cloud_init: String::new(),
         },
         ssh_public_key: "ssh-ed25519 AAAA test".into(),
         slots: vec![s.clone()],

@@ -6,6 +6,7 @@ pub mod billing;
 pub mod config;
 pub mod error;
 pub mod health;
+pub mod marketplace;
 pub mod origin;
 pub mod sso;
 pub mod telemetry;
@@ -142,6 +143,7 @@ pub fn router(state: AppState) -> Router {
         .route("/auth/callback", get(sso::callback))
         .merge(agent_api::routes().with_state(state.cp.clone()))
         .merge(billing::routes())
+        .merge(marketplace::routes())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })

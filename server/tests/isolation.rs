@@ -26,10 +26,14 @@ use app::allocations::{
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
 use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, IssueCreditNote};
-use app::catalog::{AddImage, DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
+use app::catalog::{DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
     ReissueNodeToken, RejectSlotMap, SetNodeState,
+};
+use app::marketplace::{
+    ApplyToPublish, BrowseListings, CreateListing, CreateVersion, CurateVersion, DecidePublisher,
+    GetListing, GetMarketplaceAdmin, GetPublisherArea, SubmitVersion,
 };
 use app::pages::admin::AdminOverview;
 use app::pages::home::GetPlatformHealth;
@@ -121,14 +125,15 @@ const FLEET: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     (SetSkuState::PATH, &[("id", NODE), ("state", "retired")]),
+    // Marketplace curation: platform operators only.
+    (GetMarketplaceAdmin::PATH, &[]),
     (
-        AddImage::PATH,
-        &[
-            ("name", "evil"),
-            ("display_name", "Evil"),
-            ("source", "/x"),
-            ("ssh_user", "root"),
-        ],
+        CurateVersion::PATH,
+        &[("id", NODE), ("action", "publish"), ("reason", "")],
+    ),
+    (
+        DecidePublisher::PATH,
+        &[("id", NODE), ("decision", "approve"), ("share", "100")],
     ),
     (DryRunPlacement::PATH, &[("sku", "h100.1x"), ("region", "")]),
     // Platform finance: every organization's invoices, credit grants and credit notes.
@@ -169,7 +174,37 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
     ),
     (
         GetLaunchForm::PATH,
-        "the caller's own projects, the public catalog and images",
+        "the caller's own projects, the public catalog and published listings",
+    ),
+    (
+        BrowseListings::PATH,
+        "public: published listings only, no tenant data",
+    ),
+    (
+        GetListing::PATH,
+        "public: a listing's published versions and the public catalog",
+    ),
+    (
+        GetPublisherArea::PATH,
+        "the caller's own organization's publisher (its admins), or the platform's (operators)",
+    ),
+    (
+        ApplyToPublish::PATH,
+        "for the caller's own organization; its admins only",
+    ),
+    (
+        CreateListing::PATH,
+        "into the caller's own publisher only (organization admins, or operators for the platform)",
+    ),
+    (
+        CreateVersion::PATH,
+        "a listing of the caller's own publisher; another publisher's is not found \
+         (control-plane/tests/marketplace_db.rs)",
+    ),
+    (
+        SubmitVersion::PATH,
+        "a version of the caller's own publisher; another publisher's is not found \
+         (control-plane/tests/marketplace_db.rs)",
     ),
     (CreateProject::PATH, "into the caller's own tenant only"),
     (
@@ -218,7 +253,7 @@ fn cases() -> Vec<Case> {
                     ("project", i.project.clone()),
                     ("sku", "h100.1x".into()),
                     ("region", String::new()),
-                    ("image", "ubuntu-24.04-cuda".into()),
+                    ("listing", "ubuntu-24.04-cuda".into()),
                     ("name", "pwned".into()),
                     ("ssh_public_key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x".into()),
                     ("idempotency_key", "isolation-key-1".into()),
@@ -345,13 +380,14 @@ async fn allocation_in(pool: &sqlx::PgPool, project: control_plane::ProjectId) -
                            ARRAY['gpu_slice'], (SELECT id FROM users WHERE email = 'alice@acme.example')
                     ON CONFLICT (hostname) DO UPDATE SET rack = 'r1' RETURNING id)
          INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
-                                  image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                                  listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                                   request_fingerprint, requested_by, placement, state, requested_at)
          SELECT gen_random_uuid(), p.tenant_id, p.id, 'existing', s.id, 'gpu_slice', 1, 'eu-west-1', n.id,
                 i.id, 'k', 299, 'USD', 'existing-' || p.id, 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'),
                 '{}', 'placed', now()
-         FROM projects p, skus s, images i, n
-         WHERE p.id = $1 AND s.name = 'h100.1x' AND i.name = 'ubuntu-24.04-cuda'
+         FROM projects p, skus s, listing_versions i, n
+         WHERE p.id = $1 AND s.name = 'h100.1x'
+           AND i.listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')
          ON CONFLICT (project_id, idempotency_key) DO UPDATE SET name = 'existing'
          RETURNING id",
     )
@@ -374,7 +410,8 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT count(*) FROM nodes),
             (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
             (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
-            (SELECT count(*) FROM images),
+            (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM listing_versions),
+            (SELECT string_agg(id::text || status || revenue_share_bps, ',' ORDER BY id) FROM publishers),
             (SELECT count(*) FROM node_bootstrap_tokens))",
     )
     .fetch_one(pool)

@@ -110,6 +110,7 @@ async fn portal(label: &str) -> Portal {
                 tenant: ACME,
                 project: ACME_RESEARCH,
                 sku,
+                listing: "ubuntu-24.04-cuda",
                 name: key,
                 started_at: start,
                 ended_at: start + time::Duration::hours(hours),

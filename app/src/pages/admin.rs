@@ -43,7 +43,9 @@ pub fn AdminPage() -> impl IntoView {
                             "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
                         </p>
                         <p><a href="/audit">"Audit log (all organizations)"</a>
-                           " · " <a href="/admin/billing">"Billing (all organizations)"</a></p>
+                           " · " <a href="/admin/billing">"Billing (all organizations)"</a>
+                           " · " <a href="/admin/marketplace">"Marketplace review"</a>
+                           " · " <a href="/catalog/manage">"SKUs"</a></p>
                         <crate::policies::Policies scope="global" view=v.policies set=set_policy />
                         <NotBuilt section=&ADMIN />
                     }.into_any(),

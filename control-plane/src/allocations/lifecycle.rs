@@ -140,8 +140,10 @@ async fn dispatch_one(
 ) -> Result<Option<NodeId>> {
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
-                  a.ssh_public_key, i.name AS image, i.source, i.ssh_user
-           FROM allocations a JOIN images i ON i.id = a.image_id
+                  a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
+                  v.ssh_user, v.cloud_init
+           FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
+                JOIN listings l ON l.id = v.listing_id
            WHERE a.id = $1 FOR UPDATE OF a"#,
         id as AllocationId
     )
@@ -158,8 +160,13 @@ async fn dispatch_one(
                 name: a.name,
                 image: ImageRef {
                     name: a.image,
-                    source: a.source,
+                    source: a.image_source,
                     ssh_user: a.ssh_user,
+                    cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
+                        String::new()
+                    } else {
+                        a.cloud_init.to_string()
+                    },
                 },
                 ssh_public_key: a.ssh_public_key,
                 slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
@@ -793,7 +800,11 @@ pub struct AllocationDetail {
     pub region: String,
     pub node: String,
     pub slot_indexes: Vec<i32>,
+    /// The listing and version it was launched with, e.g. "PyTorch 2.5".
     pub image: String,
+    /// The listing's slug (its marketplace page).
+    pub listing: String,
+    /// SKU price, plus the listing's fee when there is one.
     pub price: String,
     pub desired_state: String,
     pub observed_state: String,
@@ -825,11 +836,13 @@ pub(crate) async fn detail(
     let mut conn = cp.pool().acquire().await?;
     let a = sqlx::query!(
         r#"SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
-                  i.display_name AS image, a.price_per_hour_minor, a.currency, a.desired_state,
+                  l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
+                  a.price_per_hour_minor, a.currency, a.desired_state,
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
                   a.ssh_user, a.created_at, a.expires_at
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
-                JOIN images i ON i.id = a.image_id
+                JOIN listing_versions v ON v.id = a.listing_version_id
+                JOIN listings l ON l.id = v.listing_id
            WHERE a.id = $1 AND a.project_id = $2"#,
         id as AllocationId,
         who.id() as ProjectId
@@ -952,13 +965,23 @@ pub(crate) async fn detail(
         node: a.hostname,
         slot_indexes,
         image: a.image,
-        price: format!(
-            "{} per hour",
-            Money {
-                amount_minor: a.price_per_hour_minor,
-                currency: a.currency
+        listing: a.listing,
+        price: {
+            let money = |amount_minor| Money {
+                amount_minor,
+                currency: a.currency.clone(),
+            };
+            if a.fee_per_hour_minor > 0 {
+                format!(
+                    "{} per hour ({} SKU + {} listing fee)",
+                    money(a.price_per_hour_minor + a.fee_per_hour_minor),
+                    money(a.price_per_hour_minor),
+                    money(a.fee_per_hour_minor)
+                )
+            } else {
+                format!("{} per hour", money(a.price_per_hour_minor))
             }
-        ),
+        },
         desired_state: a.desired_state,
         observed_state: a.observed_state,
         can_release: can_release

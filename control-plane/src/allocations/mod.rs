@@ -17,7 +17,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::catalog::{Shape, Sku, sku_by_name};
 use crate::error::{Error, Result};
-use crate::ids::{AllocationId, ImageId, NodeId, ProjectId, SkuId, TenantId, UserId};
+use crate::ids::{AllocationId, ListingVersionId, NodeId, ProjectId, SkuId, TenantId, UserId};
 use crate::placement::{self, Placement, Reserve};
 use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved, resolve_policies_on};
 use crate::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
@@ -28,7 +28,10 @@ pub struct LaunchRequest {
     pub sku: String,
     /// Empty: any of the SKU's regions.
     pub region: String,
-    pub image: String,
+    /// The marketplace listing's slug (an OS image is a listing too).
+    pub listing: String,
+    /// Empty: the listing's newest published version.
+    pub version: String,
     pub ssh_public_key: String,
     pub name: String,
     /// The same key twice creates one allocation.
@@ -99,7 +102,7 @@ struct Reservation<'a> {
     user: UserId,
     name: &'a str,
     sku: &'a Sku,
-    image: ImageId,
+    listing_version: ListingVersionId,
     ssh_public_key: &'a str,
     idempotency_key: &'a str,
     fingerprint: &'a str,
@@ -112,7 +115,7 @@ impl Reserve for Reservation<'_> {
         let inserted = sqlx::query!(
             r#"INSERT INTO allocations
                    (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
-                    image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                    listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                     request_fingerprint, requested_by, placement, state, requested_at, expires_at)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                        $17, 'placed', $18, $19)"#,
@@ -125,7 +128,7 @@ impl Reserve for Reservation<'_> {
             self.sku.gpu_count,
             p.region,
             p.node_id as NodeId,
-            self.image as ImageId,
+            self.listing_version as ListingVersionId,
             self.ssh_public_key,
             self.sku.price.amount_minor,
             self.sku.price.currency,
@@ -225,7 +228,8 @@ impl ControlPlane {
             for part in [
                 req.sku.trim(),
                 region,
-                req.image.trim(),
+                req.listing.trim(),
+                req.version.trim(),
                 ssh_public_key,
                 name,
             ] {
@@ -261,19 +265,19 @@ impl ControlPlane {
                 format!("{} is not for sale ({})", sku.name, sku.state),
             ));
         }
-        let image = sqlx::query!(
-            r#"SELECT id AS "id: ImageId" FROM images WHERE name = $1 AND active"#,
-            req.image.trim().to_ascii_lowercase()
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| {
-            invalid(
-                "image",
-                format!("there is no active image {:?}", req.image.trim()),
-            )
-        })?
-        .id;
+        let software =
+            crate::marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
+        if let Some(why) = software.compatibility.why_not(&sku) {
+            return Err(invalid(
+                "sku",
+                format!("{} doesn't fit {}: {why}", software.label, sku.name),
+            ));
+        }
+        let fee = software
+            .compatibility
+            .fee
+            .as_ref()
+            .map_or(0, |f| f.amount_minor);
         let mut regions = if region.is_empty() {
             sku.regions.clone()
         } else if sku.regions.iter().any(|r| r == region) {
@@ -300,6 +304,17 @@ impl ControlPlane {
                 decided(allowed),
                 list.join(", "),
                 sku.name
+            )));
+        }
+        let allowed = policy(&policies, PolicyKey::AllowedListings);
+        if let Some(PolicyValue::AllowedListings(list)) = &allowed.value
+            && !list.contains(&software.slug)
+        {
+            return Err(Error::PolicyDenied(format!(
+                "{} allows {}, not {}",
+                decided(allowed),
+                list.join(", "),
+                software.slug
             )));
         }
         let allowed = policy(&policies, PolicyKey::AllowedRegions);
@@ -389,19 +404,25 @@ impl ControlPlane {
             )
             .await?
             .ceil_to_minor();
-            if spent + sku.price.amount_minor > limit.amount_minor {
+            let first_hour = sku.price.amount_minor + fee;
+            if spent + first_hour > limit.amount_minor {
                 let money = |amount_minor| Money {
                     amount_minor,
                     currency: limit.currency.clone(),
                 };
                 return Err(Error::PolicyDenied(format!(
-                    "{} is {limit}; {} is spent this month, and {} for the first hour of {} would make {}, {} over",
+                    "{} is {limit}; {} is spent this month, and {} for the first hour of {}{} would make {}, {} over",
                     decided(budget),
                     money(spent),
-                    sku.price,
+                    money(first_hour),
                     sku.name,
-                    money(spent + sku.price.amount_minor),
-                    money(spent + sku.price.amount_minor - limit.amount_minor),
+                    if fee > 0 {
+                        format!(" with {}", software.label)
+                    } else {
+                        String::new()
+                    },
+                    money(spent + first_hour),
+                    money(spent + first_hour - limit.amount_minor),
                 )));
             }
         }
@@ -434,7 +455,7 @@ impl ControlPlane {
             user,
             name,
             sku: &sku,
-            image,
+            listing_version: software.id,
             ssh_public_key,
             idempotency_key: key,
             fingerprint,
@@ -459,7 +480,8 @@ impl ControlPlane {
                 before: None,
                 after: Some(json!({
                     "name": name, "sku": sku.name, "node": placed.hostname,
-                    "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(),
+                    "software": software.label,
+                    "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
                     "why": placed.why,
                 })),
                 request_id,

@@ -14,6 +14,8 @@ pub struct ImportedRun<'a> {
     pub tenant: TenantId,
     pub project: ProjectId,
     pub sku: &'a str,
+    /// The marketplace listing it ran (its newest published version; fee included).
+    pub listing: &'a str,
     pub name: &'a str,
     pub started_at: time::OffsetDateTime,
     pub ended_at: time::OffsetDateTime,
@@ -75,13 +77,11 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
             id
         }
     };
-    let image = sqlx::query_scalar!("SELECT id FROM images ORDER BY created_at LIMIT 1")
-        .fetch_one(&mut *conn)
-        .await?;
+    let software = crate::marketplace::launch_version(&mut *conn, run.listing, "").await?;
     let id = AllocationId::new_random();
     sqlx::query!(
         "INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
-                                  image_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                                  listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                                   request_fingerprint, requested_by, placement, state, requested_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'imported', $11, $12, $13, 'imported', $14,
                  '{\"why\": \"imported: usage that ran before this portal metered it\"}', 'placed', $15)",
@@ -94,7 +94,7 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
         sku.gpu_count,
         sku.region,
         node,
-        image,
+        software.id as crate::ListingVersionId,
         run.price_per_hour_minor.unwrap_or(sku.price_per_hour_minor),
         sku.currency,
         key,
@@ -105,9 +105,15 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
     .await?;
     sqlx::query!(
         "INSERT INTO usage_intervals (allocation_id, tenant_id, project_id, sku_id, gpu_count,
-                                      price_per_hour_minor, currency, started_at, ended_at)
-         SELECT id, tenant_id, project_id, sku_id, gpu_count, price_per_hour_minor, currency, $2, $3
-         FROM allocations WHERE id = $1",
+                                      price_per_hour_minor, currency, started_at, ended_at,
+                                      listing_version_id, fee_per_hour_minor, publisher_id,
+                                      publisher_share_bps)
+         SELECT a.id, a.tenant_id, a.project_id, a.sku_id, a.gpu_count, a.price_per_hour_minor,
+                a.currency, $2, $3, a.listing_version_id, a.fee_per_hour_minor, p.id,
+                p.revenue_share_bps
+         FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
+              JOIN listings l ON l.id = v.listing_id JOIN publishers p ON p.id = l.publisher_id
+         WHERE a.id = $1",
         id as AllocationId,
         run.started_at,
         run.ended_at

@@ -143,7 +143,27 @@ pub async fn close_month(
     )
     .fetch_all(&mut *tx)
     .await?;
-    if lines.is_empty() {
+    let fees = sqlx::query!(
+        r#"SELECT f.project_id, p.slug AS project, f.listing_version_id, l.name AS listing,
+                  v.version, f.fee_per_hour_minor,
+                  sum(f.rated_us)::bigint AS "run_us!",
+                  sum(f.amount_micro)::bigint AS "rated_micro!"
+           FROM fee_charges f
+           JOIN projects p ON p.id = f.project_id
+           JOIN listing_versions v ON v.id = f.listing_version_id
+           JOIN listings l ON l.id = v.listing_id
+           WHERE f.tenant_id = $1 AND f.currency = $3
+             AND f.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
+             AND f.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
+           GROUP BY f.project_id, p.slug, f.listing_version_id, l.name, v.version, f.fee_per_hour_minor
+           ORDER BY p.slug, l.name, v.version, f.fee_per_hour_minor"#,
+        tenant as TenantId,
+        month,
+        currency
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if lines.is_empty() && fees.is_empty() {
         return Ok(None);
     }
 
@@ -164,6 +184,29 @@ pub async fn close_month(
             unit_price(unit_micro),
         );
         rows.push((i as i32 + 1, l, description, unit_micro, amount));
+    }
+    // Marketplace fees: their own lines, per project, listing version and fee.
+    let mut fee_rows = Vec::new();
+    for (i, f) in fees.iter().enumerate() {
+        let amount = Micros(f.rated_micro).round_to_minor();
+        subtotal += amount;
+        rated += f.rated_micro;
+        let unit_micro = f.fee_per_hour_minor * Micros::PER_MINOR;
+        let description = format!(
+            "{} · {} {} marketplace fee · {} hours at {} {currency}/hour",
+            f.project,
+            f.listing,
+            f.version,
+            super::gpu_hours(f.run_us),
+            unit_price(unit_micro),
+        );
+        fee_rows.push((
+            (rows.len() + i) as i32 + 1,
+            f,
+            description,
+            unit_micro,
+            amount,
+        ));
     }
     // Prepaid credit first: what the tenant holds, up to the subtotal.
     let credit = credit_balance_on(&mut tx, tenant, currency).await?;
@@ -200,12 +243,30 @@ pub async fn close_month(
         .execute(&mut *tx)
         .await?;
     }
+    for (no, f, description, unit_micro, amount) in &fee_rows {
+        sqlx::query!(
+            "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, listing_version_id,
+                                        description, run_us, unit_price_micro, rated_micro, amount_minor)
+             VALUES ($1, $2, 'fee', $3, $4, $5, $6, $7, $8, $9)",
+            invoice,
+            no,
+            f.project_id,
+            f.listing_version_id,
+            description,
+            f.run_us,
+            unit_micro,
+            f.rated_micro,
+            amount
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
     if applied > 0 {
         sqlx::query!(
             "INSERT INTO invoice_lines (invoice_id, line_no, kind, description, amount_minor)
              VALUES ($1, $2, 'credit', 'Prepaid credit applied', $3)",
             invoice,
-            rows.len() as i32 + 1,
+            (rows.len() + fee_rows.len()) as i32 + 1,
             -applied
         )
         .execute(&mut *tx)

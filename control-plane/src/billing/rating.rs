@@ -5,8 +5,10 @@
 //! to a horizon a little behind the clock, so a lifecycle transaction that commits late can't
 //! end an interval inside time already rated. Each batch is one statement: candidate
 //! (allocation, hour) rows in allocation order, one `usage` entry per tenant and currency
-//! (receivable debited, revenue credited), the charges that make it up, the per-project
-//! monthly totals, and each interval's progress. Batches are serialised by an advisory lock; the primary key on
+//! (receivable debited; revenue credited, and each publisher's payable with its share of the
+//! marketplace fees), the charges that make it up (SKU usage, and a fee charge beside it when
+//! the listing has a fee, telescoped the same way), the per-project monthly totals (fees
+//! included), and each interval's progress. Batches are serialised by an advisory lock; the primary key on
 //! (allocation, hour) makes a second rating of the same hour impossible.
 
 use serde::Serialize;
@@ -41,7 +43,8 @@ pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
         r#"
 WITH cand AS (
     SELECT u.allocation_id, p.period_start, u.tenant_id, u.project_id, u.sku_id, u.gpu_count,
-           u.price_per_hour_minor, u.currency, u.ended_at,
+           u.price_per_hour_minor, u.currency, u.ended_at, u.listing_version_id,
+           u.fee_per_hour_minor, u.publisher_id, u.publisher_share_bps,
            (extract(epoch FROM greatest(p.period_start, u.started_at) - u.started_at)
                 * 1000000)::bigint AS from_us,
            (extract(epoch FROM least(p.period_start + interval '1 hour', u.ended_at) - u.started_at)
@@ -78,22 +81,50 @@ WITH cand AS (
            e.id
     FROM billable b JOIN ent e USING (tenant_id, currency)
     RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro
+), fee AS (
+    INSERT INTO fee_charges (allocation_id, period_start, tenant_id, project_id,
+                             listing_version_id, publisher_id, fee_per_hour_minor, currency,
+                             rated_us, amount_micro, publisher_micro, entry_id)
+    SELECT f.allocation_id, f.period_start, f.tenant_id, f.project_id, f.listing_version_id,
+           f.publisher_id, f.fee_per_hour_minor, f.currency, f.rated_us, f.amount,
+           div(f.amount::numeric * f.publisher_share_bps, 10000)::bigint, f.entry_id
+    FROM (SELECT b.*, b.to_us - b.from_us AS rated_us, e.id AS entry_id,
+                 (div(b.fee_per_hour_minor::numeric * b.to_us, 360000)
+                  - div(b.fee_per_hour_minor::numeric * b.from_us, 360000))::bigint AS amount
+          FROM billable b JOIN ent e USING (tenant_id, currency)
+          WHERE b.fee_per_hour_minor > 0) f
+    RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro,
+              publisher_id, publisher_micro
+), spend AS (
+    SELECT entry_id, tenant_id, project_id, currency, period_start, amount_micro,
+           0::bigint AS publisher_micro
+    FROM ch
+    UNION ALL
+    SELECT entry_id, tenant_id, project_id, currency, period_start, amount_micro, publisher_micro
+    FROM fee
 ), months AS (
     INSERT INTO usage_month_totals AS t (tenant_id, project_id, month, currency, amount_micro)
     SELECT tenant_id, project_id, (date_trunc('month', period_start, 'UTC') AT TIME ZONE 'UTC')::date,
            currency, sum(amount_micro)::bigint
-    FROM ch GROUP BY 1, 2, 3, 4
+    FROM spend GROUP BY 1, 2, 3, 4
     ON CONFLICT (tenant_id, project_id, month, currency)
         DO UPDATE SET amount_micro = t.amount_micro + EXCLUDED.amount_micro
     RETURNING 1
 ), totals AS (
-    SELECT entry_id, tenant_id, currency, sum(amount_micro)::bigint AS total
-    FROM ch GROUP BY entry_id, tenant_id, currency
+    SELECT entry_id, tenant_id, currency, sum(amount_micro)::bigint AS total,
+           sum(publisher_micro)::bigint AS publishers
+    FROM spend GROUP BY entry_id, tenant_id, currency
+), payable AS (
+    SELECT entry_id, publisher_id, currency, sum(publisher_micro)::bigint AS owed
+    FROM fee GROUP BY entry_id, publisher_id, currency
+    HAVING sum(publisher_micro) > 0
 ), posted AS (
     INSERT INTO postings (entry_id, account_id, amount_micro)
     SELECT entry_id, ledger_account('tenant_receivable', tenant_id, currency), total FROM totals
     UNION ALL
-    SELECT entry_id, ledger_account('platform_revenue', NULL, currency), -total FROM totals
+    SELECT entry_id, ledger_account('platform_revenue', NULL, currency), -(total - publishers) FROM totals
+    UNION ALL
+    SELECT entry_id, ledger_account('publisher_payable', publisher_id, currency), -owed FROM payable
     RETURNING 1
 ), progress AS (
     UPDATE usage_intervals u

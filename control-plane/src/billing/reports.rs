@@ -38,8 +38,8 @@ pub async fn spent_this_month(
               WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
                 AND month = ($4 AT TIME ZONE 'UTC')::date)
            + (SELECT coalesce(sum(
-                  div(price_per_hour_minor::numeric * (extract(epoch FROM least(coalesce(ended_at, $5), $5) - started_at) * 1000000)::bigint, 360000)
-                - div(price_per_hour_minor::numeric * (extract(epoch FROM greatest(coalesce(rated_until, started_at), $4) - started_at) * 1000000)::bigint, 360000)), 0)
+                  div((price_per_hour_minor + fee_per_hour_minor)::numeric * (extract(epoch FROM least(coalesce(ended_at, $5), $5) - started_at) * 1000000)::bigint, 360000)
+                - div((price_per_hour_minor + fee_per_hour_minor)::numeric * (extract(epoch FROM greatest(coalesce(rated_until, started_at), $4) - started_at) * 1000000)::bigint, 360000)), 0)
               FROM usage_intervals
               WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
                 AND NOT fully_rated AND least(coalesce(ended_at, $5), $5) > greatest(coalesce(rated_until, started_at), $4))
@@ -58,7 +58,7 @@ pub async fn spent_this_month(
 /// What is running now costs this much per hour (micro-units), for the forecast.
 async fn run_rate(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> Result<i64> {
     Ok(sqlx::query_scalar!(
-        r#"SELECT coalesce(sum(price_per_hour_minor), 0)::bigint AS "rate!" FROM usage_intervals
+        r#"SELECT coalesce(sum(price_per_hour_minor + fee_per_hour_minor), 0)::bigint AS "rate!" FROM usage_intervals
            WHERE tenant_id = $1 AND currency = $2 AND ended_at IS NULL"#,
         tenant as TenantId,
         currency
@@ -414,11 +414,14 @@ impl ControlPlane {
             currency: i.currency.clone(),
         };
         let lines = sqlx::query!(
-            r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?", s.name AS "sku?",
-                      l.gpu_us, l.unit_price_micro, l.amount_minor
+            r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?",
+                      coalesce(s.name, ls.slug || ' ' || v.version) AS "sku?",
+                      l.gpu_us, l.run_us, l.unit_price_micro, l.amount_minor
                FROM invoice_lines l
                LEFT JOIN projects p ON p.id = l.project_id
                LEFT JOIN skus s ON s.id = l.sku_id
+               LEFT JOIN listing_versions v ON v.id = l.listing_version_id
+               LEFT JOIN listings ls ON ls.id = v.listing_id
                WHERE l.invoice_id = $1 ORDER BY l.line_no"#,
             id
         )
@@ -427,15 +430,16 @@ impl ControlPlane {
         .into_iter()
         .map(|l| InvoiceLine {
             line_no: l.line_no,
-            gpu_hours: if l.kind == "usage" {
-                super::gpu_hours(l.gpu_us)
-            } else {
-                String::new()
+            gpu_hours: match l.kind.as_str() {
+                "usage" => super::gpu_hours(l.gpu_us),
+                // Fees are per allocation-hour: the quantity is hours, marked as such.
+                "fee" => format!("{} h", super::gpu_hours(l.run_us)),
+                _ => String::new(),
             },
-            unit_price: if l.kind == "usage" {
-                Micros(l.unit_price_micro).to_string()
-            } else {
+            unit_price: if l.kind == "credit" {
                 String::new()
+            } else {
+                Micros(l.unit_price_micro).to_string()
             },
             kind: l.kind,
             description: l.description,
@@ -542,10 +546,14 @@ impl ControlPlane {
         let month = super::parse_month("month", month)?;
         let rows = sqlx::query!(
             r#"SELECT c.period_start, p.slug AS project, s.name AS sku, a.name AS allocation,
-                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro
+                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro,
+                      l.slug || ' ' || v.version AS "listing!", f.fee_per_hour_minor AS "fee_per_hour_minor?",
+                      f.amount_micro AS "fee_micro?"
                FROM usage_charges c
                JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
                JOIN allocations a ON a.id = c.allocation_id
+               JOIN listing_versions v ON v.id = a.listing_version_id JOIN listings l ON l.id = v.listing_id
+               LEFT JOIN fee_charges f ON f.allocation_id = c.allocation_id AND f.period_start = c.period_start
                WHERE c.tenant_id = $1
                  AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
                  AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
@@ -556,7 +564,7 @@ impl ControlPlane {
         .fetch_all(self.pool())
         .await?;
         let mut out = String::from(
-            "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount\n",
+            "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount,listing,fee_per_hour,fee_amount\n",
         );
         for r in rows {
             out.push_str(&csv_row(&[
@@ -570,6 +578,11 @@ impl ControlPlane {
                 &decimal(r.price_per_hour_minor),
                 &r.currency,
                 &Micros(r.amount_micro).to_string(),
+                &r.listing,
+                &r.fee_per_hour_minor.map(decimal).unwrap_or_default(),
+                &r.fee_micro
+                    .map(|m| Micros(m).to_string())
+                    .unwrap_or_default(),
             ]));
         }
         Ok(out)

@@ -125,19 +125,37 @@ pub async fn approved(
     (id, agent, credential)
 }
 
-/// A minimal allocation row (tenant, project, user, SKU and image made for it), for tests of
+/// A minimal allocation row (tenant, project, user, SKU and listing made for it), for tests of
 /// claim invariants below the launch path.
 pub async fn bare_allocation(cp: &ControlPlane, node: NodeId) -> uuid::Uuid {
     let n = uuid::Uuid::new_v4();
     let short = &n.simple().to_string()[..12];
+    // A published platform listing version to launch it with.
+    let version: uuid::Uuid = sqlx::query_scalar(&format!(
+        "WITH l AS (INSERT INTO listings (id, publisher_id, slug, name, category)
+                    VALUES (gen_random_uuid(), '00000000-0000-4000-8000-0000000000f1', 'i-{short}', 'I', 'os_image') RETURNING id)
+         INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
+         SELECT gen_random_uuid(), l.id, '1', 'I', '/img', 'ubuntu', ARRAY['gpu_slice'] FROM l RETURNING id"
+    ))
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    for state in ["in_review", "approved", "published"] {
+        sqlx::query("UPDATE listing_versions SET state = $2 WHERE id = $1")
+            .bind(version)
+            .bind(state)
+            .execute(cp.pool())
+            .await
+            .unwrap();
+    }
     let sql = format!(
         "WITH t AS (INSERT INTO tenants (id, slug, display_name) VALUES (gen_random_uuid(), 't-{short}', 'T') RETURNING id),
               p AS (INSERT INTO projects (id, tenant_id, slug, display_name) SELECT gen_random_uuid(), t.id, 'p-{short}', 'P' FROM t RETURNING id, tenant_id),
               u AS (INSERT INTO users (id, email, display_name) VALUES (gen_random_uuid(), 'u-{short}@example.com', 'U') RETURNING id),
               s AS (INSERT INTO skus (id, name, display_name, shape, gpu_model, gpu_count, vcpus, memory_gib, nvme_gib, regions, families, price_per_hour_minor, currency)
                     VALUES (gen_random_uuid(), 's-{short}', 'S', 'gpu_slice', 'm', 1, 1, 1, 0, '{{eu-west-1}}', '{{f1}}', 100, 'USD') RETURNING id),
-              i AS (INSERT INTO images (id, name, display_name, source, ssh_user) VALUES (gen_random_uuid(), 'i-{short}', 'I', '/img', 'ubuntu') RETURNING id)
-         INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id, image_id,
+              i AS (SELECT $3::uuid AS id)
+         INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id, listing_version_id,
                                   ssh_public_key, price_per_hour_minor, currency, idempotency_key, request_fingerprint,
                                   requested_by, placement, state, requested_at)
          SELECT $1, p.tenant_id, p.id, 'a', s.id, 'gpu_slice', 1, 'eu-west-1', $2, i.id, 'k', 100, 'USD', 'key-{short}', 'f', u.id, '{{}}', 'placed', now()
@@ -146,6 +164,7 @@ pub async fn bare_allocation(cp: &ControlPlane, node: NodeId) -> uuid::Uuid {
     sqlx::query(&sql)
         .bind(n)
         .bind(node.0)
+        .bind(version)
         .execute(cp.pool())
         .await
         .unwrap();

@@ -1,0 +1,1052 @@
+//! The marketplace. `/marketplace` (public): search and filter by category, GPU model and
+//! price. `/marketplace/{slug}` (public): published versions, the SKUs the current version
+//! fits with live availability and SKU + fee, and Launch (sign-in needed) into the launch
+//! form with the listing preselected. `/marketplace/publish`: a publisher's listings,
+//! drafts and submissions (organization admins of a publisher; platform operators for the
+//! platform's own listings). `/admin/marketplace`: the review queue, publishers and what is
+//! owed to each.
+
+// Version forms have a dozen fields; their server functions take them as arguments.
+#![allow(clippy::too_many_arguments)]
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+/// `(value, label)` of the categories, for filters and forms.
+pub const CATEGORIES: &[(&str, &str)] = &[
+    ("os_image", "OS images with GPU drivers"),
+    ("ml_stack", "ML stacks"),
+    ("app", "Apps with their own scheduler"),
+];
+
+fn category_label(c: &str) -> &'static str {
+    CATEGORIES
+        .iter()
+        .find(|(v, _)| *v == c)
+        .map_or("Other", |(_, l)| l)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Card {
+    pub slug: String,
+    pub name: String,
+    pub category: String,
+    pub publisher: String,
+    pub has_logo: bool,
+    pub version: String,
+    pub summary: String,
+    pub fee: Option<String>,
+    pub gpu_models: String,
+    pub from_price: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrowseView {
+    pub q: String,
+    pub category: String,
+    pub gpu_model: String,
+    pub max_price: String,
+    pub gpu_models: Vec<String>,
+    pub cards: Vec<Card>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionView {
+    pub id: String,
+    pub version: String,
+    pub state: String,
+    pub summary: String,
+    /// Rendered on the server from the publisher's Markdown; raw HTML is escaped and only
+    /// http(s), mailto and relative links survive.
+    pub description_html: String,
+    pub release_notes: String,
+    pub image_source: String,
+    pub ssh_user: String,
+    pub cloud_init: String,
+    pub shapes: String,
+    pub gpu_models: String,
+    pub min_gpus: i32,
+    pub fee: Option<String>,
+    pub review_reason: Option<String>,
+    pub when: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FitView {
+    pub sku: String,
+    pub display_name: String,
+    pub gpus: String,
+    pub launchable: i64,
+    pub sku_price: String,
+    pub total_price: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingView {
+    pub slug: String,
+    pub name: String,
+    pub category: String,
+    pub publisher: String,
+    pub has_logo: bool,
+    /// Newest first; for tenants, published ones only.
+    pub versions: Vec<VersionView>,
+    pub fitting: Vec<FitView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublisherArea {
+    /// "GPU Cloud" for operators, the organization's publisher otherwise.
+    pub publisher: Option<String>,
+    /// `pending`, `approved` or `suspended`.
+    pub status: Option<String>,
+    pub revenue_share: Option<String>,
+    pub listings: Vec<ListingView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueRow {
+    pub id: String,
+    pub slug: String,
+    pub name: String,
+    pub publisher: String,
+    pub version: String,
+    pub state: String,
+    pub fee: String,
+    pub reason: Option<String>,
+    /// `(action, label)` an operator may take now.
+    pub actions: Vec<(String, String)>,
+    pub when: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublisherRow {
+    pub id: String,
+    pub name: String,
+    pub status: String,
+    pub share: String,
+    pub platform: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayableRow {
+    pub publisher: String,
+    pub share: String,
+    pub fees: String,
+    pub owed: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminView {
+    pub queue: Vec<QueueRow>,
+    pub publishers: Vec<PublisherRow>,
+    pub payables: Vec<PayableRow>,
+}
+
+#[cfg(feature = "ssr")]
+mod render {
+    use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
+
+    /// Markdown → HTML, safely: raw HTML is shown as text, images become their alt text
+    /// (nothing is fetched from elsewhere), and links keep only http(s), mailto, relative
+    /// and fragment targets.
+    pub fn markdown(md: &str) -> String {
+        let safe_link = |url: &str| {
+            let lower = url.trim().to_ascii_lowercase();
+            lower.starts_with("https://")
+                || lower.starts_with("http://")
+                || lower.starts_with("mailto:")
+                || (lower.starts_with('/') && !lower.starts_with("//"))
+                || lower.starts_with('#')
+        };
+        let events = Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH)
+            .filter_map(|e| match e {
+                Event::Html(raw) | Event::InlineHtml(raw) => Some(Event::Text(raw)),
+                Event::Start(Tag::Image { .. }) | Event::End(TagEnd::Image) => None,
+                Event::Start(Tag::Link {
+                    link_type,
+                    dest_url,
+                    title,
+                    id,
+                }) => Some(Event::Start(Tag::Link {
+                    link_type,
+                    dest_url: if safe_link(&dest_url) {
+                        dest_url
+                    } else {
+                        CowStr::Borrowed("#")
+                    },
+                    title,
+                    id,
+                })),
+                other => Some(other),
+            });
+        let mut out = String::new();
+        html::push_html(&mut out, events);
+        out
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::markdown;
+
+        #[test]
+        fn markdown_is_rendered_without_raw_html_scripts_or_remote_images() {
+            let html = markdown(
+                "## Hi\n\n**bold** <script>alert(1)</script>\n\n<img src=x onerror=alert(1)>\n\n[ok](https://pytorch.org) [bad](javascript:alert(1)) ![logo](https://tracker.example/p.png)",
+            );
+            assert!(html.contains("<h2>Hi</h2>"), "{html}");
+            assert!(html.contains("<strong>bold</strong>"), "{html}");
+            assert!(!html.contains("<script"), "{html}");
+            assert!(html.contains("&lt;script&gt;"), "{html}");
+            assert!(!html.contains("<img"), "{html}");
+            assert!(
+                html.contains(r#"<a href="https://pytorch.org">ok</a>"#),
+                "{html}"
+            );
+            assert!(html.contains(r##"<a href="#">bad</a>"##), "{html}");
+            assert!(!html.contains("javascript:"), "{html}");
+            assert!(html.contains("logo"), "{html}");
+        }
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn when(t: time::OffsetDateTime) -> String {
+    format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
+}
+
+#[cfg(feature = "ssr")]
+fn version_view(v: control_plane::marketplace::Version) -> VersionView {
+    let c = v.compatibility;
+    VersionView {
+        id: v.id.to_string(),
+        version: v.version,
+        state: v.state.to_string(),
+        summary: v.summary,
+        description_html: render::markdown(&v.description_md),
+        release_notes: v.release_notes,
+        image_source: v.image_source,
+        ssh_user: v.ssh_user,
+        cloud_init: v.cloud_init,
+        shapes: c
+            .shapes
+            .iter()
+            .map(|s| match s.as_str() {
+                "gpu_slice" => "GPU slices",
+                _ => "bare metal",
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        gpu_models: if c.gpu_models.is_empty() {
+            "any".into()
+        } else {
+            c.gpu_models.join(", ")
+        },
+        min_gpus: c.min_gpus,
+        fee: c.fee.map(|f| format!("{f} per hour")),
+        review_reason: v.review_reason,
+        when: when(v.published_at.unwrap_or(v.state_changed_at)),
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn listing_view(
+    l: control_plane::marketplace::Listing,
+    fitting: Vec<control_plane::marketplace::FittingSku>,
+) -> ListingView {
+    ListingView {
+        slug: l.slug,
+        name: l.name,
+        category: l.category.as_str().into(),
+        publisher: l.publisher,
+        has_logo: l.has_logo,
+        versions: l.versions.into_iter().map(version_view).collect(),
+        fitting: fitting
+            .into_iter()
+            .map(|f| FitView {
+                gpus: format!("{} × {}", f.sku.gpu_count, f.sku.gpu_model),
+                sku: f.sku.name,
+                display_name: f.sku.display_name,
+                launchable: f.launchable,
+                sku_price: f.sku.price.to_string(),
+                total_price: f.total_price.to_string(),
+            })
+            .collect(),
+    }
+}
+
+/// Public: no sign-in needed.
+#[server]
+pub async fn browse_listings(
+    q: Option<String>,
+    category: Option<String>,
+    gpu_model: Option<String>,
+    max_price: Option<String>,
+) -> Result<BrowseView, AppError> {
+    let cp = crate::server::control_plane()?;
+    let max_price = max_price.unwrap_or_default();
+    let max_price_minor = match max_price.trim() {
+        "" => None,
+        s => {
+            let with_currency = if s.contains(' ') {
+                s.to_string()
+            } else {
+                format!("{s} USD")
+            };
+            Some(control_plane::policy::Money::parse_as("max_price", &with_currency)?.amount_minor)
+        }
+    };
+    let filter = control_plane::marketplace::BrowseFilter {
+        q: q.unwrap_or_default(),
+        category: category.unwrap_or_default(),
+        gpu_model: gpu_model.unwrap_or_default(),
+        max_price_minor,
+    };
+    let b = cp.browse_marketplace(&filter).await?;
+    Ok(BrowseView {
+        cards: b
+            .cards
+            .into_iter()
+            .map(|c| Card {
+                slug: c.slug,
+                name: c.name,
+                category: c.category.as_str().into(),
+                publisher: c.publisher,
+                has_logo: c.has_logo,
+                version: c.version,
+                summary: c.summary,
+                fee: c.fee.map(|f| format!("{f} per hour")),
+                gpu_models: if c.gpu_models.is_empty() {
+                    "any GPU".into()
+                } else {
+                    c.gpu_models.join(", ")
+                },
+                from_price: c.from_price.map(|p| format!("from {p} per hour")),
+            })
+            .collect(),
+        gpu_models: b.gpu_models,
+        q: filter.q,
+        category: filter.category,
+        gpu_model: filter.gpu_model,
+        max_price,
+    })
+}
+
+/// Public: no sign-in needed.
+#[server]
+pub async fn get_listing(slug: String) -> Result<ListingView, AppError> {
+    let cp = crate::server::control_plane()?;
+    let page = cp.listing_page(&slug).await?;
+    Ok(listing_view(page.listing, page.fitting))
+}
+
+/// Who the caller publishes as: platform operators for the platform, an organization's
+/// admins for its publisher. `Ok(None)`: an organization admin whose organization hasn't
+/// applied yet.
+#[cfg(feature = "ssr")]
+async fn publisher_actor(
+    cp: &control_plane::ControlPlane,
+    principal: &control_plane::auth::Principal,
+) -> Result<Option<control_plane::marketplace::PublisherActor>, AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::marketplace::PublisherActor;
+    use control_plane::tenancy::TenantAdmins;
+    if let Ok(ops) = principal.platform::<PlatformOperators>() {
+        return Ok(Some(PublisherActor::platform(&ops)));
+    }
+    let (tenant, _) = crate::server::home_tenant(cp, principal).await?;
+    let admins = cp.tenant_access::<TenantAdmins>(principal, tenant).await?;
+    match cp.tenant_publisher(&admins).await {
+        Ok(a) => Ok(Some(a)),
+        Err(control_plane::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[server]
+pub async fn get_publisher_area() -> Result<PublisherArea, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let Some(actor) = publisher_actor(&cp, &principal).await? else {
+        return Ok(PublisherArea {
+            publisher: None,
+            status: None,
+            revenue_share: None,
+            listings: Vec::new(),
+        });
+    };
+    let (name, status, share) =
+        if actor.publisher() == control_plane::marketplace::PLATFORM_PUBLISHER {
+            (
+                "GPU Cloud (the platform)".to_string(),
+                "approved".to_string(),
+                None,
+            )
+        } else {
+            let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+            let p = cp
+                .publisher_of_tenant(tenant)
+                .await?
+                .ok_or(AppError::NotFound)?;
+            (
+                p.display_name,
+                p.status,
+                Some(format!("{}%", p.revenue_share_bps as f64 / 100.0)),
+            )
+        };
+    Ok(PublisherArea {
+        publisher: Some(name),
+        status: Some(status),
+        revenue_share: share,
+        listings: cp
+            .publisher_listings(&actor)
+            .await?
+            .into_iter()
+            .map(|l| listing_view(l, Vec::new()))
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn apply_to_publish(display_name: String) -> Result<(), AppError> {
+    use control_plane::tenancy::TenantAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let admins = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    cp.apply_to_publish(&admins, &display_name, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+async fn acting_publisher() -> Result<
+    (
+        control_plane::ControlPlane,
+        control_plane::marketplace::PublisherActor,
+    ),
+    AppError,
+> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let actor = publisher_actor(&cp, &principal).await?.ok_or_else(|| {
+        AppError::Forbidden("Apply to publish first; operators approve publishers.".into())
+    })?;
+    Ok((cp, actor))
+}
+
+#[server]
+pub async fn create_listing(
+    slug: String,
+    name: String,
+    category: String,
+    version: String,
+    summary: String,
+    description_md: String,
+    release_notes: String,
+    image_source: String,
+    ssh_user: String,
+    cloud_init: String,
+    shapes: String,
+    gpu_models: String,
+    min_gpus: String,
+    fee: String,
+) -> Result<String, AppError> {
+    let (cp, actor) = acting_publisher().await?;
+    let draft = control_plane::marketplace::VersionDraft {
+        version,
+        summary,
+        description_md,
+        release_notes,
+        image_source,
+        ssh_user,
+        cloud_init,
+        shapes,
+        gpu_models,
+        min_gpus,
+        fee,
+    };
+    cp.create_listing(
+        &actor,
+        &slug,
+        &name,
+        &category,
+        &draft,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(slug.trim().to_ascii_lowercase())
+}
+
+#[server]
+pub async fn create_version(
+    slug: String,
+    version: String,
+    summary: String,
+    description_md: String,
+    release_notes: String,
+    image_source: String,
+    ssh_user: String,
+    cloud_init: String,
+    shapes: String,
+    gpu_models: String,
+    min_gpus: String,
+    fee: String,
+) -> Result<String, AppError> {
+    let (cp, actor) = acting_publisher().await?;
+    let draft = control_plane::marketplace::VersionDraft {
+        version,
+        summary,
+        description_md,
+        release_notes,
+        image_source,
+        ssh_user,
+        cloud_init,
+        shapes,
+        gpu_models,
+        min_gpus,
+        fee,
+    };
+    cp.create_version(&actor, &slug, &draft, Some(&crate::error::request_id()))
+        .await?;
+    Ok(format!("{} {}", slug.trim(), draft.version.trim()))
+}
+
+#[server]
+pub async fn submit_version(id: String) -> Result<(), AppError> {
+    let (cp, actor) = acting_publisher().await?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    cp.submit_version(&actor, id, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+#[server]
+pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::billing::Micros;
+    use control_plane::marketplace::{Curation, VersionState};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let label = |c: Curation| match c {
+        Curation::Approve => ("approve", "Approve"),
+        Curation::Reject => ("reject", "Reject"),
+        Curation::Publish => ("publish", "Publish"),
+        Curation::Deprecate => ("deprecate", "Deprecate"),
+        Curation::Withdraw => ("withdraw", "Withdraw"),
+    };
+    let share = |bps: i32| format!("{}%", bps as f64 / 100.0);
+    Ok(AdminView {
+        queue: cp
+            .review_queue(&ops)
+            .await?
+            .into_iter()
+            .map(|r| QueueRow {
+                id: r.id.to_string(),
+                slug: r.slug,
+                name: r.name,
+                publisher: r.publisher,
+                version: r.version,
+                actions: Curation::available(r.state)
+                    .iter()
+                    .map(|c| {
+                        let (a, l) = label(*c);
+                        (a.to_string(), l.to_string())
+                    })
+                    .collect(),
+                state: if r.state == VersionState::InReview {
+                    "in review".into()
+                } else {
+                    r.state.to_string()
+                },
+                fee: r
+                    .fee
+                    .map(|f| format!("{f} per hour"))
+                    .unwrap_or_else(|| "none".into()),
+                reason: r.review_reason,
+                when: when(r.state_changed_at),
+            })
+            .collect(),
+        publishers: cp
+            .publishers(&ops)
+            .await?
+            .into_iter()
+            .map(|p| PublisherRow {
+                id: p.id.to_string(),
+                platform: p.tenant_id.is_none(),
+                name: p.display_name,
+                status: p.status,
+                share: share(p.revenue_share_bps),
+            })
+            .collect(),
+        payables: cp
+            .publisher_payables(&ops)
+            .await?
+            .into_iter()
+            .map(|p| PayableRow {
+                publisher: p.publisher,
+                share: share(p.revenue_share_bps),
+                fees: format!("{} {}", Micros(p.fees_micro), p.currency),
+                owed: format!("{} {}", Micros(p.owed_micro), p.currency),
+            })
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn curate_version(
+    id: String,
+    action: String,
+    reason: String,
+) -> Result<String, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let version = id.parse().map_err(|_| AppError::NotFound)?;
+    let curation = control_plane::marketplace::Curation::parse(&action)?;
+    cp.curate_version(
+        &ops,
+        version,
+        curation,
+        &reason,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(action)
+}
+
+#[server]
+pub async fn decide_publisher(id: String, decision: String, share: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    cp.decide_publisher(
+        &ops,
+        id,
+        decision == "approve",
+        &share,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+#[component]
+fn Logo(slug: String, name: String, has_logo: bool) -> impl IntoView {
+    if has_logo {
+        view! { <img class="listing-logo" src=format!("/marketplace/logos/{slug}") alt="" width="48" height="48" /> }.into_any()
+    } else {
+        let letters: String = name
+            .chars()
+            .filter(|c| c.is_alphanumeric())
+            .take(2)
+            .collect();
+        view! { <span class="listing-logo monogram" aria-hidden="true">{letters}</span> }.into_any()
+    }
+}
+
+#[component]
+pub fn MarketplacePage() -> impl IntoView {
+    let query = use_query_map();
+    let params = move || {
+        query.with(|q| {
+            (
+                q.get("q"),
+                q.get("category"),
+                q.get("gpu_model"),
+                q.get("max_price"),
+            )
+        })
+    };
+    let page = Resource::new(params, |(q, c, g, p)| browse_listings(q, c, g, p));
+    view! {
+        <Title text="Marketplace" />
+        <h1>"Marketplace"</h1>
+        <p class="lede">"What runs on the capacity: OS images with GPU drivers, ML stacks, and apps that bring their own scheduler. Each launches onto a SKU it fits, at the SKU's price plus any listing fee."</p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(b) => view! { <BrowseBody b /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn BrowseBody(b: BrowseView) -> impl IntoView {
+    let count = b.cards.len();
+    view! {
+        <form class="card filters" method="get" action="/marketplace" role="search" aria-label="Find listings">
+            <div class="form-grid">
+                <label>"Search" <input type="search" name="q" value=b.q.clone() placeholder="PyTorch, vLLM, Slurm…" /></label>
+                <label>"Category"
+                    <select name="category">
+                        <option value="">"All categories"</option>
+                        {CATEGORIES.iter().map(|(v, l)| view! { <option value=*v selected=b.category == *v>{*l}</option> }).collect_view()}
+                    </select>
+                </label>
+                <label>"GPU model"
+                    <select name="gpu_model">
+                        <option value="">"Any GPU"</option>
+                        {b.gpu_models.iter().map(|m| { let s = b.gpu_model == *m; let l = m.clone(); view! { <option value=m.clone() selected=s>{l}</option> } }).collect_view()}
+                    </select>
+                </label>
+                <label>"Max price per hour" <input name="max_price" value=b.max_price.clone() placeholder="5.00 USD" inputmode="decimal" /></label>
+            </div>
+            <button type="submit">"Filter"</button>
+            " " <a href="/marketplace">"Clear"</a>
+        </form>
+        <p role="status">{format!("{count} listing{}", if count == 1 { "" } else { "s" })}</p>
+        <ul class="listing-grid" id="listings">
+            {b.cards.into_iter().map(|c| view! {
+                <li class="card listing-card" data-listing=c.slug.clone()>
+                    <Logo slug=c.slug.clone() name=c.name.clone() has_logo=c.has_logo />
+                    <h2><a href=format!("/marketplace/{}", c.slug)>{c.name}</a></h2>
+                    <p class="hint">{category_label(&c.category)} " · by " {c.publisher} " · v" {c.version}</p>
+                    <p>{c.summary}</p>
+                    <p class="hint">"Runs on " {c.gpu_models}</p>
+                    <p>{c.fee.map(|f| format!("Fee {f} · ")).unwrap_or_else(|| "No fee · ".into())}
+                       <strong>{c.from_price.unwrap_or_else(|| "no SKU fits right now".into())}</strong></p>
+                </li>
+            }).collect_view()}
+        </ul>
+    }
+}
+
+#[component]
+pub fn ListingPage() -> impl IntoView {
+    let params = use_params_map();
+    let slug = move || params.with(|p| p.get("slug").unwrap_or_default());
+    let page = Resource::new(slug, get_listing);
+    view! {
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(l) => view! { <ListingBody l /> }.into_any(),
+                    Err(e) => view! { <Title text="Marketplace" /><ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn ListingBody(l: ListingView) -> impl IntoView {
+    let current = l.versions.first().cloned();
+    let slug = l.slug.clone();
+    view! {
+        <Title text=l.name.clone() />
+        <p><a href="/marketplace">"← Marketplace"</a></p>
+        <header class="listing-head">
+            <Logo slug=l.slug.clone() name=l.name.clone() has_logo=l.has_logo />
+            <div>
+                <h1>{l.name.clone()}</h1>
+                <p class="hint">{category_label(&l.category)} " · by " {l.publisher.clone()}</p>
+            </div>
+        </header>
+        {current.map(|v| view! {
+            <section class="card" aria-labelledby="about">
+                <h2 id="about">{format!("{} {}", l.name, v.version)}</h2>
+                <p>{v.summary.clone()}</p>
+                <div class="prose" inner_html=v.description_html.clone()></div>
+                <dl class="facts">
+                    <dt>"Runs on"</dt><dd>{v.shapes.clone()}</dd>
+                    <dt>"GPU models"</dt><dd>{v.gpu_models.clone()}</dd>
+                    <dt>"At least"</dt><dd>{format!("{} GPU{}", v.min_gpus, if v.min_gpus == 1 { "" } else { "s" })}</dd>
+                    <dt>"Listing fee"</dt><dd id="listing-fee">{v.fee.clone().unwrap_or_else(|| "none".into())}</dd>
+                    <dt>"SSH user"</dt><dd><code>{v.ssh_user.clone()}</code></dd>
+                </dl>
+                <p><a class="button" id="launch-listing" href=format!("/launch?listing={slug}")>"Launch"</a>
+                   <span class="hint">" Signing in is needed to launch."</span></p>
+            </section>
+        })}
+        <section class="card" aria-labelledby="fits">
+            <h2 id="fits">"SKUs it fits"</h2>
+            {if l.fitting.is_empty() {
+                view! { <p>"No SKU for sale fits this listing right now."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                    <table class="data" id="fitting-skus">
+                        <thead><tr><th>"SKU"</th><th>"GPUs"</th><th>"Launchable now"</th><th>"SKU per hour"</th><th>"Total per hour"</th><th></th></tr></thead>
+                        <tbody>
+                            {l.fitting.into_iter().map(|f| view! {
+                                <tr data-sku=f.sku.clone()>
+                                    <td>{f.display_name}<br/><code>{f.sku.clone()}</code></td>
+                                    <td>{f.gpus}</td>
+                                    <td>{f.launchable}</td>
+                                    <td>{f.sku_price}</td>
+                                    <td><strong>{f.total_price}</strong></td>
+                                    <td><a href=format!("/launch?listing={}&sku={}", l.slug, f.sku)>"Launch on this"</a></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    </div>
+                }.into_any()
+            }}
+        </section>
+        <section class="card" aria-labelledby="versions">
+            <h2 id="versions">"Versions"</h2>
+            <ul id="version-list">
+                {l.versions.into_iter().map(|v| { let key = v.version.clone(); view! {
+                    <li data-version=key><strong>{v.version}</strong> " · published " {v.when}
+                        {(!v.release_notes.is_empty()).then(|| view! { <br/><span class="hint">{v.release_notes}</span> })}</li>
+                } }).collect_view()}
+            </ul>
+        </section>
+    }
+}
+
+#[component]
+pub fn PublishPage() -> impl IntoView {
+    let apply = ServerAction::<ApplyToPublish>::new();
+    let new_listing = ServerAction::<CreateListing>::new();
+    let new_version = ServerAction::<CreateVersion>::new();
+    let submit = ServerAction::<SubmitVersion>::new();
+    let page = Resource::new(
+        move || {
+            (
+                apply.version().get(),
+                new_listing.version().get(),
+                new_version.version().get(),
+                submit.version().get(),
+            )
+        },
+        |_| get_publisher_area(),
+    );
+    view! {
+        <Title text="Publish" />
+        <h1>"Publish in the marketplace"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(p) => view! { <PublishBody p apply new_listing new_version submit /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn VersionFields() -> impl IntoView {
+    view! {
+        <div class="form-grid">
+            <label>"Version" <input name="version" required placeholder="2.5.1" /></label>
+            <label>"Summary" <input name="summary" required placeholder="One sentence tenants see on the card" /></label>
+            <label>"Image source" <input name="image_source" required placeholder="/var/lib/gpuaas/images/…qcow2" /></label>
+            <label>"SSH user" <input name="ssh_user" required value="ubuntu" /></label>
+            <label>"Shapes" <input name="shapes" required value="gpu_slice" placeholder="gpu_slice, baremetal" /></label>
+            <label>"GPU models" <input name="gpu_models" placeholder="empty: any" /></label>
+            <label>"Minimum GPUs" <input name="min_gpus" value="1" inputmode="numeric" /></label>
+            <label>"Hourly fee" <input name="fee" placeholder="0.25 USD (empty: none)" /></label>
+        </div>
+        <label>"Description (Markdown)" <textarea name="description_md" rows="5"></textarea></label>
+        <label>"Release notes" <textarea name="release_notes" rows="2"></textarea></label>
+        <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" rows="3" placeholder=r#"{"runcmd": [["nvidia-smi"]]}"#></textarea></label>
+    }
+}
+
+#[component]
+fn PublishBody(
+    p: PublisherArea,
+    apply: ServerAction<ApplyToPublish>,
+    new_listing: ServerAction<CreateListing>,
+    new_version: ServerAction<CreateVersion>,
+    submit: ServerAction<SubmitVersion>,
+) -> impl IntoView {
+    let Some(publisher) = p.publisher else {
+        return view! {
+            <section class="card" aria-labelledby="apply">
+                <h2 id="apply">"Become a publisher"</h2>
+                <p>"Your organization doesn't publish yet. Apply, and platform operators review the application; once approved you submit listings for review."</p>
+                <ActionForm action=apply attr:class="inline">
+                    <label>"Publisher name " <input name="display_name" required /></label>
+                    <button type="submit">"Apply"</button>
+                </ActionForm>
+                {outcome(apply.value(), |_: ()| Some("Applied.".to_string()))}
+            </section>
+        }
+        .into_any();
+    };
+    let status = p.status.unwrap_or_default();
+    let slugs: Vec<String> = p.listings.iter().map(|l| l.slug.clone()).collect();
+    view! {
+        <section class="card" aria-labelledby="publisher">
+            <h2 id="publisher">{publisher}</h2>
+            <p id="publisher-status">"Status: " <strong>{status.clone()}</strong>
+                {p.revenue_share.map(|s| format!(" · your share of listing fees: {s}"))}</p>
+            {(status == "pending").then(|| view! { <p class="hint">"Operators review your application; you can prepare drafts meanwhile and submit them once approved."</p> })}
+            {outcome(submit.value(), |_: ()| Some("Submitted for review.".to_string()))}
+            <div class="table-scroll">
+            <table class="data" id="my-versions">
+                <thead><tr><th>"Listing"</th><th>"Version"</th><th>"State"</th><th>"Fee"</th><th></th></tr></thead>
+                <tbody>
+                    {p.listings.into_iter().flat_map(|l| {
+                        let (slug, name) = (l.slug.clone(), l.name.clone());
+                        l.versions.into_iter().map(move |v| {
+                            let can_submit = matches!(v.state.as_str(), "draft" | "rejected");
+                            view! {
+                                <tr data-version=format!("{slug} {}", v.version)>
+                                    <td>{name.clone()}<br/><code>{slug.clone()}</code></td>
+                                    <td>{v.version.clone()}</td>
+                                    <td>{v.state.clone()}{v.review_reason.clone().map(|r| view! { <br/><span class="hint">"Reason: " {r}</span> })}</td>
+                                    <td>{v.fee.clone().unwrap_or_else(|| "none".into())}</td>
+                                    <td>{can_submit.then(|| view! {
+                                        <ActionForm action=submit attr:class="inline">
+                                            <input type="hidden" name="id" value=v.id.clone() />
+                                            <button type="submit">"Submit for review"</button>
+                                        </ActionForm>
+                                    })}</td>
+                                </tr>
+                            }
+                        }).collect::<Vec<_>>()
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+        <section class="card" aria-labelledby="new-version">
+            <h2 id="new-version">"New version of a listing"</h2>
+            <ActionForm action=new_version>
+                <label>"Listing "
+                    <select name="slug">{slugs.into_iter().map(|s| { let l = s.clone(); view! { <option value=s>{l}</option> } }).collect_view()}</select>
+                </label>
+                <VersionFields />
+                <button type="submit">"Save draft"</button>
+            </ActionForm>
+            {outcome(new_version.value(), |v: String| Some(format!("Drafted {v}.")))}
+        </section>
+        <section class="card" aria-labelledby="new-listing">
+            <h2 id="new-listing">"New listing"</h2>
+            <ActionForm action=new_listing>
+                <div class="form-grid">
+                    <label>"Name" <input name="name" required placeholder="vLLM inference server" /></label>
+                    <label>"Slug" <input name="slug" required placeholder="vllm" /></label>
+                    <label>"Category"
+                        <select name="category">{CATEGORIES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}</select>
+                    </label>
+                </div>
+                <VersionFields />
+                <button type="submit">"Save draft"</button>
+            </ActionForm>
+            {outcome(new_listing.value(), |s: String| Some(format!("Drafted {s}.")))}
+        </section>
+    }
+    .into_any()
+}
+
+#[component]
+pub fn MarketplaceAdminPage() -> impl IntoView {
+    let curate = ServerAction::<CurateVersion>::new();
+    let decide = ServerAction::<DecidePublisher>::new();
+    let page = Resource::new(
+        move || (curate.version().get(), decide.version().get()),
+        |_| get_marketplace_admin(),
+    );
+    view! {
+        <Title text="Marketplace review" />
+        <h1>"Marketplace review"</h1>
+        <p><a href="/marketplace/publish">"Add or update the platform's own listings"</a></p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match page.await {
+                    Ok(a) => view! { <AdminBody a curate decide /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn AdminBody(
+    a: AdminView,
+    curate: ServerAction<CurateVersion>,
+    decide: ServerAction<DecidePublisher>,
+) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="queue">
+            <h2 id="queue">"Versions"</h2>
+            <p class="hint">"Waiting on you first. Deprecated versions keep running but can't be launched; withdrawn ones are gone from the marketplace."</p>
+            {outcome(curate.value(), |a: String| Some(format!("Done: {a}.")))}
+            <div class="table-scroll">
+            <table class="data" id="review-queue">
+                <thead><tr><th>"Listing"</th><th>"Publisher"</th><th>"Version"</th><th>"State"</th><th>"Fee"</th><th>"Since"</th><th>"Action"</th></tr></thead>
+                <tbody>
+                    {a.queue.into_iter().map(|r| {
+                        let has_actions = !r.actions.is_empty();
+                        view! {
+                            <tr data-version=format!("{} {}", r.slug, r.version)>
+                                <td><a href=format!("/marketplace/{}", r.slug)>{r.name}</a><br/><code>{r.slug.clone()}</code></td>
+                                <td>{r.publisher}</td>
+                                <td>{r.version.clone()}</td>
+                                <td>{r.state}{r.reason.map(|x| view! { <br/><span class="hint">{x}</span> })}</td>
+                                <td>{r.fee}</td>
+                                <td>{r.when}</td>
+                                <td>{has_actions.then(|| view! {
+                                    <ActionForm action=curate attr:class="inline">
+                                        <input type="hidden" name="id" value=r.id.clone() />
+                                        <select name="action" aria-label="Action">
+                                            {r.actions.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
+                                        </select>
+                                        <input name="reason" placeholder="Reason (to reject)" aria-label="Reason" />
+                                        <button type="submit">"Apply"</button>
+                                    </ActionForm>
+                                })}</td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+        <section class="card" aria-labelledby="publishers">
+            <h2 id="publishers">"Publishers"</h2>
+            {outcome(decide.value(), |_: ()| Some("Saved.".to_string()))}
+            <div class="table-scroll">
+            <table class="data" id="publisher-table">
+                <thead><tr><th>"Publisher"</th><th>"Status"</th><th>"Their share of fees"</th><th></th></tr></thead>
+                <tbody>
+                    {a.publishers.into_iter().map(|p| { let key = p.name.clone(); view! {
+                        <tr data-publisher=key>
+                            <td>{p.name}</td><td>{p.status}</td><td>{p.share.clone()}</td>
+                            <td>{(!p.platform).then(|| view! {
+                                <ActionForm action=decide attr:class="inline">
+                                    <input type="hidden" name="id" value=p.id.clone() />
+                                    <select name="decision" aria-label="Decision"><option value="approve">"Approve"</option><option value="suspend">"Suspend"</option></select>
+                                    <input name="share" value=p.share.trim_end_matches('%').to_string() size="5" aria-label="Revenue share (%)" />
+                                    <button type="submit">"Save"</button>
+                                </ActionForm>
+                            })}</td>
+                        </tr>
+                    } }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+        <section class="card" aria-labelledby="payables">
+            <h2 id="payables">"Owed to publishers"</h2>
+            <p class="hint">"Each publisher's share of the listing fees rated so far, credited to its payable account in the ledger."</p>
+            {if a.payables.is_empty() {
+                view! { <p>"No fees rated yet."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="data" id="payable-table">
+                        <thead><tr><th>"Publisher"</th><th>"Share"</th><th>"Fees rated"</th><th>"Owed"</th></tr></thead>
+                        <tbody>
+                            {a.payables.into_iter().map(|p| { let key = p.publisher.clone(); view! {
+                                <tr data-publisher=key><td>{p.publisher}</td><td>{p.share}</td><td>{p.fees}</td><td>{p.owed}</td></tr>
+                            } }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}

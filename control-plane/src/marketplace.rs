@@ -1,0 +1,1570 @@
+//! The marketplace: what runs on the capacity. Publishers (the platform, or organizations
+//! operators approved) draft listings and versions and submit them; operators approve, reject
+//! with a reason, publish, deprecate and withdraw versions. A version is a reviewed snapshot
+//! of everything a launch uses (image, cloud-init, compatibility, fee); the database's guard
+//! holds the state machine and fixes a version's content once it left its publisher, and the
+//! allocation trigger lets only published versions that fit the SKU launch. Browsing needs no
+//! sign-in and shows only published versions.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sqlx::PgConnection;
+
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::auth::{Platform, PlatformOperators, PlatformRequirement};
+use crate::catalog::{Shape, Sku};
+use crate::error::{Error, Result};
+use crate::ids::{ListingId, ListingVersionId, PublisherId, TenantId, UserId};
+use crate::policy::Money;
+use crate::tenancy::{Tenant, TenantAdmins};
+
+/// The platform's own publisher (created by the migration).
+pub const PLATFORM_PUBLISHER: PublisherId =
+    PublisherId(uuid::uuid!("00000000-0000-4000-8000-0000000000f1"));
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// A refusal from one of the marketplace's triggers, shown as a conflict with its sentence.
+fn refused(e: sqlx::Error) -> Error {
+    match e {
+        sqlx::Error::Database(d) if d.code().as_deref() == Some("23514") => {
+            Error::Conflict(d.message().to_string())
+        }
+        other => other.into(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Category {
+    OsImage,
+    MlStack,
+    App,
+}
+
+impl Category {
+    pub const ALL: [Category; 3] = [Category::OsImage, Category::MlStack, Category::App];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::OsImage => "os_image",
+            Category::MlStack => "ml_stack",
+            Category::App => "app",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::OsImage => "OS images with GPU drivers",
+            Category::MlStack => "ML stacks",
+            Category::App => "Apps with their own scheduler",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        Category::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s.trim())
+            .ok_or_else(|| invalid("category", format!("{s:?}: use os_image, ml_stack or app")))
+    }
+}
+
+/// What a version needs of a SKU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compatibility {
+    pub shapes: Vec<Shape>,
+    /// Empty: any GPU model.
+    pub gpu_models: Vec<String>,
+    pub min_gpus: i32,
+    /// Per allocation-hour, on top of the SKU's price.
+    pub fee: Option<Money>,
+}
+
+impl Compatibility {
+    /// Whether a launch of this version on `sku` is possible (the allocation trigger checks
+    /// the same rule). A fee in one currency fits only SKUs priced in it.
+    pub fn fits(&self, sku: &Sku) -> bool {
+        self.why_not(sku).is_none()
+    }
+
+    /// Why `sku` doesn't fit, in words; `None` when it does.
+    pub fn why_not(&self, sku: &Sku) -> Option<String> {
+        if !self.shapes.contains(&sku.shape) {
+            let shapes: Vec<&str> = self.shapes.iter().map(|s| s.as_str()).collect();
+            return Some(format!(
+                "it runs on {}, and {} is {}",
+                shapes.join(" or "),
+                sku.name,
+                sku.shape.as_str()
+            ));
+        }
+        if sku.gpu_count < self.min_gpus {
+            return Some(format!(
+                "it needs at least {} GPUs, and {} has {}",
+                self.min_gpus, sku.name, sku.gpu_count
+            ));
+        }
+        if !self.gpu_models.is_empty() && !self.gpu_models.contains(&sku.gpu_model) {
+            return Some(format!(
+                "it supports {}, and {} has {}",
+                self.gpu_models.join(", "),
+                sku.name,
+                sku.gpu_model
+            ));
+        }
+        if let Some(fee) = &self.fee
+            && fee.currency != sku.price.currency
+        {
+            return Some(format!(
+                "its fee is in {}, and {} is priced in {}",
+                fee.currency, sku.name, sku.price.currency
+            ));
+        }
+        None
+    }
+
+    /// SKU plus fee, per hour.
+    pub fn total_price(&self, sku: &Sku) -> Money {
+        Money {
+            amount_minor: sku.price.amount_minor + self.fee.as_ref().map_or(0, |f| f.amount_minor),
+            currency: sku.price.currency.clone(),
+        }
+    }
+}
+
+/// A version's curation state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VersionState {
+    Draft,
+    InReview,
+    Approved,
+    Rejected,
+    Published,
+    Deprecated,
+    Withdrawn,
+}
+
+impl VersionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VersionState::Draft => "draft",
+            VersionState::InReview => "in_review",
+            VersionState::Approved => "approved",
+            VersionState::Rejected => "rejected",
+            VersionState::Published => "published",
+            VersionState::Deprecated => "deprecated",
+            VersionState::Withdrawn => "withdrawn",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        use VersionState::*;
+        [
+            Draft, InReview, Approved, Rejected, Published, Deprecated, Withdrawn,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| Error::Corrupt(format!("listing version state {s:?}")))
+    }
+}
+
+impl fmt::Display for VersionState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str().replace('_', " "))
+    }
+}
+
+/// What an operator does to a version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Curation {
+    Approve,
+    Reject,
+    Publish,
+    Deprecate,
+    Withdraw,
+}
+
+impl Curation {
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "approve" => Curation::Approve,
+            "reject" => Curation::Reject,
+            "publish" => Curation::Publish,
+            "deprecate" => Curation::Deprecate,
+            "withdraw" => Curation::Withdraw,
+            other => {
+                return Err(invalid(
+                    "action",
+                    format!("{other:?}: use approve, reject, publish, deprecate or withdraw"),
+                ));
+            }
+        })
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Curation::Approve => "approve",
+            Curation::Reject => "reject",
+            Curation::Publish => "publish",
+            Curation::Deprecate => "deprecate",
+            Curation::Withdraw => "withdraw",
+        }
+    }
+
+    fn target(self) -> VersionState {
+        match self {
+            Curation::Approve => VersionState::Approved,
+            Curation::Reject => VersionState::Rejected,
+            Curation::Publish => VersionState::Published,
+            Curation::Deprecate => VersionState::Deprecated,
+            Curation::Withdraw => VersionState::Withdrawn,
+        }
+    }
+
+    /// The moves the database allows, for forms (the guard is the authority).
+    pub fn available(from: VersionState) -> &'static [Curation] {
+        match from {
+            VersionState::InReview => &[Curation::Approve, Curation::Reject],
+            VersionState::Approved => &[Curation::Publish, Curation::Reject, Curation::Withdraw],
+            VersionState::Published => &[Curation::Deprecate, Curation::Withdraw],
+            VersionState::Deprecated => &[Curation::Withdraw],
+            _ => &[],
+        }
+    }
+}
+
+/// One version, as its publisher, operators and (published only) tenants read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    pub id: ListingVersionId,
+    pub version: String,
+    pub state: VersionState,
+    pub summary: String,
+    pub description_md: String,
+    pub release_notes: String,
+    pub image_source: String,
+    pub ssh_user: String,
+    /// The cloud-config fragment, as JSON.
+    pub cloud_init: String,
+    pub compatibility: Compatibility,
+    pub review_reason: Option<String>,
+    pub state_changed_at: time::OffsetDateTime,
+    pub published_at: Option<time::OffsetDateTime>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    pub id: ListingId,
+    pub slug: String,
+    pub name: String,
+    pub category: Category,
+    pub publisher: String,
+    pub publisher_id: PublisherId,
+    pub has_logo: bool,
+    /// Newest first. For tenants: published versions only.
+    pub versions: Vec<Version>,
+}
+
+impl Listing {
+    /// The newest published version: what a launch without a version gets.
+    pub fn current(&self) -> Option<&Version> {
+        self.versions
+            .iter()
+            .filter(|v| v.state == VersionState::Published)
+            .max_by_key(|v| v.published_at)
+    }
+}
+
+/// A SKU a listing fits, with what could launch now and the combined price.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FittingSku {
+    pub sku: Sku,
+    pub launchable: i64,
+    pub total_price: Money,
+}
+
+/// The public listing page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingPage {
+    pub listing: Listing,
+    /// SKUs the current version fits, cheapest first.
+    pub fitting: Vec<FittingSku>,
+}
+
+/// A card on `/marketplace`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListingCard {
+    pub slug: String,
+    pub name: String,
+    pub category: Category,
+    pub publisher: String,
+    pub has_logo: bool,
+    pub version: String,
+    pub summary: String,
+    pub fee: Option<Money>,
+    pub gpu_models: Vec<String>,
+    /// The cheapest SKU it fits, plus its fee: "from … per hour".
+    pub from_price: Option<Money>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrowseFilter {
+    /// Words to find in the name, summary or description.
+    pub q: String,
+    /// A category's `as_str`, or empty.
+    pub category: String,
+    /// A GPU model, or empty.
+    pub gpu_model: String,
+    /// Highest total hourly price (SKU + fee) on the cheapest fitting SKU, in minor units.
+    pub max_price_minor: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Browse {
+    pub cards: Vec<ListingCard>,
+    /// GPU models of the SKUs for sale, for the filter.
+    pub gpu_models: Vec<String>,
+}
+
+/// What a publisher (or an operator, for the platform's listings) types for a new version.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionDraft {
+    pub version: String,
+    pub summary: String,
+    pub description_md: String,
+    pub release_notes: String,
+    pub image_source: String,
+    pub ssh_user: String,
+    /// A cloud-config fragment as a JSON object (JSON is YAML); empty for none.
+    pub cloud_init: String,
+    /// Comma-separated: `gpu_slice`, `baremetal`.
+    pub shapes: String,
+    /// Comma-separated GPU models; empty for any.
+    pub gpu_models: String,
+    pub min_gpus: String,
+    /// "0.25 USD", or empty for no fee.
+    pub fee: String,
+}
+
+/// Cloud-config keys the platform writes itself; a fragment may not set them.
+const RESERVED_CLOUD_INIT: &[&str] = &[
+    "users",
+    "hostname",
+    "fqdn",
+    "ssh_pwauth",
+    "ssh_authorized_keys",
+    "network",
+    "disable_root",
+];
+
+struct CheckedDraft {
+    version: String,
+    summary: String,
+    description_md: String,
+    release_notes: String,
+    image_source: String,
+    ssh_user: String,
+    cloud_init: Value,
+    shapes: Vec<String>,
+    gpu_models: Vec<String>,
+    min_gpus: i32,
+    fee: Option<Money>,
+}
+
+fn bounded(field: &'static str, s: &str, min: usize, max: usize) -> Result<String> {
+    let s = s.trim();
+    let n = s.chars().count();
+    if n < min || n > max {
+        return Err(invalid(field, format!("use {min} to {max} characters")));
+    }
+    Ok(s.to_string())
+}
+
+impl VersionDraft {
+    fn check(&self) -> Result<CheckedDraft> {
+        let version = self.version.trim();
+        if version.is_empty()
+            || version.len() > 32
+            || !version.starts_with(|c: char| c.is_ascii_alphanumeric())
+            || !version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
+        {
+            return Err(invalid(
+                "version",
+                format!("{version:?}: use letters, digits, '.', '_', '+' and '-', e.g. 2.5.1"),
+            ));
+        }
+        let image_source = self.image_source.trim();
+        if image_source.is_empty()
+            || image_source.len() > 1000
+            || image_source
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(
+                "image_source",
+                "give the image's path on the hosts' image cache or its URL, without spaces",
+            ));
+        }
+        let ssh_user = self.ssh_user.trim();
+        if ssh_user.is_empty()
+            || ssh_user.len() > 32
+            || !ssh_user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            || !ssh_user
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-'))
+        {
+            return Err(invalid(
+                "ssh_user",
+                "a Unix user name: lowercase letters, digits, '_' and '-'",
+            ));
+        }
+        let cloud_init = if self.cloud_init.trim().is_empty() {
+            json!({})
+        } else {
+            let v: Value = serde_json::from_str(self.cloud_init.trim()).map_err(|e| {
+                invalid(
+                    "cloud_init",
+                    format!("write the cloud-config fragment as a JSON object: {e}"),
+                )
+            })?;
+            let Some(map) = v.as_object() else {
+                return Err(invalid(
+                    "cloud_init",
+                    "write the cloud-config fragment as a JSON object, e.g. {\"runcmd\": [[\"nvidia-smi\"]]}",
+                ));
+            };
+            if let Some(k) = map
+                .keys()
+                .find(|k| RESERVED_CLOUD_INIT.contains(&k.as_str()))
+            {
+                return Err(invalid(
+                    "cloud_init",
+                    format!("{k:?} is set by the platform (users, hostname, SSH and network are)"),
+                ));
+            }
+            if self.cloud_init.len() > 32 * 1024 {
+                return Err(invalid("cloud_init", "keep the fragment under 32 KiB"));
+            }
+            v
+        };
+        let mut shapes = Vec::new();
+        for s in self
+            .shapes
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let shape = Shape::parse(s).map_err(|_| {
+                invalid(
+                    "shapes",
+                    format!("{s:?}: use gpu_slice, baremetal or both, comma-separated"),
+                )
+            })?;
+            if !shapes.contains(&shape.as_str().to_string()) {
+                shapes.push(shape.as_str().to_string());
+            }
+        }
+        if shapes.is_empty() {
+            return Err(invalid(
+                "shapes",
+                "name at least one of gpu_slice, baremetal",
+            ));
+        }
+        let gpu_models: Vec<String> = self
+            .gpu_models
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if gpu_models.iter().any(|m| m.len() > 100) {
+            return Err(invalid(
+                "gpu_models",
+                "a GPU model is at most 100 characters",
+            ));
+        }
+        let min_gpus = match self.min_gpus.trim() {
+            "" => 1,
+            s => s
+                .parse::<i32>()
+                .ok()
+                .filter(|n| (1..=16).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        "min_gpus",
+                        format!("{s:?}: use a whole number from 1 to 16"),
+                    )
+                })?,
+        };
+        let fee = match self.fee.trim() {
+            "" | "0" => None,
+            s => {
+                let m = Money::parse_as("fee", s)?;
+                (m.amount_minor > 0).then_some(m)
+            }
+        };
+        Ok(CheckedDraft {
+            version: version.to_string(),
+            summary: bounded("summary", &self.summary, 1, 200)?,
+            description_md: bounded("description", &self.description_md, 0, 20000)?,
+            release_notes: bounded("release_notes", &self.release_notes, 0, 5000)?,
+            image_source: image_source.to_string(),
+            ssh_user: ssh_user.to_string(),
+            cloud_init,
+            shapes,
+            gpu_models,
+            min_gpus,
+            fee,
+        })
+    }
+}
+
+/// Who may draft and submit a publisher's listings: the admins of its organization, or
+/// platform operators for the platform's own.
+pub struct PublisherActor {
+    user: UserId,
+    publisher: PublisherId,
+}
+
+impl PublisherActor {
+    pub fn platform(who: &Platform<PlatformOperators>) -> Self {
+        PublisherActor {
+            user: who.principal().user_id,
+            publisher: PLATFORM_PUBLISHER,
+        }
+    }
+
+    pub fn publisher(&self) -> PublisherId {
+        self.publisher
+    }
+}
+
+/// A publisher, for its own page and for operators.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publisher {
+    pub id: PublisherId,
+    pub tenant_id: Option<TenantId>,
+    pub display_name: String,
+    pub status: String,
+    pub revenue_share_bps: i32,
+}
+
+/// What the platform owes a publisher in one currency: its share of rated fees.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payable {
+    pub publisher_id: PublisherId,
+    pub publisher: String,
+    pub status: String,
+    pub revenue_share_bps: i32,
+    pub currency: String,
+    /// Fees rated for its listings, all time (micro-units).
+    pub fees_micro: i64,
+    /// The publisher's payable balance (micro-units; what is owed).
+    pub owed_micro: i64,
+}
+
+/// One row of the review queue and of a publisher's own list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRow {
+    pub id: ListingVersionId,
+    pub slug: String,
+    pub name: String,
+    pub publisher: String,
+    pub version: String,
+    pub state: VersionState,
+    pub fee: Option<Money>,
+    pub review_reason: Option<String>,
+    pub state_changed_at: time::OffsetDateTime,
+}
+
+struct VersionDbRow {
+    id: ListingVersionId,
+    listing_id: ListingId,
+    version: String,
+    state: String,
+    summary: String,
+    description_md: String,
+    release_notes: String,
+    image_source: String,
+    ssh_user: String,
+    cloud_init: Value,
+    shapes: Vec<String>,
+    gpu_models: Vec<String>,
+    min_gpus: i32,
+    fee_per_hour_minor: i64,
+    fee_currency: Option<String>,
+    review_reason: Option<String>,
+    state_changed_at: time::OffsetDateTime,
+    published_at: Option<time::OffsetDateTime>,
+}
+
+fn fee_of(minor: i64, currency: Option<String>) -> Option<Money> {
+    match currency {
+        Some(currency) if minor > 0 => Some(Money {
+            amount_minor: minor,
+            currency,
+        }),
+        _ => None,
+    }
+}
+
+impl TryFrom<VersionDbRow> for Version {
+    type Error = Error;
+    fn try_from(r: VersionDbRow) -> Result<Version> {
+        Ok(Version {
+            id: r.id,
+            version: r.version,
+            state: VersionState::parse(&r.state)?,
+            summary: r.summary,
+            description_md: r.description_md,
+            release_notes: r.release_notes,
+            image_source: r.image_source,
+            ssh_user: r.ssh_user,
+            cloud_init: if r.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
+                String::new()
+            } else {
+                format!("{:#}", r.cloud_init)
+            },
+            compatibility: Compatibility {
+                shapes: r
+                    .shapes
+                    .iter()
+                    .map(|s| Shape::parse(s))
+                    .collect::<Result<_>>()?,
+                gpu_models: r.gpu_models,
+                min_gpus: r.min_gpus,
+                fee: fee_of(r.fee_per_hour_minor, r.fee_currency),
+            },
+            review_reason: r.review_reason,
+            state_changed_at: r.state_changed_at,
+            published_at: r.published_at,
+        })
+    }
+}
+
+/// Versions of `listings` (all of them, or only published ones), newest first.
+async fn versions_of(
+    conn: &mut PgConnection,
+    listings: &[ListingId],
+    published_only: bool,
+) -> Result<Vec<(ListingId, Version)>> {
+    let rows = sqlx::query_as!(
+        VersionDbRow,
+        r#"SELECT id AS "id: ListingVersionId", listing_id AS "listing_id: ListingId", version,
+                  state, summary, description_md, release_notes, image_source, ssh_user,
+                  cloud_init, shapes, gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
+                  review_reason, state_changed_at, published_at
+           FROM listing_versions
+           WHERE listing_id = ANY($1) AND (state = 'published' OR NOT $2)
+           ORDER BY created_at DESC"#,
+        &listings.iter().map(|l| l.0).collect::<Vec<_>>(),
+        published_only
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| Ok((r.listing_id, Version::try_from(r)?)))
+        .collect()
+}
+
+/// Listings with their versions; `published_only` hides the rest and listings left empty.
+async fn load_listings(
+    conn: &mut PgConnection,
+    slug: Option<&str>,
+    publisher: Option<PublisherId>,
+    published_only: bool,
+) -> Result<Vec<Listing>> {
+    let rows = sqlx::query!(
+        r#"SELECT l.id AS "id: ListingId", l.slug, l.name, l.category,
+                  p.id AS "publisher_id: PublisherId", p.display_name AS publisher,
+                  l.logo IS NOT NULL AS "has_logo!"
+           FROM listings l JOIN publishers p ON p.id = l.publisher_id
+           WHERE ($1::text IS NULL OR l.slug = $1) AND ($2::uuid IS NULL OR l.publisher_id = $2)
+           ORDER BY l.name"#,
+        slug,
+        publisher.map(|p| p.0)
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let ids: Vec<ListingId> = rows.iter().map(|r| r.id).collect();
+    let mut versions = versions_of(conn, &ids, published_only).await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let mine: Vec<Version> = versions
+            .extract_if(.., |(l, _)| *l == r.id)
+            .map(|(_, v)| v)
+            .collect();
+        if published_only && mine.is_empty() {
+            continue;
+        }
+        out.push(Listing {
+            id: r.id,
+            slug: r.slug,
+            name: r.name,
+            category: Category::parse(&r.category)?,
+            publisher: r.publisher,
+            publisher_id: r.publisher_id,
+            has_logo: r.has_logo,
+            versions: mine,
+        });
+    }
+    Ok(out)
+}
+
+/// What a launch resolves a listing (and optional version) to.
+pub(crate) struct LaunchVersion {
+    pub id: ListingVersionId,
+    pub slug: String,
+    pub label: String,
+    pub compatibility: Compatibility,
+}
+
+/// The version `slug` + `version` names (empty version: the newest published), refused in
+/// words unless it is published.
+pub(crate) async fn launch_version(
+    conn: &mut PgConnection,
+    slug: &str,
+    version: &str,
+) -> Result<LaunchVersion> {
+    let slug = slug.trim().to_ascii_lowercase();
+    let version = version.trim();
+    let mut listings = load_listings(conn, Some(&slug), None, false).await?;
+    let listing = listings
+        .pop()
+        .ok_or_else(|| invalid("listing", format!("there is no listing {slug:?}")))?;
+    let v = if version.is_empty() {
+        listing.current().ok_or_else(|| {
+            invalid(
+                "listing",
+                format!("{} has no published version to launch", listing.name),
+            )
+        })?
+    } else {
+        let v = listing
+            .versions
+            .iter()
+            .find(|v| v.version == version)
+            .ok_or_else(|| {
+                invalid(
+                    "version",
+                    format!("{} has no version {version:?}", listing.name),
+                )
+            })?;
+        if v.state != VersionState::Published {
+            return Err(invalid(
+                "version",
+                format!(
+                    "{} {} is {}; only published versions can be launched{}",
+                    listing.name,
+                    v.version,
+                    v.state,
+                    listing
+                        .current()
+                        .map(|c| format!(" (the current one is {})", c.version))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+        v
+    };
+    // A concurrent deprecation waits for this launch (and a launch after it sees it).
+    sqlx::query!(
+        "SELECT 1 AS one FROM listing_versions WHERE id = $1 FOR SHARE",
+        v.id as ListingVersionId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(LaunchVersion {
+        id: v.id,
+        label: format!("{} {}", listing.name, v.version),
+        slug: listing.slug.clone(),
+        compatibility: v.compatibility.clone(),
+    })
+}
+
+impl ControlPlane {
+    /// The public marketplace: listings with a published version, filtered.
+    #[tracing::instrument(skip_all, fields(marketplace.q = %filter.q))]
+    pub async fn browse_marketplace(&self, filter: &BrowseFilter) -> Result<Browse> {
+        let mut conn = self.pool().acquire().await?;
+        let listings = load_listings(&mut conn, None, None, true).await?;
+        let skus = self.active_skus().await?;
+        let mut gpu_models: Vec<String> = skus.iter().map(|s| s.gpu_model.clone()).collect();
+        gpu_models.sort();
+        gpu_models.dedup();
+        let words: Vec<String> = filter.q.split_whitespace().map(str::to_lowercase).collect();
+        let category = match filter.category.trim() {
+            "" => None,
+            c => Some(Category::parse(c)?),
+        };
+        let gpu_model = filter.gpu_model.trim();
+        let mut cards = Vec::new();
+        for l in listings {
+            let Some(v) = l.current() else { continue };
+            let c = &v.compatibility;
+            let haystack =
+                format!("{} {} {} {}", l.name, l.slug, v.summary, v.description_md).to_lowercase();
+            if !words.iter().all(|w| haystack.contains(w.as_str())) {
+                continue;
+            }
+            if category.is_some_and(|cat| cat != l.category) {
+                continue;
+            }
+            let fitting: Vec<&Sku> = skus
+                .iter()
+                .filter(|s| c.fits(s) && (gpu_model.is_empty() || s.gpu_model == gpu_model))
+                .collect();
+            if !gpu_model.is_empty() && fitting.is_empty() {
+                continue;
+            }
+            let from_price = fitting
+                .iter()
+                .map(|s| c.total_price(s))
+                .min_by_key(|m| m.amount_minor);
+            if let Some(max) = filter.max_price_minor
+                && from_price.as_ref().is_none_or(|p| p.amount_minor > max)
+            {
+                continue;
+            }
+            cards.push(ListingCard {
+                slug: l.slug.clone(),
+                name: l.name.clone(),
+                category: l.category,
+                publisher: l.publisher.clone(),
+                has_logo: l.has_logo,
+                version: v.version.clone(),
+                summary: v.summary.clone(),
+                fee: c.fee.clone(),
+                gpu_models: c.gpu_models.clone(),
+                from_price,
+            });
+        }
+        Ok(Browse { cards, gpu_models })
+    }
+
+    /// The public listing page: published versions, the SKUs the current one fits with
+    /// what could launch now, and SKU + fee.
+    #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
+    pub async fn listing_page(&self, slug: &str) -> Result<ListingPage> {
+        let mut conn = self.pool().acquire().await?;
+        let listing = load_listings(&mut conn, Some(slug.trim()), None, true)
+            .await?
+            .pop()
+            .ok_or(Error::NotFound { what: "listing" })?;
+        let mut fitting = Vec::new();
+        if let Some(v) = listing.current() {
+            for sku in self.active_skus().await? {
+                if !v.compatibility.fits(&sku) {
+                    continue;
+                }
+                let launchable = crate::placement::availability(&mut conn, &sku)
+                    .await?
+                    .iter()
+                    .map(|(_, n)| n)
+                    .sum();
+                fitting.push(FittingSku {
+                    total_price: v.compatibility.total_price(&sku),
+                    sku,
+                    launchable,
+                });
+            }
+        }
+        fitting.sort_by_key(|f| (f.total_price.amount_minor, f.sku.name.clone()));
+        Ok(ListingPage { listing, fitting })
+    }
+
+    /// Published listings for the launch form: `(slug, label)`.
+    pub async fn launchable_listings(&self) -> Result<Vec<(String, String)>> {
+        let mut conn = self.pool().acquire().await?;
+        Ok(load_listings(&mut conn, None, None, true)
+            .await?
+            .into_iter()
+            .filter_map(|l| {
+                let v = l.current()?;
+                let fee = v
+                    .compatibility
+                    .fee
+                    .as_ref()
+                    .map(|f| format!(" (+{f} per hour)"))
+                    .unwrap_or_default();
+                Some((l.slug.clone(), format!("{} {}{fee}", l.name, v.version)))
+            })
+            .collect())
+    }
+
+    /// A listing's logo: `(bytes, content type)`.
+    pub async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)> {
+        let r = sqlx::query!(
+            r#"SELECT l.logo AS "logo!", l.logo_type AS "logo_type!" FROM listings l
+               WHERE l.slug = $1 AND l.logo IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM listing_versions v
+                             WHERE v.listing_id = l.id AND v.state = 'published')"#,
+            slug
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "logo" })?;
+        Ok((r.logo, r.logo_type))
+    }
+
+    /// The publisher an organization's admins act for, if it has one.
+    pub async fn publisher_of_tenant(&self, tenant: TenantId) -> Result<Option<Publisher>> {
+        Ok(sqlx::query_as!(
+            Publisher,
+            r#"SELECT id AS "id: PublisherId", tenant_id AS "tenant_id: TenantId", display_name,
+                      status, revenue_share_bps
+               FROM publishers WHERE tenant_id = $1"#,
+            tenant as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    /// Acting for an organization's publisher: its admins, once it applied.
+    pub async fn tenant_publisher(&self, who: &Tenant<TenantAdmins>) -> Result<PublisherActor> {
+        let p = self
+            .publisher_of_tenant(who.id())
+            .await?
+            .ok_or(Error::NotFound { what: "publisher" })?;
+        Ok(PublisherActor {
+            user: who.user(),
+            publisher: p.id,
+        })
+    }
+
+    /// An organization asks to publish; operators approve it. Idempotent.
+    #[tracing::instrument(skip_all, fields(tenant.id = %who.id()))]
+    pub async fn apply_to_publish(
+        &self,
+        who: &Tenant<TenantAdmins>,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<PublisherId> {
+        let display_name = bounded("display_name", display_name, 1, 100)?;
+        let mut tx = self.pool().begin().await?;
+        let id = sqlx::query_scalar!(
+            r#"INSERT INTO publishers (id, tenant_id, display_name) VALUES (gen_random_uuid(), $1, $2)
+               ON CONFLICT (tenant_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
+               RETURNING id AS "id: PublisherId""#,
+            who.id() as TenantId,
+            display_name
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user()),
+                action: "publisher.apply",
+                resource: &self.naming().tenant(who.id()),
+                before: None,
+                after: Some(json!({ "publisher": display_name })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Operators approve or suspend a publisher and set its revenue share.
+    #[tracing::instrument(skip_all, fields(publisher.id = %publisher))]
+    pub async fn decide_publisher(
+        &self,
+        who: &Platform<PlatformOperators>,
+        publisher: PublisherId,
+        approve: bool,
+        revenue_share_percent: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        if publisher == PLATFORM_PUBLISHER {
+            return Err(invalid("publisher", "the platform publishes as itself"));
+        }
+        let share = revenue_share_percent.trim().trim_end_matches('%').trim();
+        let bps = share
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=100.0).contains(p) && (p * 100.0).fract() == 0.0)
+            .map(|p| (p * 100.0) as i32)
+            .ok_or_else(|| {
+                invalid(
+                    "revenue_share",
+                    format!("{share:?}: a percentage from 0 to 100, at most two decimals"),
+                )
+            })?;
+        let status = if approve { "approved" } else { "suspended" };
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query!(
+            "SELECT status, revenue_share_bps, display_name FROM publishers WHERE id = $1 FOR UPDATE",
+            publisher as PublisherId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "publisher" })?;
+        sqlx::query!(
+            "UPDATE publishers SET status = $2, revenue_share_bps = $3, decided_by = $4, decided_at = now()
+             WHERE id = $1",
+            publisher as PublisherId,
+            status,
+            bps,
+            who.principal().user_id as UserId
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.principal().user_id),
+                action: if approve {
+                    "publisher.approve"
+                } else {
+                    "publisher.suspend"
+                },
+                resource: &self.naming().platform(&format!("publisher/{publisher}")),
+                before: Some(json!({ "status": before.status, "revenue_share_bps": before.revenue_share_bps })),
+                after: Some(json!({ "publisher": before.display_name, "status": status, "revenue_share_bps": bps })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every publisher (operators' list).
+    pub async fn publishers<R: PlatformRequirement>(
+        &self,
+        _who: &Platform<R>,
+    ) -> Result<Vec<Publisher>> {
+        Ok(sqlx::query_as!(
+            Publisher,
+            r#"SELECT id AS "id: PublisherId", tenant_id AS "tenant_id: TenantId", display_name,
+                      status, revenue_share_bps
+               FROM publishers ORDER BY tenant_id IS NOT NULL, display_name"#
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+
+    /// Drafts a new listing with its first version.
+    #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
+    pub async fn create_listing(
+        &self,
+        who: &PublisherActor,
+        slug: &str,
+        name: &str,
+        category: &str,
+        first: &VersionDraft,
+        request_id: Option<&str>,
+    ) -> Result<ListingVersionId> {
+        let slug = slug.trim().to_ascii_lowercase();
+        if slug.is_empty()
+            || slug.len() > 63
+            || !slug.starts_with(|c: char| c.is_ascii_alphanumeric())
+            || !slug.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')
+            })
+        {
+            return Err(invalid(
+                "slug",
+                format!("{slug:?}: use lowercase letters, digits, '.', '_' and '-' (e.g. pytorch)"),
+            ));
+        }
+        let name = bounded("name", name, 1, 100)?;
+        let category = Category::parse(category)?;
+        let draft = first.check()?;
+        let mut tx = self.pool().begin().await?;
+        let listing = ListingId::new_random();
+        let inserted = sqlx::query!(
+            "INSERT INTO listings (id, publisher_id, slug, name, category, created_by)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            listing as ListingId,
+            who.publisher as PublisherId,
+            slug,
+            name,
+            category.as_str(),
+            who.user as UserId
+        )
+        .execute(&mut *tx)
+        .await;
+        match inserted {
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                return Err(invalid("slug", format!("a listing {slug} exists already")));
+            }
+            other => other?,
+        };
+        let id = insert_version(&mut tx, who, listing, &draft).await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "listing.create",
+                resource: &self.naming().platform(&format!("listing/{slug}")),
+                before: None,
+                after: Some(json!({ "name": name, "category": category.as_str(), "version": draft.version })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Drafts a new version of one of the publisher's listings.
+    #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
+    pub async fn create_version(
+        &self,
+        who: &PublisherActor,
+        slug: &str,
+        draft: &VersionDraft,
+        request_id: Option<&str>,
+    ) -> Result<ListingVersionId> {
+        let draft = draft.check()?;
+        let mut tx = self.pool().begin().await?;
+        let listing = sqlx::query_scalar!(
+            r#"SELECT id AS "id: ListingId" FROM listings WHERE slug = $1 AND publisher_id = $2"#,
+            slug.trim(),
+            who.publisher as PublisherId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "listing" })?;
+        let id = insert_version(&mut tx, who, listing, &draft).await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "listing.version.create",
+                resource: &self.naming().platform(&format!(
+                    "listing/{}/{}",
+                    slug.trim(),
+                    draft.version
+                )),
+                before: None,
+                after: Some(
+                    json!({ "summary": draft.summary, "fee": draft.fee.map(|f| f.to_string()) }),
+                ),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// The publisher submits a draft (or a rejected version it fixed) for review.
+    pub async fn submit_version(
+        &self,
+        who: &PublisherActor,
+        version: ListingVersionId,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        self.move_version(
+            Actor::User(who.user),
+            Some(who.publisher),
+            version,
+            VersionState::InReview,
+            "listing.version.submit",
+            None,
+            request_id,
+        )
+        .await
+    }
+
+    /// An operator's step on a version. Rejecting needs a reason.
+    pub async fn curate_version(
+        &self,
+        who: &Platform<PlatformOperators>,
+        version: ListingVersionId,
+        action: Curation,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let reason = reason.trim();
+        let reason = match action {
+            Curation::Reject if reason.is_empty() => {
+                return Err(invalid("reason", "say why, so the publisher can fix it"));
+            }
+            Curation::Reject => Some(bounded("reason", reason, 1, 1000)?),
+            _ => None,
+        };
+        self.move_version(
+            Actor::User(who.principal().user_id),
+            None,
+            version,
+            action.target(),
+            match action {
+                Curation::Approve => "listing.version.approve",
+                Curation::Reject => "listing.version.reject",
+                Curation::Publish => "listing.version.publish",
+                Curation::Deprecate => "listing.version.deprecate",
+                Curation::Withdraw => "listing.version.withdraw",
+            },
+            reason.as_deref(),
+            request_id,
+        )
+        .await
+        .map_err(|e| match e {
+            Error::Conflict(m) => Error::Conflict(format!("can't {}: {m}", action.as_str())),
+            other => other,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(skip_all, fields(listing.version = %version, listing.to = to.as_str()))]
+    async fn move_version(
+        &self,
+        actor: Actor,
+        publisher: Option<PublisherId>,
+        version: ListingVersionId,
+        to: VersionState,
+        action: &'static str,
+        reason: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"SELECT v.state, v.version, l.slug FROM listing_versions v
+               JOIN listings l ON l.id = v.listing_id
+               WHERE v.id = $1 AND ($2::uuid IS NULL OR l.publisher_id = $2)
+               FOR UPDATE OF v"#,
+            version as ListingVersionId,
+            publisher.map(|p| p.0)
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound {
+            what: "listing version",
+        })?;
+        sqlx::query!(
+            "UPDATE listing_versions SET state = $2, review_reason = $3 WHERE id = $1",
+            version as ListingVersionId,
+            to.as_str(),
+            reason
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(refused)?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor,
+                action,
+                resource: &self
+                    .naming()
+                    .platform(&format!("listing/{}/{}", row.slug, row.version)),
+                before: Some(json!({ "state": row.state })),
+                after: Some(json!({ "state": to.as_str(), "reason": reason })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A publisher's listings, every version and its state.
+    pub async fn publisher_listings(&self, who: &PublisherActor) -> Result<Vec<Listing>> {
+        let mut conn = self.pool().acquire().await?;
+        load_listings(&mut conn, None, Some(who.publisher), false).await
+    }
+
+    /// One listing with every version, for operators.
+    pub async fn listing_for_review(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        slug: &str,
+    ) -> Result<Listing> {
+        let mut conn = self.pool().acquire().await?;
+        load_listings(&mut conn, Some(slug.trim()), None, false)
+            .await?
+            .pop()
+            .ok_or(Error::NotFound { what: "listing" })
+    }
+
+    /// Every version of every listing, those waiting on operators first.
+    pub async fn review_queue(
+        &self,
+        _who: &Platform<PlatformOperators>,
+    ) -> Result<Vec<VersionRow>> {
+        let rows = sqlx::query!(
+            r#"SELECT v.id AS "id: ListingVersionId", l.slug, l.name, p.display_name AS publisher,
+                      v.version, v.state, v.fee_per_hour_minor, v.fee_currency, v.review_reason,
+                      v.state_changed_at
+               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+               JOIN publishers p ON p.id = l.publisher_id
+               ORDER BY v.state NOT IN ('in_review', 'approved'), v.state_changed_at DESC"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(VersionRow {
+                    id: r.id,
+                    slug: r.slug,
+                    name: r.name,
+                    publisher: r.publisher,
+                    version: r.version,
+                    state: VersionState::parse(&r.state)?,
+                    fee: fee_of(r.fee_per_hour_minor, r.fee_currency),
+                    review_reason: r.review_reason,
+                    state_changed_at: r.state_changed_at,
+                })
+            })
+            .collect()
+    }
+
+    /// What the platform owes each publisher: its payable balance per currency, beside the
+    /// fees rated for its listings.
+    pub async fn publisher_payables<R: PlatformRequirement>(
+        &self,
+        _who: &Platform<R>,
+    ) -> Result<Vec<Payable>> {
+        Ok(sqlx::query_as!(
+            Payable,
+            r#"SELECT p.id AS "publisher_id: PublisherId", p.display_name AS publisher, p.status,
+                      p.revenue_share_bps, f.currency AS "currency!",
+                      f.fees AS "fees_micro!",
+                      coalesce((SELECT -sum(po.amount_micro) FROM postings po
+                                JOIN ledger_accounts a ON a.id = po.account_id
+                                WHERE a.kind = 'publisher_payable' AND a.publisher_id = p.id
+                                  AND a.currency = f.currency), 0)::bigint AS "owed_micro!"
+               FROM publishers p
+               JOIN (SELECT publisher_id, currency, sum(amount_micro)::bigint AS fees
+                     FROM fee_charges GROUP BY publisher_id, currency) f ON f.publisher_id = p.id
+               ORDER BY p.display_name, f.currency"#
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+}
+
+async fn insert_version(
+    conn: &mut PgConnection,
+    who: &PublisherActor,
+    listing: ListingId,
+    d: &CheckedDraft,
+) -> Result<ListingVersionId> {
+    let id = ListingVersionId::new_random();
+    let inserted = sqlx::query!(
+        "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
+                                       release_notes, image_source, ssh_user, cloud_init, shapes,
+                                       gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
+                                       created_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        id as ListingVersionId,
+        listing as ListingId,
+        d.version,
+        d.summary,
+        d.description_md,
+        d.release_notes,
+        d.image_source,
+        d.ssh_user,
+        d.cloud_init,
+        &d.shapes,
+        &d.gpu_models,
+        d.min_gpus,
+        d.fee.as_ref().map_or(0, |f| f.amount_minor),
+        d.fee.as_ref().map(|f| f.currency.clone()),
+        who.user as UserId
+    )
+    .execute(&mut *conn)
+    .await;
+    match inserted {
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(invalid(
+            "version",
+            format!(
+                "version {} exists already; versions are never reused",
+                d.version
+            ),
+        )),
+        other => {
+            other.map_err(refused)?;
+            Ok(id)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SkuId;
+
+    fn sku(name: &str, shape: Shape, model: &str, gpus: i32, currency: &str) -> Sku {
+        Sku {
+            id: SkuId::new_random(),
+            name: name.into(),
+            display_name: name.into(),
+            shape,
+            gpu_model: model.into(),
+            gpu_count: gpus,
+            vcpus: 8,
+            memory_gib: 64,
+            nvme_gib: 100,
+            regions: vec!["eu-west-1".into()],
+            families: vec!["f".into()],
+            price: Money {
+                amount_minor: 299,
+                currency: currency.into(),
+            },
+            state: "active".into(),
+        }
+    }
+
+    #[test]
+    fn compatibility_checks_shape_gpus_model_and_fee_currency() {
+        let c = Compatibility {
+            shapes: vec![Shape::GpuSlice],
+            gpu_models: vec!["H100".into()],
+            min_gpus: 2,
+            fee: Some(Money {
+                amount_minor: 25,
+                currency: "USD".into(),
+            }),
+        };
+        assert!(c.fits(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD")));
+        assert_eq!(
+            c.why_not(&sku("h.1x", Shape::GpuSlice, "H100", 1, "USD"))
+                .unwrap(),
+            "it needs at least 2 GPUs, and h.1x has 1"
+        );
+        assert_eq!(
+            c.why_not(&sku("l.2x", Shape::GpuSlice, "L40S", 2, "USD"))
+                .unwrap(),
+            "it supports H100, and l.2x has L40S"
+        );
+        assert_eq!(
+            c.why_not(&sku("m", Shape::Baremetal, "H100", 8, "USD"))
+                .unwrap(),
+            "it runs on gpu_slice, and m is baremetal"
+        );
+        assert_eq!(
+            c.why_not(&sku("e.2x", Shape::GpuSlice, "H100", 2, "EUR"))
+                .unwrap(),
+            "its fee is in USD, and e.2x is priced in EUR"
+        );
+        assert_eq!(
+            c.total_price(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD"))
+                .to_string(),
+            "3.24 USD"
+        );
+        let any = Compatibility {
+            shapes: vec![Shape::GpuSlice, Shape::Baremetal],
+            gpu_models: vec![],
+            min_gpus: 1,
+            fee: None,
+        };
+        assert!(any.fits(&sku("e", Shape::Baremetal, "L40S", 1, "EUR")));
+    }
+
+    #[test]
+    fn drafts_are_checked_field_by_field() {
+        let good = VersionDraft {
+            version: "2.5.1".into(),
+            summary: "PyTorch".into(),
+            image_source: "/var/lib/gpuaas/images/pytorch.qcow2".into(),
+            ssh_user: "ubuntu".into(),
+            cloud_init: r#"{"runcmd": [["nvidia-smi"]]}"#.into(),
+            shapes: "gpu_slice, baremetal".into(),
+            fee: "0.25 USD".into(),
+            ..Default::default()
+        };
+        let c = good.check().unwrap();
+        assert_eq!(c.shapes, vec!["gpu_slice", "baremetal"]);
+        assert_eq!(c.fee.unwrap().amount_minor, 25);
+        let field = |d: VersionDraft| match d.check() {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("expected a refusal, got {:?}", other.map(|c| c.version)),
+        };
+        for (d, f) in [
+            (
+                VersionDraft {
+                    version: "two words".into(),
+                    ..good.clone()
+                },
+                "version",
+            ),
+            (
+                VersionDraft {
+                    cloud_init: "[1]".into(),
+                    ..good.clone()
+                },
+                "cloud_init",
+            ),
+            (
+                VersionDraft {
+                    cloud_init: r#"{"users": []}"#.into(),
+                    ..good.clone()
+                },
+                "cloud_init",
+            ),
+            (
+                VersionDraft {
+                    cloud_init: "runcmd: [ls]".into(),
+                    ..good.clone()
+                },
+                "cloud_init",
+            ),
+            (
+                VersionDraft {
+                    shapes: "vm".into(),
+                    ..good.clone()
+                },
+                "shapes",
+            ),
+            (
+                VersionDraft {
+                    shapes: "".into(),
+                    ..good.clone()
+                },
+                "shapes",
+            ),
+            (
+                VersionDraft {
+                    min_gpus: "0".into(),
+                    ..good.clone()
+                },
+                "min_gpus",
+            ),
+            (
+                VersionDraft {
+                    fee: "a lot".into(),
+                    ..good.clone()
+                },
+                "fee",
+            ),
+            (
+                VersionDraft {
+                    ssh_user: "Root".into(),
+                    ..good.clone()
+                },
+                "ssh_user",
+            ),
+            (
+                VersionDraft {
+                    image_source: "a b".into(),
+                    ..good.clone()
+                },
+                "image_source",
+            ),
+            (
+                VersionDraft {
+                    summary: " ".into(),
+                    ..good.clone()
+                },
+                "summary",
+            ),
+        ] {
+            assert_eq!(field(d), f);
+        }
+    }
+}
