@@ -404,7 +404,7 @@ impl ControlPlane {
                 } else {
                     "sku.create"
                 },
-                resource: &self.naming().platform(&format!("sku/{}", v.name)),
+                resource: &self.naming().sku(&v.name),
                 before: before.map(|s| json!({ "state": s })),
                 after: Some(json!({
                     "shape": v.shape.as_str(), "gpu_model": v.gpu_model,
@@ -467,7 +467,7 @@ impl ControlPlane {
                 } else {
                     "sku.retire"
                 },
-                resource: &self.naming().platform(&format!("sku/{}", row.name)),
+                resource: &self.naming().sku(&row.name),
                 before: Some(json!({ "state": row.state })),
                 after: Some(json!({ "state": state })),
                 request_id,

@@ -1029,7 +1029,7 @@ impl ControlPlane {
                 } else {
                     "publisher.suspend"
                 },
-                resource: &self.naming().platform(&format!("publisher/{publisher}")),
+                resource: &self.naming().publisher(publisher),
                 before: Some(json!({ "status": before.status, "revenue_share_bps": before.revenue_share_bps })),
                 after: Some(json!({ "publisher": before.display_name, "status": status, "revenue_share_bps": bps })),
                 request_id,
@@ -1108,7 +1108,7 @@ impl ControlPlane {
             AuditEntry {
                 actor: Actor::User(who.user),
                 action: "listing.create",
-                resource: &self.naming().platform(&format!("listing/{slug}")),
+                resource: &self.naming().listing(&slug),
                 before: None,
                 after: Some(json!({ "name": name, "category": category.as_str(), "version": draft.version })),
                 request_id,
@@ -1144,15 +1144,12 @@ impl ControlPlane {
             AuditEntry {
                 actor: Actor::User(who.user),
                 action: "listing.version.create",
-                resource: &self.naming().platform(&format!(
-                    "listing/{}/{}",
-                    slug.trim(),
-                    draft.version
-                )),
+                resource: &self.naming().listing(slug.trim()),
                 before: None,
-                after: Some(
-                    json!({ "summary": draft.summary, "fee": draft.fee.map(|f| f.to_string()) }),
-                ),
+                after: Some(json!({
+                    "version": draft.version, "summary": draft.summary,
+                    "fee": draft.fee.map(|f| f.to_string()),
+                })),
                 request_id,
             },
         )
@@ -1245,6 +1242,13 @@ impl ControlPlane {
         .ok_or(Error::NotFound {
             what: "listing version",
         })?;
+        if row.state == to.as_str() {
+            return Err(Error::Conflict(format!(
+                "version {} is already {}",
+                row.version,
+                to.as_str().replace('_', " ")
+            )));
+        }
         sqlx::query!(
             "UPDATE listing_versions SET state = $2, review_reason = $3 WHERE id = $1",
             version as ListingVersionId,
@@ -1259,11 +1263,11 @@ impl ControlPlane {
             AuditEntry {
                 actor,
                 action,
-                resource: &self
-                    .naming()
-                    .platform(&format!("listing/{}/{}", row.slug, row.version)),
-                before: Some(json!({ "state": row.state })),
-                after: Some(json!({ "state": to.as_str(), "reason": reason })),
+                resource: &self.naming().listing(&row.slug),
+                before: Some(json!({ "version": row.version, "state": row.state })),
+                after: Some(
+                    json!({ "version": row.version, "state": to.as_str(), "reason": reason }),
+                ),
                 request_id,
             },
         )

@@ -51,6 +51,21 @@ impl Naming {
         self.name("", None, None, "platform", what)
     }
 
+    /// `{partition}:{service}:::::sku:{name}`
+    pub fn sku(&self, name: &str) -> ResourceName {
+        self.name("", None, None, "sku", name)
+    }
+
+    /// `{partition}:{service}:::::listing:{slug}`: a marketplace listing and its versions.
+    pub fn listing(&self, slug: &str) -> ResourceName {
+        self.name("", None, None, "listing", slug)
+    }
+
+    /// `{partition}:{service}:::::publisher:{id}`
+    pub fn publisher(&self, id: crate::ids::PublisherId) -> ResourceName {
+        self.name("", None, None, "publisher", &id.to_string())
+    }
+
     /// `{partition}:{service}:{region}:::node:{node}`
     pub fn node(
         &self,

@@ -914,3 +914,188 @@ async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations(
     .unwrap_err();
     assert!(e.to_string().contains("is not on node"), "{e}");
 }
+
+fn with_listing(sku: &str, name: &str, listing: &str, version: &str) -> LaunchRequest {
+    LaunchRequest {
+        listing: listing.into(),
+        version: version.into(),
+        ..request(sku, name)
+    }
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_ones(pool: PgPool) {
+    use control_plane::marketplace::Curation;
+    let (cp, ops) = setup(pool).await;
+    let (_, agent, _) = hgx(&cp, &ops, "gpu-mk-01").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let refusal = |e: Error| match e {
+        Error::Invalid { field, reason } => format!("{field}: {reason}"),
+        Error::PolicyDenied(m) => m,
+        other => panic!("unexpected {other:?}"),
+    };
+
+    // vLLM supports H100 slices only, at least one GPU; Ray needs two GPUs.
+    let e = cp
+        .launch(&bob, &with_listing("l40s.1x", "v1", "vllm", ""), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e),
+        "sku: vLLM inference server 0.6.4 doesn't fit l40s.1x: it supports NVIDIA H100 80GB HBM3, and l40s.1x has NVIDIA L40S"
+    );
+    let e = cp
+        .launch(
+            &bob,
+            &with_listing("h100.1x", "r1", "ray-cluster", ""),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e),
+        "sku: Ray cluster head 2.40 doesn't fit h100.1x: it needs at least 2 GPUs, and h100.1x has 1"
+    );
+    // A version still in review isn't launchable, nor is an unknown one.
+    let e = cp
+        .launch(
+            &bob,
+            &with_listing("h100.8x.metal", "s1", "slurm-head", ""),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e),
+        "listing: Slurm head node has no published version to launch"
+    );
+    let e = cp
+        .launch(&bob, &with_listing("h100.1x", "p0", "pytorch", "9.9"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(refusal(e), "version: PyTorch has no version \"9.9\"");
+
+    // PyTorch 2.5 on a 1-GPU H100 slice: the fee is taken from the version, and the plan
+    // carries the version's image and cloud-init.
+    let id = cp
+        .launch(&bob, &with_listing("h100.1x", "torch", "pytorch", ""), None)
+        .await
+        .unwrap()
+        .id;
+    let (version, fee): (String, i64) = sqlx::query_as(
+        "SELECT v.version, a.fee_per_hour_minor FROM allocations a
+         JOIN listing_versions v ON v.id = a.listing_version_id WHERE a.id = $1",
+    )
+    .bind(id.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!((version.as_str(), fee), ("2.5", 25));
+    cp.dispatch_outbox(10).await.unwrap();
+    let spec = answer(&cp, &agent, PROVISION, provisioned).await;
+    let TaskSpec::VmProvision(plan) = spec else {
+        panic!("not a VM provision: {spec:?}")
+    };
+    assert_eq!(plan.image.name, "pytorch 2.5");
+    assert_eq!(
+        plan.image.source,
+        "/var/lib/gpuaas/images/pytorch-2.5-cuda-12.6.qcow2"
+    );
+    assert!(
+        plan.image.cloud_init.contains("torch-cache"),
+        "{}",
+        plan.image.cloud_init
+    );
+    assert_eq!(state(&cp, id).await.0, "running");
+
+    // The operator deprecates 2.5: it keeps running, but can't be launched again.
+    let v25: uuid::Uuid = sqlx::query_scalar(
+        "SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+         WHERE l.slug = 'pytorch' AND v.version = '2.5'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    cp.curate_version(&ops, v25.into(), Curation::Deprecate, "", None)
+        .await
+        .unwrap();
+    assert_eq!(state(&cp, id).await.0, "running");
+    let e = cp
+        .launch(
+            &bob,
+            &with_listing("h100.1x", "torch2", "pytorch", "2.5"),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e),
+        "version: PyTorch 2.5 is deprecated; only published versions can be launched (the current one is 2.4)"
+    );
+    // Without a version, the newest published one (2.4) launches.
+    let older = cp
+        .launch(
+            &bob,
+            &with_listing("h100.1x", "torch3", "pytorch", ""),
+            None,
+        )
+        .await
+        .unwrap()
+        .id;
+    // The database refuses a deprecated version even when Rust is bypassed.
+    let err = sqlx::query(
+        "INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                                  listing_version_id, ssh_public_key, price_per_hour_minor, currency,
+                                  idempotency_key, request_fingerprint, requested_by, placement, state, requested_at)
+         SELECT gen_random_uuid(), tenant_id, project_id, 'sneaky', sku_id, shape, gpu_count, region, node_id,
+                $2, 'k', 1, currency, 'sneaky-key', 'f', requested_by, '{}', 'placed', now()
+         FROM allocations WHERE id = $1",
+    )
+    .bind(older.0)
+    .bind(v25)
+    .execute(cp.pool())
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("pytorch 2.5 is deprecated; only published versions can be launched"),
+        "{err}"
+    );
+
+    // The organization restricts listings: the refusal names the policy and its level.
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let admins = cp
+        .tenant_access::<control_plane::tenancy::TenantAdmins>(&alice, ACME)
+        .await
+        .unwrap();
+    cp.set_policy(
+        &Scope::tenant(&admins),
+        PolicyKey::AllowedListings,
+        Some(
+            PolicyValue::parse(PolicyKey::AllowedListings, "ubuntu-24.04-cuda, jupyterlab")
+                .unwrap(),
+        ),
+        None,
+    )
+    .await
+    .unwrap();
+    let e = cp
+        .launch(
+            &bob,
+            &with_listing("h100.1x", "torch4", "pytorch", ""),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refusal(e),
+        "policy allowed_listings (set at organization level) allows jupyterlab, ubuntu-24.04-cuda, not pytorch"
+    );
+    cp.launch(
+        &bob,
+        &with_listing("h100.1x", "lab", "jupyterlab", ""),
+        None,
+    )
+    .await
+    .unwrap();
+}

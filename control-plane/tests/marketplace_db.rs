@@ -1,0 +1,410 @@
+//! The marketplace against a real database: the curation state machine (the database's guard
+//! is the authority), publishers kept apart, what tenants see, and browse filters.
+
+use control_plane::auth::{Platform, PlatformOperators};
+use control_plane::demo::{ACME, GLOBEX};
+use control_plane::marketplace::{BrowseFilter, Curation, PublisherActor, VersionDraft};
+use control_plane::tenancy::TenantAdmins;
+use control_plane::{ControlPlane, Error, ListingVersionId, Naming, UserId};
+use sqlx::PgPool;
+use uuid::uuid;
+
+mod support;
+
+const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
+const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
+
+async fn setup(pool: PgPool) -> (ControlPlane, Platform<PlatformOperators>) {
+    let cp = ControlPlane::new(pool, Naming::default());
+    cp.seed_demo().await.unwrap();
+    let ops = support::operator(&cp, "ops@platform.example").await;
+    (cp, ops)
+}
+
+async fn admin_of(
+    cp: &ControlPlane,
+    user: UserId,
+    tenant: control_plane::TenantId,
+) -> control_plane::tenancy::Tenant<TenantAdmins> {
+    let p = cp.principal(user).await.unwrap().unwrap();
+    cp.tenant_access::<TenantAdmins>(&p, tenant).await.unwrap()
+}
+
+fn draft(version: &str) -> VersionDraft {
+    VersionDraft {
+        version: version.into(),
+        summary: "Triton inference server".into(),
+        description_md: "Serves **models**.".into(),
+        image_source: "/var/lib/gpuaas/images/triton.qcow2".into(),
+        ssh_user: "ubuntu".into(),
+        shapes: "gpu_slice".into(),
+        min_gpus: "1".into(),
+        fee: "0.10 USD".into(),
+        ..Default::default()
+    }
+}
+
+fn conflict(e: Error) -> String {
+    match e {
+        Error::Conflict(m) => m,
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+}
+
+async fn state_of(cp: &ControlPlane, id: ListingVersionId) -> String {
+    sqlx::query_scalar("SELECT state FROM listing_versions WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn curation_follows_the_state_machine_and_every_step_is_audited(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let globex = cp.tenant_publisher(&carol).await.unwrap();
+    let v1 = cp
+        .create_listing(&globex, "triton", "Triton", "ml_stack", &draft("1.0"), None)
+        .await
+        .unwrap();
+    let visible = |cp: &ControlPlane| {
+        let cp = cp.clone();
+        async move {
+            let b = cp
+                .browse_marketplace(&BrowseFilter::default())
+                .await
+                .unwrap();
+            let listed = b.cards.iter().any(|c| c.slug == "triton");
+            let page = cp.listing_page("triton").await;
+            assert_eq!(listed, page.is_ok(), "browse and the listing page agree");
+            listed
+        }
+    };
+    assert!(!visible(&cp).await, "a draft is not shown to tenants");
+
+    // Operators can't act on a draft; a publisher can't skip review.
+    for action in [Curation::Approve, Curation::Publish, Curation::Deprecate] {
+        let m = conflict(
+            cp.curate_version(&ops, v1, action, "", None)
+                .await
+                .unwrap_err(),
+        );
+        assert!(m.contains("version 1.0 can't go from draft to"), "{m}");
+    }
+    cp.submit_version(&globex, v1, None).await.unwrap();
+    assert!(!visible(&cp).await, "in review is not shown either");
+    // Rejecting needs a reason; the reason reaches the publisher.
+    match cp
+        .curate_version(&ops, v1, Curation::Reject, "  ", None)
+        .await
+        .unwrap_err()
+    {
+        Error::Invalid { field, .. } => assert_eq!(field, "reason"),
+        other => panic!("{other:?}"),
+    }
+    cp.curate_version(
+        &ops,
+        v1,
+        Curation::Reject,
+        "The image has no NVIDIA driver.",
+        None,
+    )
+    .await
+    .unwrap();
+    let mine = cp.publisher_listings(&globex).await.unwrap();
+    let triton = mine.iter().find(|l| l.slug == "triton").unwrap();
+    assert_eq!(
+        triton.versions[0].review_reason.as_deref(),
+        Some("The image has no NVIDIA driver.")
+    );
+    // A rejected version can be fixed (its content is still the publisher's) and resubmitted.
+    sqlx::query("UPDATE listing_versions SET image_source = '/var/lib/gpuaas/images/triton-fixed.qcow2' WHERE id = $1")
+        .bind(v1.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    cp.submit_version(&globex, v1, None).await.unwrap();
+    cp.curate_version(&ops, v1, Curation::Approve, "", None)
+        .await
+        .unwrap();
+    // Once it left the publisher, its content is fixed.
+    let err = sqlx::query("UPDATE listing_versions SET fee_per_hour_minor = 1 WHERE id = $1")
+        .bind(v1.0)
+        .execute(cp.pool())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(
+            "version 1.0 is approved; its content is fixed, publish a new version instead"
+        ),
+        "{err}"
+    );
+    assert!(!visible(&cp).await, "approved is not published");
+    cp.curate_version(&ops, v1, Curation::Publish, "", None)
+        .await
+        .unwrap();
+    assert!(visible(&cp).await);
+    let page = cp.listing_page("triton").await.unwrap();
+    assert_eq!(page.listing.publisher, "Globex Labs");
+    assert!(
+        page.fitting
+            .iter()
+            .all(|f| f.sku.shape.as_str() == "gpu_slice"),
+        "only slices fit"
+    );
+    assert_eq!(
+        page.fitting
+            .iter()
+            .find(|f| f.sku.name == "h100.1x")
+            .unwrap()
+            .total_price
+            .to_string(),
+        "3.09 USD"
+    );
+
+    // Illegal moves from published: back to review or approval, or a resubmission.
+    for action in [Curation::Approve, Curation::Reject, Curation::Publish] {
+        let m = conflict(
+            cp.curate_version(&ops, v1, action, "why", None)
+                .await
+                .unwrap_err(),
+        );
+        assert!(
+            m.contains("can't go from published to") || m.contains("is already published"),
+            "{m}"
+        );
+    }
+    let m = conflict(cp.submit_version(&globex, v1, None).await.unwrap_err());
+    assert!(m.contains("can't go from published to in_review"), "{m}");
+    // Deprecated: hidden from tenants; withdrawn is final.
+    cp.curate_version(&ops, v1, Curation::Deprecate, "", None)
+        .await
+        .unwrap();
+    assert!(!visible(&cp).await, "a deprecated version is not shown");
+    cp.curate_version(&ops, v1, Curation::Withdraw, "", None)
+        .await
+        .unwrap();
+    for action in [Curation::Publish, Curation::Deprecate, Curation::Withdraw] {
+        conflict(
+            cp.curate_version(&ops, v1, action, "", None)
+                .await
+                .unwrap_err(),
+        );
+    }
+    assert_eq!(state_of(&cp, v1).await, "withdrawn");
+    // Only drafts can be discarded.
+    let err = sqlx::query("DELETE FROM listing_versions WHERE id = $1")
+        .bind(v1.0)
+        .execute(cp.pool())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("only drafts can be discarded"), "{err}");
+
+    // Every step is in the audit log, against the listing.
+    let steps: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM audit_log WHERE resource LIKE '%:listing:triton' ORDER BY id",
+    )
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        steps,
+        [
+            "listing.create",
+            "listing.version.submit",
+            "listing.version.reject",
+            "listing.version.submit",
+            "listing.version.approve",
+            "listing.version.publish",
+            "listing.version.deprecate",
+            "listing.version.withdraw",
+        ]
+    );
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn publishers_are_kept_apart_and_must_be_approved(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    let alice = admin_of(&cp, ALICE, ACME).await;
+    // Acme doesn't publish yet: it applies, drafts, and can't submit until approved.
+    assert!(matches!(
+        cp.tenant_publisher(&alice).await,
+        Err(Error::NotFound { .. })
+    ));
+    let acme_pub = cp.apply_to_publish(&alice, "Acme AI", None).await.unwrap();
+    let acme = cp.tenant_publisher(&alice).await.unwrap();
+    let v = cp
+        .create_listing(&acme, "acme-stack", "Acme stack", "app", &draft("1"), None)
+        .await
+        .unwrap();
+    let m = conflict(cp.submit_version(&acme, v, None).await.unwrap_err());
+    assert_eq!(
+        m,
+        "the publisher is pending (not approved), so version 1 can't be in_review"
+    );
+    cp.decide_publisher(&ops, acme_pub, true, "80", None)
+        .await
+        .unwrap();
+    cp.submit_version(&acme, v, None).await.unwrap();
+
+    // Globex can't see, version or submit Acme's listing, and the other way round.
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let globex = cp.tenant_publisher(&carol).await.unwrap();
+    assert!(matches!(
+        cp.create_version(&globex, "acme-stack", &draft("2"), None)
+            .await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cp.submit_version(&globex, v, None).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(
+        cp.publisher_listings(&globex)
+            .await
+            .unwrap()
+            .iter()
+            .all(|l| l.slug != "acme-stack")
+    );
+    let slurm: ListingVersionId = sqlx::query_scalar::<_, uuid::Uuid>(
+        "SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id WHERE l.slug = 'slurm-head'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap()
+    .into();
+    assert!(matches!(
+        cp.submit_version(&acme, slurm, None).await,
+        Err(Error::NotFound { .. })
+    ));
+    // Operators publish for the platform, and a version number is never reused.
+    let platform = PublisherActor::platform(&ops);
+    let m = cp
+        .create_version(&platform, "pytorch", &draft("2.5"), None)
+        .await
+        .unwrap_err();
+    assert!(m.to_string().contains("version 2.5 exists already"), "{m}");
+    cp.create_version(&platform, "pytorch", &draft("2.6"), None)
+        .await
+        .unwrap();
+    // A suspended publisher's versions can't move forward.
+    cp.decide_publisher(&ops, acme_pub, false, "80", None)
+        .await
+        .unwrap();
+    let m = conflict(
+        cp.curate_version(&ops, v, Curation::Approve, "", None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(m.contains("the publisher is suspended"), "{m}");
+    // Revenue shares are percentages.
+    match cp.decide_publisher(&ops, acme_pub, true, "120", None).await {
+        Err(Error::Invalid { field, .. }) => assert_eq!(field, "revenue_share"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn browsing_filters_by_words_category_gpu_model_and_price(pool: PgPool) {
+    let (cp, _ops) = setup(pool).await;
+    let slugs = |f: BrowseFilter| {
+        let cp = cp.clone();
+        async move {
+            let mut s: Vec<String> = cp
+                .browse_marketplace(&f)
+                .await
+                .unwrap()
+                .cards
+                .into_iter()
+                .map(|c| c.slug)
+                .collect();
+            s.sort();
+            s
+        }
+    };
+    // Published listings only: the Slurm head node is still in review.
+    assert_eq!(
+        slugs(BrowseFilter::default()).await,
+        [
+            "jupyterlab",
+            "pytorch",
+            "ray-cluster",
+            "rocky-9-cuda",
+            "ubuntu-24.04-cuda",
+            "vllm"
+        ]
+    );
+    // Words match names, summaries and descriptions (JupyterLab ships a PyTorch kernel).
+    assert_eq!(
+        slugs(BrowseFilter {
+            q: "pytorch".into(),
+            ..Default::default()
+        })
+        .await,
+        ["jupyterlab", "pytorch"]
+    );
+    assert_eq!(
+        slugs(BrowseFilter {
+            q: "PyTorch torchrun".into(),
+            ..Default::default()
+        })
+        .await,
+        ["pytorch"]
+    );
+    assert_eq!(
+        slugs(BrowseFilter {
+            category: "app".into(),
+            ..Default::default()
+        })
+        .await,
+        ["ray-cluster"]
+    );
+    // vLLM runs only on H100: an L40S filter drops it.
+    let l40s = slugs(BrowseFilter {
+        gpu_model: "NVIDIA L40S".into(),
+        ..Default::default()
+    })
+    .await;
+    assert!(!l40s.contains(&"vllm".to_string()) && l40s.contains(&"pytorch".to_string()));
+    // Cheapest fit + fee: PyTorch from 1.19 + 0.25 = 1.44 (L40S); Ray needs 2 GPUs:
+    // 2.38 + 1.00 = 3.38.
+    let b = cp
+        .browse_marketplace(&BrowseFilter::default())
+        .await
+        .unwrap();
+    let from = |slug: &str| {
+        b.cards
+            .iter()
+            .find(|c| c.slug == slug)
+            .unwrap()
+            .from_price
+            .as_ref()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(from("pytorch"), "1.44 USD");
+    assert_eq!(from("ray-cluster"), "3.38 USD");
+    assert_eq!(from("vllm"), "3.39 USD");
+    let cheap = slugs(BrowseFilter {
+        max_price_minor: Some(300),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        cheap,
+        ["jupyterlab", "pytorch", "rocky-9-cuda", "ubuntu-24.04-cuda"]
+    );
+    match cp
+        .browse_marketplace(&BrowseFilter {
+            category: "games".into(),
+            ..Default::default()
+        })
+        .await
+    {
+        Err(Error::Invalid { field, .. }) => assert_eq!(field, "category"),
+        other => panic!("{other:?}"),
+    }
+}
