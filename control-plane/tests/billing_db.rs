@@ -30,6 +30,30 @@ async fn run(
     start: time::OffsetDateTime,
     end: time::OffsetDateTime,
 ) -> control_plane::AllocationId {
+    run_listing(
+        cp,
+        tenant,
+        project,
+        sku,
+        "ubuntu-24.04-cuda",
+        key,
+        start,
+        end,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_listing(
+    cp: &ControlPlane,
+    tenant: TenantId,
+    project: ProjectId,
+    sku: &str,
+    listing: &str,
+    key: &str,
+    start: time::OffsetDateTime,
+    end: time::OffsetDateTime,
+) -> control_plane::AllocationId {
     let mut conn = cp.pool().acquire().await.unwrap();
     import_run(
         &mut conn,
@@ -37,7 +61,7 @@ async fn run(
             tenant,
             project,
             sku,
-            listing: "ubuntu-24.04-cuda",
+            listing,
             name: key,
             started_at: start,
             ended_at: end,
@@ -193,11 +217,13 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]
 async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
     let cp = setup(pool).await;
-    run(
+    // With a listing fee, so fee charges exist too.
+    run_listing(
         &cp,
         ACME,
         ACME_RESEARCH,
         "h100.1x",
+        "pytorch",
         "a",
         datetime!(2026-10-01 00:00 UTC),
         datetime!(2026-10-01 03:00 UTC),
@@ -671,4 +697,203 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
         (95, "warning", "47.84 USD".into())
     );
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable(pool: PgPool) {
+    let cp = setup(pool).await;
+    // vLLM (Globex Labs, 0.40 USD/h, 70 % to the publisher) on h100.1x for 2 h 30 min, and
+    // PyTorch (the platform's, 0.25 USD/h) on l40s.1x for 45 min.
+    run_listing(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "vllm",
+        "serve",
+        datetime!(2026-10-01 00:00 UTC),
+        datetime!(2026-10-01 02:30 UTC),
+    )
+    .await;
+    run_listing(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "l40s.1x",
+        "pytorch",
+        "train",
+        datetime!(2026-10-01 10:00 UTC),
+        datetime!(2026-10-01 10:45 UTC),
+    )
+    .await;
+    rate_until(cp.pool(), datetime!(2026-11-02 00:00 UTC), 1000)
+        .await
+        .unwrap();
+    // Per hour: 0.40 → 0.28 to Globex; the half hour 0.20 → 0.14.
+    let shares: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT amount_micro, publisher_micro FROM fee_charges ORDER BY allocation_id, period_start",
+    )
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    assert!(shares.contains(&(400_000, 280_000)) && shares.contains(&(200_000, 140_000)));
+    assert!(
+        shares.contains(&(187_500, 0)),
+        "the platform's own fee is all revenue"
+    );
+
+    let closed = close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC))
+        .await
+        .unwrap();
+    let acme = closed.iter().find(|c| c.tenant == ACME).unwrap();
+    let lines: Vec<(i32, String, String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT line_no, kind, description, unit_price_micro, rated_micro, amount_minor
+         FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
+    )
+    .bind(acme.invoice)
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    let got: Vec<(i32, &str, &str, i64, i64, i64)> = lines
+        .iter()
+        .map(|l| (l.0, l.1.as_str(), l.2.as_str(), l.3, l.4, l.5))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                1,
+                "usage",
+                "research · h100.1x · 2.500000 GPU-hours at 2.99 USD/GPU-hour",
+                2_990_000,
+                7_475_000,
+                748
+            ),
+            (
+                2,
+                "usage",
+                "research · l40s.1x · 0.750000 GPU-hours at 1.19 USD/GPU-hour",
+                1_190_000,
+                892_500,
+                89
+            ),
+            (
+                3,
+                "fee",
+                "research · PyTorch 2.5 marketplace fee · 0.750000 hours at 0.25 USD/hour",
+                250_000,
+                187_500,
+                19
+            ),
+            (
+                4,
+                "fee",
+                "research · vLLM inference server 0.6.4 marketplace fee · 2.500000 hours at 0.40 USD/hour",
+                400_000,
+                1_000_000,
+                100
+            ),
+        ]
+    );
+    assert_eq!(acme.total_minor, 748 + 89 + 19 + 100);
+    // The invoice page shows fee lines with their listing and hours.
+    let fiona = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
+        .await
+        .unwrap()
+        .unwrap();
+    let fin = cp
+        .tenant_access::<TenantFinance>(&fiona, ACME)
+        .await
+        .unwrap();
+    let detail = cp.tenant_invoice(&fin, acme.invoice).await.unwrap();
+    let fee = &detail.lines[3];
+    assert_eq!(
+        (
+            fee.sku.as_deref(),
+            fee.gpu_hours.as_str(),
+            fee.unit_price.as_str()
+        ),
+        (Some("vllm 0.6.4"), "2.500000 h", "0.400000")
+    );
+
+    // The receivable equals the total to the cent; Globex Labs is owed 70 % of its fees,
+    // and every entry balances.
+    let balance = |kind: &'static str, owner: Option<uuid::Uuid>| {
+        let pool = cp.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT coalesce(sum(p.amount_micro), 0)::bigint FROM postings p
+                 JOIN ledger_accounts a ON a.id = p.account_id
+                 WHERE a.kind = $1 AND coalesce(a.tenant_id, a.publisher_id) IS NOT DISTINCT FROM $2",
+            )
+            .bind(kind)
+            .bind(owner)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(
+        balance("tenant_receivable", Some(ACME.0)).await,
+        Micros::from_minor(acme.total_minor).0
+    );
+    let globex_labs: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM publishers WHERE tenant_id = $1")
+            .bind(GLOBEX.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        balance("publisher_payable", Some(globex_labs)).await,
+        -700_000
+    );
+    assert_eq!(
+        balance("platform_revenue", None).await,
+        -(Micros::from_minor(acme.total_minor).0 - 700_000)
+    );
+    let unbalanced: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT entry_id FROM postings GROUP BY entry_id HAVING sum(amount_micro) <> 0) x",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(unbalanced, 0);
+    // Operators see what is owed to each publisher.
+    let ops = support_operator(&cp).await;
+    let payables = cp.publisher_payables(&ops).await.unwrap();
+    let globex = payables
+        .iter()
+        .find(|p| p.publisher == "Globex Labs")
+        .unwrap();
+    assert_eq!(
+        (
+            globex.fees_micro,
+            globex.owed_micro,
+            globex.revenue_share_bps
+        ),
+        (1_000_000, 700_000, 7000)
+    );
+    let platform = payables
+        .iter()
+        .find(|p| p.publisher == "GPU Cloud")
+        .unwrap();
+    assert_eq!((platform.fees_micro, platform.owed_micro), (187_500, 0));
+}
+
+async fn support_operator(
+    cp: &ControlPlane,
+) -> control_plane::auth::Platform<control_plane::auth::PlatformOperators> {
+    let id = uuid::Uuid::new_v4();
+    sqlx::query("INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, 'ops@platform.example', 'Ops', 'operator')")
+        .bind(id)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    cp.principal(id.into())
+        .await
+        .unwrap()
+        .unwrap()
+        .platform()
+        .unwrap()
 }
