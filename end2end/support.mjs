@@ -1,6 +1,8 @@
 // Shared helpers for the browser tests: Debian's Chromium through playwright-core, a fresh
 // profile per context, and where screenshots go. `cargo xtask test` sets PORTAL_URL and
 // ARTIFACTS_DIR and starts the portal (release build) against a throwaway database.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
 import { chromium } from 'playwright-core';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -81,4 +83,49 @@ export async function waitForProposal(page, nodeUrl) {
     await page.goto(nodeUrl);
   }
   return status;
+}
+
+/**
+ * Enrols `host` (PCIe L40S, us-east-1) as the platform admin, runs a simulated node agent for
+ * it with its state in `state`, and approves its slot map. Returns the agent process (kill it
+ * when done) and the node's page.
+ */
+export async function enrolApprovedNode(state, host) {
+  const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await adminSignIn(page);
+    await page.goto(`${BASE}/fleet`);
+    await hydrated(page);
+    const enrol = page.locator('section[aria-labelledby="enrol"]');
+    await enrol.getByLabel('Hostname').fill(host);
+    await enrol.getByLabel('Region').fill('us-east-1');
+    await enrol.getByLabel('Rack').fill('r7');
+    await enrol.getByLabel('Node family').fill('pcie-l40s-4x');
+    await enrol.getByRole('button', { name: 'Enrol' }).click();
+    const token = (await enrol.locator('[data-testid="bootstrap-token"]').innerText()).trim();
+    const enrolled = spawnSync(AGENT, ['enroll', '--server', BASE, '--state-dir', state, '--hostname', host], {
+      env: { ...process.env, NODE_AGENT_BOOTSTRAP_TOKEN: token },
+      encoding: 'utf8',
+    });
+    assert.equal(enrolled.status, 0, enrolled.stderr);
+    const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x',
+      '--heartbeat-s', '2', '--telemetry-listen', '127.0.0.1:0'], {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    await enrol.getByRole('link', { name: host }).click();
+    await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
+    const nodeUrl = page.url();
+    const status = await waitForProposal(page, nodeUrl);
+    assert.equal(await status.innerText(), 'pending');
+    await hydrated(page);
+    const approve = page.locator('[data-testid="proposal"] .decision form').first();
+    await approve.getByLabel('Destructive wipe policy').selectOption('overwrite-verify');
+    await approve.getByRole('button', { name: 'Approve' }).click();
+    await page.locator('[data-testid="proposal-status"]', { hasText: 'approved' }).waitFor();
+    return { agent, nodeUrl };
+  } finally {
+    await b.close();
+  }
 }

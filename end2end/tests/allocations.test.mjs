@@ -5,52 +5,23 @@
 // same slots.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, openBrowser, shot, hydrated, waitForProposal } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, openBrowser, shot, hydrated } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
-const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
 const RUN = Date.now().toString(36);
 const HOST = `gpu-l40s-${RUN}`;
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
 
 async function approvedNode(state) {
+  const { agent, nodeUrl } = await enrolApprovedNode(state, HOST);
+  // The SKU admin's dry run says where a 2-GPU slice would go, and why.
   const b = await openBrowser();
   try {
     const { page } = b;
     await adminSignIn(page);
-    await page.goto(`${BASE}/fleet`);
-    await hydrated(page);
-    const enrol = page.locator('section[aria-labelledby="enrol"]');
-    await enrol.getByLabel('Hostname').fill(HOST);
-    await enrol.getByLabel('Region').fill('us-east-1');
-    await enrol.getByLabel('Rack').fill('r7');
-    await enrol.getByLabel('Node family').fill('pcie-l40s-4x');
-    await enrol.getByRole('button', { name: 'Enrol' }).click();
-    const token = (await enrol.locator('[data-testid="bootstrap-token"]').innerText()).trim();
-    const enrolled = spawnSync(AGENT, ['enroll', '--server', BASE, '--state-dir', state, '--hostname', HOST], {
-      env: { ...process.env, NODE_AGENT_BOOTSTRAP_TOKEN: token },
-      encoding: 'utf8',
-    });
-    assert.equal(enrolled.status, 0, enrolled.stderr);
-    const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x',
-      '--heartbeat-s', '2', '--telemetry-listen', '127.0.0.1:0'], {
-      stdio: ['ignore', 'inherit', 'inherit'],
-    });
-    await enrol.getByRole('link', { name: HOST }).click();
-    await page.waitForURL(/\/fleet\/[0-9a-f-]{36}$/);
-    const nodeUrl = page.url();
-    const status = await waitForProposal(page, nodeUrl);
-    assert.equal(await status.innerText(), 'pending');
-    await hydrated(page);
-    const approve = page.locator('[data-testid="proposal"] .decision form').first();
-    await approve.getByLabel('Destructive wipe policy').selectOption('overwrite-verify');
-    await approve.getByRole('button', { name: 'Approve' }).click();
-    await page.locator('[data-testid="proposal-status"]', { hasText: 'approved' }).waitFor();
-    // The SKU admin's dry run says where a 2-GPU slice would go, and why.
     await page.goto(`${BASE}/catalog/manage`);
     await hydrated(page);
     const dry = page.locator('section[aria-labelledby="dry-run"]');
@@ -58,10 +29,10 @@ async function approvedNode(state) {
     await dry.getByLabel('Region').fill('us-east-1');
     await dry.getByRole('button', { name: 'Where would it go?' }).click();
     assert.match(await dry.getByRole('status').innerText(), new RegExp(`^${HOST} \\(us-east-1\\): 2 slot\\(s\\) on NUMA node 0 \\(best fit\\)`));
-    return { agent, nodeUrl };
   } finally {
     await b.close();
   }
+  return { agent, nodeUrl };
 }
 
 async function waitForState(page, want, seconds = 40) {
@@ -105,7 +76,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await hydrated(page);
       const form = page.locator('#launch');
       await form.getByLabel('Region').selectOption('us-east-1');
-      await form.getByLabel('Image').selectOption('ubuntu-24.04-cuda');
+      await form.getByLabel('Software').selectOption('ubuntu-24.04-cuda');
       await form.getByLabel('Name').fill(`train-${RUN}`);
       // A bad key is refused with a reason; nothing is reserved.
       await form.getByLabel('SSH public key').fill('ssh-ed25519 not-base64!');

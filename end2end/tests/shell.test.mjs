@@ -123,14 +123,14 @@ test('keyboard: the first Tab reaches the skip link, which moves focus to the co
   const b = await openBrowser();
   try {
     const { page } = b;
-    await page.goto(`${BASE}/marketplace`);
+    await page.goto(`${BASE}/marketplace/no-such-listing`);
     await hydrated(page);
     await page.keyboard.press('Tab');
     assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Skip to content');
     await page.keyboard.press('Enter');
-    await page.waitForURL(`${BASE}/marketplace#main`);
+    await page.waitForURL(`${BASE}/marketplace/no-such-listing#main`);
     await page.keyboard.press('Tab');
-    // The navigation is skipped: this page's content has no controls, so the next stop is the
+    // The navigation is skipped: this page's content (a not-found notice) has no controls, so the next stop is the
     // theme form in the footer.
     const focused = await page.evaluate(() => document.activeElement.closest('form')?.className);
     assert.equal(focused, 'theme-picker');

@@ -1,0 +1,196 @@
+// The marketplace in a real browser: anyone finds PyTorch and reads its page (SKUs it fits,
+// with SKU + fee); bob launches it from there on a 1-GPU L40S slice of a real (simulated)
+// node agent and sees the combined price; the operator deprecates that version, after which
+// it can't be launched while bob's allocation keeps running. carol, Globex's publisher,
+// drafts a listing and submits it; the operator rejects it with a reason, she resubmits, the
+// operator approves and publishes it, and it appears to everyone.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BASE, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot } from '../support.mjs';
+import { ssoSignIn } from '../support-sso.mjs';
+
+const RUN = Date.now().toString(36);
+const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
+
+async function curate(page, row, action, reason = '') {
+  await page.goto(`${BASE}/admin/marketplace`);
+  await hydrated(page);
+  const tr = page.locator(`#review-queue tr[data-version="${row}"]`);
+  await tr.getByLabel('Action').selectOption(action);
+  if (reason) await tr.getByLabel('Reason').fill(reason);
+  await tr.getByRole('button', { name: 'Apply' }).click();
+  await page.getByRole('status').filter({ hasText: `Done: ${action}.` }).waitFor();
+}
+
+test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecated it can no longer be launched', async () => {
+  const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
+  let agent = null;
+  try {
+    // Anyone can browse: search, then the listing page with the SKUs it fits.
+    const anon = await openBrowser();
+    try {
+      const { page } = anon;
+      await page.goto(`${BASE}/marketplace`);
+      await page.getByLabel('Search').fill('PyTorch torchrun');
+      await page.getByRole('button', { name: 'Filter' }).click();
+      await page.waitForURL(/\/marketplace\?q=PyTorch\+torchrun/);
+      const cards = page.locator('#listings li');
+      assert.deepEqual(await cards.evaluateAll((els) => els.map((e) => e.dataset.listing)), ['pytorch']);
+      await shot(page, 'marketplace-search');
+      await cards.getByRole('link', { name: 'PyTorch' }).click();
+      await page.waitForURL(`${BASE}/marketplace/pytorch`);
+      assert.equal(await page.locator('#listing-fee').innerText(), '0.25 USD per hour');
+      // Markdown is rendered (a heading, a list), on the page's own terms.
+      assert.equal(await page.locator('.prose h2').innerText(), 'PyTorch, ready to train');
+      const l40s = page.locator('#fitting-skus tr[data-sku="l40s.1x"]');
+      assert.deepEqual((await l40s.locator('td').allInnerTexts()).slice(3, 5), ['1.19 USD', '1.44 USD']);
+      assert.deepEqual(await page.locator('#version-list li').evaluateAll((els) => els.map((e) => e.dataset.version)), ['2.5', '2.4']);
+      await shot(page, 'marketplace-listing');
+    } finally {
+      await anon.close();
+    }
+
+    ({ agent } = await enrolApprovedNode(state, `gpu-mkt-${RUN}`));
+
+    const b = await openBrowser();
+    let allocation = null;
+    try {
+      const { page } = b;
+      await ssoSignIn(page, 'bob@acme.example');
+      await page.goto(`${BASE}/marketplace?q=PyTorch`);
+      await page.locator('#listings').getByRole('link', { name: 'PyTorch' }).click();
+      await page.waitForURL(`${BASE}/marketplace/pytorch`);
+      await page.locator('#fitting-skus tr[data-sku="l40s.1x"]').getByRole('link', { name: 'Launch on this' }).click();
+      await page.waitForURL(/\/launch\?listing=pytorch&sku=l40s\.1x$/);
+      await hydrated(page);
+      const form = page.locator('#launch');
+      // Only SKUs PyTorch fits, each with SKU + fee; the 1-GPU L40S is preselected.
+      const sku = form.getByLabel('SKU');
+      assert.equal(await sku.inputValue(), 'l40s.1x');
+      assert.equal(
+        (await sku.locator('option:checked').innerText()).trim(),
+        '1× L40S 48GB — 1.19 USD + 0.25 USD fee = 1.44 USD per hour',
+      );
+      assert.equal(await form.getByLabel('Software').inputValue(), '2.5');
+      await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Name').fill(`torch-${RUN}`);
+      await form.getByLabel('SSH public key').fill(KEY);
+      await form.getByRole('button', { name: 'Launch' }).click();
+      await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
+      allocation = page.url();
+      assert.equal(await page.locator('[data-testid="software"]').innerText(), 'PyTorch 2.5');
+      assert.equal(await page.locator('[data-testid="price"]').innerText(), '1.44 USD per hour (1.19 USD SKU + 0.25 USD listing fee)');
+      await page.locator('[data-testid="state"]', { hasText: 'running' }).waitFor({ timeout: 40_000 });
+      await shot(page, 'marketplace-launched');
+    } finally {
+      await b.close();
+    }
+
+    // The operator deprecates PyTorch 2.5.
+    const ops = await openBrowser();
+    try {
+      await adminSignIn(ops.page);
+      await curate(ops.page, 'pytorch 2.5', 'deprecate');
+      assert.match(await ops.page.locator('#review-queue tr[data-version="pytorch 2.5"]').innerText(), /deprecated/);
+    } finally {
+      await ops.close();
+    }
+
+    // It can't be launched any more (only 2.4 is offered, and a forged post is refused);
+    // bob's allocation keeps running.
+    const again = await openBrowser();
+    try {
+      const { page } = again;
+      await ssoSignIn(page, 'bob@acme.example');
+      await page.goto(`${BASE}/launch?listing=pytorch&sku=l40s.1x`);
+      await hydrated(page);
+      const versions = page.locator('#launch').getByLabel('Software').locator('option');
+      assert.deepEqual(await versions.evaluateAll((os) => os.map((o) => o.value)), ['2.4']);
+      await page.evaluate(() => {
+        const select = document.querySelector('#launch-version');
+        select.add(new Option('PyTorch 2.5', '2.5'));
+        select.value = '2.5';
+      });
+      const form = page.locator('#launch');
+      await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Name').fill(`torch-again-${RUN}`);
+      await form.getByLabel('SSH public key').fill(KEY);
+      await form.getByRole('button', { name: 'Launch' }).click();
+      assert.equal(
+        await page.getByRole('alert').innerText(),
+        'Invalid version: PyTorch 2.5 is deprecated; only published versions can be launched (the current one is 2.4)',
+      );
+      await page.goto(allocation);
+      assert.equal(await page.locator('[data-testid="state"]').innerText(), 'running');
+      await page.goto(`${BASE}/marketplace/pytorch`);
+      assert.deepEqual(await page.locator('#version-list li').evaluateAll((els) => els.map((e) => e.dataset.version)), ['2.4']);
+    } finally {
+      await again.close();
+    }
+  } finally {
+    if (agent) agent.kill('SIGTERM');
+    rmSync(state, { recursive: true, force: true });
+  }
+});
+
+test('carol submits a listing; the operator rejects it with a reason, then approves and publishes it', async () => {
+  const slug = `triton-${RUN}`;
+  const carol = await openBrowser();
+  const ops = await openBrowser();
+  try {
+    const { page } = carol;
+    await ssoSignIn(page, 'carol@globex.example');
+    await page.goto(`${BASE}/marketplace/publish`);
+    await hydrated(page);
+    assert.match(await page.locator('#publisher-status').innerText(), /Status: approved · your share of listing fees: 70%/);
+    const form = page.locator('section[aria-labelledby="new-listing"]');
+    await form.getByLabel('Name').fill('Triton inference server');
+    await form.getByLabel('Slug').fill(slug);
+    await form.getByLabel('Category').selectOption('ml_stack');
+    await form.getByLabel('Version', { exact: true }).fill('24.10');
+    await form.getByLabel('Summary').fill('NVIDIA Triton serving ONNX, TensorRT and PyTorch models.');
+    await form.getByLabel('Image source').fill('/var/lib/gpuaas/images/triton-24.10.qcow2');
+    await form.getByLabel('Hourly fee').fill('0.30 USD');
+    // Bad cloud-init is refused by name; nothing is saved.
+    await form.getByLabel(/Cloud-init fragment/).fill('{"users": []}');
+    await form.getByRole('button', { name: 'Save draft' }).click();
+    assert.match(await form.getByRole('alert').innerText(), /^Invalid cloud_init: "users" is set by the platform/);
+    await form.getByLabel(/Cloud-init fragment/).fill('{"runcmd": [["systemctl", "start", "tritonserver"]]}');
+    await form.getByRole('button', { name: 'Save draft' }).click();
+    await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
+    const row = page.locator(`#my-versions tr[data-version="${slug} 24.10"]`);
+    await row.getByRole('button', { name: 'Submit for review' }).click();
+    await row.getByText('in review').waitFor();
+
+    await adminSignIn(ops.page);
+    await curate(ops.page, `${slug} 24.10`, 'reject', 'Pin the CUDA version in the summary.');
+    await page.goto(`${BASE}/marketplace/publish`);
+    await hydrated(page);
+    assert.match(await row.innerText(), /rejected\s+Reason: Pin the CUDA version in the summary\./);
+    await row.getByRole('button', { name: 'Submit for review' }).click();
+    await row.getByText('in review').waitFor();
+
+    // Not visible to anyone until published.
+    await ops.page.goto(`${BASE}/marketplace/${slug}`);
+    assert.equal(await ops.page.getByRole('alert').innerText(), 'Not found.');
+    await curate(ops.page, `${slug} 24.10`, 'approve');
+    await curate(ops.page, `${slug} 24.10`, 'publish');
+    await shot(ops.page, 'marketplace-review');
+
+    const anon = await openBrowser();
+    try {
+      await anon.page.goto(`${BASE}/marketplace?category=ml_stack`);
+      const card = anon.page.locator(`#listings li[data-listing="${slug}"]`);
+      assert.match(await card.innerText(), /by Globex Labs · v24\.10/);
+      assert.match(await card.innerText(), /Fee 0\.30 USD per hour/);
+    } finally {
+      await anon.close();
+    }
+  } finally {
+    await carol.close();
+    await ops.close();
+  }
+});
