@@ -4,6 +4,10 @@
 //! its error to [`AppError`]. No SQL and no business rule lives here. With the `ssr` feature
 //! this crate links the control plane; with `hydrate` it compiles to wasm without it.
 
+// The publisher and review pages are deep view trees; their wasm layout needs more than the
+// default query depth (rustc suggests exactly this).
+#![recursion_limit = "256"]
+
 pub mod allocations;
 pub mod audit;
 pub mod auth;

@@ -4,7 +4,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::components::ErrorNotice;
 use crate::error::AppError;
-use crate::pages::placeholder::{ADMIN, NotBuilt};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdminView {
@@ -47,7 +46,6 @@ pub fn AdminPage() -> impl IntoView {
                            " · " <a href="/admin/marketplace">"Marketplace review"</a>
                            " · " <a href="/catalog/manage">"SKUs"</a></p>
                         <crate::policies::Policies scope="global" view=v.policies set=set_policy />
-                        <NotBuilt section=&ADMIN />
                     }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }

@@ -1,12 +1,9 @@
-//! Sections that later work fills. Each says plainly what is not there yet; none fakes data.
-
-use leptos::prelude::*;
-use leptos_meta::Title;
+//! The main navigation's sections: path, title and what each page holds.
 
 pub struct Section {
     pub path: &'static str,
     pub title: &'static str,
-    /// One or two sentences: what this page will hold.
+    /// One or two sentences: what this page holds.
     pub purpose: &'static str,
 }
 
@@ -62,24 +59,3 @@ pub const SECTIONS: [&Section; 7] = [
     &FLEET,
     &ADMIN,
 ];
-
-#[component]
-pub fn Placeholder(section: &'static Section) -> impl IntoView {
-    view! {
-        <Title text=section.title />
-        <h1>{section.title}</h1>
-        <NotBuilt section />
-    }
-}
-
-/// The "not built yet" card on its own, for pages that have some real content already.
-#[component]
-pub fn NotBuilt(section: &'static Section) -> impl IntoView {
-    view! {
-        <section class="card not-built" aria-labelledby="nb-h">
-            <h2 id="nb-h">"Not built yet"</h2>
-            <p>"This page is empty because the feature behind it does not exist yet. It will show:"</p>
-            <p class="purpose">{section.purpose}</p>
-        </section>
-    }
-}
