@@ -859,21 +859,26 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
     let h = time::Duration::hours;
     let bob = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
     let carol = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
-    // (tenant, project, sku, name, start, hours, by): last month's runs, then this month's,
-    // cut off two hours ago so nothing ends in the future.
-    let runs: [(
+    // (tenant, project, sku, listing, name, start, hours, by): last month's runs, then this
+    // month's, cut off two hours ago so nothing ends in the future. The notebook and eval runs
+    // are Globex Labs' vLLM, so invoices carry a marketplace fee line and Globex Labs is owed
+    // its share.
+    type Run<'a> = (
         TenantId,
         ProjectId,
-        &str,
-        &str,
+        &'a str,
+        &'a str,
+        &'a str,
         time::OffsetDateTime,
         i64,
         UserId,
-    ); 7] = [
+    );
+    let runs: [Run; 7] = [
         (
             ACME,
             ACME_RESEARCH,
             "h100.8x",
+            "ubuntu-24.04-cuda",
             "pretrain-7b",
             last + h(49),
             72,
@@ -883,6 +888,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             ACME,
             ACME_RESEARCH,
             "h100.1x",
+            "vllm",
             "notebook",
             last + h(24 * 3 + 9),
             230,
@@ -892,6 +898,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             ACME,
             ACME_INFERENCE,
             "l40s.1x",
+            "ubuntu-24.04-cuda",
             "serving",
             last + h(2),
             24 * 27,
@@ -901,6 +908,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             GLOBEX,
             GLOBEX_DEFAULT,
             "h100.2x",
+            "ubuntu-24.04-cuda",
             "sweep",
             last + h(24 * 10),
             120,
@@ -910,6 +918,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             ACME,
             ACME_RESEARCH,
             "h100.2x",
+            "ubuntu-24.04-cuda",
             "finetune",
             month + h(1),
             40,
@@ -919,6 +928,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             ACME,
             ACME_INFERENCE,
             "l40s.1x",
+            "ubuntu-24.04-cuda",
             "serving-v2",
             month,
             24 * 20,
@@ -928,6 +938,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
             ACME,
             ACME_RESEARCH,
             "h100.1x",
+            "vllm",
             "eval",
             month + h(30),
             9,
@@ -937,7 +948,8 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
     let cutoff = now - h(2);
     let mut conn = pool.acquire().await?;
     let mut imported = 0;
-    for (i, (tenant, project, sku, name, start, hours, by)) in runs.into_iter().enumerate() {
+    for (i, (tenant, project, sku, listing, name, start, hours, by)) in runs.into_iter().enumerate()
+    {
         let end = (start + h(hours)).min(cutoff);
         if end <= start {
             continue;
@@ -949,7 +961,7 @@ pub async fn seed_billing(pool: &PgPool, now: time::OffsetDateTime) -> Result<us
                 tenant,
                 project,
                 sku,
-                listing: "ubuntu-24.04-cuda",
+                listing,
                 name,
                 started_at: start,
                 ended_at: end,

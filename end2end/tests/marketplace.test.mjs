@@ -95,6 +95,12 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await adminSignIn(ops.page);
       await curate(ops.page, 'pytorch 2.5', 'deprecate');
       assert.match(await ops.page.locator('#review-queue tr[data-version="pytorch 2.5"]').innerText(), /deprecated/);
+      // What is owed to publishers: the demo history ran Globex Labs' vLLM last month, and
+      // Globex Labs gets 70 % of those fees.
+      const owed = await ops.page.locator('#payable-table tr[data-publisher="Globex Labs"] td').allInnerTexts();
+      assert.equal(owed[1], '70%');
+      const [fees, payable] = [owed[2], owed[3]].map((t) => Number(t.split(' ')[0]));
+      assert.ok(fees > 0 && Math.abs(payable - fees * 0.7) < 0.00001 * 3000, owed.join(' | '));
     } finally {
       await ops.close();
     }
