@@ -69,8 +69,10 @@ CREATE TABLE listing_versions (
                            'deprecated', 'withdrawn')),
     review_reason      text CHECK (length(trim(review_reason)) BETWEEN 1 AND 1000),
     created_by         uuid REFERENCES users (id),
-    created_at         timestamptz NOT NULL DEFAULT now(),
-    state_changed_at   timestamptz NOT NULL DEFAULT now(),
+    -- Clock time, not transaction time: versions made or published in one transaction (a
+    -- seed, an import) still order newest first.
+    created_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    state_changed_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
     published_at       timestamptz,
     UNIQUE (listing_id, version),
     CHECK ((fee_per_hour_minor > 0) <= (fee_currency IS NOT NULL)),
@@ -124,9 +126,9 @@ BEGIN
                     pub_status, NEW.version, NEW.state USING ERRCODE = 'check_violation';
             END IF;
         END IF;
-        NEW.state_changed_at := now();
+        NEW.state_changed_at := clock_timestamp();
         IF NEW.state = 'published' THEN
-            NEW.published_at := now();
+            NEW.published_at := clock_timestamp();
         END IF;
         IF NEW.state <> 'rejected' THEN
             NEW.review_reason := NULL;

@@ -131,7 +131,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
         await hydrated(c.page);
         const cf = c.page.locator('#launch');
         await cf.getByLabel('Region').selectOption('us-east-1');
-        await cf.getByLabel('Image').selectOption('ubuntu-24.04-cuda');
+        await cf.getByLabel('Software').selectOption('ubuntu-24.04-cuda');
         await cf.getByLabel('Name').fill(`eval-${RUN}`);
         await cf.getByLabel('SSH public key').fill(KEY);
         await cf.getByRole('button', { name: 'Launch' }).click();

@@ -88,7 +88,7 @@ test('fiona sees the spend chart, a paid invoice with its Stripe link, and expor
     await page.goto(`${BASE}/billing`);
     const [usage] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-usage').click()]);
     const rows = readFileSync(await usage.path(), 'utf8').trim().split('\n');
-    assert.equal(rows[0], 'period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount');
+    assert.equal(rows[0], 'period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount,listing,fee_per_hour,fee_amount');
     assert.ok(monthIsYoung || rows.length > 1, 'this month has rated usage');
   } finally {
     await b.close();
