@@ -990,17 +990,12 @@ impl ControlPlane {
             return Err(invalid("publisher", "the platform publishes as itself"));
         }
         let share = revenue_share_percent.trim().trim_end_matches('%').trim();
-        let bps = share
-            .parse::<f64>()
-            .ok()
-            .filter(|p| (0.0..=100.0).contains(p) && (p * 100.0).fract() == 0.0)
-            .map(|p| (p * 100.0) as i32)
-            .ok_or_else(|| {
-                invalid(
-                    "revenue_share",
-                    format!("{share:?}: a percentage from 0 to 100, at most two decimals"),
-                )
-            })?;
+        let bps = percent_to_bps(share).ok_or_else(|| {
+            invalid(
+                "revenue_share",
+                format!("{share:?}: a percentage from 0 to 100, at most two decimals"),
+            )
+        })?;
         let status = if approve { "approved" } else { "suspended" };
         let mut tx = self.pool().begin().await?;
         let before = sqlx::query!(
@@ -1352,6 +1347,18 @@ impl ControlPlane {
     }
 }
 
+/// "70", "12.5" or "33.33" (percent) → basis points; `None` unless 0–100 with at most two
+/// decimals. Decimal arithmetic: no float rounding.
+fn percent_to_bps(s: &str) -> Option<i32> {
+    let (whole, frac) = s.split_once('.').unwrap_or((s, ""));
+    let digits = |t: &str| t.chars().all(|c| c.is_ascii_digit());
+    if whole.is_empty() || whole.len() > 3 || !digits(whole) || frac.len() > 2 || !digits(frac) {
+        return None;
+    }
+    let bps = whole.parse::<i32>().ok()? * 100 + format!("{frac:0<2}").parse::<i32>().ok()?;
+    (bps <= 10_000).then_some(bps)
+}
+
 async fn insert_version(
     conn: &mut PgConnection,
     who: &PublisherActor,
@@ -1468,6 +1475,17 @@ mod tests {
             fee: None,
         };
         assert!(any.fits(&sku("e", Shape::Baremetal, "L40S", 1, "EUR")));
+    }
+
+    #[test]
+    fn revenue_shares_are_exact_percentages() {
+        assert_eq!(percent_to_bps("70"), Some(7000));
+        assert_eq!(percent_to_bps("12.34"), Some(1234));
+        assert_eq!(percent_to_bps("12.5"), Some(1250));
+        assert_eq!(percent_to_bps("100"), Some(10_000));
+        for bad in ["100.01", "-5", "1.234", "", ".5", "7o", "1000"] {
+            assert_eq!(percent_to_bps(bad), None, "{bad}");
+        }
     }
 
     #[test]

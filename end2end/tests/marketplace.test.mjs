@@ -68,13 +68,13 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await hydrated(page);
       const form = page.locator('#launch');
       // Only SKUs PyTorch fits, each with SKU + fee; the 1-GPU L40S is preselected.
-      const sku = form.getByLabel('SKU');
+      const sku = form.locator('select[name="sku"]');
       assert.equal(await sku.inputValue(), 'l40s.1x');
       assert.equal(
         (await sku.locator('option:checked').innerText()).trim(),
         '1× L40S 48GB — 1.19 USD + 0.25 USD fee = 1.44 USD per hour',
       );
-      assert.equal(await form.getByLabel('Software').inputValue(), '2.5');
+      assert.equal(await form.locator('select[name="version"]').inputValue(), '2.5');
       await form.getByLabel('Region').selectOption('us-east-1');
       await form.getByLabel('Name').fill(`torch-${RUN}`);
       await form.getByLabel('SSH public key').fill(KEY);
@@ -113,7 +113,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await ssoSignIn(page, 'bob@acme.example');
       await page.goto(`${BASE}/launch?listing=pytorch&sku=l40s.1x`);
       await hydrated(page);
-      const versions = page.locator('#launch').getByLabel('Software').locator('option');
+      const versions = page.locator('#launch select[name="version"] option');
       assert.deepEqual(await versions.evaluateAll((os) => os.map((o) => o.value)), ['2.4']);
       await page.evaluate(() => {
         const select = document.querySelector('#launch-version');
