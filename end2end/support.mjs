@@ -86,11 +86,12 @@ export async function waitForProposal(page, nodeUrl) {
 }
 
 /**
- * Enrols `host` (PCIe L40S, us-east-1) as the platform admin, runs a simulated node agent for
+ * Enrols `host` (PCIe L40S, in `region`) as the platform admin, runs a simulated node agent for
  * it with its state in `state`, and approves its slot map. Returns the agent process (kill it
- * when done) and the node's page.
+ * when done) and the node's page. A node whose agent was stopped still counts as live for a
+ * minute, so tests that must land on their own node use a region of their own.
  */
-export async function enrolApprovedNode(state, host) {
+export async function enrolApprovedNode(state, host, region = 'us-east-1') {
   const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
   const b = await openBrowser();
   try {
@@ -100,7 +101,7 @@ export async function enrolApprovedNode(state, host) {
     await hydrated(page);
     const enrol = page.locator('section[aria-labelledby="enrol"]');
     await enrol.getByLabel('Hostname').fill(host);
-    await enrol.getByLabel('Region').fill('us-east-1');
+    await enrol.getByLabel('Region').fill(region);
     await enrol.getByLabel('Rack').fill('r7');
     await enrol.getByLabel('Node family').fill('pcie-l40s-4x');
     await enrol.getByRole('button', { name: 'Enrol' }).click();

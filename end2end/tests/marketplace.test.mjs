@@ -53,7 +53,9 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await anon.close();
     }
 
-    ({ agent } = await enrolApprovedNode(state, `gpu-mkt-${RUN}`));
+    // In eu-west-1, where no other L40S node is: the allocations test's node (us-east-1) still
+    // counts as live for a minute after its agent stopped.
+    ({ agent } = await enrolApprovedNode(state, `gpu-mkt-${RUN}`, 'eu-west-1'));
 
     const b = await openBrowser();
     let allocation = null;
@@ -75,7 +77,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
         '1× L40S 48GB — 1.19 USD + 0.25 USD fee = 1.44 USD per hour',
       );
       assert.equal(await form.locator('select[name="version"]').inputValue(), '2.5');
-      await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Name').fill(`torch-${RUN}`);
       await form.getByLabel('SSH public key').fill(KEY);
       await form.getByRole('button', { name: 'Launch' }).click();
@@ -121,7 +123,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
         select.value = '2.5';
       });
       const form = page.locator('#launch');
-      await form.getByLabel('Region').selectOption('us-east-1');
+      await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Name').fill(`torch-again-${RUN}`);
       await form.getByLabel('SSH public key').fill(KEY);
       await form.getByRole('button', { name: 'Launch' }).click();
