@@ -129,7 +129,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await form.getByRole('button', { name: 'Launch' }).click();
       assert.equal(
         await page.getByRole('alert').innerText(),
-        'Invalid version: PyTorch 2.5 is deprecated; only published versions can be launched (the current one is 2.4)',
+        'Invalid version: PyTorch 2.5 is deprecated; only published versions can be launched (the current one is 2.4).',
       );
       await page.goto(allocation);
       assert.equal(await page.locator('[data-testid="state"]').innerText(), 'running');
