@@ -1277,19 +1277,6 @@ impl ControlPlane {
         load_listings(&mut conn, None, Some(who.publisher), false).await
     }
 
-    /// One listing with every version, for operators.
-    pub async fn listing_for_review(
-        &self,
-        _who: &Platform<PlatformOperators>,
-        slug: &str,
-    ) -> Result<Listing> {
-        let mut conn = self.pool().acquire().await?;
-        load_listings(&mut conn, Some(slug.trim()), None, false)
-            .await?
-            .pop()
-            .ok_or(Error::NotFound { what: "listing" })
-    }
-
     /// Every version of every listing, those waiting on operators first.
     pub async fn review_queue(
         &self,

@@ -12,6 +12,8 @@ use sqlx::PgPool;
 use time::macros::datetime;
 use uuid::uuid;
 
+mod support;
+
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 
 async fn setup(pool: PgPool) -> ControlPlane {
@@ -860,7 +862,7 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable(pool: P
     .unwrap();
     assert_eq!(unbalanced, 0);
     // Operators see what is owed to each publisher.
-    let ops = support_operator(&cp).await;
+    let ops = support::operator(&cp, "ops@platform.example").await;
     let payables = cp.publisher_payables(&ops).await.unwrap();
     let globex = payables
         .iter()
@@ -879,21 +881,4 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable(pool: P
         .find(|p| p.publisher == "GPU Cloud")
         .unwrap();
     assert_eq!((platform.fees_micro, platform.owed_micro), (187_500, 0));
-}
-
-async fn support_operator(
-    cp: &ControlPlane,
-) -> control_plane::auth::Platform<control_plane::auth::PlatformOperators> {
-    let id = uuid::Uuid::new_v4();
-    sqlx::query("INSERT INTO users (id, email, display_name, platform_role) VALUES ($1, 'ops@platform.example', 'Ops', 'operator')")
-        .bind(id)
-        .execute(cp.pool())
-        .await
-        .unwrap();
-    cp.principal(id.into())
-        .await
-        .unwrap()
-        .unwrap()
-        .platform()
-        .unwrap()
 }
