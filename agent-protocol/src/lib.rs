@@ -227,6 +227,7 @@ pub struct ProvisionPlan {
     /// The allocation's name, for the VM's hostname.
     pub name: String,
     pub image: ImageRef,
+    /// One or more OpenSSH public keys, one per line.
     pub ssh_public_key: String,
     pub slots: Vec<PlannedSlot>,
 }

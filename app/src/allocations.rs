@@ -5,7 +5,7 @@
 //! timings (refreshed every second while it changes), SSH details, release, and the cleanup
 //! certificate.
 
-// The launch form has eight fields; its server function takes them as arguments, and the
+// The launch form has ten fields; its server function takes them as arguments, and the
 // `#[server]` macro copies that signature into code an item-level allow does not reach.
 #![allow(clippy::too_many_arguments)]
 
@@ -19,16 +19,51 @@ use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchForm {
-    /// `(id, name)` of the projects the user may launch in.
-    pub projects: Vec<(String, String)>,
-    /// `(name, label, regions)`.
-    pub skus: Vec<(String, String, Vec<String>)>,
-    /// `(slug, label)` of every launchable listing, when none was preselected.
-    pub listings: Vec<(String, String)>,
+    /// The projects the user may launch in.
+    pub projects: Vec<LaunchProject>,
+    pub skus: Vec<LaunchSku>,
+    /// Every launchable listing, plain OS images first, when none was preselected.
+    pub images: Vec<LaunchImage>,
     /// The listing preselected from its marketplace page.
     pub software: Option<Software>,
-    pub selected_sku: Option<String>,
+    /// The user's saved SSH keys: `(id, "laptop (ssh-ed25519 SHA256:…)")`.
+    pub ssh_keys: Vec<(String, String)>,
+    /// What the form starts with (from the query string, or the defaults).
+    pub project: String,
+    pub sku: String,
+    pub region: String,
+    pub image: String,
     pub idempotency_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchProject {
+    pub id: String,
+    pub name: String,
+    /// What the project may still spend this month, when a budget applies.
+    pub budget_left_minor: Option<i64>,
+    /// "412.16 USD left of 5000.00 USD this month (policy monthly_budget, set at project level)".
+    pub budget: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchSku {
+    pub name: String,
+    pub label: String,
+    /// The listing fee is added to this (per hour).
+    pub price_minor: i64,
+    pub currency: String,
+    /// `(region, launchable now)`, in the SKU's order.
+    pub regions: Vec<(String, i64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchImage {
+    pub slug: String,
+    pub label: String,
+    /// A plain operating system image (listed first), not a marketplace stack.
+    pub os: bool,
+    pub fee_minor: i64,
 }
 
 /// A listing preselected for the launch form.
@@ -40,6 +75,54 @@ pub struct Software {
     pub versions: Vec<String>,
     /// "0.25 USD per hour", when it has a fee.
     pub fee: Option<String>,
+    pub fee_minor: i64,
+}
+
+/// `12345` minor units → `123.45 USD`, as the control plane's `Money` prints.
+pub fn money(minor: i64, currency: &str) -> String {
+    let sign = if minor < 0 { "-" } else { "" };
+    let abs = minor.unsigned_abs();
+    format!("{sign}{}.{:02} {currency}", abs / 100, abs % 100)
+}
+
+/// The launch form's estimate for one hourly price (SKU + listing fee): per hour, per day
+/// and per 30 days, and, with a budget, how many hours it leaves room for.
+pub fn estimate(hourly_minor: i64, currency: &str, budget_left_minor: Option<i64>) -> Vec<String> {
+    let mut lines = vec![
+        format!("{} per hour", money(hourly_minor, currency)),
+        format!("{} per day", money(hourly_minor * 24, currency)),
+        format!("{} per 30 days", money(hourly_minor * 24 * 30, currency)),
+    ];
+    if let Some(left) = budget_left_minor
+        && hourly_minor > 0
+    {
+        lines.push(if left < hourly_minor {
+            "The budget left this month does not cover its first hour".to_string()
+        } else {
+            format!(
+                "The budget left this month covers about {} hours",
+                left / hourly_minor
+            )
+        });
+    }
+    lines
+}
+
+/// Why the form can't launch this SKU in this region right now, if it can't.
+pub fn nothing_free(sku: &LaunchSku, region: &str) -> Option<String> {
+    let free: i64 = sku
+        .regions
+        .iter()
+        .filter(|(r, _)| region.is_empty() || r == region)
+        .map(|(_, n)| n)
+        .sum();
+    (free == 0).then(|| {
+        if region.is_empty() {
+            format!("Nothing free for {} right now", sku.name)
+        } else {
+            format!("Nothing free for {} in {region} right now", sku.name)
+        }
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,25 +210,65 @@ async fn launchable_projects(
         .collect())
 }
 
+/// The launch form. Every argument preselects a choice (from a listing page, or from the
+/// no-JavaScript "Update estimate" submit).
 #[server]
 pub async fn get_launch_form(
     sku: Option<String>,
     listing: Option<String>,
+    #[server(default)] project: Option<String>,
+    #[server(default)] region: Option<String>,
 ) -> Result<LaunchForm, AppError> {
+    use control_plane::marketplace::Category;
+    use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
-    let projects = launchable_projects(&cp, &principal).await?;
+    let mut projects = Vec::new();
+    for (id, name) in launchable_projects(&cp, &principal).await? {
+        let parsed = id.parse().map_err(|_| AppError::NotFound)?;
+        let who = cp
+            .project_access::<ProjectOperators>(&principal, parsed)
+            .await?;
+        let budget = cp.budget_left(&who).await?;
+        projects.push(LaunchProject {
+            id,
+            name,
+            budget_left_minor: budget.as_ref().map(|b| b.left.amount_minor),
+            budget: budget
+                .map(|b| format!("{} left of {} this month ({})", b.left, b.limit, b.decided)),
+        });
+    }
+    let catalog = cp.catalog().await?;
+    let available = |name: &str| -> Vec<(String, i64)> {
+        catalog
+            .iter()
+            .find(|e| e.sku.name == name)
+            .map(|e| {
+                e.availability
+                    .iter()
+                    .map(|a| (a.region.clone(), a.launchable))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     let label = |sku: &control_plane::catalog::Sku| {
         format!("{} — {} per hour", sku.display_name, sku.price)
     };
-    let (skus, listings, software) = match listing.as_deref().filter(|l| !l.is_empty()) {
+    let launch_sku = |sku: &control_plane::catalog::Sku, label: String| LaunchSku {
+        name: sku.name.clone(),
+        label,
+        price_minor: sku.price.amount_minor,
+        currency: sku.price.currency.clone(),
+        regions: available(&sku.name),
+    };
+    let (skus, images, software) = match listing.as_deref().filter(|l| !l.is_empty()) {
         // From a listing page: only the SKUs it fits, with SKU + fee.
         Some(slug) => {
             let page = cp.listing_page(slug).await?;
             let current = page.listing.current().cloned();
             let fee = current.as_ref().and_then(|v| v.compatibility.fee.clone());
-            let skus = page
+            let skus: Vec<LaunchSku> = page
                 .fitting
-                .into_iter()
+                .iter()
                 .map(|f| {
                     let label = match &fee {
                         Some(fee) => format!(
@@ -154,7 +277,7 @@ pub async fn get_launch_form(
                         ),
                         None => label(&f.sku),
                     };
-                    (f.sku.name, label, f.sku.regions)
+                    launch_sku(&f.sku, label)
                 })
                 .collect();
             let software = Software {
@@ -166,30 +289,68 @@ pub async fn get_launch_form(
                     .collect(),
                 slug: page.listing.slug,
                 name: page.listing.name,
+                fee_minor: fee.as_ref().map_or(0, |f| f.amount_minor),
                 fee: fee.map(|f| format!("{f} per hour")),
             };
             (skus, Vec::new(), Some(software))
         }
-        None => (
-            cp.active_skus()
+        None => {
+            let mut images: Vec<LaunchImage> = cp
+                .launchable_listings()
                 .await?
                 .into_iter()
-                .map(|sku| (sku.name.clone(), label(&sku), sku.regions))
-                .collect(),
-            cp.launchable_listings().await?,
-            None,
-        ),
+                .map(|l| LaunchImage {
+                    os: l.category == Category::OsImage,
+                    fee_minor: l.fee.as_ref().map_or(0, |f| f.amount_minor),
+                    slug: l.slug,
+                    label: l.label,
+                })
+                .collect();
+            // Plain OS images first (Ubuntu LTS leading), then marketplace stacks.
+            images.sort_by_key(|i| (!i.os, !i.slug.starts_with("ubuntu"), i.label.clone()));
+            let skus: Vec<LaunchSku> = catalog
+                .iter()
+                .map(|e| launch_sku(&e.sku, label(&e.sku)))
+                .collect();
+            (skus, images, None)
+        }
+    };
+    let ssh_keys = cp
+        .ssh_keys(&principal)
+        .await?
+        .into_iter()
+        .map(|k| {
+            (
+                k.id.to_string(),
+                format!("{} ({} {})", k.name, k.kind, k.fingerprint),
+            )
+        })
+        .collect();
+    let pick = |wanted: Option<String>, offered: Vec<String>| {
+        wanted
+            .filter(|w| offered.contains(w))
+            .or_else(|| offered.into_iter().next())
+            .unwrap_or_default()
     };
     Ok(LaunchForm {
+        project: pick(project, projects.iter().map(|p| p.id.clone()).collect()),
+        sku: pick(
+            sku,
+            skus.iter().map(|s: &LaunchSku| s.name.clone()).collect(),
+        ),
+        region: region.unwrap_or_default(),
+        image: pick(listing, images.iter().map(|i| i.slug.clone()).collect()),
         projects,
         skus,
-        listings,
+        images,
         software,
-        selected_sku: sku,
+        ssh_keys,
         idempotency_key: uuid::Uuid::new_v4().to_string(),
     })
 }
 
+/// Launches. SSH keys: the saved keys `ssh_key_ids` (the user's own) and a pasted one, which
+/// is also saved under `save_key_as` when that is given.
 #[server]
 pub async fn launch_allocation(
     project: String,
@@ -198,7 +359,9 @@ pub async fn launch_allocation(
     listing: String,
     version: Option<String>,
     name: String,
-    ssh_public_key: String,
+    #[server(default)] ssh_key_ids: Vec<String>,
+    #[server(default)] ssh_public_key: String,
+    #[server(default)] save_key_as: String,
     idempotency_key: String,
 ) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
@@ -207,18 +370,35 @@ pub async fn launch_allocation(
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
         .await?;
+    let request_id = crate::error::request_id();
+    let ids = ssh_key_ids
+        .iter()
+        .map(|id| id.parse().map_err(|_| AppError::NotFound))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut keys = cp.ssh_key_lines(&principal, &ids).await?;
+    if !ssh_public_key.trim().is_empty() {
+        if !save_key_as.trim().is_empty() {
+            match cp
+                .add_ssh_key(&principal, &save_key_as, &ssh_public_key, Some(&request_id))
+                .await
+            {
+                // Already saved: launching with it is what was asked.
+                Ok(_) | Err(control_plane::Error::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        keys.push(ssh_public_key);
+    }
     let req = control_plane::allocations::LaunchRequest {
         sku,
         region,
         listing,
         version: version.unwrap_or_default(),
-        ssh_public_key,
+        ssh_public_key: keys.join("\n"),
         name,
         idempotency_key,
     };
-    let launched = cp
-        .launch(&who, &req, Some(&crate::error::request_id()))
-        .await?;
+    let launched = cp.launch(&who, &req, Some(&request_id)).await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
     Ok(())
 }
@@ -394,8 +574,19 @@ pub async fn release_allocation(id: String) -> Result<(), AppError> {
 #[component]
 pub fn LaunchPage() -> impl IntoView {
     let query = use_query_map();
-    let params = move || query.with(|q| (q.get("sku"), q.get("listing")));
-    let form = Resource::new(params, |(sku, listing)| get_launch_form(sku, listing));
+    let params = move || {
+        query.with(|q| {
+            (
+                q.get("sku"),
+                q.get("listing"),
+                q.get("project"),
+                q.get("region"),
+            )
+        })
+    };
+    let form = Resource::new(params, |(sku, listing, project, region)| {
+        get_launch_form(sku, listing, project, region)
+    });
     let launch = ServerAction::<LaunchAllocation>::new();
     view! {
         <Title text="Launch" />
@@ -429,13 +620,56 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         }
         .into_any();
     }
-    let selected = f.selected_sku.clone();
+    let project = RwSignal::new(f.project.clone());
+    let sku = RwSignal::new(f.sku.clone());
+    let region = RwSignal::new(f.region.clone());
+    let image = RwSignal::new(f.image.clone());
+    let projects = StoredValue::new(f.projects.clone());
+    let skus = StoredValue::new(f.skus.clone());
+    let images = StoredValue::new(f.images.clone());
+    let software_fee = f.software.as_ref().map_or(0, |s| s.fee_minor);
+    let chosen_sku =
+        move || skus.with_value(|all| all.iter().find(|s| s.name == sku.get()).cloned());
+    let fee = move || match software_fee {
+        0 => images.with_value(|all| {
+            all.iter()
+                .find(|i| i.slug == image.get())
+                .map_or(0, |i| i.fee_minor)
+        }),
+        fee => fee,
+    };
+    let budget =
+        move || projects.with_value(|all| all.iter().find(|p| p.id == project.get()).cloned());
+    let estimate_lines = move || {
+        chosen_sku().map(|s| {
+            let left = budget().and_then(|b| b.budget_left_minor);
+            estimate(s.price_minor + fee(), &s.currency, left)
+        })
+    };
+    let blocked = move || chosen_sku().and_then(|s| nothing_free(&s, &region.get()));
     let regions: Vec<String> = {
-        let mut r: Vec<String> = f.skus.iter().flat_map(|s| s.2.clone()).collect();
+        let mut r: Vec<String> = f
+            .skus
+            .iter()
+            .flat_map(|s| s.regions.iter().map(|(r, _)| r.clone()))
+            .collect();
         r.sort();
         r.dedup();
         r
     };
+    let region_label = move |r: &str| {
+        let free =
+            chosen_sku().and_then(|s| s.regions.iter().find(|(x, _)| x == r).map(|(_, n)| *n));
+        match free {
+            Some(0) => format!("{r} — none free now"),
+            Some(n) => format!("{r} — {n} free now"),
+            None => format!("{r} — not sold there"),
+        }
+    };
+    let (os_images, stacks): (Vec<LaunchImage>, Vec<LaunchImage>) =
+        f.images.clone().into_iter().partition(|i| i.os);
+    let has_keys = !f.ssh_keys.is_empty();
+    let initial = f.clone();
     view! {
         <section class="card" aria-labelledby="launch-form">
             <h2 id="launch-form">"What to launch"</h2>
@@ -443,48 +677,111 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                 <input type="hidden" name="idempotency_key" value=f.idempotency_key />
                 <div class="form-grid">
                     <label>"Project"
-                        <select name="project">
-                            {f.projects.into_iter().map(|(id, name)| view! { <option value=id>{name}</option> }).collect_view()}
+                        <select name="project" on:change=move |ev| project.set(event_target_value(&ev))>
+                            {f.projects.iter().map(|p| {
+                                let s = p.id == initial.project;
+                                view! { <option value=p.id.clone() selected=s>{p.name.clone()}</option> }
+                            }).collect_view()}
                         </select>
+                        <span class="hint" id="launch-budget">{move || budget().and_then(|b| b.budget).unwrap_or_else(|| "No monthly budget applies to this project.".into())}</span>
                     </label>
                     <label>"SKU"
-                        <select name="sku">
-                            {f.skus.into_iter().map(|(name, label, _)| {
-                                let s = selected.as_deref() == Some(name.as_str());
-                                view! { <option value=name selected=s>{label}</option> }
+                        <select name="sku" on:change=move |ev| sku.set(event_target_value(&ev))>
+                            {f.skus.iter().map(|s| {
+                                let sel = s.name == initial.sku;
+                                view! { <option value=s.name.clone() selected=sel>{s.label.clone()}</option> }
                             }).collect_view()}
                         </select>
                     </label>
                     <label>"Region"
-                        <select name="region">
-                            <option value="">"Any region of the SKU"</option>
-                            {regions.into_iter().map(|r| { let l = r.clone(); view! { <option value=r>{l}</option> } }).collect_view()}
+                        <select name="region" id="launch-region" on:change=move |ev| region.set(event_target_value(&ev))>
+                            <option value="" selected=initial.region.is_empty()>"Any region of the SKU"</option>
+                            {regions.into_iter().map(|r| {
+                                let sel = r == initial.region;
+                                let value = r.clone();
+                                view! { <option value=value selected=sel>{move || region_label(&r)}</option> }
+                            }).collect_view()}
                         </select>
                     </label>
                     {match f.software {
                         Some(sw) => view! {
-                            <input type="hidden" name="listing" value=sw.slug.clone() />
                             <label>"Software"
+                                <input type="hidden" name="listing" value=sw.slug.clone() />
                                 <select name="version" id="launch-version">
                                     {sw.versions.into_iter().map(|v| { let l = format!("{} {v}", sw.name); view! { <option value=v>{l}</option> } }).collect_view()}
                                 </select>
                                 {sw.fee.map(|fee| view! { <span class="hint" id="launch-fee">"Listing fee: " {fee} ", on top of the SKU"</span> })}
+                                <span class="hint"><a href="/launch">"Choose other software"</a></span>
                             </label>
                         }.into_any(),
                         None => view! {
-                            <label>"Software"
-                                <select name="listing">
-                                    {f.listings.into_iter().map(|(slug, label)| view! { <option value=slug>{label}</option> }).collect_view()}
+                            <label>"Image"
+                                <select name="listing" id="launch-image" on:change=move |ev| image.set(event_target_value(&ev))>
+                                    <optgroup label="Operating systems">
+                                        {os_images.into_iter().map(|i| {
+                                            let sel = i.slug == initial.image;
+                                            view! { <option value=i.slug selected=sel>{i.label}</option> }
+                                        }).collect_view()}
+                                    </optgroup>
+                                    <optgroup label="Marketplace stacks">
+                                        {stacks.into_iter().map(|i| {
+                                            let sel = i.slug == initial.image;
+                                            view! { <option value=i.slug selected=sel>{i.label}</option> }
+                                        }).collect_view()}
+                                    </optgroup>
                                 </select>
+                                <span class="hint"><a href="/marketplace">"Browse the marketplace"</a></span>
                             </label>
                         }.into_any(),
                     }}
-                    <label>"Name" <input name="name" required placeholder="train-llama" /></label>
+                    <label>"Name"
+                        <input name="name" required placeholder="train-llama" autocomplete="off" />
+                        <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
+                    </label>
+                    <fieldset class="wide" id="launch-keys">
+                        <legend>"SSH keys"</legend>
+                        {if has_keys {
+                            view! {
+                                <div>
+                                    {f.ssh_keys.iter().enumerate().map(|(n, (id, label))| view! {
+                                        <label class="check">
+                                            <input type="checkbox" name="ssh_key_ids[]" value=id.clone() checked=n == 0 />
+                                            {label.clone()}
+                                        </label>
+                                    }).collect_view()}
+                                </div>
+                            }.into_any()
+                        } else {
+                            view! { <p class="hint">"You have no saved keys yet. Paste one below and give it a name to keep it for next time, or manage keys on " <a href="/account">"your account page"</a> "."</p> }.into_any()
+                        }}
+                        <div class="form-grid">
+                            <label>{if has_keys { "Or paste another public key" } else { "Public key" }}
+                                <textarea name="ssh_public_key" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
+                            </label>
+                            <label>"Save the pasted key as"
+                                <input name="save_key_as" placeholder="laptop" autocomplete="off" />
+                                <span class="hint">"Optional: a name keeps it on your account for next time."</span>
+                            </label>
+                        </div>
+                    </fieldset>
                 </div>
-                <label>"SSH public key"
-                    <textarea name="ssh_public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
-                </label>
-                <button type="submit">"Launch"</button>
+                <section class="estimate" aria-labelledby="estimate-h" aria-live="polite">
+                    <h3 id="estimate-h">"Estimated cost"</h3>
+                    <ul id="launch-estimate">
+                        {move || estimate_lines().unwrap_or_default().into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
+                    </ul>
+                    <p class="hint">"Billed per second while it runs, at the price shown now."</p>
+                </section>
+                <div class="form-actions">
+                    <button type="submit" id="launch-submit" disabled=move || blocked().is_some()>
+                        {move || blocked().unwrap_or_else(|| "Launch".to_string())}
+                    </button>
+                    // Without JavaScript the estimate can't follow the choices: this reloads
+                    // the form with them (a GET, so nothing launches). Hidden once hydrated.
+                    <button type="submit" class="secondary no-js-only" formmethod="get" formaction="/launch" formnovalidate>
+                        "Update estimate"
+                    </button>
+                </div>
             </ActionForm>
             {outcome(launch.value(), |_: ()| None)}
         </section>

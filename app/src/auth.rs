@@ -28,13 +28,29 @@ pub async fn current_user() -> Result<Option<UserView>, AppError> {
     }))
 }
 
-/// The platform admins' break-glass sign-in. Works as a plain form post.
+/// `next` if it is a path on this site (`/billing?month=…`), never another origin
+/// (`//evil.example`, `/\\evil.example`, `https://…`) or anything unprintable or long.
+pub fn local_path(next: &str) -> Option<&str> {
+    let ok = next.len() <= 1024
+        && next.starts_with('/')
+        && !next.starts_with("//")
+        && !next.starts_with("/\\")
+        && next.bytes().all(|b| b.is_ascii_graphic() && b != b'\\');
+    ok.then_some(next)
+}
+
+/// The platform admins' break-glass sign-in. Works as a plain form post. `next`: the local
+/// page to return to (the admin page otherwise).
 #[server]
-pub async fn break_glass_sign_in(email: String, password: String) -> Result<(), AppError> {
+pub async fn break_glass_sign_in(
+    email: String,
+    password: String,
+    #[server(default)] next: Option<String>,
+) -> Result<(), AppError> {
     let cp = crate::server::control_plane()?;
     let principal = cp.verify_break_glass(&email, &password).await?;
     crate::server::sign_in(&crate::server::session().await?, &principal, "break_glass").await?;
-    leptos_axum::redirect("/admin");
+    leptos_axum::redirect(next.as_deref().and_then(local_path).unwrap_or("/admin"));
     Ok(())
 }
 
@@ -50,11 +66,16 @@ pub async fn sign_out() -> Result<(), AppError> {
 /// Starts single sign-on for the tenant that owns the email's domain: the browser goes to
 /// that tenant's identity provider and comes back to `/auth/callback`.
 #[server]
-pub async fn sso_start(email: String) -> Result<(), AppError> {
+pub async fn sso_start(
+    email: String,
+    #[server(default)] next: Option<String>,
+) -> Result<(), AppError> {
     let cp = crate::server::control_plane()?;
     let origin = crate::server::public_origin()?;
     let start = cp.sso_begin(&email, &origin.callback_url()).await?;
-    crate::server::store_pending_sso(&crate::server::session().await?, &start.pending).await?;
+    let session = crate::server::session().await?;
+    crate::server::store_pending_sso(&session, &start.pending).await?;
+    crate::server::store_return_to(&session, next.as_deref()).await?;
     leptos_axum::redirect(&start.authorize_url);
     Ok(())
 }
@@ -125,10 +146,10 @@ pub fn UserMenu() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match user.await {
                         Ok(Some(u)) => view! {
-                            <span class="who" title=u.email.clone()>
+                            <a class="who" href="/account" title=format!("{} — your account and SSH keys", u.email)>
                                 {u.display_name.clone()}
                                 {u.platform_role.map(|r| view! { <span class="role">{r}</span> })}
-                            </span>
+                            </a>
                             <ActionForm action=sign_out attr:class="inline">
                                 <button type="submit" class="secondary">"Sign out"</button>
                             </ActionForm>
@@ -150,6 +171,14 @@ pub fn LoginPage() -> impl IntoView {
     let sso = ServerAction::<SsoStart>::new();
     let sso_error = crate::components::action_outcome(sso.value(), |_| None);
     let query = leptos_router::hooks::use_query_map();
+    // The page that sent the user here, to return to once signed in.
+    let next_input = move || {
+        query
+            .read()
+            .get("next")
+            .filter(|n| local_path(n).is_some())
+            .map(|n| view! { <input type="hidden" name="next" value=n /> })
+    };
     let callback_error = move || {
         query.read().get("sso_error").map(|code| {
             view! {
@@ -166,6 +195,7 @@ pub fn LoginPage() -> impl IntoView {
             <h2 id="sso-h">"With your organization"</h2>
             {callback_error}
             <ActionForm action=sso attr:class="stacked" attr:id="sso-form">
+                {next_input}
                 <label>
                     "Work email"
                     <input type="email" name="email" autocomplete="email" required />
@@ -179,6 +209,7 @@ pub fn LoginPage() -> impl IntoView {
             <h2 id="bg-h">"Platform admins: break-glass sign-in"</h2>
             <p class="hint">"For platform administrators only, when single sign-on is unavailable."</p>
             <ActionForm action=action attr:class="stacked" attr:id="break-glass-form">
+                {next_input}
                 <label>
                     "Email"
                     <input type="email" name="email" autocomplete="username" required />

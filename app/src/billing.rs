@@ -72,6 +72,8 @@ pub struct InvoiceView {
     pub subtotal: String,
     pub credit_applied: String,
     pub credit_notes: Vec<(String, String, String)>,
+    /// The amount paid, when paid.
+    pub paid: Option<String>,
     pub balance: String,
     pub finalized_at: Option<String>,
     pub paid_at: Option<String>,
@@ -235,6 +237,7 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
             .into_iter()
             .map(|n| (n.amount.to_string(), n.reason, n.created_at))
             .collect(),
+        paid: d.paid.map(|p| p.to_string()),
         balance: d.balance.to_string(),
         finalized_at: d.finalized_at,
         paid_at: d.paid_at,
@@ -552,7 +555,10 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
                 {v.credit_notes.iter().map(|(amount, reason, at)| view! {
                     <tr><th colspan="4">{format!("Credit note ({reason}, {at})")}</th><td>{format!("-{amount}")}</td></tr>
                 }).collect_view()}
-                <tr><th colspan="4">"Balance"</th><td data-testid="invoice-balance">{v.balance}</td></tr>
+                {v.paid.clone().map(|amount| view! {
+                    <tr data-testid="invoice-paid"><th colspan="4">{match &v.paid_at { Some(at) => format!("Paid {at}"), None => "Paid".to_string() }}</th><td>{format!("-{amount}")}</td></tr>
+                })}
+                <tr><th colspan="4">{if i.status == "void" { "Balance (void)" } else { "Balance" }}</th><td data-testid="invoice-balance">{v.balance}</td></tr>
             </tfoot>
         </table>
         </div>

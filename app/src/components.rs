@@ -5,9 +5,14 @@ use leptos::prelude::*;
 use crate::error::AppError;
 
 /// Shows an error from a server function the way a user should read it: sign-in prompts
-/// link to the sign-in page; everything else is its message.
+/// link to the sign-in page; everything else is its message. Rendered on the server as a
+/// page's main content, it also sets the page's HTTP status from [`AppError::status`] (404
+/// for what the user may not see, 403 for a refusal, …) and sends a browser that is not
+/// signed in to the sign-in page, to come back here afterwards.
 #[component]
 pub fn ErrorNotice(error: AppError) -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    page_status(&error);
     match error {
         AppError::Unauthenticated => view! {
             <section class="card notice" role="alert">
@@ -42,4 +47,44 @@ where
         Some(Ok(v)) => ok(v).map(|m| view! { <p class="form-ok" role="status">{m}</p> }.into_any()),
         None => None,
     }
+}
+
+/// The page's status for `error`; for a browser that is not signed in, a redirect to sign-in.
+#[cfg(feature = "ssr")]
+fn page_status(error: &AppError) {
+    let Some(response) = use_context::<leptos_axum::ResponseOptions>() else {
+        return;
+    };
+    let request = use_context::<http::request::Parts>();
+    if *error == AppError::Unauthenticated
+        && let Some(parts) = &request
+    {
+        let wants_html = parts
+            .headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/html"));
+        if wants_html {
+            let here = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+            leptos_axum::redirect(&format!("/login?next={}", query_escape(here)));
+            return;
+        }
+    }
+    if let Ok(status) = http::StatusCode::from_u16(error.status()) {
+        response.set_status(status);
+    }
+}
+
+/// Percent-encodes everything but unreserved characters and `/`, for a query value.
+#[cfg(feature = "ssr")]
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

@@ -23,6 +23,13 @@ pub enum AppError {
     /// Signed in, but not allowed; the message says who may.
     #[error("{0}")]
     Forbidden(String),
+    /// A sign-in attempt that was refused (wrong password, say); the message is deliberately
+    /// vague about which part was wrong.
+    #[error("{0}")]
+    SignInRefused(String),
+    /// Too many attempts; the caller may try again after this many seconds.
+    #[error("Too many attempts. Try again in {retry_after_secs} seconds.")]
+    RateLimited { retry_after_secs: u64 },
     #[error(
         "Something went wrong on our side. If it keeps happening, quote request id {request_id}."
     )]
@@ -30,6 +37,41 @@ pub enum AppError {
     /// Transport and encoding failures raised by the server-function machinery itself.
     #[error("{0}")]
     ServerFn(ServerFnErrorErr),
+}
+
+impl AppError {
+    /// The one mapping from what went wrong to the HTTP status, for server functions (see
+    /// `server::error_status`) and pages (see `components::ErrorNotice`) alike. Only our own
+    /// faults are 5xx; every refusal is the caller's 4xx.
+    pub fn status(&self) -> u16 {
+        match self {
+            AppError::BadRequest(_) => 400,
+            AppError::Unauthenticated | AppError::SignInRefused(_) => 401,
+            AppError::Forbidden(_) => 403,
+            AppError::NotFound => 404,
+            AppError::Conflict(_) => 409,
+            AppError::RateLimited { .. } => 429,
+            AppError::Internal { .. } => 500,
+            AppError::ServerFn(e) => match e {
+                // The caller sent arguments we could not read, or called no such function.
+                ServerFnErrorErr::Args(_)
+                | ServerFnErrorErr::MissingArg(_)
+                | ServerFnErrorErr::Deserialization(_) => 400,
+                ServerFnErrorErr::Registration(_) => 404,
+                ServerFnErrorErr::UnsupportedRequestMethod(_) => 405,
+                ServerFnErrorErr::Request(_)
+                | ServerFnErrorErr::ServerError(_)
+                | ServerFnErrorErr::MiddlewareError(_)
+                | ServerFnErrorErr::Serialization(_)
+                | ServerFnErrorErr::Response(_) => 500,
+            },
+        }
+    }
+
+    /// A refusal (the caller's mistake, or not allowed) rather than a fault of ours.
+    pub fn is_refusal(&self) -> bool {
+        self.status() < 500
+    }
 }
 
 impl FromServerFnError for AppError {
@@ -97,7 +139,9 @@ mod ssr {
                 E::Forbidden { needed } => {
                     AppError::Forbidden(format!("Only {needed} may do this."))
                 }
-                E::InvalidCredentials => AppError::Forbidden("Email or password is wrong.".into()),
+                E::InvalidCredentials => {
+                    AppError::SignInRefused("Email or password is wrong.".into())
+                }
                 e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => AppError::internal(e),
             }
         }
@@ -109,6 +153,52 @@ pub use ssr::request_id;
 
 #[cfg(all(test, feature = "ssr"))]
 mod tests {
+    #[test]
+    fn every_refusal_is_a_4xx_and_only_our_faults_are_5xx() {
+        use leptos::server_fn::error::ServerFnErrorErr as S;
+        let cases = [
+            (AppError::BadRequest("Invalid slug.".into()), 400),
+            (AppError::Unauthenticated, 401),
+            (
+                AppError::SignInRefused("Email or password is wrong.".into()),
+                401,
+            ),
+            (
+                AppError::Forbidden("Only tenant admins may do this.".into()),
+                403,
+            ),
+            (AppError::NotFound, 404),
+            (
+                AppError::Conflict("sku_unavailable: no node fits.".into()),
+                409,
+            ),
+            (
+                AppError::RateLimited {
+                    retry_after_secs: 30,
+                },
+                429,
+            ),
+            (
+                AppError::ServerFn(S::Args("missing field `email`".into())),
+                400,
+            ),
+            (
+                AppError::ServerFn(S::Registration("no such function".into())),
+                404,
+            ),
+            (
+                AppError::Internal {
+                    request_id: "r".into(),
+                },
+                500,
+            ),
+        ];
+        for (e, status) in cases {
+            assert_eq!(e.status(), status, "{e:?}");
+            assert_eq!(e.is_refusal(), status < 500, "{e:?}");
+        }
+    }
+
     use super::AppError;
     use leptos::prelude::{Owner, provide_context};
 

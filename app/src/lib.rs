@@ -8,6 +8,7 @@
 // default query depth (rustc suggests exactly this).
 #![recursion_limit = "256"]
 
+pub mod account;
 pub mod allocations;
 pub mod audit;
 pub mod auth;
@@ -113,6 +114,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("settings"), StaticSegment("sso")) view=sso_settings::SsoSettingsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("account") view=account::AccountPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("fleet") view=fleet::FleetPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("fleet"), ParamSegment("id")) view=fleet::NodePage ssr=SsrMode::Async />

@@ -72,6 +72,29 @@ pub async fn store_pending_sso(
         .map_err(AppError::internal)
 }
 
+const RETURN_TO: &str = "return_to";
+
+/// Remembers where to go once the sign-in that is starting completes (a local path only).
+pub async fn store_return_to(session: &Session, next: Option<&str>) -> Result<(), AppError> {
+    match next.and_then(crate::auth::local_path) {
+        Some(path) => session
+            .insert(RETURN_TO, path)
+            .await
+            .map_err(AppError::internal),
+        None => session
+            .remove::<String>(RETURN_TO)
+            .await
+            .map(drop)
+            .map_err(AppError::internal),
+    }
+}
+
+/// Where to go after a completed sign-in: the remembered local path, once.
+pub async fn take_return_to(session: &Session) -> Option<String> {
+    let path: Option<String> = session.remove(RETURN_TO).await.ok().flatten();
+    path.filter(|p| crate::auth::local_path(p).is_some())
+}
+
 /// Takes the started sign-in out of the session: each can be completed at most once.
 pub async fn take_pending_sso(
     session: &Session,

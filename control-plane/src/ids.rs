@@ -85,3 +85,7 @@ uuid_id!(
     /// A project's lease of slots or of a whole node.
     AllocationId
 );
+uuid_id!(
+    /// A public key a user saved on their account page.
+    SshKeyId
+);

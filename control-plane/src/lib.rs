@@ -4,6 +4,7 @@
 //! in-process. Postgres is the single source of truth; invariants live in the schema
 //! (`migrations/`), and the Rust here checks them again to give better errors.
 
+pub mod account;
 pub mod allocations;
 pub mod audit;
 pub mod auth;

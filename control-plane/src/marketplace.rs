@@ -282,6 +282,17 @@ impl Listing {
     }
 }
 
+/// A listing's current version as the launch form offers it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchableListing {
+    pub slug: String,
+    /// "PyTorch 2.5 (+0.25 USD per hour)".
+    pub label: String,
+    pub category: Category,
+    /// Per allocation-hour, on top of the SKU.
+    pub fee: Option<Money>,
+}
+
 /// A SKU a listing fits, with what could launch now and the combined price.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FittingSku {
@@ -883,20 +894,24 @@ impl ControlPlane {
     }
 
     /// Published listings for the launch form: `(slug, label)`.
-    pub async fn launchable_listings(&self) -> Result<Vec<(String, String)>> {
+    pub async fn launchable_listings(&self) -> Result<Vec<LaunchableListing>> {
         let mut conn = self.pool().acquire().await?;
         Ok(load_listings(&mut conn, None, None, true)
             .await?
             .into_iter()
             .filter_map(|l| {
                 let v = l.current()?;
-                let fee = v
-                    .compatibility
-                    .fee
-                    .as_ref()
-                    .map(|f| format!(" (+{f} per hour)"))
-                    .unwrap_or_default();
-                Some((l.slug.clone(), format!("{} {}{fee}", l.name, v.version)))
+                let fee = v.compatibility.fee.clone();
+                let label = match &fee {
+                    Some(f) => format!("{} {} (+{f} per hour)", l.name, v.version),
+                    None => format!("{} {}", l.name, v.version),
+                };
+                Some(LaunchableListing {
+                    slug: l.slug.clone(),
+                    label,
+                    category: l.category,
+                    fee,
+                })
             })
             .collect())
     }

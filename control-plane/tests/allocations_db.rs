@@ -632,6 +632,43 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
     assert_eq!(availability(&cp, "h100.1x").await, 0);
 }
 
+/// 32 launchers at once, each wanting an NVLink pair, onto a fleet with exactly 32 free
+/// pairs: every launch succeeds. Candidates that another launch is reserving are waited for
+/// (until placement's deadline), not counted as full.
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    for i in 0..8 {
+        hgx(&cp, &ops, &format!("gpu-{i}")).await;
+    }
+    assert_eq!(availability(&cp, "h100.2x").await, 32);
+    let bob = std::sync::Arc::new(member(&cp, BOB, ACME_RESEARCH).await);
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let cp = cp.clone();
+        let bob = bob.clone();
+        tasks.push(tokio::spawn(async move {
+            launch(&cp, &bob, "h100.2x", &format!("pair-{i}")).await
+        }));
+    }
+    let mut refused = Vec::new();
+    for t in tasks {
+        if let Err(e) = t.await.unwrap() {
+            refused.push(e.to_string());
+        }
+    }
+    assert!(refused.is_empty(), "{} refused: {refused:?}", refused.len());
+    assert_eq!(double_bookings(&cp).await, 0);
+    assert_eq!(availability(&cp, "h100.2x").await, 0);
+    // The 33rd finds the fleet full and says so: no node was busy, so it did not wait.
+    let err = launch(&cp, &bob, "h100.2x", "one-too-many")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("sku_unavailable"), "{err}");
+    assert!(!err.contains("being reserved by other launches"), "{err}");
+}
+
 async fn running(
     cp: &ControlPlane,
     bob: &Project<ProjectOperators>,

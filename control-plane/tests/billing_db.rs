@@ -607,7 +607,23 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     .unwrap();
     let detail = cp.any_invoice(&fin, acme.invoice).await.unwrap();
     assert_eq!(detail.balance.to_string(), "20.00 USD");
+    assert_eq!(detail.paid, None);
     assert_eq!(unbalanced_entries(&cp).await, 0);
+
+    // Once paid, nothing is due: the payment was what was left after the credit note, and a
+    // credit note issued after the payment does not make the invoice owe again.
+    sqlx::query("UPDATE invoices SET status = 'paid', paid_at = clock_timestamp() WHERE id = $1")
+        .bind(acme.invoice)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    cp.issue_credit_note(&fin, acme.invoice, "1.00 USD", "goodwill", None)
+        .await
+        .unwrap();
+    let detail = cp.any_invoice(&fin, acme.invoice).await.unwrap();
+    assert_eq!(detail.balance.to_string(), "0.00 USD");
+    assert_eq!(detail.paid.unwrap().to_string(), "20.00 USD");
+    assert!(detail.paid_at.is_some());
 }
 
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]

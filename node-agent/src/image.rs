@@ -105,7 +105,13 @@ pub fn seed_files(
         "hostname": hostname,
         "users": [{
             "name": plan.image.ssh_user,
-            "ssh_authorized_keys": [plan.ssh_public_key.trim()],
+            // One key per line (a launch may carry several).
+            "ssh_authorized_keys": plan
+                .ssh_public_key
+                .lines()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .collect::<Vec<_>>(),
             "sudo": "ALL=(ALL) NOPASSWD:ALL",
             "shell": "/bin/bash",
         }],

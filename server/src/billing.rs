@@ -62,18 +62,9 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-/// A refusal as plain text with the status its kind calls for. Internal errors are logged by
-/// the conversion into `AppError` and shown only as its generic message.
+/// A refusal as plain text, with the status of the one mapping (`AppError::status`).
 fn refusal(e: AppError) -> Response {
-    let status = match &e {
-        AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
-        AppError::NotFound => StatusCode::NOT_FOUND,
-        AppError::Conflict(_) => StatusCode::CONFLICT,
-        AppError::Unauthenticated => StatusCode::UNAUTHORIZED,
-        AppError::Forbidden(_) => StatusCode::FORBIDDEN,
-        AppError::Internal { .. } | AppError::ServerFn(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    (status, e.to_string()).into_response()
+    crate::error_status::plain_response(&e)
 }
 
 /// The signed-in user's organization, if they may see its money.

@@ -5,6 +5,7 @@ pub mod agent_api;
 pub mod billing;
 pub mod config;
 pub mod error;
+pub mod error_status;
 pub mod health;
 pub mod marketplace;
 pub mod origin;
@@ -152,6 +153,9 @@ pub fn router(state: AppState) -> Router {
             _,
         >(context, app::shell))
         .with_state(state)
+        .layer(axum::middleware::from_fn(
+            error_status::status_from_app_error,
+        ))
         .layer(sessions)
         .layer(axum::middleware::from_fn_with_state(
             web.public_origin.clone(),

@@ -25,7 +25,10 @@ pub async fn callback(
     Query(query): Query<Callback>,
 ) -> Redirect {
     match complete(&app, &session, query).await {
-        Ok(()) => Redirect::to("/"),
+        Ok(()) => match app::server::take_return_to(&session).await {
+            Some(path) => Redirect::to(&path),
+            None => Redirect::to("/"),
+        },
         Err(code) => Redirect::to(&format!("/login?sso_error={code}")),
     }
 }

@@ -170,7 +170,7 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
     assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
     // Billing needs a session; signed out, it says so (and shows no numbers).
     let (status, _, body) = get(&app, "/billing").await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert!(body.contains("Please sign in to see this page."), "{body}");
     // The catalog is public: it renders without a session.
     let (status, _, body) = get(&app, "/catalog").await;
@@ -562,4 +562,191 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     .await
     .unwrap();
     assert_eq!(generation, 1);
+}
+
+/// A fetch-style call of a server function (what the hydrated page sends): the status and
+/// the JSON-encoded error in the body.
+async fn call(
+    app: &axum::Router,
+    path: &str,
+    cookie: Option<&str>,
+    form: &str,
+) -> (StatusCode, http::HeaderMap, String) {
+    let mut req = Request::post(path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("accept", "application/json")
+        .header("origin", ORIGIN);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::from(form.to_string())).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+async fn get_as(
+    app: &axum::Router,
+    path: &str,
+    cookie: Option<&str>,
+    accept: &str,
+) -> (StatusCode, http::HeaderMap, String) {
+    let mut req = Request::get(path).header("accept", accept);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
+    use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
+    use leptos::server_fn::ServerFn;
+    let (_c, app) = signed_in_fixture("statuses", &[]).await;
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    let cookie = session_cookie(&res).unwrap();
+    let cookie = cookie.split(';').next().unwrap();
+    let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";
+    let form = |name: &str, k: &str| {
+        format!(
+            "name={}&public_key={}",
+            name,
+            k.replace('+', "%2B").replace('/', "%2F").replace(' ', "+")
+        )
+    };
+
+    // Server functions: each error kind, its status, and the sentence the form shows.
+    let (status, _, body) = call(&app, ListSshKeys::PATH, None, "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("Unauthenticated"), "{body}");
+
+    let (status, _, body) = call(
+        &app,
+        AddSshKey::PATH,
+        Some(cookie),
+        &form("laptop", "ssh-ed25519 !!!"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.contains("Invalid ssh_public_key: the key data is not valid base64"),
+        "{body}"
+    );
+
+    let (status, _, body) = call(&app, AddSshKey::PATH, Some(cookie), &form("laptop", key)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = call(&app, AddSshKey::PATH, Some(cookie), &form("again", key)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body.contains("This key is already saved, as \\\"laptop\\\"."),
+        "{body}"
+    );
+
+    let (status, _, body) = call(
+        &app,
+        DeleteSshKey::PATH,
+        Some(cookie),
+        "id=00000000-0000-4000-8000-000000000001",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _, body) = call(&app, DeleteSshKey::PATH, Some(cookie), "id=not-a-uuid").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    // Arguments the function can't read are the caller's mistake.
+    let (status, _, body) = call(&app, AddSshKey::PATH, Some(cookie), "name=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // A wrong password is a refused sign-in, not a server fault.
+    let (status, _, body) = call(
+        &app,
+        <app::auth::BreakGlassSignIn as ServerFn>::PATH,
+        None,
+        "email=ada%40platform.example&password=wrong",
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("Email or password is wrong."), "{body}");
+
+    // Pages. A browser that is not signed in is sent to sign in, and comes back after.
+    let (status, headers, _) = get_as(&app, "/billing?month=2026-10", None, "text/html").await;
+    assert_eq!(status, StatusCode::FOUND);
+    assert_eq!(
+        headers.get("location").unwrap(),
+        "/login?next=/billing%3Fmonth%3D2026-10"
+    );
+    // Another client gets 401 with the same page.
+    let (status, _, body) = get_as(&app, "/billing", None, "*/*").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(body.contains("Please sign in to see this page."), "{body}");
+    // A resource the user may not see, or that doesn't exist: 404.
+    let (status, _, body) = get_as(
+        &app,
+        "/projects/00000000-0000-4000-8000-000000000001",
+        Some(cookie),
+        "text/html",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, _, _) = get_as(&app, "/no/such/page", Some(cookie), "text/html").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Signed in, and allowed: 200.
+    let (status, _, body) = get_as(&app, "/account", Some(cookie), "text/html").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        body.contains("SHA256:PkWeU4s/wEXKkVZfEiNTf04tZrBbB/fELrKhI2lIpKc"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn sign_in_returns_to_the_page_that_asked_for_it_and_only_to_this_site() {
+    let (_c, app) = signed_in_fixture("return-to", &[]).await;
+    use leptos::server_fn::ServerFn;
+    let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
+    for (next, expected) in [
+        ("%2Fbilling%3Fmonth%3D2026-10", "/billing?month=2026-10"),
+        ("%2F%2Fevil.example%2F", "/admin"),
+        ("https%3A%2F%2Fevil.example%2F", "/admin"),
+        ("%2F%5Cevil.example", "/admin"),
+    ] {
+        let res = app
+            .clone()
+            .oneshot(
+                Request::post(path)
+                    .header("content-type", "application/x-www-form-urlencoded")
+                    .header("accept", "text/html")
+                    .header("origin", ORIGIN)
+                    .body(Body::from(format!(
+                        "email=ada%40platform.example&password={}&next={next}",
+                        ADMIN_PW.replace(' ', "+")
+                    )))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::FOUND, "{next}");
+        assert_eq!(res.headers().get("location").unwrap(), expected, "{next}");
+    }
 }

@@ -42,15 +42,7 @@ impl Drop for Portal {
 }
 
 fn fixtures() -> serde_json::Value {
-    let path = std::env::var("STRIPE_FIXTURES").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/reference/stripe/fixtures3.json"
-        )
-        .into()
-    });
-    stripe_test_server::Config::from_fixture_file(std::path::Path::new(&path))
-        .unwrap_or_else(|e| panic!("Stripe fixtures at {path}: {e}"))
+    stripe_test_server::Config::bundled_fixtures()
 }
 
 /// A portal with Acme's October closed into one finalised invoice, not yet synced.

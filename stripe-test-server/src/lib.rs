@@ -48,7 +48,16 @@ pub struct Config {
     pub decline_tenants: Vec<String>,
 }
 
+/// Stripe's published fixtures (`fixtures/fixtures3.json`, MIT, see `fixtures/README.md`),
+/// compiled in so the server needs no file beside it.
+pub const FIXTURES_JSON: &str = include_str!("../fixtures/fixtures3.json");
+
 impl Config {
+    /// The compiled-in fixtures.
+    pub fn bundled_fixtures() -> Value {
+        serde_json::from_str(FIXTURES_JSON).expect("the vendored fixtures3.json is valid JSON")
+    }
+
     pub fn from_fixture_file(path: &std::path::Path) -> std::io::Result<Value> {
         let text = std::fs::read_to_string(path)?;
         serde_json::from_str(&text).map_err(std::io::Error::other)

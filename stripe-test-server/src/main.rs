@@ -11,9 +11,9 @@ use clap::Parser;
 struct Args {
     #[arg(long, default_value = "127.0.0.1:12111")]
     listen: SocketAddr,
-    /// Stripe's fixtures3.json.
+    /// Another copy of Stripe's fixtures3.json (default: the one compiled in).
     #[arg(long, env = "STRIPE_FIXTURES")]
-    fixtures: PathBuf,
+    fixtures: Option<PathBuf>,
     /// Where to send webhooks, e.g. http://127.0.0.1:3000/stripe/webhook.
     #[arg(long)]
     webhook_url: Option<String>,
@@ -31,7 +31,10 @@ struct Args {
 async fn main() -> std::io::Result<()> {
     tracing_subscriber::fmt().with_env_filter("info").init();
     let a = Args::parse();
-    let fixtures = stripe_test_server::Config::from_fixture_file(&a.fixtures)?;
+    let fixtures = match &a.fixtures {
+        Some(path) => stripe_test_server::Config::from_fixture_file(path)?,
+        None => stripe_test_server::Config::bundled_fixtures(),
+    };
     let h = stripe_test_server::start(
         stripe_test_server::Config {
             fixtures,

@@ -7,6 +7,7 @@ mod dev;
 mod fleet;
 mod portal;
 mod proc;
+mod standalone;
 mod test;
 mod tools;
 

@@ -175,8 +175,8 @@ fn wait_until_serving(
 /// Starts the local Stripe test server (`stripe-test-server`, built from this workspace) on
 /// `127.0.0.1:{port}`, sending webhooks to the portal, paying invoices `autopay_ms` after
 /// they are finalised and declining Globex's card (the demo's failed payment). Its objects
-/// are built from Stripe's fixtures in `../shared/reference/stripe/fixtures3.json` (or
-/// `$STRIPE_FIXTURES`). Returns the process and the API base URL.
+/// are built from Stripe's fixtures, vendored in `stripe-test-server/fixtures/` and compiled
+/// into it (`$STRIPE_FIXTURES` overrides them). Returns the process and the API base URL.
 pub fn start_stripe(
     binary: &std::path::Path,
     port: u16,
@@ -184,15 +184,6 @@ pub fn start_stripe(
     webhook_secret: &str,
     log: Option<File>,
 ) -> Result<(Child, String)> {
-    let fixtures = std::env::var("STRIPE_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root().join("../shared/reference/stripe/fixtures3.json"));
-    if !fixtures.exists() {
-        return Err(format!(
-            "Stripe's fixtures are not at {} (set STRIPE_FIXTURES to fixtures3.json)",
-            fixtures.display()
-        ));
-    }
     let mut cmd = Command::new(binary);
     cmd.args([
         "--listen",
@@ -202,8 +193,6 @@ pub fn start_stripe(
         "--decline-tenant",
         "globex",
     ])
-    .arg("--fixtures")
-    .arg(&fixtures)
     .args(["--webhook-url", &format!("{portal_url}/stripe/webhook")])
     .env("STRIPE_WEBHOOK_SECRET", webhook_secret)
     .current_dir(root());

@@ -12,7 +12,7 @@ use pgcluster::{Durability, PgCluster, StopOnDrop};
 
 use crate::proc::{run as sh, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, portal, root, step, target_dir};
+use crate::{Result, portal, root, standalone, step, target_dir};
 
 /// Debug builds share artifacts with `cargo leptos build`, which adds this flag.
 const DEBUG_RUSTFLAGS: &str = "--cfg erase_components";
@@ -28,6 +28,9 @@ pub fn run(args: &[String]) -> Result {
     if let Some(a) = args.first() {
         return Err(format!("`cargo xtask test` takes no arguments (got `{a}`)"));
     }
+    step("the repository stands alone (no tracked file refers to a path outside it)");
+    standalone::check()?;
+
     tools::ensure_all(Needs::everything())?;
 
     step("cargo fmt --check");

@@ -59,7 +59,7 @@ pub fn ensure_all(needs: Needs) -> Result {
     }
     if needs.host_tools {
         for (binary, package) in HOST_TOOLS {
-            if !std::path::Path::new(binary).exists() {
+            if !std::path::Path::new(binary).exists() && !apt.contains(&package) {
                 apt.push(package);
             }
         }
@@ -104,12 +104,22 @@ fn apt_install(packages: &[&str]) -> Result {
             packages.join(" ")
         ));
     }
-    step(&format!("apt-get install {}", packages.join(" ")));
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
+    step(&format!(
+        "apt-get install {} (a few minutes, once; Chromium is the largest)",
+        packages.join(" ")
+    ));
+    let next = |e: String| {
+        format!(
+            "{e}\n    the Debian packages could not be installed; check that the Debian mirror \
+             is reachable (`apt-get update`), then run `cargo xtask setup` again"
+        )
+    };
+    run(Command::new("apt-get").args(["update", "-qq"])).map_err(next)?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(packages)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+    .map_err(next)
 }
 
 fn ensure_wasm_target() -> Result {
@@ -146,9 +156,12 @@ fn ensure_wasm_bindgen() -> Result {
     if have.split_whitespace().nth(1) == Some(want.as_str()) {
         return Ok(());
     }
-    step(&format!("cargo install wasm-bindgen-cli@{want}"));
+    step(&format!(
+        "cargo install wasm-bindgen-cli@{want} (about 3 minutes on 2 cores, once)"
+    ));
     // Not --locked: its lockfile pins a webpki-roots release that is no longer on crates.io.
     run(Command::new("cargo").args(["install", &format!("wasm-bindgen-cli@{want}")]))
+        .map_err(|e| cargo_install_failed(e, "wasm-bindgen-cli"))
 }
 
 fn ensure_cargo_leptos() -> Result {
@@ -157,13 +170,22 @@ fn ensure_cargo_leptos() -> Result {
         return Ok(());
     }
     step(&format!(
-        "cargo install cargo-leptos@{CARGO_LEPTOS_VERSION} --locked (about 10 minutes, once)"
+        "cargo install cargo-leptos@{CARGO_LEPTOS_VERSION} --locked (10 to 15 minutes on 2 \
+         cores, once; cargo prints each crate as it compiles)"
     ));
     run(Command::new("cargo").args([
         "install",
         &format!("cargo-leptos@{CARGO_LEPTOS_VERSION}"),
         "--locked",
     ]))
+    .map_err(|e| cargo_install_failed(e, "cargo-leptos"))
+}
+
+fn cargo_install_failed(e: String, what: &str) -> String {
+    format!(
+        "{e}\n    installing {what} failed; check that crates.io is reachable and that there is \
+         disk space, then run `cargo xtask setup` again (what already compiled is reused)"
+    )
 }
 
 fn ensure_npm() -> Result {
@@ -175,10 +197,18 @@ fn ensure_npm() -> Result {
         _ => false,
     };
     if !fresh {
-        step("npm ci");
+        step(
+            "npm ci (playwright-core, axe-core, binaryen, oidc-provider, echarts; about a minute)",
+        );
         run(Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&root))?;
+            .current_dir(&root))
+        .map_err(|e| {
+            format!(
+                "{e}\n    npm could not install package-lock.json; check that the npm registry \
+                 is reachable, then run `cargo xtask setup` again"
+            )
+        })?;
     }
     vendor_echarts(&root)
 }

@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-pub use ssh::validate_ssh_key;
+pub use ssh::{fingerprint as ssh_fingerprint, validate_ssh_key, validate_ssh_keys};
 
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
@@ -203,7 +203,54 @@ fn decided(r: &Resolved) -> String {
     )
 }
 
+/// What a project may still spend this month under its `monthly_budget` policy, for the
+/// launch form's estimate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetLeft {
+    pub limit: Money,
+    /// Rated this month plus what runs unrated, rounded up to the cent.
+    pub spent: Money,
+    /// Never below zero.
+    pub left: Money,
+    /// "policy monthly_budget (set at project level)".
+    pub decided: String,
+}
+
 impl ControlPlane {
+    /// The project's remaining monthly budget, counted as a launch counts it (the scope of
+    /// the level that set it); `None` when no budget applies.
+    #[tracing::instrument(skip_all, fields(project.id = %who.id()))]
+    pub async fn budget_left<R: ProjectRequirement>(
+        &self,
+        who: &Project<R>,
+    ) -> Result<Option<BudgetLeft>> {
+        let mut conn = self.pool().acquire().await?;
+        let policies = resolve_policies_on(&mut conn, Some(who.tenant()), Some(who.id())).await?;
+        let budget = policy(&policies, PolicyKey::MonthlyBudget);
+        let Some(PolicyValue::MonthlyBudget(limit)) = &budget.value else {
+            return Ok(None);
+        };
+        let spent = crate::billing::reports::spent_this_month(
+            &mut conn,
+            who.tenant(),
+            counts_in_project(budget).then_some(who.id()),
+            &limit.currency,
+            OffsetDateTime::now_utc(),
+        )
+        .await?
+        .ceil_to_minor();
+        let money = |amount_minor| Money {
+            amount_minor,
+            currency: limit.currency.clone(),
+        };
+        Ok(Some(BudgetLeft {
+            limit: limit.clone(),
+            spent: money(spent),
+            left: money((limit.amount_minor - spent).max(0)),
+            decided: decided(budget),
+        }))
+    }
+
     /// Launches `req` in the caller's project: checks the policy chain, places, reserves the
     /// slots, writes the allocation, its outbox row and the audit record, all in one
     /// transaction. A repeated idempotency key returns the first allocation.
@@ -219,7 +266,7 @@ impl ControlPlane {
         let name = check_name(&req.name)?;
         let name = name.as_str();
         let key = check_idempotency_key(&req.idempotency_key)?;
-        let ssh_public_key = validate_ssh_key(&req.ssh_public_key)?;
+        let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
         let ssh_public_key = ssh_public_key.as_str();
         let region = req.region.trim().to_ascii_lowercase();
         let region = region.as_str();

@@ -104,9 +104,80 @@ pub fn validate_ssh_key(input: &str) -> Result<String> {
     Ok(out)
 }
 
+/// At most this many keys go into one allocation.
+pub const MAX_KEYS_PER_ALLOCATION: usize = 10;
+
+/// Several keys, one per line (blank lines ignored), each checked as [`validate_ssh_key`]
+/// does; duplicates are dropped. Returns them normalised, one per line.
+pub fn validate_ssh_keys(input: &str) -> Result<String> {
+    let mut keys: Vec<String> = Vec::new();
+    for line in input.lines().filter(|l| !l.trim().is_empty()) {
+        let key = validate_ssh_key(line)?;
+        if !keys.iter().any(|k| fingerprint(k) == fingerprint(&key)) {
+            keys.push(key);
+        }
+    }
+    if keys.is_empty() {
+        return Err(invalid(
+            "choose a saved key or paste a public key, e.g. the contents of ~/.ssh/id_ed25519.pub",
+        ));
+    }
+    if keys.len() > MAX_KEYS_PER_ALLOCATION {
+        return Err(invalid(format!(
+            "at most {MAX_KEYS_PER_ALLOCATION} keys per allocation; {} were given",
+            keys.len()
+        )));
+    }
+    Ok(keys.join("\n"))
+}
+
+/// The key's fingerprint as `ssh-keygen -l` prints it: `SHA256:` and the unpadded base64 of
+/// the SHA-256 of the key blob. `key` is a line [`validate_ssh_key`] accepted.
+pub fn fingerprint(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let body = key.split_whitespace().nth(1).unwrap_or_default();
+    let blob = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap_or_default();
+    format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(Sha256::digest(&blob))
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fingerprints_are_what_ssh_keygen_prints() {
+        // Made with `ssh-keygen -t ed25519`; `ssh-keygen -l -f` of it printed
+        // 256 SHA256:PkWeU4s/wEXKkVZfEiNTf04tZrBbB/fELrKhI2lIpKc no comment (ED25519)
+        let key =
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";
+        assert_eq!(
+            fingerprint(&validate_ssh_key(key).unwrap()),
+            "SHA256:PkWeU4s/wEXKkVZfEiNTf04tZrBbB/fELrKhI2lIpKc"
+        );
+    }
+
+    #[test]
+    fn several_keys_one_per_line_without_duplicates() {
+        let a = format!("ssh-ed25519 {} a@x", blob(&[b"ssh-ed25519", &[1; 32]]));
+        let b = format!("ssh-ed25519 {} b@x", blob(&[b"ssh-ed25519", &[2; 32]]));
+        let both = validate_ssh_keys(&format!("{a}\n\n{b}\n{a} again")).unwrap();
+        assert_eq!(both, format!("{a}\n{b}"));
+        let many: String = (0..11u8)
+            .map(|i| format!("ssh-ed25519 {}\n", blob(&[b"ssh-ed25519", &[i; 32]])))
+            .collect();
+        match validate_ssh_keys(&many) {
+            Err(Error::Invalid { reason, .. }) => {
+                assert!(reason.contains("at most 10"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(validate_ssh_keys(" \n").is_err());
+    }
 
     fn blob(parts: &[&[u8]]) -> String {
         let mut v = Vec::new();

@@ -144,7 +144,10 @@ pub struct InvoiceDetail {
     pub subtotal: Money,
     pub credit_applied: Money,
     pub credit_notes: Vec<CreditNote>,
-    /// Total less credit notes.
+    /// What the customer paid: the total less the credit notes issued before the payment
+    /// (a credit note after it goes to the customer's credit balance in Stripe).
+    pub paid: Option<Money>,
+    /// What is still due: nothing once paid or void; otherwise the total less credit notes.
     pub balance: Money,
     pub finalized_at: Option<String>,
     pub paid_at: Option<String>,
@@ -448,24 +451,37 @@ impl ControlPlane {
             amount: money(l.amount_minor),
         })
         .collect();
-        let credit_notes: Vec<CreditNote> = sqlx::query!(
+        let notes = sqlx::query!(
             "SELECT amount_minor, reason, created_at FROM credit_notes WHERE invoice_id = $1 ORDER BY created_at",
             id
         )
         .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(|n| CreditNote {
-            amount: money(n.amount_minor),
-            reason: n.reason,
-            created_at: ts(n.created_at),
-        })
-        .collect();
-        let noted: i64 = credit_notes.iter().map(|n| n.amount.amount_minor).sum();
+        .await?;
+        let noted: i64 = notes.iter().map(|n| n.amount_minor).sum();
+        let noted_before_payment: i64 = notes
+            .iter()
+            .filter(|n| i.paid_at.is_none_or(|paid| n.created_at <= paid))
+            .map(|n| n.amount_minor)
+            .sum();
+        let credit_notes: Vec<CreditNote> = notes
+            .into_iter()
+            .map(|n| CreditNote {
+                amount: money(n.amount_minor),
+                reason: n.reason,
+                created_at: ts(n.created_at),
+            })
+            .collect();
+        let settled = matches!(i.status.as_str(), "paid" | "void");
         Ok(InvoiceDetail {
             subtotal: money(i.subtotal_minor),
             credit_applied: money(i.credit_applied_minor),
-            balance: money(i.total_minor - noted),
+            paid: (i.status == "paid")
+                .then(|| money((i.total_minor - noted_before_payment).max(0))),
+            balance: money(if settled {
+                0
+            } else {
+                (i.total_minor - noted).max(0)
+            }),
             finalized_at: i.finalized_at.map(ts),
             paid_at: i.paid_at.map(ts),
             lines,

@@ -202,20 +202,29 @@ pub(crate) trait Reserve {
     async fn reserve(&mut self, conn: &mut PgConnection, placement: &Placement) -> Result<()>;
 }
 
+/// How long a launch keeps looking while every candidate that could take it is being
+/// reserved by other launches. Long enough that a burst of concurrent launches onto a fleet
+/// with room all succeed; short enough that a launch onto a full fleet answers at once (a
+/// round in which nothing was busy ends the search).
+pub(crate) const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Places `sku` within `regions` on the caller's transaction. Each candidate node's row is
 /// locked with `FOR UPDATE SKIP LOCKED` (a node someone else is placing on right now is
 /// skipped, which spreads concurrent launches), its free slots are read under that lock, and
 /// the chosen slots are locked too. `reserve` runs in a savepoint; a refusal by the database
-/// moves on to the next candidate. When every candidate was busy, it looks again (a few
-/// times) before answering `sku_unavailable`.
+/// moves on to the next candidate. While some candidate was busy, it looks again, with a short
+/// growing pause, until [`CONTENTION_DEADLINE`]; then it answers `sku_unavailable`, counting
+/// the nodes that were only busy apart from those that cannot fit.
 pub(crate) async fn place(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],
     reserve: &mut impl Reserve,
 ) -> Result<Placement> {
-    for round in 0..6 {
-        let mut contended = false;
+    let deadline = std::time::Instant::now() + CONTENTION_DEADLINE;
+    let mut busy = 0;
+    for round in 0u32.. {
+        busy = 0;
         for candidate in candidates(&mut *conn, sku, regions).await? {
             let locked = sqlx::query_scalar!(
                 "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE SKIP LOCKED",
@@ -225,7 +234,7 @@ pub(crate) async fn place(
             .await?
             .is_some();
             if !locked {
-                contended = true;
+                busy += 1;
                 continue;
             }
             let Some(placement) = plan_on(&mut *conn, sku, &candidate).await? else {
@@ -250,17 +259,38 @@ pub(crate) async fn place(
                 {
                     tracing::debug!(node.id = %candidate.node_id, db.error = %e, "claim refused; next candidate");
                     sp.rollback().await?;
-                    contended = true;
+                    busy += 1;
                 }
                 Err(e) => return Err(e),
             }
         }
-        if !contended {
+        if busy == 0 || std::time::Instant::now() >= deadline {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(1 << round)).await;
+        tokio::time::sleep(backoff(round)).await;
     }
-    Err(Error::SkuUnavailable(explain(conn, sku, regions).await?))
+    let mut why = explain(conn, sku, regions).await?;
+    if busy > 0 {
+        why.push_str(&format!(
+            ". {busy} node(s) that could take it were being reserved by other launches for \
+             the whole {} ms this launch waited; try again",
+            CONTENTION_DEADLINE.as_millis()
+        ));
+    }
+    Err(Error::SkuUnavailable(why))
+}
+
+/// 1, 2, 4, 8, 16, then 20 ms, with up to half of it again as jitter so that launches that
+/// collided once don't collide again in lockstep.
+fn backoff(round: u32) -> std::time::Duration {
+    let base = (1u64 << round.min(5)).min(20) * 1000;
+    let jitter = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0),
+    ) % (base / 2 + 1);
+    std::time::Duration::from_micros(base + jitter)
 }
 
 /// The slots `sku` would take on `candidate`, without locking anything.

@@ -1,0 +1,150 @@
+//! The account page: the signed-in user's saved SSH keys (add with validation, list with
+//! fingerprints, delete). The launch form picks from them.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use serde::{Deserialize, Serialize};
+
+use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::error::AppError;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKeyRow {
+    pub id: String,
+    pub name: String,
+    pub kind: String,
+    pub fingerprint: String,
+    pub comment: String,
+    pub created_at: String,
+    pub last_used_at: String,
+}
+
+#[server]
+pub async fn list_ssh_keys() -> Result<Vec<SshKeyRow>, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    Ok(cp
+        .ssh_keys(&principal)
+        .await?
+        .into_iter()
+        .map(|k| SshKeyRow {
+            id: k.id.to_string(),
+            name: k.name,
+            kind: k.kind,
+            fingerprint: k.fingerprint,
+            comment: k.comment.unwrap_or_default(),
+            created_at: k.created_at,
+            last_used_at: k.last_used_at.unwrap_or_else(|| "never".into()),
+        })
+        .collect())
+}
+
+/// Saves a public key under a name; answers with the name and fingerprint saved.
+#[server]
+pub async fn add_ssh_key(name: String, public_key: String) -> Result<String, AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let key = cp
+        .add_ssh_key(
+            &principal,
+            &name,
+            &public_key,
+            Some(&crate::error::request_id()),
+        )
+        .await?;
+    Ok(format!("Saved \"{}\" ({}).", key.name, key.fingerprint))
+}
+
+#[server]
+pub async fn delete_ssh_key(id: String) -> Result<(), AppError> {
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    cp.delete_ssh_key(&principal, id, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+#[component]
+pub fn AccountPage() -> impl IntoView {
+    let add = ServerAction::<AddSshKey>::new();
+    let delete = ServerAction::<DeleteSshKey>::new();
+    let keys = Resource::new(
+        move || (add.version().get(), delete.version().get()),
+        |_| list_ssh_keys(),
+    );
+    view! {
+        <Title text="Account" />
+        <h1>"Account"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match keys.await {
+                    Ok(rows) => view! { <KeysBody rows add delete /> }.into_any(),
+                    Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn KeysBody(
+    rows: Vec<SshKeyRow>,
+    add: ServerAction<AddSshKey>,
+    delete: ServerAction<DeleteSshKey>,
+) -> impl IntoView {
+    let empty = rows.is_empty();
+    view! {
+        <section class="card" aria-labelledby="keys-h">
+            <h2 id="keys-h">"SSH keys"</h2>
+            <p class="hint">"Keys you save here are offered on the launch form; each allocation gets the keys chosen when it launched."</p>
+            {if empty {
+                view! { <p id="no-keys">"No saved keys yet."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                        <table class="data" id="ssh-keys">
+                            <thead><tr><th scope="col">"Name"</th><th scope="col">"Type"</th><th scope="col">"Fingerprint"</th><th scope="col">"Comment"</th><th scope="col">"Added"</th><th scope="col">"Last used"</th><th scope="col"><span class="visually-hidden">"Actions"</span></th></tr></thead>
+                            <tbody>
+                                {rows.into_iter().map(|k| {
+                                    let label = format!("Delete {}", k.name);
+                                    let key = k.name.clone();
+                                    view! {
+                                        <tr data-key=key>
+                                            <td>{k.name}</td>
+                                            <td>{k.kind}</td>
+                                            <td class="mono">{k.fingerprint}</td>
+                                            <td>{k.comment}</td>
+                                            <td>{k.created_at}</td>
+                                            <td>{k.last_used_at}</td>
+                                            <td>
+                                                <ActionForm action=delete attr:class="inline">
+                                                    <input type="hidden" name="id" value=k.id />
+                                                    <button type="submit" class="danger" aria-label=label>"Delete"</button>
+                                                </ActionForm>
+                                            </td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any()
+            }}
+            {outcome(delete.value(), |_: ()| Some("Deleted.".to_string()))}
+        </section>
+        <section class="card" aria-labelledby="add-key-h">
+            <h2 id="add-key-h">"Add a key"</h2>
+            <ActionForm action=add attr:id="add-key">
+                <div class="form-grid">
+                    <label>"Name"
+                        <input name="name" required maxlength="64" placeholder="laptop" autocomplete="off" />
+                    </label>
+                    <label class="wide">"Public key"
+                        <textarea name="public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
+                        <span class="hint">"The contents of a .pub file, e.g. ~/.ssh/id_ed25519.pub. Never paste a private key."</span>
+                    </label>
+                </div>
+                <div class="form-actions"><button type="submit">"Save key"</button></div>
+            </ActionForm>
+            {outcome(add.value(), Some)}
+        </section>
+    }
+}
