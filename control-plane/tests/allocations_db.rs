@@ -632,23 +632,34 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
     assert_eq!(availability(&cp, "h100.1x").await, 0);
 }
 
-/// 32 launchers at once, each wanting an NVLink pair, onto a fleet with exactly 32 free
-/// pairs: every launch succeeds. Candidates that another launch is reserving are waited for
-/// (until placement's deadline), not counted as full.
+/// 32 launchers at once onto a fleet with exactly 32 free GPUs on 4 nodes: every launch
+/// succeeds. Each launch has its own connection, as on a busy server, so most find every node
+/// being reserved by another launch at first; those candidates are waited for (until
+/// placement's deadline), not counted as full.
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]
 async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed(pool: PgPool) {
-    let (cp, ops) = setup(pool).await;
-    for i in 0..8 {
+    let (cp, ops) = setup(pool.clone()).await;
+    for i in 0..4 {
         hgx(&cp, &ops, &format!("gpu-{i}")).await;
     }
-    assert_eq!(availability(&cp, "h100.2x").await, 32);
+    assert_eq!(availability(&cp, "h100.1x").await, 32);
+    // As many connections as launchers, so they really run at once.
+    let wide = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(33)
+        .connect_with(pool.connect_options().as_ref().clone())
+        .await
+        .unwrap();
+    let cp = ControlPlane::new(wide, Naming::default());
     let bob = std::sync::Arc::new(member(&cp, BOB, ACME_RESEARCH).await);
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(32));
     let mut tasks = Vec::new();
     for i in 0..32 {
         let cp = cp.clone();
         let bob = bob.clone();
+        let start = start.clone();
         tasks.push(tokio::spawn(async move {
-            launch(&cp, &bob, "h100.2x", &format!("pair-{i}")).await
+            start.wait().await;
+            launch(&cp, &bob, "h100.1x", &format!("one-{i}")).await
         }));
     }
     let mut refused = Vec::new();
@@ -659,9 +670,9 @@ async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed
     }
     assert!(refused.is_empty(), "{} refused: {refused:?}", refused.len());
     assert_eq!(double_bookings(&cp).await, 0);
-    assert_eq!(availability(&cp, "h100.2x").await, 0);
+    assert_eq!(availability(&cp, "h100.1x").await, 0);
     // The 33rd finds the fleet full and says so: no node was busy, so it did not wait.
-    let err = launch(&cp, &bob, "h100.2x", "one-too-many")
+    let err = launch(&cp, &bob, "h100.1x", "one-too-many")
         .await
         .unwrap_err()
         .to_string();
