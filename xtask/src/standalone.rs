@@ -9,9 +9,11 @@ use std::process::Command;
 
 use crate::{Result, root};
 
-/// Parent-directory runs longer than a file's depth leave the repository. Relative paths are
-/// resolved from the file's own directory, which is the common case for docs, manifests and
-/// scripts; `CARGO_MANIFEST_DIR`-relative paths in a crate are caught by the sibling names.
+/// Two rules. Anywhere: no folder that sits beside a checkout on the machines this project is
+/// built on is named. In docs and manifests (whose relative paths resolve from the file's own
+/// folder): no `../` run climbs above the repository's root. (In code and scripts a relative
+/// path may be resolved from elsewhere, a symlink's target for one, so only the first rule
+/// applies there.)
 pub fn check() -> Result {
     let root = root();
     let listed = Command::new("git")
@@ -64,6 +66,13 @@ fn escapes(file: &Path, line: &str) -> Option<String> {
         if line.contains(&sibling) {
             return Some(format!("names `{sibling}`, a folder beside the checkout"));
         }
+    }
+    let resolved_from_here = matches!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("md" | "toml" | "json")
+    ) || file.file_name().is_some_and(|n| n == "Dockerfile");
+    if !resolved_from_here {
+        return None;
     }
     let depth = file.components().count().saturating_sub(1);
     let bytes = line.as_bytes();
@@ -126,6 +135,12 @@ mod tests {
             why.contains("goes up 1 folder(s) from a file 0 folder(s) deep"),
             "{why}"
         );
-        assert!(escapes(Path::new("a/b.rs"), r#""../../etc/passwd""#).is_some());
+        assert!(escapes(Path::new("docs/a.md"), "[x](../../etc/passwd)").is_some());
+        assert!(escapes(Path::new("docs/a.md"), "[x](../README.md)").is_none());
+        // A script's relative symlink target is resolved from the link, not the script.
+        assert_eq!(
+            escapes(Path::new("a/gen.sh"), r#"ln -sfn "../../../../bus" x"#),
+            None
+        );
     }
 }
