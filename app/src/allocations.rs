@@ -760,7 +760,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                             </label>
                             <label>"Save the pasted key as"
                                 <input name="save_key_as" placeholder="laptop" autocomplete="off" />
-                                <span class="hint">"Optional: a name keeps it on your account for next time."</span>
+                                <span class="hint">"Optional: keeps the pasted key on your account for next time."</span>
                             </label>
                         </div>
                     </fieldset>

@@ -31,10 +31,10 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await add.getByLabel('Name').fill('oops');
     await add.getByLabel('Public key').fill('-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n-----END OPENSSH PRIVATE KEY-----');
     await add.getByRole('button', { name: 'Save key' }).click();
-    assert.match(await page.getByRole('alert').innerText(), /this is a private key: never share it/);
+    await page.getByRole('alert').filter({ hasText: 'this is a private key: never share it' }).waitFor();
     await add.getByLabel('Public key').fill('ssh-ed25519 AAAA-not-a-key');
     await add.getByRole('button', { name: 'Save key' }).click();
-    assert.match(await page.getByRole('alert').innerText(), /Invalid ssh_public_key: the key data is not valid base64/);
+    await page.getByRole('alert').filter({ hasText: /^Invalid ssh_public_key: the key data is not valid base64/ }).waitFor();
     await add.getByLabel('Name').fill('laptop');
     await add.getByLabel('Public key').fill(LAPTOP);
     await add.getByRole('button', { name: 'Save key' }).click();
@@ -71,8 +71,8 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await shot(page, 'launch-form');
 
     // Launch with the saved key and a pasted one, saved as "desktop" on the way.
-    await form.getByLabel('Name', { exact: true }).fill(`keys-${RUN}`);
-    await form.getByLabel('Or paste another public key').fill(DESKTOP);
+    await form.locator('input[name="name"]').fill(`keys-${RUN}`);
+    await form.locator('textarea[name="ssh_public_key"]').fill(DESKTOP);
     await form.getByLabel('Save the pasted key as').fill('desktop');
     await submit.click();
     await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);

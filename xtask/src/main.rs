@@ -23,6 +23,7 @@ usage: cargo xtask <command>
                  migrate, load demo data, serve the portal at http://127.0.0.1:3000
   test           fmt, clippy (ssr + hydrate), unit and database tests, release build,
                  browser tests in Chromium
+  test browser   only the release build and the browser tests
   bench placement [--clients N] [--seconds S] [--nodes N]
                  placement benchmark: a synthetic 10,000-node fleet, N concurrent clients
                  launching and releasing, against PostgreSQL with durable commits

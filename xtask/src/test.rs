@@ -25,13 +25,33 @@ fn cargo(args: &[&str]) -> Command {
 }
 
 pub fn run(args: &[String]) -> Result {
-    if let Some(a) = args.first() {
-        return Err(format!("`cargo xtask test` takes no arguments (got `{a}`)"));
-    }
+    // `cargo xtask test browser`: only the release build and the browser tests, for iterating
+    // on a page. CI runs everything.
+    let browser_only = match args.first().map(String::as_str) {
+        None => false,
+        Some("browser") if args.len() == 1 => true,
+        Some(a) => {
+            return Err(format!(
+                "`cargo xtask test` takes no arguments, or `browser` (got `{a}`)"
+            ));
+        }
+    };
     step("the repository stands alone (no tracked file refers to a path outside it)");
     standalone::check()?;
 
     tools::ensure_all(Needs::everything())?;
+    if browser_only {
+        step("starting a throwaway PostgreSQL");
+        let pg = throwaway_cluster("unit")?;
+        sh(&mut cargo(&[
+            "build",
+            "--package",
+            "stripe-test-server",
+            "--package",
+            "node-agent",
+        ]))?;
+        return browser_tests(pg);
+    }
 
     step("cargo fmt --check");
     sh(&mut cargo(&["fmt", "--all", "--check"]))?;
@@ -69,7 +89,11 @@ pub fn run(args: &[String]) -> Result {
 
     // The local Stripe test server, for the browser tests (a debug build is plenty).
     sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
+    browser_tests(pg)
+}
 
+/// The release build, then the browser tests against it.
+fn browser_tests(pg: Throwaway) -> Result {
     step("release build (cargo leptos build --release)");
     sh(Command::new("cargo")
         .args(["leptos", "build", "--release"])

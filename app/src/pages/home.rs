@@ -31,6 +31,7 @@ pub async fn get_platform_health() -> Result<PlatformHealth, AppError> {
 pub fn HomePage() -> impl IntoView {
     let status = Resource::new(|| (), |_| get_platform_health());
     view! {
+        <leptos_meta::Title text="Home" />
         <h1>"GPU cloud"</h1>
         <p class="lede">
             "Launch GPU slices and whole bare-metal nodes, watch them provision, and see what they cost."

@@ -7,6 +7,7 @@ pub fn NotFound() -> impl IntoView {
         response.set_status(http::StatusCode::NOT_FOUND);
     }
     view! {
+        <leptos_meta::Title text="Page not found" />
         <h1>"Page not found"</h1>
         <p>"There is nothing at this address. " <a href="/">"Go to the home page"</a> "."</p>
     }
