@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -135,11 +135,13 @@ fn KeysBody(
             <ActionForm action=add attr:id="add-key">
                 <div class="form-grid">
                     <label>"Name"
-                        <input name="name" required maxlength="64" placeholder="laptop" autocomplete="off" />
+                        <input name="name" required maxlength="64" placeholder="laptop" autocomplete="off" aria-describedby="key-name-error" aria-invalid=field_invalid(add.value(), "name") />
+                        {field_error(add.value(), "name", "key-name-error")}
                     </label>
                     <label class="wide">"Public key"
-                        <textarea name="public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
+                        <textarea name="public_key" rows="3" required placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="key-error" aria-invalid=field_invalid(add.value(), "ssh_public_key")></textarea>
                         <span class="hint">"The contents of a .pub file, e.g. ~/.ssh/id_ed25519.pub. Never paste a private key."</span>
+                        {field_error(add.value(), "ssh_public_key", "key-error")}
                     </label>
                 </div>
                 <div class="form-actions"><button type="submit">"Save key"</button></div>

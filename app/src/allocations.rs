@@ -14,7 +14,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -384,6 +384,17 @@ pub async fn launch_allocation(
             {
                 // Already saved: launching with it is what was asked.
                 Ok(_) | Err(control_plane::Error::Conflict(_)) => {}
+                // On this form the key's name is the "save as" field.
+                Err(control_plane::Error::Invalid {
+                    field: "name",
+                    reason,
+                }) => {
+                    return Err(control_plane::Error::Invalid {
+                        field: "save_key_as",
+                        reason,
+                    }
+                    .into());
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -735,8 +746,9 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         }.into_any(),
                     }}
                     <label>"Name"
-                        <input name="name" required placeholder="train-llama" autocomplete="off" />
+                        <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-error" aria-invalid=field_invalid(launch.value(), "name") />
                         <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
+                        {field_error(launch.value(), "name", "launch-name-error")}
                     </label>
                     <fieldset class="wide" id="launch-keys">
                         <legend>"SSH keys"</legend>
@@ -756,11 +768,13 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         }}
                         <div class="form-grid">
                             <label>{if has_keys { "Or paste another public key" } else { "Public key" }}
-                                <textarea name="ssh_public_key" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop"></textarea>
+                                <textarea name="ssh_public_key" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="launch-key-error" aria-invalid=field_invalid(launch.value(), "ssh_public_key")></textarea>
+                                {field_error(launch.value(), "ssh_public_key", "launch-key-error")}
                             </label>
                             <label>"Save the pasted key as"
-                                <input name="save_key_as" placeholder="laptop" autocomplete="off" />
+                                <input name="save_key_as" placeholder="laptop" autocomplete="off" aria-describedby="launch-save-error" aria-invalid=field_invalid(launch.value(), "save_key_as") />
                                 <span class="hint">"Optional: keeps the pasted key on your account for next time."</span>
+                                {field_error(launch.value(), "save_key_as", "launch-save-error")}
                             </label>
                         </div>
                     </fieldset>

@@ -48,7 +48,9 @@ pub async fn break_glass_sign_in(
     #[server(default)] next: Option<String>,
 ) -> Result<(), AppError> {
     let cp = crate::server::control_plane()?;
-    let principal = cp.verify_break_glass(&email, &password).await?;
+    let principal = cp
+        .verify_break_glass(&email, &password, crate::server::client_address())
+        .await?;
     crate::server::sign_in(&crate::server::session().await?, &principal, "break_glass").await?;
     leptos_axum::redirect(next.as_deref().and_then(local_path).unwrap_or("/admin"));
     Ok(())

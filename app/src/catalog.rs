@@ -12,7 +12,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -308,17 +308,17 @@ fn SkuAdminBody(
                 <p class="hint">"A new SKU starts as a draft; activate it to sell it. Saving an existing name edits it (new launches pay the new price; running allocations keep theirs)."</p>
                 <ActionForm action=save>
                     <div class="form-grid">
-                        <label>"Name" <input name="name" required placeholder="h100.2x" /></label>
-                        <label>"Display name" <input name="display_name" required placeholder="2× H100 80GB" /></label>
+                        <label>"Name" <input name="name" required placeholder="h100.2x" aria-describedby="sku-name-error" aria-invalid=field_invalid(save.value(), "name") />{field_error(save.value(), "name", "sku-name-error")}</label>
+                        <label>"Display name" <input name="display_name" required placeholder="2× H100 80GB" aria-describedby="sku-display-name-error" aria-invalid=field_invalid(save.value(), "display_name") />{field_error(save.value(), "display_name", "sku-display-name-error")}</label>
                         <label>"Shape" <select name="shape"><option value="gpu_slice">"GPU slice"</option><option value="baremetal">"Bare metal"</option></select></label>
-                        <label>"GPU model" <input name="gpu_model" required placeholder="NVIDIA H100 80GB HBM3" /></label>
-                        <label>"GPUs" <input name="gpu_count" required placeholder="1, 2, 4 or 8" /></label>
+                        <label>"GPU model" <input name="gpu_model" required placeholder="NVIDIA H100 80GB HBM3" aria-describedby="sku-gpu-model-error" aria-invalid=field_invalid(save.value(), "gpu_model") />{field_error(save.value(), "gpu_model", "sku-gpu-model-error")}</label>
+                        <label>"GPUs" <input name="gpu_count" required placeholder="1, 2, 4 or 8" aria-describedby="sku-gpu-count-error" aria-invalid=field_invalid(save.value(), "gpu_count") />{field_error(save.value(), "gpu_count", "sku-gpu-count-error")}</label>
                         <label>"vCPUs" <input name="vcpus" required /></label>
                         <label>"Memory (GiB)" <input name="memory_gib" required /></label>
                         <label>"NVMe (GiB)" <input name="nvme_gib" required /></label>
                         <label>"Regions" <input name="regions" required placeholder="eu-west-1, us-east-1" /></label>
                         <label>"Node families" <input name="families" required placeholder="hgx-h100-8x" /></label>
-                        <label>"Price per hour" <input name="price_per_hour" required placeholder="5.98 USD" /></label>
+                        <label>"Price per hour" <input name="price_per_hour" required placeholder="5.98 USD" aria-describedby="sku-price-per-hour-error" aria-invalid=field_invalid(save.value(), "price_per_hour") />{field_error(save.value(), "price_per_hour", "sku-price-per-hour-error")}</label>
                     </div>
                     <button type="submit">"Save SKU"</button>
                 </ActionForm>

@@ -49,6 +49,38 @@ where
     }
 }
 
+/// The reason an action's last run refused `field` (the control plane's name for it), if
+/// that is what it refused.
+fn field_reason<T>(value: &Option<Result<T, AppError>>, field: &str) -> Option<String> {
+    match value {
+        Some(Err(AppError::Invalid { field: f, reason })) if f == field => Some(reason.clone()),
+        _ => None,
+    }
+}
+
+/// The message under a field, for the action's last error when it is about `field`. Always
+/// rendered (empty otherwise) so that the field's `aria-describedby=id` has a target.
+pub fn field_error<T, S>(value: S, field: &'static str, id: &'static str) -> impl IntoView
+where
+    T: Clone + Send + Sync + 'static,
+    S: Get<Value = Option<Result<T, AppError>>> + Send + Sync + 'static,
+{
+    view! {
+        <span class="field-error" id=id aria-live="polite">
+            {move || field_reason(&value.get(), field)}
+        </span>
+    }
+}
+
+/// `aria-invalid` for a field: "true" while the action's last error is about `field`.
+pub fn field_invalid<T, S>(value: S, field: &'static str) -> impl Fn() -> Option<&'static str>
+where
+    T: Clone + Send + Sync + 'static,
+    S: Get<Value = Option<Result<T, AppError>>> + Send + Sync + 'static,
+{
+    move || field_reason(&value.get(), field).map(|_| "true")
+}
+
 /// The page's status for `error`; for a browser that is not signed in, a redirect to sign-in.
 #[cfg(feature = "ssr")]
 fn page_status(error: &AppError) {

@@ -12,6 +12,10 @@ pub enum AppError {
     /// The input is wrong; the message names the field and the rule.
     #[error("{0}")]
     BadRequest(String),
+    /// One field of a form is wrong: `field` is the control plane's name for it (a form shows
+    /// `reason` under that field, and the whole sentence in its summary).
+    #[error("Invalid {field}: {}", lower_first(.reason))]
+    Invalid { field: String, reason: String },
     /// Absent, or not visible to this user (the two are deliberately indistinguishable).
     #[error("Not found.")]
     NotFound,
@@ -39,13 +43,24 @@ pub enum AppError {
     ServerFn(ServerFnErrorErr),
 }
 
+/// "Use lowercase …" → "use lowercase …", but "SSH keys …" stays: for a reason after a colon.
+fn lower_first(s: &str) -> String {
+    let mut chars = s.chars();
+    match (chars.next(), chars.next()) {
+        (Some(a), Some(b)) if a.is_uppercase() && !b.is_uppercase() => {
+            a.to_lowercase().chain(s.chars().skip(1)).collect()
+        }
+        _ => s.to_owned(),
+    }
+}
+
 impl AppError {
     /// The one mapping from what went wrong to the HTTP status, for server functions (see
     /// `server::error_status`) and pages (see `components::ErrorNotice`) alike. Only our own
     /// faults are 5xx; every refusal is the caller's 4xx.
     pub fn status(&self) -> u16 {
         match self {
-            AppError::BadRequest(_) => 400,
+            AppError::BadRequest(_) | AppError::Invalid { .. } => 400,
             AppError::Unauthenticated | AppError::SignInRefused(_) => 401,
             AppError::Forbidden(_) => 403,
             AppError::NotFound => 404,
@@ -126,14 +141,17 @@ mod ssr {
             use control_plane::Error as E;
             match e {
                 E::NotFound { .. } => AppError::NotFound,
-                E::Invalid { .. } | E::ResourceName(_) => {
-                    AppError::BadRequest(sentence(&e.to_string()))
-                }
+                E::Invalid { field, reason } => AppError::Invalid {
+                    field: field.to_owned(),
+                    reason: sentence(&reason),
+                },
+                E::ResourceName(_) => AppError::BadRequest(sentence(&e.to_string())),
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
                 e @ E::SkuUnavailable(_) => AppError::Conflict(format!("{e}.")),
                 E::PolicyDenied(m) => AppError::Forbidden(sentence(&m)),
                 E::Unauthenticated => AppError::Unauthenticated,
+                E::RateLimited { retry_after_secs } => AppError::RateLimited { retry_after_secs },
                 // Only the agent API produces it; a page never should.
                 E::AgentRefused(m) => AppError::Forbidden(sentence(&m)),
                 E::Forbidden { needed } => {
@@ -158,6 +176,13 @@ mod tests {
         use leptos::server_fn::error::ServerFnErrorErr as S;
         let cases = [
             (AppError::BadRequest("Invalid slug.".into()), 400),
+            (
+                AppError::Invalid {
+                    field: "name".into(),
+                    reason: "Give the key a name.".into(),
+                },
+                400,
+            ),
             (AppError::Unauthenticated, 401),
             (
                 AppError::SignInRefused("Email or password is wrong.".into()),
@@ -246,7 +271,14 @@ mod tests {
             });
             assert_eq!(
                 e,
-                AppError::BadRequest("Invalid slug: use lowercase letters, digits and '-'.".into())
+                AppError::Invalid {
+                    field: "slug".into(),
+                    reason: "Use lowercase letters, digits and '-'.".into()
+                }
+            );
+            assert_eq!(
+                e.to_string(),
+                "Invalid slug: use lowercase letters, digits and '-'."
             );
             assert_eq!(
                 AppError::from(control_plane::Error::NotFound { what: "project" }),

@@ -154,6 +154,17 @@ pub async fn sign_out(
     }
 }
 
+/// The address of the client that sent this request (the TCP peer: behind a proxy, the
+/// proxy), when the server was started with connection info.
+pub fn client_address() -> Option<std::net::IpAddr> {
+    use_context::<http::request::Parts>().and_then(|parts| {
+        parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0.ip())
+    })
+}
+
 pub fn public_origin() -> Result<PublicOrigin, AppError> {
     use_context::<PublicOrigin>()
         .ok_or_else(|| AppError::internal("PublicOrigin missing from the request context"))

@@ -296,10 +296,29 @@ impl ControlPlane {
     }
 
     /// Checks a break-glass sign-in. Every failure is the same [`Error::InvalidCredentials`],
-    /// and takes the same time, whether the email is unknown or the password wrong.
+    /// and takes the same time, whether the email is unknown or the password wrong. Failed
+    /// attempts are limited per client address and per email (known or not, so the limit says
+    /// nothing about which accounts exist): [`Error::RateLimited`] once either is spent.
     #[tracing::instrument(skip(self, password))]
-    pub async fn verify_break_glass(&self, email: &str, password: &str) -> Result<Principal> {
+    pub async fn verify_break_glass(
+        &self,
+        email: &str,
+        password: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Principal> {
         let email = email.trim().to_lowercase();
+        let limits = &self.sign_in_limits;
+        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        limits
+            .per_address
+            .take(&address)
+            .and_then(|()| limits.per_email.take(&email))
+            .map_err(|wait| {
+                tracing::info!(client.address = %address, "break-glass sign-in rate limited");
+                Error::RateLimited {
+                    retry_after_secs: crate::ratelimit::retry_after_secs(wait),
+                }
+            })?;
         if password.len() > MAX_PASSWORD_BYTES {
             return Err(Error::InvalidCredentials);
         }
@@ -317,7 +336,11 @@ impl ControlPlane {
         };
         let ok = verify_password(password.to_owned(), hash).await?;
         match (user, ok) {
-            (Some(user), true) => self.principal(user).await?.ok_or(Error::InvalidCredentials),
+            (Some(user), true) => {
+                limits.per_address.give_back(&address);
+                limits.per_email.give_back(&email);
+                self.principal(user).await?.ok_or(Error::InvalidCredentials)
+            }
             _ => Err(Error::InvalidCredentials),
         }
     }

@@ -21,6 +21,9 @@ pub enum Error {
     /// A failed sign-in. Deliberately vague: it doesn't say which part was wrong.
     #[error("email or password is wrong")]
     InvalidCredentials,
+    /// Too many attempts of something limited; the caller may try again after this long.
+    #[error("too many attempts; try again in {retry_after_secs} seconds")]
+    RateLimited { retry_after_secs: u64 },
     /// A node agent's bootstrap token or credential was refused; the message says why.
     #[error("{0}")]
     AgentRefused(String),

@@ -19,6 +19,7 @@ pub mod marketplace;
 pub mod naming;
 pub mod placement;
 pub mod policy;
+pub mod ratelimit;
 pub mod resource_name;
 pub mod sso;
 pub mod tenancy;
@@ -47,6 +48,8 @@ pub struct ControlPlane {
     wake: std::sync::Arc<Wakeups>,
     /// Stripe, when configured (the server always configures it; some tests don't need it).
     stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
+    /// Break-glass sign-in attempts, per account and per client address.
+    sign_in_limits: std::sync::Arc<ratelimit::SignInLimits>,
 }
 
 /// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
@@ -95,6 +98,7 @@ impl ControlPlane {
             http,
             wake: Default::default(),
             stripe: None,
+            sign_in_limits: Default::default(),
         }
     }
 

@@ -19,7 +19,7 @@ async fn break_glass_sign_in_accepts_only_the_right_password(pool: PgPool) {
         .unwrap();
 
     let p = cp
-        .verify_break_glass(" ada@platform.EXAMPLE ", PW)
+        .verify_break_glass(" ada@platform.EXAMPLE ", PW, None)
         .await
         .unwrap();
     assert_eq!(p.user_id, id);
@@ -31,7 +31,10 @@ async fn break_glass_sign_in_accepts_only_the_right_password(pool: PgPool) {
         ("ada@platform.example", ""),
         ("nobody@platform.example", PW),
     ] {
-        let err = cp.verify_break_glass(email, password).await.unwrap_err();
+        let err = cp
+            .verify_break_glass(email, password, None)
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, Error::InvalidCredentials),
             "{email}/{password}: {err}"
@@ -49,10 +52,11 @@ async fn setting_again_replaces_the_password_and_both_are_audited(pool: PgPool) 
         .await
         .unwrap();
     assert!(matches!(
-        cp.verify_break_glass("ada@platform.example", PW).await,
+        cp.verify_break_glass("ada@platform.example", PW, None)
+            .await,
         Err(Error::InvalidCredentials)
     ));
-    cp.verify_break_glass("ada@platform.example", "a brand new long password")
+    cp.verify_break_glass("ada@platform.example", "a brand new long password", None)
         .await
         .unwrap();
     let actions: Vec<String> = sqlx::query_scalar("SELECT action FROM audit_log ORDER BY id")

@@ -82,6 +82,8 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await form.locator('textarea[name="ssh_public_key"]').fill('ssh-ed25519 not-base64!');
       await form.getByRole('button', { name: 'Launch' }).click();
       assert.match(await page.getByRole('alert').innerText(), /^Invalid ssh_public_key: the key data is not valid base64/);
+      assert.match(await page.locator('#launch-key-error').innerText(), /^The key data is not valid base64/);
+      assert.equal(await form.locator('textarea[name="ssh_public_key"]').getAttribute('aria-invalid'), 'true');
       await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
       await form.getByRole('button', { name: 'Launch' }).click();
       await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);

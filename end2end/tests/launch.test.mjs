@@ -35,11 +35,16 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await add.getByLabel('Public key').fill('ssh-ed25519 AAAA-not-a-key');
     await add.getByRole('button', { name: 'Save key' }).click();
     await page.getByRole('alert').filter({ hasText: /^Invalid ssh_public_key: the key data is not valid base64/ }).waitFor();
+    // The reason also sits under the field it is about, and the field says it is invalid.
+    assert.match(await page.locator('#key-error').innerText(), /^The key data is not valid base64/);
+    assert.equal(await add.locator('textarea[name="public_key"]').getAttribute('aria-invalid'), 'true');
+    assert.equal(await page.locator('#key-name-error').innerText(), '');
     await add.getByLabel('Name').fill('laptop');
     await add.getByLabel('Public key').fill(LAPTOP);
     await add.getByRole('button', { name: 'Save key' }).click();
     const row = page.locator('tr[data-key="laptop"]');
     await row.waitFor();
+    assert.equal(await add.locator('textarea[name="public_key"]').getAttribute('aria-invalid'), null);
     assert.equal(await row.locator('td.mono').innerText(), LAPTOP_FP);
     assert.equal(await row.locator('td').nth(5).innerText(), 'never');
 

@@ -203,7 +203,9 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
             .continuously_delete_expired(std::time::Duration::from_secs(3600))
     });
     let workers = tokio::spawn(workers::run(state.cp.clone()));
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal());
+    // Connection info: sign-in limits are per client address.
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
     // Once the signal arrives, in-flight requests get `grace` to finish.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let guard = tokio::spawn(async move {

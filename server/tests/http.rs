@@ -649,8 +649,9 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // The field it is about, for the form to show the reason under that field.
     assert!(
-        body.contains("Invalid ssh_public_key: the key data is not valid base64"),
+        body.contains(r#""field":"ssh_public_key","reason":"The key data is not valid base64"#),
         "{body}"
     );
 
@@ -718,6 +719,63 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
         body.contains("SHA256:PkWeU4s/wEXKkVZfEiNTf04tZrBbB/fELrKhI2lIpKc"),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
+    use leptos::server_fn::ServerFn;
+    let (_c, app) = signed_in_fixture("ratelimit", &[]).await;
+    let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
+    for n in 1..=5 {
+        let (status, _, body) = call(
+            &app,
+            path,
+            None,
+            &format!("email=ada%40platform.example&password=guess{n}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {n}: {body}");
+    }
+    // The sixth, even with the right password, waits: one attempt a minute from now on.
+    let right = format!(
+        "email=ada%40platform.example&password={}",
+        ADMIN_PW.replace(' ', "+")
+    );
+    let (status, headers, body) = call(&app, path, None, &right).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let wait: u64 = headers
+        .get("retry-after")
+        .expect("a 429 says when to come back")
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((55..=60).contains(&wait), "retry after {wait} s");
+    assert!(body.contains("RateLimited"), "{body}");
+    assert!(
+        !headers.contains_key("set-cookie"),
+        "no session while limited"
+    );
+    // Case and spaces don't make a fresh account to guess at.
+    let (status, _, _) = call(
+        &app,
+        path,
+        None,
+        "email=+ADA%40Platform.example+&password=x",
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // Another email (known or not) still has its own attempts.
+    let (status, _, body) = call(&app, path, None, "email=bo%40platform.example&password=x").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    // Without JavaScript the form post goes back to the form with the message.
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::FOUND);
+    assert_eq!(session_cookie(&res), None);
 }
 
 #[tokio::test]
