@@ -33,7 +33,24 @@ pub struct LaunchForm {
     pub sku: String,
     pub region: String,
     pub image: String,
+    /// The chosen lifetime in hours; empty: until released (or the policy's limit).
+    pub lifetime: String,
     pub idempotency_key: String,
+}
+
+/// The lifetimes the launch form offers, in hours.
+pub const LIFETIMES: [u32; 7] = [1, 4, 8, 24, 72, 168, 720];
+
+/// "8 hours", "3 days", "1 week".
+pub fn hours_label(h: u32) -> String {
+    match h {
+        1 => "1 hour".into(),
+        h if h % 168 == 0 && h > 168 => format!("{} weeks", h / 168),
+        168 => "1 week".into(),
+        h if h % 24 == 0 && h > 24 => format!("{} days", h / 24),
+        24 => "1 day".into(),
+        h => format!("{h} hours"),
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +61,10 @@ pub struct LaunchProject {
     pub budget_left_minor: Option<i64>,
     /// "412.16 USD left of 5000.00 USD this month (policy monthly_budget, set at project level)".
     pub budget: Option<String>,
+    /// The longest an allocation may live here (policy `max_allocation_lifetime_hours`), and
+    /// what says so.
+    pub max_lifetime_hours: Option<u32>,
+    pub lifetime_policy: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,13 +107,26 @@ pub fn money(minor: i64, currency: &str) -> String {
 }
 
 /// The launch form's estimate for one hourly price (SKU + listing fee): per hour, per day
-/// and per 30 days, and, with a budget, how many hours it leaves room for.
-pub fn estimate(hourly_minor: i64, currency: &str, budget_left_minor: Option<i64>) -> Vec<String> {
+/// and per 30 days, for its lifetime when it has one, and, with a budget, how many hours it
+/// leaves room for.
+pub fn estimate(
+    hourly_minor: i64,
+    currency: &str,
+    budget_left_minor: Option<i64>,
+    lifetime_hours: Option<u32>,
+) -> Vec<String> {
     let mut lines = vec![
         format!("{} per hour", money(hourly_minor, currency)),
         format!("{} per day", money(hourly_minor * 24, currency)),
         format!("{} per 30 days", money(hourly_minor * 24 * 30, currency)),
     ];
+    if let Some(h) = lifetime_hours {
+        lines.push(format!(
+            "{} for its lifetime of {}, then it is released",
+            money(hourly_minor * i64::from(h), currency),
+            hours_label(h)
+        ));
+    }
     if let Some(left) = budget_left_minor
         && hourly_minor > 0
     {
@@ -106,6 +140,25 @@ pub fn estimate(hourly_minor: i64, currency: &str, budget_left_minor: Option<i64
         });
     }
     lines
+}
+
+/// How long a launch will live: the lifetime chosen (an empty choice: the policy's limit, if
+/// any), or why the policy refuses the choice.
+pub fn lifetime(
+    chosen: &str,
+    max: Option<u32>,
+    policy: Option<&str>,
+) -> Result<Option<u32>, String> {
+    let chosen = chosen.trim().parse::<u32>().ok();
+    match (chosen, max) {
+        (Some(c), Some(m)) if c > m => Err(format!(
+            "{} allows at most {}",
+            policy.unwrap_or("the lifetime policy"),
+            hours_label(m)
+        )),
+        (Some(c), _) => Ok(Some(c)),
+        (None, m) => Ok(m),
+    }
 }
 
 /// Why the form can't launch this SKU in this region right now, if it can't.
@@ -218,6 +271,7 @@ pub async fn get_launch_form(
     listing: Option<String>,
     #[server(default)] project: Option<String>,
     #[server(default)] region: Option<String>,
+    #[server(default)] lifetime_hours: Option<String>,
 ) -> Result<LaunchForm, AppError> {
     use control_plane::marketplace::Category;
     use control_plane::tenancy::ProjectOperators;
@@ -229,7 +283,10 @@ pub async fn get_launch_form(
             .project_access::<ProjectOperators>(&principal, parsed)
             .await?;
         let budget = cp.budget_left(&who).await?;
+        let limit = cp.lifetime_limit(&who).await?;
         projects.push(LaunchProject {
+            max_lifetime_hours: limit.as_ref().map(|l| l.0),
+            lifetime_policy: limit.map(|l| l.1),
             id,
             name,
             budget_left_minor: budget.as_ref().map(|b| b.left.amount_minor),
@@ -339,6 +396,9 @@ pub async fn get_launch_form(
             skus.iter().map(|s: &LaunchSku| s.name.clone()).collect(),
         ),
         region: region.unwrap_or_default(),
+        lifetime: lifetime_hours
+            .filter(|h| h.parse::<u32>().is_ok_and(|h| LIFETIMES.contains(&h)))
+            .unwrap_or_default(),
         image: pick(listing, images.iter().map(|i| i.slug.clone()).collect()),
         projects,
         skus,
@@ -362,10 +422,18 @@ pub async fn launch_allocation(
     #[server(default)] ssh_key_ids: Vec<String>,
     #[server(default)] ssh_public_key: String,
     #[server(default)] save_key_as: String,
+    #[server(default)] lifetime_hours: String,
     idempotency_key: String,
 ) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
+    let lifetime_hours = match lifetime_hours.trim() {
+        "" => None,
+        h => Some(h.parse::<u32>().map_err(|_| AppError::Invalid {
+            field: "lifetime_hours".into(),
+            reason: format!("{h:?} is not a number of hours."),
+        })?),
+    };
     let project = project.parse().map_err(|_| AppError::NotFound)?;
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
@@ -408,6 +476,7 @@ pub async fn launch_allocation(
         ssh_public_key: keys.join("\n"),
         name,
         idempotency_key,
+        lifetime_hours,
     };
     let launched = cp.launch(&who, &req, Some(&request_id)).await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
@@ -592,11 +661,12 @@ pub fn LaunchPage() -> impl IntoView {
                 q.get("listing"),
                 q.get("project"),
                 q.get("region"),
+                q.get("lifetime_hours"),
             )
         })
     };
-    let form = Resource::new(params, |(sku, listing, project, region)| {
-        get_launch_form(sku, listing, project, region)
+    let form = Resource::new(params, |(sku, listing, project, region, lifetime)| {
+        get_launch_form(sku, listing, project, region, lifetime)
     });
     let launch = ServerAction::<LaunchAllocation>::new();
     view! {
@@ -635,6 +705,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
     let sku = RwSignal::new(f.sku.clone());
     let region = RwSignal::new(f.region.clone());
     let image = RwSignal::new(f.image.clone());
+    let chosen_lifetime = RwSignal::new(f.lifetime.clone());
     let projects = StoredValue::new(f.projects.clone());
     let skus = StoredValue::new(f.skus.clone());
     let images = StoredValue::new(f.images.clone());
@@ -651,13 +722,35 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
     };
     let budget =
         move || projects.with_value(|all| all.iter().find(|p| p.id == project.get()).cloned());
+    let lives = move || {
+        let p = budget();
+        lifetime(
+            &chosen_lifetime.get(),
+            p.as_ref().and_then(|p| p.max_lifetime_hours),
+            p.as_ref().and_then(|p| p.lifetime_policy.as_deref()),
+        )
+    };
     let estimate_lines = move || {
         chosen_sku().map(|s| {
             let left = budget().and_then(|b| b.budget_left_minor);
-            estimate(s.price_minor + fee(), &s.currency, left)
+            estimate(
+                s.price_minor + fee(),
+                &s.currency,
+                left,
+                lives().ok().flatten(),
+            )
         })
     };
-    let blocked = move || chosen_sku().and_then(|s| nothing_free(&s, &region.get()));
+    let blocked = move || {
+        lives()
+            .err()
+            .or_else(|| chosen_sku().and_then(|s| nothing_free(&s, &region.get())))
+    };
+    let lifetime_hint =
+        move || match budget().and_then(|p| p.max_lifetime_hours.zip(p.lifetime_policy)) {
+            Some((h, policy)) => format!("At most {} here ({policy}).", hours_label(h)),
+            None => "Billing stops when it is released.".to_string(),
+        };
     let regions: Vec<String> = {
         let mut r: Vec<String> = f
             .skus
@@ -745,6 +838,20 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                             </label>
                         }.into_any(),
                     }}
+                    <label>"Release after"
+                        <select name="lifetime_hours" id="launch-lifetime" on:change=move |ev| chosen_lifetime.set(event_target_value(&ev)) aria-describedby="launch-lifetime-error" aria-invalid=field_invalid(launch.value(), "lifetime_hours")>
+                            <option value="" selected=initial.lifetime.is_empty()>{move || match budget().and_then(|p| p.max_lifetime_hours) {
+                                Some(h) => format!("The longest allowed ({})", hours_label(h)),
+                                None => "Keep it until I release it".to_string(),
+                            }}</option>
+                            {LIFETIMES.iter().map(|h| {
+                                let sel = initial.lifetime == h.to_string();
+                                view! { <option value=h.to_string() selected=sel>{hours_label(*h)}</option> }
+                            }).collect_view()}
+                        </select>
+                        <span class="hint" id="launch-lifetime-hint">{lifetime_hint}</span>
+                        {field_error(launch.value(), "lifetime_hours", "launch-lifetime-error")}
+                    </label>
                     <label>"Name"
                         <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-error" aria-invalid=field_invalid(launch.value(), "name") />
                         <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
@@ -971,5 +1078,61 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
                 </table>
             </section>
         })}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_estimate_covers_hour_day_month_lifetime_and_budget() {
+        assert_eq!(
+            estimate(238, "USD", None, None),
+            [
+                "2.38 USD per hour",
+                "57.12 USD per day",
+                "1713.60 USD per 30 days"
+            ]
+        );
+        assert_eq!(
+            estimate(238, "USD", Some(1000), Some(8))[3..],
+            [
+                "19.04 USD for its lifetime of 8 hours, then it is released",
+                "The budget left this month covers about 4 hours"
+            ]
+        );
+        assert_eq!(
+            estimate(238, "USD", Some(100), None)[3],
+            "The budget left this month does not cover its first hour"
+        );
+    }
+
+    #[test]
+    fn a_lifetime_is_the_choice_or_the_policy_limit_and_never_beyond_it() {
+        let policy = Some("policy max_allocation_lifetime_hours (set at project level)");
+        assert_eq!(lifetime("", None, None), Ok(None));
+        assert_eq!(lifetime("8", None, None), Ok(Some(8)));
+        assert_eq!(lifetime("", Some(72), policy), Ok(Some(72)));
+        assert_eq!(lifetime("24", Some(72), policy), Ok(Some(24)));
+        assert_eq!(
+            lifetime("168", Some(72), policy),
+            Err(
+                "policy max_allocation_lifetime_hours (set at project level) allows at most 3 days"
+                    .into()
+            )
+        );
+    }
+
+    #[test]
+    fn hours_read_as_people_say_them() {
+        let labels: Vec<String> = LIFETIMES.iter().map(|h| hours_label(*h)).collect();
+        assert_eq!(
+            labels,
+            [
+                "1 hour", "4 hours", "8 hours", "1 day", "3 days", "1 week", "30 days"
+            ]
+        );
+        assert_eq!(hours_label(336), "2 weeks");
     }
 }

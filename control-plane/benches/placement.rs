@@ -110,6 +110,7 @@ async fn client(
             ssh_public_key: KEY.into(),
             name: format!("{phase}-{me}-{n}"),
             idempotency_key: format!("bench-{phase}-{me}-{n}"),
+            lifetime_hours: None,
         };
         let started = Instant::now();
         match cp.launch(&who, &req, None).await {

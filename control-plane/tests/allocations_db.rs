@@ -52,6 +52,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
         ssh_public_key: KEY.into(),
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
+        lifetime_hours: None,
     }
 }
 
@@ -922,6 +923,95 @@ async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper(pool: 
             .await
             .unwrap();
     assert_eq!(expired, 1);
+}
+
+#[sqlx::test(migrator = "control_plane::MIGRATOR")]
+async fn a_chosen_lifetime_sets_the_expiry_within_the_policy(pool: PgPool) {
+    let (cp, ops) = setup(pool).await;
+    hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let lived = |id: AllocationId| {
+        let pool = cp.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, Option<f64>>(
+                "SELECT (extract(epoch FROM expires_at - requested_at) / 3600)::float8 FROM allocations WHERE id = $1",
+            )
+            .bind(id.0)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let with = |name: &str, hours: Option<u32>| LaunchRequest {
+        lifetime_hours: hours,
+        ..request("h100.1x", name)
+    };
+    // No policy: kept until released, or released after the hours asked for.
+    let forever = cp
+        .launch(&bob, &with("forever", None), None)
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(lived(forever).await, None);
+    let eight = cp
+        .launch(&bob, &with("eight", Some(8)), None)
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(lived(eight).await, Some(8.0));
+    for bad in [0, 8761] {
+        let err = cp
+            .launch(&bob, &with("bad", Some(bad)), None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Invalid {
+                    field: "lifetime_hours",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+    // A lifetime policy caps what may be asked, and is the default.
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let scope = cp
+        .policy_scope(
+            &alice,
+            control_plane::policy::Target::Project(ACME_RESEARCH),
+        )
+        .await
+        .unwrap();
+    cp.set_policy(
+        &scope,
+        PolicyKey::MaxAllocationLifetimeHours,
+        Some(PolicyValue::MaxAllocationLifetimeHours(24)),
+        None,
+    )
+    .await
+    .unwrap();
+    let err = cp
+        .launch(&bob, &with("long", Some(48)), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "policy max_allocation_lifetime_hours (set at project level) allows allocations to live 24 hours; this launch asked for 48"
+    );
+    let capped = cp
+        .launch(&bob, &with("capped", None), None)
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(lived(capped).await, Some(24.0));
+    let short = cp
+        .launch(&bob, &with("short", Some(2)), None)
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(lived(short).await, Some(2.0));
 }
 
 #[sqlx::test(migrator = "control_plane::MIGRATOR")]

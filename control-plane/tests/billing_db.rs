@@ -684,6 +684,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
         ssh_public_key: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop".into(),
         name: "one-more".into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
+        lifetime_hours: None,
     };
     let err = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(

@@ -65,6 +65,12 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await image.selectOption('pytorch');
     assert.equal(await estimate.first().innerText(), '2.63 USD per hour');
     await image.selectOption('ubuntu-24.04-cuda');
+    // A chosen lifetime: its cost, and the allocation is released after it.
+    const lifetime = form.getByLabel('Release after');
+    assert.equal(await lifetime.inputValue(), '');
+    assert.equal(await page.locator('#launch-lifetime-hint').innerText(), 'Billing stops when it is released.');
+    await lifetime.selectOption('8');
+    assert.equal((await estimate.allInnerTexts())[3], '19.04 USD for its lifetime of 8 hours, then it is released');
 
     // Where nothing is free, the button says so instead of launching.
     const submit = form.locator('#launch-submit');
@@ -81,6 +87,9 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await form.getByLabel('Save the pasted key as').fill('desktop');
     await submit.click();
     await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
+    await hydrated(page);
+    const expires = page.locator('dt:text-is("Expires") + dd');
+    assert.match(await expires.innerText(), /^\d{4}-\d\d-\d\d/);
 
     await page.goto(`${BASE}/account`);
     await hydrated(page);
@@ -91,8 +100,10 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     const nojs = await openBrowser({ javaScriptEnabled: false });
     try {
       await nojs.context.addCookies(await b.context.cookies());
-      await nojs.page.goto(`${BASE}/launch?sku=l40s.2x&region=us-east-1`);
+      await nojs.page.goto(`${BASE}/launch?sku=l40s.2x&region=us-east-1&lifetime_hours=24`);
       assert.equal(await nojs.page.locator('#launch-estimate li').first().innerText(), '2.38 USD per hour');
+      assert.equal(await nojs.page.locator('#launch-estimate li').nth(3).innerText(), '57.12 USD for its lifetime of 1 day, then it is released');
+      assert.equal(await nojs.page.locator('select[name="lifetime_hours"]').inputValue(), '24');
       assert.ok(await nojs.page.getByRole('button', { name: 'Update estimate' }).isVisible());
     } finally {
       await nojs.close();

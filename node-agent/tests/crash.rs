@@ -172,6 +172,7 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
         ssh_public_key: KEY.into(),
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
+        lifetime_hours: None,
     };
     cp.launch(who, &req, None).await.unwrap().id
 }

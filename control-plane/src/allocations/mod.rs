@@ -36,7 +36,13 @@ pub struct LaunchRequest {
     pub name: String,
     /// The same key twice creates one allocation.
     pub idempotency_key: String,
+    /// Release it automatically after this many hours (1 to 8760); `None`: when released.
+    /// A lifetime policy caps it.
+    pub lifetime_hours: Option<u32>,
 }
+
+/// The longest lifetime a launch may ask for: a year.
+pub const MAX_LIFETIME_HOURS: u32 = 8760;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Launched {
@@ -251,6 +257,22 @@ impl ControlPlane {
         }))
     }
 
+    /// The longest an allocation launched in this project may live, under the
+    /// `max_allocation_lifetime_hours` policy, with where it was set: for the launch form.
+    #[tracing::instrument(skip_all, fields(project.id = %who.id()))]
+    pub async fn lifetime_limit<R: ProjectRequirement>(
+        &self,
+        who: &Project<R>,
+    ) -> Result<Option<(u32, String)>> {
+        let mut conn = self.pool().acquire().await?;
+        let policies = resolve_policies_on(&mut conn, Some(who.tenant()), Some(who.id())).await?;
+        let lifetime = policy(&policies, PolicyKey::MaxAllocationLifetimeHours);
+        Ok(match &lifetime.value {
+            Some(PolicyValue::MaxAllocationLifetimeHours(h)) => Some((*h, decided(lifetime))),
+            _ => None,
+        })
+    }
+
     /// Launches `req` in the caller's project: checks the policy chain, places, reserves the
     /// slots, writes the allocation, its outbox row and the audit record, all in one
     /// transaction. A repeated idempotency key returns the first allocation.
@@ -264,6 +286,16 @@ impl ControlPlane {
         let requested_at = OffsetDateTime::now_utc();
         let user = who.user();
         let name = check_name(&req.name)?;
+        if let Some(h) = req.lifetime_hours
+            && !(1..=MAX_LIFETIME_HOURS).contains(&h)
+        {
+            return Err(invalid(
+                "lifetime_hours",
+                format!(
+                    "{h}: choose 1 to {MAX_LIFETIME_HOURS} hours, or none to keep it until released"
+                ),
+            ));
+        }
         let name = name.as_str();
         let key = check_idempotency_key(&req.idempotency_key)?;
         let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
@@ -473,12 +505,22 @@ impl ControlPlane {
                 )));
             }
         }
-        let expires_at = match &policy(&policies, PolicyKey::MaxAllocationLifetimeHours).value {
-            Some(PolicyValue::MaxAllocationLifetimeHours(h)) => {
-                Some(requested_at + time::Duration::hours(*h as i64))
-            }
+        let lifetime = policy(&policies, PolicyKey::MaxAllocationLifetimeHours);
+        let policy_hours = match &lifetime.value {
+            Some(PolicyValue::MaxAllocationLifetimeHours(h)) => Some(*h),
             _ => None,
         };
+        let hours = match (req.lifetime_hours, policy_hours) {
+            (Some(asked), Some(max)) if asked > max => {
+                return Err(Error::PolicyDenied(format!(
+                    "{} allows allocations to live {max} hours; this launch asked for {asked}",
+                    decided(lifetime)
+                )));
+            }
+            (Some(asked), _) => Some(asked),
+            (None, max) => max,
+        };
+        let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
 
         let taken = sqlx::query_scalar!(
             "SELECT 1 AS one FROM allocations WHERE project_id = $1 AND name = $2 AND state <> 'released'",
