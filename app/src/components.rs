@@ -53,7 +53,9 @@ where
 /// that is what it refused.
 fn field_reason<T>(value: &Option<Result<T, AppError>>, field: &str) -> Option<String> {
     match value {
-        Some(Err(AppError::Invalid { field: f, reason })) if f == field => Some(reason.clone()),
+        Some(Err(AppError::Invalid { field: f, reason })) if f == field => {
+            Some(crate::error::capitalised(reason))
+        }
         _ => None,
     }
 }

@@ -13,8 +13,8 @@ pub enum AppError {
     #[error("{0}")]
     BadRequest(String),
     /// One field of a form is wrong: `field` is the control plane's name for it (a form shows
-    /// `reason` under that field, and the whole sentence in its summary).
-    #[error("Invalid {field}: {}", lower_first(.reason))]
+    /// `reason`, capitalised, under that field, and the whole sentence in its summary).
+    #[error("Invalid {field}: {reason}")]
     Invalid { field: String, reason: String },
     /// Absent, or not visible to this user (the two are deliberately indistinguishable).
     #[error("Not found.")]
@@ -43,14 +43,12 @@ pub enum AppError {
     ServerFn(ServerFnErrorErr),
 }
 
-/// "Use lowercase …" → "use lowercase …", but "SSH keys …" stays: for a reason after a colon.
-fn lower_first(s: &str) -> String {
+/// "use lowercase …" → "Use lowercase …": a reason shown on its own, under its field.
+pub fn capitalised(s: &str) -> String {
     let mut chars = s.chars();
-    match (chars.next(), chars.next()) {
-        (Some(a), Some(b)) if a.is_uppercase() && !b.is_uppercase() => {
-            a.to_lowercase().chain(s.chars().skip(1)).collect()
-        }
-        _ => s.to_owned(),
+    match chars.next() {
+        Some(c) => c.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }
 
@@ -116,12 +114,13 @@ mod ssr {
 
     /// "invalid slug: …" → "Invalid slug: …." : control-plane messages read as sentences.
     fn sentence(m: &str) -> String {
-        let mut chars = m.chars();
-        let mut out: String = match chars.next() {
-            Some(c) => c.to_uppercase().chain(chars).collect(),
-            None => return String::new(),
-        };
-        if !out.ends_with(['.', '!', '?']) {
+        full_stop(&super::capitalised(m))
+    }
+
+    /// Ends it with a full stop, unless it ends a sentence already.
+    fn full_stop(m: &str) -> String {
+        let mut out = m.to_owned();
+        if !out.is_empty() && !out.ends_with(['.', '!', '?']) {
             out.push('.');
         }
         out
@@ -143,7 +142,7 @@ mod ssr {
                 E::NotFound { .. } => AppError::NotFound,
                 E::Invalid { field, reason } => AppError::Invalid {
                     field: field.to_owned(),
-                    reason: sentence(&reason),
+                    reason: full_stop(&reason),
                 },
                 E::ResourceName(_) => AppError::BadRequest(sentence(&e.to_string())),
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
@@ -273,7 +272,7 @@ mod tests {
                 e,
                 AppError::Invalid {
                     field: "slug".into(),
-                    reason: "Use lowercase letters, digits and '-'.".into()
+                    reason: "use lowercase letters, digits and '-'.".into()
                 }
             );
             assert_eq!(

@@ -24,8 +24,7 @@ use control_plane::tenancy::ProjectOperators;
 use control_plane::{ControlPlane, Naming, UserId};
 use sqlx::postgres::PgPoolOptions;
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use test_db::fixtures as support;
 
 mod common;
 use common::{flag, pct};

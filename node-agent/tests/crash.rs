@@ -16,8 +16,7 @@ use control_plane::{AllocationId, ControlPlane, Naming, NodeId, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-#[path = "../../control-plane/tests/support/mod.rs"]
-mod support;
+use test_db::fixtures as support;
 
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const KEY: &str =
@@ -189,10 +188,11 @@ fn write_state(dir: &Path, node: NodeId, server: &str, credential: &str) {
     .unwrap();
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn allocations_converge_after_a_crash_at_every_phase(pool: PgPool) {
+#[tokio::test]
+async fn allocations_converge_after_a_crash_at_every_phase() {
+    let db = test_db::demo().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.seed_demo().await.unwrap();
     let ops = support::operator(&cp, "ops@platform.example").await;
     let (node, _agent, credential) = support::approved(
         &cp,

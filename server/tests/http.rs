@@ -116,11 +116,8 @@ async fn readyz_follows_the_database_down_and_back() {
 
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
-    let c = cluster("reqid");
-    let pg = c.pg.as_ref().unwrap();
-    pg.start().unwrap();
-    pg.ensure_database("portal").unwrap();
-    let cfg = config(&pg.url("portal"));
+    let db = test_db::migrated().await;
+    let cfg = config(&db.url());
     let state = app_state(&cfg).unwrap();
     state.cp.migrate().await.unwrap();
     let app = router(state);
@@ -181,12 +178,10 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
 const ADMIN_PW: &str = "correct horse battery staple";
 
 /// A migrated database with a break-glass admin, and the router over it.
-async fn signed_in_fixture(label: &str, extra: &[&str]) -> (Cluster, axum::Router) {
-    let c = cluster(label);
-    let pg = c.pg.as_ref().unwrap();
-    pg.start().unwrap();
-    pg.ensure_database("portal").unwrap();
-    let state = app_state(&config_with(&pg.url("portal"), extra)).unwrap();
+/// A portal on a fresh migrated database with the platform admin's break-glass password set.
+async fn signed_in_fixture(extra: &[&str]) -> (test_db::TestDb, axum::Router) {
+    let db = test_db::migrated().await;
+    let state = app_state(&config_with(&db.url(), extra)).unwrap();
     state.cp.migrate().await.unwrap();
     state
         .cp
@@ -194,7 +189,7 @@ async fn signed_in_fixture(label: &str, extra: &[&str]) -> (Cluster, axum::Route
         .await
         .unwrap();
     let app = router(state);
-    (c, app)
+    (db, app)
 }
 
 fn sign_in_request(password: &str, origin: Option<&str>, cookie: Option<&str>) -> Request<Body> {
@@ -245,7 +240,7 @@ async fn admin_page(app: &axum::Router, cookie: &str) -> String {
 
 #[tokio::test]
 async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
-    let (_c, app) = signed_in_fixture("fixation", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     let planted = "portal_session=AAAAAAAAAAAAAAAAAAAAAA";
 
     let res = app
@@ -269,7 +264,7 @@ async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
 
 #[tokio::test]
 async fn a_wrong_password_gives_no_session() {
-    let (_c, app) = signed_in_fixture("wrongpw", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     let res = app
         .clone()
         .oneshot(sign_in_request(
@@ -291,7 +286,7 @@ async fn a_wrong_password_gives_no_session() {
 
 #[tokio::test]
 async fn the_secure_flag_follows_configuration() {
-    let (_c, app) = signed_in_fixture("secure", &["--cookie-secure", "true"]).await;
+    let (_c, app) = signed_in_fixture(&["--cookie-secure", "true"]).await;
     let res = app
         .clone()
         .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
@@ -303,7 +298,7 @@ async fn the_secure_flag_follows_configuration() {
 
 #[tokio::test]
 async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
-    let (_c, app) = signed_in_fixture("origin", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     for origin in [
         Some("http://evil.example"),
         Some("null"),
@@ -340,7 +335,7 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
 #[tokio::test]
 async fn a_session_ends_at_its_absolute_timeout_however_active() {
     // 0 hours: any session older than the current second is over.
-    let (_c, app) = signed_in_fixture("absolute", &["--session-absolute-hours", "0"]).await;
+    let (_c, app) = signed_in_fixture(&["--session-absolute-hours", "0"]).await;
     let res = app
         .clone()
         .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
@@ -387,11 +382,8 @@ async fn agent_post(
 #[tokio::test]
 async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers() {
     use control_plane::auth::PlatformOperators;
-    let c = cluster("agent-api");
-    let pg = c.pg.as_ref().unwrap();
-    pg.start().unwrap();
-    pg.ensure_database("portal").unwrap();
-    let state = app_state(&config(&pg.url("portal"))).unwrap();
+    let db = test_db::migrated().await;
+    let state = app_state(&config(&db.url())).unwrap();
     let cp = state.cp.clone();
     cp.migrate().await.unwrap();
     let admin = cp
@@ -619,7 +611,7 @@ async fn get_as(
 async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
     use leptos::server_fn::ServerFn;
-    let (_c, app) = signed_in_fixture("statuses", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     let res = app
         .clone()
         .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
@@ -651,7 +643,7 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     // The field it is about, for the form to show the reason under that field.
     assert!(
-        body.contains(r#""field":"ssh_public_key","reason":"The key data is not valid base64"#),
+        body.contains(r#""field":"ssh_public_key","reason":"the key data is not valid base64"#),
         "{body}"
     );
 
@@ -724,7 +716,7 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
 #[tokio::test]
 async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
     use leptos::server_fn::ServerFn;
-    let (_c, app) = signed_in_fixture("ratelimit", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
     for n in 1..=5 {
         let (status, _, body) = call(
@@ -780,7 +772,7 @@ async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
 
 #[tokio::test]
 async fn sign_in_returns_to_the_page_that_asked_for_it_and_only_to_this_site() {
-    let (_c, app) = signed_in_fixture("return-to", &[]).await;
+    let (_c, app) = signed_in_fixture(&[]).await;
     use leptos::server_fn::ServerFn;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
     for (next, expected) in [

@@ -13,7 +13,6 @@ use clap::Parser;
 use control_plane::{ControlPlane, UserId, demo};
 use http::{Request, StatusCode};
 use leptos::server_fn::ServerFn;
-use pgcluster::{Durability, PgCluster, StopOnDrop};
 use server::config::Config;
 use server::{app_state, router};
 use tower::ServiceExt;
@@ -456,15 +455,11 @@ fn every_server_function_is_in_the_matrix() {
 
 #[tokio::test]
 async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
-    let dir = std::env::temp_dir().join(format!("portal-isolation-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let pg = StopOnDrop(PgCluster::init(&dir, Durability::Throwaway).unwrap());
-    pg.start().unwrap();
-    pg.ensure_database("portal").unwrap();
+    let db = test_db::demo().await;
     let config = Flags::parse_from([
         "server",
         "--database-url",
-        &pg.url("portal"),
+        &db.url(),
         "--public-url",
         ORIGIN,
     ])
@@ -473,7 +468,6 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
     let cp = state.cp.clone();
     let pool = cp.pool().clone();
     cp.migrate().await.unwrap();
-    cp.seed_demo().await.unwrap();
     cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
         .await
         .unwrap();
@@ -603,8 +597,7 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
     // carol: 10 cases x 2 projects; bob: 5 on research (operator there) + 10 on inference;
     // fiona: 7 on each (she sees both, launches and releases in neither).
     assert_eq!(checked, 20 + 15 + 14);
-    drop(pg);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(db);
 }
 
 fn serde_urlencoded_form(pairs: &[(&str, String)]) -> String {

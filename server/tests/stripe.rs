@@ -12,7 +12,6 @@ use control_plane::billing::rating::rate_until;
 use control_plane::billing::stripe::StripeSettings;
 use control_plane::demo::{ACME, ACME_RESEARCH};
 use control_plane::{ControlPlane, Naming, UserId};
-use pgcluster::{Durability, PgCluster, StopOnDrop};
 use server::config::Config;
 use server::{AppState, WebSettings, leptos_options, router};
 use stripe_test_server::Faults;
@@ -31,14 +30,8 @@ struct Portal {
     addr: SocketAddr,
     stripe: stripe_test_server::Handle,
     invoice: uuid::Uuid,
-    _pg: StopOnDrop,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Portal {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+    /// Last: the server's connections go before the database.
+    _db: test_db::TestDb,
 }
 
 fn fixtures() -> serde_json::Value {
@@ -46,13 +39,9 @@ fn fixtures() -> serde_json::Value {
 }
 
 /// A portal with Acme's October closed into one finalised invoice, not yet synced.
-async fn portal(label: &str) -> Portal {
-    let dir = std::env::temp_dir().join(format!("portal-stripe-{label}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let pg = PgCluster::init(&dir, Durability::Throwaway).expect("initdb");
-    pg.start().unwrap();
-    pg.ensure_database("portal").unwrap();
-    let url = pg.url("portal");
+async fn portal() -> Portal {
+    let db = test_db::demo().await;
+    let url = db.url();
     let config = Flags::parse_from([
         "server",
         "--database-url",
@@ -83,7 +72,6 @@ async fn portal(label: &str) -> Portal {
         })
         .unwrap();
     cp.migrate().await.unwrap();
-    cp.seed_demo().await.unwrap();
     let state = AppState {
         leptos: leptos_options(&config),
         cp: cp.clone(),
@@ -129,8 +117,7 @@ async fn portal(label: &str) -> Portal {
         cp,
         addr,
         stripe,
-        _pg: StopOnDrop(pg),
-        dir,
+        _db: db,
     }
 }
 
@@ -199,7 +186,7 @@ async fn sync(p: &Portal) -> usize {
 
 #[tokio::test]
 async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
-    let p = portal("flow").await;
+    let p = portal().await;
     assert_eq!(sync(&p).await, 1);
     let l = local(&p).await;
     let sid = l.stripe_invoice_id.clone().expect("linked to Stripe");
@@ -277,7 +264,7 @@ async fn an_invoice_syncs_and_a_failed_payment_then_a_success_updates_it() {
 
 #[tokio::test]
 async fn a_credit_note_issued_before_the_sync_reaches_stripe_after_its_invoice_once() {
-    let p = portal("credit").await;
+    let p = portal().await;
     let fin = finance(&p.cp).await;
     p.cp.issue_credit_note(&fin, p.invoice, "7.84 USD", "goodwill", None)
         .await
@@ -368,7 +355,7 @@ fn now() -> i64 {
 
 #[tokio::test]
 async fn the_webhook_checks_signatures_and_timestamps_and_processes_an_event_once() {
-    let p = portal("sig").await;
+    let p = portal().await;
     assert_eq!(sync(&p).await, 1);
     let sid = local(&p).await.stripe_invoice_id.unwrap();
     // An event as Stripe would send it: the fixture event around the invoice, marked paid.
@@ -433,7 +420,7 @@ async fn the_webhook_checks_signatures_and_timestamps_and_processes_an_event_onc
 
 #[tokio::test]
 async fn events_out_of_order_and_twice_change_nothing() {
-    let p = portal("order").await;
+    let p = portal().await;
     assert_eq!(sync(&p).await, 1);
     let sid = local(&p).await.stripe_invoice_id.unwrap();
     // A declined attempt, then a successful one; Stripe holds both events and then delivers
@@ -472,7 +459,7 @@ async fn events_out_of_order_and_twice_change_nothing() {
 
 #[tokio::test]
 async fn a_stripe_outage_is_retried_and_nothing_is_duplicated() {
-    let p = portal("outage").await;
+    let p = portal().await;
     // Down for every call of the first round (4 tries each), then two answers lost after
     // the objects were made: the retries must replay, not create again.
     p.stripe.set_faults(Faults {

@@ -10,8 +10,10 @@ fn cp(pool: PgPool) -> ControlPlane {
     ControlPlane::new(pool, Naming::default())
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn break_glass_sign_in_accepts_only_the_right_password(pool: PgPool) {
+#[tokio::test]
+async fn break_glass_sign_in_accepts_only_the_right_password() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
     let id = cp
         .set_break_glass_password("Ada@Platform.example", "Ada Admin", PW)
@@ -42,8 +44,10 @@ async fn break_glass_sign_in_accepts_only_the_right_password(pool: PgPool) {
     }
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn setting_again_replaces_the_password_and_both_are_audited(pool: PgPool) {
+#[tokio::test]
+async fn setting_again_replaces_the_password_and_both_are_audited() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
     cp.set_break_glass_password("ada@platform.example", "Ada", PW)
         .await
@@ -77,10 +81,11 @@ async fn setting_again_replaces_the_password_and_both_are_audited(pool: PgPool) 
     assert_eq!(users, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn break_glass_is_for_platform_admins_only(pool: PgPool) {
+#[tokio::test]
+async fn break_glass_is_for_platform_admins_only() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
-    cp.seed_demo().await.unwrap();
     // alice is a tenant admin, not platform staff: no break-glass password for her.
     let err = cp
         .set_break_glass_password("alice@acme.example", "Alice", PW)
@@ -122,8 +127,10 @@ async fn break_glass_is_for_platform_admins_only(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn bad_input_is_refused_by_name_and_nothing_is_written(pool: PgPool) {
+#[tokio::test]
+async fn bad_input_is_refused_by_name_and_nothing_is_written() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
     let err = cp
         .set_break_glass_password("ada@platform.example", "Ada", "too short")
@@ -160,10 +167,11 @@ async fn bad_input_is_refused_by_name_and_nothing_is_written(pool: PgPool) {
     assert_eq!(rows, 0);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn platform_proofs_need_the_role(pool: PgPool) {
+#[tokio::test]
+async fn platform_proofs_need_the_role() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
-    cp.seed_demo().await.unwrap();
     let admin = cp
         .set_break_glass_password("ada@platform.example", "Ada", PW)
         .await

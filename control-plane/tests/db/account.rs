@@ -4,7 +4,6 @@
 use control_plane::ControlPlane;
 use control_plane::auth::Principal;
 use control_plane::naming::Naming;
-use sqlx::PgPool;
 
 /// Made with `ssh-keygen -t ed25519`; `ssh-keygen -l` prints this fingerprint for it.
 const KEY: &str =
@@ -29,8 +28,10 @@ fn invalid_reason(e: control_plane::Error) -> String {
     }
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn keys_are_validated_kept_per_user_and_audited(pool: PgPool) {
+#[tokio::test]
+async fn keys_are_validated_kept_per_user_and_audited() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let bob = user(&cp, "bob@acme.example").await;
     let carol = user(&cp, "carol@globex.example").await;
@@ -120,8 +121,10 @@ async fn keys_are_validated_kept_per_user_and_audited(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_user_keeps_at_most_fifty_keys(pool: PgPool) {
+#[tokio::test]
+async fn a_user_keeps_at_most_fifty_keys() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let dave = user(&cp, "dave@acme.example").await;
     for i in 0..50u8 {

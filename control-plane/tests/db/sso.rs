@@ -9,7 +9,6 @@ const CALLBACK: &str = "http://127.0.0.1:3000/auth/callback";
 
 async fn seeded(pool: PgPool, issuer: &str) -> ControlPlane {
     let cp = ControlPlane::new(pool, Naming::default());
-    cp.seed_demo().await.unwrap();
     cp.seed_demo_identity_providers(issuer, "s3cret")
         .await
         .unwrap();
@@ -25,8 +24,10 @@ fn closed_port() -> u16 {
         .port()
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn an_email_domain_no_tenant_owns_is_named_in_the_error(pool: PgPool) {
+#[tokio::test]
+async fn an_email_domain_no_tenant_owns_is_named_in_the_error() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = seeded(pool, "http://127.0.0.1:9").await;
     match cp.sso_begin("Mallory@Unknown.Example", CALLBACK).await {
         Err(Error::Sso(SsoError::UnknownDomain { domain })) => {
@@ -44,8 +45,10 @@ async fn an_email_domain_no_tenant_owns_is_named_in_the_error(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn an_unreachable_issuer_is_reported_as_such(pool: PgPool) {
+#[tokio::test]
+async fn an_unreachable_issuer_is_reported_as_such() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let issuer = format!("http://127.0.0.1:{}", closed_port());
     let cp = seeded(pool, &issuer).await;
     match cp.sso_begin("alice@acme.example", CALLBACK).await {
@@ -63,8 +66,10 @@ async fn an_unreachable_issuer_is_reported_as_such(pool: PgPool) {
     }
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_domain_belongs_to_one_tenant_only(pool: PgPool) {
+#[tokio::test]
+async fn a_domain_belongs_to_one_tenant_only() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     seeded(pool.clone(), "http://127.0.0.1:9").await;
     let err = sqlx::query(
         "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ('acme.example', $1)",
@@ -91,8 +96,10 @@ async fn a_domain_belongs_to_one_tenant_only(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn seeding_the_demo_providers_twice_changes_only_what_changed(pool: PgPool) {
+#[tokio::test]
+async fn seeding_the_demo_providers_twice_changes_only_what_changed() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
     cp.seed_demo_identity_providers("http://127.0.0.1:10", "n3w")
         .await
@@ -134,8 +141,10 @@ mod provider_settings {
         }
     }
 
-    #[sqlx::test(migrator = "control_plane::MIGRATOR")]
-    async fn bad_settings_are_refused_by_field_and_nothing_is_written(pool: PgPool) {
+    #[tokio::test]
+    async fn bad_settings_are_refused_by_field_and_nothing_is_written() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
         let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
         let alice: uuid::Uuid =
             sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")

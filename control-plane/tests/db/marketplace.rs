@@ -9,15 +9,12 @@ use control_plane::{ControlPlane, Error, ListingVersionId, Naming, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-mod support;
-
 const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
 
 async fn setup(pool: PgPool) -> (ControlPlane, Platform<PlatformOperators>) {
     let cp = ControlPlane::new(pool, Naming::default());
-    cp.seed_demo().await.unwrap();
-    let ops = support::operator(&cp, "ops@platform.example").await;
+    let ops = crate::support::operator(&cp, "ops@platform.example").await;
     (cp, ops)
 }
 
@@ -59,8 +56,10 @@ async fn state_of(cp: &ControlPlane, id: ListingVersionId) -> String {
         .unwrap()
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn curation_follows_the_state_machine_and_every_step_is_audited(pool: PgPool) {
+#[tokio::test]
+async fn curation_follows_the_state_machine_and_every_step_is_audited() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let carol = admin_of(&cp, CAROL, GLOBEX).await;
     let globex = cp.tenant_publisher(&carol).await.unwrap();
@@ -225,8 +224,10 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited(pool: PgPo
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn publishers_are_kept_apart_and_must_be_approved(pool: PgPool) {
+#[tokio::test]
+async fn publishers_are_kept_apart_and_must_be_approved() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let alice = admin_of(&cp, ALICE, ACME).await;
     // Acme doesn't publish yet: it applies, drafts, and can't submit until approved.
@@ -307,8 +308,10 @@ async fn publishers_are_kept_apart_and_must_be_approved(pool: PgPool) {
     }
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn browsing_filters_by_words_category_gpu_model_and_price(pool: PgPool) {
+#[tokio::test]
+async fn browsing_filters_by_words_category_gpu_model_and_price() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, _ops) = setup(pool).await;
     let slugs = |f: BrowseFilter| {
         let cp = cp.clone();

@@ -12,14 +12,10 @@ use sqlx::PgPool;
 use time::macros::datetime;
 use uuid::uuid;
 
-mod support;
-
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 
 async fn setup(pool: PgPool) -> ControlPlane {
-    let cp = ControlPlane::new(pool, Naming::default());
-    cp.seed_demo().await.unwrap();
-    cp
+    ControlPlane::new(pool, Naming::default())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -120,8 +116,10 @@ async fn ledger_rows(cp: &ControlPlane) -> (i64, i64, i64, i64) {
 /// ends, some shorter than a second), rated in random batch sizes at random moments: every
 /// entry balances, rated time equals running time exactly per allocation, each allocation's
 /// charges are its exact cost floored once, and rating again changes nothing.
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
+#[tokio::test]
+async fn rating_is_exact_balanced_and_idempotent() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(pool).await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let base = datetime!(2026-09-28 00:00 UTC);
@@ -216,8 +214,10 @@ async fn rating_is_exact_balanced_and_idempotent(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
+#[tokio::test]
+async fn the_ledger_is_append_only_and_every_entry_balances() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(pool).await;
     // With a listing fee, so fee charges exist too.
     run_listing(
@@ -307,8 +307,10 @@ async fn the_ledger_is_append_only_and_every_entry_balances(pool: PgPool) {
 
 /// One month, one tenant: the exact lines, rounding, credit and totals, and the ledger
 /// agreeing with the invoice to the cent.
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn golden_invoice_for_one_month(pool: PgPool) {
+#[tokio::test]
+async fn golden_invoice_for_one_month() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(pool).await;
     let fin = finance(&cp).await;
     let us = time::Duration::microseconds;
@@ -626,8 +628,10 @@ async fn golden_invoice_for_one_month(pool: PgPool) {
     assert!(detail.paid_at.is_some());
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool) {
+#[tokio::test]
+async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(pool).await;
     let now = time::OffsetDateTime::now_utc();
     let (month, _) = control_plane::billing::month_bounds(now);
@@ -718,8 +722,10 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers(pool: PgPool)
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable(pool: PgPool) {
+#[tokio::test]
+async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(pool).await;
     // vLLM (Globex Labs, 0.40 USD/h, 70 % to the publisher) on h100.1x for 2 h 30 min, and
     // PyTorch (the platform's, 0.25 USD/h) on l40s.1x for 45 min.
@@ -879,7 +885,7 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable(pool: P
     .unwrap();
     assert_eq!(unbalanced, 0);
     // Operators see what is owed to each publisher.
-    let ops = support::operator(&cp, "ops@platform.example").await;
+    let ops = crate::support::operator(&cp, "ops@platform.example").await;
     let payables = cp.publisher_payables(&ops).await.unwrap();
     let globex = payables
         .iter()

@@ -25,10 +25,11 @@ fn gpus(r: &[control_plane::policy::Resolved]) -> (Option<PolicyValue>, Option<L
     (r.value.clone(), r.decided_by)
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_most_specific_level_decides_and_clearing_falls_back(pool: PgPool) {
+#[tokio::test]
+async fn the_most_specific_level_decides_and_clearing_falls_back() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.seed_demo().await.unwrap();
     let root = cp
         .set_break_glass_password("root@platform.example", "Root", "a long enough password")
         .await
@@ -153,10 +154,11 @@ async fn the_most_specific_level_decides_and_clearing_falls_back(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn another_tenants_project_is_not_a_scope(pool: PgPool) {
+#[tokio::test]
+async fn another_tenants_project_is_not_a_scope() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.seed_demo().await.unwrap();
     let alice = principal(&cp, &pool, "alice@acme.example").await;
     let carol = principal(&cp, &pool, "carol@globex.example").await;
     let globex_admin = cp
@@ -173,8 +175,10 @@ async fn another_tenants_project_is_not_a_scope(pool: PgPool) {
     ));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_table_checks_value_shapes_and_one_setting_per_scope(pool: PgPool) {
+#[tokio::test]
+async fn the_table_checks_value_shapes_and_one_setting_per_scope() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     for (key, value) in [
         ("max_gpus_in_use", "-1"),
         ("max_gpus_in_use", "1.5"),
@@ -217,11 +221,12 @@ async fn the_table_checks_value_shapes_and_one_setting_per_scope(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn who_may_see_and_who_may_set_policies_at_each_level(pool: PgPool) {
+#[tokio::test]
+async fn who_may_see_and_who_may_set_policies_at_each_level() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     use control_plane::policy::Target;
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.seed_demo().await.unwrap();
     let root = cp
         .set_break_glass_password("root@platform.example", "Root", "a long enough password")
         .await

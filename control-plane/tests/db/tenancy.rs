@@ -1,5 +1,4 @@
-//! Database tests. Each `#[sqlx::test]` gets its own fresh database (created from
-//! DATABASE_URL's server, migrated, dropped afterwards); `cargo xtask test` provides the server.
+//! Tenancy, the audit log's guarantees, the demo seed and readiness.
 
 use control_plane::audit::{self, Actor, AuditEntry};
 use control_plane::health::Readiness;
@@ -17,10 +16,11 @@ fn db_message(err: sqlx::Error) -> String {
         .unwrap_or_else(|| panic!("expected a database error, got {err:?}"))
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn audit_log_refuses_update_delete_and_truncate(pool: PgPool) {
+#[tokio::test]
+async fn audit_log_refuses_update_delete_and_truncate() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let resource = Naming::default().tenant(demo::ACME);
-    cp(pool.clone()).seed_demo().await.unwrap();
     let mut conn = pool.acquire().await.unwrap();
     let id = audit::record(
         &mut conn,
@@ -77,8 +77,10 @@ async fn audit_log_refuses_update_delete_and_truncate(pool: PgPool) {
     assert_eq!(request.as_deref(), Some("req-1"));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn audit_log_rejects_malformed_rows(pool: PgPool) {
+#[tokio::test]
+async fn audit_log_rejects_malformed_rows() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     // A user actor without a user id is refused by the table itself.
     let err = sqlx::query(
         "INSERT INTO audit_log (actor_kind, action, resource) VALUES ('user', 'tenant.create', 'x')",
@@ -97,8 +99,10 @@ async fn audit_log_rejects_malformed_rows(pool: PgPool) {
     assert!(db_message(err).contains("audit_log_action_check"));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn demo_seed_is_idempotent_and_audited(pool: PgPool) {
+#[tokio::test]
+async fn demo_seed_is_idempotent_and_audited() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool.clone());
     let first = cp.seed_demo().await.unwrap();
     assert_eq!(
@@ -139,9 +143,10 @@ async fn demo_seed_is_idempotent_and_audited(pool: PgPool) {
     assert_eq!(bob_projects, vec![("research".into(), "operator".into())]);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn project_membership_requires_same_tenant_membership(pool: PgPool) {
-    cp(pool.clone()).seed_demo().await.unwrap();
+#[tokio::test]
+async fn project_membership_requires_same_tenant_membership() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     // carol belongs to Globex; she cannot be put into Acme's research project.
     let err = sqlx::query(
         "INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
@@ -169,9 +174,10 @@ async fn project_membership_requires_same_tenant_membership(pool: PgPool) {
     assert!(db_message(err).contains("project_memberships_tenant_id_project_id_fkey"));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn emails_are_unique_case_insensitively_and_slugs_are_checked(pool: PgPool) {
-    cp(pool.clone()).seed_demo().await.unwrap();
+#[tokio::test]
+async fn emails_are_unique_case_insensitively_and_slugs_are_checked() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let err = sqlx::query(
         "INSERT INTO users (id, email, display_name) VALUES (gen_random_uuid(), 'Alice@ACME.example', 'A')",
     )
@@ -189,8 +195,10 @@ async fn emails_are_unique_case_insensitively_and_slugs_are_checked(pool: PgPool
     assert!(db_message(err).contains("slug_check"));
 }
 
-#[sqlx::test(migrations = false)]
-async fn readiness_waits_for_migrations(pool: PgPool) {
+#[tokio::test]
+async fn readiness_waits_for_migrations() {
+    let db = crate::support::blank_db().await;
+    let pool = db.pool().clone();
     let cp = cp(pool);
     let expected = MIGRATOR.iter().count();
     assert_eq!(

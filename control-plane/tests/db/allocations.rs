@@ -16,8 +16,7 @@ use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-mod support;
-use support::{approved, node, operator};
+use crate::support::{approved, node, operator};
 
 const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
@@ -27,7 +26,6 @@ const KEY: &str =
 
 async fn setup(pool: PgPool) -> (ControlPlane, Platform<PlatformOperators>) {
     let cp = ControlPlane::new(pool, Naming::default());
-    cp.seed_demo().await.unwrap();
     let ops = operator(&cp, "ops@platform.example").await;
     (cp, ops)
 }
@@ -190,15 +188,17 @@ fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
         panic!("not a release: {spec:?}")
     };
     TaskOutcome::Succeeded {
-        output: TaskOutput::Cleaned(support::signed_proof(node, credential, plan)),
+        output: TaskOutput::Cleaned(crate::support::signed_proof(node, credential, plan)),
     }
 }
 
 const PROVISION: &[&str] = &["validate_plan", "write_image", "start_vm"];
 const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof(pool: PgPool) {
+#[tokio::test]
+async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -307,8 +307,10 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(double_bookings(&cp).await, 0);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
+#[tokio::test]
+async fn one_idempotency_key_makes_one_allocation() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -354,8 +356,10 @@ async fn one_idempotency_key_makes_one_allocation(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn bad_input_is_named_and_nothing_is_reserved(pool: PgPool) {
+#[tokio::test]
+async fn bad_input_is_named_and_nothing_is_reserved() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -397,8 +401,10 @@ async fn bad_input_is_named_and_nothing_is_reserved(pool: PgPool) {
     assert_eq!(claims, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
+#[tokio::test]
+async fn the_policy_chain_is_checked_with_the_reservation() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     hgx(&cp, &ops, "gpu-a").await;
     let alice = cp.principal(ALICE).await.unwrap().unwrap();
@@ -499,8 +505,10 @@ async fn the_policy_chain_is_checked_with_the_reservation(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(pool: PgPool) {
+#[tokio::test]
+async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
     let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
@@ -546,10 +554,10 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other(po
     assert_eq!(double_bookings(&cp).await, 0);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_counts_them(
-    pool: PgPool,
-) {
+#[tokio::test]
+async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_counts_them() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
     let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
@@ -597,8 +605,10 @@ async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_coun
     assert_eq!(claims, 4);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_slots(pool: PgPool) {
+#[tokio::test]
+async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_slots() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     for h in ["gpu-a", "gpu-b", "gpu-c"] {
         hgx(&cp, &ops, h).await;
@@ -637,8 +647,10 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
 /// succeeds. Each launch has its own connection, as on a busy server, so most find every node
 /// being reserved by another launch at first; those candidates are waited for (until
 /// placement's deadline), not counted as full.
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed(pool: PgPool) {
+#[tokio::test]
+async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool.clone()).await;
     for i in 0..4 {
         hgx(&cp, &ops, &format!("gpu-{i}")).await;
@@ -693,8 +705,10 @@ async fn running(
     id
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_failed_provision_is_cleaned_like_a_release(pool: PgPool) {
+#[tokio::test]
+async fn a_failed_provision_is_cleaned_like_a_release() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -718,10 +732,10 @@ async fn a_failed_provision_is_cleaned_like_a_release(pool: PgPool) {
     assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clears_them(
-    pool: PgPool,
-) {
+#[tokio::test]
+async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clears_them() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -815,8 +829,10 @@ async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clea
     assert_eq!(availability(&cp, "h100.8x").await, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slots(pool: PgPool) {
+#[tokio::test]
+async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slots() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -857,8 +873,10 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
     assert_eq!(claims, 0, "no slot leaks");
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn releasing_before_the_agent_starts_cancels_the_provision(pool: PgPool) {
+#[tokio::test]
+async fn releasing_before_the_agent_starts_cancels_the_provision() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -878,8 +896,10 @@ async fn releasing_before_the_agent_starts_cancels_the_provision(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper(pool: PgPool) {
+#[tokio::test]
+async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let alice = cp.principal(ALICE).await.unwrap().unwrap();
@@ -925,8 +945,10 @@ async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper(pool: 
     assert_eq!(expired, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_chosen_lifetime_sets_the_expiry_within_the_policy(pool: PgPool) {
+#[tokio::test]
+async fn a_chosen_lifetime_sets_the_expiry_within_the_policy() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -1014,12 +1036,14 @@ async fn a_chosen_lifetime_sets_the_expiry_within_the_policy(pool: PgPool) {
     assert_eq!(lived(short).await, Some(2.0));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations(pool: PgPool) {
+#[tokio::test]
+async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let (cp, ops) = setup(pool).await;
     let (node_a, agent_a, _) = hgx(&cp, &ops, "gpu-util-a").await;
     let (_node_b, agent_b, _) = hgx(&cp, &ops, "gpu-util-b").await;
-    let alloc = support::bare_allocation(&cp, node_a).await;
+    let alloc = crate::support::bare_allocation(&cp, node_a).await;
     let report = |pct| agent_protocol::GpuUtilisation {
         allocation_id: alloc.to_string(),
         gpu_util_pct: pct,
@@ -1061,8 +1085,10 @@ fn with_listing(sku: &str, name: &str, listing: &str, version: &str) -> LaunchRe
     }
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_ones(pool: PgPool) {
+#[tokio::test]
+async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_ones() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     use control_plane::marketplace::Curation;
     let (cp, ops) = setup(pool).await;
     let (_, agent, _) = hgx(&cp, &ops, "gpu-mk-01").await;

@@ -10,10 +10,8 @@ use control_plane::auth::{Platform, PlatformOperators, PlatformStaff};
 use control_plane::fleet::agent::NodeAgent;
 use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
 use control_plane::{ControlPlane, Error, Naming, NodeId};
-use sqlx::PgPool;
 
-mod support;
-use support::{approve_all, discover, discovery, enrolled, operator};
+use crate::support::{approve_all, discover, discovery, enrolled, operator};
 
 fn with_wipe(mut d: Discovery, policy: &str) -> Discovery {
     for s in &mut d.proposed_slots {
@@ -206,7 +204,7 @@ async fn claim(
         .bind(node.0)
         .bind(slot)
         .bind(if slot.is_some() { "gpu_slice" } else { "baremetal" })
-        .bind(support::bare_allocation(cp, node).await)
+        .bind(crate::support::bare_allocation(cp, node).await)
         .execute(cp.pool())
         .await
         .map(|_| ())
@@ -221,8 +219,10 @@ async fn actions(cp: &ControlPlane) -> Vec<String> {
 
 // --- enrolment ------------------------------------------------------------------------------
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed(pool: PgPool) {
+#[tokio::test]
+async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let e = cp
@@ -305,8 +305,10 @@ async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed(pool: Pg
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn expired_and_replaced_tokens_are_refused_with_reasons(pool: PgPool) {
+#[tokio::test]
+async fn expired_and_replaced_tokens_are_refused_with_reasons() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let first = cp
@@ -341,8 +343,10 @@ async fn expired_and_replaced_tokens_are_refused_with_reasons(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn enrolment_input_is_checked_and_hostnames_are_unique(pool: PgPool) {
+#[tokio::test]
+async fn enrolment_input_is_checked_and_hostnames_are_unique() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let cases = [
@@ -418,8 +422,10 @@ async fn enrolment_input_is_checked_and_hostnames_are_unique(pool: PgPool) {
 
 // --- approval -------------------------------------------------------------------------------
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn approval_refuses_problems_then_creates_eight_schedulable_slots(pool: PgPool) {
+#[tokio::test]
+async fn approval_refuses_problems_then_creates_eight_schedulable_slots() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
@@ -515,8 +521,10 @@ async fn approval_refuses_problems_then_creates_eight_schedulable_slots(pool: Pg
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_stale_generation_or_a_decided_one_fails_with_a_message(pool: PgPool) {
+#[tokio::test]
+async fn a_stale_generation_or_a_decided_one_fails_with_a_message() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
@@ -553,8 +561,10 @@ async fn a_stale_generation_or_a_decided_one_fails_with_a_message(pool: PgPool) 
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn of_two_concurrent_decisions_exactly_one_wins(pool: PgPool) {
+#[tokio::test]
+async fn of_two_concurrent_decisions_exactly_one_wins() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let other = operator(&cp, "omar@platform.example").await;
@@ -579,8 +589,10 @@ async fn of_two_concurrent_decisions_exactly_one_wins(pool: PgPool) {
     assert_eq!(decisions, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn reject_needs_a_reason_and_selected_slots_approve_alone(pool: PgPool) {
+#[tokio::test]
+async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
@@ -672,8 +684,10 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone(pool: PgPool) {
 
 // --- drift ----------------------------------------------------------------------------------
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn drift_blocks_only_the_changed_slots_until_reapproved(pool: PgPool) {
+#[tokio::test]
+async fn drift_blocks_only_the_changed_slots_until_reapproved() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -737,8 +751,10 @@ async fn drift_blocks_only_the_changed_slots_until_reapproved(pool: PgPool) {
 
 // --- admin state and postures ---------------------------------------------------------------
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn drain_undrain_and_cordon_are_audited(pool: PgPool) {
+#[tokio::test]
+async fn drain_undrain_and_cordon_are_audited() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -760,8 +776,10 @@ async fn drain_undrain_and_cordon_are_audited(pool: PgPool) {
     assert_eq!(tail, ["node.cordon", "node.undrain", "node.drain"]);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_fully_available(pool: PgPool) {
+#[tokio::test]
+async fn posture_fully_available() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -771,8 +789,10 @@ async fn posture_fully_available(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_partially_allocated(pool: PgPool) {
+#[tokio::test]
+async fn posture_partially_allocated() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -787,8 +807,10 @@ async fn posture_partially_allocated(pool: PgPool) {
     assert!(claim(&cp, node, Some(slots[0])).await.is_err());
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_fully_allocated_by_slices(pool: PgPool) {
+#[tokio::test]
+async fn posture_fully_allocated_by_slices() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -798,8 +820,10 @@ async fn posture_fully_allocated_by_slices(pool: PgPool) {
     assert_eq!(posture(&cp, node).await.0, "fully_allocated_slices");
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_exclusively_allocated_by_baremetal(pool: PgPool) {
+#[tokio::test]
+async fn posture_exclusively_allocated_by_baremetal() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -821,8 +845,10 @@ async fn posture_exclusively_allocated_by_baremetal(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_draining(pool: PgPool) {
+#[tokio::test]
+async fn posture_draining() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -835,8 +861,10 @@ async fn posture_draining(pool: PgPool) {
     assert_eq!(posture(&cp, node).await.0, "draining");
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_cleanup_blocked(pool: PgPool) {
+#[tokio::test]
+async fn posture_cleanup_blocked() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -853,8 +881,10 @@ async fn posture_cleanup_blocked(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health(pool: PgPool) {
+#[tokio::test]
+async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
@@ -894,8 +924,10 @@ async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health(pool:
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn fleet_counts_and_filters(pool: PgPool) {
+#[tokio::test]
+async fn fleet_counts_and_filters() {
+    let db = crate::support::empty_db().await;
+    let pool = db.pool().clone();
     let cp = ControlPlane::new(pool, Naming::default());
     let ops = operator(&cp, "o@platform.example").await;
     let staff = staff(&cp, &ops).await;
@@ -981,11 +1013,12 @@ async fn fleet_counts_and_filters(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn the_demo_fleet_is_enrolled_by_token_and_approved_by_the_operator(pool: PgPool) {
+#[tokio::test]
+async fn the_demo_fleet_is_enrolled_by_token_and_approved_by_the_operator() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     use control_plane::demo::{DEMO_FLEET, DEMO_WIPE_POLICY};
     let cp = ControlPlane::new(pool, Naming::default());
-    cp.seed_demo().await.unwrap();
     let ops = operator(&cp, "ops@platform.example").await;
     // Only a platform operator may set it up; the email is matched without case.
     assert!(cp.demo_operator("alice@acme.example").await.is_err());

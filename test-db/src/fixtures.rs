@@ -1,6 +1,6 @@
-//! Helpers shared by the database tests: people, enrolled nodes answering with the agent's
-//! own fixture discoveries, and the catalog rows an allocation needs.
-#![allow(dead_code)]
+//! Builder fixtures shared by every database test, bench and crash test: people, enrolled
+//! nodes answering with the agent's own fixture discoveries, approved slot maps, the catalog
+//! rows an allocation needs, and cleanup proofs signed the agent's way.
 
 use std::path::Path;
 use std::time::Duration;

@@ -9,7 +9,6 @@ use sqlx::PgPool;
 
 async fn setup(pool: &PgPool) -> ControlPlane {
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.seed_demo().await.unwrap();
     cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
         .await
         .unwrap();
@@ -25,8 +24,10 @@ async fn who(cp: &ControlPlane, pool: &PgPool, email: &str) -> Principal {
     cp.principal(UserId(id)).await.unwrap().unwrap()
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn another_tenant_gets_not_found_never_forbidden(pool: PgPool) {
+#[tokio::test]
+async fn another_tenant_gets_not_found_never_forbidden() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let carol = who(&cp, &pool, "carol@globex.example").await;
     let err = cp
@@ -52,8 +53,10 @@ async fn another_tenant_gets_not_found_never_forbidden(pool: PgPool) {
     assert!(matches!(err, Error::NotFound { .. }));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn roles_decide_within_a_tenant(pool: PgPool) {
+#[tokio::test]
+async fn roles_decide_within_a_tenant() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let bob = who(&cp, &pool, "bob@acme.example").await;
     let fiona = who(&cp, &pool, "fiona@acme.example").await;
@@ -109,8 +112,10 @@ async fn roles_decide_within_a_tenant(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn projects_are_created_renamed_and_audited(pool: PgPool) {
+#[tokio::test]
+async fn projects_are_created_renamed_and_audited() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let alice = who(&cp, &pool, "alice@acme.example").await;
     let admin = cp
@@ -157,8 +162,10 @@ async fn projects_are_created_renamed_and_audited(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn inviting_adds_members_or_waits_for_first_sign_in(pool: PgPool) {
+#[tokio::test]
+async fn inviting_adds_members_or_waits_for_first_sign_in() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let alice = who(&cp, &pool, "alice@acme.example").await;
     let p = cp
@@ -212,8 +219,10 @@ async fn inviting_adds_members_or_waits_for_first_sign_in(pool: PgPool) {
     assert!(detail.members.iter().any(|m| m.email == "bob@acme.example"));
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn a_project_keeps_at_least_one_admin(pool: PgPool) {
+#[tokio::test]
+async fn a_project_keeps_at_least_one_admin() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let alice = who(&cp, &pool, "alice@acme.example").await;
     let bob = who(&cp, &pool, "bob@acme.example").await;
@@ -249,8 +258,10 @@ async fn a_project_keeps_at_least_one_admin(pool: PgPool) {
     );
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn two_admins_removing_each_other_at_once_leave_one(pool: PgPool) {
+#[tokio::test]
+async fn two_admins_removing_each_other_at_once_leave_one() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     let cp = setup(&pool).await;
     let alice = who(&cp, &pool, "alice@acme.example").await;
     let bob = who(&cp, &pool, "bob@acme.example").await;
@@ -280,8 +291,10 @@ async fn two_admins_removing_each_other_at_once_leave_one(pool: PgPool) {
     assert_eq!(admins, 1);
 }
 
-#[sqlx::test(migrator = "control_plane::MIGRATOR")]
-async fn audit_search_is_scoped_to_the_tenant_and_filters(pool: PgPool) {
+#[tokio::test]
+async fn audit_search_is_scoped_to_the_tenant_and_filters() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
     use control_plane::audit::{AuditFilter, AuditScope};
     use control_plane::auth::PlatformAdmin;
     let cp = setup(&pool).await;

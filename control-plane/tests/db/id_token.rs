@@ -26,7 +26,7 @@ struct Groups {
 impl AdditionalClaims for Groups {}
 
 fn key(kid: &str) -> CoreRsaPrivateSigningKey {
-    let pem = include_str!("fixtures/id-token-test-key.pem");
+    let pem = include_str!("../fixtures/id-token-test-key.pem");
     CoreRsaPrivateSigningKey::from_pem(pem, Some(JsonWebKeyId::new(kid.into()))).unwrap()
 }
 

@@ -1,0 +1,17 @@
+//! The control plane's database tests, in one binary so that they link once. Each test gets
+//! its own database, copied from a template built once per run (`support::empty_db`: migrated;
+//! `support::demo_db`: migrated and the demo seeded; `support::blank_db`: nothing applied).
+
+mod support;
+
+mod account;
+mod allocations;
+mod auth;
+mod billing;
+mod fleet;
+mod id_token;
+mod marketplace;
+mod policy;
+mod projects;
+mod sso;
+mod tenancy;
