@@ -5,6 +5,7 @@
 mod bench;
 mod dev;
 mod fleet;
+mod layers;
 mod portal;
 mod proc;
 mod standalone;

@@ -12,7 +12,7 @@ use pgcluster::{Durability, PgCluster, StopOnDrop};
 
 use crate::proc::{run as sh, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, portal, root, standalone, step, target_dir};
+use crate::{Result, layers, portal, root, standalone, step, target_dir};
 
 /// Debug builds share artifacts with `cargo leptos build`, which adds this flag.
 const DEBUG_RUSTFLAGS: &str = "--cfg erase_components";
@@ -38,6 +38,8 @@ pub fn run(args: &[String]) -> Result {
     };
     step("the repository stands alone (no tracked file refers to a path outside it)");
     standalone::check()?;
+    step("the crate graph points one way (xtask/src/layers.rs)");
+    layers::check()?;
 
     tools::ensure_all(Needs::everything())?;
     if browser_only {
