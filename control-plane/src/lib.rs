@@ -50,6 +50,8 @@ pub struct ControlPlane {
     stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
     /// Break-glass sign-in attempts, per account and per client address.
     sign_in_limits: std::sync::Arc<ratelimit::SignInLimits>,
+    /// How long a launch waits for candidate nodes other launches are reserving.
+    pub(crate) contention_deadline: std::time::Duration,
 }
 
 /// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
@@ -99,6 +101,7 @@ impl ControlPlane {
             wake: Default::default(),
             stripe: None,
             sign_in_limits: Default::default(),
+            contention_deadline: placement::CONTENTION_DEADLINE,
         }
     }
 
@@ -108,6 +111,13 @@ impl ControlPlane {
             settings,
         )?));
         Ok(self)
+    }
+
+    /// How long a launch keeps trying while the nodes that could take it are being reserved
+    /// by other launches ([`placement::CONTENTION_DEADLINE`] unless set).
+    pub fn with_contention_deadline(mut self, deadline: std::time::Duration) -> Self {
+        self.contention_deadline = deadline;
+        self
     }
 
     pub fn stripe_configured(&self) -> bool {

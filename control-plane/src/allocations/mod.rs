@@ -2,12 +2,12 @@
 //! idempotency key), release, and what the allocation pages read. The lifecycle after launch
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
+mod decide;
 pub mod lifecycle;
 mod ssh;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
@@ -19,8 +19,9 @@ use crate::catalog::{Shape, Sku, sku_by_name};
 use crate::error::{Error, Result};
 use crate::ids::{AllocationId, ListingVersionId, NodeId, ProjectId, SkuId, TenantId, UserId};
 use crate::placement::{self, Placement, Reserve};
-use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved, resolve_policies_on};
+use crate::policy::{Money, PolicyKey, PolicyValue, resolve_policies_on};
 use crate::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
+use decide::{counts_in_project, decided, invalid, policy};
 
 /// What a tenant asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,44 +62,6 @@ pub const STATES: &[&str] = &[
     "cleaning",
     "released",
 ];
-
-fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
-    Error::Invalid {
-        field,
-        reason: reason.into(),
-    }
-}
-
-fn check_name(name: &str) -> Result<String> {
-    let name = name.trim().to_ascii_lowercase();
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(name)
-    } else {
-        Err(invalid(
-            "name",
-            format!(
-                "{name:?}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
-            ),
-        ))
-    }
-}
-
-fn check_idempotency_key(key: &str) -> Result<&str> {
-    let key = key.trim();
-    if (8..=200).contains(&key.len()) && key.chars().all(|c| c.is_ascii_graphic()) {
-        Ok(key)
-    } else {
-        Err(invalid(
-            "idempotency_key",
-            "use 8 to 200 printable characters (a UUID per launch form, for example)",
-        ))
-    }
-}
 
 /// Writes the allocation and its claims for one placement attempt (inside a savepoint).
 struct Reservation<'a> {
@@ -189,26 +152,6 @@ impl Reserve for Reservation<'_> {
     }
 }
 
-/// The scope a quota or budget counts in: the project when the project level set it, the
-/// whole tenant when the tenant (or global) level did.
-fn counts_in_project(r: &Resolved) -> bool {
-    r.decided_by == Some(Level::Project)
-}
-
-fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
-    all.iter()
-        .find(|r| r.key == key)
-        .expect("resolve_policies returns every key")
-}
-
-fn decided(r: &Resolved) -> String {
-    format!(
-        "policy {} (set at {} level)",
-        r.key.as_str(),
-        r.decided_by.map(Level::as_str).unwrap_or("no")
-    )
-}
-
 /// What a project may still spend this month under its `monthly_budget` policy, for the
 /// launch form's estimate.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,39 +228,13 @@ impl ControlPlane {
     ) -> Result<Launched> {
         let requested_at = OffsetDateTime::now_utc();
         let user = who.user();
-        let name = check_name(&req.name)?;
-        if let Some(h) = req.lifetime_hours
-            && !(1..=MAX_LIFETIME_HOURS).contains(&h)
-        {
-            return Err(invalid(
-                "lifetime_hours",
-                format!(
-                    "{h}: choose 1 to {MAX_LIFETIME_HOURS} hours, or none to keep it until released"
-                ),
-            ));
-        }
-        let name = name.as_str();
-        let key = check_idempotency_key(&req.idempotency_key)?;
-        let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
-        let ssh_public_key = ssh_public_key.as_str();
-        let region = req.region.trim().to_ascii_lowercase();
-        let region = region.as_str();
-        let fingerprint = {
-            let mut h = Sha256::new();
-            for part in [
-                req.sku.trim(),
-                region,
-                req.listing.trim(),
-                req.version.trim(),
-                ssh_public_key,
-                name,
-            ] {
-                h.update(part.as_bytes());
-                h.update([0]);
-            }
-            format!("{:x}", h.finalize())
-        };
-        let fingerprint = fingerprint.as_str();
+        let valid = decide::ValidLaunch::check(req)?;
+        let (name, key, fingerprint) = (
+            valid.name.as_str(),
+            valid.idempotency_key.as_str(),
+            valid.fingerprint.as_str(),
+        );
+        let ssh_public_key = valid.ssh_public_key.as_str();
         let mut tx = self.pool().begin().await?;
         // Requests with the same key wait for each other here, so the second sees the first.
         sqlx::query!(
@@ -357,78 +274,21 @@ impl ControlPlane {
             .fee
             .as_ref()
             .map_or(0, |f| f.amount_minor);
-        let mut regions = if region.is_empty() {
-            sku.regions.clone()
-        } else if sku.regions.iter().any(|r| r == region) {
-            vec![region.to_string()]
-        } else {
-            return Err(invalid(
-                "region",
-                format!(
-                    "{} is sold in {}, not {region}",
-                    sku.name,
-                    sku.regions.join(", ")
-                ),
-            ));
-        };
+        let regions = decide::regions(&sku, &valid.region)?;
 
-        // The policy chain, in this transaction.
+        // The policy chain, in this transaction; limits are counted under the scope's lock.
         let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
-        let allowed = policy(&policies, PolicyKey::AllowedSkus);
-        if let Some(PolicyValue::AllowedSkus(list)) = &allowed.value
-            && !list.contains(&sku.name)
-        {
-            return Err(Error::PolicyDenied(format!(
-                "{} allows {}, not {}",
-                decided(allowed),
-                list.join(", "),
-                sku.name
-            )));
-        }
-        let allowed = policy(&policies, PolicyKey::AllowedListings);
-        if let Some(PolicyValue::AllowedListings(list)) = &allowed.value
-            && !list.contains(&software.slug)
-        {
-            return Err(Error::PolicyDenied(format!(
-                "{} allows {}, not {}",
-                decided(allowed),
-                list.join(", "),
-                software.slug
-            )));
-        }
-        let allowed = policy(&policies, PolicyKey::AllowedRegions);
-        if let Some(PolicyValue::AllowedRegions(list)) = &allowed.value {
-            regions.retain(|r| list.contains(r));
-            if regions.is_empty() {
-                return Err(Error::PolicyDenied(format!(
-                    "{} allows {}; {} is sold only in {}",
-                    decided(allowed),
-                    list.join(", "),
-                    sku.name,
-                    if region.is_empty() {
-                        sku.regions.join(", ")
-                    } else {
-                        region.to_string()
-                    }
-                )));
-            }
-        }
-        let max_gpus = policy(&policies, PolicyKey::MaxGpusInUse);
-        let budget = policy(&policies, PolicyKey::MonthlyBudget);
-        if max_gpus.value.is_some() || budget.value.is_some() {
-            // Serialise this scope's launches, so two can't both fit under the limit.
-            let project_scoped = [max_gpus, budget]
-                .iter()
-                .filter(|r| r.value.is_some())
-                .all(|r| counts_in_project(r));
-            if project_scoped {
+        let allowed = decide::allowed(&policies, &sku, &software.slug, &valid.region, regions)?;
+        match allowed.lock() {
+            Some(decide::LockScope::Project) => {
                 sqlx::query!(
                     "SELECT 1 AS one FROM projects WHERE id = $1 FOR UPDATE",
                     who.id() as ProjectId
                 )
                 .fetch_one(&mut *tx)
                 .await?;
-            } else {
+            }
+            Some(decide::LockScope::Tenant) => {
                 sqlx::query!(
                     "SELECT 1 AS one FROM tenants WHERE id = $1 FOR UPDATE",
                     who.tenant() as TenantId
@@ -436,90 +296,37 @@ impl ControlPlane {
                 .fetch_one(&mut *tx)
                 .await?;
             }
+            None => {}
         }
-        if let Some(PolicyValue::MaxGpusInUse(max)) = &max_gpus.value {
+        if let Some(quota) = allowed.max_gpus {
             let in_use = sqlx::query_scalar!(
                 r#"SELECT coalesce(sum(gpu_count), 0)::bigint AS "n!" FROM allocations
                    WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
                      AND state <> 'released'"#,
                 who.tenant() as TenantId,
-                counts_in_project(max_gpus).then_some(who.id().0),
+                counts_in_project(quota.1).then_some(who.id().0),
             )
             .fetch_one(&mut *tx)
             .await?;
-            if in_use + sku.gpu_count as i64 > *max as i64 {
-                return Err(Error::PolicyDenied(format!(
-                    "{} allows {max} GPUs in use in this {}; {in_use} are in use and {} would need {}",
-                    decided(max_gpus),
-                    if counts_in_project(max_gpus) {
-                        "project"
-                    } else {
-                        "organization"
-                    },
-                    sku.name,
-                    sku.gpu_count
-                )));
-            }
+            decide::within_gpu_quota(quota, in_use, &sku)?;
         }
-        if let Some(PolicyValue::MonthlyBudget(limit)) = &budget.value {
-            if limit.currency != sku.price.currency {
-                return Err(Error::PolicyDenied(format!(
-                    "{} is in {}, but {} is priced in {}; ask an admin to set the budget in {}",
-                    decided(budget),
-                    limit.currency,
-                    sku.name,
-                    sku.price.currency,
-                    sku.price.currency
-                )));
-            }
+        if let Some(budget) = allowed.budget {
+            decide::budget_currency(budget, &sku)?;
             // The ledger's month-to-date (rated charges plus what runs unrated), in this
-            // transaction, plus the launch's first hour.
+            // transaction.
             let spent = crate::billing::reports::spent_this_month(
                 &mut tx,
                 who.tenant(),
-                counts_in_project(budget).then_some(who.id()),
-                &limit.currency,
+                counts_in_project(budget.1).then_some(who.id()),
+                &budget.0.currency,
                 time::OffsetDateTime::now_utc(),
             )
             .await?
             .ceil_to_minor();
-            let first_hour = sku.price.amount_minor + fee;
-            if spent + first_hour > limit.amount_minor {
-                let money = |amount_minor| Money {
-                    amount_minor,
-                    currency: limit.currency.clone(),
-                };
-                return Err(Error::PolicyDenied(format!(
-                    "{} is {limit}; {} is spent this month, and {} for the first hour of {}{} would make {}, {} over",
-                    decided(budget),
-                    money(spent),
-                    money(first_hour),
-                    sku.name,
-                    if fee > 0 {
-                        format!(" with {}", software.label)
-                    } else {
-                        String::new()
-                    },
-                    money(spent + first_hour),
-                    money(spent + first_hour - limit.amount_minor),
-                )));
-            }
+            decide::within_budget(budget, spent, &sku, fee, &software.label)?;
         }
-        let lifetime = policy(&policies, PolicyKey::MaxAllocationLifetimeHours);
-        let policy_hours = match &lifetime.value {
-            Some(PolicyValue::MaxAllocationLifetimeHours(h)) => Some(*h),
-            _ => None,
-        };
-        let hours = match (req.lifetime_hours, policy_hours) {
-            (Some(asked), Some(max)) if asked > max => {
-                return Err(Error::PolicyDenied(format!(
-                    "{} allows allocations to live {max} hours; this launch asked for {asked}",
-                    decided(lifetime)
-                )));
-            }
-            (Some(asked), _) => Some(asked),
-            (None, max) => max,
-        };
+        let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
+        let regions = allowed.regions;
         let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
 
         let taken = sqlx::query_scalar!(
@@ -551,7 +358,14 @@ impl ControlPlane {
             requested_at,
             expires_at,
         };
-        let placed = placement::place(&mut tx, &sku, &regions, &mut reservation).await?;
+        let placed = placement::place(
+            &mut tx,
+            &sku,
+            &regions,
+            &mut reservation,
+            self.contention_deadline,
+        )
+        .await?;
         sqlx::query!(
             "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.provision', $1)",
             id as AllocationId

@@ -202,26 +202,29 @@ pub(crate) trait Reserve {
     async fn reserve(&mut self, conn: &mut PgConnection, placement: &Placement) -> Result<()>;
 }
 
-/// How long a launch keeps looking while every candidate that could take it is being
-/// reserved by other launches. Long enough that a burst of concurrent launches onto a fleet
-/// with room all succeed; short enough that a launch onto a full fleet answers at once (a
-/// round in which nothing was busy ends the search).
-pub(crate) const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a launch keeps looking, by default, while every candidate that could take it is
+/// being reserved by other launches. Long enough that a burst of concurrent launches onto a
+/// fleet with room all succeed; short enough that a launch onto a full fleet answers at once
+/// (a round in which nothing was busy ends the search). `ControlPlane::with_contention_deadline`
+/// changes it.
+pub const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Places `sku` within `regions` on the caller's transaction. Each candidate node's row is
 /// locked with `FOR UPDATE SKIP LOCKED` (a node someone else is placing on right now is
 /// skipped, which spreads concurrent launches), its free slots are read under that lock, and
 /// the chosen slots are locked too. `reserve` runs in a savepoint; a refusal by the database
 /// moves on to the next candidate. While some candidate was busy, it looks again, with a short
-/// growing pause, until [`CONTENTION_DEADLINE`]; then it answers `sku_unavailable`, counting
-/// the nodes that were only busy apart from those that cannot fit.
+/// growing pause, until `patience` has passed ([`CONTENTION_DEADLINE`] by default); then it
+/// answers `sku_unavailable`, counting the nodes that were only busy apart from those that
+/// cannot fit.
 pub(crate) async fn place(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],
     reserve: &mut impl Reserve,
+    patience: std::time::Duration,
 ) -> Result<Placement> {
-    let deadline = std::time::Instant::now() + CONTENTION_DEADLINE;
+    let deadline = std::time::Instant::now() + patience;
     let mut busy = 0;
     for round in 0u32.. {
         busy = 0;
@@ -274,7 +277,7 @@ pub(crate) async fn place(
         why.push_str(&format!(
             ". {busy} node(s) that could take it were being reserved by other launches for \
              the whole {} ms this launch waited; try again",
-            CONTENTION_DEADLINE.as_millis()
+            patience.as_millis()
         ));
     }
     Err(Error::SkuUnavailable(why))
@@ -535,7 +538,14 @@ impl ControlPlane {
             }
             None => sku.regions.clone(),
         };
-        let placed = place(&mut tx, &sku, &regions, &mut DryRun).await;
+        let placed = place(
+            &mut tx,
+            &sku,
+            &regions,
+            &mut DryRun,
+            self.contention_deadline,
+        )
+        .await;
         tx.rollback().await?;
         placed
     }

@@ -1,0 +1,571 @@
+//! What a launch decides, as pure functions over what its transaction read: the request
+//! checked and normalised, what the policy chain allows, the GPU quota and the budget against
+//! the numbers counted under the scope's lock, and the lifetime. `launch` (in `mod.rs`) is the
+//! SQL around them: lock, read, decide, reserve, write. Every refusal is a sentence that names
+//! the policy, the level that set it and the numbers.
+
+use sha2::{Digest, Sha256};
+
+use super::{LaunchRequest, MAX_LIFETIME_HOURS, validate_ssh_keys};
+use crate::catalog::Sku;
+use crate::error::{Error, Result};
+use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
+
+pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// The scope a quota or budget counts in: the project when the project level set it, the
+/// whole tenant when the tenant (or global) level did.
+pub(super) fn counts_in_project(r: &Resolved) -> bool {
+    r.decided_by == Some(Level::Project)
+}
+
+pub(super) fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
+    all.iter()
+        .find(|r| r.key == key)
+        .expect("resolve_policies returns every key")
+}
+
+/// "policy max_gpus_in_use (set at project level)".
+pub(super) fn decided(r: &Resolved) -> String {
+    format!(
+        "policy {} (set at {} level)",
+        r.key.as_str(),
+        r.decided_by.map(Level::as_str).unwrap_or("no")
+    )
+}
+
+pub(super) fn check_name(name: &str) -> Result<String> {
+    let name = name.trim().to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(name)
+    } else {
+        Err(invalid(
+            "name",
+            format!(
+                "{name:?}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+            ),
+        ))
+    }
+}
+
+fn check_idempotency_key(key: &str) -> Result<&str> {
+    let key = key.trim();
+    if (8..=200).contains(&key.len()) && key.chars().all(|c| c.is_ascii_graphic()) {
+        Ok(key)
+    } else {
+        Err(invalid(
+            "idempotency_key",
+            "use 8 to 200 printable characters (a UUID per launch form, for example)",
+        ))
+    }
+}
+
+/// A launch request with every field checked and normalised; nothing read yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct ValidLaunch {
+    pub name: String,
+    pub idempotency_key: String,
+    /// One validated key per line.
+    pub ssh_public_key: String,
+    /// Lower case; empty: any of the SKU's regions.
+    pub region: String,
+    pub lifetime_hours: Option<u32>,
+    /// What a repeated idempotency key must match to return the first allocation.
+    pub fingerprint: String,
+}
+
+impl ValidLaunch {
+    pub fn check(req: &LaunchRequest) -> Result<Self> {
+        let name = check_name(&req.name)?;
+        if let Some(h) = req.lifetime_hours
+            && !(1..=MAX_LIFETIME_HOURS).contains(&h)
+        {
+            return Err(invalid(
+                "lifetime_hours",
+                format!(
+                    "{h}: choose 1 to {MAX_LIFETIME_HOURS} hours, or none to keep it until released"
+                ),
+            ));
+        }
+        let idempotency_key = check_idempotency_key(&req.idempotency_key)?.to_owned();
+        let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
+        let region = req.region.trim().to_ascii_lowercase();
+        let fingerprint = {
+            let mut h = Sha256::new();
+            for part in [
+                req.sku.trim(),
+                &region,
+                req.listing.trim(),
+                req.version.trim(),
+                &ssh_public_key,
+                &name,
+            ] {
+                h.update(part.as_bytes());
+                h.update([0]);
+            }
+            format!("{:x}", h.finalize())
+        };
+        Ok(Self {
+            name,
+            idempotency_key,
+            ssh_public_key,
+            region,
+            lifetime_hours: req.lifetime_hours,
+            fingerprint,
+        })
+    }
+}
+
+/// Where the SKU may run: the region asked for, or every region it is sold in.
+pub(super) fn regions(sku: &Sku, region: &str) -> Result<Vec<String>> {
+    if region.is_empty() {
+        Ok(sku.regions.clone())
+    } else if sku.regions.iter().any(|r| r == region) {
+        Ok(vec![region.to_string()])
+    } else {
+        Err(invalid(
+            "region",
+            format!(
+                "{} is sold in {}, not {region}",
+                sku.name,
+                sku.regions.join(", ")
+            ),
+        ))
+    }
+}
+
+/// What the policy chain lets this launch do before anything is counted: the regions left
+/// after `allowed_regions`, and the limits still to check under the scope's lock.
+#[derive(Debug)]
+pub(super) struct Allowed<'p> {
+    pub regions: Vec<String>,
+    pub max_gpus: Option<(u32, &'p Resolved)>,
+    pub budget: Option<(&'p Money, &'p Resolved)>,
+}
+
+/// Whose launches to serialise before counting, so that two can't both fit under a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LockScope {
+    Project,
+    Tenant,
+}
+
+impl Allowed<'_> {
+    /// The project when every limit that applies counts in the project; the tenant when one
+    /// counts tenant-wide; nothing when no limit applies.
+    pub fn lock(&self) -> Option<LockScope> {
+        let limits: Vec<&Resolved> = self
+            .max_gpus
+            .map(|(_, r)| r)
+            .into_iter()
+            .chain(self.budget.map(|(_, r)| r))
+            .collect();
+        match limits.is_empty() {
+            true => None,
+            false if limits.iter().all(|r| counts_in_project(r)) => Some(LockScope::Project),
+            false => Some(LockScope::Tenant),
+        }
+    }
+}
+
+/// `allowed_skus`, `allowed_listings` and `allowed_regions`, in that order.
+pub(super) fn allowed<'p>(
+    policies: &'p [Resolved],
+    sku: &Sku,
+    listing_slug: &str,
+    requested_region: &str,
+    mut regions: Vec<String>,
+) -> Result<Allowed<'p>> {
+    let skus = policy(policies, PolicyKey::AllowedSkus);
+    if let Some(PolicyValue::AllowedSkus(list)) = &skus.value
+        && !list.contains(&sku.name)
+    {
+        return Err(Error::PolicyDenied(format!(
+            "{} allows {}, not {}",
+            decided(skus),
+            list.join(", "),
+            sku.name
+        )));
+    }
+    let listings = policy(policies, PolicyKey::AllowedListings);
+    if let Some(PolicyValue::AllowedListings(list)) = &listings.value
+        && !list.iter().any(|l| l == listing_slug)
+    {
+        return Err(Error::PolicyDenied(format!(
+            "{} allows {}, not {}",
+            decided(listings),
+            list.join(", "),
+            listing_slug
+        )));
+    }
+    let in_regions = policy(policies, PolicyKey::AllowedRegions);
+    if let Some(PolicyValue::AllowedRegions(list)) = &in_regions.value {
+        regions.retain(|r| list.contains(r));
+        if regions.is_empty() {
+            return Err(Error::PolicyDenied(format!(
+                "{} allows {}; {} is sold only in {}",
+                decided(in_regions),
+                list.join(", "),
+                sku.name,
+                if requested_region.is_empty() {
+                    sku.regions.join(", ")
+                } else {
+                    requested_region.to_string()
+                }
+            )));
+        }
+    }
+    let max_gpus = policy(policies, PolicyKey::MaxGpusInUse);
+    let budget = policy(policies, PolicyKey::MonthlyBudget);
+    Ok(Allowed {
+        regions,
+        max_gpus: match &max_gpus.value {
+            Some(PolicyValue::MaxGpusInUse(max)) => Some((*max, max_gpus)),
+            _ => None,
+        },
+        budget: match &budget.value {
+            Some(PolicyValue::MonthlyBudget(limit)) => Some((limit, budget)),
+            _ => None,
+        },
+    })
+}
+
+/// `max_gpus_in_use` against the GPUs in use in its scope.
+pub(super) fn within_gpu_quota(
+    (max, decided_by): (u32, &Resolved),
+    in_use: i64,
+    sku: &Sku,
+) -> Result<()> {
+    if in_use + sku.gpu_count as i64 > max as i64 {
+        return Err(Error::PolicyDenied(format!(
+            "{} allows {max} GPUs in use in this {}; {in_use} are in use and {} would need {}",
+            decided(decided_by),
+            if counts_in_project(decided_by) {
+                "project"
+            } else {
+                "organization"
+            },
+            sku.name,
+            sku.gpu_count
+        )));
+    }
+    Ok(())
+}
+
+/// A budget can only count what is priced in its currency.
+pub(super) fn budget_currency((limit, decided_by): (&Money, &Resolved), sku: &Sku) -> Result<()> {
+    if limit.currency != sku.price.currency {
+        return Err(Error::PolicyDenied(format!(
+            "{} is in {}, but {} is priced in {}; ask an admin to set the budget in {}",
+            decided(decided_by),
+            limit.currency,
+            sku.name,
+            sku.price.currency,
+            sku.price.currency
+        )));
+    }
+    Ok(())
+}
+
+/// `monthly_budget` against what is spent this month (in minor units, rounded up) plus the
+/// launch's first hour (SKU price and listing fee).
+pub(super) fn within_budget(
+    (limit, decided_by): (&Money, &Resolved),
+    spent: i64,
+    sku: &Sku,
+    fee: i64,
+    software_label: &str,
+) -> Result<()> {
+    let first_hour = sku.price.amount_minor + fee;
+    if spent + first_hour > limit.amount_minor {
+        let money = |amount_minor| Money {
+            amount_minor,
+            currency: limit.currency.clone(),
+        };
+        return Err(Error::PolicyDenied(format!(
+            "{} is {limit}; {} is spent this month, and {} for the first hour of {}{} would make {}, {} over",
+            decided(decided_by),
+            money(spent),
+            money(first_hour),
+            sku.name,
+            if fee > 0 {
+                format!(" with {software_label}")
+            } else {
+                String::new()
+            },
+            money(spent + first_hour),
+            money(spent + first_hour - limit.amount_minor),
+        )));
+    }
+    Ok(())
+}
+
+/// How long the allocation lives: what was asked, within `max_allocation_lifetime_hours`;
+/// the policy's limit when nothing was asked.
+pub(super) fn lifetime(policies: &[Resolved], asked: Option<u32>) -> Result<Option<u32>> {
+    let lifetime = policy(policies, PolicyKey::MaxAllocationLifetimeHours);
+    let max = match &lifetime.value {
+        Some(PolicyValue::MaxAllocationLifetimeHours(h)) => Some(*h),
+        _ => None,
+    };
+    match (asked, max) {
+        (Some(asked), Some(max)) if asked > max => Err(Error::PolicyDenied(format!(
+            "{} allows allocations to live {max} hours; this launch asked for {asked}",
+            decided(lifetime)
+        ))),
+        (Some(asked), _) => Ok(Some(asked)),
+        (None, max) => Ok(max),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Shape;
+    use crate::ids::SkuId;
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";
+
+    fn usd(amount_minor: i64) -> Money {
+        Money {
+            amount_minor,
+            currency: "USD".into(),
+        }
+    }
+
+    fn sku(name: &str, gpus: i32, price_minor: i64) -> Sku {
+        Sku {
+            id: SkuId::new_random(),
+            name: name.into(),
+            display_name: name.into(),
+            shape: Shape::GpuSlice,
+            gpu_model: "NVIDIA H100 80GB HBM3".into(),
+            gpu_count: gpus,
+            vcpus: 26 * gpus,
+            memory_gib: 225 * gpus,
+            nvme_gib: 3500,
+            regions: vec!["eu-west-1".into(), "us-east-1".into()],
+            families: vec!["hgx-h100-8x".into()],
+            price: usd(price_minor),
+            state: "active".into(),
+        }
+    }
+
+    /// The resolved chain with `set` decided at its level and every other key unset.
+    fn chain(set: &[(PolicyValue, Level)]) -> Vec<Resolved> {
+        PolicyKey::ALL
+            .iter()
+            .map(|&key| match set.iter().find(|(v, _)| v.key() == key) {
+                Some((v, level)) => Resolved {
+                    key,
+                    value: Some(v.clone()),
+                    decided_by: Some(*level),
+                    trace: vec![(*level, Some(v.clone()))],
+                },
+                None => Resolved {
+                    key,
+                    value: None,
+                    decided_by: None,
+                    trace: Vec::new(),
+                },
+            })
+            .collect()
+    }
+
+    fn request(name: &str) -> LaunchRequest {
+        LaunchRequest {
+            sku: "h100.1x".into(),
+            region: " US-East-1 ".into(),
+            listing: "ubuntu-24.04-cuda".into(),
+            version: String::new(),
+            ssh_public_key: KEY.into(),
+            name: name.into(),
+            idempotency_key: "0f4c1b6e-launch".into(),
+            lifetime_hours: None,
+        }
+    }
+
+    fn denied(r: Result<impl std::fmt::Debug>) -> String {
+        match r {
+            Err(Error::PolicyDenied(m)) => m,
+            other => panic!("expected a policy denial, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_is_checked_and_normalised_before_anything_is_read() {
+        let v = ValidLaunch::check(&request(" Train-1 ")).unwrap();
+        assert_eq!(v.name, "train-1");
+        assert_eq!(v.region, "us-east-1");
+        assert_eq!(v.ssh_public_key, KEY);
+        // The same request fingerprints the same; another name doesn't.
+        assert_eq!(
+            v.fingerprint,
+            ValidLaunch::check(&request("train-1")).unwrap().fingerprint
+        );
+        assert_ne!(
+            v.fingerprint,
+            ValidLaunch::check(&request("train-2")).unwrap().fingerprint
+        );
+        for (req, field) in [
+            (request("-x"), "name"),
+            (
+                LaunchRequest {
+                    lifetime_hours: Some(0),
+                    ..request("a")
+                },
+                "lifetime_hours",
+            ),
+            (
+                LaunchRequest {
+                    idempotency_key: "short".into(),
+                    ..request("a")
+                },
+                "idempotency_key",
+            ),
+            (
+                LaunchRequest {
+                    ssh_public_key: "ssh-ed25519 !!".into(),
+                    ..request("a")
+                },
+                "ssh_public_key",
+            ),
+        ] {
+            match ValidLaunch::check(&req) {
+                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn regions_are_the_one_asked_for_or_all_the_sku_is_sold_in() {
+        let s = sku("h100.1x", 1, 298);
+        assert_eq!(regions(&s, "").unwrap(), ["eu-west-1", "us-east-1"]);
+        assert_eq!(regions(&s, "us-east-1").unwrap(), ["us-east-1"]);
+        assert_eq!(
+            regions(&s, "ap-south-1").unwrap_err().to_string(),
+            "invalid region: h100.1x is sold in eu-west-1, us-east-1, not ap-south-1"
+        );
+    }
+
+    #[test]
+    fn allow_lists_refuse_by_name_and_narrow_the_regions() {
+        let s = sku("h100.2x", 2, 596);
+        let all = || s.regions.clone();
+        let p = chain(&[(
+            PolicyValue::AllowedSkus(vec!["l40s.1x".into()]),
+            Level::Tenant,
+        )]);
+        assert_eq!(
+            denied(allowed(&p, &s, "ubuntu", "", all())),
+            "policy allowed_skus (set at organization level) allows l40s.1x, not h100.2x"
+        );
+        let p = chain(&[(
+            PolicyValue::AllowedListings(vec!["ubuntu".into()]),
+            Level::Project,
+        )]);
+        assert_eq!(
+            denied(allowed(&p, &s, "pytorch", "", all())),
+            "policy allowed_listings (set at project level) allows ubuntu, not pytorch"
+        );
+        let p = chain(&[(
+            PolicyValue::AllowedRegions(vec!["us-east-1".into()]),
+            Level::Tenant,
+        )]);
+        assert_eq!(
+            allowed(&p, &s, "ubuntu", "", all()).unwrap().regions,
+            ["us-east-1"]
+        );
+        assert_eq!(
+            denied(allowed(
+                &p,
+                &s,
+                "ubuntu",
+                "eu-west-1",
+                vec!["eu-west-1".into()]
+            )),
+            "policy allowed_regions (set at organization level) allows us-east-1; h100.2x is sold only in eu-west-1"
+        );
+    }
+
+    #[test]
+    fn limits_lock_the_narrowest_scope_that_holds_them_all() {
+        let s = sku("h100.1x", 1, 298);
+        let lock = |set: &[(PolicyValue, Level)]| {
+            allowed(&chain(set), &s, "ubuntu", "", s.regions.clone())
+                .unwrap()
+                .lock()
+        };
+        assert_eq!(lock(&[]), None);
+        assert_eq!(
+            lock(&[(PolicyValue::MaxGpusInUse(8), Level::Project)]),
+            Some(LockScope::Project)
+        );
+        assert_eq!(
+            lock(&[
+                (PolicyValue::MaxGpusInUse(8), Level::Project),
+                (PolicyValue::MonthlyBudget(usd(100_000)), Level::Tenant)
+            ]),
+            Some(LockScope::Tenant)
+        );
+        assert_eq!(
+            lock(&[(PolicyValue::MaxGpusInUse(8), Level::Global)]),
+            Some(LockScope::Tenant)
+        );
+    }
+
+    #[test]
+    fn the_gpu_quota_and_the_budget_allow_exactly_up_to_their_limit() {
+        let s = sku("h100.2x", 2, 596);
+        let p = chain(&[(PolicyValue::MaxGpusInUse(8), Level::Tenant)]);
+        let quota = (8, &p[0]);
+        within_gpu_quota(quota, 6, &s).unwrap();
+        assert_eq!(
+            denied(within_gpu_quota(quota, 7, &s)),
+            "policy max_gpus_in_use (set at organization level) allows 8 GPUs in use in this organization; 7 are in use and h100.2x would need 2"
+        );
+        let limit = usd(10_000);
+        let p = chain(&[(PolicyValue::MonthlyBudget(limit.clone()), Level::Project)]);
+        let budget = (&limit, policy(&p, PolicyKey::MonthlyBudget));
+        budget_currency(budget, &s).unwrap();
+        // 94.04 spent + 5.96 for the first hour is exactly 100.00: allowed.
+        within_budget(budget, 9_404, &s, 0, "Ubuntu").unwrap();
+        assert_eq!(
+            denied(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5")),
+            "policy monthly_budget (set at project level) is 100.00 USD; 94.04 USD is spent this month, and 6.21 USD for the first hour of h100.2x with PyTorch 2.5 would make 100.25 USD, 0.25 USD over"
+        );
+        let eur = Money {
+            amount_minor: 10_000,
+            currency: "EUR".into(),
+        };
+        assert_eq!(
+            denied(budget_currency((&eur, budget.1), &s)),
+            "policy monthly_budget (set at project level) is in EUR, but h100.2x is priced in USD; ask an admin to set the budget in USD"
+        );
+    }
+
+    #[test]
+    fn the_lifetime_is_the_ask_within_the_policy_or_the_policy() {
+        assert_eq!(lifetime(&chain(&[]), None).unwrap(), None);
+        assert_eq!(lifetime(&chain(&[]), Some(8)).unwrap(), Some(8));
+        let p = chain(&[(PolicyValue::MaxAllocationLifetimeHours(24), Level::Global)]);
+        assert_eq!(lifetime(&p, None).unwrap(), Some(24));
+        assert_eq!(lifetime(&p, Some(24)).unwrap(), Some(24));
+        assert_eq!(
+            denied(lifetime(&p, Some(25))),
+            "policy max_allocation_lifetime_hours (set at global level) allows allocations to live 24 hours; this launch asked for 25"
+        );
+    }
+}
