@@ -74,7 +74,13 @@ pub async fn sso_start(
 ) -> Result<(), AppError> {
     let cp = crate::server::control_plane()?;
     let origin = crate::server::public_origin()?;
-    let start = cp.sso_begin(&email, &origin.callback_url()).await?;
+    let start = cp
+        .sso_begin(
+            &email,
+            &origin.callback_url(),
+            crate::server::client_address(),
+        )
+        .await?;
     let session = crate::server::session().await?;
     crate::server::store_pending_sso(&session, &start.pending).await?;
     crate::server::store_return_to(&session, next.as_deref()).await?;

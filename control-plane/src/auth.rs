@@ -171,7 +171,17 @@ async fn hash_password(password: String) -> Result<String> {
     .map_err(|e| Error::Corrupt(format!("hashing task failed: {e}")))?
 }
 
+/// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once, so a
+/// burst of sign-ins (which the rate limits slow, but don't stop across many addresses) can't
+/// take all memory and every blocking thread. Others wait their turn.
+const CONCURRENT_HASHES: usize = 4;
+static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_HASHES);
+
 async fn verify_password(password: String, hash: String) -> Result<bool> {
+    let _turn = HASHING
+        .acquire()
+        .await
+        .map_err(|e| Error::Corrupt(format!("password hashing closed: {e}")))?;
     tokio::task::spawn_blocking(move || {
         let parsed = PasswordHash::new(&hash)
             .map_err(|e| Error::Corrupt(format!("stored password hash unreadable: {e}")))?;

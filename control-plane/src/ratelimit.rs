@@ -96,6 +96,9 @@ pub struct SignInLimits {
     pub per_email: Limiter,
     /// Per client address: 30 failures, then one try every 10 seconds.
     pub per_address: Limiter,
+    /// Single sign-on starts per client address (each fetches the provider's discovery and
+    /// writes a session): 30, then one every 2 seconds.
+    pub sso_starts: Limiter,
 }
 
 impl Default for SignInLimits {
@@ -103,6 +106,7 @@ impl Default for SignInLimits {
         Self {
             per_email: Limiter::new(5, Duration::from_secs(5 * 60)),
             per_address: Limiter::new(30, Duration::from_secs(5 * 60)),
+            sso_starts: Limiter::new(30, Duration::from_secs(60)),
         }
     }
 }

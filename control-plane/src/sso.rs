@@ -321,9 +321,25 @@ impl ControlPlane {
     }
 
     /// First half: finds the tenant that owns the email's domain and builds the provider
-    /// URL to send the browser to.
+    /// URL to send the browser to. Limited per client address ([`Error::RateLimited`]),
+    /// before anything is read, fetched or written.
     #[tracing::instrument(skip(self))]
-    pub async fn sso_begin(&self, email: &str, redirect_url: &str) -> Result<SsoStart> {
+    pub async fn sso_begin(
+        &self,
+        email: &str,
+        redirect_url: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<SsoStart> {
+        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        self.sign_in_limits
+            .sso_starts
+            .take(&address)
+            .map_err(|wait| {
+                tracing::info!(client.address = %address, "sso start rate limited");
+                Error::RateLimited {
+                    retry_after_secs: crate::ratelimit::retry_after_secs(wait),
+                }
+            })?;
         let email = normalize_email(email)?;
         let domain = email_domain(&email).to_string();
         let provider = self

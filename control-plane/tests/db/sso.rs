@@ -29,7 +29,10 @@ async fn an_email_domain_no_tenant_owns_is_named_in_the_error() {
     let db = crate::support::demo_db().await;
     let pool = db.pool().clone();
     let cp = seeded(pool, "http://127.0.0.1:9").await;
-    match cp.sso_begin("Mallory@Unknown.Example", CALLBACK).await {
+    match cp
+        .sso_begin("Mallory@Unknown.Example", CALLBACK, None)
+        .await
+    {
         Err(Error::Sso(SsoError::UnknownDomain { domain })) => {
             assert_eq!(domain, "unknown.example")
         }
@@ -38,7 +41,11 @@ async fn an_email_domain_no_tenant_owns_is_named_in_the_error() {
             other.map(|s| s.authorize_url)
         ),
     }
-    let err = cp.sso_begin("not an email", CALLBACK).await.err().unwrap();
+    let err = cp
+        .sso_begin("not an email", CALLBACK, None)
+        .await
+        .err()
+        .unwrap();
     assert!(
         matches!(err, Error::Invalid { field: "email", .. }),
         "{err}"
@@ -51,7 +58,7 @@ async fn an_unreachable_issuer_is_reported_as_such() {
     let pool = db.pool().clone();
     let issuer = format!("http://127.0.0.1:{}", closed_port());
     let cp = seeded(pool, &issuer).await;
-    match cp.sso_begin("alice@acme.example", CALLBACK).await {
+    match cp.sso_begin("alice@acme.example", CALLBACK, None).await {
         Err(Error::Sso(e @ SsoError::IssuerUnreachable { .. })) => {
             assert_eq!(e.code(), "issuer_unreachable");
             assert_eq!(
