@@ -62,11 +62,12 @@ fn field_reason<T>(value: &Option<Result<T, AppError>>, field: &str) -> Option<S
 
 /// The message under a field, for the action's last error when it is about `field`. Always
 /// rendered (empty otherwise) so that the field's `aria-describedby=id` has a target.
-pub fn field_error<T, S>(value: S, field: &'static str, id: &'static str) -> impl IntoView
+pub fn field_error<T, S>(value: S, field: &'static str, id: impl Into<String>) -> impl IntoView
 where
     T: Clone + Send + Sync + 'static,
     S: Get<Value = Option<Result<T, AppError>>> + Send + Sync + 'static,
 {
+    let id: String = id.into();
     view! {
         <span class="field-error" id=id aria-live="polite">
             {move || field_reason(&value.get(), field)}

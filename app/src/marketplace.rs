@@ -14,7 +14,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 /// `(value, label)` of the categories, for filters and forms.
@@ -833,22 +833,28 @@ pub fn PublishPage() -> impl IntoView {
     }
 }
 
+/// The fields of a version draft; `prefix` keeps the error slots' ids unique on a page that
+/// has two such forms.
 #[component]
-fn VersionFields() -> impl IntoView {
+fn VersionFields(
+    prefix: &'static str,
+    value: Signal<Option<Result<String, AppError>>>,
+) -> impl IntoView {
+    let id = move |f: &str| format!("{prefix}-{f}-error");
     view! {
         <div class="form-grid">
-            <label>"Version" <input name="version" required placeholder="2.5.1" /></label>
+            <label>"Version" <input name="version" aria-describedby=id("version") aria-invalid=field_invalid(value, "version") required placeholder="2.5.1" />{field_error(value, "version", id("version"))}</label>
             <label>"Summary" <input name="summary" required placeholder="One sentence tenants see on the card" /></label>
-            <label>"Image source" <input name="image_source" required placeholder="/var/lib/gpuaas/images/…qcow2" /></label>
+            <label>"Image source" <input name="image_source" aria-describedby=id("image_source") aria-invalid=field_invalid(value, "image_source") required placeholder="/var/lib/gpuaas/images/…qcow2" />{field_error(value, "image_source", id("image_source"))}</label>
             <label>"SSH user" <input name="ssh_user" required value="ubuntu" /></label>
             <label>"Shapes" <input name="shapes" required value="gpu_slice" placeholder="gpu_slice, baremetal" /></label>
             <label>"GPU models" <input name="gpu_models" placeholder="empty: any" /></label>
-            <label>"Minimum GPUs" <input name="min_gpus" value="1" inputmode="numeric" /></label>
-            <label>"Hourly fee" <input name="fee" placeholder="0.25 USD (empty: none)" /></label>
+            <label>"Minimum GPUs" <input name="min_gpus" aria-describedby=id("min_gpus") aria-invalid=field_invalid(value, "min_gpus") value="1" inputmode="numeric" />{field_error(value, "min_gpus", id("min_gpus"))}</label>
+            <label>"Hourly fee" <input name="fee" aria-describedby=id("fee") aria-invalid=field_invalid(value, "fee") placeholder="0.25 USD (empty: none)" />{field_error(value, "fee", id("fee"))}</label>
         </div>
         <label>"Description (Markdown)" <textarea name="description_md" rows="5"></textarea></label>
         <label>"Release notes" <textarea name="release_notes" rows="2"></textarea></label>
-        <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" rows="3" placeholder=r#"{"runcmd": [["nvidia-smi"]]}"#></textarea></label>
+        <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" aria-describedby=id("cloud_init") aria-invalid=field_invalid(value, "cloud_init") rows="3" placeholder=r#"{"runcmd": [["nvidia-smi"]]}"#></textarea>{field_error(value, "cloud_init", id("cloud_init"))}</label>
     }
 }
 
@@ -917,7 +923,7 @@ fn PublishBody(
                 <label>"Listing "
                     <select name="slug">{slugs.into_iter().map(|s| { let l = s.clone(); view! { <option value=s>{l}</option> } }).collect_view()}</select>
                 </label>
-                <VersionFields />
+                <VersionFields prefix="new-version" value=Signal::derive(move || new_version.value().get()) />
                 <button type="submit">"Save draft"</button>
             </ActionForm>
             {outcome(new_version.value(), |v: String| Some(format!("Drafted {v}.")))}
@@ -926,13 +932,13 @@ fn PublishBody(
             <h2 id="new-listing">"New listing"</h2>
             <ActionForm action=new_listing>
                 <div class="form-grid">
-                    <label>"Name" <input name="name" required placeholder="vLLM inference server" /></label>
-                    <label>"Slug" <input name="slug" required placeholder="vllm" /></label>
+                    <label>"Name" <input name="name" aria-describedby="new-listing-name-error" aria-invalid=crate::components::field_invalid(new_listing.value(), "name") required placeholder="vLLM inference server" />{crate::components::field_error(new_listing.value(), "name", "new-listing-name-error")}</label>
+                    <label>"Slug" <input name="slug" aria-describedby="new-listing-slug-error" aria-invalid=crate::components::field_invalid(new_listing.value(), "slug") required placeholder="vllm" />{crate::components::field_error(new_listing.value(), "slug", "new-listing-slug-error")}</label>
                     <label>"Category"
                         <select name="category">{CATEGORIES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}</select>
                     </label>
                 </div>
-                <VersionFields />
+                <VersionFields prefix="new-listing" value=Signal::derive(move || new_listing.value().get()) />
                 <button type="submit">"Save draft"</button>
             </ActionForm>
             {outcome(new_listing.value(), |s: String| Some(format!("Drafted {s}.")))}

@@ -302,10 +302,10 @@ pub fn ProjectsPage() -> impl IntoView {
                             <section class="card" aria-labelledby="new-h">
                                 <h2 id="new-h">"New project"</h2>
                                 <ActionForm action=create attr:class="stacked" attr:id="create-project">
-                                    <label>"Name" <input type="text" name="name" required /></label>
+                                    <label>"Name" <input type="text" name="name" aria-describedby="new-project-name-error" aria-invalid=crate::components::field_invalid(create.value(), "name") required />{crate::components::field_error(create.value(), "name", "new-project-name-error")}</label>
                                     <label>
                                         "Short name"
-                                        <input type="text" name="slug" required pattern="[a-z0-9][a-z0-9-]*" />
+                                        <input type="text" name="slug" aria-describedby="new-project-slug-error" aria-invalid=crate::components::field_invalid(create.value(), "slug") required pattern="[a-z0-9][a-z0-9-]*" />{crate::components::field_error(create.value(), "slug", "new-project-slug-error")}
                                     </label>
                                     <button type="submit">"Create project"</button>
                                     {outcome(create.value(), |_| None)}
@@ -390,7 +390,7 @@ fn project_view(
                 <h2 id="rename-h">"Rename"</h2>
                 <ActionForm action=rename attr:class="inline-form" attr:id="rename-project">
                     <input type="hidden" name="id" value=pid_rename />
-                    <label>"Name " <input type="text" name="name" required value=current_name /></label>
+                    <label>"Name " <input type="text" name="name" aria-describedby="rename-name-error" aria-invalid=crate::components::field_invalid(rename.value(), "name") required value=current_name />{crate::components::field_error(rename.value(), "name", "rename-name-error")}</label>
                     <button type="submit">"Rename"</button>
                     {outcome(rename.value(), |_| None)}
                 </ActionForm>
@@ -417,8 +417,8 @@ fn project_view(
                 <h2 id="invite-h">"Invite"</h2>
                 <ActionForm action=invite attr:class="inline-form" attr:id="invite-member">
                     <input type="hidden" name="id" value=pid_invite />
-                    <label>"Email " <input type="email" name="email" required /></label>
-                    <label>"Role " <select name="role">{role_options("viewer")}</select></label>
+                    <label>"Email " <input type="email" name="email" aria-describedby="invite-email-error" aria-invalid=crate::components::field_invalid(invite.value(), "email") required />{crate::components::field_error(invite.value(), "email", "invite-email-error")}</label>
+                    <label>"Role " <select name="role" aria-describedby="invite-role-error" aria-invalid=crate::components::field_invalid(invite.value(), "role")>{role_options("viewer")}</select>{crate::components::field_error(invite.value(), "role", "invite-role-error")}</label>
                     <button type="submit">"Invite"</button>
                 </ActionForm>
                 {outcome(invite.value(), Some)}

@@ -125,25 +125,25 @@ pub fn SsoSettingsPage() -> impl IntoView {
                             <code>{s.callback_url.clone()}</code> ", PKCE (S256) and the scopes openid, email, profile and your role claim."
                         </p>
                         <ActionForm action=save attr:class="stacked wide" attr:id="sso-settings">
-                            <label>"Issuer URL" <input type="text" name="issuer_url" required value=s.issuer_url.clone() placeholder="https://login.example.com" /></label>
-                            <label>"Client ID" <input type="text" name="client_id" required value=s.client_id.clone() /></label>
+                            <label>"Issuer URL" <input type="text" name="issuer_url" aria-describedby="sso-issuer-url-error" aria-invalid=crate::components::field_invalid(save.value(), "issuer_url") required value=s.issuer_url.clone() placeholder="https://login.example.com" />{crate::components::field_error(save.value(), "issuer_url", "sso-issuer-url-error")}</label>
+                            <label>"Client ID" <input type="text" name="client_id" aria-describedby="sso-client-id-error" aria-invalid=crate::components::field_invalid(save.value(), "client_id") required value=s.client_id.clone() />{crate::components::field_error(save.value(), "client_id", "sso-client-id-error")}</label>
                             <label>
                                 {if s.registered { "Client secret (leave empty to keep the current one)" } else { "Client secret" }}
-                                <input type="password" name="client_secret" autocomplete="off" required=!s.registered />
+                                <input type="password" name="client_secret" aria-describedby="sso-client-secret-error" aria-invalid=crate::components::field_invalid(save.value(), "client_secret") autocomplete="off" required=!s.registered />{crate::components::field_error(save.value(), "client_secret", "sso-client-secret-error")}
                             </label>
-                            <label>"Email domains (comma-separated)" <input type="text" name="domains" required value=s.domains.clone() placeholder="example.com" /></label>
-                            <label>"Role claim" <input type="text" name="role_claim" required value=s.role_claim.clone() /></label>
+                            <label>"Email domains (comma-separated)" <input type="text" name="domains" aria-describedby="sso-domains-error" aria-invalid=crate::components::field_invalid(save.value(), "domains") required value=s.domains.clone() placeholder="example.com" />{crate::components::field_error(save.value(), "domains", "sso-domains-error")}</label>
+                            <label>"Role claim" <input type="text" name="role_claim" aria-describedby="sso-role-claim-error" aria-invalid=crate::components::field_invalid(save.value(), "role_claim") required value=s.role_claim.clone() />{crate::components::field_error(save.value(), "role_claim", "sso-role-claim-error")}</label>
                             <label>
                                 "Role of people whose claim values match no mapping"
-                                <select name="default_role">
+                                <select name="default_role" aria-describedby="sso-default-role-error" aria-invalid=crate::components::field_invalid(save.value(), "default_role")>
                                     {["member", "finance", "admin"].into_iter().map(|r| view! {
                                         <option value=r selected=r == s.default_role>{r}</option>
                                     }).collect_view()}
-                                </select>
+                                </select>{crate::components::field_error(save.value(), "default_role", "sso-default-role-error")}
                             </label>
                             <label>
                                 "Role mappings (one \"claim value = role\" per line; roles: owner, admin, finance, member)"
-                                <textarea name="mappings" rows="5">{s.mappings.clone()}</textarea>
+                                <textarea name="mappings" aria-describedby="sso-mappings-error" aria-invalid=crate::components::field_invalid(save.value(), "mappings") rows="5">{s.mappings.clone()}</textarea>{crate::components::field_error(save.value(), "mappings", "sso-mappings-error")}
                             </label>
                             <button type="submit">"Save"</button>
                             {outcome}

@@ -166,6 +166,8 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     await form.getByLabel(/Cloud-init fragment/).fill('{"users": []}');
     await form.getByRole('button', { name: 'Save draft' }).click();
     assert.match(await form.getByRole('alert').innerText(), /^Invalid cloud_init: "users" is set by the platform/);
+    assert.match(await page.locator('#new-listing-cloud_init-error').innerText(), /^"users" is set by the platform/);
+    assert.equal(await form.getByLabel(/Cloud-init fragment/).getAttribute('aria-invalid'), 'true');
     await form.getByLabel(/Cloud-init fragment/).fill('{"runcmd": [["systemctl", "start", "tritonserver"]]}');
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
