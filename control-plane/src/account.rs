@@ -109,7 +109,7 @@ impl ControlPlane {
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
-            return Err(match e.as_database_error().and_then(|d| d.constraint()) {
+            return Err(match crate::db::violated(&e) {
                 Some("user_ssh_keys_one_per_user") => {
                     let existing = sqlx::query_scalar!(
                         "SELECT name FROM user_ssh_keys WHERE user_id = $1 AND fingerprint = $2",

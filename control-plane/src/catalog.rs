@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformOperators, PlatformStaff};
+use crate::db::OnConstraint;
 use crate::error::{Error, Result};
 use crate::ids::SkuId;
 use crate::policy::Money;
@@ -357,7 +358,7 @@ impl ControlPlane {
             None => None,
         };
         let id = id.unwrap_or_else(SkuId::new_random);
-        let saved = sqlx::query!(
+        sqlx::query!(
             r#"INSERT INTO skus (id, name, display_name, shape, gpu_model, gpu_count, vcpus,
                                  memory_gib, nvme_gib, regions, families, price_per_hour_minor,
                                  currency)
@@ -385,16 +386,11 @@ impl ControlPlane {
             v.price.currency,
         )
         .execute(&mut *tx)
-        .await;
-        match saved {
-            Err(sqlx::Error::Database(e)) if e.constraint() == Some("skus_name_key") => {
-                return Err(Error::Invalid {
-                    field: "name",
-                    reason: format!("a SKU named {} exists already", v.name),
-                });
-            }
-            other => other?,
-        };
+        .await
+        .on_constraint("skus_name_key", || Error::Invalid {
+            field: "name",
+            reason: format!("a SKU named {} exists already", v.name),
+        })?;
         audit::record(
             &mut tx,
             AuditEntry {

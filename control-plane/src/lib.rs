@@ -10,6 +10,7 @@ pub mod audit;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
+mod db;
 pub mod demo;
 pub mod error;
 pub mod fleet;

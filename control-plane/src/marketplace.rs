@@ -33,14 +33,7 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 }
 
 /// A refusal from one of the marketplace's triggers, shown as a conflict with its sentence.
-fn refused(e: sqlx::Error) -> Error {
-    match e {
-        sqlx::Error::Database(d) if d.code().as_deref() == Some("23514") => {
-            Error::Conflict(d.message().to_string())
-        }
-        other => other.into(),
-    }
-}
+use crate::db::trigger_refusal as refused;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Category {

@@ -29,6 +29,7 @@ use serde_json::json;
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Principal, email_domain, normalize_email};
+use crate::db::OnConstraint;
 use crate::error::{Error, Result};
 use crate::ids::{TenantId, UserId};
 use crate::tenancy::TenantRole;
@@ -864,14 +865,11 @@ impl ControlPlane {
             )
             .execute(&mut *tx)
             .await
-            .map_err(
-                |e| match e.as_database_error().and_then(|d| d.constraint()) {
-                    Some("tenant_email_domains_pkey") => Error::Conflict(format!(
-                        "the domain {d} is already used by another organization"
-                    )),
-                    _ => Error::Database(e),
-                },
-            )?;
+            .on_constraint("tenant_email_domains_pkey", || {
+                Error::Conflict(format!(
+                    "the domain {d} is already used by another organization"
+                ))
+            })?;
         }
         sqlx::query!(
             "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",

@@ -686,7 +686,7 @@ impl ControlPlane {
 
 /// The database's last-admin rule, as the error a user reads.
 fn last_admin_error(e: sqlx::Error) -> Error {
-    match e.as_database_error().and_then(|d| d.constraint()) {
+    match crate::db::violated(&e) {
         Some("project_keeps_an_admin") => Error::Conflict(
             "a project must keep at least one admin: make someone else admin first".into(),
         ),

@@ -110,8 +110,8 @@ impl Reserve for Reservation<'_> {
         )
         .execute(&mut *conn)
         .await;
-        match inserted {
-            Err(sqlx::Error::Database(e)) if e.constraint() == Some("allocations_live_name") => {
+        match inserted.as_ref().err().and_then(crate::db::violated) {
+            Some("allocations_live_name") => {
                 return Err(invalid(
                     "name",
                     format!(
@@ -122,14 +122,12 @@ impl Reserve for Reservation<'_> {
             }
             // Unreachable while `launch` holds the key's advisory lock; the index is the
             // backstop, and its refusal must not read as "try the next node".
-            Err(sqlx::Error::Database(e))
-                if e.constraint() == Some("allocations_project_id_idempotency_key_key") =>
-            {
+            Some("allocations_project_id_idempotency_key_key") => {
                 return Err(Error::Conflict(
                     "another request with this idempotency key is being placed; retry".into(),
                 ));
             }
-            other => other?,
+            _ => inserted?,
         };
         match self.sku.shape {
             Shape::GpuSlice => sqlx::query!(
