@@ -318,17 +318,12 @@ impl ControlPlane {
     ) -> Result<Principal> {
         let email = email.trim().to_lowercase();
         let limits = &self.sign_in_limits;
-        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        let address = crate::ratelimit::address_key(client);
         limits
             .per_address
             .take(&address)
             .and_then(|()| limits.per_email.take(&email))
-            .map_err(|wait| {
-                tracing::info!(client.address = %address, "break-glass sign-in rate limited");
-                Error::RateLimited {
-                    retry_after_secs: crate::ratelimit::retry_after_secs(wait),
-                }
-            })?;
+            .map_err(|wait| crate::ratelimit::refused("break-glass sign-in", &address, wait))?;
         if password.len() > MAX_PASSWORD_BYTES {
             return Err(Error::InvalidCredentials);
         }

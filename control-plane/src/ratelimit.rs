@@ -111,6 +111,19 @@ impl Default for SignInLimits {
     }
 }
 
+/// The key for a client's address ("unknown" when the server has no connection info).
+pub fn address_key(client: Option<std::net::IpAddr>) -> String {
+    client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string())
+}
+
+/// The refusal for an attempt `what` (logged at info with the key) that must wait `wait`.
+pub fn refused(what: &str, key: &str, wait: Duration) -> crate::Error {
+    tracing::info!(rate_limit.key = %key, "{what} rate limited");
+    crate::Error::RateLimited {
+        retry_after_secs: retry_after_secs(wait),
+    }
+}
+
 /// Whole seconds to wait, at least one (what `Retry-After` carries).
 pub fn retry_after_secs(wait: Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)

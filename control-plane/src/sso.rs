@@ -331,16 +331,11 @@ impl ControlPlane {
         redirect_url: &str,
         client: Option<std::net::IpAddr>,
     ) -> Result<SsoStart> {
-        let address = client.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        let address = crate::ratelimit::address_key(client);
         self.sign_in_limits
             .sso_starts
             .take(&address)
-            .map_err(|wait| {
-                tracing::info!(client.address = %address, "sso start rate limited");
-                Error::RateLimited {
-                    retry_after_secs: crate::ratelimit::retry_after_secs(wait),
-                }
-            })?;
+            .map_err(|wait| crate::ratelimit::refused("single sign-on start", &address, wait))?;
         let email = normalize_email(email)?;
         let domain = email_domain(&email).to_string();
         let provider = self

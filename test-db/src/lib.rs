@@ -56,10 +56,6 @@ impl TestDb {
             None => base,
         }
     }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
 }
 
 impl Drop for TestDb {
