@@ -781,8 +781,17 @@ async fn single_sign_on_starts_are_rate_limited_per_client_address() {
         assert_ne!(status, StatusCode::TOO_MANY_REQUESTS, "start {n}: {body}");
         assert!(status.is_client_error(), "start {n}: {status} {body}");
     }
-    let (status, headers, body) = call(&app, path, None, "email=someone%40nowhere.example").await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    // The bucket refills one start every 2 s, so on a slow machine a start or two more may
+    // get through; within ten more, one must be refused.
+    let mut limited = None;
+    for _ in 0..10 {
+        let (status, headers, _) = call(&app, path, None, "email=someone%40nowhere.example").await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            limited = Some(headers);
+            break;
+        }
+    }
+    let headers = limited.expect("a 31st start in quick succession is refused with 429");
     let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=2).contains(&wait), "retry after {wait} s");
 }
