@@ -130,3 +130,46 @@ export async function enrolApprovedNode(state, host, region = 'us-east-1') {
     await b.close();
   }
 }
+
+const DNSMASQ = '/usr/sbin/dnsmasq';
+
+/** Why a DNS-backed test can't run here, or null. */
+export function dnsUnavailable() {
+  if (!process.env.PORTAL_DNS_PORT) return 'PORTAL_DNS_PORT is not set (cargo xtask test sets it)';
+  if (spawnSync(DNSMASQ, ['--version']).status !== 0) return `${DNSMASQ} is not installed`;
+  return null;
+}
+
+/**
+ * Starts dnsmasq on 127.0.0.1:PORTAL_DNS_PORT (the resolver the portal was started with),
+ * answering these TXT records ([name, value] pairs) and NXDOMAIN for everything else.
+ * Resolves once it answers; stop() ends it.
+ */
+export async function startDns(records) {
+  const port = process.env.PORTAL_DNS_PORT;
+  const args = ['--keep-in-foreground', '--conf-file=/dev/null', '--listen-address=127.0.0.1',
+    '--bind-interfaces', '--no-resolv', '--no-hosts', '--pid-file=', '--local=/#/', `--port=${port}`,
+    ...records.map(([name, value]) => `--txt-record=${name},"${value}"`)];
+  const child = spawn(DNSMASQ, args, { stdio: 'ignore' });
+  const { createSocket } = await import('node:dgram');
+  const query = Buffer.from('123401000001000000000000057265616479000001' + '0001', 'hex');
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const answered = await new Promise((resolve) => {
+      const s = createSocket('udp4');
+      const timer = setTimeout(() => { s.close(); resolve(false); }, 200);
+      s.on('message', () => { clearTimeout(timer); s.close(); resolve(true); });
+      s.send(query, Number(port), '127.0.0.1');
+    });
+    if (answered) break;
+    if (Date.now() > deadline) { child.kill(); throw new Error(`dnsmasq did not answer on port ${port}`); }
+  }
+  return {
+    async stop() {
+      if (child.exitCode !== null) return;
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill();
+      await exited;
+    },
+  };
+}

@@ -123,6 +123,9 @@ pub fn sso_error_message(code: &str) -> &'static str {
         "email_not_allowed" => {
             "You signed in at your identity provider with an address your organization does not use for this portal."
         }
+        "account_elsewhere" => {
+            "There is already an account for that address that isn't your organization's (it belongs to the platform's staff or to another organization), so your organization's provider can't sign it in. Ask your administrator."
+        }
         "unknown_domain" => "No organization signs in with that email domain.",
         _ => "Sign-in failed. Please start again; if it keeps happening, tell your administrator.",
     }

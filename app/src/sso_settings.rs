@@ -1,6 +1,7 @@
 //! Organization admins register their identity provider: issuer (checked by OpenID
 //! discovery when saved), client, the email domains that sign in through it, and how the
-//! provider's group (or other claim) values map to organization roles.
+//! provider's group (or other claim) values map to organization roles. A domain signs in here
+//! only once proved: the page shows the DNS TXT record to publish and checks it.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -21,6 +22,17 @@ pub struct SsoSettingsView {
     /// One `value = role` per line.
     pub mappings: String,
     pub callback_url: String,
+    /// Every claimed domain with its proof, verified or pending.
+    pub claims: Vec<DomainClaimView>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainClaimView {
+    pub domain: String,
+    /// "Verified by DNS on 2026-11-24", or `None` while pending.
+    pub verified: Option<String>,
+    pub record_name: String,
+    pub record_value: String,
 }
 
 #[server]
@@ -36,7 +48,34 @@ pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
             registered: true,
             issuer_url: s.issuer_url,
             client_id: s.client_id,
-            domains: s.domains.join(", "),
+            domains: s
+                .domains
+                .iter()
+                .map(|c| c.domain.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            claims: s
+                .domains
+                .into_iter()
+                .map(|c| DomainClaimView {
+                    verified: c.verified.map(|(at, via)| {
+                        let how = match via.as_str() {
+                            "dns" => "by DNS",
+                            "operator" => "by a platform operator",
+                            _ => "before verification existed",
+                        };
+                        format!(
+                            "Verified {how} on {:04}-{:02}-{:02}",
+                            at.year(),
+                            u8::from(at.month()),
+                            at.day()
+                        )
+                    }),
+                    domain: c.domain,
+                    record_name: c.record_name,
+                    record_value: c.record_value,
+                })
+                .collect(),
             role_claim: s.role_claim,
             default_role: s.default_role,
             mappings: s
@@ -100,10 +139,81 @@ pub async fn save_sso_settings(
         .await?)
 }
 
+/// Checks the DNS proof of one of the organization's pending email domains.
+#[server]
+pub async fn verify_sso_domain(domain: String) -> Result<(), AppError> {
+    use control_plane::tenancy::TenantAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    Ok(cp
+        .verify_domain(&who, &domain, Some(&crate::error::request_id()))
+        .await?)
+}
+
+#[component]
+fn DomainClaims(
+    claims: Vec<DomainClaimView>,
+    verify: ServerAction<VerifySsoDomain>,
+) -> impl IntoView {
+    let outcome = move || match verify.value().get() {
+        Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }),
+        _ => None,
+    };
+    view! {
+        <section id="sso-domains" aria-labelledby="sso-domains-title">
+            <h2 id="sso-domains-title">"Email domains"</h2>
+            <p class="hint">
+                "People sign in here only with an address at a verified domain. To verify one, publish the TXT record shown in its DNS, then check it. Until then its people can't sign in through your provider."
+            </p>
+            <div class="table-scroll">
+                <table class="data">
+                    <thead><tr><th scope="col">"Domain"</th><th scope="col">"Status"</th><th scope="col">"Proof (a TXT record)"</th><th scope="col"><span class="visually-hidden">"Action"</span></th></tr></thead>
+                    <tbody>
+                        {claims.into_iter().map(|c| {
+                            let domain = c.domain.clone();
+                            view! {
+                                <tr data-domain=c.domain.clone()>
+                                    <td>{c.domain.clone()}</td>
+                                    {match c.verified {
+                                        Some(v) => view! {
+                                            <td class="status ok">{v}</td><td></td><td></td>
+                                        }.into_any(),
+                                        None => view! {
+                                            <td class="status warn">"Pending"</td>
+                                            <td class="record">
+                                                <dl class="facts">
+                                                    <dt>"Name"</dt><dd><code>{c.record_name}</code></dd>
+                                                    <dt>"Value"</dt><dd><code>{c.record_value}</code></dd>
+                                                </dl>
+                                            </td>
+                                            <td>
+                                                <ActionForm action=verify>
+                                                    <input type="hidden" name="domain" value=domain.clone() />
+                                                    <button type="submit" aria-label=format!("Check the DNS record of {domain}")>"Check DNS"</button>
+                                                </ActionForm>
+                                            </td>
+                                        }.into_any(),
+                                    }}
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            {outcome}
+        </section>
+    }
+}
+
 #[component]
 pub fn SsoSettingsPage() -> impl IntoView {
     let save = ServerAction::<SaveSsoSettings>::new();
-    let settings = Resource::new(move || save.version().get(), |_| get_sso_settings());
+    let verify = ServerAction::<VerifySsoDomain>::new();
+    let settings = Resource::new(
+        move || (save.version().get(), verify.version().get()),
+        |_| get_sso_settings(),
+    );
     let outcome = move || {
         match save.value().get() {
         Some(Err(e)) => Some(view! { <p class="form-error" role="alert">{e.to_string()}</p> }.into_any()),
@@ -148,6 +258,7 @@ pub fn SsoSettingsPage() -> impl IntoView {
                             <button type="submit">"Save"</button>
                             {outcome}
                         </ActionForm>
+                        {(!s.claims.is_empty()).then(|| view! { <DomainClaims claims=s.claims.clone() verify=verify /> })}
                     }.into_any(),
                 }
             })}

@@ -657,7 +657,8 @@ const PROVIDERS: &[DemoProvider] = &[
 ];
 
 /// Registers Acme and Globex with the demo identity provider (`demo-idp/provider.mjs`):
-/// clients `portal-acme` and `portal-globex`, their email domains, and group-to-role
+/// clients `portal-acme` and `portal-globex`, their email domains (verified, as if by an
+/// operator: the demo's `.example` domains have no DNS to publish a proof in), and group-to-role
 /// mappings. Idempotent; a changed issuer or secret (a new dev port, a new test run) is
 /// updated in place.
 #[tracing::instrument(skip(pool, secret))]
@@ -684,10 +685,12 @@ pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) 
         .execute(&mut *tx)
         .await?;
         sqlx::query!(
-            "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ($1, $2)
+            "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token, verified_at, verified_via)
+             VALUES ($1, $2, $3, now(), 'operator')
              ON CONFLICT DO NOTHING",
             domain,
             tenant as TenantId,
+            crate::dns::new_token(),
         )
         .execute(&mut *tx)
         .await?;

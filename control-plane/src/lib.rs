@@ -12,6 +12,7 @@ pub mod billing;
 pub mod catalog;
 mod db;
 pub mod demo;
+pub mod dns;
 pub mod error;
 pub mod fleet;
 pub mod health;
@@ -51,6 +52,10 @@ pub struct ControlPlane {
     stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
     /// Break-glass sign-in attempts, per account and per client address.
     sign_in_limits: std::sync::Arc<ratelimit::SignInLimits>,
+    /// Where email-domain proofs are looked up.
+    dns: dns::Resolver,
+    /// Email-domain checks per tenant (each is a DNS lookup): 10, then one every 6 seconds.
+    domain_checks: std::sync::Arc<ratelimit::Limiter>,
     /// How long a launch waits for candidate nodes other launches are reserving.
     pub(crate) contention_deadline: std::time::Duration,
 }
@@ -102,6 +107,11 @@ impl ControlPlane {
             wake: Default::default(),
             stripe: None,
             sign_in_limits: Default::default(),
+            dns: dns::Resolver::default(),
+            domain_checks: std::sync::Arc::new(ratelimit::Limiter::new(
+                10,
+                std::time::Duration::from_secs(60),
+            )),
             contention_deadline: placement::CONTENTION_DEADLINE,
         }
     }
@@ -118,6 +128,12 @@ impl ControlPlane {
     /// by other launches ([`placement::CONTENTION_DEADLINE`] unless set).
     pub fn with_contention_deadline(mut self, deadline: std::time::Duration) -> Self {
         self.contention_deadline = deadline;
+        self
+    }
+
+    /// Looks up email-domain proofs at this resolver instead of the system's.
+    pub fn with_dns_resolver(mut self, resolver: dns::Resolver) -> Self {
+        self.dns = resolver;
         self
     }
 

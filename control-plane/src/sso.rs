@@ -56,6 +56,10 @@ pub enum SsoError {
     MissingEmail,
     #[error("{email} is not an address this organization signs in with")]
     EmailNotAllowed { email: String },
+    /// An account with this email exists but isn't this organization's to sign in: platform
+    /// staff, a break-glass account, or someone of another organization. Never linked.
+    #[error("the account for {email} does not belong to this organization")]
+    AccountElsewhere { email: String },
 }
 
 /// What was wrong with an ID token.
@@ -94,6 +98,7 @@ impl SsoError {
             SsoError::TokenRejected(_) => "token_invalid",
             SsoError::MissingEmail => "missing_email",
             SsoError::EmailNotAllowed { .. } => "email_not_allowed",
+            SsoError::AccountElsewhere { .. } => "account_elsewhere",
         }
     }
 }
@@ -247,7 +252,8 @@ fn strongest_role(mapped: impl Iterator<Item = TenantRole>, default: TenantRole)
 impl ControlPlane {
     async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>> {
         let tenant = sqlx::query_scalar!(
-            r#"SELECT tenant_id AS "tenant: TenantId" FROM tenant_email_domains WHERE domain = $1"#,
+            r#"SELECT tenant_id AS "tenant: TenantId" FROM tenant_email_domains
+               WHERE domain = $1 AND verified_at IS NOT NULL"#,
             domain
         )
         .fetch_optional(self.pool())
@@ -486,10 +492,18 @@ impl ControlPlane {
         .fetch_optional(&mut *tx)
         .await?;
         let user = match linked {
-            Some(u) => u,
+            Some(u) => {
+                // Linked before; refused if the account has since become platform staff.
+                let ties = self.account_ties(&mut tx, u, provider.tenant).await?;
+                if !may_link(ties) {
+                    return Err(SsoError::AccountElsewhere { email }.into());
+                }
+                u
+            }
             None => {
                 // First sign-in with this identity: an existing account with the same
-                // (verified, tenant-owned) email is linked, otherwise one is created.
+                // (verified, tenant-owned) email is linked only if it is already this
+                // organization's (see `may_link`); otherwise one is created.
                 let existing = sqlx::query_scalar!(
                     r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = $1"#,
                     email
@@ -497,7 +511,13 @@ impl ControlPlane {
                 .fetch_optional(&mut *tx)
                 .await?;
                 let user = match existing {
-                    Some(u) => u,
+                    Some(u) => {
+                        let ties = self.account_ties(&mut tx, u, provider.tenant).await?;
+                        if !may_link(ties) {
+                            return Err(SsoError::AccountElsewhere { email }.into());
+                        }
+                        u
+                    }
                     None => {
                         let u = UserId::new_random();
                         sqlx::query!(
@@ -533,7 +553,15 @@ impl ControlPlane {
                     provider.tenant as TenantId,
                 )
                 .execute(&mut *tx)
-                .await?;
+                .await
+                .map_err(|e| match crate::db::violated(&e) {
+                    Some("user_identities_not_staff" | "user_identities_one_tenant") => {
+                        Error::Sso(SsoError::AccountElsewhere {
+                            email: email.clone(),
+                        })
+                    }
+                    _ => e.into(),
+                })?;
                 user
             }
         };
@@ -580,12 +608,63 @@ impl ControlPlane {
     }
 }
 
+/// What ties an existing account to organizations, for deciding whether a tenant's provider
+/// may sign it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccountTies {
+    /// Platform staff (any platform role) or a break-glass account.
+    pub staff: bool,
+    /// A member of, or signed in through, another organization.
+    pub elsewhere: bool,
+    /// A member of, or signed in before through, this organization.
+    pub here: bool,
+}
+
+/// Whether a tenant's identity provider may sign in an existing account. Only an account that
+/// is already this organization's (and nobody else's, and not the platform's) may be: a tenant
+/// admin controls their provider, so linking any other account by email would hand it to them.
+/// An account with no tie here at all is refused too: joining it needs its own sign-in first,
+/// which an account without one can't give.
+pub fn may_link(ties: AccountTies) -> bool {
+    !ties.staff && !ties.elsewhere && ties.here
+}
+
 impl ControlPlane {
-    /// Whether `domain` is one of `tenant`'s sign-in email domains.
+    async fn account_ties(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        user: UserId,
+        tenant: TenantId,
+    ) -> Result<AccountTies> {
+        let r = sqlx::query!(
+            r#"SELECT u.platform_role IS NOT NULL
+                      OR EXISTS (SELECT 1 FROM break_glass_credentials c WHERE c.user_id = u.id)
+                      AS "staff!",
+                      EXISTS (SELECT 1 FROM tenant_memberships m WHERE m.user_id = u.id AND m.tenant_id <> $2)
+                      OR EXISTS (SELECT 1 FROM user_identities i WHERE i.user_id = u.id AND i.tenant_id <> $2)
+                      AS "elsewhere!",
+                      EXISTS (SELECT 1 FROM tenant_memberships m WHERE m.user_id = u.id AND m.tenant_id = $2)
+                      OR EXISTS (SELECT 1 FROM user_identities i WHERE i.user_id = u.id AND i.tenant_id = $2)
+                      AS "here!"
+               FROM users u WHERE u.id = $1"#,
+            user as UserId,
+            tenant as TenantId,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        Ok(AccountTies {
+            staff: r.staff,
+            elsewhere: r.elsewhere,
+            here: r.here,
+        })
+    }
+
+    /// Whether `domain` is one of `tenant`'s verified sign-in email domains.
     pub(crate) async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool> {
         Ok(sqlx::query_scalar!(
             r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
-                              WHERE tenant_id = $1 AND domain = $2) AS "owns!""#,
+                              WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NOT NULL)
+                  AS "owns!""#,
             tenant as TenantId,
             domain,
         )
@@ -627,6 +706,24 @@ mod tests {
     }
 
     #[test]
+    fn only_an_account_of_this_organization_alone_is_linked() {
+        let ties = |staff, elsewhere, here| AccountTies {
+            staff,
+            elsewhere,
+            here,
+        };
+        assert!(may_link(ties(false, false, true)));
+        // Platform staff and break-glass accounts, even if also members here.
+        assert!(!may_link(ties(true, false, true)));
+        assert!(!may_link(ties(true, false, false)));
+        // Someone of another organization, even if also a member here.
+        assert!(!may_link(ties(false, true, true)));
+        assert!(!may_link(ties(false, true, false)));
+        // An account with no tie here.
+        assert!(!may_link(ties(false, false, false)));
+    }
+
+    #[test]
     fn state_comparison_needs_every_byte() {
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
@@ -639,11 +736,23 @@ mod tests {
 pub struct ProviderSettings {
     pub issuer_url: String,
     pub client_id: String,
-    pub domains: Vec<String>,
+    /// Every domain claimed, verified or not, by name.
+    pub domains: Vec<DomainClaim>,
     pub role_claim: String,
     pub default_role: String,
     /// (claim value, tenant role)
     pub mappings: Vec<(String, String)>,
+}
+
+/// An email domain a tenant claims. Only once verified does single sign-on route it here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainClaim {
+    pub domain: String,
+    /// When and how it was proved (`dns`, `operator`, `before_verification`); `None`: pending.
+    pub verified: Option<(time::OffsetDateTime, String)>,
+    /// The TXT record that proves it: its name and its value.
+    pub record_name: String,
+    pub record_value: String,
 }
 
 /// What an admin submits. `client_secret: None` keeps the stored one.
@@ -698,12 +807,7 @@ impl ControlPlane {
         else {
             return Ok(None);
         };
-        let domains = sqlx::query_scalar!(
-            "SELECT domain FROM tenant_email_domains WHERE tenant_id = $1 ORDER BY domain",
-            who.id() as TenantId
-        )
-        .fetch_all(self.pool())
-        .await?;
+        let domains = self.domain_claims(who.id()).await?;
         let mappings = sqlx::query!(
             "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1 ORDER BY claim_value",
             who.id() as TenantId
@@ -723,8 +827,107 @@ impl ControlPlane {
         }))
     }
 
+    async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>> {
+        Ok(sqlx::query!(
+            "SELECT domain, verification_token, verified_at, verified_via
+             FROM tenant_email_domains WHERE tenant_id = $1 ORDER BY domain",
+            tenant as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|r| DomainClaim {
+            record_name: crate::dns::challenge_name(&r.domain),
+            record_value: crate::dns::challenge_value(&r.verification_token),
+            domain: r.domain,
+            verified: r.verified_at.zip(r.verified_via),
+        })
+        .collect())
+    }
+
+    /// Checks the DNS proof of one of the tenant's pending domains and, if the TXT record is
+    /// there, marks the domain verified (audited). Idempotent for a verified domain. Limited
+    /// per tenant ([`Error::RateLimited`]), as each check is a DNS lookup.
+    #[tracing::instrument(skip(self, who), fields(tenant.id = %who.id()))]
+    pub async fn verify_domain(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        domain: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let domain = check_domain(domain)?;
+        let claim = self
+            .domain_claims(who.id())
+            .await?
+            .into_iter()
+            .find(|c| c.domain == domain)
+            .ok_or(Error::NotFound {
+                what: "email domain",
+            })?;
+        if claim.verified.is_some() {
+            return Ok(());
+        }
+        let key = who.id().to_string();
+        self.domain_checks
+            .take(&key)
+            .map_err(|wait| crate::ratelimit::refused("domain check", &key, wait))?;
+        // Network first, outside any transaction.
+        let token = claim
+            .record_value
+            .strip_prefix(crate::dns::CHALLENGE_PREFIX)
+            .unwrap_or_default();
+        match self.dns.txt(&claim.record_name).await {
+            crate::dns::TxtAnswer::Found(found) if crate::dns::proves(&found, token) => {}
+            crate::dns::TxtAnswer::Found(_) | crate::dns::TxtAnswer::None => {
+                return Err(Error::Conflict(format!(
+                    "no TXT record {:?} at {} yet; DNS changes can take a few minutes to show, so check again later",
+                    claim.record_value, claim.record_name
+                )));
+            }
+            crate::dns::TxtAnswer::Failed(why) => {
+                return Err(Error::Conflict(format!(
+                    "the DNS lookup of {} failed ({why}); try again in a minute",
+                    claim.record_name
+                )));
+            }
+        }
+        let mut tx = self.pool().begin().await?;
+        let updated = sqlx::query!(
+            "UPDATE tenant_email_domains SET verified_at = now(), verified_via = 'dns'
+             WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NULL",
+            who.id() as TenantId,
+            domain,
+        )
+        .execute(&mut *tx)
+        .await
+        .on_constraint("tenant_email_domains_verified_key", || {
+            Error::Conflict(format!(
+                "the domain {domain} is already used by another organization"
+            ))
+        })?
+        .rows_affected();
+        if updated == 1 {
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::User(who.user()),
+                    action: "email_domain.verify",
+                    resource: &self.naming().tenant(who.id()),
+                    before: None,
+                    after: Some(json!({ "domain": domain, "via": "dns" })),
+                    request_id,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Registers or updates the tenant's provider. The issuer must answer OpenID discovery
-    /// (checked before anything is written); a domain another organization uses is refused.
+    /// (checked before anything is written). A new domain is claimed pending until proved
+    /// ([`ControlPlane::verify_domain`]); one another organization has verified is refused, and
+    /// so are the platform's own (the schema's `tenant_email_domains_guard`).
     pub async fn save_provider(
         &self,
         who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
@@ -846,24 +1049,41 @@ impl ControlPlane {
         )
         .execute(&mut *tx)
         .await?;
+        // Claims kept keep their proof; dropped ones go; new ones start pending.
         sqlx::query!(
-            "DELETE FROM tenant_email_domains WHERE tenant_id = $1",
-            who.id() as TenantId
+            "DELETE FROM tenant_email_domains WHERE tenant_id = $1 AND NOT (domain = ANY($2))",
+            who.id() as TenantId,
+            &domains,
         )
         .execute(&mut *tx)
         .await?;
         for d in &domains {
-            sqlx::query!(
-                "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ($1, $2)",
+            let taken = sqlx::query_scalar!(
+                r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
+                                  WHERE domain = $1 AND tenant_id <> $2 AND verified_at IS NOT NULL)
+                   AS "taken!""#,
                 d,
                 who.id() as TenantId
             )
+            .fetch_one(&mut *tx)
+            .await?;
+            if taken {
+                return Err(Error::Conflict(format!(
+                    "the domain {d} is already used by another organization"
+                )));
+            }
+            sqlx::query!(
+                "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
+                d,
+                who.id() as TenantId,
+                crate::dns::new_token(),
+            )
             .execute(&mut *tx)
             .await
-            .on_constraint("tenant_email_domains_pkey", || {
-                Error::Conflict(format!(
-                    "the domain {d} is already used by another organization"
-                ))
+            .on_constraint("tenant_email_domains_platform", || Error::Invalid {
+                field: "domains",
+                reason: format!("{d} is the platform's own domain and can't be claimed"),
             })?;
         }
         sqlx::query!(
@@ -896,7 +1116,14 @@ impl ControlPlane {
                 actor: Actor::User(who.user()),
                 action: "identity_provider.save",
                 resource: &resource,
-                before: before.map(|b| serde_json::to_value(b).unwrap_or_default()),
+                before: before.map(|b| {
+                    json!({
+                        "issuer_url": b.issuer_url, "client_id": b.client_id,
+                        "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
+                        "role_claim": b.role_claim, "default_role": b.default_role,
+                        "mappings": b.mappings,
+                    })
+                }),
                 after: Some(after),
                 request_id,
             },

@@ -3,7 +3,7 @@
 // role allows; another tenant sees nothing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { BASE, openBrowser, shot } from '../support.mjs';
+import { BASE, dnsUnavailable, hydrated, openBrowser, shot, startDns } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -182,6 +182,66 @@ test('alice manages Acme\'s single sign-on: discovery is checked on save, domain
   // Sign-in still works with the kept secret.
   const again = await as('alice@acme.example');
   await again.close();
+});
+
+test('alice proves a new email domain by DNS; the platform\'s own domain is refused', async (t) => {
+  const skip = dnsUnavailable();
+  if (skip) return t.skip(`SKIPPED: ${skip}`);
+  const domain = `labs-${RUN}.acme.test`;
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/settings/sso`);
+    await hydrated(page);
+    const form = page.locator('#sso-settings');
+    const domains = form.getByLabel('Email domains (comma-separated)');
+    const save = () => form.getByRole('button', { name: 'Save' }).click();
+
+    // The platform's own domain can never be claimed: said under the field.
+    await domains.fill('acme.example, platform.example');
+    await save();
+    await form.locator('#sso-domains-error').filter({ hasText: 'platform.example is the platform\'s own domain' }).waitFor();
+    assert.equal(await domains.getAttribute('aria-invalid'), 'true');
+
+    await domains.fill(`acme.example, ${domain}`);
+    await save();
+    await form.getByRole('status').filter({ hasText: 'Saved.' }).waitFor();
+    const table = page.locator('#sso-domains');
+    assert.match(await table.locator('tr[data-domain="acme.example"] .status').innerText(), /^Verified by a platform operator on \d{4}-\d{2}-\d{2}$/);
+    const row = table.locator(`tr[data-domain="${domain}"]`);
+    assert.equal(await row.locator('.status').innerText(), 'Pending');
+    const [name, value] = await row.locator('code').allInnerTexts();
+    assert.equal(name, `_gpuaas-challenge.${domain}`);
+    assert.match(value, /^gpuaas-domain-verification=[0-9a-f]{32}$/);
+    await shot(page, 'sso-domain-pending');
+
+    // Not published yet: the check says which record it looked for.
+    let dns = await startDns([]);
+    try {
+      await row.getByRole('button', { name: `Check the DNS record of ${domain}` }).click();
+      await table.getByRole('alert').filter({ hasText: `No TXT record "${value}" at ${name} yet` }).waitFor();
+      assert.equal(await row.locator('.status').innerText(), 'Pending');
+    } finally {
+      await dns.stop();
+    }
+
+    dns = await startDns([[name, value]]);
+    try {
+      await row.getByRole('button', { name: `Check the DNS record of ${domain}` }).click();
+      await row.locator('.status').filter({ hasText: /^Verified by DNS on / }).waitFor();
+    } finally {
+      await dns.stop();
+    }
+    assert.equal(await row.getByRole('button').count(), 0);
+    await shot(page, 'sso-domain-verified');
+
+    // The proof is in the audit log.
+    await page.goto(`${BASE}/audit?action=email_domain.`);
+    const actions = await page.locator('#audit-log td.action').allInnerTexts();
+    assert.deepEqual(actions, ['email_domain.verify']);
+  } finally {
+    await b.close();
+  }
 });
 
 test('bob sees his projects with his role and cannot manage them', async () => {

@@ -227,6 +227,11 @@ pub struct Config {
     #[arg(long, env = "STRIPE_WEBHOOK_SECRET")]
     pub stripe_webhook_secret: Option<Secret>,
 
+    /// The DNS resolver (`ip:port`) that checks tenants' email-domain proofs (TXT records).
+    /// Unset: the machine's resolvers (`/etc/resolv.conf`). Point it at a resolver you trust.
+    #[arg(long, env = "PORTAL_DNS_RESOLVER")]
+    pub dns_resolver: Option<std::net::SocketAddr>,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,

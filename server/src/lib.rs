@@ -104,7 +104,11 @@ pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
 pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     let naming = Naming::new(&config.partition, &config.service)
         .map_err(|e| ServerError::Config(format!("PORTAL_PARTITION/PORTAL_SERVICE: {e}")))?;
-    let cp = ControlPlane::new(pool(config)?, naming);
+    let cp =
+        ControlPlane::new(pool(config)?, naming).with_dns_resolver(config.dns_resolver.map_or(
+            control_plane::dns::Resolver::System,
+            control_plane::dns::Resolver::At,
+        ));
     match config.stripe_settings() {
         Some(settings) => Ok(cp.with_stripe(&settings)?),
         None => {

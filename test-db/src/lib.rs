@@ -14,6 +14,7 @@
 //! crate shares them. (This crate depends on `control-plane`, which has it as a
 //! dev-dependency: integration tests link the one `control-plane` library, so the types agree.)
 
+pub mod dns;
 pub mod fixtures;
 
 use std::collections::HashMap;

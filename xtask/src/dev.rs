@@ -111,6 +111,7 @@ pub fn run(args: &[String]) -> Result {
         admin_password: admin_password.clone(),
         demo_idp: Some((issuer, idp_secret)),
         stripe: Some((stripe_api, webhook_secret)),
+        dns_resolver: None,
         log: None,
     };
     let mut server = launch.start().inspect_err(|_| {

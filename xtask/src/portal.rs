@@ -24,6 +24,8 @@ pub struct Launch {
     pub demo_idp: Option<(String, String)>,
     /// The local Stripe test server: its API base URL and the webhook signing secret.
     pub stripe: Option<(String, String)>,
+    /// The DNS resolver (`ip:port`) for email-domain proofs; the system's when None.
+    pub dns_resolver: Option<String>,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
 }
@@ -108,6 +110,9 @@ impl Launch {
             cmd.env("STRIPE_API_BASE", api_base)
                 .env("STRIPE_SECRET_KEY", "sk_test_local_stripe_test_server")
                 .env("STRIPE_WEBHOOK_SECRET", webhook_secret);
+        }
+        if let Some(resolver) = &self.dns_resolver {
+            cmd.env("PORTAL_DNS_RESOLVER", resolver);
         }
         if let Some(log) = &self.log {
             let out = log.try_clone().map_err(|e| e.to_string())?;

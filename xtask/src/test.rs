@@ -133,12 +133,15 @@ fn browser_tests(pg: Throwaway) -> Result {
             return Err(e);
         }
     };
+    // The browser tests start `dnsmasq` on this port when they need DNS (domain proofs).
+    let dns_port = pgcluster::free_port().map_err(|e| e.to_string())?;
     let mut server = match start_release_server(
         &pg.url("e2e"),
         port,
         &admin_password,
         (issuer.clone(), idp_secret),
         (stripe_api.clone(), webhook_secret),
+        dns_port,
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -158,6 +161,7 @@ fn browser_tests(pg: Throwaway) -> Result {
             .env("PORTAL_ADMIN_PASSWORD", &admin_password)
             .env("PORTAL_IDP_ISSUER", &issuer)
             .env("STRIPE_API", &stripe_api)
+            .env("PORTAL_DNS_PORT", dns_port.to_string())
             // Built by the test step above (node-agent has integration tests).
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
@@ -210,6 +214,7 @@ fn start_release_server(
     admin_password: &str,
     demo_idp: (String, String),
     stripe: (String, String),
+    dns_port: u16,
 ) -> Result<Child> {
     let dir = root().join("test-artifacts");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -224,6 +229,7 @@ fn start_release_server(
         admin_password: admin_password.to_string(),
         demo_idp: Some(demo_idp),
         stripe: Some(stripe),
+        dns_resolver: Some(format!("127.0.0.1:{dns_port}")),
         log: Some(log),
     }
     .start()

@@ -19,7 +19,7 @@ pub struct Needs {
     /// npm packages: playwright-core, binaryen's wasm-opt.
     pub npm: bool,
     /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
-    /// validator, nvme-cli.
+    /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query).
     pub host_tools: bool,
 }
 
@@ -35,13 +35,14 @@ impl Needs {
 }
 
 /// The node agent's host tools, by the Debian package that ships each.
-const HOST_TOOLS: [(&str, &str); 6] = [
+const HOST_TOOLS: [(&str, &str); 7] = [
     ("/usr/bin/qemu-img", "qemu-utils"),
     ("/usr/bin/xorriso", "xorriso"),
     ("/usr/bin/virsh", "libvirt-clients"),
     ("/usr/bin/virt-xml-validate", "libvirt-clients"),
     ("/usr/bin/xmllint", "libxml2-utils"),
     ("/usr/sbin/nvme", "nvme-cli"),
+    ("/usr/sbin/dnsmasq", "dnsmasq-base"),
 ];
 
 pub fn ensure_all(needs: Needs) -> Result {

@@ -74,33 +74,246 @@ async fn an_unreachable_issuer_is_reported_as_such() {
 }
 
 #[tokio::test]
-async fn a_domain_belongs_to_one_tenant_only() {
+async fn domain_names_are_stored_lowercase_and_claimed_once_per_tenant() {
     let db = crate::support::demo_db().await;
     let pool = db.pool().clone();
     seeded(pool.clone(), "http://127.0.0.1:9").await;
-    let err = sqlx::query(
-        "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ('acme.example', $1)",
-    )
-    .bind(demo::GLOBEX.0)
-    .execute(&pool)
-    .await
-    .unwrap_err();
+    let claim = |domain: &'static str, tenant: control_plane::TenantId| {
+        sqlx::query(
+            "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+             VALUES ($1, $2, replace(gen_random_uuid()::text, '-', ''))",
+        )
+        .bind(domain)
+        .bind(tenant.0)
+        .execute(&pool)
+    };
+    let err = claim("acme.example", demo::ACME).await.unwrap_err();
     assert!(
         err.to_string().contains("tenant_email_domains_pkey"),
         "{err}"
     );
-    let err = sqlx::query(
-        "INSERT INTO tenant_email_domains (domain, tenant_id) VALUES ('Globex.EXAMPLE', $1)",
-    )
-    .bind(demo::GLOBEX.0)
-    .execute(&pool)
-    .await
-    .unwrap_err();
+    let err = claim("Globex.EXAMPLE", demo::GLOBEX).await.unwrap_err();
     assert!(
         err.to_string()
             .contains("tenant_email_domains_domain_check"),
         "{err}"
     );
+}
+
+/// Finding 1 of the security review: a tenant admin could claim any domain (the platform's
+/// included) and then sign in as anyone on it through their own provider.
+mod domain_proof {
+    use super::*;
+    use control_plane::dns::Resolver;
+    use control_plane::tenancy::{Tenant, TenantAdmins};
+    use test_db::dns::LocalDns;
+
+    async fn acme_admin(cp: &ControlPlane) -> Tenant<TenantAdmins> {
+        let alice: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+                .fetch_one(cp.pool())
+                .await
+                .unwrap();
+        let alice = cp.principal(alice.into()).await.unwrap().unwrap();
+        cp.tenant_access::<TenantAdmins>(&alice, demo::ACME)
+            .await
+            .unwrap()
+    }
+
+    /// A pending claim, as saving the settings makes one; returns its token.
+    async fn claim(pool: &PgPool, domain: &str, tenant: control_plane::TenantId) -> String {
+        sqlx::query_scalar(
+            "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+             VALUES ($1, $2, replace(gen_random_uuid()::text, '-', '')) RETURNING verification_token",
+        )
+        .bind(domain)
+        .bind(tenant.0)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    }
+
+    fn begins_for(result: Result<control_plane::sso::SsoStart, Error>) -> bool {
+        !matches!(result, Err(Error::Sso(SsoError::UnknownDomain { .. })))
+    }
+
+    #[tokio::test]
+    async fn a_claimed_domain_signs_nobody_in_until_its_txt_record_is_found() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        let token = claim(&pool, "acme-labs.test", demo::ACME).await;
+        let name = control_plane::dns::challenge_name("acme-labs.test");
+        let value = control_plane::dns::challenge_value(&token);
+        let Some(empty) = LocalDns::start(&[]) else {
+            return;
+        };
+        let wrong = LocalDns::start(&[(&name, "gpuaas-domain-verification=0000")]).unwrap();
+        let right = LocalDns::start(&[(&name, "v=spf1 -all"), (&name, &value)]).unwrap();
+        let who = acme_admin(&cp).await;
+
+        assert!(
+            !begins_for(cp.sso_begin("zoe@acme-labs.test", CALLBACK, None).await),
+            "a pending domain routes nowhere"
+        );
+        for dns in [&empty, &wrong] {
+            let cp = cp.clone().with_dns_resolver(Resolver::At(dns.addr()));
+            match cp.verify_domain(&who, "acme-labs.test", None).await {
+                Err(Error::Conflict(m)) => {
+                    assert!(m.contains(&value) && m.contains(&name), "{m}")
+                }
+                other => panic!("expected a conflict naming the record, got {other:?}"),
+            }
+        }
+        // Nothing answers there at all: said so, not "no record".
+        let silent = cp.clone().with_dns_resolver(Resolver::At(
+            format!("127.0.0.1:{}", closed_port()).parse().unwrap(),
+        ));
+        match silent.verify_domain(&who, "acme-labs.test", None).await {
+            Err(Error::Conflict(m)) => assert!(m.contains("DNS lookup"), "{m}"),
+            other => panic!("expected a failed lookup, got {other:?}"),
+        }
+        assert!(!begins_for(
+            cp.sso_begin("zoe@acme-labs.test", CALLBACK, None).await
+        ));
+
+        let cp = cp.with_dns_resolver(Resolver::At(right.addr()));
+        cp.verify_domain(&who, "ACME-Labs.test", Some("req-1"))
+            .await
+            .unwrap();
+        cp.verify_domain(&who, "acme-labs.test", None)
+            .await
+            .unwrap();
+        let via: Option<String> = sqlx::query_scalar(
+            "SELECT verified_via FROM tenant_email_domains WHERE domain = 'acme-labs.test'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(via.as_deref(), Some("dns"));
+        let audited: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT after->>'domain', request_id FROM audit_log WHERE action = 'email_domain.verify'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            audited,
+            vec![("acme-labs.test".into(), Some("req-1".into()))],
+            "audited once, by the check that verified it"
+        );
+        assert!(begins_for(
+            cp.sso_begin("zoe@acme-labs.test", CALLBACK, None).await
+        ));
+
+        // Another tenant's admin can't check (or learn of) Acme's claims.
+        let carol: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'carol@globex.example'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let carol = cp.principal(carol.into()).await.unwrap().unwrap();
+        let globex = cp
+            .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
+            .await
+            .unwrap();
+        assert!(matches!(
+            cp.verify_domain(&globex, "acme-labs.test", None).await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_squatters_claim_never_blocks_the_owner_and_only_one_tenant_holds_it_verified() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        claim(&pool, "initech.test", demo::GLOBEX).await;
+        let token = claim(&pool, "initech.test", demo::ACME).await;
+        let Some(dns) = LocalDns::start(&[(
+            &control_plane::dns::challenge_name("initech.test"),
+            &control_plane::dns::challenge_value(&token),
+        )]) else {
+            return;
+        };
+        let cp = cp.with_dns_resolver(Resolver::At(dns.addr()));
+        cp.verify_domain(&acme_admin(&cp).await, "initech.test", None)
+            .await
+            .unwrap();
+        let err = sqlx::query(
+            "UPDATE tenant_email_domains SET verified_at = now(), verified_via = 'operator'
+             WHERE domain = 'initech.test' AND tenant_id = $1",
+        )
+        .bind(demo::GLOBEX.0)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("tenant_email_domains_verified_key"),
+            "{err}"
+        );
+        // And a claim's token can't be swapped for one the claimant knows.
+        let err = sqlx::query(
+            "UPDATE tenant_email_domains SET verification_token = repeat('0', 32)
+             WHERE domain = 'initech.test' AND tenant_id = $1",
+        )
+        .bind(demo::GLOBEX.0)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("never change"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn the_platforms_own_domain_can_never_be_claimed() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        crate::support::operator(&cp, "ops@platform.example").await;
+        let err = sqlx::query(
+            "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+             VALUES ('platform.example', $1, repeat('a', 32))",
+        )
+        .bind(demo::ACME.0)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("belongs to the platform"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn no_identity_is_ever_linked_to_platform_staff_or_another_tenants_user() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        let ops = crate::support::operator(&cp, "ops@acme.example").await;
+        let link = |user: uuid::Uuid, subject: &'static str| {
+            sqlx::query(
+                "INSERT INTO user_identities (issuer, subject, user_id, tenant_id)
+                 VALUES ('http://idp.test', $1, $2, $3)",
+            )
+            .bind(subject)
+            .bind(user)
+            .bind(demo::ACME.0)
+            .execute(&pool)
+        };
+        let err = link(ops.principal().user_id.0, "ops").await.unwrap_err();
+        assert!(err.to_string().contains("platform staff"), "{err}");
+        let carol: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'carol@globex.example'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let err = link(carol, "carol").await.unwrap_err();
+        assert!(err.to_string().contains("another organization"), "{err}");
+        let alice: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        link(alice, "alice").await.unwrap();
+    }
 }
 
 #[tokio::test]
