@@ -125,6 +125,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("marketplace"), StaticSegment("publish")) view=marketplace::PublishPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("marketplace"), ParamSegment("slug")) view=marketplace::ListingPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("marketplace")) view=marketplace::MarketplaceAdminPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("marketplace"), StaticSegment("versions"), ParamSegment("id")) view=marketplace::VersionReviewPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("allocations") view=allocations::AllocationsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />

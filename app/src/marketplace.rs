@@ -147,6 +147,38 @@ pub struct AdminView {
     pub payables: Vec<PayableRow>,
 }
 
+/// One version under review: every field, and what changed since the version in force.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionReviewView {
+    pub id: String,
+    pub slug: String,
+    pub listing: String,
+    pub version: String,
+    pub publisher: String,
+    pub state: String,
+    pub reason: Option<String>,
+    /// (label, value) in reading order.
+    pub fields: Vec<(String, String)>,
+    /// The version in force (the newest published one), if any.
+    pub in_force: Option<String>,
+    /// (field, in force, this version) for each field that differs.
+    pub changes: Vec<(String, String, String)>,
+    /// (value, label) of what the operator may do now.
+    pub actions: Vec<(String, String)>,
+}
+
+#[cfg(feature = "ssr")]
+fn curation_label(c: control_plane::marketplace::Curation) -> (&'static str, &'static str) {
+    use control_plane::marketplace::Curation;
+    match c {
+        Curation::Approve => ("approve", "Approve"),
+        Curation::Reject => ("reject", "Reject"),
+        Curation::Publish => ("publish", "Publish"),
+        Curation::Deprecate => ("deprecate", "Deprecate"),
+        Curation::Withdraw => ("withdraw", "Withdraw"),
+    }
+}
+
 #[cfg(feature = "ssr")]
 mod render {
     use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
@@ -529,13 +561,6 @@ pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
     use control_plane::marketplace::{Curation, VersionState};
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let label = |c: Curation| match c {
-        Curation::Approve => ("approve", "Approve"),
-        Curation::Reject => ("reject", "Reject"),
-        Curation::Publish => ("publish", "Publish"),
-        Curation::Deprecate => ("deprecate", "Deprecate"),
-        Curation::Withdraw => ("withdraw", "Withdraw"),
-    };
     let share = |bps: i32| format!("{}%", bps as f64 / 100.0);
     Ok(AdminView {
         queue: cp
@@ -548,10 +573,13 @@ pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
                 name: r.name,
                 publisher: r.publisher,
                 version: r.version,
+                // Approving or rejecting happens on the version's review page, where its
+                // content and its changes are shown.
                 actions: Curation::available(r.state)
                     .iter()
+                    .filter(|c| !matches!(c, Curation::Approve | Curation::Reject))
                     .map(|c| {
-                        let (a, l) = label(*c);
+                        let (a, l) = curation_label(*c);
                         (a.to_string(), l.to_string())
                     })
                     .collect(),
@@ -589,6 +617,46 @@ pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
                 share: share(p.revenue_share_bps),
                 fees: format!("{} {}", Micros(p.fees_micro), p.currency),
                 owed: format!("{} {}", Micros(p.owed_micro), p.currency),
+            })
+            .collect(),
+    })
+}
+
+#[server]
+pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::marketplace::{Curation, changes, review_fields};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let r = cp.version_review(&ops, id).await?;
+    let v = &r.version;
+    Ok(VersionReviewView {
+        id: v.id.to_string(),
+        slug: r.slug.clone(),
+        listing: r.listing.clone(),
+        version: v.version.clone(),
+        publisher: r.publisher.clone(),
+        state: v.state.to_string().replace('_', " "),
+        reason: v.review_reason.clone(),
+        fields: review_fields(v)
+            .into_iter()
+            .map(|(k, val)| (k.to_string(), val))
+            .collect(),
+        in_force: r.in_force.as_ref().map(|f| f.version.clone()),
+        changes: r
+            .in_force
+            .as_ref()
+            .map(|f| changes(f, v))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| (c.field.to_string(), c.before, c.after))
+            .collect(),
+        actions: Curation::available(v.state)
+            .iter()
+            .map(|c| {
+                let (a, l) = curation_label(*c);
+                (a.to_string(), l.to_string())
             })
             .collect(),
     })
@@ -970,6 +1038,107 @@ pub fn MarketplaceAdminPage() -> impl IntoView {
     }
 }
 
+/// One version's review: every field, the change against the version in force, and the
+/// decision.
+#[component]
+pub fn VersionReviewPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.with(|p| p.get("id").unwrap_or_default());
+    let curate = ServerAction::<CurateVersion>::new();
+    let review = Resource::new(
+        move || (id(), curate.version().get()),
+        |(id, _)| get_version_review(id),
+    );
+    view! {
+        <Title text="Review a version" />
+        <nav class="breadcrumb" aria-label="Breadcrumb"><a href="/admin/marketplace">"Marketplace review"</a></nav>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match review.await {
+                    Err(e) => view! { <h1>"Review"</h1><ErrorNotice error=e /> }.into_any(),
+                    Ok(r) => view! { <VersionReviewBody r curate /> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn VersionReviewBody(r: VersionReviewView, curate: ServerAction<CurateVersion>) -> impl IntoView {
+    let multiline = |s: &str| s.contains('\n') || s.len() > 80;
+    let value = move |s: String| {
+        if multiline(&s) {
+            view! { <pre class="value">{s}</pre> }.into_any()
+        } else {
+            view! { <span class="value">{s}</span> }.into_any()
+        }
+    };
+    view! {
+        <h1>{format!("{} {}", r.listing, r.version)}</h1>
+        <dl class="facts" id="version-facts">
+            <dt>"Listing"</dt><dd><code>{r.slug.clone()}</code></dd>
+            <dt>"Publisher"</dt><dd>{r.publisher.clone()}</dd>
+            <dt>"State"</dt><dd class="state">{r.state.clone()}</dd>
+            {r.reason.clone().map(|x| view! { <dt>"Reason"</dt><dd>{x}</dd> })}
+        </dl>
+        <section class="card" aria-labelledby="changes-title">
+            <h2 id="changes-title">"What changed"</h2>
+            {match (r.in_force.clone(), r.changes.is_empty()) {
+                (None, _) => view! {
+                    <p id="version-diff" class="hint">"The first version of this listing: nothing is in force to compare with, so read every field below."</p>
+                }.into_any(),
+                (Some(v), true) => view! {
+                    <p id="version-diff">{format!("Nothing differs from version {v}, the one in force.")}</p>
+                }.into_any(),
+                (Some(v), false) => view! {
+                    <p class="hint">{format!("Compared with version {v}, the one in force. Unchanged fields are not repeated.")}</p>
+                    <div class="table-scroll">
+                        <table class="data side-by-side" id="version-diff">
+                            <thead><tr><th scope="col">"Field"</th><th scope="col">{format!("In force ({v})")}</th><th scope="col">{format!("This version ({})", r.version)}</th></tr></thead>
+                            <tbody>
+                                {r.changes.iter().cloned().map(|(field, before, after)| { let key = field.clone(); view! {
+                                    <tr data-field=key>
+                                        <th scope="row">{field}</th>
+                                        <td class="before">{value(before)}</td>
+                                        <td class="after">{value(after)}</td>
+                                    </tr>
+                                } }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any(),
+            }}
+        </section>
+        <section class="card" aria-labelledby="fields-title">
+            <h2 id="fields-title">"Every field"</h2>
+            <p class="hint">"This is what tenants read and what every launch from this version runs; the cloud-init runs as root in their VMs."</p>
+            <table class="data" id="version-fields">
+                <tbody>
+                    {r.fields.iter().cloned().map(|(k, v)| { let key = k.clone(); view! {
+                        <tr data-field=key><th scope="row">{k}</th><td>{value(v)}</td></tr>
+                    } }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+        {(!r.actions.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="decide-title">
+                <h2 id="decide-title">"Decide"</h2>
+                <ActionForm action=curate attr:class="inline" attr:id="curate">
+                    <input type="hidden" name="id" value=r.id.clone() />
+                    <label>"Action"
+                        <select name="action">
+                            {r.actions.iter().cloned().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <label>"Reason" <input name="reason" placeholder="Required to reject" /></label>
+                    <button type="submit">"Apply"</button>
+                </ActionForm>
+                {outcome(curate.value(), |a: String| Some(format!("Done: {a}.")))}
+            </section>
+        })}
+    }
+}
+
 #[component]
 fn AdminBody(
     a: AdminView,
@@ -989,7 +1158,7 @@ fn AdminBody(
                         let has_actions = !r.actions.is_empty();
                         view! {
                             <tr data-version=format!("{} {}", r.slug, r.version)>
-                                <td><a href=format!("/marketplace/{}", r.slug)>{r.name}</a><br/><code>{r.slug.clone()}</code></td>
+                                <td>{r.name}<br/><code>{r.slug.clone()}</code><br/><a href=format!("/admin/marketplace/versions/{}", r.id) aria-label=format!("Review {} {}", r.slug, r.version)>"Review"</a></td>
                                 <td>{r.publisher}</td>
                                 <td>{r.version.clone()}</td>
                                 <td>{r.state}{r.reason.map(|x| view! { <br/><span class="hint">{x}</span> })}</td>

@@ -6,6 +6,8 @@
 //! allocation trigger lets only published versions that fit the SKU launch. Browsing needs no
 //! sign-in and shows only published versions.
 
+pub mod cloud_init;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -455,6 +457,7 @@ impl VersionDraft {
                     format!("{k:?} is set by the platform (users, hostname, SSH and network are)"),
                 ));
             }
+            cloud_init::check(map).map_err(|reason| invalid("cloud_init", reason))?;
             if self.cloud_init.len() > 32 * 1024 {
                 return Err(invalid("cloud_init", "keep the fragment under 32 KiB"));
             }
@@ -653,6 +656,76 @@ impl TryFrom<VersionDbRow> for Version {
             published_at: r.published_at,
         })
     }
+}
+
+/// One version as the operator reviewing it sees it: every field a launch uses or a tenant
+/// reads, and what changed since the version in force.
+#[derive(Clone, Debug)]
+pub struct VersionReview {
+    pub slug: String,
+    pub listing: String,
+    pub publisher: String,
+    pub version: Version,
+    /// The newest published version of the same listing (not this one), if any.
+    pub in_force: Option<Version>,
+}
+
+/// One field that differs between the version in force and the one under review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldChange {
+    pub field: &'static str,
+    pub before: String,
+    pub after: String,
+}
+
+/// Every reviewed field of a version, by label, in reading order.
+pub fn review_fields(v: &Version) -> Vec<(&'static str, String)> {
+    let c = &v.compatibility;
+    let or = |s: &str, none: &str| {
+        if s.trim().is_empty() {
+            none.to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    vec![
+        ("Summary", v.summary.clone()),
+        ("Description (Markdown)", or(&v.description_md, "(none)")),
+        ("Release notes", or(&v.release_notes, "(none)")),
+        ("Image source", v.image_source.clone()),
+        ("SSH user", v.ssh_user.clone()),
+        ("Cloud-init", or(&v.cloud_init, "(none)")),
+        (
+            "Shapes",
+            c.shapes
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("GPU models", or(&c.gpu_models.join(", "), "any")),
+        ("Minimum GPUs", c.min_gpus.to_string()),
+        (
+            "Hourly fee",
+            c.fee
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |f| f.to_string()),
+        ),
+    ]
+}
+
+/// The fields of `new` that differ from `old`.
+pub fn changes(old: &Version, new: &Version) -> Vec<FieldChange> {
+    review_fields(old)
+        .into_iter()
+        .zip(review_fields(new))
+        .filter(|((_, before), (_, after))| before != after)
+        .map(|((field, before), (_, after))| FieldChange {
+            field,
+            before,
+            after,
+        })
+        .collect()
 }
 
 /// Versions of `listings` (all of them, or only published ones), newest first.
@@ -1286,6 +1359,48 @@ impl ControlPlane {
     }
 
     /// Every version of every listing, those waiting on operators first.
+    /// Everything about one version an operator must see before deciding on it, beside the
+    /// version in force.
+    #[tracing::instrument(skip(self, _who))]
+    pub async fn version_review(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        id: ListingVersionId,
+    ) -> Result<VersionReview> {
+        let mut conn = self.pool().acquire().await?;
+        let l = sqlx::query!(
+            r#"SELECT l.id AS "id: ListingId", l.slug, l.name, p.display_name AS publisher
+               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+               JOIN publishers p ON p.id = l.publisher_id WHERE v.id = $1"#,
+            id as ListingVersionId
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::NotFound {
+            what: "listing version",
+        })?;
+        let versions: Vec<Version> = versions_of(&mut conn, &[l.id], false)
+            .await?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let in_force = versions
+            .iter()
+            .find(|v| v.id != id && v.state == VersionState::Published)
+            .cloned();
+        let version = versions
+            .into_iter()
+            .find(|v| v.id == id)
+            .ok_or(Error::Corrupt(format!("version {id} vanished")))?;
+        Ok(VersionReview {
+            slug: l.slug,
+            listing: l.name,
+            publisher: l.publisher,
+            version,
+            in_force,
+        })
+    }
+
     pub async fn review_queue(
         &self,
         _who: &Platform<PlatformOperators>,
@@ -1490,7 +1605,7 @@ mod tests {
             summary: "PyTorch".into(),
             image_source: "/var/lib/gpuaas/images/pytorch.qcow2".into(),
             ssh_user: "ubuntu".into(),
-            cloud_init: r#"{"runcmd": [["nvidia-smi"]]}"#.into(),
+            cloud_init: r#"{"packages": ["nvtop"]}"#.into(),
             shapes: "gpu_slice, baremetal".into(),
             fee: "0.25 USD".into(),
             ..Default::default()
@@ -1527,6 +1642,13 @@ mod tests {
             (
                 VersionDraft {
                     cloud_init: "runcmd: [ls]".into(),
+                    ..good.clone()
+                },
+                "cloud_init",
+            ),
+            (
+                VersionDraft {
+                    cloud_init: r#"{"runcmd": [["nvidia-smi"]]}"#.into(),
                     ..good.clone()
                 },
                 "cloud_init",

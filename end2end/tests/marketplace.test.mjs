@@ -15,13 +15,31 @@ import { ssoSignIn } from '../support-sso.mjs';
 const RUN = Date.now().toString(36);
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
 
-async function curate(page, row, action, reason = '') {
+/** Opens a version's review page from the queue (`row` is "slug version"). */
+async function review(page, row) {
   await page.goto(`${BASE}/admin/marketplace`);
   await hydrated(page);
-  const tr = page.locator(`#review-queue tr[data-version="${row}"]`);
-  await tr.getByLabel('Action').selectOption(action);
-  if (reason) await tr.getByLabel('Reason').fill(reason);
-  await tr.getByRole('button', { name: 'Apply' }).click();
+  await page.locator(`#review-queue tr[data-version="${row}"]`).getByRole('link', { name: `Review ${row}` }).click();
+  await page.waitForURL(/\/admin\/marketplace\/versions\/[0-9a-f-]{36}$/);
+  await hydrated(page);
+}
+
+/** Approving and rejecting happen on the review page, where the content is shown; the rest
+ *  from the queue. */
+async function curate(page, row, action, reason = '') {
+  let form;
+  if (action === 'approve' || action === 'reject') {
+    await review(page, row);
+    form = page.locator('#curate');
+  } else {
+    await page.goto(`${BASE}/admin/marketplace`);
+    await hydrated(page);
+    form = page.locator(`#review-queue tr[data-version="${row}"]`);
+    assert.ok(!(await form.locator('option').allInnerTexts()).includes('Approve'), 'no blind approval from the queue');
+  }
+  await form.getByLabel('Action').selectOption(action);
+  if (reason) await form.getByLabel('Reason').fill(reason);
+  await form.getByRole('button', { name: 'Apply' }).click();
   await page.getByRole('status').filter({ hasText: `Done: ${action}.` }).waitFor();
 }
 
@@ -144,6 +162,32 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
   }
 });
 
+test('an operator reviews vLLM 0.6.5 against 0.6.4, the version in force, field by field', async () => {
+  const ops = await openBrowser();
+  try {
+    await adminSignIn(ops.page);
+    await review(ops.page, 'vllm 0.6.5');
+    const page = ops.page;
+    assert.equal(await page.locator('h1').innerText(), 'vLLM inference server 0.6.5');
+    assert.match(await page.locator('#version-facts').innerText(), /Globex Labs/);
+    const diff = page.locator('#version-diff');
+    assert.match(await diff.locator('thead').innerText(), /In force \(0\.6\.4\)\s+This version \(0\.6\.5\)/);
+    const changed = await diff.locator('tbody th').allInnerTexts();
+    assert.deepEqual(changed, ['Summary', 'Description (Markdown)', 'Release notes', 'Image source', 'Cloud-init', 'Hourly fee']);
+    const fee = diff.locator('tr[data-field="Hourly fee"]');
+    assert.equal(await fee.locator('td.before').innerText(), '0.40 USD');
+    assert.equal(await fee.locator('td.after').innerText(), '0.45 USD');
+    assert.equal(await diff.locator('tr[data-field="Cloud-init"] td.before').innerText(), '(none)');
+    assert.match(await diff.locator('tr[data-field="Cloud-init"] td.after').innerText(), /"packages": \[\s*"nvtop"\s*\]/);
+    // Unchanged fields are listed once, below, with everything else.
+    assert.equal(await page.locator('#version-fields tr[data-field="SSH user"] td').innerText(), 'ubuntu');
+    assert.deepEqual(await page.locator('#curate select[name="action"] option').allInnerTexts(), ['Approve', 'Reject']);
+    await shot(page, 'marketplace-version-review');
+  } finally {
+    await ops.close();
+  }
+});
+
 test('carol submits a listing; the operator rejects it with a reason, then approves and publishes it', async () => {
   const slug = `triton-${RUN}`;
   const carol = await openBrowser();
@@ -168,7 +212,11 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     assert.match(await form.getByRole('alert').innerText(), /^Invalid cloud_init: "users" is set by the platform/);
     assert.match(await page.locator('#new-listing-cloud_init-error').innerText(), /^"users" is set by the platform/);
     assert.equal(await form.getByLabel(/Cloud-init fragment/).getAttribute('aria-invalid'), 'true');
+    // Commands would run as root in every tenant's VM: refused by name, with what is allowed.
     await form.getByLabel(/Cloud-init fragment/).fill('{"runcmd": [["systemctl", "start", "tritonserver"]]}');
+    await form.getByRole('button', { name: 'Save draft' }).click();
+    assert.match(await page.locator('#new-listing-cloud_init-error').innerText(), /^"runcmd" is not allowed: a listing's cloud-init may set only packages, /);
+    await form.getByLabel(/Cloud-init fragment/).fill('{"packages": ["nvtop"], "final_message": "Triton listens on port 8000."}');
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
     const row = page.locator(`#my-versions tr[data-version="${slug} 24.10"]`);
@@ -186,6 +234,13 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     // Not visible to anyone until published.
     await ops.page.goto(`${BASE}/marketplace/${slug}`);
     assert.equal(await ops.page.getByRole('alert').innerText(), 'Not found.');
+    // The review page shows everything the version runs, before the decision.
+    await review(ops.page, `${slug} 24.10`);
+    const fields = ops.page.locator('#version-fields');
+    assert.equal(await fields.locator('tr[data-field="Image source"] td').innerText(), '/var/lib/gpuaas/images/triton-24.10.qcow2');
+    assert.match(await fields.locator('tr[data-field="Cloud-init"] td').innerText(), /"final_message": "Triton listens on port 8000\."/);
+    assert.equal(await fields.locator('tr[data-field="Hourly fee"] td').innerText(), '0.30 USD');
+    assert.match(await ops.page.locator('#version-diff').innerText(), /The first version of this listing/);
     await curate(ops.page, `${slug} 24.10`, 'approve');
     await curate(ops.page, `${slug} 24.10`, 'publish');
     await shot(ops.page, 'marketplace-review');

@@ -33,7 +33,7 @@ use app::fleet::{
 };
 use app::marketplace::{
     ApplyToPublish, BrowseListings, CreateListing, CreateVersion, CurateVersion, DecidePublisher,
-    GetListing, GetMarketplaceAdmin, GetPublisherArea, SubmitVersion,
+    GetListing, GetMarketplaceAdmin, GetPublisherArea, GetVersionReview, SubmitVersion,
 };
 use app::pages::admin::AdminOverview;
 use app::pages::home::GetPlatformHealth;
@@ -42,7 +42,7 @@ use app::projects::{
     ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
     RenameProject,
 };
-use app::sso_settings::{GetSsoSettings, SaveSsoSettings};
+use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
 
 const ORIGIN: &str = "http://127.0.0.1:3000";
@@ -127,6 +127,7 @@ const FLEET: &[(&str, &[(&str, &str)])] = &[
     (SetSkuState::PATH, &[("id", NODE), ("state", "retired")]),
     // Marketplace curation: platform operators only.
     (GetMarketplaceAdmin::PATH, &[]),
+    (GetVersionReview::PATH, &[("id", NODE)]),
     (
         CurateVersion::PATH,
         &[("id", NODE), ("action", "publish"), ("reason", "")],
@@ -233,6 +234,11 @@ const NO_RESOURCE_ID: &[(&str, &str)] = &[
     (
         SaveSsoSettings::PATH,
         "the caller's own tenant; its admins only",
+    ),
+    (
+        VerifySsoDomain::PATH,
+        "a domain claim of the caller's own tenant; its admins only; another tenant's is not found \
+         (control-plane/tests/db/sso.rs)",
     ),
 ];
 

@@ -411,3 +411,109 @@ async fn browsing_filters_by_words_category_gpu_model_and_price() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Finding 2 of the security review: cloud-init was a blocklist of seven keys, so an approved
+/// publisher's `runcmd` ran as root in every tenant VM launched from the listing.
+#[tokio::test]
+async fn cloud_init_outside_the_allowlist_never_reaches_review_even_written_directly() {
+    let db = crate::support::demo_db().await;
+    let (cp, _ops) = setup(db.pool().clone()).await;
+    // Written past the Rust checks, straight into the table: the schema refuses it.
+    let err = sqlx::query(
+        "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user,
+                                       cloud_init, shapes)
+         SELECT gen_random_uuid(), id, '9.9', 'x', '/img', 'ubuntu',
+                '{\"packages\": [\"nvtop\"], \"write_files\": []}', ARRAY['gpu_slice']
+         FROM listings WHERE slug = 'vllm'",
+    )
+    .execute(cp.pool())
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cloud-init key \"write_files\" is not allowed"),
+        "{err}"
+    );
+    // And through the product, the refusal names the key.
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let publisher = cp.tenant_publisher(&carol).await.unwrap();
+    let err = cp
+        .create_version(
+            &publisher,
+            "vllm",
+            &VersionDraft {
+                cloud_init: r#"{"bootcmd": [["curl", "http://evil"]]}"#.into(),
+                ..draft("9.9")
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    match err {
+        Error::Invalid {
+            field: "cloud_init",
+            reason,
+        } => assert!(reason.starts_with("\"bootcmd\" is not allowed"), "{reason}"),
+        other => panic!("expected cloud_init refused, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_review_shows_every_field_and_what_changed_since_the_version_in_force() {
+    let db = crate::support::demo_db().await;
+    let (cp, ops) = setup(db.pool().clone()).await;
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+         WHERE l.slug = 'vllm' AND v.version = '0.6.5'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    let review = cp.version_review(&ops, ListingVersionId(id)).await.unwrap();
+    assert_eq!(review.publisher, "Globex Labs");
+    let in_force = review.in_force.as_ref().expect("0.6.4 is published");
+    assert_eq!(in_force.version, "0.6.4");
+    let changes = control_plane::marketplace::changes(in_force, &review.version);
+    let fields: Vec<_> = changes.iter().map(|c| c.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "Summary",
+            "Description (Markdown)",
+            "Release notes",
+            "Image source",
+            "Cloud-init",
+            "Hourly fee"
+        ]
+    );
+    let fee = changes.iter().find(|c| c.field == "Hourly fee").unwrap();
+    assert_eq!(
+        (fee.before.as_str(), fee.after.as_str()),
+        ("0.40 USD", "0.45 USD")
+    );
+    // Every field is there to read, changed or not.
+    let all = control_plane::marketplace::review_fields(&review.version);
+    assert_eq!(all.len(), 10);
+    assert!(all.contains(&("SSH user", "ubuntu".to_string())));
+
+    // The first version of a listing has nothing in force.
+    let id: uuid::Uuid = sqlx::query_scalar(
+        "SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+         WHERE l.slug = 'slurm-head'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert!(
+        cp.version_review(&ops, ListingVersionId(id))
+            .await
+            .unwrap()
+            .in_force
+            .is_none()
+    );
+    assert!(matches!(
+        cp.version_review(&ops, ListingVersionId(uuid::Uuid::new_v4()))
+            .await,
+        Err(Error::NotFound { .. })
+    ));
+}
