@@ -38,6 +38,42 @@ pub const PROTOCOL_HEADER: &str = "x-agent-protocol";
 /// The longest a claim may wait for a task, in seconds; the server caps longer waits.
 pub const MAX_CLAIM_WAIT_S: u32 = 25;
 
+/// Where every host keeps the images listings may launch (the operator's image directory). A
+/// listing's image source is a file directly in it; the agent maps it onto its configured
+/// directory and never reads an image from anywhere else.
+pub const IMAGE_DIR: &str = "/var/lib/gpuaas/images";
+
+/// The file name an image source names in [`IMAGE_DIR`], and its disk format (from the
+/// extension; always given to `qemu-img`, which must never guess it from the content), or why
+/// it is refused.
+pub fn image_file(source: &str) -> Result<(&str, &'static str), String> {
+    let refuse = || {
+        format!(
+            "{source:?} is not an image in {IMAGE_DIR}: give {IMAGE_DIR}/<name>.qcow2 (or .raw, .img), \
+             a file name of letters, digits, '.', '_', '+' and '-'"
+        )
+    };
+    let name = source
+        .strip_prefix(IMAGE_DIR)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .ok_or_else(refuse)?;
+    let plain = (1..=200).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'));
+    let format = match name.rsplit_once('.') {
+        Some((_, "qcow2")) => "qcow2",
+        Some((_, "raw" | "img")) => "raw",
+        _ => return Err(refuse()),
+    };
+    if plain {
+        Ok((name, format))
+    } else {
+        Err(refuse())
+    }
+}
+
 /// Sent by an agent with every request (as the `x-agent-protocol` header and in bodies).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentHello {
@@ -398,5 +434,35 @@ mod tests {
         // An unknown task kind is an error, not a silently ignored task.
         let unknown = serde_json::from_str::<Task>(r#"{"task_id":"t","spec":{"kind":"shell"}}"#);
         assert!(unknown.is_err());
+    }
+}
+
+#[cfg(test)]
+mod image_file_tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_files_in_the_image_directory_are_images() {
+        assert_eq!(
+            image_file("/var/lib/gpuaas/images/pytorch-2.5.qcow2"),
+            Ok(("pytorch-2.5.qcow2", "qcow2"))
+        );
+        assert_eq!(
+            image_file("/var/lib/gpuaas/images/disk.img").unwrap().1,
+            "raw"
+        );
+        for bad in [
+            "/etc/shadow",
+            "/var/lib/gpuaas/images/../../../etc/shadow.qcow2",
+            "/var/lib/gpuaas/images/sub/dir.qcow2",
+            "/var/lib/gpuaas/images/.hidden.qcow2",
+            "/var/lib/gpuaas/imagesX/a.qcow2",
+            "/var/lib/gpuaas/images/a.vmdk",
+            "/var/lib/gpuaas/images/",
+            "https://example.com/a.qcow2",
+            "a.qcow2",
+        ] {
+            assert!(image_file(bad).is_err(), "{bad}");
+        }
     }
 }

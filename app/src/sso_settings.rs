@@ -161,7 +161,7 @@ fn DomainClaims(
         _ => None,
     };
     view! {
-        <section id="sso-domains" aria-labelledby="sso-domains-title">
+        <section class="card" id="sso-domains" aria-labelledby="sso-domains-title">
             <h2 id="sso-domains-title">"Email domains"</h2>
             <p class="hint">
                 "People sign in here only with an address at a verified domain. To verify one, publish the TXT record shown in its DNS, then check it. Until then its people can't sign in through your provider."

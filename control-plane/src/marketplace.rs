@@ -409,17 +409,7 @@ impl VersionDraft {
             ));
         }
         let image_source = self.image_source.trim();
-        if image_source.is_empty()
-            || image_source.len() > 1000
-            || image_source
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_control())
-        {
-            return Err(invalid(
-                "image_source",
-                "give the image's path on the hosts' image cache or its URL, without spaces",
-            ));
-        }
+        agent_protocol::image_file(image_source).map_err(|e| invalid("image_source", e))?;
         let ssh_user = self.ssh_user.trim();
         if ssh_user.is_empty()
             || ssh_user.len() > 32
@@ -1652,6 +1642,20 @@ mod tests {
                     ..good.clone()
                 },
                 "cloud_init",
+            ),
+            (
+                VersionDraft {
+                    image_source: "/etc/shadow".into(),
+                    ..good.clone()
+                },
+                "image_source",
+            ),
+            (
+                VersionDraft {
+                    image_source: "/var/lib/gpuaas/images/../../../root/disk.qcow2".into(),
+                    ..good.clone()
+                },
+                "image_source",
             ),
             (
                 VersionDraft {

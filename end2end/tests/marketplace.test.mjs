@@ -215,7 +215,7 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     // Commands would run as root in every tenant's VM: refused by name, with what is allowed.
     await form.getByLabel(/Cloud-init fragment/).fill('{"runcmd": [["systemctl", "start", "tritonserver"]]}');
     await form.getByRole('button', { name: 'Save draft' }).click();
-    assert.match(await page.locator('#new-listing-cloud_init-error').innerText(), /^"runcmd" is not allowed: a listing's cloud-init may set only packages, /);
+    await page.locator('#new-listing-cloud_init-error').filter({ hasText: /^"runcmd" is not allowed: a listing's cloud-init may set only packages, / }).waitFor();
     await form.getByLabel(/Cloud-init fragment/).fill('{"packages": ["nvtop"], "final_message": "Triton listens on port 8000."}');
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();

@@ -36,6 +36,10 @@ pub struct Settings {
     /// NVMe; overwrite-verify wipes only).
     #[arg(long)]
     pub disk_dir: Option<PathBuf>,
+    /// The operator's image directory (libvirt driver; default /var/lib/gpuaas/images): a
+    /// listing's image source names a file directly in it, and nothing else is read.
+    #[arg(long)]
+    pub image_dir: Option<PathBuf>,
     /// How the libvirt driver decides a guest is up: `ssh` or `domain-running`.
     #[arg(long)]
     pub guest_ready: Option<String>,
@@ -74,6 +78,7 @@ impl Settings {
             root: self.root.or(file.root),
             libvirt_uri: self.libvirt_uri.or(file.libvirt_uri),
             disk_dir: self.disk_dir.or(file.disk_dir),
+            image_dir: self.image_dir.or(file.image_dir),
             guest_ready: self.guest_ready.or(file.guest_ready),
             telemetry_listen: self.telemetry_listen.or(file.telemetry_listen),
             phase_ms: self.phase_ms.or(file.phase_ms),

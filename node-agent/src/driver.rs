@@ -86,6 +86,9 @@ pub struct LibvirtDriver {
     pub disk_dir: Option<PathBuf>,
     pub file_disk_bytes: u64,
     pub guest_ready: GuestReady,
+    /// Where this host keeps images ([`agent_protocol::IMAGE_DIR`] unless configured); an
+    /// image source names a file directly in it.
+    pub image_dir: PathBuf,
 }
 
 impl LibvirtDriver {
@@ -97,6 +100,7 @@ impl LibvirtDriver {
             disk_dir: None,
             file_disk_bytes: 64 << 20,
             guest_ready: GuestReady::Ssh,
+            image_dir: PathBuf::from(agent_protocol::IMAGE_DIR),
         }
     }
 
@@ -132,14 +136,26 @@ impl Driver for LibvirtDriver {
         Duration::ZERO
     }
     fn image_path(&self, image: &ImageRef) -> Result<PathBuf, String> {
-        let p = PathBuf::from(&image.source);
-        if !p.is_absolute() || p.components().any(|c| c.as_os_str() == "..") {
+        let (file, _) = agent_protocol::image_file(&image.source)
+            .map_err(|e| format!("image {}: {e}", image.name))?;
+        let path = self.image_dir.join(file);
+        // A symlink in the image directory must not lead out of it.
+        let (real, dir) = (
+            path.canonicalize()
+                .map_err(|_| format!("the image {} does not exist on this host", path.display()))?,
+            self.image_dir
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", self.image_dir.display()))?,
+        );
+        if !real.starts_with(&dir) {
             return Err(format!(
-                "image {}: {:?} is not an absolute path on the host",
-                image.name, image.source
+                "image {}: {} leads out of {}",
+                image.name,
+                path.display(),
+                self.image_dir.display()
             ));
         }
-        Ok(p)
+        Ok(real)
     }
     fn slot_disk(&self, slot: &PlannedSlot) -> Result<PathBuf, String> {
         namespace_ok(&slot.nvme_namespace)?;
@@ -331,9 +347,8 @@ impl Driver for SimulatedDriver {
         }
     }
     fn image_path(&self, image: &ImageRef) -> Result<PathBuf, String> {
-        let base = Path::new(&image.source)
-            .file_name()
-            .ok_or_else(|| format!("image {}: {:?} names no file", image.name, image.source))?;
+        let (base, _) = agent_protocol::image_file(&image.source)
+            .map_err(|e| format!("image {}: {e}", image.name))?;
         let path = self.sim_dir.join("images").join(base);
         if !path.exists() {
             // The simulated host's copy of the image: a small real qcow2.

@@ -33,14 +33,53 @@ fn path_str(p: &Path) -> Result<&str, String> {
         .ok_or_else(|| format!("{} is not a UTF-8 path", p.display()))
 }
 
-/// Writes `source` (any format qemu-img reads) as raw onto `disk`. A block device is written
-/// in place (`-n`); a file is created, then grown to `size_bytes` when that is larger.
+/// The disk format of an image file, from its extension. Always passed to `qemu-img` (`-f`):
+/// guessed from the content, a raw image that looks like qcow2 could name a backing file and
+/// read any file on the host.
+pub fn image_format(source: &Path) -> Result<&'static str, String> {
+    match source.extension().and_then(|e| e.to_str()) {
+        Some("qcow2") => Ok("qcow2"),
+        Some("raw" | "img") => Ok("raw"),
+        _ => Err(format!(
+            "{}: an image is a .qcow2, .raw or .img file",
+            source.display()
+        )),
+    }
+}
+
+/// Refuses a qcow2 image that reads other files: a backing file or an external data file.
+fn self_contained(source: &Path) -> Result<(), String> {
+    let out = run(
+        "qemu-img",
+        &["info", "-f", "qcow2", "--output=json", path_str(source)?],
+    )?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| format!("qemu-img info: {e}"))?;
+    let external = v.get("backing-filename").is_some()
+        || v.get("full-backing-filename").is_some()
+        || v.pointer("/format-specific/data/data-file").is_some();
+    if external {
+        return Err(format!(
+            "the image {} refers to another file (a backing or data file); images must be self-contained",
+            source.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `source` as raw onto `disk`, reading it in the format its extension names (never
+/// guessed) and refusing a qcow2 that refers to other files. A block device is written in
+/// place (`-n`); a file is created, then grown to `size_bytes` when that is larger.
 pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Result<(), String> {
     if !source.is_file() {
         return Err(format!(
             "the image {} does not exist on this host",
             source.display()
         ));
+    }
+    let format = image_format(source)?;
+    if format == "qcow2" {
+        self_contained(source)?;
     }
     let block = std::fs::metadata(disk)
         .map(|m| {
@@ -52,7 +91,7 @@ pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Resul
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     let (src, dst) = (path_str(source)?, path_str(disk)?);
-    let mut args = vec!["convert", "-O", "raw"];
+    let mut args = vec!["convert", "-f", format, "-O", "raw"];
     if block {
         args.push("-n");
     }
@@ -71,7 +110,16 @@ pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Resul
 
 /// The virtual size qemu-img reports for `image`.
 pub fn virtual_size(image: &Path) -> Result<u64, String> {
-    let out = run("qemu-img", &["info", "--output=json", path_str(image)?])?;
+    let out = run(
+        "qemu-img",
+        &[
+            "info",
+            "-f",
+            image_format(image)?,
+            "--output=json",
+            path_str(image)?,
+        ],
+    )?;
     let v: serde_json::Value =
         serde_json::from_str(&out).map_err(|e| format!("qemu-img info: {e}"))?;
     v["virtual-size"]

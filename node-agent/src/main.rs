@@ -126,6 +126,9 @@ fn build_driver(s: &Settings) -> Result<Arc<dyn Driver>, String> {
                 s.libvirt_uri.as_deref().unwrap_or("qemu:///system"),
             );
             d.disk_dir = s.disk_dir.clone();
+            if let Some(dir) = &s.image_dir {
+                d.image_dir = dir.clone();
+            }
             d.guest_ready = match s.guest_ready.as_deref().unwrap_or("ssh") {
                 "ssh" => GuestReady::Ssh,
                 "domain-running" => GuestReady::DomainRunning,

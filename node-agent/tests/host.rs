@@ -131,6 +131,55 @@ fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Finding 3 of the security review: `qemu-img` guessed the format from the content, so a
+/// "raw" image that was really a qcow2 naming a backing file read a file of the host's.
+#[test]
+fn an_image_never_reads_another_file_of_the_host() {
+    let dir = tempdir("qemu-backing");
+    let secret = dir.join("host-secret.raw");
+    let mut bytes = vec![0u8; 1 << 16];
+    bytes[..14].copy_from_slice(b"HOST-SECRET-42");
+    std::fs::write(&secret, &bytes).unwrap();
+    let sneaky = dir.join("sneaky.qcow2");
+    node_agent::image::run(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            secret.to_str().unwrap(),
+            sneaky.to_str().unwrap(),
+        ],
+    )
+    .unwrap();
+    let disk = dir.join("disk.raw");
+    let e = node_agent::image::write_image(&sneaky, &disk, None).unwrap_err();
+    assert!(e.contains("refers to another file"), "{e}");
+    assert!(!disk.exists(), "nothing written");
+
+    // The same bytes published as a raw image are read as raw: the guest gets the qcow2's own
+    // bytes, never the backing file's.
+    let disguised = dir.join("disguised.raw");
+    std::fs::copy(&sneaky, &disguised).unwrap();
+    node_agent::image::write_image(&disguised, &disk, None).unwrap();
+    let written = std::fs::read(&disk).unwrap();
+    assert_eq!(&written[..4], b"QFI\xfb", "copied as bytes");
+    assert!(
+        !written.windows(14).any(|w| w == b"HOST-SECRET-42"),
+        "the backing file was read"
+    );
+    // And an extension that names no format is refused before qemu-img runs.
+    let vmdk = secret.with_extension("vmdk");
+    std::fs::copy(&sneaky, &vmdk).unwrap();
+    let e = node_agent::image::write_image(&vmdk, &disk, None).unwrap_err();
+    assert!(e.contains("an image is a .qcow2, .raw or .img file"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn qemu_img_writes_a_generated_image_raw_and_grows_it() {
     let dir = tempdir("qemu");
@@ -378,7 +427,7 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
         let dev = root.join("sys/bus/pci/devices").join(&s.gpu_pci_address);
         std::fs::write(dev.join("rom"), vec![0x55u8; 4096]).unwrap();
     }
-    // The image, where the plan says it is (under this test's directory).
+    // The image, in this host's image directory (under this test's directory).
     let image = dir.join("images/ubuntu.qcow2");
     node_agent::image::create_qcow2(&image, "4M").unwrap();
     let mut driver = LibvirtDriver::new(
@@ -391,6 +440,7 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
     driver.disk_dir = Some(dir.join("disks"));
     driver.file_disk_bytes = 8 << 20;
     driver.guest_ready = GuestReady::DomainRunning;
+    driver.image_dir = dir.join("images");
     let driver = Arc::new(driver);
     let agent = Agent::new(
         NODE.into(),
@@ -400,7 +450,7 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
     );
     let a = "cccccccc-0000-4000-8000-000000000001";
     let mut p = plan(a, slots[..2].to_vec());
-    p.image.source = image.to_str().unwrap().into();
+    p.image.source = "/var/lib/gpuaas/images/ubuntu.qcow2".into();
     let mut phases = Vec::new();
     let done = agent
         .provision("t1", &p, false, &slots, &mut |r| {

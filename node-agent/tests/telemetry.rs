@@ -58,7 +58,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
         name: "tele".into(),
         image: ImageRef {
             name: "ubuntu".into(),
-            source: "/images/ubuntu.qcow2".into(),
+            source: "/var/lib/gpuaas/images/ubuntu.qcow2".into(),
             ssh_user: "ubuntu".into(),
             cloud_init: String::new(),
         },

@@ -415,7 +415,7 @@ async fn browsing_filters_by_words_category_gpu_model_and_price() {
 /// Finding 2 of the security review: cloud-init was a blocklist of seven keys, so an approved
 /// publisher's `runcmd` ran as root in every tenant VM launched from the listing.
 #[tokio::test]
-async fn cloud_init_outside_the_allowlist_never_reaches_review_even_written_directly() {
+async fn cloud_init_outside_the_allowlist_and_images_outside_the_image_directory_are_refused() {
     let db = crate::support::demo_db().await;
     let (cp, _ops) = setup(db.pool().clone()).await;
     // Written past the Rust checks, straight into the table: the schema refuses it.
@@ -432,6 +432,19 @@ async fn cloud_init_outside_the_allowlist_never_reaches_review_even_written_dire
     assert!(
         err.to_string()
             .contains("cloud-init key \"write_files\" is not allowed"),
+        "{err}"
+    );
+    // Finding 3: an image is a file in the operator's image directory, nothing else on the host.
+    let err = sqlx::query(
+        "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
+         SELECT gen_random_uuid(), id, '9.9', 'x', '/etc/shadow', 'ubuntu', ARRAY['gpu_slice']
+         FROM listings WHERE slug = 'vllm'",
+    )
+    .execute(cp.pool())
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("image source /etc/shadow is not"),
         "{err}"
     );
     // And through the product, the refusal names the key.
