@@ -32,12 +32,21 @@ impl PublicOrigin {
 /// Session rules the server configures and provides to every request.
 #[derive(Clone, Copy, Debug)]
 pub struct SessionPolicy {
-    /// A session ends this long after sign-in, however active it is. (The idle timeout is
-    /// the session cookie's own expiry, set on the session layer.)
+    /// A session ends this long after sign-in, however active it is.
     pub absolute_timeout: Duration,
+    /// A session ends this long after its last request (the session layer's expiry; it slides
+    /// because [`principal_of`] rewrites an active session, see [`SEEN`]).
+    pub idle_timeout: Duration,
 }
 
 const SIGNED_IN: &str = "signed_in";
+
+/// When a signed-in session last had its expiry pushed back (seconds since the epoch). The
+/// store keeps a session until its last *write* plus the idle timeout, and a session nothing
+/// changed is never written, so without this the idle timeout would count from sign-in. An
+/// active session is rewritten once a tenth of the idle timeout has passed since the last
+/// write: at most one write per session every 6 minutes with the default hour.
+const SEEN: &str = "seen";
 
 const SSO_PENDING: &str = "sso_pending";
 
@@ -227,12 +236,37 @@ pub async fn principal_of(
         return Ok(None);
     }
     match cp.principal(signed_in.user).await? {
-        Some(p) => Ok(Some(p)),
+        Some(p) => {
+            slide(session, policy, signed_in.at).await?;
+            Ok(Some(p))
+        }
         None => {
             session.flush().await.map_err(AppError::internal)?;
             Ok(None)
         }
     }
+}
+
+/// Pushes the idle expiry of an active session back, at most once a tenth of the idle timeout.
+async fn slide(
+    session: &Session,
+    policy: &SessionPolicy,
+    signed_in_at: u64,
+) -> Result<(), AppError> {
+    let now = now_secs();
+    let last = session
+        .get::<u64>(SEEN)
+        .await
+        .map_err(AppError::internal)?
+        .unwrap_or(signed_in_at);
+    let every = (policy.idle_timeout.as_secs() / 10).max(1);
+    if now.saturating_sub(last) >= every {
+        session
+            .insert(SEEN, now)
+            .await
+            .map_err(AppError::internal)?;
+    }
+    Ok(())
 }
 
 /// The current request's session.

@@ -63,6 +63,7 @@ impl WebSettings {
             session_idle: config.session_idle(),
             session: SessionPolicy {
                 absolute_timeout: config.session_absolute(),
+                idle_timeout: config.session_idle(),
             },
         })
     }

@@ -348,6 +348,40 @@ async fn a_session_ends_at_its_absolute_timeout_however_active() {
     assert!(admin_page(&app, &pair).await.contains("Please sign in"));
 }
 
+/// Finding 7 of the security review: the idle timeout counted from sign-in however active the
+/// session was, because an unchanged session is never written back to the store.
+#[tokio::test]
+async fn an_active_session_slides_its_idle_expiry_at_most_once_a_tenth_of_the_timeout() {
+    // 1 minute idle: an active session is rewritten at most every 6 seconds.
+    let (db, app) = signed_in_fixture(&["--session-idle-minutes", "1"]).await;
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    let cookie = session_cookie(&res).unwrap();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    let expiry = || async {
+        sqlx::query_scalar::<_, time::OffsetDateTime>(
+            "SELECT max(expiry_date) FROM tower_sessions.session",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let signed_in = expiry().await;
+    // Within a tenth of the timeout: served, nothing written.
+    assert!(admin_page(&app, &pair).await.contains("Signed in as"));
+    assert_eq!(expiry().await, signed_in, "no write within 6 s");
+    tokio::time::sleep(std::time::Duration::from_millis(6500)).await;
+    assert!(admin_page(&app, &pair).await.contains("Signed in as"));
+    let slid = expiry().await;
+    assert!(
+        slid - signed_in >= time::Duration::seconds(6),
+        "expiry moved from {signed_in} to {slid}"
+    );
+}
+
 async fn agent_post(
     app: &axum::Router,
     path: &str,

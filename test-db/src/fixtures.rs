@@ -135,7 +135,7 @@ pub async fn bare_allocation(cp: &ControlPlane, node: NodeId) -> uuid::Uuid {
         "WITH l AS (INSERT INTO listings (id, publisher_id, slug, name, category)
                     VALUES (gen_random_uuid(), '00000000-0000-4000-8000-0000000000f1', 'i-{short}', 'I', 'os_image') RETURNING id)
          INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
-         SELECT gen_random_uuid(), l.id, '1', 'I', '/img', 'ubuntu', ARRAY['gpu_slice'] FROM l RETURNING id"
+         SELECT gen_random_uuid(), l.id, '1', 'I', '/var/lib/gpuaas/images/i.qcow2', 'ubuntu', ARRAY['gpu_slice'] FROM l RETURNING id"
     ))
     .fetch_one(cp.pool())
     .await

@@ -422,7 +422,7 @@ async fn cloud_init_outside_the_allowlist_and_images_outside_the_image_directory
     let err = sqlx::query(
         "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user,
                                        cloud_init, shapes)
-         SELECT gen_random_uuid(), id, '9.9', 'x', '/img', 'ubuntu',
+         SELECT gen_random_uuid(), id, '9.9', 'x', '/var/lib/gpuaas/images/x.qcow2', 'ubuntu',
                 '{\"packages\": [\"nvtop\"], \"write_files\": []}', ARRAY['gpu_slice']
          FROM listings WHERE slug = 'vllm'",
     )
