@@ -1081,6 +1081,9 @@ fn VersionReviewBody(r: VersionReviewView, curate: ServerAction<CurateVersion>) 
             <dt>"State"</dt><dd class="state">{r.state.clone()}</dd>
             {r.reason.clone().map(|x| view! { <dt>"Reason"</dt><dd>{x}</dd> })}
         </dl>
+        // Outside the decision form: a decision that leaves nothing more to decide (reject)
+        // removes the form, and its outcome must still show.
+        {outcome(curate.value(), |a: String| Some(format!("Done: {a}.")))}
         <section class="card" aria-labelledby="changes-title">
             <h2 id="changes-title">"What changed"</h2>
             {match (r.in_force.clone(), r.changes.is_empty()) {
@@ -1133,7 +1136,6 @@ fn VersionReviewBody(r: VersionReviewView, curate: ServerAction<CurateVersion>) 
                     <label>"Reason" <input name="reason" placeholder="Required to reject" /></label>
                     <button type="submit">"Apply"</button>
                 </ActionForm>
-                {outcome(curate.value(), |a: String| Some(format!("Done: {a}.")))}
             </section>
         })}
     }

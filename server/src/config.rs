@@ -188,8 +188,9 @@ pub struct Config {
     )]
     pub public_url: String,
 
-    /// Mark the session cookie `Secure` (HTTPS only). Turn on in every deployment behind TLS.
-    #[arg(long, env = "PORTAL_COOKIE_SECURE", default_value_t = false, action = clap::ArgAction::Set)]
+    /// Mark the session cookie `Secure` (sent over HTTPS only). On unless turned off:
+    /// `cargo xtask dev` and the tests turn it off for their plain-HTTP loopback portal.
+    #[arg(long, env = "PORTAL_COOKIE_SECURE", default_value_t = true, action = clap::ArgAction::Set)]
     pub cookie_secure: bool,
 
     /// Minutes without a request after which a session ends.

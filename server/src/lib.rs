@@ -6,6 +6,7 @@ pub mod billing;
 pub mod config;
 pub mod error;
 pub mod error_status;
+pub mod headers;
 pub mod health;
 pub mod marketplace;
 pub mod origin;
@@ -165,6 +166,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             web.public_origin.clone(),
             origin::same_origin_only,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            headers::Https(web.public_origin.starts_with("https://")),
+            headers::security_headers,
         ))
         .layer(
             ServiceBuilder::new()

@@ -38,6 +38,8 @@ impl Launch {
             .env("LEPTOS_SITE_ROOT", &self.site_root)
             .env("LEPTOS_ENV", self.site_env)
             .env("PORTAL_PUBLIC_URL", format!("http://{}", self.addr))
+            // Plain HTTP on loopback: a `Secure` cookie would be the server's default.
+            .env("PORTAL_COOKIE_SECURE", "false")
             .current_dir(root());
         c
     }
