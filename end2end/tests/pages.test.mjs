@@ -33,7 +33,9 @@ async function review(who, signIn, pages) {
       await signIn(page);
       for (const theme of ['light', 'dark']) {
         await context.addCookies([{ name: 'theme', value: theme, url: BASE }]);
-        for (const [name, path] of pages) {
+        for (const [name, where] of pages) {
+          // A path, or a function that finds one (pages whose URL holds a generated id).
+          const path = typeof where === 'function' ? await where(page) : where;
           const res = await page.goto(`${BASE}${path}`);
           assert.ok(res.status() < 500, `${path} as ${who}: HTTP ${res.status()}`);
           await hydrated(page);
@@ -77,6 +79,11 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['fleet', '/fleet'],
       ['sku-admin', '/catalog/manage'],
       ['marketplace-review', '/admin/marketplace'],
+      ['version-review', async (page) => {
+        await page.goto(`${BASE}/admin/marketplace`);
+        const link = page.getByRole('link', { name: 'Review vllm 0.6.5' });
+        return new URL(await link.getAttribute('href'), BASE).pathname;
+      }],
       ['platform-billing', '/admin/billing'],
     ])),
   ];
