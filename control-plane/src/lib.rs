@@ -13,6 +13,7 @@ pub mod catalog;
 mod db;
 pub mod demo;
 pub mod dns;
+pub mod egress;
 pub mod error;
 pub mod fleet;
 pub mod health;
@@ -45,8 +46,9 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub struct ControlPlane {
     pool: PgPool,
     naming: Naming,
-    /// For identity providers. Never follows redirects (as OpenID Connect requires).
-    http: reqwest::Client,
+    /// For identity providers: addresses a tenant chose, so public https only, no
+    /// redirects, bounded answers (see [`egress`]).
+    http: egress::Egress,
     wake: std::sync::Arc<Wakeups>,
     /// Stripe, when configured (the server always configures it; some tests don't need it).
     stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
@@ -95,15 +97,10 @@ impl Wakeups {
 
 impl ControlPlane {
     pub fn new(pool: PgPool, naming: Naming) -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(std::time::Duration::from_secs(10))
-            .build()
-            .expect("the HTTP client's TLS backend initialises");
         Self {
             pool,
             naming,
-            http,
+            http: egress::Egress::default(),
             wake: Default::default(),
             stripe: None,
             sign_in_limits: Default::default(),
@@ -137,6 +134,13 @@ impl ControlPlane {
         self
     }
 
+    /// Calls identity providers through `egress` (the dev command and tests allow their
+    /// loopback provider with [`egress::Egress::allowing_loopback_http`]).
+    pub fn with_egress(mut self, egress: egress::Egress) -> Self {
+        self.http = egress;
+        self
+    }
+
     pub fn stripe_configured(&self) -> bool {
         self.stripe.is_some()
     }
@@ -150,7 +154,7 @@ impl ControlPlane {
         &self.wake
     }
 
-    pub(crate) fn http(&self) -> &reqwest::Client {
+    pub(crate) fn http(&self) -> &egress::Egress {
         &self.http
     }
 

@@ -935,10 +935,10 @@ impl ControlPlane {
         request_id: Option<&str>,
     ) -> Result<()> {
         let issuer = update.issuer_url.trim().trim_end_matches('/').to_string();
-        if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+        if issuer.is_empty() || issuer.len() > 500 {
             return Err(Error::Invalid {
                 field: "issuer_url",
-                reason: "use the provider's https:// issuer URL".into(),
+                reason: "use the provider's https:// issuer URL (at most 500 characters)".into(),
             });
         }
         let client_id = update.client_id.trim().to_string();
@@ -1020,7 +1020,14 @@ impl ControlPlane {
                 });
             }
         };
-        // Network first, outside any transaction.
+        // Network first, outside any transaction; never into the platform's own network.
+        self.http()
+            .check(&issuer)
+            .await
+            .map_err(|e| Error::Invalid {
+                field: "issuer_url",
+                reason: e.to_string(),
+            })?;
         self.discover(&issuer).await.map_err(|e| match e {
             Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
                 field: "issuer_url",

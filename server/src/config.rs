@@ -233,6 +233,12 @@ pub struct Config {
     #[arg(long, env = "PORTAL_DNS_RESOLVER")]
     pub dns_resolver: Option<std::net::SocketAddr>,
 
+    /// Development only: lets tenants' identity providers be plain `http://` on a loopback
+    /// address (the dev command's and the tests' local provider). Off, the portal calls
+    /// identity providers over https on public addresses only.
+    #[arg(long, env = "PORTAL_DEV_LOOPBACK_IDP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub dev_loopback_idp: bool,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,

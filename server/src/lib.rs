@@ -111,6 +111,14 @@ pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
             control_plane::dns::Resolver::System,
             control_plane::dns::Resolver::At,
         ));
+    let cp = if config.dev_loopback_idp {
+        tracing::warn!(
+            "PORTAL_DEV_LOOPBACK_IDP is on: identity providers may be plain http on loopback (development only)"
+        );
+        cp.with_egress(control_plane::egress::Egress::allowing_loopback_http())
+    } else {
+        cp
+    };
     match config.stripe_settings() {
         Some(settings) => Ok(cp.with_stripe(&settings)?),
         None => {

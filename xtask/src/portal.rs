@@ -40,6 +40,8 @@ impl Launch {
             .env("PORTAL_PUBLIC_URL", format!("http://{}", self.addr))
             // Plain HTTP on loopback: a `Secure` cookie would be the server's default.
             .env("PORTAL_COOKIE_SECURE", "false")
+            // The demo identity provider is plain HTTP on loopback too.
+            .env("PORTAL_DEV_LOOPBACK_IDP", "true")
             .current_dir(root());
         c
     }

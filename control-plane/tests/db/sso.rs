@@ -434,3 +434,207 @@ mod provider_settings {
         assert_eq!(cp.provider_settings(&who).await.unwrap(), before);
     }
 }
+
+/// Finding 5 (SSRF): a tenant admin's issuer URL, and every URL its discovery document names,
+/// is called only over https on a public address, never followed through a redirect, and
+/// read only up to a bound.
+mod issuer_egress {
+    use super::*;
+    use control_plane::egress::Egress;
+    use control_plane::sso::ProviderUpdate;
+    use control_plane::tenancy::{TenantAdmins, TenantRole};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback HTTP server that answers every request with `answer(base, path)` and counts
+    /// the requests it got.
+    struct Fake {
+        base: String,
+        hits: Arc<AtomicUsize>,
+    }
+
+    async fn fake(answer: fn(&str, &str) -> String) -> Fake {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let (b, h) = (base.clone(), hits.clone());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (b, h) = (b.clone(), h.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 8192];
+                    let mut read = 0;
+                    while !buf[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                        match socket.read(&mut buf[read..]).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => read += n,
+                        }
+                    }
+                    h.fetch_add(1, Ordering::SeqCst);
+                    let head = String::from_utf8_lossy(&buf[..read]);
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                    let _ = socket.write_all(answer(&b, &path).as_bytes()).await;
+                });
+            }
+        });
+        Fake { base, hits }
+    }
+
+    fn json(body: &str) -> String {
+        format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    /// A discovery document for `base` whose key set is at `jwks`, with `extra` fields first.
+    fn document(base: &str, jwks: &str, extra: &str) -> String {
+        format!(
+            r#"{{{extra}"issuer":"{base}","authorization_endpoint":"{base}/auth","token_endpoint":"{base}/token",
+                "jwks_uri":"{jwks}","response_types_supported":["code"],"subject_types_supported":["public"],
+                "id_token_signing_alg_values_supported":["RS256"]}}"#
+        )
+    }
+
+    fn discovery(base: &str, jwks: &str) -> String {
+        json(&document(base, jwks, ""))
+    }
+
+    fn update(issuer: &str) -> ProviderUpdate {
+        ProviderUpdate {
+            issuer_url: issuer.into(),
+            client_id: "portal".into(),
+            client_secret: Some("s3cret".into()),
+            domains: vec!["acme.example".into()],
+            role_claim: "groups".into(),
+            default_role: TenantRole::Member,
+            mappings: vec![],
+        }
+    }
+
+    async fn refused(
+        cp: &ControlPlane,
+        who: &control_plane::tenancy::Tenant<TenantAdmins>,
+        issuer: &str,
+    ) -> String {
+        match cp.save_provider(who, update(issuer), None).await {
+            Err(Error::Invalid {
+                field: "issuer_url",
+                reason,
+            }) => reason,
+            other => panic!("{issuer}: expected an issuer_url refusal, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_issuer_never_leads_the_portal_into_the_platforms_network() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let strict = seeded(pool.clone(), "http://127.0.0.1:9").await;
+        let alice: uuid::Uuid =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        let alice = strict.principal(alice.into()).await.unwrap().unwrap();
+        let who = strict
+            .tenant_access::<TenantAdmins>(&alice, demo::ACME)
+            .await
+            .unwrap();
+        let before = strict.provider_settings(&who).await.unwrap();
+
+        // A working provider on loopback: a production portal still never calls it.
+        let good = fake(|base, path| match path {
+            "/.well-known/openid-configuration" => discovery(base, &format!("{base}/jwks")),
+            _ => json(r#"{"keys":[]}"#),
+        })
+        .await;
+        assert!(
+            refused(&strict, &who, &good.base)
+                .await
+                .contains("https:// only")
+        );
+        let on_loopback = good.base.replace("http://", "https://");
+        assert!(
+            refused(&strict, &who, &on_loopback)
+                .await
+                .contains("127.0.0.1 is not a public address")
+        );
+        for (issuer, says) in [
+            (
+                "https://169.254.169.254/latest/meta-data",
+                "not a public address",
+            ),
+            ("https://10.0.0.8", "not a public address"),
+            ("https://[::ffff:192.168.0.1]", "not a public address"),
+            ("https://[fd00::1]", "not a public address"),
+            ("https://localhost:8443", "localhost resolves to"),
+        ] {
+            let reason = refused(&strict, &who, issuer).await;
+            assert!(reason.contains(says), "{issuer}: {reason}");
+        }
+        assert_eq!(good.hits.load(Ordering::SeqCst), 0, "no request was made");
+
+        // Development allows plain http to loopback, and the provider saves...
+        let dev = strict.clone().with_egress(Egress::allowing_loopback_http());
+        dev.save_provider(&who, update(&good.base), None)
+            .await
+            .unwrap();
+        assert!(
+            good.hits.load(Ordering::SeqCst) >= 2,
+            "discovery and keys fetched"
+        );
+
+        // ...but what the discovery document names is held to the same rule: a key set on
+        // the metadata address is never fetched.
+        let metadata = fake(|base, path| match path {
+            "/.well-known/openid-configuration" => {
+                discovery(base, "http://169.254.169.254/latest/meta-data/iam")
+            }
+            _ => json(r#"{"keys":[]}"#),
+        })
+        .await;
+        let reason = refused(&dev, &who, &metadata.base).await;
+        assert!(
+            reason.contains("does not answer OpenID discovery"),
+            "{reason}"
+        );
+        assert_eq!(metadata.hits.load(Ordering::SeqCst), 1, "only the document");
+
+        // Redirects are not followed, wherever they lead.
+        let target = fake(|base, _| discovery(base, &format!("{base}/jwks"))).await;
+        let redirect = fake(|_, _| {
+            "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:1/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                .to_string()
+        })
+        .await;
+        let reason = refused(&dev, &who, &redirect.base).await;
+        assert!(
+            reason.contains("does not answer OpenID discovery"),
+            "{reason}"
+        );
+        assert_eq!(target.hits.load(Ordering::SeqCst), 0);
+
+        // An answer larger than the bound is not read to its end.
+        let huge = fake(|base, _| {
+            let padding = "x".repeat(control_plane::egress::MAX_BODY + 1);
+            json(&document(
+                base,
+                &format!("{base}/jwks"),
+                &format!(r#""padding":"{padding}","#),
+            ))
+        })
+        .await;
+        let reason = refused(&dev, &who, &huge.base).await;
+        assert!(
+            reason.contains("does not answer OpenID discovery"),
+            "{reason}"
+        );
+
+        // Only the development save above changed anything.
+        let after = dev.provider_settings(&who).await.unwrap().unwrap();
+        assert_ne!(Some(&after), before.as_ref());
+        assert_eq!(after.issuer_url, good.base);
+    }
+}
