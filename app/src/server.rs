@@ -58,8 +58,8 @@ struct SignedIn {
     at: u64,
     /// `break_glass` or `oidc`.
     method: String,
-    /// For `oidc`: the tenant whose provider signed the user in, and the ID token, for the
-    /// provider's end-session endpoint at sign-out.
+    /// For `oidc`: the tenant whose provider signed the user in, for the provider's
+    /// end-session endpoint at sign-out. No token or claims are kept.
     #[serde(default)]
     sso: Option<SsoSession>,
 }
@@ -67,7 +67,6 @@ struct SignedIn {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct SsoSession {
     tenant: control_plane::TenantId,
-    id_token: String,
 }
 
 /// Keeps a started single sign-on in the (not yet signed-in) session.
@@ -127,7 +126,6 @@ pub async fn sign_in_sso(
             method: "oidc".into(),
             sso: Some(SsoSession {
                 tenant: done.tenant,
-                id_token: done.id_token.clone(),
             }),
         },
     )
@@ -152,7 +150,7 @@ pub async fn sign_out(
         return Ok("/".into());
     };
     let home = format!("{}/", origin.0);
-    match cp.sso_logout_url(sso.tenant, &sso.id_token, &home).await {
+    match cp.sso_logout_url(sso.tenant, &home).await {
         Ok(Some(url)) => Ok(url),
         Ok(None) => Ok("/".into()),
         // Signed out here regardless; the provider's session may outlive ours.

@@ -677,8 +677,13 @@ const PROVIDERS: &[DemoProvider] = &[
 /// operator: the demo's `.example` domains have no DNS to publish a proof in), and group-to-role
 /// mappings. Idempotent; a changed issuer or secret (a new dev port, a new test run) is
 /// updated in place.
-#[tracing::instrument(skip(pool, secret))]
-pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) -> Result<()> {
+#[tracing::instrument(skip(pool, keys, secret))]
+pub async fn seed_identity_providers(
+    pool: &PgPool,
+    keys: &crate::secrets::Keyring,
+    issuer: &str,
+    secret: &str,
+) -> Result<()> {
     let mut tx = pool.begin().await?;
     for &DemoProvider {
         tenant,
@@ -696,7 +701,7 @@ pub async fn seed_identity_providers(pool: &PgPool, issuer: &str, secret: &str) 
             tenant as TenantId,
             issuer,
             client_id,
-            secret,
+            keys.seal(secret, &crate::sso::secret_place(tenant)),
         )
         .execute(&mut *tx)
         .await?;

@@ -24,6 +24,7 @@ pub mod placement;
 pub mod policy;
 pub mod ratelimit;
 pub mod resource_name;
+pub mod secrets;
 pub mod sso;
 pub mod tenancy;
 
@@ -54,6 +55,8 @@ pub struct ControlPlane {
     stripe: Option<std::sync::Arc<billing::stripe::StripeLink>>,
     /// Break-glass sign-in attempts, per account and per client address.
     sign_in_limits: std::sync::Arc<ratelimit::SignInLimits>,
+    /// Seals and opens stored secrets (identity providers' client secrets).
+    secrets: std::sync::Arc<secrets::Keyring>,
     /// Where email-domain proofs are looked up.
     dns: dns::Resolver,
     /// Email-domain checks per tenant (each is a DNS lookup): 10, then one every 6 seconds.
@@ -101,6 +104,7 @@ impl ControlPlane {
             pool,
             naming,
             http: egress::Egress::default(),
+            secrets: std::sync::Arc::new(secrets::Keyring::ephemeral()),
             wake: Default::default(),
             stripe: None,
             sign_in_limits: Default::default(),
@@ -132,6 +136,17 @@ impl ControlPlane {
     pub fn with_dns_resolver(mut self, resolver: dns::Resolver) -> Self {
         self.dns = resolver;
         self
+    }
+
+    /// Seals stored secrets with `keys` (the server's `PORTAL_SECRET_KEYS`). Without it, a
+    /// key that lives as long as this process: fine for tests, useless across a restart.
+    pub fn with_secret_keys(mut self, keys: secrets::Keyring) -> Self {
+        self.secrets = std::sync::Arc::new(keys);
+        self
+    }
+
+    pub(crate) fn secrets(&self) -> &secrets::Keyring {
+        &self.secrets
     }
 
     /// Calls identity providers through `egress` (the dev command and tests allow their
@@ -182,6 +197,6 @@ impl ControlPlane {
     }
 
     pub async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()> {
-        demo::seed_identity_providers(&self.pool, issuer, secret).await
+        demo::seed_identity_providers(&self.pool, &self.secrets, issuer, secret).await
     }
 }

@@ -125,8 +125,6 @@ pub struct SsoStart {
 pub struct SsoSignIn {
     pub principal: Principal,
     pub tenant: TenantId,
-    /// The raw ID token, kept for the provider's end-session `id_token_hint`.
-    pub id_token: String,
 }
 
 /// The provider metadata we read: the core set plus `end_session_endpoint`.
@@ -241,6 +239,11 @@ pub fn verify_id_token(
     })
 }
 
+/// Where a tenant's client secret is kept: what its sealing is bound to.
+pub(crate) fn secret_place(tenant: TenantId) -> String {
+    format!("identity_providers.client_secret:{tenant}")
+}
+
 /// The most privileged tenant role among `mapped` (`TenantRole::ALL` runs from most to
 /// least privileged), else `default`.
 fn strongest_role(mapped: impl Iterator<Item = TenantRole>, default: TenantRole) -> TenantRole {
@@ -284,12 +287,59 @@ impl ControlPlane {
                 tenant: r.tenant,
                 issuer_url: r.issuer_url,
                 client_id: r.client_id,
-                client_secret: r.client_secret,
+                client_secret: self.open_secret(r.tenant, &r.client_secret)?,
                 role_claim: r.role_claim,
                 default_role: TenantRole::parse(&r.default_role)?,
             })
         })
         .transpose()
+    }
+
+    /// A stored client secret, opened. One stored before secrets were sealed (and not yet
+    /// re-sealed by [`ControlPlane::reseal_secrets`]) is read as it is.
+    fn open_secret(&self, tenant: TenantId, stored: &str) -> Result<String> {
+        match self.secrets().open(stored, &secret_place(tenant)) {
+            Ok(plain) => Ok(plain),
+            Err(crate::secrets::SecretsError::NotSealed) => Ok(stored.to_string()),
+            Err(e) => Err(Error::Corrupt(format!(
+                "identity provider client secret of tenant {tenant}: {e}"
+            ))),
+        }
+    }
+
+    /// Seals again every client secret not sealed with the current key: the plain-text ones
+    /// stored before sealing existed, and those an older key sealed (key rotation). Run at
+    /// start by every replica; idempotent. Returns how many were re-sealed.
+    #[tracing::instrument(skip(self))]
+    pub async fn reseal_secrets(&self) -> Result<u64> {
+        let current = self.secrets().current().to_string();
+        let rows = sqlx::query!(
+            r#"SELECT tenant_id AS "tenant: TenantId", client_secret FROM identity_providers"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut resealed = 0;
+        for r in rows {
+            if crate::secrets::Keyring::sealed_with(&r.client_secret) == Some(current.as_str()) {
+                continue;
+            }
+            let plain = self.open_secret(r.tenant, &r.client_secret)?;
+            let sealed = self.secrets().seal(&plain, &secret_place(r.tenant));
+            // Only if nobody changed it meanwhile (another replica re-sealing, an admin saving).
+            resealed += sqlx::query!(
+                "UPDATE identity_providers SET client_secret = $2 WHERE tenant_id = $1 AND client_secret = $3",
+                r.tenant as TenantId,
+                sealed,
+                r.client_secret
+            )
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+        }
+        if resealed > 0 {
+            tracing::info!(secrets.resealed = resealed, secrets.key = %current, "client secrets re-sealed");
+        }
+        Ok(resealed)
     }
 
     /// Fetches the provider's discovery document. An unreachable or malformed issuer is
@@ -418,15 +468,15 @@ impl ControlPlane {
         Ok(SsoSignIn {
             principal,
             tenant: provider.tenant,
-            id_token: id_token.to_string(),
         })
     }
 
     /// The provider's end-session URL for a user signed in through `tenant`, if it has one.
+    /// It names the client, not the ID token: the portal keeps no raw ID token (RP-Initiated
+    /// Logout allows `client_id` in place of `id_token_hint`; the provider then confirms).
     pub async fn sso_logout_url(
         &self,
         tenant: TenantId,
-        id_token: &str,
         post_logout_redirect: &str,
     ) -> Result<Option<String>> {
         let provider = self.provider_for_tenant(tenant).await?;
@@ -438,7 +488,6 @@ impl ControlPlane {
             Error::Corrupt(format!("provider end_session_endpoint {endpoint:?}: {e}"))
         })?;
         url.query_pairs_mut()
-            .append_pair("id_token_hint", id_token)
             .append_pair("post_logout_redirect_uri", post_logout_redirect)
             .append_pair("client_id", &provider.client_id);
         Ok(Some(url.to_string()))
@@ -1012,7 +1061,8 @@ impl ControlPlane {
             update.client_secret.filter(|s| !s.is_empty()),
             existing_secret,
         ) {
-            (Some(s), _) | (None, Some(s)) => s,
+            (Some(s), _) => s,
+            (None, Some(stored)) => self.open_secret(who.id(), &stored)?,
             (None, None) => {
                 return Err(Error::Invalid {
                     field: "client_secret",
@@ -1050,7 +1100,7 @@ impl ControlPlane {
             who.id() as TenantId,
             issuer,
             client_id,
-            secret,
+            self.secrets().seal(&secret, &secret_place(who.id())),
             role_claim,
             update.default_role.as_str(),
         )

@@ -233,6 +233,13 @@ pub struct Config {
     #[arg(long, env = "PORTAL_DNS_RESOLVER")]
     pub dns_resolver: Option<std::net::SocketAddr>,
 
+    /// The keys that seal stored secrets (identity providers' client secrets), as
+    /// `id:base64-key[,id:base64-key…]`: 32 random bytes each (`openssl rand -base64 32`).
+    /// The first seals; all open. To rotate, put a new key first, restart, then drop the old.
+    /// Required to serve.
+    #[arg(long, env = "PORTAL_SECRET_KEYS")]
+    pub secret_keys: Option<Secret>,
+
     /// Development only: lets tenants' identity providers be plain `http://` on a loopback
     /// address (the dev command's and the tests' local provider). Off, the portal calls
     /// identity providers over https on public addresses only.

@@ -45,3 +45,55 @@ pub async fn security_headers(
     }
     res
 }
+
+/// The longest `x-request-id` taken from a caller (a UUID is 36).
+pub const MAX_REQUEST_ID: usize = 64;
+
+/// Whether a caller's `x-request-id` may be kept: 1 to [`MAX_REQUEST_ID`] letters, digits,
+/// `-`, `_`, `.` or `:` (what load balancers and tracing systems send). Anything else would
+/// end up in logs and the audit log as the caller wrote it.
+pub fn request_id_well_formed(id: &[u8]) -> bool {
+    (1..=MAX_REQUEST_ID).contains(&id.len())
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'))
+}
+
+/// Drops a malformed `x-request-id`, so the next layer makes a new one.
+pub async fn well_formed_request_id(mut req: Request, next: Next) -> Response {
+    if req
+        .headers()
+        .get_all(X_REQUEST_ID)
+        .iter()
+        .any(|v| !request_id_well_formed(v.as_bytes()))
+        || req.headers().get_all(X_REQUEST_ID).iter().count() > 1
+    {
+        req.headers_mut().remove(X_REQUEST_ID);
+    }
+    next.run(req).await
+}
+
+const X_REQUEST_ID: &str = "x-request-id";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_short_and_plain() {
+        for ok in ["lb-1234", "0af7651916cd43dd8448eb211c80319c", "a.b:c_d"] {
+            assert!(request_id_well_formed(ok.as_bytes()), "{ok}");
+        }
+        let long = "a".repeat(MAX_REQUEST_ID + 1);
+        for bad in [
+            "",
+            "has space",
+            "line\nbreak",
+            "\u{1b}[31mred",
+            "<script>",
+            long.as_str(),
+        ] {
+            assert!(!request_id_well_formed(bad.as_bytes()), "{bad:?}");
+        }
+    }
+}

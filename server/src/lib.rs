@@ -111,6 +111,14 @@ pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
             control_plane::dns::Resolver::System,
             control_plane::dns::Resolver::At,
         ));
+    let cp = match &config.secret_keys {
+        Some(keys) => cp.with_secret_keys(
+            control_plane::secrets::Keyring::parse(keys.expose())
+                .map_err(|e| ServerError::Config(format!("PORTAL_SECRET_KEYS: {e}")))?,
+        ),
+        // `serve` refuses to start without keys (main.rs); other commands don't read secrets.
+        None => cp,
+    };
     let cp = if config.dev_loopback_idp {
         tracing::warn!(
             "PORTAL_DEV_LOOPBACK_IDP is on: identity providers may be plain http on loopback (development only)"
@@ -181,6 +189,7 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(
             ServiceBuilder::new()
+                .layer(axum::middleware::from_fn(headers::well_formed_request_id))
                 .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
                 .layer(
                     TraceLayer::new_for_http()

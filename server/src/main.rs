@@ -136,6 +136,14 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
             return Ok(());
         }
     };
+    let stores_secrets = serve_after || (seed && config.demo_idp_issuer.is_some());
+    if stores_secrets && config.secret_keys.is_none() {
+        return Err(ServerError::Config(
+            "PORTAL_SECRET_KEYS is not set: the portal seals identity providers' client \
+             secrets with it. Give id:base64-key, e.g. main:$(openssl rand -base64 32)"
+                .into(),
+        ));
+    }
     if migrate {
         cp.migrate().await?;
         tracing::info!("migrations applied");
@@ -155,6 +163,7 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
         }
     }
     if serve_after {
+        cp.reseal_secrets().await?;
         serve(&config, state).await?;
     }
     Ok(())

@@ -139,6 +139,28 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
         .await
         .unwrap();
     assert_eq!(res.headers().get("x-request-id").unwrap(), "lb-1234");
+    // A malformed one (it would reach the logs and the audit log as written) is replaced.
+    let long = "a".repeat(65);
+    for bad in [
+        "has spaces".as_bytes(),
+        b"<script>alert(1)</script>",
+        b"tab\there",
+        "caf\u{e9}".as_bytes(),
+        long.as_bytes(),
+    ] {
+        let res = app
+            .clone()
+            .oneshot(
+                Request::get("/healthz")
+                    .header("x-request-id", http::HeaderValue::from_bytes(bad).unwrap())
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let id = res.headers().get("x-request-id").unwrap().to_str().unwrap();
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{bad:?} → {id}");
+    }
 
     let (status, _, body) = get(&app, "/no/such/page").await;
     assert_eq!(status, StatusCode::NOT_FOUND);

@@ -112,6 +112,7 @@ pub fn run(args: &[String]) -> Result {
         demo_idp: Some((issuer, idp_secret)),
         stripe: Some((stripe_api, webhook_secret)),
         dns_resolver: None,
+        secret_keys: portal::dev_value("secret-keys", || portal::random_keyring("dev"))?,
         log: None,
     };
     let mut server = launch.start().inspect_err(|_| {

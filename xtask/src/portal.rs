@@ -26,6 +26,8 @@ pub struct Launch {
     pub stripe: Option<(String, String)>,
     /// The DNS resolver (`ip:port`) for email-domain proofs; the system's when None.
     pub dns_resolver: Option<String>,
+    /// `PORTAL_SECRET_KEYS`: the keys that seal stored secrets.
+    pub secret_keys: String,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
 }
@@ -105,7 +107,8 @@ impl Launch {
             Some(&self.admin_password),
         )?;
         let mut cmd = self.command();
-        cmd.args(["serve", "--seed-demo"]);
+        cmd.args(["serve", "--seed-demo"])
+            .env("PORTAL_SECRET_KEYS", &self.secret_keys);
         if let Some((issuer, secret)) = &self.demo_idp {
             cmd.env("PORTAL_DEMO_IDP_ISSUER", issuer)
                 .env("PORTAL_DEMO_IDP_CLIENT_SECRET", secret);
@@ -236,9 +239,32 @@ pub fn random_password() -> Result<String> {
         .collect())
 }
 
+/// A keyring for `PORTAL_SECRET_KEYS` with one key, `{id}`, of 32 random bytes.
+pub fn random_keyring(id: &str) -> Result<String> {
+    const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut bytes = [0u8; 33]; // 33 bytes are 44 characters; the last one is dropped as padding
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes[..32]))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
+        for shift in [18, 12, 6, 0] {
+            out.push(B64[((n >> shift) & 63) as usize] as char);
+        }
+    }
+    out.truncate(43);
+    Ok(format!("{id}:{out}="))
+}
+
 /// A dev secret kept in `.data/{name}` (mode 0600), so it is the same on every start; made
 /// on first use.
 pub fn dev_secret(name: &str) -> Result<String> {
+    dev_value(name, random_password)
+}
+
+/// Like [`dev_secret`], made by `make`.
+pub fn dev_value(name: &str, make: impl FnOnce() -> Result<String>) -> Result<String> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = root().join(".data").join(name);
     if let Ok(p) = std::fs::read_to_string(&path)
@@ -246,7 +272,7 @@ pub fn dev_secret(name: &str) -> Result<String> {
     {
         return Ok(p.trim().to_string());
     }
-    let password = random_password()?;
+    let password = make()?;
     std::fs::create_dir_all(root().join(".data")).map_err(|e| e.to_string())?;
     let mut f = std::fs::OpenOptions::new()
         .create(true)

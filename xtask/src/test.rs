@@ -230,6 +230,7 @@ fn start_release_server(
         demo_idp: Some(demo_idp),
         stripe: Some(stripe),
         dns_resolver: Some(format!("127.0.0.1:{dns_port}")),
+        secret_keys: portal::random_keyring("test")?,
         log: Some(log),
     }
     .start()

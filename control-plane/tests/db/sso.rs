@@ -330,13 +330,14 @@ async fn seeding_the_demo_providers_twice_changes_only_what_changed() {
     .fetch_all(&pool)
     .await
     .unwrap();
-    assert_eq!(
-        rows,
-        vec![
-            ("http://127.0.0.1:10".into(), "n3w".into()),
-            ("http://127.0.0.1:10".into(), "n3w".into())
-        ]
-    );
+    assert_eq!(rows.len(), 2);
+    for (issuer, secret) in rows {
+        assert_eq!(issuer, "http://127.0.0.1:10");
+        assert!(
+            secret.starts_with("sealed:v1:ephemeral:") && !secret.contains("n3w"),
+            "{secret}"
+        );
+    }
     let domains: i64 = sqlx::query_scalar("SELECT count(*) FROM tenant_email_domains")
         .fetch_one(&pool)
         .await
@@ -636,5 +637,111 @@ mod issuer_egress {
         let after = dev.provider_settings(&who).await.unwrap().unwrap();
         assert_ne!(Some(&after), before.as_ref());
         assert_eq!(after.issuer_url, good.base);
+    }
+}
+
+/// Finding 9: client secrets are stored sealed, under keys that rotate.
+mod secrets_at_rest {
+    use super::*;
+    use control_plane::secrets::Keyring;
+
+    const K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    const K2: &str = "k2:HxwdHhsaGRgXFhUUExIREA8ODQwLCgkIBwYFBAMCAQA=";
+
+    async fn stored(pool: &PgPool) -> Vec<String> {
+        sqlx::query_scalar("SELECT client_secret FROM identity_providers ORDER BY tenant_id")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    }
+
+    fn keys(setting: &str) -> Keyring {
+        Keyring::parse(setting).unwrap()
+    }
+
+    #[tokio::test]
+    async fn client_secrets_are_sealed_reseal_under_a_new_key_and_open_only_in_their_row() {
+        let db = crate::support::demo_db().await;
+        let pool = db.pool().clone();
+        let one = ControlPlane::new(pool.clone(), Naming::default()).with_secret_keys(keys(K1));
+        one.seed_demo_identity_providers("http://127.0.0.1:9", "s3cret")
+            .await
+            .unwrap();
+        for s in stored(&pool).await {
+            assert!(
+                s.starts_with("sealed:v1:k1:") && !s.contains("s3cret"),
+                "{s}"
+            );
+        }
+        // The schema takes nothing else.
+        let err = sqlx::query("UPDATE identity_providers SET client_secret = 's3cret'")
+            .execute(&pool)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("identity_providers_client_secret_sealed"),
+            "{err}"
+        );
+
+        // A secret stored before sealing existed (the constraint is NOT VALID for those rows)
+        // is sealed at the next start.
+        sqlx::raw_sql(
+            "ALTER TABLE identity_providers DROP CONSTRAINT identity_providers_client_secret_sealed;
+             UPDATE identity_providers SET client_secret = 'legacy'
+              WHERE tenant_id = (SELECT id FROM tenants WHERE slug = 'globex');
+             ALTER TABLE identity_providers ADD CONSTRAINT identity_providers_client_secret_sealed
+               CHECK (client_secret ~ '^sealed:v1:[a-z0-9-]{1,32}:[A-Za-z0-9+/]+={0,2}$'
+                      AND length(client_secret) <= 1500) NOT VALID;",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        assert!(stored(&pool).await.contains(&"legacy".to_string()));
+        assert_eq!(one.reseal_secrets().await.unwrap(), 1);
+        assert!(
+            stored(&pool)
+                .await
+                .iter()
+                .all(|s| s.starts_with("sealed:v1:k1:"))
+        );
+        assert_eq!(one.reseal_secrets().await.unwrap(), 0, "idempotent");
+
+        // Rotation: k2 first, k1 kept to open; every row moves to k2.
+        let rotated = ControlPlane::new(pool.clone(), Naming::default())
+            .with_secret_keys(keys(&format!("{K2},{K1}")));
+        assert_eq!(rotated.reseal_secrets().await.unwrap(), 2);
+        assert!(
+            stored(&pool)
+                .await
+                .iter()
+                .all(|s| s.starts_with("sealed:v1:k2:"))
+        );
+        // Now k1 can go; a portal with only k1 can't open them.
+        let only_new =
+            ControlPlane::new(pool.clone(), Naming::default()).with_secret_keys(keys(K2));
+        assert_eq!(only_new.reseal_secrets().await.unwrap(), 0);
+        let only_old =
+            ControlPlane::new(pool.clone(), Naming::default()).with_secret_keys(keys(K1));
+        let err = only_old.reseal_secrets().await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(r#"key "k2", which is not in the keyring"#),
+            "{err}"
+        );
+
+        // A sealed secret copied into another tenant's row does not open there.
+        sqlx::raw_sql(
+            "UPDATE identity_providers SET client_secret =
+               (SELECT client_secret FROM identity_providers i JOIN tenants t ON t.id = i.tenant_id WHERE t.slug = 'acme')
+             WHERE tenant_id = (SELECT id FROM tenants WHERE slug = 'globex')",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        let moved = ControlPlane::new(pool.clone(), Naming::default())
+            .with_secret_keys(keys(&format!("k3:{},{K2}", &K1[3..])));
+        let err = moved.reseal_secrets().await.unwrap_err();
+        assert!(err.to_string().contains("does not open"), "{err}");
     }
 }
