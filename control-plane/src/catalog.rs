@@ -208,7 +208,7 @@ impl SkuInput {
                 reason: format!("a gpu_slice has 1, 2, 4 or 8 GPUs, not {gpu_count}"),
             });
         }
-        let price = Money::parse_as("price_per_hour", &self.price_per_hour)?;
+        let price = Money::parse_hourly("price_per_hour", &self.price_per_hour)?;
         if price.amount_minor <= 0 {
             return Err(Error::Invalid {
                 field: "price_per_hour",

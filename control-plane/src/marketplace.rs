@@ -505,7 +505,7 @@ impl VersionDraft {
         let fee = match self.fee.trim() {
             "" | "0" => None,
             s => {
-                let m = Money::parse_as("fee", s)?;
+                let m = Money::parse_hourly("fee", s)?;
                 (m.amount_minor > 0).then_some(m)
             }
         };

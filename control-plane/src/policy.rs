@@ -32,6 +32,30 @@ impl fmt::Display for Money {
 }
 
 impl Money {
+    /// The largest amount anyone may enter: 1,000,000,000.00 (the schema holds budgets and
+    /// credit notes to the same bound; migration 0015).
+    pub const MAX_MINOR: i64 = 100_000_000_000;
+    /// The largest hourly price or fee: 100,000.00 per hour, so price × running time fits
+    /// rating's arithmetic for any month (the schema holds prices and fees to it too).
+    pub const MAX_PER_HOUR_MINOR: i64 = 10_000_000;
+
+    /// [`Money::parse_as`] for an hourly price or fee: above zero, at most
+    /// [`Money::MAX_PER_HOUR_MINOR`].
+    pub fn parse_hourly(field: &'static str, input: &str) -> Result<Self> {
+        let m = Self::parse_as(field, input)?;
+        if m.amount_minor > Self::MAX_PER_HOUR_MINOR {
+            return Err(Error::Invalid {
+                field,
+                reason: format!(
+                    "{m} per hour is more than the most a price may be ({}.00 {} per hour)",
+                    Self::MAX_PER_HOUR_MINOR / 100,
+                    m.currency
+                ),
+            });
+        }
+        Ok(m)
+    }
+
     /// Parses `5000.00 USD`, `5000 usd` or `12.5 EUR`.
     pub fn parse(input: &str) -> Result<Self> {
         Self::parse_as("monthly_budget", input)
@@ -66,7 +90,13 @@ impl Money {
             .ok()
             .and_then(|w| w.checked_mul(100))
             .and_then(|w| w.checked_add(cents))
-            .ok_or_else(|| invalid(format!("{amount:?} is too large")))?;
+            .filter(|m| *m <= Self::MAX_MINOR)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{amount} is more than the largest amount accepted ({} {currency})",
+                    Self::MAX_MINOR / 100
+                ))
+            })?;
         Ok(Money {
             amount_minor,
             currency,
@@ -640,6 +670,37 @@ mod tests {
         assert_eq!(
             Money::parse("5 JPY").unwrap_err().to_string(),
             "invalid monthly_budget: JPY is not supported; use one of USD, EUR, GBP, CHF, CAD, AUD"
+        );
+    }
+
+    #[test]
+    fn money_is_bounded_at_the_edge() {
+        assert_eq!(
+            Money::parse("1000000000.00 USD").unwrap().amount_minor,
+            Money::MAX_MINOR
+        );
+        for too_much in [
+            "1000000000.01 USD",
+            "92233720368547758.07 USD",
+            "99999999999999999999 USD",
+        ] {
+            let err = Money::parse(too_much).unwrap_err().to_string();
+            assert!(
+                err.contains("is more than the largest amount accepted (1000000000 USD)"),
+                "{too_much}: {err}"
+            );
+        }
+        assert_eq!(
+            Money::parse_hourly("fee", "100000 EUR")
+                .unwrap()
+                .amount_minor,
+            Money::MAX_PER_HOUR_MINOR
+        );
+        assert_eq!(
+            Money::parse_hourly("price_per_hour", "100000.01 USD")
+                .unwrap_err()
+                .to_string(),
+            "invalid price_per_hour: 100000.01 USD per hour is more than the most a price may be (100000.00 USD per hour)"
         );
     }
 }

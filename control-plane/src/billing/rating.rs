@@ -22,7 +22,7 @@ pub const HORIZON: time::Duration = time::Duration::minutes(2);
 /// Advisory lock key for rating batches ("rating" in ASCII).
 const RATING_LOCK: i64 = 0x72_61_74_69_6e_67;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Rated {
     /// Charges written: (allocation, hour) rows.
     pub charges: i64,
@@ -30,6 +30,9 @@ pub struct Rated {
     pub entries: i64,
     /// Intervals whose rating moved forward (zero: nothing was left to rate).
     pub intervals: i64,
+    /// Allocations left unrated because their price or fee is out of bounds (rows written
+    /// before the schema bounded them): reported by [`rate_until`], to be corrected by hand.
+    pub held: Vec<crate::AllocationId>,
 }
 
 /// Rates at most `batch` (allocation, hour) periods that are over by `until`.
@@ -56,6 +59,9 @@ WITH cand AS (
         least(u.ended_at, $1::timestamptz),
         interval '1 hour') AS p(period_start)
     WHERE NOT u.fully_rated
+      -- Out of bounds (written before migration 0015): held back and reported, never allowed
+      -- to fail the batch for everyone else.
+      AND u.price_per_hour_minor <= $3 AND u.fee_per_hour_minor <= $3
       AND least(p.period_start + interval '1 hour', u.ended_at) <= $1::timestamptz
       AND (u.rated_until IS NULL OR p.period_start >= u.rated_until)
       AND NOT EXISTS (SELECT 1 FROM usage_charges c
@@ -137,7 +143,8 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "e
        (SELECT count(*) FROM posted) AS "postings!", (SELECT count(*) FROM progress) AS "progress!"
 "#,
         until,
-        batch
+        batch,
+        crate::policy::Money::MAX_PER_HOUR_MINOR
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -146,6 +153,7 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "e
         charges: row.charges,
         entries: row.entries,
         intervals: row.progress,
+        held: Vec::new(),
     })
 }
 
@@ -158,9 +166,32 @@ pub async fn rate_until(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
         total.entries += r.entries;
         total.intervals += r.intervals;
         if r.intervals == 0 {
+            total.held = held(pool).await?;
             return Ok(total);
         }
     }
+}
+
+/// Allocations whose usage rating leaves alone because their price or fee is out of bounds;
+/// logged as an error each time, since their tenants are not being billed.
+async fn held(pool: &PgPool) -> Result<Vec<crate::AllocationId>> {
+    let held = sqlx::query_scalar!(
+        r#"SELECT allocation_id AS "id: crate::AllocationId" FROM usage_intervals
+           WHERE NOT fully_rated AND (price_per_hour_minor > $1 OR fee_per_hour_minor > $1)
+           ORDER BY allocation_id LIMIT 100"#,
+        crate::policy::Money::MAX_PER_HOUR_MINOR
+    )
+    .fetch_all(pool)
+    .await?;
+    if !held.is_empty() {
+        tracing::error!(
+            billing.held = held.len(),
+            allocations = ?held,
+            "usage left unrated: price or fee above {} minor units per hour (written before the schema bounded it); correct the rows",
+            crate::policy::Money::MAX_PER_HOUR_MINOR
+        );
+    }
+    Ok(held)
 }
 
 /// Rates what is over by the horizon behind the clock: what the worker calls each round.

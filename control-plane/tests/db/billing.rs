@@ -214,6 +214,107 @@ async fn rating_is_exact_balanced_and_idempotent() {
     );
 }
 
+/// Finding 8: prices are bounded in the schema, and a row from before the bound (an hourly
+/// price whose charge overflows a bigint) is held back and reported while everyone else is
+/// rated. On the old code the whole batch failed, for every tenant, every round.
+#[tokio::test]
+async fn money_is_bounded_and_one_bad_price_never_stops_rating_for_everyone() {
+    let db = crate::support::demo_db().await;
+    let pool = db.pool().clone();
+    let cp = setup(pool.clone()).await;
+    for sql in [
+        "UPDATE skus SET price_per_hour_minor = 10000001 WHERE name = 'h100.1x'",
+        "INSERT INTO policies (tenant_id, key, value) VALUES ('0a0e0000-0000-4000-8000-000000000001', \
+         'monthly_budget', '{\"amount_minor\": 100000000001, \"currency\": \"USD\"}')",
+    ] {
+        let err = sqlx::query(sql).execute(&pool).await.unwrap_err();
+        assert!(err.to_string().contains("_bounded"), "{sql}: {err}");
+    }
+
+    // A row written before the bound existed.
+    sqlx::raw_sql(
+        "ALTER TABLE allocations DROP CONSTRAINT allocations_price_bounded;
+         ALTER TABLE usage_intervals DROP CONSTRAINT usage_intervals_price_bounded;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let start = datetime!(2026-10-01 00:00 UTC);
+    let end = datetime!(2026-10-01 05:00 UTC);
+    let mut conn = pool.acquire().await.unwrap();
+    let bad = import_run(
+        &mut conn,
+        &ImportedRun {
+            tenant: ACME,
+            project: ACME_RESEARCH,
+            sku: "h100.1x",
+            listing: "ubuntu-24.04-cuda",
+            name: "huge",
+            started_at: start,
+            ended_at: end,
+            price_per_hour_minor: Some(1_000_000_000_000_000),
+            by: BOB,
+            key: "huge",
+        },
+    )
+    .await
+    .unwrap();
+    drop(conn);
+    sqlx::raw_sql(
+        "ALTER TABLE allocations ADD CONSTRAINT allocations_price_bounded
+           CHECK (price_per_hour_minor <= 10000000 AND fee_per_hour_minor <= 10000000) NOT VALID;
+         ALTER TABLE usage_intervals ADD CONSTRAINT usage_intervals_price_bounded
+           CHECK (price_per_hour_minor <= 10000000 AND fee_per_hour_minor <= 10000000) NOT VALID;",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let acme = run(
+        &cp,
+        ACME,
+        ACME_INFERENCE,
+        "h100.1x",
+        "fine-acme",
+        start,
+        end,
+    )
+    .await;
+    let globex = run(
+        &cp,
+        GLOBEX,
+        GLOBEX_DEFAULT,
+        "h100.8x",
+        "fine-globex",
+        start,
+        end,
+    )
+    .await;
+
+    let rated = rate_until(cp.pool(), datetime!(2026-10-02 00:00 UTC), 2)
+        .await
+        .unwrap();
+    assert_eq!(rated.held, vec![bad]);
+    assert_eq!(
+        rated.charges, 10,
+        "five hours each of the two good allocations"
+    );
+    for (id, done) in [(acme, true), (globex, true), (bad, false)] {
+        let fully: bool =
+            sqlx::query_scalar("SELECT fully_rated FROM usage_intervals WHERE allocation_id = $1")
+                .bind(id.0)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(fully, done, "{id}");
+    }
+    assert_eq!(unbalanced_entries(&cp).await, 0);
+    // Nothing left to do for the others; the held one stays held and reported.
+    let again = rate_until(cp.pool(), datetime!(2026-10-02 00:00 UTC), 2)
+        .await
+        .unwrap();
+    assert_eq!((again.charges, again.held), (0, vec![bad]));
+}
+
 #[tokio::test]
 async fn the_ledger_is_append_only_and_every_entry_balances() {
     let db = crate::support::demo_db().await;
