@@ -1,11 +1,22 @@
-//! The isolation matrix. Every server function that takes a resource id is called, over
-//! HTTP, by a user of another tenant and by each role too weak for it. The table below must
-//! name every server function the portal registers: add a new one and this test fails until
-//! it is classified.
+//! The isolation matrix: every server function the portal registers, called over HTTP by
+//! every kind of caller, with the answer each must get.
 //!
-//! Sessions are created directly in the session store for the demo users (the sign-in flow
-//! itself is tested in end2end/tests/sso.test.mjs).
+//! Callers: anonymous; in the organization that owns the resources (Acme) and in another
+//! (Globex), a plain member, a project viewer, a project operator, a project admin, an
+//! organization admin and organization finance; and platform operators, finance and admins.
+//! Each function's rule says, per caller, whether it is allowed, 401, 403 or 404. A refused
+//! call must change nothing (every table a function could touch is compared before and after)
+//! and an answer to another organization must not name Acme's projects or people. An allowed
+//! call that writes runs on its own copy of the database, so that no call depends on another.
+//!
+//! The table must name every registered server function: add one and
+//! `every_server_function_is_in_the_matrix` fails until it has a rule. The agent's and
+//! Stripe's endpoints are not server functions and have no session callers: they are
+//! authenticated by a node token and a webhook signature, and their refusals are tested in
+//! tests/http.rs (`the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers`)
+//! and tests/stripe.rs.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -47,421 +58,769 @@ use app::theme::SetTheme;
 
 const ORIGIN: &str = "http://127.0.0.1:3000";
 
+// The world every copy of the database starts from (built once, as a template).
+const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
+const ALLOCATION: &str = "0a0e0000-0000-4000-800f-000000000002";
+const ALICE: &str = "0a0e0000-0000-4000-8002-000000000001";
+/// Globex Labs, the demo's third-party publisher.
+const GLOBEX_PUBLISHER: &str = "0a0e0000-0000-4000-8003-000000000001";
+const SSH_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x";
+/// Another key, for adding.
+const OTHER_KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8g y";
+
 #[derive(Parser)]
 struct Flags {
     #[command(flatten)]
     config: Config,
 }
 
-/// What a caller may do with a project, at least.
+/// A role inside an organization, as the matrix tries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Role {
+    /// An organization member with no project.
+    Member,
+    /// A member who views the project (Research in Acme, Default in Globex).
+    Viewer,
+    Operator,
+    ProjectAdmin,
+    /// The organization's admin (administers every project).
+    OrgAdmin,
+    /// The organization's finance role (views every project and the bills).
+    Finance,
+}
+
+const ROLES: [Role; 6] = [
+    Role::Member,
+    Role::Viewer,
+    Role::Operator,
+    Role::ProjectAdmin,
+    Role::OrgAdmin,
+    Role::Finance,
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Staff {
+    Operator,
+    Finance,
+    Admin,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Caller {
+    Anonymous,
+    /// Of Acme, which owns the resources the functions are called on.
+    Acme(Role),
+    /// Of Globex: another organization.
+    Globex(Role),
+    Platform(Staff),
+}
+
+fn callers() -> Vec<Caller> {
+    let mut all = vec![Caller::Anonymous];
+    all.extend(ROLES.map(Caller::Acme));
+    all.extend(ROLES.map(Caller::Globex));
+    all.extend([Staff::Operator, Staff::Finance, Staff::Admin].map(Caller::Platform));
+    all
+}
+
+impl Caller {
+    fn email(self) -> Option<String> {
+        let role = |r: Role| match r {
+            Role::Member => "member",
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::ProjectAdmin => "padmin",
+            Role::OrgAdmin => "orgadmin",
+            Role::Finance => "finance",
+        };
+        match self {
+            Caller::Anonymous => None,
+            Caller::Acme(r) => Some(format!("m-{}@acme.example", role(r))),
+            Caller::Globex(r) => Some(format!("m-{}@globex.example", role(r))),
+            Caller::Platform(s) => Some(format!("m-{s:?}@platform.example").to_lowercase()),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    Allowed,
+    Unauthorized,
+    Forbidden,
+    NotFound,
+}
+
+use Answer::{Allowed, Forbidden, NotFound, Unauthorized};
+
+/// What a caller may do with an Acme project, at least.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Need {
-    /// Any project role (or a tenant role that implies one).
-    SeeProject,
-    /// Launch and release: project operators and admins.
-    ProjectOperator,
-    ProjectAdmin,
-    TenantAdmin,
+    See,
+    Operate,
+    Administer,
+    /// Organization admins only (policies).
+    OrgAdmin,
 }
 
-/// A server function that takes a resource id, and how to call it against `project`.
-struct Case {
+/// A caller's standing in Acme's Research project.
+fn in_research(c: Caller) -> Option<Need> {
+    match c {
+        Caller::Acme(Role::Viewer | Role::Finance) => Some(Need::See),
+        Caller::Acme(Role::Operator) => Some(Need::Operate),
+        Caller::Acme(Role::ProjectAdmin) => Some(Need::Administer),
+        Caller::Acme(Role::OrgAdmin) => Some(Need::OrgAdmin),
+        _ => None,
+    }
+}
+
+type Rule = Box<dyn Fn(Caller) -> Answer>;
+
+/// Everyone, signed in or not.
+fn public() -> Rule {
+    Box::new(|_| Allowed)
+}
+
+/// Anyone signed in; what they get is their own.
+fn signed_in() -> Rule {
+    Box::new(|c| match c {
+        Caller::Anonymous => Unauthorized,
+        _ => Allowed,
+    })
+}
+
+/// Acme's Research project (or something in it): not seeing it is 404 (platform staff see
+/// no organization's projects), seeing it with too weak a role is 403.
+fn research(need: Need) -> Rule {
+    Box::new(move |c| match (c, in_research(c)) {
+        (Caller::Anonymous, _) => Unauthorized,
+        (_, None) => NotFound,
+        (_, Some(has)) if has >= need => Allowed,
+        _ => Forbidden,
+    })
+}
+
+/// Platform staff with one of `roles`; everyone else signed in is 403.
+fn platform(roles: &'static [Staff]) -> Rule {
+    Box::new(move |c| match c {
+        Caller::Anonymous => Unauthorized,
+        Caller::Platform(s) if roles.contains(&s) => Allowed,
+        _ => Forbidden,
+    })
+}
+
+const OPERATORS: &[Staff] = &[Staff::Operator, Staff::Admin];
+const FINANCE: &[Staff] = &[Staff::Finance, Staff::Admin];
+const STAFF: &[Staff] = &[Staff::Operator, Staff::Finance, Staff::Admin];
+
+/// `rule`, for a page of the caller's own organization (a project picked on it): platform
+/// staff, in none, are refused before any project is looked up.
+fn in_own_org(rule: Rule) -> Rule {
+    Box::new(move |c| match c {
+        Caller::Platform(_) => Forbidden,
+        _ => rule(c),
+    })
+}
+
+/// Members of an organization (their own projects); platform staff belong to none (403).
+fn org_member() -> Rule {
+    Box::new(|c| match c {
+        Caller::Anonymous => Unauthorized,
+        Caller::Acme(_) | Caller::Globex(_) => Allowed,
+        Caller::Platform(_) => Forbidden,
+    })
+}
+
+/// The caller's own organization, for its members with one of `roles` (each organization's
+/// own data: allowed in Globex as in Acme); platform staff belong to none.
+fn own_org(roles: &'static [Role]) -> Rule {
+    Box::new(move |c| match c {
+        Caller::Anonymous => Unauthorized,
+        Caller::Acme(r) | Caller::Globex(r) if roles.contains(&r) => Allowed,
+        _ => Forbidden,
+    })
+}
+
+/// One server function, called with `args`, and the answer `rule` gives each caller.
+struct Entry {
     path: &'static str,
-    need: Need,
-    mutates: bool,
-    args: fn(&Ids) -> Vec<(&'static str, String)>,
+    rule: Rule,
+    /// Whether an allowed call may write (it then runs on a copy of its own).
+    writes: bool,
+    args: Vec<(&'static str, String)>,
+    /// Besides 2xx, answers that still mean "allowed": the call passed every access check
+    /// and was refused on its merits (a state that doesn't permit it), with the reason.
+    allowed_also: &'static [u16],
+    /// Called on a copy of its own for every caller, refused or not.
+    own_copy: bool,
 }
 
-struct Ids {
-    project: String,
-    alice: String,
-    /// An allocation in `project`.
-    allocation: String,
+fn entry(path: &'static str, rule: Rule, writes: bool, args: &[(&'static str, &str)]) -> Entry {
+    Entry {
+        path,
+        rule,
+        writes,
+        args: args.iter().map(|(k, v)| (*k, v.to_string())).collect(),
+        allowed_also: &[],
+        own_copy: false,
+    }
 }
 
-/// Server functions that take no resource id, and why they are safe without one.
-/// Fleet server functions act on platform resources (nodes), never on a tenant's; every
-/// tenant user is refused by the platform-role proof (checked at the end of the matrix test).
-const FLEET: &[(&str, &[(&str, &str)])] = &[
-    (FleetOverview::PATH, &[]),
-    (GetNode::PATH, &[("id", NODE)]),
-    (
-        EnrolNode::PATH,
-        &[
-            ("hostname", "evil-01"),
-            ("region", "eu-west-1"),
-            ("rack", "r1"),
-            ("family", "hgx-h100-8x"),
-            ("shape_gpu_slice", "on"),
-        ],
-    ),
-    (ReissueNodeToken::PATH, &[("id", NODE)]),
-    (SetNodeState::PATH, &[("id", NODE), ("state", "cordoned")]),
-    (RediscoverNode::PATH, &[("id", NODE)]),
-    (ApproveSlotMap::PATH, &[("id", NODE), ("generation", "1")]),
-    (
-        RejectSlotMap::PATH,
-        &[("id", NODE), ("generation", "1"), ("reason", "x")],
-    ),
-    (
-        ClearBlockedSlot::PATH,
-        &[("slot", NODE), ("reason", "looked at it")],
-    ),
-    (GetSkuAdmin::PATH, &[]),
-    (
-        SaveSku::PATH,
-        &[
-            ("name", "evil.1x"),
-            ("display_name", "Evil"),
-            ("shape", "gpu_slice"),
-            ("gpu_model", "NVIDIA H100 80GB HBM3"),
-            ("gpu_count", "1"),
-            ("vcpus", "1"),
-            ("memory_gib", "1"),
-            ("nvme_gib", "1"),
-            ("regions", "eu-west-1"),
-            ("families", "hgx-h100-8x"),
-            ("price_per_hour", "0.01 USD"),
-        ],
-    ),
-    (SetSkuState::PATH, &[("id", NODE), ("state", "retired")]),
-    // Marketplace curation: platform operators only.
-    (GetMarketplaceAdmin::PATH, &[]),
-    (GetVersionReview::PATH, &[("id", NODE)]),
-    (
-        CurateVersion::PATH,
-        &[("id", NODE), ("action", "publish"), ("reason", "")],
-    ),
-    (
-        DecidePublisher::PATH,
-        &[("id", NODE), ("decision", "approve"), ("share", "100")],
-    ),
-    (DryRunPlacement::PATH, &[("sku", "h100.1x"), ("region", "")]),
-    // Platform finance: every organization's invoices, credit grants and credit notes.
-    (GetPlatformBilling::PATH, &[]),
-    (
-        GrantCredit::PATH,
-        &[
-            ("tenant", "0a0e0000-0000-4000-8000-000000000001"),
-            ("amount", "1000.00 USD"),
-            ("reason", "x"),
-        ],
-    ),
-    (
-        IssueCreditNote::PATH,
-        &[("invoice", NODE), ("amount", "1.00 USD"), ("reason", "x")],
-    ),
-];
-const NODE: &str = "00000000-0000-4000-8000-00000000beef";
-
-const NO_RESOURCE_ID: &[(&str, &str)] = &[
-    (SetTheme::PATH, "a cookie of the caller's own"),
-    (
-        GetPlatformHealth::PATH,
-        "platform readiness, no tenant data",
-    ),
-    (CurrentUser::PATH, "the caller's own identity"),
-    (ListSshKeys::PATH, "the caller's own saved keys only"),
-    (AddSshKey::PATH, "to the caller's own account only"),
-    (
-        DeleteSshKey::PATH,
-        "the caller's own key; another user's is not found (control-plane/tests/account_db.rs)",
-    ),
-    (BreakGlassSignIn::PATH, "sign-in"),
-    (SignOut::PATH, "the caller's own session"),
-    (SsoStart::PATH, "sign-in; routed by email domain"),
-    (
-        AdminOverview::PATH,
-        "platform staff only (tested in auth tests)",
-    ),
-    (ListProjects::PATH, "the caller's own tenant only"),
-    (
-        GetCatalog::PATH,
-        "public: prices and availability, no tenant data",
-    ),
-    (
-        GetLaunchForm::PATH,
-        "the caller's own projects, the public catalog and published listings",
-    ),
-    (
-        BrowseListings::PATH,
-        "public: published listings only, no tenant data",
-    ),
-    (
-        GetListing::PATH,
-        "public: a listing's published versions and the public catalog",
-    ),
-    (
-        GetPublisherArea::PATH,
-        "the caller's own organization's publisher (its admins), or the platform's (operators)",
-    ),
-    (
-        ApplyToPublish::PATH,
-        "for the caller's own organization; its admins only",
-    ),
-    (
-        CreateListing::PATH,
-        "into the caller's own publisher only (organization admins, or operators for the platform)",
-    ),
-    (
-        CreateVersion::PATH,
-        "a listing of the caller's own publisher; another publisher's is not found \
-         (control-plane/tests/marketplace_db.rs)",
-    ),
-    (
-        SubmitVersion::PATH,
-        "a version of the caller's own publisher; another publisher's is not found \
-         (control-plane/tests/marketplace_db.rs)",
-    ),
-    (CreateProject::PATH, "into the caller's own tenant only"),
-    (
-        GetBilling::PATH,
-        "the caller's own tenant; its owners, admins and finance only",
-    ),
-    (
-        GetInvoice::PATH,
-        "an invoice of the caller's own tenant (its owners, admins and finance), or any for platform finance; \
-         another tenant's id is not found (control-plane/tests/billing_db.rs)",
-    ),
-    (
-        SearchAudit::PATH,
-        "the caller's own tenant (admins) or all (platform admins) only",
-    ),
-    (
-        GetSsoSettings::PATH,
-        "the caller's own tenant; its admins only",
-    ),
-    (
-        SaveSsoSettings::PATH,
-        "the caller's own tenant; its admins only",
-    ),
-    (
-        VerifySsoDomain::PATH,
-        "a domain claim of the caller's own tenant; its admins only; another tenant's is not found \
-         (control-plane/tests/db/sso.rs)",
-    ),
-];
-
-fn cases() -> Vec<Case> {
+fn matrix(w: &World) -> Vec<Entry> {
+    let admins_finance: &'static [Role] = &[Role::OrgAdmin, Role::Finance];
+    let invoice = w.invoice.as_str();
+    let version = w.in_review.as_str();
+    let ssh = w.ssh_key.as_str();
     vec![
-        Case {
-            path: ListAllocations::PATH,
-            need: Need::SeeProject,
-            mutates: false,
-            args: |i| vec![("project", i.project.clone()), ("state", "all".into())],
-        },
-        Case {
-            path: GetAllocation::PATH,
-            need: Need::SeeProject,
-            mutates: false,
-            args: |i| vec![("id", i.allocation.clone())],
-        },
-        Case {
-            path: LaunchAllocation::PATH,
-            need: Need::ProjectOperator,
-            mutates: true,
-            args: |i| {
-                vec![
-                    ("project", i.project.clone()),
-                    ("sku", "h100.1x".into()),
-                    ("region", String::new()),
-                    ("listing", "ubuntu-24.04-cuda".into()),
-                    ("name", "pwned".into()),
-                    ("ssh_public_key", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x".into()),
-                    ("idempotency_key", "isolation-key-1".into()),
-                ]
-            },
-        },
-        Case {
-            path: ReleaseAllocation::PATH,
-            need: Need::ProjectOperator,
-            mutates: true,
-            args: |i| vec![("id", i.allocation.clone())],
-        },
-        Case {
-            path: GetProject::PATH,
-            need: Need::SeeProject,
-            mutates: false,
-            args: |i| vec![("id", i.project.clone())],
-        },
-        Case {
-            path: RenameProject::PATH,
-            need: Need::ProjectAdmin,
-            mutates: true,
-            args: |i| vec![("id", i.project.clone()), ("name", "pwned".into())],
-        },
-        Case {
-            path: InviteMember::PATH,
-            need: Need::ProjectAdmin,
-            mutates: true,
-            args: |i| {
-                vec![
-                    ("id", i.project.clone()),
-                    ("email", "mallory@acme.example".into()),
-                    ("role", "admin".into()),
-                ]
-            },
-        },
-        Case {
-            path: ChangeMemberRole::PATH,
-            need: Need::ProjectAdmin,
-            mutates: true,
-            args: |i| {
-                vec![
-                    ("id", i.project.clone()),
-                    ("user", i.alice.clone()),
-                    ("role", "viewer".into()),
-                ]
-            },
-        },
-        Case {
-            path: RemoveMember::PATH,
-            need: Need::ProjectAdmin,
-            mutates: true,
-            args: |i| vec![("id", i.project.clone()), ("user", i.alice.clone())],
-        },
-        Case {
-            path: SetPolicy::PATH,
-            need: Need::TenantAdmin,
-            mutates: true,
-            args: |i| {
-                vec![
-                    ("scope", "project".into()),
-                    ("project", i.project.clone()),
-                    ("key", "max_gpus_in_use".into()),
-                    ("value", "9999".into()),
-                ]
-            },
-        },
+        // Public: no tenant data.
+        entry(SetTheme::PATH, public(), false, &[("theme", "dark")]),
+        entry(GetPlatformHealth::PATH, public(), false, &[]),
+        entry(GetCatalog::PATH, public(), false, &[]),
+        entry(BrowseListings::PATH, public(), false, &[]),
+        entry(GetListing::PATH, public(), false, &[("slug", "vllm")]),
+        entry(CurrentUser::PATH, public(), false, &[]),
+        entry(SignOut::PATH, public(), true, &[]),
+        // Sign-in: the same answer whoever asks (a wrong password, a domain nobody owns).
+        entry(
+            BreakGlassSignIn::PATH,
+            Box::new(|_| Unauthorized),
+            true,
+            &[
+                ("email", "m-admin@platform.example"),
+                ("password", "not the password at all"),
+            ],
+        )
+        .own_copy(), // each on a portal of its own: sign-in limits would answer 429 after five
+        entry(
+            SsoStart::PATH,
+            public(),
+            true,
+            &[("email", "someone@unclaimed.example")],
+        )
+        .allowed_also(&[400]) // nobody signs in with that domain: the same answer for all
+        .own_copy(),
+        // The caller's own account.
+        entry(ListSshKeys::PATH, signed_in(), false, &[]),
+        entry(
+            AddSshKey::PATH,
+            signed_in(),
+            true,
+            &[("name", "desktop"), ("public_key", OTHER_KEY)],
+        ),
+        entry(
+            DeleteSshKey::PATH,
+            // Acme's admin's key: nobody else's to delete, nor to know about.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) => Allowed,
+                _ => NotFound,
+            }),
+            true,
+            &[("id", ssh)],
+        ),
+        entry(ListProjects::PATH, org_member(), false, &[]),
+        entry(GetLaunchForm::PATH, org_member(), false, &[]),
+        entry(
+            CreateProject::PATH,
+            own_org(&[Role::OrgAdmin]),
+            true,
+            &[("name", "Shadow"), ("slug", "shadow")],
+        ),
+        // Acme's Research project and what is in it.
+        entry(
+            ListAllocations::PATH,
+            in_own_org(research(Need::See)),
+            false,
+            &[
+                ("project", &demo::ACME_RESEARCH.to_string()),
+                ("state", "all"),
+            ],
+        ),
+        entry(
+            GetAllocation::PATH,
+            research(Need::See),
+            false,
+            &[("id", ALLOCATION)],
+        ),
+        entry(
+            LaunchAllocation::PATH,
+            research(Need::Operate),
+            true,
+            &[
+                ("project", &demo::ACME_RESEARCH.to_string()),
+                ("sku", "h100.1x"),
+                ("region", ""),
+                ("listing", "ubuntu-24.04-cuda"),
+                ("name", "matrix"),
+                ("ssh_public_key", SSH_KEY),
+                ("idempotency_key", "matrix-1"),
+            ],
+        )
+        .allowed_also(&[409]), // placed nowhere: the matrix's node has reported no GPUs
+        entry(
+            ReleaseAllocation::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", ALLOCATION)],
+        ),
+        entry(
+            GetProject::PATH,
+            research(Need::See),
+            false,
+            &[("id", &demo::ACME_RESEARCH.to_string())],
+        ),
+        entry(
+            RenameProject::PATH,
+            research(Need::Administer),
+            true,
+            &[
+                ("id", &demo::ACME_RESEARCH.to_string()),
+                ("name", "Renamed"),
+            ],
+        ),
+        entry(
+            InviteMember::PATH,
+            research(Need::Administer),
+            true,
+            &[
+                ("id", &demo::ACME_RESEARCH.to_string()),
+                ("email", "newcomer@acme.example"),
+                ("role", "viewer"),
+            ],
+        ),
+        entry(
+            ChangeMemberRole::PATH,
+            research(Need::Administer),
+            true,
+            &[
+                ("id", &demo::ACME_RESEARCH.to_string()),
+                ("user", ALICE),
+                ("role", "viewer"),
+            ],
+        ),
+        entry(
+            RemoveMember::PATH,
+            research(Need::Administer),
+            true,
+            &[("id", &demo::ACME_RESEARCH.to_string()), ("user", ALICE)],
+        ),
+        entry(
+            SetPolicy::PATH,
+            research(Need::OrgAdmin),
+            true,
+            &[
+                ("scope", "project"),
+                ("project", &demo::ACME_RESEARCH.to_string()),
+                ("key", "max_gpus_in_use"),
+                ("value", "64"),
+            ],
+        ),
+        // The caller's own organization.
+        entry(GetBilling::PATH, own_org(admins_finance), false, &[]),
+        entry(
+            GetInvoice::PATH,
+            // Acme's invoice: its admins and finance, and platform finance.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin | Role::Finance) => Allowed,
+                Caller::Globex(Role::OrgAdmin | Role::Finance) => NotFound,
+                // The role is checked before the invoice is looked up: the same 403 for any id.
+                Caller::Acme(_) | Caller::Globex(_) => Forbidden,
+                Caller::Platform(s) if FINANCE.contains(&s) => Allowed,
+                Caller::Platform(_) => Forbidden,
+            }),
+            false,
+            &[("id", invoice)],
+        ),
+        entry(
+            SearchAudit::PATH,
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) | Caller::Globex(Role::OrgAdmin) => Allowed,
+                Caller::Platform(Staff::Admin) => Allowed,
+                _ => Forbidden,
+            }),
+            false,
+            &[
+                ("action", ""),
+                ("actor", ""),
+                ("resource", ""),
+                ("tenant", ""),
+            ],
+        ),
+        entry(GetSsoSettings::PATH, own_org(&[Role::OrgAdmin]), false, &[]),
+        entry(
+            SaveSsoSettings::PATH,
+            own_org(&[Role::OrgAdmin]),
+            true,
+            &[
+                ("issuer_url", "https://192.0.2.1"),
+                ("client_id", "x"),
+                ("client_secret", "x"),
+                ("domains", "acme.example"),
+                ("role_claim", "groups"),
+                ("default_role", "member"),
+                ("mappings", ""),
+            ],
+        )
+        .allowed_also(&[400]), // the issuer is a documentation address: refused on its merits
+        entry(
+            VerifySsoDomain::PATH,
+            // Acme's domain: a claim of Acme's alone.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) => Allowed,
+                Caller::Globex(Role::OrgAdmin) => NotFound,
+                _ => Forbidden,
+            }),
+            true,
+            &[("domain", "acme.example")],
+        ),
+        // Marketplace: publishing for the caller's own organization.
+        entry(
+            GetPublisherArea::PATH,
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) | Caller::Globex(Role::OrgAdmin) => Allowed,
+                Caller::Platform(s) if OPERATORS.contains(&s) => Allowed,
+                _ => Forbidden,
+            }),
+            false,
+            &[],
+        ),
+        entry(
+            ApplyToPublish::PATH,
+            own_org(&[Role::OrgAdmin]),
+            true,
+            &[("display_name", "Acme Images")],
+        )
+        .allowed_also(&[409]), // Globex is a publisher already
+        entry(
+            CreateListing::PATH,
+            // Globex Labs' admins, and operators for the platform; Acme publishes nothing.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Globex(Role::OrgAdmin) => Allowed,
+                Caller::Platform(s) if OPERATORS.contains(&s) => Allowed,
+                _ => Forbidden,
+            }),
+            true,
+            &listing_args(),
+        ),
+        entry(
+            CreateVersion::PATH,
+            // vLLM is Globex Labs' listing.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Globex(Role::OrgAdmin) => Allowed,
+                Caller::Platform(s) if OPERATORS.contains(&s) => NotFound,
+                _ => Forbidden,
+            }),
+            true,
+            &version_args(),
+        ),
+        entry(
+            SubmitVersion::PATH,
+            // Globex Labs' vLLM version in review (submitting it again is refused on its merits).
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Globex(Role::OrgAdmin) => Allowed,
+                Caller::Platform(s) if OPERATORS.contains(&s) => NotFound,
+                _ => Forbidden,
+            }),
+            true,
+            &[("id", version)],
+        )
+        .allowed_also(&[409]),
+        // Platform operators.
+        // Reading the fleet: all platform staff; changing it: operators.
+        entry(FleetOverview::PATH, platform(STAFF), false, &[]),
+        entry(GetNode::PATH, platform(STAFF), false, &[("id", NODE)]),
+        entry(
+            EnrolNode::PATH,
+            platform(OPERATORS),
+            true,
+            &[
+                ("hostname", "matrix-02"),
+                ("region", "eu-west-1"),
+                ("rack", "r1"),
+                ("family", "hgx-h100-8x"),
+                ("shape_gpu_slice", "on"),
+            ],
+        ),
+        entry(
+            ReissueNodeToken::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", NODE)],
+        ),
+        entry(
+            SetNodeState::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", NODE), ("state", "cordoned")],
+        ),
+        entry(
+            RediscoverNode::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", NODE)],
+        ),
+        // The node has not reported a discovery: there is no slot map to decide or slot to
+        // clear, which operators are told (404) and nobody else gets that far.
+        entry(
+            ApproveSlotMap::PATH,
+            platform_not_found(OPERATORS),
+            true,
+            &[("id", NODE), ("generation", "1")],
+        ),
+        entry(
+            RejectSlotMap::PATH,
+            platform_not_found(OPERATORS),
+            true,
+            &[("id", NODE), ("generation", "1"), ("reason", "x")],
+        ),
+        entry(
+            ClearBlockedSlot::PATH,
+            platform_not_found(OPERATORS),
+            true,
+            &[("slot", NODE), ("reason", "looked at it")],
+        ),
+        entry(GetSkuAdmin::PATH, platform(STAFF), false, &[]),
+        entry(
+            SaveSku::PATH,
+            platform(OPERATORS),
+            true,
+            &[
+                ("name", "matrix.1x"),
+                ("display_name", "Matrix"),
+                ("shape", "gpu_slice"),
+                ("gpu_model", "NVIDIA H100 80GB HBM3"),
+                ("gpu_count", "1"),
+                ("vcpus", "1"),
+                ("memory_gib", "1"),
+                ("nvme_gib", "1"),
+                ("regions", "eu-west-1"),
+                ("families", "hgx-h100-8x"),
+                ("price_per_hour", "0.01 USD"),
+            ],
+        ),
+        entry(
+            SetSkuState::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", &w.sku), ("state", "retired")],
+        ),
+        entry(
+            DryRunPlacement::PATH,
+            platform(OPERATORS),
+            false,
+            &[("sku", "h100.1x"), ("region", "")],
+        )
+        .allowed_also(&[409]), // no capacity: the answer says so
+        entry(GetMarketplaceAdmin::PATH, platform(OPERATORS), false, &[]),
+        entry(
+            GetVersionReview::PATH,
+            platform(OPERATORS),
+            false,
+            &[("id", version)],
+        ),
+        entry(
+            CurateVersion::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", version), ("action", "reject"), ("reason", "matrix")],
+        ),
+        entry(
+            DecidePublisher::PATH,
+            platform(OPERATORS),
+            true,
+            &[
+                ("id", GLOBEX_PUBLISHER),
+                ("decision", "suspend"),
+                ("share", "70"),
+            ],
+        ),
+        // Platform finance.
+        entry(GetPlatformBilling::PATH, platform(FINANCE), false, &[]),
+        entry(
+            GrantCredit::PATH,
+            platform(FINANCE),
+            true,
+            &[
+                ("tenant", &demo::ACME.to_string()),
+                ("amount", "10.00 USD"),
+                ("reason", "matrix"),
+            ],
+        ),
+        entry(
+            IssueCreditNote::PATH,
+            platform(FINANCE),
+            true,
+            &[
+                ("invoice", invoice),
+                ("amount", "1.00 USD"),
+                ("reason", "matrix"),
+            ],
+        ),
+        // Platform staff of any kind.
+        entry(AdminOverview::PATH, platform(STAFF), false, &[]),
     ]
 }
 
-/// A demo user and what they may do with each Acme project.
-struct Caller {
-    email: &'static str,
-    research: Option<Need>,
-    inference: Option<Need>,
+impl Entry {
+    fn allowed_also(mut self, statuses: &'static [u16]) -> Self {
+        self.allowed_also = statuses;
+        self
+    }
+
+    fn own_copy(mut self) -> Self {
+        self.own_copy = true;
+        self
+    }
 }
 
-const CALLERS: &[Caller] = &[
-    // Another tenant entirely.
-    Caller {
-        email: "carol@globex.example",
-        research: None,
-        inference: None,
-    },
-    // Acme member: operator of research, not in inference.
-    Caller {
-        email: "bob@acme.example",
-        research: Some(Need::ProjectOperator),
-        inference: None,
-    },
-    // Acme finance: views every project.
-    Caller {
-        email: "fiona@acme.example",
-        research: Some(Need::SeeProject),
-        inference: Some(Need::SeeProject),
-    },
-];
+/// Platform staff with one of `roles` get through to a resource that isn't there (404);
+/// everyone else signed in is 403.
+fn platform_not_found(roles: &'static [Staff]) -> Rule {
+    Box::new(move |c| match c {
+        Caller::Anonymous => Unauthorized,
+        Caller::Platform(s) if roles.contains(&s) => NotFound,
+        _ => Forbidden,
+    })
+}
 
-async fn session_cookie(
-    store: &PostgresStore,
+fn version_fields() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("summary", "Matrix"),
+        ("description_md", ""),
+        ("release_notes", ""),
+        ("image_source", "/var/lib/gpuaas/images/matrix.qcow2"),
+        ("ssh_user", "ubuntu"),
+        ("cloud_init", ""),
+        ("shapes", "gpu_slice"),
+        ("gpu_models", ""),
+        ("min_gpus", "1"),
+        ("fee", ""),
+    ]
+}
+
+fn listing_args() -> Vec<(&'static str, &'static str)> {
+    let mut args = vec![
+        ("slug", "matrix"),
+        ("name", "Matrix"),
+        ("category", "app"),
+        ("version", "1.0"),
+    ];
+    args.extend(version_fields());
+    args
+}
+
+fn version_args() -> Vec<(&'static str, &'static str)> {
+    let mut args = vec![("slug", "vllm"), ("version", "9.9.9")];
+    args.extend(version_fields());
+    args
+}
+
+/// The ids a copy of the matrix database holds, and a session cookie per caller.
+struct World {
+    invoice: String,
+    in_review: String,
+    ssh_key: String,
+    sku: String,
+    cookies: HashMap<String, String>,
+}
+
+/// Builds the template: the demo, the matrix's callers and their sessions, and the resources
+/// the functions are called on (an allocation on a node, an invoice, a saved key).
+async fn build_world(pool: sqlx::PgPool) {
+    let cp = ControlPlane::new(pool.clone(), control_plane::Naming::default());
+    control_plane::MIGRATOR.run(&pool).await.unwrap();
+    cp.seed_demo().await.unwrap();
+    cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
+        .await
+        .unwrap();
+    sqlx::raw_sql(include_str!("isolation_world.sql"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    // A month of Acme's usage, rated and invoiced.
+    let mut conn = pool.acquire().await.unwrap();
+    control_plane::billing::history::import_run(
+        &mut conn,
+        &control_plane::billing::history::ImportedRun {
+            tenant: demo::ACME,
+            project: demo::ACME_RESEARCH,
+            sku: "h100.1x",
+            listing: "ubuntu-24.04-cuda",
+            name: "october",
+            started_at: time::macros::datetime!(2026-10-01 00:00 UTC),
+            ended_at: time::macros::datetime!(2026-10-01 10:00 UTC),
+            price_per_hour_minor: None,
+            by: UserId(ALICE.parse().unwrap()),
+            key: "october",
+        },
+    )
+    .await
+    .unwrap();
+    drop(conn);
+    control_plane::billing::rating::rate_until(
+        &pool,
+        time::macros::datetime!(2026-11-01 00:00 UTC),
+        100,
+    )
+    .await
+    .unwrap();
+    control_plane::billing::invoices::close_months(
+        &pool,
+        time::macros::datetime!(2026-11-02 00:00 UTC),
+    )
+    .await
+    .unwrap();
+    // The Acme admin's saved key.
+    let admin = principal(&cp, &pool, "m-orgadmin@acme.example").await;
+    cp.add_ssh_key(&admin, "laptop", SSH_KEY, None)
+        .await
+        .unwrap();
+    // A session for every caller, remembered in the template.
+    let store = PostgresStore::new(pool.clone());
+    sqlx::raw_sql("CREATE TABLE matrix_sessions (email text PRIMARY KEY, cookie text NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    for email in callers().into_iter().filter_map(Caller::email) {
+        let principal = principal(&cp, &pool, &email).await;
+        let session = Session::new(None, Arc::new(store.clone()), None);
+        app::server::sign_in(&session, &principal, "test")
+            .await
+            .unwrap();
+        session.save().await.unwrap();
+        sqlx::query("INSERT INTO matrix_sessions VALUES ($1, $2)")
+            .bind(&email)
+            .bind(format!("portal_session={}", session.id().unwrap()))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+}
+
+async fn principal(
     cp: &ControlPlane,
     pool: &sqlx::PgPool,
     email: &str,
-) -> String {
+) -> control_plane::auth::Principal {
     let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
         .bind(email)
         .fetch_one(pool)
         .await
-        .unwrap();
-    let principal = cp.principal(UserId(id)).await.unwrap().unwrap();
-    let session = Session::new(None, Arc::new(store.clone()), None);
-    app::server::sign_in(&session, &principal, "test")
-        .await
-        .unwrap();
-    session.save().await.unwrap();
-    format!("portal_session={}", session.id().unwrap())
+        .unwrap_or_else(|e| panic!("{email}: {e}"));
+    cp.principal(UserId(id)).await.unwrap().unwrap()
 }
 
-/// An allocation of `project` (made once, by SQL, on a node made for it).
-async fn allocation_in(pool: &sqlx::PgPool, project: control_plane::ProjectId) -> String {
-    let id: uuid::Uuid = sqlx::query_scalar(
-        "WITH n AS (INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, enrolled_by)
-                    SELECT gen_random_uuid(), 'iso-' || substr(md5($1::text), 1, 8), 'eu-west-1', 'r1', 'hgx-h100-8x',
-                           ARRAY['gpu_slice'], (SELECT id FROM users WHERE email = 'alice@acme.example')
-                    ON CONFLICT (hostname) DO UPDATE SET rack = 'r1' RETURNING id)
-         INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
-                                  listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
-                                  request_fingerprint, requested_by, placement, state, requested_at)
-         SELECT gen_random_uuid(), p.tenant_id, p.id, 'existing', s.id, 'gpu_slice', 1, 'eu-west-1', n.id,
-                i.id, 'k', 299, 'USD', 'existing-' || p.id, 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'),
-                '{}', 'placed', now()
-         FROM projects p, skus s, listing_versions i, n
-         WHERE p.id = $1 AND s.name = 'h100.1x'
-           AND i.listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')
-         ON CONFLICT (project_id, idempotency_key) DO UPDATE SET name = 'existing'
-         RETURNING id",
-    )
-    .bind(project.0)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    id.to_string()
-}
-
-/// Everything a server function here could change, in one string.
-async fn fingerprint(pool: &sqlx::PgPool) -> String {
-    sqlx::query_scalar(
-        "SELECT concat_ws('|',
-            (SELECT string_agg(id::text || display_name, ',' ORDER BY id) FROM projects),
-            (SELECT string_agg(project_id::text || user_id::text || role, ',' ORDER BY project_id, user_id) FROM project_memberships),
-            (SELECT count(*) FROM project_invitations),
-            (SELECT string_agg(key || value::text, ',' ORDER BY id) FROM policies),
-            (SELECT count(*) FROM audit_log),
-            (SELECT count(*) FROM nodes),
-            (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
-            (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
-            (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM listing_versions),
-            (SELECT string_agg(id::text || status || revenue_share_bps, ',' ORDER BY id) FROM publishers),
-            (SELECT count(*) FROM node_bootstrap_tokens))",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap()
-}
-
-#[test]
-fn every_server_function_is_in_the_matrix() {
-    let cases = cases();
-    let known: Vec<&str> = cases
-        .iter()
-        .map(|c| c.path)
-        .chain(NO_RESOURCE_ID.iter().map(|(p, _)| *p))
-        .chain(FLEET.iter().map(|(p, _)| *p))
-        .collect();
-    let registered: Vec<String> = leptos::server_fn::axum::server_fn_paths()
-        .map(|(path, _)| path.to_string())
-        .collect();
-    assert!(!registered.is_empty());
-    for path in &registered {
-        assert!(
-            known.contains(&path.as_str()),
-            "server function {path} is missing from the isolation matrix (server/tests/isolation.rs): \
-             add it to cases() if it takes a resource id, else to NO_RESOURCE_ID with the reason"
-        );
-    }
-    for path in known {
-        assert!(
-            registered.iter().any(|r| r == path),
-            "{path} is in the matrix but not registered"
-        );
-    }
-}
-
-#[tokio::test]
-async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
-    let db = test_db::demo().await;
+/// A fresh copy of the matrix database, and a portal over it.
+async fn copy() -> (test_db::TestDb, axum::Router, World) {
+    let db = test_db::fresh("isolation", |pool| Box::pin(build_world(pool))).await;
     let config = Flags::parse_from([
         "server",
         "--database-url",
@@ -470,143 +829,213 @@ async fn other_tenants_and_weaker_roles_get_nothing_and_change_nothing() {
         ORIGIN,
     ])
     .config;
-    let state = app_state(&config).unwrap();
-    let cp = state.cp.clone();
-    let pool = cp.pool().clone();
-    cp.migrate().await.unwrap();
-    cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
+    let app = router(app_state(&config).unwrap());
+    let pool = db.pool();
+    let one = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, String>(sql)
+            .fetch_one(pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    };
+    let world = World {
+        invoice: one("SELECT id::text FROM invoices LIMIT 1").await,
+        in_review: one(
+            "SELECT v.id::text FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+             WHERE l.slug = 'vllm' AND v.state = 'in_review' LIMIT 1",
+        )
+        .await,
+        ssh_key: one("SELECT id::text FROM user_ssh_keys LIMIT 1").await,
+        sku: one("SELECT id::text FROM skus WHERE name = 'l40s.1x'").await,
+        cookies: sqlx::query_as::<_, (String, String)>("SELECT email, cookie FROM matrix_sessions")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .collect(),
+    };
+    (db, app, world)
+}
+
+/// Everything a server function could change, in one string (sessions aside: signing in and
+/// out is what some of them are for).
+async fn fingerprint(pool: &sqlx::PgPool) -> String {
+    sqlx::query_scalar(
+        "SELECT concat_ws('|',
+            (SELECT string_agg(id::text || display_name, ',' ORDER BY id) FROM projects),
+            (SELECT string_agg(project_id::text || user_id::text || role, ',' ORDER BY project_id, user_id) FROM project_memberships),
+            (SELECT string_agg(tenant_id::text || user_id::text || role, ',' ORDER BY tenant_id, user_id) FROM tenant_memberships),
+            (SELECT count(*) FROM users),
+            (SELECT count(*) FROM project_invitations),
+            (SELECT string_agg(key || value::text, ',' ORDER BY id) FROM policies),
+            (SELECT count(*) FROM audit_log),
+            (SELECT string_agg(id::text || admin_state || hostname, ',' ORDER BY id) FROM nodes),
+            (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
+            (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
+            (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM listing_versions),
+            (SELECT count(*) FROM listings),
+            (SELECT string_agg(id::text || status || revenue_share_bps, ',' ORDER BY id) FROM publishers),
+            (SELECT count(*) FROM node_bootstrap_tokens),
+            (SELECT count(*) FROM agent_tasks),
+            (SELECT string_agg(id::text || name, ',' ORDER BY id) FROM user_ssh_keys),
+            (SELECT string_agg(issuer_url || client_id || client_secret, ',' ORDER BY tenant_id) FROM identity_providers),
+            (SELECT string_agg(domain || coalesce(verified_via, ''), ',' ORDER BY domain) FROM tenant_email_domains),
+            (SELECT count(*) FROM journal_entries),
+            (SELECT count(*) FROM credit_notes),
+            (SELECT string_agg(id::text || status, ',' ORDER BY id) FROM invoices))",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+async fn call(
+    app: &axum::Router,
+    path: &str,
+    cookie: Option<&str>,
+    args: &[(&str, String)],
+) -> (StatusCode, String) {
+    let mut req = Request::post(path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", ORIGIN);
+    if let Some(c) = cookie {
+        req = req.header("cookie", c);
+    }
+    let res = app
+        .clone()
+        .oneshot(req.body(Body::from(form(args))).unwrap())
         .await
         .unwrap();
-    let app = router(state);
-    let store = PostgresStore::new(pool.clone());
-    let alice: uuid::Uuid =
-        sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+    let status = res.status();
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&bytes).into_owned())
+}
 
-    let mut checked = 0;
-    for caller in CALLERS {
-        let cookie = session_cookie(&store, &cp, &pool, caller.email).await;
-        for (project, may) in [
-            (demo::ACME_RESEARCH, caller.research),
-            (demo::ACME_INFERENCE, caller.inference),
-        ] {
-            let ids = Ids {
-                project: project.to_string(),
-                alice: alice.to_string(),
-                allocation: allocation_in(&pool, project).await,
+fn answer_of(status: StatusCode, also: &[u16]) -> Option<Answer> {
+    match status.as_u16() {
+        200..=399 => Some(Allowed),
+        401 => Some(Unauthorized),
+        403 => Some(Forbidden),
+        404 => Some(NotFound),
+        s if also.contains(&s) => Some(Allowed),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_server_function_is_in_the_matrix() {
+    let world = World {
+        invoice: String::new(),
+        in_review: String::new(),
+        ssh_key: String::new(),
+        sku: String::new(),
+        cookies: HashMap::new(),
+    };
+    let known: Vec<&str> = matrix(&world).iter().map(|e| e.path).collect();
+    let registered: Vec<String> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, _)| path.to_string())
+        .collect();
+    assert!(!registered.is_empty());
+    for path in &registered {
+        assert!(
+            known.contains(&path.as_str()),
+            "server function {path} is missing from the isolation matrix (server/tests/isolation.rs): \
+             give it an entry with the rule for every caller"
+        );
+    }
+    for path in &known {
+        assert!(
+            registered.iter().any(|r| r == path),
+            "{path} is in the matrix but not registered"
+        );
+    }
+    let mut unique = known.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(
+        unique.len(),
+        known.len(),
+        "a function is in the matrix twice"
+    );
+}
+
+#[tokio::test]
+async fn every_function_answers_every_caller_as_its_rule_says_and_refusals_change_nothing() {
+    let (db, app, world) = copy().await;
+    let pool = db.pool().clone();
+    let entries = matrix(&world);
+    let mut problems = Vec::new();
+    let (mut calls, mut refused, mut copies) = (0, 0, 0);
+    for e in &entries {
+        for caller in callers() {
+            let expected = (e.rule)(caller);
+            let email = caller.email();
+            let what = format!("{} as {caller:?}", e.path);
+            let cookie = |w: &World| email.as_ref().map(|m| w.cookies[m].clone());
+            calls += 1;
+            let fresh;
+            let (app, world, pool) = if e.own_copy || (expected == Allowed && e.writes) {
+                // On a copy of its own: it may change things, and nothing else sees them.
+                copies += 1;
+                fresh = copy().await;
+                (&fresh.1, &fresh.2, fresh.0.pool().clone())
+            } else {
+                (&app, &world, pool.clone())
             };
-            for case in cases() {
-                if may.is_some_and(|m| m >= case.need) {
-                    continue; // allowed: not an isolation case
+            let before = fingerprint(&pool).await;
+            let (status, text) = call(app, e.path, cookie(world).as_deref(), &e.args).await;
+            let got = answer_of(status, e.allowed_also);
+            if got != Some(expected) {
+                problems.push(format!(
+                    "{what}: expected {expected:?}, got {status}: {text}"
+                ));
+            }
+            if text.contains("Origin check") {
+                problems.push(format!(
+                    "{what}: refused by the origin check, not by access"
+                ));
+            }
+            let changed = fingerprint(&pool).await != before;
+            if changed && !(expected == Allowed && e.writes) {
+                problems.push(format!("{what}: answered {status} and changed something"));
+            }
+            if expected != Allowed {
+                refused += 1;
+                if matches!(caller, Caller::Globex(_) | Caller::Anonymous) {
+                    for leak in [
+                        "Research",
+                        "Inference",
+                        "alice@acme.example",
+                        "Alice Anders",
+                    ] {
+                        if text.contains(leak) {
+                            problems.push(format!("{what}: leaked {leak:?}: {text}"));
+                        }
+                    }
                 }
-                let before = fingerprint(&pool).await;
-                let body = serde_urlencoded_form(&(case.args)(&ids));
-                let res = app
-                    .clone()
-                    .oneshot(
-                        Request::post(case.path)
-                            .header("content-type", "application/x-www-form-urlencoded")
-                            .header("origin", ORIGIN)
-                            .header("cookie", &cookie)
-                            .body(Body::from(body))
-                            .unwrap(),
-                    )
-                    .await
-                    .unwrap();
-                let status = res.status();
-                let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
-                    .await
-                    .unwrap();
-                let text = String::from_utf8_lossy(&bytes);
-                let what = format!("{} as {} on {project}", case.path, caller.email);
-                assert!(
-                    !text.contains("Origin check"),
-                    "{what}: refused by the origin check, not by authorization"
-                );
-                // Another tenant's resource doesn't exist for the caller (404); a weaker role
-                // in the same tenant is refused (403). Never a 500.
-                if may.is_none() {
-                    assert_eq!(status, StatusCode::NOT_FOUND, "{what}: {text}");
-                    assert!(
-                        text.contains("NotFound"),
-                        "{what}: expected not-found, got {text}"
-                    );
-                } else {
-                    assert_eq!(status, StatusCode::FORBIDDEN, "{what}: {text}");
-                    assert!(
-                        text.contains("Forbidden"),
-                        "{what}: expected forbidden, got {text}"
-                    );
-                }
-                for leak in [
-                    "Research",
-                    "Inference",
-                    "alice@acme.example",
-                    "Alice Anders",
-                ] {
-                    assert!(!text.contains(leak), "{what}: leaked {leak:?}: {text}");
-                }
-                assert_eq!(
-                    fingerprint(&pool).await,
-                    before,
-                    "{what}: changed something (mutates={})",
-                    case.mutates
-                );
-                checked += 1;
             }
         }
     }
-    for caller in CALLERS {
-        let cookie = session_cookie(&store, &cp, &pool, caller.email).await;
-        for (path, args) in FLEET {
-            let before = fingerprint(&pool).await;
-            let pairs: Vec<(&str, String)> =
-                args.iter().map(|(k, v)| (*k, v.to_string())).collect();
-            let res = app
-                .clone()
-                .oneshot(
-                    Request::post(*path)
-                        .header("content-type", "application/x-www-form-urlencoded")
-                        .header("origin", ORIGIN)
-                        .header("cookie", &cookie)
-                        .body(Body::from(serde_urlencoded_form(&pairs)))
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
-            let status = res.status();
-            let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
-                .await
-                .unwrap();
-            let text = String::from_utf8_lossy(&bytes);
-            assert_eq!(
-                status,
-                StatusCode::FORBIDDEN,
-                "{path} as {}: {text}",
-                caller.email
-            );
-            assert!(
-                text.contains("Forbidden") && text.contains("platform"),
-                "{path} as {}: expected a platform-role refusal, got {text}",
-                caller.email
-            );
-            assert_eq!(
-                fingerprint(&pool).await,
-                before,
-                "{path} as {} changed something",
-                caller.email
-            );
-        }
-    }
-    // carol: 10 cases x 2 projects; bob: 5 on research (operator there) + 10 on inference;
-    // fiona: 7 on each (she sees both, launches and releases in neither).
-    assert_eq!(checked, 20 + 15 + 14);
-    drop(db);
+    // Straight to stderr: the test harness captures `println!` of passing tests.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "isolation matrix: {} functions x {} callers = {calls} calls; {refused} refused \
+         (each checked to change nothing); {} allowed; {copies} calls on a copy of their own",
+        entries.len(),
+        callers().len(),
+        calls - refused
+    );
+    assert!(
+        problems.is_empty(),
+        "{} of {calls} answers were wrong:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
-fn serde_urlencoded_form(pairs: &[(&str, String)]) -> String {
+fn form(pairs: &[(&str, String)]) -> String {
     pairs
         .iter()
         .map(|(k, v)| format!("{k}={}", urlencode(v)))

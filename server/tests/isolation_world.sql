@@ -1,0 +1,46 @@
+-- The isolation matrix's callers and resources, on top of the demo (tests/isolation.rs).
+
+-- In each organization: a plain member, a viewer, an operator and an admin of its first
+-- project (Acme: Research; Globex: Default), the organization's admin and its finance.
+INSERT INTO users (id, email, display_name, platform_role)
+SELECT gen_random_uuid(), 'm-' || r.name || '@' || t.domain, 'Matrix ' || r.name || ' ' || t.slug, NULL
+FROM (VALUES ('acme', 'acme.example'), ('globex', 'globex.example')) AS t (slug, domain),
+     (VALUES ('member'), ('viewer'), ('operator'), ('padmin'), ('orgadmin'), ('finance')) AS r (name);
+
+INSERT INTO tenant_memberships (tenant_id, user_id, role)
+SELECT t.id, u.id,
+       CASE split_part(split_part(u.email, '@', 1), '-', 2)
+           WHEN 'orgadmin' THEN 'admin' WHEN 'finance' THEN 'finance' ELSE 'member' END
+FROM users u JOIN tenants t ON u.email LIKE 'm-%@' || t.slug || '.example';
+
+INSERT INTO project_memberships (project_id, tenant_id, user_id, role)
+SELECT p.id, p.tenant_id, u.id,
+       CASE split_part(split_part(u.email, '@', 1), '-', 2)
+           WHEN 'viewer' THEN 'viewer' WHEN 'operator' THEN 'operator' ELSE 'admin' END
+FROM users u
+JOIN tenants t ON u.email LIKE 'm-%@' || t.slug || '.example'
+JOIN projects p ON p.tenant_id = t.id AND p.slug IN ('research', 'default')
+WHERE split_part(split_part(u.email, '@', 1), '-', 2) IN ('viewer', 'operator', 'padmin');
+
+-- Platform staff.
+INSERT INTO users (id, email, display_name, platform_role)
+VALUES (gen_random_uuid(), 'm-operator@platform.example', 'Matrix platform operator', 'operator'),
+       (gen_random_uuid(), 'm-finance@platform.example', 'Matrix platform finance', 'finance'),
+       (gen_random_uuid(), 'm-admin@platform.example', 'Matrix platform admin', 'admin');
+
+-- A node, and an allocation of Acme's Research placed on it.
+INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, enrolled_by)
+VALUES ('0a0e0000-0000-4000-800f-000000000001', 'matrix-01', 'eu-west-1', 'r1', 'hgx-h100-8x',
+        ARRAY['gpu_slice'], (SELECT id FROM users WHERE email = 'm-operator@platform.example'));
+
+INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                         listing_version_id, ssh_public_key, price_per_hour_minor, currency,
+                         idempotency_key, request_fingerprint, requested_by, placement, state,
+                         requested_at)
+SELECT '0a0e0000-0000-4000-800f-000000000002', p.tenant_id, p.id, 'existing', s.id, 'gpu_slice', 1,
+       'eu-west-1', '0a0e0000-0000-4000-800f-000000000001', v.id, 'k', 299, 'USD', 'existing', 'f',
+       (SELECT id FROM users WHERE email = 'alice@acme.example'), '{}', 'placed', now()
+FROM projects p, skus s, listing_versions v
+WHERE p.slug = 'research' AND s.name = 'h100.1x'
+  AND v.listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')
+  AND v.state = 'published';
