@@ -277,7 +277,8 @@ impl ControlPlane {
         };
         let replaced = sqlx::query_scalar!(
             r#"INSERT INTO break_glass_credentials (user_id, password_hash) VALUES ($1, $2)
-               ON CONFLICT (user_id) DO UPDATE SET password_hash = EXCLUDED.password_hash, updated_at = now()
+               ON CONFLICT (user_id) DO UPDATE SET password_hash = EXCLUDED.password_hash, updated_at = now(),
+                   failed_attempts = 0, locked_until = NULL
                RETURNING (xmax <> 0) AS "replaced!""#,
             user as UserId,
             hash,
@@ -328,13 +329,23 @@ impl ControlPlane {
             return Err(Error::InvalidCredentials);
         }
         let row = sqlx::query!(
-            r#"SELECT u.id AS "id: UserId", c.password_hash
+            r#"SELECT u.id AS "id: UserId", c.password_hash,
+                      extract(epoch FROM c.locked_until - now())::float8 AS locked_for
                FROM users u JOIN break_glass_credentials c ON c.user_id = u.id
                WHERE lower(u.email) = $1 AND u.platform_role = 'admin'"#,
             email
         )
         .fetch_optional(self.pool())
         .await?;
+        if let Some(secs) = row.as_ref().and_then(|r| r.locked_for).filter(|s| *s > 0.0) {
+            // Locked: no hash is computed, and the answer is the rate limit's.
+            tracing::info!(auth.email = %email, "break-glass sign-in refused: account locked");
+            return Err(Error::RateLimited {
+                retry_after_secs: crate::ratelimit::retry_after_secs(
+                    std::time::Duration::from_secs_f64(secs),
+                ),
+            });
+        }
         let (user, hash) = match row {
             Some(r) => (Some(r.id), r.password_hash),
             None => (None, dummy_hash().await?),
@@ -344,11 +355,147 @@ impl ControlPlane {
             (Some(user), true) => {
                 limits.per_address.give_back(&address);
                 limits.per_email.give_back(&email);
+                sqlx::query!(
+                    "UPDATE break_glass_credentials SET failed_attempts = 0, locked_until = NULL
+                     WHERE user_id = $1 AND failed_attempts > 0",
+                    user as UserId
+                )
+                .execute(self.pool())
+                .await?;
                 self.principal(user).await?.ok_or(Error::InvalidCredentials)
             }
-            _ => Err(Error::InvalidCredentials),
+            (Some(user), false) => {
+                self.count_failure(user).await?;
+                Err(Error::InvalidCredentials)
+            }
+            (None, _) => Err(Error::InvalidCredentials),
         }
     }
+
+    /// One more failed sign-in for `user`; the [`LOCK_AFTER`]th in a row locks the account for
+    /// [`LOCK_FOR`] (audited, as the system).
+    async fn count_failure(&self, user: UserId) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"UPDATE break_glass_credentials
+               SET failed_attempts = failed_attempts + 1,
+                   locked_until = CASE WHEN failed_attempts + 1 >= $2
+                                       THEN now() + make_interval(secs => $3) END
+               WHERE user_id = $1
+               RETURNING failed_attempts, locked_until IS NOT NULL AS "locked!""#,
+            user as UserId,
+            LOCK_AFTER,
+            LOCK_FOR.as_secs_f64()
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if row.locked {
+            tracing::warn!(user.id = %user, auth.failed_attempts = row.failed_attempts, "break-glass account locked");
+            let resource = self.naming().platform_user(user);
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "platform_admin.locked",
+                    resource: &resource,
+                    before: None,
+                    after: Some(json!({
+                        "failed_attempts": row.failed_attempts,
+                        "locked_minutes": LOCK_FOR.as_secs() / 60,
+                    })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Break-glass accounts that failed to sign in lately: locked ones first. Platform admins
+    /// only.
+    pub async fn break_glass_lockouts(
+        &self,
+        _who: &Platform<PlatformAdmin>,
+    ) -> Result<Vec<Lockout>> {
+        let rows = sqlx::query!(
+            r#"SELECT u.id AS "user: UserId", u.email, c.failed_attempts,
+                      c.locked_until > now() AS "locked!",
+                      to_char(c.locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"') AS until
+               FROM break_glass_credentials c JOIN users u ON u.id = c.user_id
+               WHERE c.failed_attempts > 0
+               ORDER BY c.locked_until > now() DESC, c.failed_attempts DESC, u.email"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Lockout {
+                user: r.user,
+                email: r.email,
+                failed_attempts: r.failed_attempts,
+                locked_until: r.until.filter(|_| r.locked),
+            })
+            .collect())
+    }
+
+    /// Clears `user`'s failed attempts and lock, audited. This replica's in-process limit for
+    /// the email is cleared too (another replica's refills within a minute).
+    pub async fn unlock_break_glass(
+        &self,
+        who: &Platform<PlatformAdmin>,
+        user: UserId,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"UPDATE break_glass_credentials c SET failed_attempts = 0, locked_until = NULL
+               FROM users u, break_glass_credentials old
+               WHERE c.user_id = $1 AND u.id = c.user_id AND old.user_id = c.user_id
+               RETURNING lower(u.email) AS "email!", old.failed_attempts,
+                         old.locked_until > now() AS "was_locked!""#,
+            user as UserId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound {
+            what: "break-glass account",
+        })?;
+        let resource = self.naming().platform_user(user);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.principal().user_id),
+                action: "platform_admin.unlock",
+                resource: &resource,
+                before: Some(json!({
+                    "failed_attempts": row.failed_attempts,
+                    "locked": row.was_locked,
+                })),
+                after: Some(json!({ "failed_attempts": 0, "locked": false })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        self.sign_in_limits.per_email.forget(&row.email);
+        Ok(())
+    }
+}
+
+/// Failed sign-ins in a row that lock a break-glass account.
+pub const LOCK_AFTER: i32 = 5;
+/// How long a lock lasts (unless an admin clears it first).
+pub const LOCK_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// A break-glass account with failed sign-ins.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lockout {
+    pub user: UserId,
+    pub email: String,
+    pub failed_attempts: i32,
+    /// `YYYY-MM-DD HH:MM UTC` while locked.
+    pub locked_until: Option<String>,
 }
 
 #[cfg(test)]

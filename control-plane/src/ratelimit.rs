@@ -55,6 +55,14 @@ impl Limiter {
         }
     }
 
+    /// Forgets `key`: its next attempt starts a full bucket (an admin cleared a lock).
+    pub fn forget(&self, key: &str) {
+        self.buckets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+
     fn take_at(&self, key: &str, now: Instant) -> Result<(), Duration> {
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         if !buckets.contains_key(key) && buckets.len() >= self.max_keys {

@@ -859,6 +859,92 @@ async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
     assert_eq!(session_cookie(&res), None);
 }
 
+/// Finding 4: the lock is in the database (it outlives a restart and spans replicas), and
+/// another platform admin clears it, audited.
+#[tokio::test]
+async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it() {
+    use leptos::server_fn::ServerFn;
+    let (db, app) = signed_in_fixture(&[]).await;
+    let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
+    for n in 1..=5 {
+        let (status, _, body) = call(
+            &app,
+            path,
+            None,
+            &format!("email=ada%40platform.example&password=guess{n}"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {n}: {body}");
+    }
+    // A restarted portal (its in-process limits empty) still refuses the right password,
+    // for the rest of the 15 minutes, and computes no hash for it.
+    let state = app_state(&config(&db.url())).unwrap();
+    let cp = state.cp.clone();
+    let restarted = router(state);
+    let right = format!(
+        "email=ada%40platform.example&password={}",
+        ADMIN_PW.replace(' ', "+")
+    );
+    let (status, headers, body) = call(&restarted, path, None, &right).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((840..=900).contains(&wait), "retry after {wait} s");
+
+    // Another platform admin sees the lock and clears it.
+    cp.set_break_glass_password("bo@platform.example", "Bo Backup", ADMIN_PW)
+        .await
+        .unwrap();
+    let (status, headers, body) = call(
+        &restarted,
+        path,
+        None,
+        &format!(
+            "email=bo%40platform.example&password={}",
+            ADMIN_PW.replace(' ', "+")
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let bo = headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let ada: String =
+        sqlx::query_scalar("SELECT id::text FROM users WHERE email = 'ada@platform.example'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    let page = admin_page(&restarted, &bo).await;
+    assert!(
+        page.contains("ada@platform.example") && page.contains(">5<"),
+        "{page}"
+    );
+    let unlock = <app::pages::admin::UnlockBreakGlass as ServerFn>::PATH;
+    let (status, _, body) = call(&restarted, unlock, Some(&bo), &format!("user={ada}")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, body) = call(&restarted, path, None, &right).await;
+    assert_eq!(status, StatusCode::OK, "unlocked: {body}");
+    let actions: Vec<String> = sqlx::query_scalar(
+        "SELECT action FROM audit_log WHERE action LIKE 'platform_admin.%lock%' ORDER BY id",
+    )
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(actions, ["platform_admin.locked", "platform_admin.unlock"]);
+    // An unknown account has nothing to unlock.
+    let (status, _, _) = call(
+        &restarted,
+        unlock,
+        Some(&bo),
+        "user=00000000-0000-4000-8000-000000000000",
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
 #[tokio::test]
 async fn single_sign_on_starts_are_rate_limited_per_client_address() {
     use leptos::server_fn::ServerFn;

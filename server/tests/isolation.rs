@@ -46,7 +46,7 @@ use app::marketplace::{
     ApplyToPublish, BrowseListings, CreateListing, CreateVersion, CurateVersion, DecidePublisher,
     GetListing, GetMarketplaceAdmin, GetPublisherArea, GetVersionReview, SubmitVersion,
 };
-use app::pages::admin::AdminOverview;
+use app::pages::admin::{AdminOverview, UnlockBreakGlass};
 use app::pages::home::GetPlatformHealth;
 use app::policies::SetPolicy;
 use app::projects::{
@@ -664,6 +664,12 @@ fn matrix(w: &World) -> Vec<Entry> {
                 ("reason", "matrix"),
             ],
         ),
+        entry(
+            UnlockBreakGlass::PATH,
+            platform(&[Staff::Admin]),
+            true,
+            &[("user", &w.locked)],
+        ),
         // Platform staff of any kind.
         entry(AdminOverview::PATH, platform(STAFF), false, &[]),
     ]
@@ -729,6 +735,8 @@ struct World {
     in_review: String,
     ssh_key: String,
     sku: String,
+    /// A locked break-glass account.
+    locked: String,
     cookies: HashMap<String, String>,
 }
 
@@ -846,6 +854,7 @@ async fn copy() -> (test_db::TestDb, axum::Router, World) {
         .await,
         ssh_key: one("SELECT id::text FROM user_ssh_keys LIMIT 1").await,
         sku: one("SELECT id::text FROM skus WHERE name = 'l40s.1x'").await,
+        locked: one("SELECT id::text FROM users WHERE email = 'm-locked@platform.example'").await,
         cookies: sqlx::query_as::<_, (String, String)>("SELECT email, cookie FROM matrix_sessions")
             .fetch_all(pool)
             .await
@@ -881,6 +890,7 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT string_agg(domain || coalesce(verified_via, ''), ',' ORDER BY domain) FROM tenant_email_domains),
             (SELECT count(*) FROM journal_entries),
             (SELECT count(*) FROM credit_notes),
+            (SELECT string_agg(user_id::text || failed_attempts || coalesce(locked_until::text, ''), ',' ORDER BY user_id) FROM break_glass_credentials),
             (SELECT string_agg(id::text || status, ',' ORDER BY id) FROM invoices))",
     )
     .fetch_one(pool)
@@ -930,6 +940,7 @@ fn every_server_function_is_in_the_matrix() {
         in_review: String::new(),
         ssh_key: String::new(),
         sku: String::new(),
+        locked: String::new(),
         cookies: HashMap::new(),
     };
     let known: Vec<&str> = matrix(&world).iter().map(|e| e.path).collect();

@@ -44,3 +44,11 @@ FROM projects p, skus s, listing_versions v
 WHERE p.slug = 'research' AND s.name = 'h100.1x'
   AND v.listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')
   AND v.state = 'published';
+
+-- A break-glass account locked after failed sign-ins.
+INSERT INTO users (id, email, display_name, platform_role)
+VALUES (gen_random_uuid(), 'm-locked@platform.example', 'Matrix locked admin', 'admin');
+INSERT INTO break_glass_credentials (user_id, password_hash, failed_attempts, locked_until)
+SELECT id, '$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA', 5,
+       now() + interval '15 minutes'
+FROM users WHERE email = 'm-locked@platform.example';

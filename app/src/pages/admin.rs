@@ -10,6 +10,17 @@ pub struct AdminView {
     pub display_name: String,
     pub role: String,
     pub policies: crate::policies::PolicyView,
+    /// Break-glass accounts with failed sign-ins (platform admins only; `None` for others).
+    pub lockouts: Option<Vec<LockoutRow>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockoutRow {
+    pub user: String,
+    pub email: String,
+    pub failed_attempts: i32,
+    /// `YYYY-MM-DD HH:MM UTC` while locked.
+    pub locked_until: Option<String>,
 }
 
 /// Platform staff only.
@@ -19,7 +30,23 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
     let principal = crate::server::require_principal().await?;
     let staff = principal.platform::<PlatformStaff>()?;
     let cp = crate::server::control_plane()?;
+    let lockouts = match principal.platform::<control_plane::auth::PlatformAdmin>() {
+        Ok(admin) => Some(
+            cp.break_glass_lockouts(&admin)
+                .await?
+                .into_iter()
+                .map(|l| LockoutRow {
+                    user: l.user.to_string(),
+                    email: l.email,
+                    failed_attempts: l.failed_attempts,
+                    locked_until: l.locked_until,
+                })
+                .collect(),
+        ),
+        Err(_) => None,
+    };
     Ok(AdminView {
+        lockouts,
         policies: crate::policies::load(&cp, &principal, control_plane::policy::Target::Global)
             .await?,
         display_name: staff.principal().display_name.clone(),
@@ -27,10 +54,26 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
     })
 }
 
+/// Clears a break-glass account's failed sign-ins and lock. Platform admins only; audited.
+#[server]
+pub async fn unlock_break_glass(user: String) -> Result<(), AppError> {
+    let principal = crate::server::require_principal().await?;
+    let admin = principal.platform::<control_plane::auth::PlatformAdmin>()?;
+    let cp = crate::server::control_plane()?;
+    let user = user.parse().map_err(|_| AppError::NotFound)?;
+    cp.unlock_break_glass(&admin, user, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
 #[component]
 pub fn AdminPage() -> impl IntoView {
     let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
-    let overview = Resource::new(move || set_policy.version().get(), |_| admin_overview());
+    let unlock = ServerAction::<UnlockBreakGlass>::new();
+    let overview = Resource::new(
+        move || (set_policy.version().get(), unlock.version().get()),
+        |_| admin_overview(),
+    );
     view! {
         <Title text="Admin" />
         <h1>"Admin"</h1>
@@ -45,11 +88,54 @@ pub fn AdminPage() -> impl IntoView {
                            " · " <a href="/admin/billing">"Billing (all organizations)"</a>
                            " · " <a href="/admin/marketplace">"Marketplace review"</a>
                            " · " <a href="/catalog/manage">"SKUs"</a></p>
+                        {v.lockouts.map(|rows| view! { <Lockouts rows unlock /> })}
                         <crate::policies::Policies scope="global" view=v.policies set=set_policy />
                     }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }
             })}
         </Suspense>
+    }
+}
+
+/// Break-glass accounts with failed sign-ins, and the button that clears a lock.
+#[component]
+fn Lockouts(rows: Vec<LockoutRow>, unlock: ServerAction<UnlockBreakGlass>) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="lockouts-h">
+            <h2 id="lockouts-h">"Break-glass sign-in"</h2>
+            <p class="hint">"An account locks for 15 minutes after 5 failed sign-ins in a row. Unlock it once you know who was trying."</p>
+            {if rows.is_empty() {
+                view! { <p id="no-lockouts">"No failed sign-ins."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                        <table class="data" id="lockouts">
+                            <thead><tr><th scope="col">"Account"</th><th scope="col">"Failed in a row"</th><th scope="col">"Locked until"</th><th scope="col"><span class="visually-hidden">"Actions"</span></th></tr></thead>
+                            <tbody>
+                                {rows.into_iter().map(|l| {
+                                    let label = format!("Unlock {}", l.email);
+                                    let email = l.email.clone();
+                                    view! {
+                                        <tr data-account=email>
+                                            <td>{l.email}</td>
+                                            <td>{l.failed_attempts}</td>
+                                            <td>{l.locked_until.unwrap_or_else(|| "not locked".into())}</td>
+                                            <td>
+                                                <ActionForm action=unlock attr:class="inline">
+                                                    <input type="hidden" name="user" value=l.user />
+                                                    <button type="submit" aria-label=label>"Unlock"</button>
+                                                </ActionForm>
+                                            </td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any()
+            }}
+            {move || unlock.value().get().and_then(|r| r.err()).map(|e| view! { <ErrorNotice error=e /> })}
+        </section>
     }
 }
