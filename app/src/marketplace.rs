@@ -1078,7 +1078,7 @@ fn VersionReviewBody(r: VersionReviewView, curate: ServerAction<CurateVersion>) 
         <dl class="facts" id="version-facts">
             <dt>"Listing"</dt><dd><code>{r.slug.clone()}</code></dd>
             <dt>"Publisher"</dt><dd>{r.publisher.clone()}</dd>
-            <dt>"State"</dt><dd class="state">{r.state.clone()}</dd>
+            <dt>"State"</dt><dd><span class="pill">{r.state.replace('_', " ")}</span></dd>
             {r.reason.clone().map(|x| view! { <dt>"Reason"</dt><dd>{x}</dd> })}
         </dl>
         // Outside the decision form: a decision that leaves nothing more to decide (reject)

@@ -181,8 +181,8 @@ fn DomainClaims(
                                         }.into_any(),
                                         None => view! {
                                             <td class="status warn">"Pending"</td>
-                                            <td class="record">
-                                                <dl class="facts">
+                                            <td>
+                                                <dl class="facts dns-record">
                                                     <dt>"Name"</dt><dd><code>{c.record_name}</code></dd>
                                                     <dt>"Value"</dt><dd><code>{c.record_value}</code></dd>
                                                 </dl>
