@@ -14,7 +14,9 @@ struct Flags {
     config: Config,
 }
 
-const ORIGIN: &str = "http://127.0.0.1:3000";
+mod support;
+
+use support::{ORIGIN, call};
 
 fn config(database_url: &str) -> Config {
     config_with(database_url, &[])
@@ -644,34 +646,6 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(generation, 1);
 }
 
-/// A fetch-style call of a server function (what the hydrated page sends): the status and
-/// the JSON-encoded error in the body.
-async fn call(
-    app: &axum::Router,
-    path: &str,
-    cookie: Option<&str>,
-    form: &str,
-) -> (StatusCode, http::HeaderMap, String) {
-    let mut req = Request::post(path)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("accept", "application/json")
-        .header("origin", ORIGIN);
-    if let Some(c) = cookie {
-        req = req.header("cookie", c);
-    }
-    let res = app
-        .clone()
-        .oneshot(req.body(Body::from(form.to_string())).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
-}
-
 async fn get_as(
     app: &axum::Router,
     path: &str,
@@ -801,14 +775,13 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     );
 }
 
-#[tokio::test]
-async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
+/// Five wrong break-glass passwords for the platform admin, each refused with 401.
+async fn five_wrong_passwords(app: &axum::Router) {
     use leptos::server_fn::ServerFn;
-    let (_c, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
     for n in 1..=5 {
         let (status, _, body) = call(
-            &app,
+            app,
             path,
             None,
             &format!("email=ada%40platform.example&password=guess{n}"),
@@ -816,6 +789,14 @@ async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
         .await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {n}: {body}");
     }
+}
+
+#[tokio::test]
+async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
+    use leptos::server_fn::ServerFn;
+    let (_c, app) = signed_in_fixture(&[]).await;
+    let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
+    five_wrong_passwords(&app).await;
     // The sixth, even with the right password, waits: one attempt a minute from now on.
     let right = format!(
         "email=ada%40platform.example&password={}",
@@ -866,16 +847,7 @@ async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it
     use leptos::server_fn::ServerFn;
     let (db, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
-    for n in 1..=5 {
-        let (status, _, body) = call(
-            &app,
-            path,
-            None,
-            &format!("email=ada%40platform.example&password=guess{n}"),
-        )
-        .await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "attempt {n}: {body}");
-    }
+    five_wrong_passwords(&app).await;
     // A restarted portal (its in-process limits empty) still refuses the right password,
     // for the rest of the 15 minutes, and computes no hash for it.
     let state = app_state(&config(&db.url())).unwrap();

@@ -19,14 +19,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Body;
 use clap::Parser;
 use control_plane::{ControlPlane, UserId, demo};
-use http::{Request, StatusCode};
+use http::StatusCode;
 use leptos::server_fn::ServerFn;
 use server::config::Config;
 use server::{app_state, router};
-use tower::ServiceExt;
 use tower_sessions::Session;
 use tower_sessions_sqlx_store::PostgresStore;
 
@@ -56,7 +54,9 @@ use app::projects::{
 use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
 
-const ORIGIN: &str = "http://127.0.0.1:3000";
+mod support;
+
+use support::ORIGIN;
 
 // The world every copy of the database starts from (built once, as a template).
 const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
@@ -898,30 +898,6 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
     .unwrap()
 }
 
-async fn call(
-    app: &axum::Router,
-    path: &str,
-    cookie: Option<&str>,
-    args: &[(&str, String)],
-) -> (StatusCode, String) {
-    let mut req = Request::post(path)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", ORIGIN);
-    if let Some(c) = cookie {
-        req = req.header("cookie", c);
-    }
-    let res = app
-        .clone()
-        .oneshot(req.body(Body::from(form(args))).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
-}
-
 fn answer_of(status: StatusCode, also: &[u16]) -> Option<Answer> {
     match status.as_u16() {
         200..=399 => Some(Allowed),
@@ -995,7 +971,13 @@ async fn every_function_answers_every_caller_as_its_rule_says_and_refusals_chang
                 (&app, &world, pool.clone())
             };
             let before = fingerprint(&pool).await;
-            let (status, text) = call(app, e.path, cookie(world).as_deref(), &e.args).await;
+            let (status, _, text) = support::call(
+                app,
+                e.path,
+                cookie(world).as_deref(),
+                &support::form(&e.args),
+            )
+            .await;
             let got = answer_of(status, e.allowed_also);
             if got != Some(expected) {
                 problems.push(format!(
@@ -1044,23 +1026,4 @@ async fn every_function_answers_every_caller_as_its_rule_says_and_refusals_chang
         problems.len(),
         problems.join("\n")
     );
-}
-
-fn form(pairs: &[(&str, String)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}", urlencode(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -5,6 +5,19 @@ use control_plane::sso::SsoError;
 use control_plane::{ControlPlane, Error, Naming, demo};
 use sqlx::PgPool;
 
+/// Alice's proof that she administers Acme.
+async fn acme_admin(
+    cp: &ControlPlane,
+) -> control_plane::tenancy::Tenant<control_plane::tenancy::TenantAdmins> {
+    let alice: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    let alice = cp.principal(alice.into()).await.unwrap().unwrap();
+    cp.tenant_access(&alice, demo::ACME).await.unwrap()
+}
+
 const CALLBACK: &str = "http://127.0.0.1:3000/auth/callback";
 
 async fn seeded(pool: PgPool, issuer: &str) -> ControlPlane {
@@ -105,20 +118,8 @@ async fn domain_names_are_stored_lowercase_and_claimed_once_per_tenant() {
 mod domain_proof {
     use super::*;
     use control_plane::dns::Resolver;
-    use control_plane::tenancy::{Tenant, TenantAdmins};
+    use control_plane::tenancy::TenantAdmins;
     use test_db::dns::LocalDns;
-
-    async fn acme_admin(cp: &ControlPlane) -> Tenant<TenantAdmins> {
-        let alice: uuid::Uuid =
-            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
-                .fetch_one(cp.pool())
-                .await
-                .unwrap();
-        let alice = cp.principal(alice.into()).await.unwrap().unwrap();
-        cp.tenant_access::<TenantAdmins>(&alice, demo::ACME)
-            .await
-            .unwrap()
-    }
 
     /// A pending claim, as saving the settings makes one; returns its token.
     async fn claim(pool: &PgPool, domain: &str, tenant: control_plane::TenantId) -> String {
@@ -348,9 +349,10 @@ async fn seeding_the_demo_providers_twice_changes_only_what_changed() {
 mod provider_settings {
     use super::*;
     use control_plane::sso::ProviderUpdate;
-    use control_plane::tenancy::{TenantAdmins, TenantRole};
+    use control_plane::tenancy::TenantRole;
 
-    fn update(issuer: &str) -> ProviderUpdate {
+    /// Acme's settings with `issuer`, as an admin would save them.
+    pub(super) fn update(issuer: &str) -> ProviderUpdate {
         ProviderUpdate {
             issuer_url: issuer.into(),
             client_id: "portal".into(),
@@ -367,16 +369,7 @@ mod provider_settings {
         let db = crate::support::demo_db().await;
         let pool = db.pool().clone();
         let cp = seeded(pool.clone(), "http://127.0.0.1:9").await;
-        let alice: uuid::Uuid =
-            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        let alice = cp.principal(alice.into()).await.unwrap().unwrap();
-        let who = cp
-            .tenant_access::<TenantAdmins>(&alice, demo::ACME)
-            .await
-            .unwrap();
+        let who = acme_admin(&cp).await;
         let before = cp.provider_settings(&who).await.unwrap();
 
         let cases: Vec<(ProviderUpdate, &str)> = vec![
@@ -440,10 +433,10 @@ mod provider_settings {
 /// is called only over https on a public address, never followed through a redirect, and
 /// read only up to a bound.
 mod issuer_egress {
+    use super::provider_settings::update;
     use super::*;
     use control_plane::egress::Egress;
-    use control_plane::sso::ProviderUpdate;
-    use control_plane::tenancy::{TenantAdmins, TenantRole};
+    use control_plane::tenancy::TenantAdmins;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -502,18 +495,6 @@ mod issuer_egress {
         json(&document(base, jwks, ""))
     }
 
-    fn update(issuer: &str) -> ProviderUpdate {
-        ProviderUpdate {
-            issuer_url: issuer.into(),
-            client_id: "portal".into(),
-            client_secret: Some("s3cret".into()),
-            domains: vec!["acme.example".into()],
-            role_claim: "groups".into(),
-            default_role: TenantRole::Member,
-            mappings: vec![],
-        }
-    }
-
     async fn refused(
         cp: &ControlPlane,
         who: &control_plane::tenancy::Tenant<TenantAdmins>,
@@ -533,16 +514,7 @@ mod issuer_egress {
         let db = crate::support::demo_db().await;
         let pool = db.pool().clone();
         let strict = seeded(pool.clone(), "http://127.0.0.1:9").await;
-        let alice: uuid::Uuid =
-            sqlx::query_scalar("SELECT id FROM users WHERE email = 'alice@acme.example'")
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        let alice = strict.principal(alice.into()).await.unwrap().unwrap();
-        let who = strict
-            .tenant_access::<TenantAdmins>(&alice, demo::ACME)
-            .await
-            .unwrap();
+        let who = acme_admin(&strict).await;
         let before = strict.provider_settings(&who).await.unwrap();
 
         // A working provider on loopback: a production portal still never calls it.
