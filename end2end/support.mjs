@@ -35,13 +35,25 @@ export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
   });
   const page = context.pages()[0] ?? (await context.newPage());
   const errors = [];
-  page.on('pageerror', (e) => errors.push(e.message));
+  // A page that throws, or a script the Content-Security-Policy refused (the browser logs
+  // the refusal as a console error), fails the test at close().
+  const watch = (p) => {
+    p.on('pageerror', (e) => errors.push(e.message));
+    p.on('console', (m) => {
+      if (m.type() === 'error' && /Content.Security.Policy/i.test(m.text())) {
+        errors.push(`CSP: ${m.text()}`);
+      }
+    });
+  };
+  watch(page);
+  context.on('page', watch);
   return {
     context,
     page,
     errors,
     /** Closes the browser; fails the test if any page threw (a wasm panic during
-     *  hydration included), since a form's no-JS fallback could otherwise hide it. */
+     *  hydration included) or broke the script policy, since a form's no-JS fallback could
+     *  otherwise hide it. */
     async close() {
       await context.close();
       rmSync(profile, { recursive: true, force: true });

@@ -15,6 +15,8 @@ pub mod auth;
 pub mod billing;
 pub mod catalog;
 pub mod components;
+#[cfg(feature = "ssr")]
+pub mod csp;
 pub mod error;
 pub mod fleet;
 pub mod marketplace;
@@ -40,6 +42,8 @@ use theme::{ThemePicker, ThemeSignal};
 /// The HTML document around [`App`]; rendered on the server only.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     let theme = theme::initial_theme();
+    #[cfg(feature = "ssr")]
+    csp::set_page_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en" data-theme=theme.as_str()>
@@ -51,7 +55,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <AutoReload options=options.clone() />
                 <HydrationScripts options />
                 // Draws finance charts; loads ECharts (served from /vendor/) only where one is.
-                <script src="/charts.js" defer></script>
+                <script src="/charts.js" defer nonce=leptos::nonce::use_nonce()></script>
                 <MetaTags />
             </head>
             <body>

@@ -843,6 +843,22 @@ pub(crate) async fn launch_version(
         }
         v
     };
+    // Versions made before images had to live in the image directory (the platform's own
+    // are kept by migration 0013) would be accepted here and then refused by the host's
+    // agent: say so now, before anything is claimed.
+    if agent_protocol::image_file(&v.image_source).is_err() {
+        return Err(invalid(
+            "version",
+            format!(
+                "{} {} can't be launched: its image {:?} is not a file in the operator's image \
+                 directory ({}); a new version with an image there must be published",
+                listing.name,
+                v.version,
+                v.image_source,
+                agent_protocol::IMAGE_DIR
+            ),
+        ));
+    }
     // A concurrent deprecation waits for this launch (and a launch after it sees it).
     sqlx::query!(
         "SELECT 1 AS one FROM listing_versions WHERE id = $1 FOR SHARE",

@@ -399,6 +399,43 @@ async fn bad_input_is_named_and_nothing_is_reserved() {
         .await
         .unwrap();
     assert_eq!(claims, 1);
+
+    // A platform version from before images had to be in the image directory (migration 0013
+    // kept the platform's own) is refused at launch, not later by the host's agent.
+    let mut conn = cp.pool().acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE listing_versions SET image_source = '/srv/images/ubuntu.qcow2'
+         WHERE listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')",
+    )
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    sqlx::query("RESET session_replication_role")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    match cp.launch(&bob, &request("h100.1x", "old"), None).await {
+        Err(Error::Invalid { field, reason }) => {
+            assert_eq!(field, "version");
+            assert!(
+                reason.contains(
+                    "\"/srv/images/ubuntu.qcow2\" is not a file in the operator's image directory"
+                ),
+                "{reason}"
+            );
+        }
+        other => panic!("expected the version refused, got {other:?}"),
+    }
+    let claims: i64 = sqlx::query_scalar("SELECT count(*) FROM resource_claims")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(claims, 1, "nothing more is claimed");
 }
 
 #[tokio::test]

@@ -1,0 +1,77 @@
+//! Content-Security-Policy: what may run in the portal's pages.
+//!
+//! A page runs only the scripts that carry its response's nonce (Leptos's hydration module
+//! script and its streaming resource scripts, and `/charts.js`) and what those load
+//! (`'strict-dynamic'`: the wasm bundle's JavaScript, ECharts). Injected markup can't run a
+//! script: it has no nonce, inline handlers and `javascript:` URLs are refused, and there are
+//! no plugins or `<base>` tricks. Any other answer (JSON, files, errors) runs no script at all.
+//! The nonce is the one `leptos_axum` makes for every render; the shell puts the policy on the
+//! response ([`set_page_policy`]), and the server's header layer gives every other response
+//! [`NO_SCRIPTS`].
+
+use http::HeaderValue;
+use http::header::CONTENT_SECURITY_POLICY;
+
+/// Directives every answer carries: never framed, no plugins, no `<base>` elsewhere.
+macro_rules! common {
+    () => {
+        "object-src 'none'; base-uri 'self'; frame-ancestors 'none'"
+    };
+}
+
+/// The policy of an answer that is not a page.
+pub const NO_SCRIPTS: &str = concat!("script-src 'none'; ", common!());
+
+/// The policy of a page whose scripts carry `nonce`. `'wasm-unsafe-eval'` lets the bundle
+/// compile its WebAssembly; it allows no JavaScript `eval`.
+pub fn page_policy(nonce: &str) -> String {
+    format!(
+        "script-src 'nonce-{nonce}' 'strict-dynamic' 'wasm-unsafe-eval'; {}",
+        common!()
+    )
+}
+
+/// Sets this render's page policy on its response. Called by the shell while it renders on the
+/// server; without a nonce (no `leptos_axum` render) it leaves the response alone, and the
+/// header layer's [`NO_SCRIPTS`] applies.
+pub fn set_page_policy() {
+    use leptos::prelude::use_context;
+    let (Some(nonce), Some(res)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) else {
+        return;
+    };
+    match HeaderValue::from_str(&page_policy(&nonce)) {
+        Ok(v) => res.insert_header(CONTENT_SECURITY_POLICY, v),
+        Err(e) => tracing::error!(error = %e, "a nonce that is not a header value"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_allow_only_their_nonce_and_other_answers_no_script() {
+        let p = page_policy("abc_-123");
+        assert!(
+            p.starts_with("script-src 'nonce-abc_-123' 'strict-dynamic'"),
+            "{p}"
+        );
+        assert!(
+            !p.contains("unsafe-inline") && !p.contains("'unsafe-eval'"),
+            "{p}"
+        );
+        for policy in [p.as_str(), NO_SCRIPTS] {
+            for d in [
+                "object-src 'none'",
+                "frame-ancestors 'none'",
+                "base-uri 'self'",
+            ] {
+                assert!(policy.contains(d), "{policy} lacks {d}");
+            }
+        }
+        assert!(NO_SCRIPTS.starts_with("script-src 'none'"));
+    }
+}
