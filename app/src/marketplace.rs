@@ -165,6 +165,8 @@ pub struct VersionReviewView {
     pub changes: Vec<(String, String, String)>,
     /// (value, label) of what the operator may do now.
     pub actions: Vec<(String, String)>,
+    /// The digest of what this page shows; an approval sends it back.
+    pub digest: String,
 }
 
 #[cfg(feature = "ssr")]
@@ -625,7 +627,7 @@ pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
 #[server]
 pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppError> {
     use control_plane::auth::PlatformOperators;
-    use control_plane::marketplace::{Curation, changes, review_fields};
+    use control_plane::marketplace::{Curation, changes, content_digest, review_fields};
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
     let id = id.parse().map_err(|_| AppError::NotFound)?;
@@ -633,6 +635,7 @@ pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppErro
     let v = &r.version;
     Ok(VersionReviewView {
         id: v.id.to_string(),
+        digest: content_digest(v),
         slug: r.slug.clone(),
         listing: r.listing.clone(),
         version: v.version.clone(),
@@ -667,6 +670,8 @@ pub async fn curate_version(
     id: String,
     action: String,
     reason: String,
+    // The review's digest: only the review page approves.
+    #[server(default)] reviewed: Option<String>,
 ) -> Result<String, AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
@@ -678,6 +683,7 @@ pub async fn curate_version(
         version,
         curation,
         &reason,
+        reviewed.as_deref(),
         Some(&crate::error::request_id()),
     )
     .await?;
@@ -1128,6 +1134,7 @@ fn VersionReviewBody(r: VersionReviewView, curate: ServerAction<CurateVersion>) 
                 <h2 id="decide-title">"Decide"</h2>
                 <ActionForm action=curate attr:class="inline" attr:id="curate">
                     <input type="hidden" name="id" value=r.id.clone() />
+                    <input type="hidden" name="reviewed" value=r.digest.clone() />
                     <label>"Action"
                         <select name="action">
                             {r.actions.iter().cloned().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}

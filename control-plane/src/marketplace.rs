@@ -704,6 +704,27 @@ pub fn review_fields(v: &Version) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// A digest of everything a review shows ([`review_fields`]). An approval names the digest
+/// its reviewer was shown, so nothing is approved unseen (or other than what was seen), and the
+/// audit log keeps it. A version's content is fixed once submitted, so the digest is stable
+/// for as long as a decision is pending.
+pub fn content_digest(v: &Version) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for (label, value) in review_fields(v) {
+        for part in [label, value.as_str()] {
+            ctx.update(&(part.len() as u64).to_be_bytes());
+            ctx.update(part.as_bytes());
+        }
+    }
+    let hex: String = ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
 /// The fields of `new` that differ from `old`.
 pub fn changes(old: &Version, new: &Version) -> Vec<FieldChange> {
     review_fields(old)
@@ -1254,20 +1275,43 @@ impl ControlPlane {
             VersionState::InReview,
             "listing.version.submit",
             None,
+            None,
             request_id,
         )
         .await
     }
 
-    /// An operator's step on a version. Rejecting needs a reason.
+    /// An operator's step on a version. Rejecting needs a reason; approving needs the
+    /// [`content_digest`] of the review the operator read ([`ControlPlane::version_review`]).
     pub async fn curate_version(
         &self,
         who: &Platform<PlatformOperators>,
         version: ListingVersionId,
         action: Curation,
         reason: &str,
+        reviewed: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let reviewed = match action {
+            Curation::Approve => {
+                let shown = reviewed.map(str::trim).unwrap_or_default();
+                if shown.is_empty() {
+                    return Err(invalid(
+                        "reviewed",
+                        "approve from the version's review page, which shows everything you approve",
+                    ));
+                }
+                let review = self.version_review(who, version).await?;
+                if shown != content_digest(&review.version) {
+                    return Err(Error::Conflict(format!(
+                        "can't approve: version {} is not the content you reviewed; open its review again",
+                        review.version.version
+                    )));
+                }
+                Some(shown)
+            }
+            _ => None,
+        };
         let reason = reason.trim();
         let reason = match action {
             Curation::Reject if reason.is_empty() => {
@@ -1289,6 +1333,7 @@ impl ControlPlane {
                 Curation::Withdraw => "listing.version.withdraw",
             },
             reason.as_deref(),
+            reviewed,
             request_id,
         )
         .await
@@ -1308,6 +1353,7 @@ impl ControlPlane {
         to: VersionState,
         action: &'static str,
         reason: Option<&str>,
+        reviewed: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<()> {
         let mut tx = self.pool().begin().await?;
@@ -1347,9 +1393,12 @@ impl ControlPlane {
                 action,
                 resource: &self.naming().listing(&row.slug),
                 before: Some(json!({ "version": row.version, "state": row.state })),
-                after: Some(
-                    json!({ "version": row.version, "state": to.as_str(), "reason": reason }),
-                ),
+                after: Some(json!({
+                    "version": row.version,
+                    "state": to.as_str(),
+                    "reason": reason,
+                    "reviewed_content": reviewed,
+                })),
                 request_id,
             },
         )
@@ -1364,7 +1413,6 @@ impl ControlPlane {
         load_listings(&mut conn, None, Some(who.publisher), false).await
     }
 
-    /// Every version of every listing, those waiting on operators first.
     /// Everything about one version an operator must see before deciding on it, beside the
     /// version in force.
     #[tracing::instrument(skip(self, _who))]
@@ -1407,6 +1455,7 @@ impl ControlPlane {
         })
     }
 
+    /// Every version of every listing, those waiting on operators first.
     pub async fn review_queue(
         &self,
         _who: &Platform<PlatformOperators>,

@@ -1220,7 +1220,7 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    cp.curate_version(&ops, v25.into(), Curation::Deprecate, "", None)
+    cp.curate_version(&ops, v25.into(), Curation::Deprecate, "", None, None)
         .await
         .unwrap();
     assert_eq!(state(&cp, id).await.0, "running");

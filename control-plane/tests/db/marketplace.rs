@@ -41,6 +41,15 @@ fn draft(version: &str) -> VersionDraft {
     }
 }
 
+/// The digest of `v`'s review, as the review page sends it with an approval.
+async fn reviewed(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+    v: ListingVersionId,
+) -> String {
+    control_plane::marketplace::content_digest(&cp.version_review(ops, v).await.unwrap().version)
+}
+
 fn conflict(e: Error) -> String {
     match e {
         Error::Conflict(m) => m,
@@ -85,9 +94,16 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
     // Operators can't act on a draft; a publisher can't skip review.
     for action in [Curation::Approve, Curation::Publish, Curation::Deprecate] {
         let m = conflict(
-            cp.curate_version(&ops, v1, action, "", None)
-                .await
-                .unwrap_err(),
+            cp.curate_version(
+                &ops,
+                v1,
+                action,
+                "",
+                Some(&reviewed(&cp, &ops, v1).await),
+                None,
+            )
+            .await
+            .unwrap_err(),
         );
         assert!(m.contains("version 1.0 can't go from draft to"), "{m}");
     }
@@ -95,7 +111,7 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
     assert!(!visible(&cp).await, "in review is not shown either");
     // Rejecting needs a reason; the reason reaches the publisher.
     match cp
-        .curate_version(&ops, v1, Curation::Reject, "  ", None)
+        .curate_version(&ops, v1, Curation::Reject, "  ", None, None)
         .await
         .unwrap_err()
     {
@@ -108,6 +124,7 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
         Curation::Reject,
         "The image has no NVIDIA driver.",
         None,
+        None,
     )
     .await
     .unwrap();
@@ -118,15 +135,47 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
         Some("The image has no NVIDIA driver.")
     );
     // A rejected version can be fixed (its content is still the publisher's) and resubmitted.
+    let first_review = reviewed(&cp, &ops, v1).await;
     sqlx::query("UPDATE listing_versions SET image_source = '/var/lib/gpuaas/images/triton-fixed.qcow2' WHERE id = $1")
         .bind(v1.0)
         .execute(cp.pool())
         .await
         .unwrap();
     cp.submit_version(&globex, v1, None).await.unwrap();
-    cp.curate_version(&ops, v1, Curation::Approve, "", None)
+    // Only the content the operator was shown can be approved: no review, no approval, and the
+    // review of what was rejected doesn't approve what came back.
+    match cp
+        .curate_version(&ops, v1, Curation::Approve, "", None, None)
+        .await
+        .unwrap_err()
+    {
+        Error::Invalid { field, .. } => assert_eq!(field, "reviewed"),
+        other => panic!("{other:?}"),
+    }
+    let m = conflict(
+        cp.curate_version(&ops, v1, Curation::Approve, "", Some(&first_review), None)
+            .await
+            .unwrap_err(),
+    );
+    assert!(m.contains("not the content you reviewed"), "{m}");
+    assert_eq!(state_of(&cp, v1).await, "in_review");
+    let digest = reviewed(&cp, &ops, v1).await;
+    assert_ne!(digest, first_review);
+    cp.curate_version(&ops, v1, Curation::Approve, "", Some(&digest), None)
         .await
         .unwrap();
+    let kept: Option<String> = sqlx::query_scalar(
+        "SELECT after->>'reviewed_content' FROM audit_log
+         WHERE action = 'listing.version.approve' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        kept.as_deref(),
+        Some(digest.as_str()),
+        "the audit keeps what was approved"
+    );
     // Once it left the publisher, its content is fixed.
     let err = sqlx::query("UPDATE listing_versions SET fee_per_hour_minor = 1 WHERE id = $1")
         .bind(v1.0)
@@ -141,7 +190,7 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
         "{err}"
     );
     assert!(!visible(&cp).await, "approved is not published");
-    cp.curate_version(&ops, v1, Curation::Publish, "", None)
+    cp.curate_version(&ops, v1, Curation::Publish, "", None, None)
         .await
         .unwrap();
     assert!(visible(&cp).await);
@@ -166,9 +215,16 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
     // Illegal moves from published: back to review or approval, or a resubmission.
     for action in [Curation::Approve, Curation::Reject, Curation::Publish] {
         let m = conflict(
-            cp.curate_version(&ops, v1, action, "why", None)
-                .await
-                .unwrap_err(),
+            cp.curate_version(
+                &ops,
+                v1,
+                action,
+                "why",
+                Some(&reviewed(&cp, &ops, v1).await),
+                None,
+            )
+            .await
+            .unwrap_err(),
         );
         assert!(
             m.contains("can't go from published to") || m.contains("is already published"),
@@ -178,18 +234,25 @@ async fn curation_follows_the_state_machine_and_every_step_is_audited() {
     let m = conflict(cp.submit_version(&globex, v1, None).await.unwrap_err());
     assert!(m.contains("can't go from published to in_review"), "{m}");
     // Deprecated: hidden from tenants; withdrawn is final.
-    cp.curate_version(&ops, v1, Curation::Deprecate, "", None)
+    cp.curate_version(&ops, v1, Curation::Deprecate, "", None, None)
         .await
         .unwrap();
     assert!(!visible(&cp).await, "a deprecated version is not shown");
-    cp.curate_version(&ops, v1, Curation::Withdraw, "", None)
+    cp.curate_version(&ops, v1, Curation::Withdraw, "", None, None)
         .await
         .unwrap();
     for action in [Curation::Publish, Curation::Deprecate, Curation::Withdraw] {
         conflict(
-            cp.curate_version(&ops, v1, action, "", None)
-                .await
-                .unwrap_err(),
+            cp.curate_version(
+                &ops,
+                v1,
+                action,
+                "",
+                Some(&reviewed(&cp, &ops, v1).await),
+                None,
+            )
+            .await
+            .unwrap_err(),
         );
     }
     assert_eq!(state_of(&cp, v1).await, "withdrawn");
@@ -296,9 +359,16 @@ async fn publishers_are_kept_apart_and_must_be_approved() {
         .await
         .unwrap();
     let m = conflict(
-        cp.curate_version(&ops, v, Curation::Approve, "", None)
-            .await
-            .unwrap_err(),
+        cp.curate_version(
+            &ops,
+            v,
+            Curation::Approve,
+            "",
+            Some(&reviewed(&cp, &ops, v).await),
+            None,
+        )
+        .await
+        .unwrap_err(),
     );
     assert!(m.contains("the publisher is suspended"), "{m}");
     // Revenue shares are percentages.
