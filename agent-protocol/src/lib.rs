@@ -74,6 +74,21 @@ pub fn image_file(source: &str) -> Result<(&str, &'static str), String> {
     }
 }
 
+/// A SHA-256 as `sha256sum` prints it (an optional `sha256:` prefix, any case), as 64 lowercase
+/// hex digits; or why it is not one.
+pub fn parse_sha256(s: &str) -> Result<String, String> {
+    let hex = s.trim();
+    let hex = hex.strip_prefix("sha256:").unwrap_or(hex);
+    if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(hex.to_ascii_lowercase())
+    } else {
+        Err(
+            "not a SHA-256: give the 64 hexadecimal digits `sha256sum` prints for the image file"
+                .into(),
+        )
+    }
+}
+
 /// Sent by an agent with every request (as the `x-agent-protocol` header and in bodies).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentHello {
@@ -250,6 +265,10 @@ pub struct ImageRef {
     /// The marketplace listing and version, e.g. `pytorch 2.5`.
     pub name: String,
     pub source: String,
+    /// The SHA-256 the file must have (lowercase hex; see [`parse_sha256`]), when the version
+    /// names one: the agent checks it before converting the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     pub ssh_user: String,
     /// The version's cloud-config fragment as a JSON object (empty: none), merged after the
     /// platform's own keys: lists are appended, other keys the platform doesn't set are added.

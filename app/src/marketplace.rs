@@ -486,6 +486,7 @@ pub async fn create_listing(
     gpu_models: String,
     min_gpus: String,
     fee: String,
+    #[server(default)] image_sha256: String,
 ) -> Result<String, AppError> {
     let (cp, actor) = acting_publisher().await?;
     let draft = control_plane::marketplace::VersionDraft {
@@ -494,6 +495,7 @@ pub async fn create_listing(
         description_md,
         release_notes,
         image_source,
+        image_sha256,
         ssh_user,
         cloud_init,
         shapes,
@@ -527,6 +529,7 @@ pub async fn create_version(
     gpu_models: String,
     min_gpus: String,
     fee: String,
+    #[server(default)] image_sha256: String,
 ) -> Result<String, AppError> {
     let (cp, actor) = acting_publisher().await?;
     let draft = control_plane::marketplace::VersionDraft {
@@ -535,6 +538,7 @@ pub async fn create_version(
         description_md,
         release_notes,
         image_source,
+        image_sha256,
         ssh_user,
         cloud_init,
         shapes,
@@ -920,6 +924,7 @@ fn VersionFields(
             <label>"Version" <input name="version" aria-describedby=id("version") aria-invalid=field_invalid(value, "version") required placeholder="2.5.1" />{field_error(value, "version", id("version"))}</label>
             <label>"Summary" <input name="summary" required placeholder="One sentence tenants see on the card" /></label>
             <label>"Image source" <input name="image_source" aria-describedby=id("image_source") aria-invalid=field_invalid(value, "image_source") required placeholder="/var/lib/gpuaas/images/…qcow2" />{field_error(value, "image_source", id("image_source"))}</label>
+            <label>"Image SHA-256" <input name="image_sha256" aria-describedby=id("image_sha256") aria-invalid=field_invalid(value, "image_sha256") placeholder="sha256sum of the file (needed for review)" autocomplete="off" spellcheck="false" />{field_error(value, "image_sha256", id("image_sha256"))}</label>
             <label>"SSH user" <input name="ssh_user" required value="ubuntu" /></label>
             <label>"Shapes" <input name="shapes" required value="gpu_slice" placeholder="gpu_slice, baremetal" /></label>
             <label>"GPU models" <input name="gpu_models" placeholder="empty: any" /></label>
@@ -928,7 +933,7 @@ fn VersionFields(
         </div>
         <label>"Description (Markdown)" <textarea name="description_md" rows="5"></textarea></label>
         <label>"Release notes" <textarea name="release_notes" rows="2"></textarea></label>
-        <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" aria-describedby=id("cloud_init") aria-invalid=field_invalid(value, "cloud_init") rows="3" placeholder=r#"{"runcmd": [["nvidia-smi"]]}"#></textarea>{field_error(value, "cloud_init", id("cloud_init"))}</label>
+        <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" aria-describedby=id("cloud_init") aria-invalid=field_invalid(value, "cloud_init") rows="3" placeholder=r#"{"packages": ["nvtop"]}"#></textarea>{field_error(value, "cloud_init", id("cloud_init"))}</label>
     }
 }
 

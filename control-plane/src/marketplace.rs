@@ -245,6 +245,9 @@ pub struct Version {
     pub description_md: String,
     pub release_notes: String,
     pub image_source: String,
+    /// The image file's SHA-256 (lowercase hex), checked by the agent before it converts the
+    /// file; none for versions from before checksums (and optional for the platform's own).
+    pub image_sha256: Option<String>,
     pub ssh_user: String,
     /// The cloud-config fragment, as JSON.
     pub cloud_init: String,
@@ -347,6 +350,9 @@ pub struct VersionDraft {
     pub description_md: String,
     pub release_notes: String,
     pub image_source: String,
+    /// The image file's SHA-256 as `sha256sum` prints it; required to submit a third-party
+    /// version for review.
+    pub image_sha256: String,
     pub ssh_user: String,
     /// A cloud-config fragment as a JSON object (JSON is YAML); empty for none.
     pub cloud_init: String,
@@ -376,6 +382,7 @@ struct CheckedDraft {
     description_md: String,
     release_notes: String,
     image_source: String,
+    image_sha256: Option<String>,
     ssh_user: String,
     cloud_init: Value,
     shapes: Vec<String>,
@@ -410,6 +417,10 @@ impl VersionDraft {
         }
         let image_source = self.image_source.trim();
         agent_protocol::image_file(image_source).map_err(|e| invalid("image_source", e))?;
+        let image_sha256 = match self.image_sha256.trim() {
+            "" => None,
+            s => Some(agent_protocol::parse_sha256(s).map_err(|e| invalid("image_sha256", e))?),
+        };
         let ssh_user = self.ssh_user.trim();
         if ssh_user.is_empty()
             || ssh_user.len() > 32
@@ -515,6 +526,7 @@ impl VersionDraft {
             description_md: bounded("description", &self.description_md, 0, 20000)?,
             release_notes: bounded("release_notes", &self.release_notes, 0, 5000)?,
             image_source: image_source.to_string(),
+            image_sha256,
             ssh_user: ssh_user.to_string(),
             cloud_init,
             shapes,
@@ -592,6 +604,7 @@ struct VersionDbRow {
     description_md: String,
     release_notes: String,
     image_source: String,
+    image_sha256: Option<String>,
     ssh_user: String,
     cloud_init: Value,
     shapes: Vec<String>,
@@ -625,6 +638,7 @@ impl TryFrom<VersionDbRow> for Version {
             description_md: r.description_md,
             release_notes: r.release_notes,
             image_source: r.image_source,
+            image_sha256: r.image_sha256,
             ssh_user: r.ssh_user,
             cloud_init: if r.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
                 String::new()
@@ -683,6 +697,10 @@ pub fn review_fields(v: &Version) -> Vec<(&'static str, String)> {
         ("Description (Markdown)", or(&v.description_md, "(none)")),
         ("Release notes", or(&v.release_notes, "(none)")),
         ("Image source", v.image_source.clone()),
+        (
+            "Image SHA-256",
+            v.image_sha256.clone().unwrap_or_else(|| "(none)".into()),
+        ),
         ("SSH user", v.ssh_user.clone()),
         ("Cloud-init", or(&v.cloud_init, "(none)")),
         (
@@ -748,9 +766,9 @@ async fn versions_of(
     let rows = sqlx::query_as!(
         VersionDbRow,
         r#"SELECT id AS "id: ListingVersionId", listing_id AS "listing_id: ListingId", version,
-                  state, summary, description_md, release_notes, image_source, ssh_user,
-                  cloud_init, shapes, gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
-                  review_reason, state_changed_at, published_at
+                  state, summary, description_md, release_notes, image_source, image_sha256,
+                  ssh_user, cloud_init, shapes, gpu_models, min_gpus, fee_per_hour_minor,
+                  fee_currency, review_reason, state_changed_at, published_at
            FROM listing_versions
            WHERE listing_id = ANY($1) AND (state = 'published' OR NOT $2)
            ORDER BY created_at DESC"#,
@@ -1268,6 +1286,26 @@ impl ControlPlane {
         version: ListingVersionId,
         request_id: Option<&str>,
     ) -> Result<()> {
+        // A third-party image is launched only if it is the file that was reviewed, so its
+        // checksum comes with the version. (Content is the publisher's only while a draft or
+        // rejected, and no product path edits it: this can't race a change.)
+        if who.publisher != PLATFORM_PUBLISHER {
+            let checksum = sqlx::query_scalar!(
+                "SELECT v.image_sha256 FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+                 WHERE v.id = $1 AND l.publisher_id = $2 AND v.state IN ('draft', 'rejected')",
+                version as ListingVersionId,
+                who.publisher as PublisherId
+            )
+            .fetch_optional(self.pool())
+            .await?;
+            if let Some(None) = checksum {
+                return Err(invalid(
+                    "image_sha256",
+                    "give the SHA-256 of the version's image file (as `sha256sum` prints it) \
+                     before submitting: hosts launch the image only if the file matches it",
+                ));
+            }
+        }
         self.move_version(
             Actor::User(who.user),
             Some(who.publisher),
@@ -1530,13 +1568,20 @@ async fn insert_version(
     listing: ListingId,
     d: &CheckedDraft,
 ) -> Result<ListingVersionId> {
+    if who.publisher != PLATFORM_PUBLISHER && d.image_sha256.is_none() {
+        return Err(invalid(
+            "image_sha256",
+            "give the SHA-256 of the image file (as `sha256sum` prints it): hosts launch a \
+             publisher's image only if the file matches the reviewed checksum",
+        ));
+    }
     let id = ListingVersionId::new_random();
     let inserted = sqlx::query!(
         "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
                                        release_notes, image_source, ssh_user, cloud_init, shapes,
                                        gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
-                                       created_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                                       created_by, image_sha256)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
         id as ListingVersionId,
         listing as ListingId,
         d.version,
@@ -1551,7 +1596,8 @@ async fn insert_version(
         d.min_gpus,
         d.fee.as_ref().map_or(0, |f| f.amount_minor),
         d.fee.as_ref().map(|f| f.currency.clone()),
-        who.user as UserId
+        who.user as UserId,
+        d.image_sha256
     )
     .execute(&mut *conn)
     .await;

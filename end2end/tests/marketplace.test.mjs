@@ -24,6 +24,9 @@ async function review(page, row) {
   await hydrated(page);
 }
 
+/** What `sha256sum` printed for the (imaginary) Triton image. */
+const TRITON_SHA256 = '5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03';
+
 /** Approving and rejecting happen on the review page, where the content is shown; the rest
  *  from the queue. */
 async function curate(page, row, action, reason = '') {
@@ -217,6 +220,11 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     await form.getByRole('button', { name: 'Save draft' }).click();
     await page.locator('#new-listing-cloud_init-error').filter({ hasText: /^"runcmd" is not allowed: a listing's cloud-init may set only packages, / }).waitFor();
     await form.getByLabel(/Cloud-init fragment/).fill('{"packages": ["nvtop"], "final_message": "Triton listens on port 8000."}');
+    // Hosts launch a publisher's image only if the file is the one reviewed: its checksum is
+    // part of the version.
+    await form.getByRole('button', { name: 'Save draft' }).click();
+    await page.locator('#new-listing-image_sha256-error').filter({ hasText: /^give the SHA-256 of the image file/ }).waitFor();
+    await form.getByLabel('Image SHA-256').fill(TRITON_SHA256);
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
     const row = page.locator(`#my-versions tr[data-version="${slug} 24.10"]`);
@@ -238,6 +246,7 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     await review(ops.page, `${slug} 24.10`);
     const fields = ops.page.locator('#version-fields');
     assert.equal(await fields.locator('tr[data-field="Image source"] td').innerText(), '/var/lib/gpuaas/images/triton-24.10.qcow2');
+    assert.equal(await fields.locator('tr[data-field="Image SHA-256"] td').innerText(), TRITON_SHA256);
     assert.match(await fields.locator('tr[data-field="Cloud-init"] td').innerText(), /"final_message": "Triton listens on port 8000\."/);
     assert.equal(await fields.locator('tr[data-field="Hourly fee"] td').innerText(), '0.30 USD');
     assert.match(await ops.page.locator('#version-diff').innerText(), /The first version of this listing/);

@@ -275,6 +275,9 @@ impl Agent {
                 return Ok(()); // A restarted agent: the VM is up on this disk already.
             }
             let source = self.driver.image_path(&plan.image)?;
+            if let Some(expected) = &plan.image.sha256 {
+                image::verify_sha256(&source, expected)?;
+            }
             image::write_image(&source, &disks[0], self.driver.disk_size(&slots[0]))?;
             // The other slots' namespaces are the guest's data disks (wiped at their last
             // release); file-backed ones are created at their size.

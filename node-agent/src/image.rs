@@ -67,6 +67,41 @@ fn self_contained(source: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that `source` is the file its listing version was approved with: its SHA-256 must be
+/// `expected` (lowercase hex). Read in 1 MiB blocks. The image directory is the operator's, so
+/// a file changed between this check and the conversion is the operator's doing, not a
+/// tenant's or a publisher's.
+pub fn verify_sha256(source: &Path, expected: &str) -> Result<(), String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut file = std::fs::File::open(source).map_err(|e| format!("{}: {e}", source.display()))?;
+    let mut hasher = Sha256::new();
+    let mut block = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut block)
+            .map_err(|e| format!("reading {}: {e}", source.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&block[..n]);
+    }
+    let got: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    if got == expected {
+        Ok(())
+    } else {
+        Err(format!(
+            "the image {} has SHA-256 {got}, not {expected} as its listing version says: \
+             the file is not the one that was reviewed, so nothing was written",
+            source.display()
+        ))
+    }
+}
+
 /// Writes `source` as raw onto `disk`, reading it in the format its extension names (never
 /// guessed) and refusing a qcow2 that refers to other files. A block device is written in
 /// place (`-n`); a file is created, then grown to `size_bytes` when that is larger.

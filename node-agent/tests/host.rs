@@ -224,6 +224,7 @@ fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
         image: ImageRef {
             name: "ubuntu-24.04-cuda".into(),
             source: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into(),
+            sha256: None,
             ssh_user: "ubuntu".into(),
             cloud_init: String::new(),
         },
@@ -347,6 +348,39 @@ fn plans_that_do_not_match_the_approved_slots_or_leases_are_refused() {
         e,
         "a whole-node plan must name every approved slot; slot 0 is missing"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_image_that_is_not_the_reviewed_file_is_never_written() {
+    let dir = tempdir("checksum");
+    let agent = simulated_agent(&dir, "pcie-l40s-4x");
+    let ok = approved("pcie-l40s-4x", "overwrite-verify");
+    let a = "cccccccc-0000-4000-8000-000000000001";
+    let mut quiet = |_| {};
+    let mut p = plan(a, vec![ok[0].clone()]);
+    p.image.sha256 = Some("0".repeat(64));
+    let e = refused(agent.provision("t1", &p, false, &ok[..1], &mut quiet));
+    assert!(
+        e.contains("not the one that was reviewed, so nothing was written"),
+        "{e}"
+    );
+    let disk = agent.driver.slot_disk(&ok[0]).unwrap();
+    assert!(
+        !disk.exists() || std::fs::read(&disk).unwrap().iter().all(|&b| b == 0),
+        "no image bytes on the slot's disk"
+    );
+    assert!(agent.driver.domains().unwrap().is_empty(), "no VM");
+
+    // With the file's real checksum (as `sha256sum` prints it), the retried plan provisions.
+    let source = agent.driver.image_path(&p.image).unwrap();
+    let out = Command::new("sha256sum").arg(&source).output().unwrap();
+    let sum = String::from_utf8(out.stdout).unwrap();
+    p.image.sha256 = Some(sum.split_whitespace().next().unwrap().to_string());
+    agent
+        .provision("t2", &p, false, &ok[..1], &mut quiet)
+        .unwrap();
+    assert_eq!(agent.driver.domains().unwrap(), [domain_name(a)]);
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -59,6 +59,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
         image: ImageRef {
             name: "ubuntu".into(),
             source: "/var/lib/gpuaas/images/ubuntu.qcow2".into(),
+            sha256: None,
             ssh_user: "ubuntu".into(),
             cloud_init: String::new(),
         },

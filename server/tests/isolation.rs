@@ -703,6 +703,10 @@ fn version_fields() -> Vec<(&'static str, &'static str)> {
         ("description_md", ""),
         ("release_notes", ""),
         ("image_source", "/var/lib/gpuaas/images/matrix.qcow2"),
+        (
+            "image_sha256",
+            "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03",
+        ),
         ("ssh_user", "ubuntu"),
         ("cloud_init", ""),
         ("shapes", "gpu_slice"),

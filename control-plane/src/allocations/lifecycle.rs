@@ -141,7 +141,7 @@ async fn dispatch_one(
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.ssh_user, v.cloud_init
+                  v.image_sha256, v.ssh_user, v.cloud_init
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
            WHERE a.id = $1 FOR UPDATE OF a"#,
@@ -161,6 +161,7 @@ async fn dispatch_one(
                 image: ImageRef {
                     name: a.image,
                     source: a.image_source,
+                    sha256: a.image_sha256,
                     ssh_user: a.ssh_user,
                     cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
                         String::new()

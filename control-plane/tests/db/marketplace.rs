@@ -27,12 +27,16 @@ async fn admin_of(
     cp.tenant_access::<TenantAdmins>(&p, tenant).await.unwrap()
 }
 
+/// What `sha256sum` printed for the (imaginary) triton image.
+const TRITON_SHA256: &str = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03";
+
 fn draft(version: &str) -> VersionDraft {
     VersionDraft {
         version: version.into(),
         summary: "Triton inference server".into(),
         description_md: "Serves **models**.".into(),
         image_source: "/var/lib/gpuaas/images/triton.qcow2".into(),
+        image_sha256: TRITON_SHA256.into(),
         ssh_user: "ubuntu".into(),
         shapes: "gpu_slice".into(),
         min_gpus: "1".into(),
@@ -576,8 +580,12 @@ async fn a_review_shows_every_field_and_what_changed_since_the_version_in_force(
     );
     // Every field is there to read, changed or not.
     let all = control_plane::marketplace::review_fields(&review.version);
-    assert_eq!(all.len(), 10);
+    assert_eq!(all.len(), 11);
     assert!(all.contains(&("SSH user", "ubuntu".to_string())));
+    assert!(
+        all.contains(&("Image SHA-256", "(none)".to_string())),
+        "seeded before checksums"
+    );
 
     // The first version of a listing has nothing in force.
     let id: uuid::Uuid = sqlx::query_scalar(
@@ -599,4 +607,95 @@ async fn a_review_shows_every_field_and_what_changed_since_the_version_in_force(
             .await,
         Err(Error::NotFound { .. })
     ));
+}
+
+/// Finding 3: a third-party image is launched only if it is the file that was reviewed, so a
+/// version names its checksum before it can be reviewed, and the review shows it.
+#[tokio::test]
+async fn a_third_party_version_goes_to_review_only_with_its_image_checksum() {
+    let db = crate::support::demo_db().await;
+    let (cp, ops) = setup(db.pool().clone()).await;
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let globex = cp.tenant_publisher(&carol).await.unwrap();
+    let field = |e: Error| match e {
+        Error::Invalid { field, reason } => (field, reason),
+        other => panic!("expected a refused field, got {other:?}"),
+    };
+    let (f, reason) = field(
+        cp.create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                image_sha256: "not-a-checksum".into(),
+                ..draft("9.8")
+            },
+            None,
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(f, "image_sha256");
+    assert!(reason.contains("64 hexadecimal digits"), "{reason}");
+
+    // None at all: refused when drafted, and a draft from before checksums (written here
+    // straight into the table) can't go to review.
+    let (f, _) = field(
+        cp.create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                image_sha256: String::new(),
+                ..draft("9.8")
+            },
+            None,
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(f, "image_sha256");
+    let v = ListingVersionId(
+        sqlx::query_scalar(
+            "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
+             SELECT gen_random_uuid(), id, '9.8', 'x', '/var/lib/gpuaas/images/x.qcow2', 'ubuntu',
+                    ARRAY['gpu_slice']
+             FROM listings WHERE slug = 'vllm' RETURNING id",
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap(),
+    );
+    let (f, reason) = field(cp.submit_version(&globex, v, None).await.unwrap_err());
+    assert_eq!(f, "image_sha256");
+    assert!(reason.contains("sha256sum"), "{reason}");
+    assert_eq!(state_of(&cp, v).await, "draft");
+
+    // As `sha256sum` prints it, or with a prefix in capitals: kept as lowercase hex.
+    let v = cp
+        .create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                image_sha256: format!("sha256:{}", TRITON_SHA256.to_uppercase()),
+                ..draft("9.9")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    cp.submit_version(&globex, v, None).await.unwrap();
+    let review = cp.version_review(&ops, v).await.unwrap();
+    assert_eq!(review.version.image_sha256.as_deref(), Some(TRITON_SHA256));
+    assert!(
+        control_plane::marketplace::review_fields(&review.version)
+            .contains(&("Image SHA-256", TRITON_SHA256.to_string()))
+    );
+    // The schema keeps the form, whatever writes it.
+    let err = sqlx::query("UPDATE listing_versions SET image_sha256 = 'ABC' WHERE version = '9.8'")
+        .execute(cp.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("listing_versions_image_sha256"),
+        "{err}"
+    );
 }
