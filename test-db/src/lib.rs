@@ -61,6 +61,7 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
+        watchdog::forget(&self.name);
         // Drop is synchronous and may run inside a runtime: a thread of its own does it.
         let (admin, name) = (self.admin.clone(), self.name.clone());
         let dropped = std::thread::spawn(move || {
@@ -142,7 +143,106 @@ pub async fn fresh(kind: &'static str, build: Build) -> TestDb {
         .connect_with(admin.clone().database(&name))
         .await
         .unwrap_or_else(|e| panic!("connecting to {name}: {e}"));
+    watchdog::watch(&name, &admin);
     TestDb { pool, name, admin }
+}
+
+/// Says what a test database's sessions are doing when its test runs unusually long (once, to
+/// the process's real stderr, which the test harness does not capture): a test that hangs in
+/// CI then leaves its lock waits and queries in the log.
+mod watchdog {
+    use super::*;
+    use std::io::Write;
+    use std::time::Instant;
+
+    /// 180 s, or `TEST_DB_WATCHDOG_SECS`.
+    fn after() -> Duration {
+        let secs = std::env::var("TEST_DB_WATCHDOG_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(180);
+        Duration::from_secs(secs)
+    }
+
+    type Alive = Mutex<HashMap<String, (Instant, PgConnectOptions)>>;
+
+    fn alive() -> &'static Alive {
+        static ALIVE: OnceLock<Alive> = OnceLock::new();
+        ALIVE.get_or_init(|| {
+            std::thread::spawn(|| {
+                loop {
+                    std::thread::sleep(Duration::from_secs(10));
+                    let due: Vec<(String, PgConnectOptions)> = {
+                        let mut map = alive().lock().unwrap_or_else(|p| p.into_inner());
+                        let due = map
+                            .iter()
+                            .filter(|(_, (since, _))| since.elapsed() > after())
+                            .map(|(n, (_, o))| (n.clone(), o.clone()))
+                            .collect::<Vec<_>>();
+                        for (n, _) in &due {
+                            map.remove(n);
+                        }
+                        due
+                    };
+                    for (name, admin) in due {
+                        report(&name, &admin);
+                    }
+                }
+            });
+            Mutex::default()
+        })
+    }
+
+    pub(super) fn watch(name: &str, admin: &PgConnectOptions) {
+        alive()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), (Instant::now(), admin.clone()));
+    }
+
+    pub(super) fn forget(name: &str) {
+        alive()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+    }
+
+    fn report(name: &str, admin: &PgConnectOptions) {
+        let rows = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+            .and_then(|rt| {
+                rt.block_on(async {
+                    let mut conn = PgConnection::connect_with(admin).await?;
+                    sqlx::query_as::<_, (i32, String, String, String, String)>(
+                        "SELECT pid, coalesce(state, ''), coalesce(wait_event_type || ':' || wait_event, ''),
+                                coalesce(array_to_string(pg_blocking_pids(pid), ','), ''),
+                                left(coalesce(query, ''), 300)
+                         FROM pg_stat_activity WHERE datname = $1",
+                    )
+                    .bind(name)
+                    .fetch_all(&mut conn)
+                    .await
+                })
+                .map_err(|e| e.to_string())
+            });
+        let mut out = format!(
+            "\ntest-db: {name} has been in use for over {} s; its sessions:\n",
+            after().as_secs()
+        );
+        match rows {
+            Ok(rows) => {
+                for (pid, state, wait, blocked_by, query) in rows {
+                    out += &format!(
+                        "  pid {pid} {state} wait={wait} blocked_by=[{blocked_by}] {query}\n"
+                    );
+                }
+            }
+            Err(e) => out += &format!("  (could not look: {e})\n"),
+        }
+        let _ = std::io::stderr().write_all(out.as_bytes());
+    }
 }
 
 async fn build_template(kind: &'static str, build: Build) -> String {
