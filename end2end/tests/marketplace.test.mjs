@@ -223,7 +223,7 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     // Hosts launch a publisher's image only if the file is the one reviewed: its checksum is
     // part of the version.
     await form.getByRole('button', { name: 'Save draft' }).click();
-    await page.locator('#new-listing-image_sha256-error').filter({ hasText: /^give the SHA-256 of the image file/ }).waitFor();
+    await page.locator('#new-listing-image_sha256-error').filter({ hasText: /^Give the SHA-256 of the image file/ }).waitFor();
     await form.getByLabel('Image SHA-256').fill(TRITON_SHA256);
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();

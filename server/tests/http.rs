@@ -29,9 +29,10 @@ fn config_with(database_url: &str, extra: &[&str]) -> Config {
         database_url,
         "--db-acquire-timeout-secs",
         "2",
-        "--public-url",
-        ORIGIN,
     ];
+    if !extra.contains(&"--public-url") {
+        args.extend(["--public-url", ORIGIN]);
+    }
     args.extend_from_slice(extra);
     Flags::parse_from(args).config
 }
@@ -313,6 +314,22 @@ async fn every_answer_carries_the_security_headers() {
             header("strict-transport-security"),
             "",
             "{path}: no HSTS over http"
+        );
+    }
+}
+
+/// Over https the browser is told to stay on https for a year (not over plain http: see
+/// `every_answer_carries_the_security_headers`).
+#[tokio::test]
+async fn a_portal_served_over_https_sends_hsts() {
+    let (_c, app) = signed_in_fixture(&["--public-url", "https://portal.example"]).await;
+    for path in ["/healthz", "/login"] {
+        let (_, h, _) = get(&app, path).await;
+        assert_eq!(
+            h.get("strict-transport-security")
+                .map(|v| v.to_str().unwrap()),
+            Some("max-age=31536000"),
+            "{path}"
         );
     }
 }

@@ -1,8 +1,8 @@
 //! `cargo xtask test`: every check CI runs, cheapest first.
 //!
 //! fmt → clippy (ssr) → clippy (hydrate, wasm32) → unit and database tests against a private
-//! throwaway PostgreSQL → release build with cargo-leptos (wasm-opt included) → browser tests in
-//! Chromium against that release build.
+//! throwaway PostgreSQL → the site's release build with cargo-leptos (wasm-opt included) and a
+//! debug server → browser tests in Chromium against them.
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -25,7 +25,7 @@ fn cargo(args: &[&str]) -> Command {
 }
 
 pub fn run(args: &[String]) -> Result {
-    // `cargo xtask test browser`: only the release build and the browser tests, for iterating
+    // `cargo xtask test browser`: only the builds for and the browser tests, for iterating
     // on a page. CI runs everything.
     let browser_only = match args.first().map(String::as_str) {
         None => false,
@@ -94,11 +94,19 @@ pub fn run(args: &[String]) -> Result {
     browser_tests(pg)
 }
 
-/// The release build, then the browser tests against it.
+/// The site as shipped (wasm in the `wasm-release` profile, wasm-opt'd) and a debug server,
+/// then the browser tests against them. The debug server shares the test step's compiled
+/// dependencies (cargo-leptos adds the same `--cfg erase_components`); a release server would
+/// compile every dependency again, which was two thirds of a cold run. The Dockerfile still
+/// ships a release server.
 fn browser_tests(pg: Throwaway) -> Result {
-    step("release build (cargo leptos build --release)");
+    step("the site, as shipped (cargo leptos build --release --frontend-only)");
     sh(Command::new("cargo")
-        .args(["leptos", "build", "--release"])
+        .args(["leptos", "build", "--release", "--frontend-only"])
+        .current_dir(root()))?;
+    step("the server, debug (cargo leptos build --server-only)");
+    sh(Command::new("cargo")
+        .args(["leptos", "build", "--server-only"])
         .current_dir(root()))?;
 
     step("browser tests (Chromium)");
@@ -135,7 +143,7 @@ fn browser_tests(pg: Throwaway) -> Result {
     };
     // The browser tests start `dnsmasq` on this port when they need DNS (domain proofs).
     let dns_port = pgcluster::free_port().map_err(|e| e.to_string())?;
-    let mut server = match start_release_server(
+    let mut server = match start_test_server(
         &pg.url("e2e"),
         port,
         &admin_password,
@@ -208,7 +216,7 @@ fn throwaway_cluster(label: &str) -> Result<Throwaway> {
     })
 }
 
-fn start_release_server(
+fn start_test_server(
     database_url: &str,
     port: u16,
     admin_password: &str,
@@ -221,7 +229,7 @@ fn start_release_server(
     let log = std::fs::File::create(dir.join("server.log"))
         .map_err(|e| format!("creating test-artifacts/server.log: {e}"))?;
     portal::Launch {
-        binary: target_dir().join("release/server"),
+        binary: target_dir().join("debug/server"),
         database_url: database_url.to_string(),
         addr: format!("127.0.0.1:{port}"),
         site_root: target_dir().join("site"),
