@@ -673,7 +673,8 @@ pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppErro
 pub async fn curate_version(
     id: String,
     action: String,
-    reason: String,
+    // Rejecting needs one; the queue offers no rejection and sends none.
+    #[server(default)] reason: String,
     // The review's digest: only the review page approves.
     #[server(default)] reviewed: Option<String>,
 ) -> Result<String, AppError> {
@@ -1184,7 +1185,6 @@ fn AdminBody(
                                         <select name="action" aria-label="Action">
                                             {r.actions.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
                                         </select>
-                                        <input name="reason" placeholder="Reason (to reject)" aria-label="Reason" />
                                         <button type="submit">"Apply"</button>
                                     </ActionForm>
                                 })}</td>

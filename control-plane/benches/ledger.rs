@@ -92,12 +92,13 @@ async fn main() {
              CROSS JOIN generate_series(1, $1) r
          ), ins AS (
              INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region,
-                                      node_id, image_id, ssh_public_key, price_per_hour_minor, currency,
+                                      node_id, listing_version_id, ssh_public_key, price_per_hour_minor, currency,
                                       idempotency_key, request_fingerprint, requested_by, placement,
                                       state, requested_at)
              SELECT gen_random_uuid(), r.tenant_id, r.project_id, 'run-' || r.r, s.id, s.shape, s.gpu_count,
                     s.regions[1], (SELECT id FROM nodes WHERE hostname = 'imported-usage'),
-                    (SELECT id FROM images ORDER BY name LIMIT 1), 'imported', s.price_per_hour_minor,
+                    (SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+                     WHERE l.slug = 'ubuntu-24.04-cuda' ORDER BY v.created_at LIMIT 1), 'imported', s.price_per_hour_minor,
                     s.currency, 'import-bench-' || r.project_id || '-' || r.r, 'imported', $3, '{}',
                     'placed', r.started
              FROM runs r JOIN skus s ON s.name = r.sku

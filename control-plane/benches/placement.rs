@@ -234,14 +234,16 @@ async fn occupy(pool: &sqlx::PgPool, condition: &str) -> Result<u64, sqlx::Error
              SELECT node_id, gen_random_uuid() AS alloc, count(*)::int AS n FROM pick GROUP BY node_id
          ), a AS (
              INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region,
-                                      node_id, image_id, ssh_public_key, price_per_hour_minor, currency,
+                                      node_id, listing_version_id, ssh_public_key, price_per_hour_minor, currency,
                                       idempotency_key, request_fingerprint, requested_by, placement,
                                       state, requested_at)
              SELECT pn.alloc, p.tenant_id, p.id, 'fill-' || substr(pn.alloc::text, 1, 8), s.id,
                     'gpu_slice', pn.n, nd.region, pn.node_id, i.id, 'k', 299, 'USD',
                     'fill-' || pn.alloc, 'f', $1, '{{}}', 'placed', now()
-             FROM per_node pn JOIN nodes nd ON nd.id = pn.node_id, projects p, skus s, images i
-             WHERE p.id = $2 AND s.name = 'h100.1x' AND i.name = 'ubuntu-24.04-cuda'
+             FROM per_node pn JOIN nodes nd ON nd.id = pn.node_id, projects p, skus s,
+                  listing_versions i JOIN listings l ON l.id = i.listing_id
+             WHERE p.id = $2 AND s.name = 'h100.1x' AND l.slug = 'ubuntu-24.04-cuda'
+               AND i.state = 'published'
              RETURNING id
          )
          INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id)

@@ -1431,12 +1431,17 @@ impl ControlPlane {
                 action,
                 resource: &self.naming().listing(&row.slug),
                 before: Some(json!({ "version": row.version, "state": row.state })),
-                after: Some(json!({
-                    "version": row.version,
-                    "state": to.as_str(),
-                    "reason": reason,
-                    "reviewed_content": reviewed,
-                })),
+                after: Some({
+                    let mut after = json!({
+                        "version": row.version,
+                        "state": to.as_str(),
+                        "reason": reason,
+                    });
+                    if let Some(digest) = reviewed {
+                        after["reviewed_content"] = json!(digest);
+                    }
+                    after
+                }),
                 request_id,
             },
         )

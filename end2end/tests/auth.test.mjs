@@ -56,6 +56,10 @@ test('five wrong passwords lock the account; a signed-in admin sees it on /admin
     assert.equal(cells[1], '5');
     assert.match(cells[2], /^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/, 'locked until a time');
     await shot(a, 'admin-lockout');
+    await a.emulateMedia({ colorScheme: 'dark' });
+    await a.setViewportSize({ width: 390, height: 844 });
+    await shot(a, 'admin-lockout-phone-dark');
+    await a.setViewportSize({ width: 1280, height: 800 });
     await row.getByRole('button', { name: `Unlock ${EMAIL}` }).click();
     await a.locator('#no-lockouts').waitFor();
     // The unlock is audited, by who did it.
