@@ -152,7 +152,7 @@ pub fn Policies(
                     _ => "Policies",
                 }}
             </h2>
-            <table class="data">
+            <table class="data cards">
                 <thead><tr>
                     <th scope="col">"Policy"</th>
                     <th scope="col">"In force"</th>
@@ -194,10 +194,10 @@ fn policy_row(
     view! {
         <tr data-key=key_attr>
             <th scope="row">{r.label}</th>
-            <td class="effective">{r.effective.unwrap_or_else(|| "no limit".into())}</td>
-            <td class="decided-by" title=trace>{r.decided_by.unwrap_or_else(|| "—".into())}</td>
+            <td class="effective" data-label="In force">{r.effective.unwrap_or_else(|| "no limit".into())}</td>
+            <td class="decided-by" data-label="Decided by" title=trace>{r.decided_by.unwrap_or_else(|| "—".into())}</td>
             {can_edit.then(move || view! {
-                <td>
+                <td data-label="Set here">
                     <ActionForm action=set attr:class="inline-form">
                         <input type="hidden" name="scope" value=scope />
                         <input type="hidden" name="project" value=project />

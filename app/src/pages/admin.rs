@@ -109,8 +109,8 @@ fn Lockouts(rows: Vec<LockoutRow>, unlock: ServerAction<UnlockBreakGlass>) -> im
                 view! { <p id="no-lockouts">"No failed sign-ins."</p> }.into_any()
             } else {
                 view! {
-                    <div class="table-scroll">
-                        <table class="data" id="lockouts">
+                    <div>
+                        <table class="data cards" id="lockouts">
                             <thead><tr><th scope="col">"Account"</th><th scope="col">"Failed in a row"</th><th scope="col">"Locked until"</th><th scope="col"><span class="visually-hidden">"Actions"</span></th></tr></thead>
                             <tbody>
                                 {rows.into_iter().map(|l| {
@@ -118,9 +118,9 @@ fn Lockouts(rows: Vec<LockoutRow>, unlock: ServerAction<UnlockBreakGlass>) -> im
                                     let email = l.email.clone();
                                     view! {
                                         <tr data-account=email>
-                                            <td>{l.email}</td>
-                                            <td>{l.failed_attempts}</td>
-                                            <td>{l.locked_until.unwrap_or_else(|| "not locked".into())}</td>
+                                            <td data-label="Account">{l.email}</td>
+                                            <td data-label="Failed in a row">{l.failed_attempts}</td>
+                                            <td data-label="Locked until">{l.locked_until.unwrap_or_else(|| "not locked".into())}</td>
                                             <td>
                                                 <ActionForm action=unlock attr:class="inline">
                                                     <input type="hidden" name="user" value=l.user />
