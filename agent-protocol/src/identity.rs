@@ -14,6 +14,36 @@ pub fn ip_address(slot_index: u32) -> String {
     format!("10.100.0.{}", 10 + slot_index)
 }
 
+/// The host's address on the slot network: every guest's gateway, DHCP and DNS server, and
+/// telemetry sink.
+pub const GATEWAY: &str = "10.100.0.1";
+
+/// The slot network, `10.100.0.0/24`.
+pub const SLOT_NETWORK: &str = "10.100.0.0/24";
+
+/// The host-side name of the interface a slot's guest NIC is on: the VM's tap device (its
+/// libvirt `<target dev>`), a bridge port.
+pub fn slot_interface(slot_index: u32) -> String {
+    format!("gslot{slot_index}")
+}
+
+/// How many public ports each slot owns on its host, from the host's port base: the first
+/// forwards to the guest's SSH port, the others to the ports the tenant publishes.
+pub const PORTS_PER_SLOT: u16 = 8;
+
+/// The most ports one allocation may publish besides SSH.
+pub const PUBLISHED_PORTS_MAX: usize = PORTS_PER_SLOT as usize - 1;
+
+/// The `k`-th public port of a slot (0: SSH) on a host whose range starts at `base`, or `None`
+/// past 65535 or past the slot's block.
+pub fn public_port(base: u16, slot_index: u32, k: usize) -> Option<u16> {
+    if k >= PORTS_PER_SLOT as usize {
+        return None;
+    }
+    let port = base as u64 + slot_index as u64 * PORTS_PER_SLOT as u64 + k as u64;
+    u16::try_from(port).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -31,6 +61,16 @@ mod tests {
         );
         assert_eq!(ip_address(0), "10.100.0.10");
         assert_eq!(ip_address(7), "10.100.0.17");
+    }
+
+    #[test]
+    fn each_slot_owns_a_block_of_public_ports() {
+        assert_eq!(public_port(22000, 0, 0), Some(22000));
+        assert_eq!(public_port(22000, 1, 0), Some(22008));
+        assert_eq!(public_port(22000, 1, 7), Some(22015));
+        assert_eq!(public_port(22000, 1, 8), None, "past the slot's block");
+        assert_eq!(public_port(65530, 1, 0), None, "past 65535");
+        assert_eq!(slot_interface(3), "gslot3");
     }
 
     const MAC_0: &str = "52:54:b5:e2:f5:90";

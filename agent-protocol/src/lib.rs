@@ -285,6 +285,35 @@ pub struct ProvisionPlan {
     /// One or more OpenSSH public keys, one per line.
     pub ssh_public_key: String,
     pub slots: Vec<PlannedSlot>,
+    /// How the guest is reached and whom it may reach (absent from older control planes:
+    /// then nothing is published and the guest is isolated).
+    #[serde(default)]
+    pub network: NetworkPlan,
+}
+
+/// An allocation's place on its host's slot network.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkPlan {
+    /// The name or address tenants connect to (the host's public address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_host: Option<String>,
+    /// The public port that forwards to the guest's port 22
+    /// ([`identity::public_port`]`(base, first slot, 0)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_port: Option<u16>,
+    /// The other guest ports published, each on its own public port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published: Vec<PublishedPort>,
+    /// Guests whose allocations name the same group on this host may reach each other (a
+    /// project that allows east-west traffic); `None`: this guest reaches no other guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub east_west_group: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedPort {
+    pub public_port: u16,
+    pub guest_port: u16,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

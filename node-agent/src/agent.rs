@@ -8,14 +8,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_protocol::{
-    PhaseReport, PlannedSlot, ProvisionPlan, Provisioned, ReconcileResponse, ReleasePlan,
-    SlotCleanup, TaskOutput, TaskSpec, identity,
+    NetworkPlan, PhaseReport, PlannedSlot, ProvisionPlan, Provisioned, ReconcileResponse,
+    ReleasePlan, SlotCleanup, TaskOutput, TaskSpec, identity,
 };
 
 use crate::domain::{self, DomainSpec};
 use crate::driver::{DomainState, Driver, phase};
 use crate::image;
 use crate::lease::{Lease, LeaseKind, LeaseStore, now_s};
+use crate::network::{Attachment, NetState, SimulatedNetwork, SlotNetwork};
 use crate::wipe;
 
 /// Test knobs: make a phase fail, or make the process die the moment a phase starts.
@@ -44,6 +45,8 @@ pub struct Agent {
     pub node_id: String,
     pub credential: String,
     pub driver: Arc<dyn Driver>,
+    /// The slot network: bridge, DHCP, NAT, forwarded ports and east-west rules.
+    pub network: Arc<dyn SlotNetwork>,
     pub state_dir: PathBuf,
     pub leases: LeaseStore,
     pub faults: Faults,
@@ -67,6 +70,7 @@ impl Agent {
     ) -> Self {
         Self {
             leases: LeaseStore::new(&state_dir),
+            network: Arc::new(SimulatedNetwork::new(&state_dir)),
             node_id,
             credential,
             driver,
@@ -252,7 +256,8 @@ impl Agent {
             if plan.image.ssh_user.trim().is_empty() {
                 return Err("the plan's image names no SSH user".into());
             }
-            self.check_plan(alloc, slots, whole_node, approved)
+            self.check_plan(alloc, slots, whole_node, approved)?;
+            self.check_network(alloc, &plan.network)
         })?;
         let token = self.step("take_leases", None, report, || {
             // The firmware every later check compares with, recorded (where this host has
@@ -260,7 +265,14 @@ impl Agent {
             for s in slots {
                 self.firmware_baseline(&s.gpu_pci_address, true)?;
             }
-            self.take_leases(task_id, alloc, slots, LeaseKind::Provision, "take_leases")
+            self.take_leases(
+                task_id,
+                alloc,
+                slots,
+                LeaseKind::Provision,
+                "take_leases",
+                Some(&plan.network),
+            )
         })?;
         let leased = Some((slots, alloc));
         let name = domain::domain_name(alloc);
@@ -304,6 +316,9 @@ impl Agent {
             }
             self.driver.define(&xml_path)
         })?;
+        self.step("connect_network", leased, report, || {
+            self.apply_network(approved)
+        })?;
         self.step("start_vm", leased, report, || {
             match self.driver.domain_state(&name)? {
                 Some(DomainState::Running) => Ok(()),
@@ -317,11 +332,19 @@ impl Agent {
         })?;
         self.mark(slots, alloc, "running")?;
         // Bare metal too is a domain here (the whole node's devices), reached on the first
-        // slot's address.
-        Ok(Provisioned {
-            ssh_host: slots[0].ip_address.clone(),
-            ssh_port: 22,
-            ssh_user: plan.image.ssh_user.clone(),
+        // slot's NIC: through the host's public address where the plan publishes it.
+        let net = &plan.network;
+        Ok(match (&net.public_host, net.ssh_port) {
+            (Some(host), Some(port)) => Provisioned {
+                ssh_host: host.clone(),
+                ssh_port: port,
+                ssh_user: plan.image.ssh_user.clone(),
+            },
+            _ => Provisioned {
+                ssh_host: slots[0].ip_address.clone(),
+                ssh_port: 22,
+                ssh_user: plan.image.ssh_user.clone(),
+            },
         })
     }
 
@@ -334,6 +357,7 @@ impl Agent {
         slots: &[PlannedSlot],
         kind: LeaseKind,
         phase: &str,
+        network: Option<&NetworkPlan>,
     ) -> Result<String, String> {
         let mut token = None;
         for s in slots {
@@ -345,7 +369,7 @@ impl Agent {
             }
         }
         let token = token.unwrap_or_else(new_token);
-        for s in slots {
+        for (i, s) in slots.iter().enumerate() {
             self.leases.put(&Lease {
                 slot_id: s.slot_id.clone(),
                 slot_index: s.slot_index,
@@ -355,6 +379,7 @@ impl Agent {
                 phase: phase.to_string(),
                 telemetry_token: token.clone(),
                 updated_at: now_s(),
+                network: network.filter(|_| i == 0).cloned(),
             })?;
         }
         Ok(token)
@@ -414,9 +439,21 @@ impl Agent {
             .iter()
             .map(|s| self.leases.get(&s.slot_id).map(|l| l.is_none()))
             .collect::<Result<_, _>>()?;
-        self.take_leases(task_id, alloc, slots, LeaseKind::Release, "stop_vm")?;
+        self.take_leases(
+            task_id,
+            alloc,
+            slots,
+            LeaseKind::Release,
+            "disconnect_network",
+            None,
+        )?;
         let leased = Some((slots, alloc));
         let name = domain::domain_name(alloc);
+        // Nobody reaches the guest from here on: its forwarding and east-west rules are gone
+        // (release leases carry no network) before it stops and long before the wipe.
+        self.step("disconnect_network", leased, report, || {
+            self.apply_network(approved)
+        })?;
         self.step("stop_vm", leased, report, || {
             if self.driver.domain_state(&name)? != Some(DomainState::Running) {
                 return Ok(());
@@ -582,7 +619,82 @@ impl Agent {
                 done.push(format!("removed domain {name}, which no allocation owns"));
             }
         }
+        self.apply_network(&view.approved_slots)?;
+        done.push(format!(
+            "applied the slot network ({})",
+            self.network.describe()
+        ));
         Ok(done)
+    }
+
+    /// Makes the slot network what the approved slots and the leases say.
+    pub fn apply_network(&self, approved: &[PlannedSlot]) -> Result<(), String> {
+        let mut state = NetState::from_approved(approved)?;
+        for l in self.leases.all()? {
+            if l.kind == LeaseKind::Provision
+                && let Some(n) = l.network
+            {
+                state.attached.push(Attachment {
+                    allocation_id: l.allocation_id,
+                    slot_index: l.slot_index,
+                    ssh_port: n.ssh_port,
+                    published: n.published,
+                    east_west_group: n.east_west_group,
+                });
+            }
+        }
+        self.network.apply(&state)
+    }
+
+    /// Refuses a network plan with nonsense in it, or one whose public ports another
+    /// allocation on this host holds.
+    fn check_network(&self, alloc: &str, net: &NetworkPlan) -> Result<(), String> {
+        if net.published.len() > identity::PUBLISHED_PORTS_MAX {
+            return Err(format!(
+                "the plan publishes {} ports; at most {} may be",
+                net.published.len(),
+                identity::PUBLISHED_PORTS_MAX
+            ));
+        }
+        let mut guest = std::collections::BTreeSet::from([22]);
+        for p in &net.published {
+            if p.guest_port == 0 || p.public_port == 0 || !guest.insert(p.guest_port) {
+                return Err(format!(
+                    "the plan publishes guest port {} twice or as 0 (SSH is published already)",
+                    p.guest_port
+                ));
+            }
+        }
+        if let Some(g) = &net.east_west_group
+            && (g.is_empty()
+                || g.len() > 64
+                || !g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        {
+            return Err(format!("{g:?} is not an east-west group"));
+        }
+        let public: Vec<u16> = net
+            .ssh_port
+            .into_iter()
+            .chain(net.published.iter().map(|p| p.public_port))
+            .collect();
+        for l in self.leases.all()? {
+            if l.allocation_id == alloc {
+                continue;
+            }
+            let Some(other) = l.network else { continue };
+            if let Some(p) = other
+                .ssh_port
+                .into_iter()
+                .chain(other.published.iter().map(|p| p.public_port))
+                .find(|p| public.contains(p))
+            {
+                return Err(format!(
+                    "public port {p} is forwarded to allocation {} on this host; refusing the plan",
+                    l.allocation_id
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn remove_domain(&self, name: &str) -> Result<(), String> {

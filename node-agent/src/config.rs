@@ -8,6 +8,8 @@
 //! libvirt_uri = "qemu:///system"
 //! telemetry_listen = "10.100.0.1:9400"
 //! heartbeat_s = 15
+//! uplink = "eth0"                    # manage the slot network (bridge, nftables, dnsmasq)
+//! public_address = "203.0.113.7"     # where tenants' public ports arrive
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -54,6 +56,18 @@ pub struct Settings {
     pub fabric_partitions_cmd: Option<String>,
     #[arg(long)]
     pub heartbeat_s: Option<u64>,
+    /// The host's uplink interface: guests leave through it (NAT) and their published ports
+    /// arrive on it. Set on a real host to manage the slot network (bridge, nftables,
+    /// dnsmasq); without it the network is only rendered into the state directory.
+    #[arg(long)]
+    pub uplink: Option<String>,
+    /// The host's IPv4 address on the uplink that public ports are forwarded from.
+    #[arg(long)]
+    pub public_address: Option<String>,
+    /// Networks guests may not reach through the uplink (default: private, shared, loopback
+    /// and link-local ranges).
+    #[arg(long, value_delimiter = ',')]
+    pub blocked_egress: Option<Vec<String>>,
     /// Test knob: fail this phase.
     #[arg(long)]
     pub fail_at: Option<String>,
@@ -84,6 +98,9 @@ impl Settings {
             phase_ms: self.phase_ms.or(file.phase_ms),
             fabric_partitions_cmd: self.fabric_partitions_cmd.or(file.fabric_partitions_cmd),
             heartbeat_s: self.heartbeat_s.or(file.heartbeat_s),
+            uplink: self.uplink.or(file.uplink),
+            public_address: self.public_address.or(file.public_address),
+            blocked_egress: self.blocked_egress.or(file.blocked_egress),
             fail_at: self.fail_at.or(file.fail_at),
             crash_at: self.crash_at.or(file.crash_at),
         })

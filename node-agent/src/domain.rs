@@ -134,6 +134,11 @@ pub fn render(spec: &DomainSpec<'_>) -> Result<String, String> {
     let _ = writeln!(w, "    <interface type='bridge'>");
     let _ = writeln!(w, "      <mac address='{}'/>", esc(&slots[0].mac_address));
     let _ = writeln!(w, "      <source bridge='{BRIDGE}'/>");
+    let _ = writeln!(
+        w,
+        "      <target dev='{}'/>",
+        agent_protocol::identity::slot_interface(slots[0].slot_index)
+    );
     let _ = writeln!(w, "      <model type='virtio'/>");
     let _ = writeln!(w, "    </interface>");
     for s in slots {

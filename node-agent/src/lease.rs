@@ -30,6 +30,11 @@ pub struct Lease {
     pub telemetry_token: String,
     /// Seconds since the Unix epoch.
     pub updated_at: u64,
+    /// On the lease of the slot whose NIC the guest has (a provision's first slot): how the
+    /// guest is reached and whom it may reach. Release leases have none, so their forwarding
+    /// is gone from the next ruleset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<agent_protocol::NetworkPlan>,
 }
 
 pub struct LeaseStore {
@@ -141,6 +146,7 @@ mod tests {
             phase: phase.into(),
             telemetry_token: "tok".into(),
             updated_at: 1,
+            network: None,
         }
     }
 

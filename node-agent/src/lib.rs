@@ -10,6 +10,7 @@ pub mod domain;
 pub mod driver;
 pub mod image;
 pub mod lease;
+pub mod network;
 pub mod proof;
 pub mod state;
 pub mod telemetry;

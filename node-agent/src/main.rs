@@ -223,6 +223,32 @@ fn status(settings: Settings) -> Result<(), String> {
     Ok(())
 }
 
+/// The real slot network, where the settings name an uplink.
+fn host_network(
+    settings: &Settings,
+    state_dir: &std::path::Path,
+    telemetry_listen: &str,
+) -> Result<Option<node_agent::network::HostNetwork>, String> {
+    let Some(uplink) = &settings.uplink else {
+        return Ok(None);
+    };
+    let public = settings.public_address.as_deref().ok_or(
+        "uplink is set but public_address is not: give the host's IPv4 address on the uplink",
+    )?;
+    let public = public
+        .parse()
+        .map_err(|_| format!("public_address {public:?} is not an IPv4 address"))?;
+    let port = telemetry_listen
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .ok_or_else(|| format!("telemetry_listen {telemetry_listen:?} has no port"))?;
+    let mut cfg = node_agent::network::NetConfig::new(uplink, public, port);
+    if let Some(blocked) = &settings.blocked_egress {
+        cfg.blocked_egress = blocked.clone();
+    }
+    node_agent::network::HostNetwork::new(state_dir, cfg).map(Some)
+}
+
 async fn run(settings: Settings) -> Result<(), String> {
     let state_dir = settings.state_dir();
     let (node, credential) = State::new(&state_dir).load()?;
@@ -242,6 +268,12 @@ async fn run(settings: Settings) -> Result<(), String> {
         fail_at: settings.fail_at.clone(),
         crash_at: settings.crash_at.clone(),
     };
+    if let Some(network) = host_network(&settings, &state_dir, &listen)? {
+        use node_agent::network::SlotNetwork;
+        network.prepare()?;
+        agent.network = Arc::new(network);
+    }
+    eprintln!("slot network: {}", agent.network.describe());
     eprintln!(
         "node-agent {}: node {} → {} with driver {}",
         env!("CARGO_PKG_VERSION"),

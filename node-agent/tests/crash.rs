@@ -22,17 +22,19 @@ const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
 
-const PROVISION: [&str; 7] = [
+const PROVISION: [&str; 8] = [
     "validate_plan",
     "take_leases",
     "write_image",
     "cloud_init",
     "define_domain",
+    "connect_network",
     "start_vm",
     "wait_ssh",
 ];
-const RELEASE: [&str; 8] = [
+const RELEASE: [&str; 9] = [
     "validate_plan",
+    "disconnect_network",
     "stop_vm",
     "destroy_domain",
     "wipe_nvme",

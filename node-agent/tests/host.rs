@@ -6,57 +6,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use agent_protocol::{Discovery, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, identity};
+use agent_protocol::{PlannedSlot, ReleasePlan, identity};
 use node_agent::agent::{Agent, Stop};
 use node_agent::domain::{DomainSpec, domain_name, render};
-use node_agent::driver::{DomainState, Driver, GuestReady, LibvirtDriver, SimulatedDriver};
+use node_agent::driver::{DomainState, Driver, GuestReady, LibvirtDriver};
 use node_agent::tools::HostTools;
 
-const NODE: &str = "6f1c2d3e-0000-4000-8000-00000000abcd";
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("agent-host-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The fixture's proposed slots, approved as the control plane would name them in plans.
-fn approved(name: &str, wipe: &str) -> Vec<PlannedSlot> {
-    let d: Discovery = serde_json::from_str(
-        &std::fs::read_to_string(fixture(name).join("expected-discovery.json")).unwrap(),
-    )
-    .unwrap();
-    d.proposed_slots
-        .iter()
-        .filter(|s| s.nvme.is_some() && s.ib_vf_pci_address.is_some())
-        .map(|s| {
-            let nvme = s.nvme.clone().unwrap();
-            PlannedSlot {
-                slot_id: format!("00000000-0000-4000-8000-{:012}", s.slot_index),
-                slot_index: s.slot_index,
-                gpu_pci_address: s.gpu.pci_address.clone(),
-                nvme_pci_address: nvme.pci_address,
-                nvme_serial: nvme.serial,
-                nvme_namespace: nvme.namespace,
-                ib_vf_pci_address: s.ib_vf_pci_address.clone().unwrap(),
-                cpu_set: s.cpu_set.clone(),
-                numa_node: s.numa_node.unwrap_or(0),
-                memory_mib: s.memory_mib,
-                nvme_size_bytes: nvme.size_bytes,
-                wipe_policy: wipe.into(),
-                mac_address: identity::mac_address(NODE, s.slot_index),
-                ip_address: identity::ip_address(s.slot_index),
-            }
-        })
-        .collect()
-}
+mod support;
+use support::*;
 
 fn validate(xml: &str, dir: &Path, name: &str) {
     let path = dir.join(format!("{name}.xml"));
@@ -215,36 +172,6 @@ fn qemu_img_writes_a_generated_image_raw_and_grows_it() {
     let e = node_agent::image::write_image(&dir.join("nope.qcow2"), &disk, None).unwrap_err();
     assert!(e.contains("nope.qcow2 does not exist on this host"), "{e}");
     let _ = std::fs::remove_dir_all(dir);
-}
-
-fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
-    ProvisionPlan {
-        allocation_id: alloc.into(),
-        name: "Train run #1".into(),
-        image: ImageRef {
-            name: "ubuntu-24.04-cuda".into(),
-            source: "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into(),
-            sha256: None,
-            ssh_user: "ubuntu".into(),
-            cloud_init: String::new(),
-        },
-        ssh_public_key:
-            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test"
-                .into(),
-        slots,
-    }
-}
-
-fn simulated_agent(dir: &Path, fixture_name: &str) -> Agent {
-    let mut d = SimulatedDriver::new(fixture(fixture_name), dir);
-    d.phase_time = std::time::Duration::ZERO;
-    d.disk_bytes = 1 << 20;
-    Agent::new(
-        NODE.into(),
-        "gpn_test".into(),
-        Arc::new(d),
-        dir.to_path_buf(),
-    )
 }
 
 fn refused(r: Result<impl std::fmt::Debug, Stop>) -> String {
@@ -511,6 +438,7 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
             "write_image",
             "cloud_init",
             "define_domain",
+            "connect_network",
             "start_vm",
             "wait_ssh"
         ]

@@ -19,7 +19,9 @@ pub struct Needs {
     /// npm packages: playwright-core, binaryen's wasm-opt.
     pub npm: bool,
     /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
-    /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query).
+    /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query),
+    /// `ip` and `nft` for the slot network, and busybox (the guests' DHCP client, ping and
+    /// arping in the network tests).
     pub host_tools: bool,
 }
 
@@ -35,7 +37,7 @@ impl Needs {
 }
 
 /// The node agent's host tools, by the Debian package that ships each.
-const HOST_TOOLS: [(&str, &str); 7] = [
+const HOST_TOOLS: [(&str, &str); 10] = [
     ("/usr/bin/qemu-img", "qemu-utils"),
     ("/usr/bin/xorriso", "xorriso"),
     ("/usr/bin/virsh", "libvirt-clients"),
@@ -43,6 +45,9 @@ const HOST_TOOLS: [(&str, &str); 7] = [
     ("/usr/bin/xmllint", "libxml2-utils"),
     ("/usr/sbin/nvme", "nvme-cli"),
     ("/usr/sbin/dnsmasq", "dnsmasq-base"),
+    ("/usr/sbin/ip", "iproute2"),
+    ("/usr/sbin/nft", "nftables"),
+    ("/usr/bin/busybox", "busybox"),
 ];
 
 pub fn ensure_all(needs: Needs) -> Result {

@@ -171,6 +171,7 @@ async fn dispatch_one(
                 },
                 ssh_public_key: a.ssh_public_key,
                 slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
+                network: Default::default(),
             };
             let spec = if baremetal {
                 TaskSpec::BaremetalProvision(plan)
