@@ -189,6 +189,10 @@ pub struct AllocationRow {
     pub projected: String,
     pub price: String,
     pub created_at: String,
+    /// `ssh -p port user@host`, once running.
+    pub ssh: Option<String>,
+    /// Published guest ports and the `host:port` each is reached at.
+    pub published: Vec<(u16, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,6 +226,8 @@ pub struct AllocationView {
     pub failure: Option<String>,
     pub why: String,
     pub ssh: Option<String>,
+    /// Published guest ports and the `host:port` each is reached at.
+    pub published: Vec<(u16, String)>,
     /// "72% (guest-reported, 2026-11-21 13:02:11 UTC)".
     pub gpu_utilisation: Option<String>,
     pub created_at: String,
@@ -423,6 +429,7 @@ pub async fn launch_allocation(
     #[server(default)] ssh_public_key: String,
     #[server(default)] save_key_as: String,
     #[server(default)] lifetime_hours: String,
+    #[server(default)] published_ports: String,
     idempotency_key: String,
 ) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
@@ -434,6 +441,7 @@ pub async fn launch_allocation(
             reason: format!("{h:?} is not a number of hours."),
         })?),
     };
+    let published_ports = parse_ports(&published_ports)?;
     let project = project.parse().map_err(|_| AppError::NotFound)?;
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
@@ -477,10 +485,27 @@ pub async fn launch_allocation(
         name,
         idempotency_key,
         lifetime_hours,
+        published_ports,
     };
     let launched = cp.launch(&who, &req, Some(&request_id)).await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
     Ok(())
+}
+
+/// "8888, 6006" (commas or spaces) as port numbers; the control plane checks the rest.
+#[cfg(feature = "ssr")]
+fn parse_ports(input: &str) -> Result<Vec<u16>, AppError> {
+    input
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .take(64)
+        .map(|p| {
+            p.parse::<u16>().map_err(|_| AppError::Invalid {
+                field: "published_ports".into(),
+                reason: format!("{p:?} is not a TCP port (1 to 65535)."),
+            })
+        })
+        .collect()
 }
 
 #[server]
@@ -524,6 +549,8 @@ pub async fn list_allocations(
                     projected: a.projected,
                     price: a.price,
                     created_at: a.created_at,
+                    ssh: a.ssh,
+                    published: a.published,
                 })
                 .collect()
         }
@@ -567,6 +594,7 @@ pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
         failure: d.failure,
         why: d.placement_why,
         ssh: d.ssh,
+        published: d.published,
         gpu_utilisation: d
             .gpu_utilisation
             .map(|(pct, at)| format!("{pct}% (reported by the guest, {at})")),
@@ -852,6 +880,11 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         <span class="hint" id="launch-lifetime-hint">{lifetime_hint}</span>
                         {field_error(launch.value(), "lifetime_hours", "launch-lifetime-error")}
                     </label>
+                    <label>"Publish ports"
+                        <input name="published_ports" id="launch-ports" inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="launch-ports-hint launch-ports-error" aria-invalid=field_invalid(launch.value(), "published_ports") />
+                        <span class="hint" id="launch-ports-hint">"Optional: guest TCP ports to reach from the internet besides SSH (a notebook, an endpoint), each on its own public port."</span>
+                        {field_error(launch.value(), "published_ports", "launch-ports-error")}
+                    </label>
                     <label>"Name"
                         <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-error" aria-invalid=field_invalid(launch.value(), "name") />
                         <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
@@ -954,13 +987,19 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
             view! {
                 <div class="table-scroll">
                 <table class="data" id="allocations">
-                    <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Per hour"</th><th>"Created"</th></tr></thead>
+                    <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Connect"</th><th>"Per hour"</th><th>"Created"</th></tr></thead>
                     <tbody>
                         {v.rows.into_iter().map(|a| view! {
                             <tr data-allocation=a.name.clone()>
                                 <td><a href=format!("/allocations/{}", a.id)>{a.name.clone()}</a></td>
                                 <td>{a.sku}</td><td>{a.gpus}</td><td>{a.region}</td>
                                 <td><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
+                                <td class="connect">
+                                    {a.ssh.map(|s| view! { <code data-testid="row-ssh">{s}</code> })}
+                                    {a.published.into_iter().map(|(guest, at)| view! {
+                                        <br /><span class="hint">{format!("port {guest} → ")}<code>{at}</code></span>
+                                    }).collect_view()}
+                                </td>
                                 <td>{a.price}</td><td>{a.created_at}</td>
                             </tr>
                         }).collect_view()}
@@ -1025,6 +1064,14 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
             {differs.then(|| view! { <p class="hint">"Desired and observed differ: the control plane is working on it."</p> })}
             {a.failure.map(|f| view! { <p class="form-error" role="alert" data-testid="failure">{f}</p> })}
             {a.ssh.map(|s| view! { <p>"Connect: " <code data-testid="ssh">{s}</code></p> })}
+            {(!a.published.is_empty()).then(|| view! {
+                <p>"Published ports:"</p>
+                <ul class="published" data-testid="published">
+                    {a.published.iter().map(|(guest, at)| view! {
+                        <li>{format!("guest port {guest} at ")}<code>{at.clone()}</code></li>
+                    }).collect_view()}
+                </ul>
+            })}
             {a.gpu_utilisation.map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{u}</span></p> })}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">

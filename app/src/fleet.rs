@@ -8,7 +8,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +109,11 @@ pub struct NodeView {
     pub enrolled_at: String,
     pub agent_enrolled_at: Option<String>,
     pub open_token_expires: Option<String>,
+    /// Where tenants reach the node's guests; `None`: its hostname.
+    pub public_host: Option<String>,
+    pub public_port_base: u16,
+    /// The public ports its approved slots use, e.g. "22000–22063".
+    pub public_ports: String,
     pub slots: Vec<SlotView>,
     pub proposal: Option<ProposalPanel>,
     pub tasks: Vec<TaskView>,
@@ -316,6 +321,9 @@ pub async fn get_node(id: String) -> Result<NodeView, AppError> {
         enrolled_at: d.enrolled_at,
         agent_enrolled_at: d.agent_enrolled_at,
         open_token_expires: d.open_token_expires,
+        public_host: d.public_host,
+        public_port_base: d.public_port_base,
+        public_ports: d.public_ports,
         node: ssr::node_row(d.node),
         slots: d.slots.into_iter().map(ssr::slot_view).collect(),
         proposal,
@@ -360,6 +368,35 @@ pub async fn set_node_state(id: String, state: String) -> Result<(), AppError> {
         &ops,
         ssr::node_id(&id)?,
         state,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Where tenants reach the node's guests: `public_host` (empty: the hostname) and the first
+/// public port.
+#[server]
+pub async fn set_node_network(
+    id: String,
+    public_host: String,
+    public_port_base: String,
+) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let base = public_port_base
+        .trim()
+        .parse::<u16>()
+        .map_err(|_| AppError::Invalid {
+            field: "public_port_base".into(),
+            reason: format!("{:?} is not a port number.", public_port_base.trim()),
+        })?;
+    cp.set_node_network(
+        &ops,
+        ssr::node_id(&id)?,
+        &public_host,
+        base,
         Some(&crate::error::request_id()),
     )
     .await?;
@@ -600,6 +637,7 @@ pub fn NodePage() -> impl IntoView {
     let reject = ServerAction::<RejectSlotMap>::new();
     let reissue = ServerAction::<ReissueNodeToken>::new();
     let clear = ServerAction::<ClearBlockedSlot>::new();
+    let network = ServerAction::<SetNodeNetwork>::new();
     let page = Resource::new(
         move || {
             (
@@ -610,6 +648,7 @@ pub fn NodePage() -> impl IntoView {
                 reject.version().get(),
                 reissue.version().get(),
                 clear.version().get(),
+                network.version().get(),
             )
         },
         |(id, ..)| get_node(id),
@@ -621,6 +660,7 @@ pub fn NodePage() -> impl IntoView {
         reject,
         reissue,
         clear,
+        network,
     };
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -642,6 +682,7 @@ struct NodeActions {
     reject: ServerAction<RejectSlotMap>,
     reissue: ServerAction<ReissueNodeToken>,
     clear: ServerAction<ClearBlockedSlot>,
+    network: ServerAction<SetNodeNetwork>,
 }
 
 #[component]
@@ -697,6 +738,32 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
                 {outcome(actions.reissue.value(), |_: Enrolled| None)}
                 {move || actions.reissue.value().get().and_then(Result::ok).map(|e| view! { <TokenOnce e /> })}
             }.into_any())}
+        </section>
+        <section class="card" aria-labelledby="network">
+            <h2 id="network">"Tenant network"</h2>
+            <dl class="facts">
+                <dt>"Public address"</dt>
+                <dd data-testid="public-host">{page.public_host.clone().unwrap_or_else(|| format!("{} (the hostname)", n.hostname))}</dd>
+                <dt>"Public ports"</dt>
+                <dd data-testid="public-ports">{page.public_ports.clone()}</dd>
+            </dl>
+            <p class="hint">"Each slot owns 8 public ports from the base: its guest's SSH, then up to 7 ports the tenant publishes. Nothing else of a guest is reachable from outside."</p>
+            {let nid = id.clone(); let host = page.public_host.clone().unwrap_or_default(); let base = page.public_port_base.to_string(); can.then(move || view! {
+                <ActionForm action=actions.network attr:class="form-grid" attr:id="node-network">
+                    <input type="hidden" name="id" value=nid />
+                    <label>"Public address"
+                        <input name="public_host" value=host placeholder="gpu-host-3.example.com" autocomplete="off" aria-describedby="network-host-hint network-host-error" aria-invalid=field_invalid(actions.network.value(), "public_host") />
+                        <span class="hint" id="network-host-hint">"A DNS name or IPv4 address tenants connect to; empty: the hostname."</span>
+                        {field_error(actions.network.value(), "public_host", "network-host-error")}
+                    </label>
+                    <label>"First public port"
+                        <input name="public_port_base" value=base inputmode="numeric" required aria-describedby="network-base-error" aria-invalid=field_invalid(actions.network.value(), "public_port_base") />
+                        {field_error(actions.network.value(), "public_port_base", "network-base-error")}
+                    </label>
+                    <div class="form-actions"><button type="submit">"Save network"</button></div>
+                </ActionForm>
+                {outcome(actions.network.value(), |_| Some("Saved; new allocations are reached there.".into()))}
+            })}
         </section>
         {page.proposal.clone().map(|p| view! { <Proposal p id=id.clone() can actions /> }.into_any())}
         <section class="card" aria-labelledby="slots">

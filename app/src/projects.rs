@@ -60,6 +60,8 @@ pub struct ProjectView {
     pub invitations: Vec<InvitationRow>,
     pub audit: Vec<AuditRow>,
     pub policies: crate::policies::PolicyView,
+    /// Whether the project's guests on one host may reach each other.
+    pub east_west: bool,
 }
 
 pub const PROJECT_ROLES: [&str; 3] = ["admin", "operator", "viewer"];
@@ -145,6 +147,7 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
     )
     .await?;
     Ok(ProjectView {
+        east_west: detail.east_west,
         policies,
         can_manage: who.role() == ProjectRole::Admin,
         tenant_name: detail.tenant_name,
@@ -190,6 +193,29 @@ pub async fn rename_project(id: String, name: String) -> Result<(), AppError> {
         .await?;
     Ok(cp
         .rename_project(&who, &name, Some(&crate::error::request_id()))
+        .await?)
+}
+
+/// Lets the project's guests on one host reach each other (`on` = "yes") or not.
+#[server]
+pub async fn set_east_west(id: String, on: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    let on = match on.as_str() {
+        "yes" => true,
+        "no" => false,
+        other => {
+            return Err(AppError::Invalid {
+                field: "on".into(),
+                reason: format!("{other:?}: say yes or no."),
+            });
+        }
+    };
+    Ok(cp
+        .set_east_west(&who, on, Some(&crate::error::request_id()))
         .await?)
 }
 
@@ -328,6 +354,7 @@ pub fn ProjectPage() -> impl IntoView {
     let change = ServerAction::<ChangeMemberRole>::new();
     let remove = ServerAction::<RemoveMember>::new();
     let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
+    let east_west = ServerAction::<SetEastWest>::new();
     let project = Resource::new(
         move || {
             (
@@ -337,6 +364,7 @@ pub fn ProjectPage() -> impl IntoView {
                 change.version().get(),
                 remove.version().get(),
                 set_policy.version().get(),
+                east_west.version().get(),
             )
         },
         |(id, ..)| get_project(id),
@@ -346,7 +374,7 @@ pub fn ProjectPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 match project.await {
                     Err(e) => view! { <Title text="Project" /><h1>"Project"</h1><ErrorNotice error=e /> }.into_any(),
-                    Ok(v) => project_view(v, rename, invite, change, remove, set_policy).into_any(),
+                    Ok(v) => project_view(v, rename, invite, change, remove, set_policy, east_west).into_any(),
                 }
             })}
         </Suspense>
@@ -368,8 +396,11 @@ fn project_view(
     change: ServerAction<ChangeMemberRole>,
     remove: ServerAction<RemoveMember>,
     set_policy: ServerAction<crate::policies::SetPolicy>,
+    east_west: ServerAction<SetEastWest>,
 ) -> impl IntoView {
     let pid = v.project.id.clone();
+    let pid_network = pid.clone();
+    let allowed = v.east_west;
     let manage = v.can_manage;
     let (pid_rename, pid_invite) = (pid.clone(), pid.clone());
     let current_name = v.project.name.clone();
@@ -435,6 +466,24 @@ fn project_view(
                 </ul>
             </section>
         })}
+
+        <section class="card" aria-labelledby="network-h">
+            <h2 id="network-h">"Network"</h2>
+            <p data-testid="east-west">{if allowed {
+                "East-west traffic is allowed: this project's VMs on one host can reach each other."
+            } else {
+                "East-west traffic is denied: this project's VMs reach only the internet, not each other."
+            }}</p>
+            <p class="hint">"VMs of other projects and organizations never reach yours. A change applies to allocations launched after it."</p>
+            {manage.then(move || view! {
+                <ActionForm action=east_west attr:class="inline-form" attr:id="east-west-form">
+                    <input type="hidden" name="id" value=pid_network />
+                    <input type="hidden" name="on" value=if allowed { "no" } else { "yes" } />
+                    <button type="submit">{if allowed { "Deny east-west traffic" } else { "Allow east-west traffic" }}</button>
+                </ActionForm>
+                {outcome(east_west.value(), |_| None)}
+            })}
+        </section>
 
         <crate::policies::Policies scope="project" project=pid.clone() view=v.policies set=set_policy />
 

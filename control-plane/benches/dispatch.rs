@@ -195,6 +195,7 @@ async fn main() {
                 name: format!("d-{n}"),
                 idempotency_key: uuid::Uuid::new_v4().to_string(),
                 lifetime_hours: None,
+                published_ports: Vec::new(),
             };
             let t0 = Instant::now();
             let launched = cp.launch(&who, &req, None).await;

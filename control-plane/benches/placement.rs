@@ -111,6 +111,7 @@ async fn client(
             name: format!("{phase}-{me}-{n}"),
             idempotency_key: format!("bench-{phase}-{me}-{n}"),
             lifetime_hours: None,
+            published_ports: Vec::new(),
         };
         let started = Instant::now();
         match cp.launch(&who, &req, None).await {

@@ -112,16 +112,18 @@ pub enum PolicyKey {
     MaxAllocationLifetimeHours,
     MonthlyBudget,
     AllowedListings,
+    MaxPublishedPorts,
 }
 
 impl PolicyKey {
-    pub const ALL: [PolicyKey; 6] = [
+    pub const ALL: [PolicyKey; 7] = [
         PolicyKey::MaxGpusInUse,
         PolicyKey::AllowedSkus,
         PolicyKey::AllowedRegions,
         PolicyKey::MaxAllocationLifetimeHours,
         PolicyKey::MonthlyBudget,
         PolicyKey::AllowedListings,
+        PolicyKey::MaxPublishedPorts,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -132,6 +134,7 @@ impl PolicyKey {
             PolicyKey::MaxAllocationLifetimeHours => "max_allocation_lifetime_hours",
             PolicyKey::MonthlyBudget => "monthly_budget",
             PolicyKey::AllowedListings => "allowed_listings",
+            PolicyKey::MaxPublishedPorts => "max_published_ports",
         }
     }
 
@@ -143,6 +146,7 @@ impl PolicyKey {
             PolicyKey::MaxAllocationLifetimeHours => "Max allocation lifetime (hours)",
             PolicyKey::MonthlyBudget => "Monthly budget",
             PolicyKey::AllowedListings => "Allowed marketplace listings",
+            PolicyKey::MaxPublishedPorts => "Max published ports per allocation",
         }
     }
 
@@ -157,6 +161,7 @@ impl PolicyKey {
             PolicyKey::AllowedListings => {
                 "comma-separated listing names, e.g. ubuntu-24.04-cuda, pytorch"
             }
+            PolicyKey::MaxPublishedPorts => "0 to 7 ports besides SSH, e.g. 2",
         }
     }
 
@@ -181,6 +186,8 @@ pub enum PolicyValue {
     AllowedRegions(Vec<String>),
     MaxAllocationLifetimeHours(u32),
     MonthlyBudget(Money),
+    /// TCP ports an allocation may publish besides SSH.
+    MaxPublishedPorts(u32),
 }
 
 fn parse_list(field: &'static str, input: &str) -> Result<Vec<String>> {
@@ -233,6 +240,7 @@ impl PolicyValue {
             PolicyValue::AllowedRegions(_) => PolicyKey::AllowedRegions,
             PolicyValue::MaxAllocationLifetimeHours(_) => PolicyKey::MaxAllocationLifetimeHours,
             PolicyValue::MonthlyBudget(_) => PolicyKey::MonthlyBudget,
+            PolicyValue::MaxPublishedPorts(_) => PolicyKey::MaxPublishedPorts,
         }
     }
 
@@ -253,12 +261,20 @@ impl PolicyValue {
                 parse_whole("max_allocation_lifetime_hours", input, 1, 8760)?,
             ),
             PolicyKey::MonthlyBudget => PolicyValue::MonthlyBudget(Money::parse(input)?),
+            PolicyKey::MaxPublishedPorts => PolicyValue::MaxPublishedPorts(parse_whole(
+                "max_published_ports",
+                input,
+                0,
+                agent_protocol::identity::PUBLISHED_PORTS_MAX as u32,
+            )?),
         })
     }
 
     fn to_json(&self) -> Value {
         match self {
-            PolicyValue::MaxGpusInUse(n) | PolicyValue::MaxAllocationLifetimeHours(n) => json!(n),
+            PolicyValue::MaxGpusInUse(n)
+            | PolicyValue::MaxAllocationLifetimeHours(n)
+            | PolicyValue::MaxPublishedPorts(n) => json!(n),
             PolicyValue::AllowedSkus(v)
             | PolicyValue::AllowedRegions(v)
             | PolicyValue::AllowedListings(v) => json!(v),
@@ -287,6 +303,9 @@ impl PolicyValue {
             PolicyKey::MonthlyBudget => {
                 PolicyValue::MonthlyBudget(serde_json::from_value(v).map_err(bad)?)
             }
+            PolicyKey::MaxPublishedPorts => {
+                PolicyValue::MaxPublishedPorts(serde_json::from_value(v).map_err(bad)?)
+            }
         })
     }
 }
@@ -300,6 +319,7 @@ impl fmt::Display for PolicyValue {
             | PolicyValue::AllowedListings(v) => f.write_str(&v.join(", ")),
             PolicyValue::MaxAllocationLifetimeHours(h) => write!(f, "{h} hours"),
             PolicyValue::MonthlyBudget(m) => write!(f, "{m}"),
+            PolicyValue::MaxPublishedPorts(n) => write!(f, "{n} ports"),
         }
     }
 }

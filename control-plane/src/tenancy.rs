@@ -176,6 +176,8 @@ pub struct ProjectDetail {
     pub tenant_name: String,
     pub members: Vec<Member>,
     pub invitations: Vec<Invitation>,
+    /// Whether the project's guests on one host may reach each other (off by default).
+    pub east_west: bool,
 }
 
 /// What inviting did.
@@ -446,9 +448,53 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Lets the project's guests on one host reach each other (or stops it), for allocations
+    /// launched from now on: a running guest keeps the network it started with. Guests of
+    /// different projects never reach each other. Audited.
+    #[tracing::instrument(skip_all, fields(project.id = %who.project, east_west = on))]
+    pub async fn set_east_west(
+        &self,
+        who: &Project<ProjectAdmins>,
+        on: bool,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let before = sqlx::query_scalar!(
+            "SELECT east_west FROM projects WHERE id = $1 FOR UPDATE",
+            who.project as ProjectId
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if before == on {
+            return Ok(());
+        }
+        sqlx::query!(
+            "UPDATE projects SET east_west = $2 WHERE id = $1",
+            who.project as ProjectId,
+            on
+        )
+        .execute(&mut *tx)
+        .await?;
+        let resource = self.naming().project(who.tenant, who.project);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project.east_west",
+                resource: &resource,
+                before: Some(json!({ "east_west": before })),
+                after: Some(json!({ "east_west": on })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     pub async fn project_detail(&self, who: &Project<ProjectViewers>) -> Result<ProjectDetail> {
         let p = sqlx::query!(
-            r#"SELECT p.slug, p.display_name, t.display_name AS tenant_name
+            r#"SELECT p.slug, p.display_name, t.display_name AS tenant_name, p.east_west
                FROM projects p JOIN tenants t ON t.id = p.tenant_id WHERE p.id = $1"#,
             who.project as ProjectId
         )
@@ -490,6 +536,7 @@ impl ControlPlane {
         })
         .collect::<Result<Vec<_>>>()?;
         Ok(ProjectDetail {
+            east_west: p.east_west,
             summary: ProjectSummary {
                 id: who.project,
                 slug: p.slug,

@@ -85,6 +85,11 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       assert.match(await page.locator('#launch-key-error').innerText(), /^The key data is not valid base64/);
       assert.equal(await form.locator('textarea[name="ssh_public_key"]').getAttribute('aria-invalid'), 'true');
       await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
+      // SSH is always published; asking for port 22 again is named under the field.
+      await form.getByLabel('Publish ports').fill('22');
+      await form.getByRole('button', { name: 'Launch' }).click();
+      assert.match(await page.locator('#launch-ports-error').innerText(), /^22: give TCP ports from 1 to 65535 other than 22/);
+      await form.getByLabel('Publish ports').fill('8888');
       await form.getByRole('button', { name: 'Launch' }).click();
       await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
       first = page.url();
@@ -92,7 +97,13 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await waitForState(page, 'running');
       assert.equal(await page.locator('[data-testid="desired"]').innerText(), 'running');
       assert.equal(await page.locator('[data-testid="observed"]').innerText(), 'running');
-      assert.match(await page.locator('[data-testid="ssh"]').innerText(), /^ssh ubuntu@10\.100\.0\.1\d -p 22$/);
+      // Reached through the node's public address: SSH on the slot's first public port, the
+      // published notebook port on the next.
+      const ssh = (await page.locator('[data-testid="ssh"]').innerText()).match(new RegExp(`^ssh -p (\\d+) ubuntu@${HOST}$`));
+      assert.ok(ssh, 'the SSH command names the public port and host');
+      const sshPort = Number(ssh[1]);
+      assert.ok(sshPort >= 22000 && (sshPort - 22000) % 8 === 0, `${sshPort} starts a slot's block`);
+      assert.equal(await page.locator('[data-testid="published"]').innerText(), `guest port 8888 at ${HOST}:${sshPort + 1}`);
       const transitions = await page.locator('[data-testid="transitions"] li').allInnerTexts();
       assert.deepEqual(transitions.map((t) => t.split(' at ')[0]), ['requested', 'requested → placed', 'placed → provisioning', 'provisioning → running']);
       assert.ok((await page.locator('[data-testid="phases"] tr').count()) >= 6, 'provision phases are listed');

@@ -174,6 +174,7 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
+        published_ports: Vec::new(),
     };
     cp.launch(who, &req, None).await.unwrap().id
 }

@@ -38,7 +38,7 @@ use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, Issu
 use app::catalog::{DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
-    ReissueNodeToken, RejectSlotMap, SetNodeState,
+    ReissueNodeToken, RejectSlotMap, SetNodeNetwork, SetNodeState,
 };
 use app::marketplace::{
     ApplyToPublish, BrowseListings, CreateListing, CreateVersion, CurateVersion, DecidePublisher,
@@ -49,7 +49,7 @@ use app::pages::home::GetPlatformHealth;
 use app::policies::SetPolicy;
 use app::projects::{
     ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
-    RenameProject,
+    RenameProject, SetEastWest,
 };
 use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
@@ -380,6 +380,12 @@ fn matrix(w: &World) -> Vec<Entry> {
             ],
         ),
         entry(
+            SetEastWest::PATH,
+            research(Need::Administer),
+            true,
+            &[("id", &demo::ACME_RESEARCH.to_string()), ("on", "yes")],
+        ),
+        entry(
             InviteMember::PATH,
             research(Need::Administer),
             true,
@@ -560,6 +566,17 @@ fn matrix(w: &World) -> Vec<Entry> {
             platform(OPERATORS),
             true,
             &[("id", NODE), ("state", "cordoned")],
+        ),
+        entry(
+            SetNodeNetwork::PATH,
+            platform(OPERATORS),
+            true,
+            &[
+                ("id", NODE),
+                ("public_host", "gpu-matrix.example.com"),
+                // Unchanged: the matrix's node has a live allocation, so the range can't move.
+                ("public_port_base", "22000"),
+            ],
         ),
         entry(
             RediscoverNode::PATH,

@@ -195,3 +195,16 @@ pub fn signed_proof(
         .collect();
     node_agent::proof::sign(credential, &node.to_string(), &plan.allocation_id, slots)
 }
+
+/// The same operator, with the proof that reads the fleet's pages.
+pub async fn staff(
+    cp: &ControlPlane,
+    ops: &Platform<PlatformOperators>,
+) -> control_plane::auth::Platform<control_plane::auth::PlatformStaff> {
+    cp.principal(ops.principal().user_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .platform::<control_plane::auth::PlatformStaff>()
+        .unwrap()
+}

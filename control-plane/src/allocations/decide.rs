@@ -39,6 +39,50 @@ pub(super) fn decided(r: &Resolved) -> String {
     )
 }
 
+/// The guest ports to publish, sorted: each 1–65535, not SSH's 22, no repeats, at most
+/// [`agent_protocol::identity::PUBLISHED_PORTS_MAX`].
+pub(super) fn check_published_ports(ports: &[u16]) -> Result<Vec<u16>> {
+    let max = agent_protocol::identity::PUBLISHED_PORTS_MAX;
+    if ports.len() > max {
+        return Err(invalid(
+            "published_ports",
+            format!("{} ports: publish at most {max} besides SSH", ports.len()),
+        ));
+    }
+    let mut sorted = ports.to_vec();
+    sorted.sort_unstable();
+    if let Some(bad) = sorted.iter().find(|&&p| p == 0 || p == 22) {
+        return Err(invalid(
+            "published_ports",
+            format!(
+                "{bad}: give TCP ports from 1 to 65535 other than 22 (SSH is published already)"
+            ),
+        ));
+    }
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(invalid(
+            "published_ports",
+            format!("{} is listed twice", w[0]),
+        ));
+    }
+    Ok(sorted)
+}
+
+/// Refuses more published ports than `max_published_ports` allows.
+pub(super) fn within_published_ports(policies: &[Resolved], ports: &[u16]) -> Result<()> {
+    let p = policy(policies, PolicyKey::MaxPublishedPorts);
+    if let Some(PolicyValue::MaxPublishedPorts(max)) = &p.value
+        && ports.len() > *max as usize
+    {
+        return Err(Error::PolicyDenied(format!(
+            "{} allows {max} published ports per allocation; this launch asked for {}",
+            decided(p),
+            ports.len()
+        )));
+    }
+    Ok(())
+}
+
 pub(super) fn check_name(name: &str) -> Result<String> {
     let name = name.trim().to_ascii_lowercase();
     let ok = !name.is_empty()
@@ -80,6 +124,8 @@ pub(super) struct ValidLaunch {
     /// Lower case; empty: any of the SKU's regions.
     pub region: String,
     pub lifetime_hours: Option<u32>,
+    /// Sorted.
+    pub published_ports: Vec<u16>,
     /// What a repeated idempotency key must match to return the first allocation.
     pub fingerprint: String,
 }
@@ -100,6 +146,12 @@ impl ValidLaunch {
         let idempotency_key = check_idempotency_key(&req.idempotency_key)?.to_owned();
         let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
         let region = req.region.trim().to_ascii_lowercase();
+        let published_ports = check_published_ports(&req.published_ports)?;
+        let ports = published_ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
         let fingerprint = {
             let mut h = Sha256::new();
             for part in [
@@ -109,6 +161,7 @@ impl ValidLaunch {
                 req.version.trim(),
                 &ssh_public_key,
                 &name,
+                &ports,
             ] {
                 h.update(part.as_bytes());
                 h.update([0]);
@@ -121,6 +174,7 @@ impl ValidLaunch {
             ssh_public_key,
             region,
             lifetime_hours: req.lifetime_hours,
+            published_ports,
             fingerprint,
         })
     }
@@ -393,6 +447,7 @@ mod tests {
             name: name.into(),
             idempotency_key: "0f4c1b6e-launch".into(),
             lifetime_hours: None,
+            published_ports: Vec::new(),
         }
     }
 

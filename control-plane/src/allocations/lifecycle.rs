@@ -5,8 +5,8 @@
 //! never leaked.
 
 use agent_protocol::{
-    CleanupProof, ImageRef, PlannedSlot, ProvisionPlan, ReleasePlan, TaskOutcome, TaskOutput,
-    TaskSpec, identity,
+    CleanupProof, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort, ReleasePlan,
+    TaskOutcome, TaskOutput, TaskSpec, identity,
 };
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -108,6 +108,47 @@ pub(crate) async fn planned_slots(
         .collect())
 }
 
+/// Where the allocation is reached: the node's public address, its first slot's block of
+/// public ports (SSH, then each published port in order), and its project as the east-west
+/// group when the project allows east-west traffic.
+pub(crate) fn network_plan(
+    slots: &[PlannedSlot],
+    public_host: String,
+    port_base: i32,
+    published: &[i32],
+    east_west: Option<ProjectId>,
+) -> Result<NetworkPlan> {
+    let first = slots
+        .first()
+        .ok_or_else(|| Error::Corrupt("an allocation with no slots".into()))?;
+    let base = u16::try_from(port_base)
+        .map_err(|_| Error::Corrupt(format!("public_port_base {port_base}")))?;
+    let port = |k: usize| {
+        identity::public_port(base, first.slot_index, k).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "slot {} has no public port {k} from base {base}",
+                first.slot_index
+            ))
+        })
+    };
+    Ok(NetworkPlan {
+        public_host: Some(public_host),
+        ssh_port: Some(port(0)?),
+        published: published
+            .iter()
+            .enumerate()
+            .map(|(k, &guest)| {
+                Ok(PublishedPort {
+                    public_port: port(k + 1)?,
+                    guest_port: u16::try_from(guest)
+                        .map_err(|_| Error::Corrupt(format!("published port {guest}")))?,
+                })
+            })
+            .collect::<Result<_>>()?,
+        east_west_group: east_west.map(|p| p.to_string()),
+    })
+}
+
 async fn queue_task(
     conn: &mut PgConnection,
     node: NodeId,
@@ -141,9 +182,13 @@ async fn dispatch_one(
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.image_sha256, v.ssh_user, v.cloud_init
+                  v.image_sha256, v.ssh_user, v.cloud_init, a.published_ports,
+                  coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
+                  n.public_port_base, p.east_west, a.project_id AS "project_id: ProjectId"
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
+                JOIN nodes n ON n.id = a.node_id
+                JOIN projects p ON p.id = a.project_id
            WHERE a.id = $1 FOR UPDATE OF a"#,
         id as AllocationId
     )
@@ -155,6 +200,14 @@ async fn dispatch_one(
             if a.state != "placed" || a.desired_state != "running" {
                 return Ok(None);
             }
+            let slots = planned_slots(&mut *conn, Some(id), a.node_id).await?;
+            let network = network_plan(
+                &slots,
+                a.public_host,
+                a.public_port_base,
+                &a.published_ports,
+                a.east_west.then_some(a.project_id),
+            )?;
             let plan = ProvisionPlan {
                 allocation_id: id.to_string(),
                 name: a.name,
@@ -170,8 +223,8 @@ async fn dispatch_one(
                     },
                 },
                 ssh_public_key: a.ssh_public_key,
-                slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
-                network: Default::default(),
+                slots,
+                network,
             };
             let spec = if baremetal {
                 TaskSpec::BaremetalProvision(plan)
@@ -816,8 +869,10 @@ pub struct AllocationDetail {
     pub execution: Option<String>,
     pub failure: Option<String>,
     pub placement_why: String,
-    /// `ssh user@host -p port`, once running.
+    /// `ssh -p port user@host`, once running.
     pub ssh: Option<String>,
+    /// Each published guest port and the `host:port` it is reached at, once running.
+    pub published: Vec<(u16, String)>,
     /// What the guest last reported through its node's telemetry sink: the mean GPU
     /// utilisation and when the node forwarded it.
     pub gpu_utilisation: Option<(i16, String)>,
@@ -827,6 +882,37 @@ pub struct AllocationDetail {
     pub phases: Vec<Phase>,
     pub certificates: Vec<Certificate>,
     pub can_release: bool,
+}
+
+/// What a tenant types to reach the guest.
+pub fn ssh_command(user: &str, host: &str, port: i32) -> String {
+    if port == 22 {
+        format!("ssh {user}@{host}")
+    } else {
+        format!("ssh -p {port} {user}@{host}")
+    }
+}
+
+/// Each published guest port with the `host:port` it is reached at (the first slot's block
+/// of public ports, after SSH's).
+pub(crate) fn published_at(
+    host: &str,
+    base: i32,
+    first_slot: i32,
+    ports: &[i32],
+) -> Vec<(u16, String)> {
+    ports
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &guest)| {
+            let public = identity::public_port(
+                u16::try_from(base).ok()?,
+                u32::try_from(first_slot).ok()?,
+                k + 1,
+            )?;
+            Some((u16::try_from(guest).ok()?, format!("{host}:{public}")))
+        })
+        .collect()
 }
 
 pub(crate) async fn detail(
@@ -841,7 +927,7 @@ pub(crate) async fn detail(
                   l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
                   a.price_per_hour_minor, a.currency, a.desired_state,
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
-                  a.ssh_user, a.created_at, a.expires_at
+                  a.ssh_user, a.created_at, a.expires_at, a.published_ports, n.public_port_base
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
                 JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
@@ -939,7 +1025,7 @@ pub(crate) async fn detail(
     .fetch_optional(&mut *conn)
     .await?
     .map(|u| (u.gpu_util_pct, utc(u.at)));
-    let slot_indexes = a
+    let slot_indexes: Vec<i32> = a
         .placement
         .get("slot_indexes")
         .and_then(|v| serde_json::from_value(v.clone()).ok())
@@ -954,10 +1040,14 @@ pub(crate) async fn detail(
         gpu_utilisation,
         projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
         ssh: match (&a.ssh_host, a.ssh_port, &a.ssh_user) {
-            (Some(h), Some(p), Some(u)) if a.state == "running" => {
-                Some(format!("ssh {u}@{h} -p {p}"))
-            }
+            (Some(h), Some(p), Some(u)) if a.state == "running" => Some(ssh_command(u, h, p)),
             _ => None,
+        },
+        published: match (&a.ssh_host, slot_indexes.iter().min()) {
+            (Some(host), Some(&first)) if a.state == "running" => {
+                published_at(host, a.public_port_base, first, &a.published_ports)
+            }
+            _ => Vec::new(),
         },
         name: a.name,
         sku: a.sku,

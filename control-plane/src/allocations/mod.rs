@@ -40,6 +40,10 @@ pub struct LaunchRequest {
     /// Release it automatically after this many hours (1 to 8760); `None`: when released.
     /// A lifetime policy caps it.
     pub lifetime_hours: Option<u32>,
+    /// Guest TCP ports to publish besides SSH, each on its own public port of the host (at
+    /// most 7, within the `max_published_ports` policy).
+    #[serde(default)]
+    pub published_ports: Vec<u16>,
 }
 
 /// The longest lifetime a launch may ask for: a year.
@@ -324,6 +328,7 @@ impl ControlPlane {
             decide::within_budget(budget, spent, &sku, fee, &software.label)?;
         }
         let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
+        decide::within_published_ports(&policies, &valid.published_ports)?;
         let regions = allowed.regions;
         let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
 
@@ -364,6 +369,19 @@ impl ControlPlane {
             self.contention_deadline,
         )
         .await?;
+        if !valid.published_ports.is_empty() {
+            sqlx::query!(
+                "UPDATE allocations SET published_ports = $2 WHERE id = $1",
+                id as AllocationId,
+                &valid
+                    .published_ports
+                    .iter()
+                    .map(|&p| i32::from(p))
+                    .collect::<Vec<_>>(),
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query!(
             "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.provision', $1)",
             id as AllocationId
@@ -381,7 +399,7 @@ impl ControlPlane {
                 before: None,
                 after: Some(json!({
                     "name": name, "sku": sku.name, "node": placed.hostname,
-                    "software": software.label,
+                    "software": software.label, "published_ports": valid.published_ports,
                     "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
                     "why": placed.why,
                 })),
@@ -457,8 +475,11 @@ impl ControlPlane {
         let rows = sqlx::query!(
             r#"SELECT a.id AS "id: AllocationId", a.name, s.name AS sku, a.gpu_count, a.region,
                       a.state, a.desired_state, a.observed_state, a.failure,
-                      a.price_per_hour_minor, a.currency, a.created_at
-               FROM allocations a JOIN skus s ON s.id = a.sku_id
+                      a.price_per_hour_minor, a.currency, a.created_at,
+                      a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, n.public_port_base,
+                      (SELECT min(x::int) FROM jsonb_array_elements_text(a.placement -> 'slot_indexes') x)
+                          AS first_slot
+               FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
                WHERE a.project_id = $1
                  AND ($2::text IS NULL OR a.state = $2 OR ($2 = 'active' AND a.state <> 'released'))
                ORDER BY a.created_at DESC
@@ -471,6 +492,18 @@ impl ControlPlane {
         Ok(rows
             .into_iter()
             .map(|r| AllocationSummary {
+                ssh: match (&r.ssh_host, r.ssh_port, &r.ssh_user) {
+                    (Some(h), Some(p), Some(u)) if r.state == "running" => {
+                        Some(lifecycle::ssh_command(u, h, p))
+                    }
+                    _ => None,
+                },
+                published: match (&r.ssh_host, r.first_slot) {
+                    (Some(host), Some(first)) if r.state == "running" => {
+                        lifecycle::published_at(host, r.public_port_base, first, &r.published_ports)
+                    }
+                    _ => Vec::new(),
+                },
                 id: r.id,
                 name: r.name,
                 sku: r.sku,
@@ -575,6 +608,10 @@ pub struct AllocationSummary {
     /// Per hour, at launch.
     pub price: String,
     pub created_at: String,
+    /// `ssh -p port user@host`, once running.
+    pub ssh: Option<String>,
+    /// Each published guest port and the `host:port` it is reached at, once running.
+    pub published: Vec<(u16, String)>,
 }
 
 pub use lifecycle::{AllocationDetail, Certificate, Phase, Transition};

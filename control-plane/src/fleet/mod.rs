@@ -222,6 +222,13 @@ pub struct NodeDetail {
     pub agent_enrolled_at: Option<String>,
     /// When the open bootstrap token expires, if one waits to be used.
     pub open_token_expires: Option<String>,
+    /// Where tenants reach this node's guests: the address set by an operator (`None`: the
+    /// hostname is used).
+    pub public_host: Option<String>,
+    /// The first public port; slot `i` owns the 8 from `public_port_base + 8 i`.
+    pub public_port_base: u16,
+    /// The range of public ports its approved slots use, e.g. "22000–22063".
+    pub public_ports: String,
     pub slots: Vec<SlotRow>,
     /// The latest proposal (pending or decided).
     pub proposal: Option<ProposalView>,
@@ -550,6 +557,70 @@ impl ControlPlane {
                 resource: &self.naming().node(&row.region, node)?,
                 before: Some(json!({ "admin_state": row.admin_state })),
                 after: Some(json!({ "admin_state": state.as_str() })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Sets where tenants reach the node's guests: its public address (empty: its hostname)
+    /// and the first of its public ports. The port base can't move while allocations hold
+    /// slots on the node (their forwarded ports would change under them). Audited.
+    #[tracing::instrument(skip_all, fields(node.id = %node))]
+    pub async fn set_node_network(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        public_host: &str,
+        port_base: u16,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let host = validate::public_host(public_host)?;
+        if !(1024..=64511).contains(&port_base) {
+            return Err(Error::Invalid {
+                field: "public_port_base",
+                reason: format!(
+                    "{port_base}: give a port from 1024 to 64511 (128 slots of 8 ports must fit below 65536)"
+                ),
+            });
+        }
+        let mut tx = self.pool().begin().await?;
+        let row = lock_node(&mut tx, node).await?;
+        let before = sqlx::query!(
+            r#"SELECT public_host, public_port_base,
+                      (SELECT count(*) FROM allocations a
+                       WHERE a.node_id = n.id AND a.state <> 'released') AS "live!"
+               FROM nodes n WHERE id = $1"#,
+            node as NodeId
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if before.public_port_base != i32::from(port_base) && before.live > 0 {
+            return Err(Error::Conflict(format!(
+                "{} allocations hold slots on this node; move the port range once they are released (drain the node first)",
+                before.live
+            )));
+        }
+        sqlx::query!(
+            "UPDATE nodes SET public_host = $2, public_port_base = $3 WHERE id = $1",
+            node as NodeId,
+            host.as_deref(),
+            i32::from(port_base)
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.principal().user_id),
+                action: "node.network",
+                resource: &self.naming().node(&row.region, node)?,
+                before: Some(json!({
+                    "public_host": before.public_host, "public_port_base": before.public_port_base,
+                })),
+                after: Some(json!({ "public_host": host, "public_port_base": port_base })),
                 request_id,
             },
         )
@@ -905,7 +976,8 @@ impl ControlPlane {
             .pop()
             .ok_or(Error::NotFound { what: "node" })?;
         let facts = sqlx::query!(
-            r#"SELECT health, health_detail, created_at, agent_enrolled_at,
+            r#"SELECT health, health_detail, created_at, agent_enrolled_at, public_host,
+                      public_port_base,
                       (SELECT expires_at FROM node_bootstrap_tokens t
                        WHERE t.node_id = n.id AND t.used_at IS NULL AND t.revoked_at IS NULL
                          AND t.expires_at > now()) AS open_token_expires
@@ -964,7 +1036,18 @@ impl ControlPlane {
             .collect();
         let name = self.naming().node(&summary.region, node)?;
         let audit = self.platform_trail(name.to_string()).await?;
+        let base = u16::try_from(facts.public_port_base)
+            .map_err(|_| Error::Corrupt(format!("public_port_base {}", facts.public_port_base)))?;
+        let last_slot = slots.iter().map(|s| s.slot_index).max();
         Ok(NodeDetail {
+            public_host: facts.public_host,
+            public_port_base: base,
+            public_ports: match last_slot.and_then(|i| {
+                agent_protocol::identity::public_port(base, u32::try_from(i).ok()?, 7)
+            }) {
+                Some(last) => format!("{base}–{last}"),
+                None => "none yet (no approved slots)".into(),
+            },
             canonical_name: name.to_string(),
             health: facts.health,
             health_detail: facts.health_detail,

@@ -19,6 +19,33 @@ impl std::fmt::Display for SlotProblem {
     }
 }
 
+/// A node's public address as an operator typed it: a DNS name or IPv4 address, lower case;
+/// empty means "its hostname" (`None`). The same form the `nodes_public_host_form` constraint
+/// holds.
+pub fn public_host(input: &str) -> crate::error::Result<Option<String>> {
+    let host = input.trim().trim_end_matches('.').to_ascii_lowercase();
+    if host.is_empty() {
+        return Ok(None);
+    }
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if host.len() <= 253 && host.split('.').all(label_ok) {
+        Ok(Some(host))
+    } else {
+        Err(crate::error::Error::Invalid {
+            field: "public_host",
+            reason: format!(
+                "{:?} is not a host name or IPv4 address (e.g. gpu-host-3.example.com)",
+                input.trim()
+            ),
+        })
+    }
+}
+
 /// `dddd:bb:dd.f` → `dddd:bb:dd` (the device, whose functions may share an IOMMU group).
 fn device_of(address: &str) -> &str {
     address.rsplit_once('.').map_or(address, |(d, _)| d)
@@ -239,4 +266,32 @@ pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProb
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::public_host;
+
+    #[test]
+    fn public_hosts_are_names_or_addresses_and_empty_means_the_hostname() {
+        assert_eq!(public_host("").unwrap(), None);
+        assert_eq!(
+            public_host(" GPU-Host-3.Example.com. ").unwrap().as_deref(),
+            Some("gpu-host-3.example.com")
+        );
+        assert_eq!(
+            public_host("203.0.113.7").unwrap().as_deref(),
+            Some("203.0.113.7")
+        );
+        for bad in [
+            "gpu host",
+            "-a.example",
+            "a..b",
+            "a_b.example",
+            "x\"; rm",
+            &"a".repeat(64),
+        ] {
+            assert!(public_host(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -51,6 +51,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
         name: name.into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
+        published_ports: Vec::new(),
     }
 }
 
@@ -172,11 +173,20 @@ async fn answer(
     spec
 }
 
-fn provisioned(_: &TaskSpec) -> TaskOutcome {
+/// What the agent answers a provision with: the public address and SSH port its plan names.
+fn provisioned(spec: &TaskSpec) -> TaskOutcome {
+    let (host, port) = match spec {
+        TaskSpec::VmProvision(plan) | TaskSpec::BaremetalProvision(plan) => (
+            plan.network.public_host.clone().expect("a public host"),
+            plan.network.ssh_port.expect("an SSH port"),
+        ),
+        // A late answer to a task the test doesn't look into.
+        _ => ("gpu-late".into(), 22000),
+    };
     TaskOutcome::Succeeded {
         output: TaskOutput::Provisioned(Provisioned {
-            ssh_host: "10.100.0.10".into(),
-            ssh_port: 22,
+            ssh_host: host,
+            ssh_port: port,
             ssh_user: "ubuntu".into(),
         }),
     }
@@ -237,8 +247,14 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     );
 
     let principal = cp.principal(BOB).await.unwrap().unwrap();
+    // Reached through the node's public address (its hostname until an operator sets one),
+    // on slot 0's SSH port; isolated from its project's other guests (east-west is off).
+    assert_eq!(plan.network.public_host.as_deref(), Some("gpu-a"));
+    assert_eq!(plan.network.ssh_port, Some(22000));
+    assert_eq!(plan.network.east_west_group, None);
+    assert!(plan.network.published.is_empty());
     let detail = cp.allocation(&principal, id).await.unwrap();
-    assert_eq!(detail.ssh.as_deref(), Some("ssh ubuntu@10.100.0.10 -p 22"));
+    assert_eq!(detail.ssh.as_deref(), Some("ssh -p 22000 ubuntu@gpu-a"));
     assert!(
         detail.placement_why.contains("NVLink partition"),
         "{}",
@@ -1302,4 +1318,179 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
     )
     .await
     .unwrap();
+}
+
+/// Published ports: checked at launch (form and policy), forwarded from the first slot's
+/// block of the node's public ports, shown on the allocation and its list row; the project's
+/// east-west setting becomes the plan's group; an operator moves the node's address and port
+/// range only while nothing runs there, with an audit record.
+#[tokio::test]
+async fn published_ports_and_east_west_follow_the_project_and_the_node() {
+    use control_plane::tenancy::ProjectAdmins;
+    let db = crate::support::demo_db().await;
+    let (cp, ops) = setup(db.pool().clone()).await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-n").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let with_ports = |name: &str, ports: &[u16]| LaunchRequest {
+        published_ports: ports.to_vec(),
+        ..request("h100.1x", name)
+    };
+
+    // Bad ports are named, and nothing is reserved.
+    for (ports, says) in [
+        (&[22][..], "other than 22"),
+        (&[0][..], "other than 22"),
+        (&[8888, 8888][..], "8888 is listed twice"),
+        (&[1, 2, 3, 4, 5, 6, 7, 8][..], "at most 7"),
+    ] {
+        match cp.launch(&bob, &with_ports("bad", ports), None).await {
+            Err(Error::Invalid {
+                field: "published_ports",
+                reason,
+            }) => {
+                assert!(reason.contains(says), "{reason}")
+            }
+            other => panic!("{ports:?}: {other:?}"),
+        }
+    }
+    assert_eq!(availability(&cp, "h100.1x").await, 8);
+
+    // The operators' limit.
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let root = cp
+        .set_break_glass_password("root@platform.example", "Root", "a long enough password")
+        .await
+        .unwrap();
+    let root = cp.principal(root).await.unwrap().unwrap();
+    let global = Scope::global(
+        &root
+            .platform::<control_plane::auth::PlatformAdmin>()
+            .unwrap(),
+    );
+    cp.set_policy(
+        &global,
+        PolicyKey::MaxPublishedPorts,
+        Some(PolicyValue::parse(PolicyKey::MaxPublishedPorts, "1").unwrap()),
+        None,
+    )
+    .await
+    .unwrap();
+    match cp
+        .launch(&bob, &with_ports("two", &[8888, 6006]), None)
+        .await
+    {
+        Err(Error::PolicyDenied(why)) => {
+            assert!(why.contains("allows 1 published ports"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    cp.set_policy(&global, PolicyKey::MaxPublishedPorts, None, None)
+        .await
+        .unwrap();
+
+    // East-west on: the plan names the project as its group.
+    let admin = cp
+        .project_access::<ProjectAdmins>(&alice, ACME_RESEARCH)
+        .await
+        .unwrap();
+    cp.set_east_west(&admin, true, Some("req-ew"))
+        .await
+        .unwrap();
+    let id = cp
+        .launch(&bob, &with_ports("notebook", &[8888, 6006]), None)
+        .await
+        .unwrap()
+        .id;
+    let spec = answer(&cp, &agent, PROVISION, provisioned).await;
+    let TaskSpec::VmProvision(plan) = &spec else {
+        panic!("{spec:?}")
+    };
+    let first = plan.slots[0].slot_index as u16;
+    let ssh = 22000 + 8 * first;
+    assert_eq!(plan.network.ssh_port, Some(ssh));
+    assert_eq!(
+        plan.network
+            .published
+            .iter()
+            .map(|p| (p.guest_port, p.public_port))
+            .collect::<Vec<_>>(),
+        vec![(6006, ssh + 1), (8888, ssh + 2)],
+        "sorted, after the SSH port"
+    );
+    assert_eq!(
+        plan.network.east_west_group.as_deref(),
+        Some(ACME_RESEARCH.to_string().as_str())
+    );
+    // The database holds the launch's rule too.
+    for bad in ["{22}", "{8888,8888}", "{0}", "{1,2,3,4,5,6,7,8}"] {
+        let refused =
+            sqlx::query("UPDATE allocations SET published_ports = $2::int[] WHERE id = $1")
+                .bind(id.0)
+                .bind(bad)
+                .execute(db.pool())
+                .await;
+        assert!(refused.is_err(), "{bad} stored as published");
+    }
+    let bob_p = cp.principal(BOB).await.unwrap().unwrap();
+    let detail = cp.allocation(&bob_p, id).await.unwrap();
+    assert_eq!(detail.ssh, Some(format!("ssh -p {ssh} ubuntu@gpu-n")));
+    assert_eq!(
+        detail.published,
+        vec![
+            (6006, format!("gpu-n:{}", ssh + 1)),
+            (8888, format!("gpu-n:{}", ssh + 2))
+        ]
+    );
+    let viewer = cp
+        .project_access::<control_plane::tenancy::ProjectViewers>(&bob_p, ACME_RESEARCH)
+        .await
+        .unwrap();
+    let row = cp
+        .allocations(&viewer, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.id == id)
+        .unwrap();
+    assert_eq!((row.ssh, row.published), (detail.ssh, detail.published));
+
+    // The node's network: a bad address is named; the port range can't move under a running
+    // allocation; the address can, and both are audited.
+    match cp
+        .set_node_network(&ops, node, "gpu host", 22000, None)
+        .await
+    {
+        Err(Error::Invalid {
+            field: "public_host",
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    match cp.set_node_network(&ops, node, "", 30000, None).await {
+        Err(Error::Conflict(why)) => assert!(why.contains("1 allocations hold slots"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    cp.set_node_network(&ops, node, "GPU-N.Example.com", 22000, Some("req-net"))
+        .await
+        .unwrap();
+    let d = cp
+        .node_detail(&crate::support::staff(&cp, &ops).await, node)
+        .await
+        .unwrap();
+    assert_eq!(d.public_host.as_deref(), Some("gpu-n.example.com"));
+    assert_eq!(d.public_ports, "22000–22063", "eight slots of eight ports");
+    let audited: (serde_json::Value,) = sqlx::query_as(
+        "SELECT after FROM audit_log WHERE action = 'node.network' AND request_id = 'req-net'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited.0["public_host"], "gpu-n.example.com");
+    let ew: (serde_json::Value,) = sqlx::query_as(
+        "SELECT after FROM audit_log WHERE action = 'project.east_west' AND request_id = 'req-ew'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(ew.0["east_west"], true);
 }

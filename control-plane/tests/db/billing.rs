@@ -790,6 +790,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         name: "one-more".into(),
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
+        published_ports: Vec::new(),
     };
     let err = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(

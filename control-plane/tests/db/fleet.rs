@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput};
-use control_plane::auth::{Platform, PlatformOperators, PlatformStaff};
+use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::fleet::agent::NodeAgent;
 use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
 use control_plane::{ControlPlane, Error, Naming, NodeId};
 
-use crate::support::{approve_all, discover, discovery, enrolled, operator};
+use crate::support::{approve_all, discover, discovery, enrolled, operator, staff};
 
 fn with_wipe(mut d: Discovery, policy: &str) -> Discovery {
     for s in &mut d.proposed_slots {
@@ -138,15 +138,6 @@ fn what_the_database_would_refuse_is_named_before_approval() {
 }
 
 // --- helpers --------------------------------------------------------------------------------
-
-async fn staff(cp: &ControlPlane, ops: &Platform<PlatformOperators>) -> Platform<PlatformStaff> {
-    cp.principal(ops.principal().user_id)
-        .await
-        .unwrap()
-        .unwrap()
-        .platform::<PlatformStaff>()
-        .unwrap()
-}
 
 fn hgx_node(hostname: &str) -> NewNode {
     NewNode {
