@@ -65,3 +65,15 @@ ALTER TABLE policies
             AND (value ->> 'currency') ~ '^[A-Z]{3}$'
         ELSE false
     END);
+
+-- Each tenant's InfiniBand partition key, assigned the first time one of its allocations is
+-- dispatched and kept: its slots' IB virtual functions join only this partition. 15 bits,
+-- never 0 or the default partition 0x7fff.
+CREATE SEQUENCE ib_partition_keys AS integer START 2 MINVALUE 2 MAXVALUE 32766;
+
+CREATE TABLE tenant_ib_partitions (
+    tenant_id   uuid PRIMARY KEY REFERENCES tenants (id),
+    pkey        integer NOT NULL UNIQUE DEFAULT nextval('ib_partition_keys')
+                CHECK (pkey BETWEEN 1 AND 32766),
+    assigned_at timestamptz NOT NULL DEFAULT now()
+);

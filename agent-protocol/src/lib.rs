@@ -289,6 +289,21 @@ pub struct ProvisionPlan {
     /// then nothing is published and the guest is isolated).
     #[serde(default)]
     pub network: NetworkPlan,
+    /// The fabric partitions the slots join before the VM starts (absent: none).
+    #[serde(default)]
+    pub fabric: FabricPlan,
+}
+
+/// An allocation's fabric isolation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricPlan {
+    /// The tenant's InfiniBand partition key (0x0001–0x7ffe): each slot's IB VF becomes a
+    /// full member of it, and of no other tenant's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ib_pkey: Option<u16>,
+    /// On NVSwitch hosts, the NVLink fabric partition that holds exactly the plan's GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_partition: Option<u32>,
 }
 
 /// An allocation's place on its host's slot network.

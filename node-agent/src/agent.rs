@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_protocol::{
-    NetworkPlan, PhaseReport, PlannedSlot, ProvisionPlan, Provisioned, ReconcileResponse,
-    ReleasePlan, SlotCleanup, TaskOutput, TaskSpec, identity,
+    FabricPlan, NetworkPlan, PhaseReport, PlannedSlot, ProvisionPlan, Provisioned,
+    ReconcileResponse, ReleasePlan, SlotCleanup, TaskOutput, TaskSpec, identity,
 };
 
 use crate::domain::{self, DomainSpec};
 use crate::driver::{DomainState, Driver, phase};
+use crate::fabric::{self, IbFabric, Membership, NvlinkFabric, SimulatedIb, SimulatedNvlink};
 use crate::image;
 use crate::lease::{Lease, LeaseKind, LeaseStore, now_s};
 use crate::network::{Attachment, NetState, SimulatedNetwork, SlotNetwork};
@@ -47,6 +48,10 @@ pub struct Agent {
     pub driver: Arc<dyn Driver>,
     /// The slot network: bridge, DHCP, NAT, forwarded ports and east-west rules.
     pub network: Arc<dyn SlotNetwork>,
+    /// InfiniBand partitions (OpenSM, or simulated).
+    pub ib: Arc<dyn IbFabric>,
+    /// NVLink fabric partitions (Fabric Manager, or simulated).
+    pub nvlink: Arc<dyn NvlinkFabric>,
     pub state_dir: PathBuf,
     pub leases: LeaseStore,
     pub faults: Faults,
@@ -71,6 +76,8 @@ impl Agent {
         Self {
             leases: LeaseStore::new(&state_dir),
             network: Arc::new(SimulatedNetwork::new(&state_dir)),
+            ib: Arc::new(SimulatedIb::new(&state_dir)),
+            nvlink: Arc::new(SimulatedNvlink::new(&state_dir, Vec::new())),
             node_id,
             credential,
             driver,
@@ -257,7 +264,8 @@ impl Agent {
                 return Err("the plan's image names no SSH user".into());
             }
             self.check_plan(alloc, slots, whole_node, approved)?;
-            self.check_network(alloc, &plan.network)
+            self.check_network(alloc, &plan.network)?;
+            self.check_fabric(slots, &plan.fabric)
         })?;
         let token = self.step("take_leases", None, report, || {
             // The firmware every later check compares with, recorded (where this host has
@@ -271,7 +279,7 @@ impl Agent {
                 slots,
                 LeaseKind::Provision,
                 "take_leases",
-                Some(&plan.network),
+                Some((&plan.network, &plan.fabric)),
             )
         })?;
         let leased = Some((slots, alloc));
@@ -319,6 +327,23 @@ impl Agent {
         self.step("connect_network", leased, report, || {
             self.apply_network(approved)
         })?;
+        // The VM is not started (nor handed over) until the fabric confirms membership.
+        self.step("join_ib_partition", leased, report, || self.apply_ib())?;
+        self.step("activate_nvlink", leased, report, || {
+            let Some(id) = plan.fabric.nvlink_partition else {
+                return Ok(());
+            };
+            // A smaller partition left active inside these GPUs (Fabric Manager's single-GPU
+            // ones, or one a crash left behind) serves nobody: these GPUs are leased to this
+            // allocation. One reaching beyond them is another tenant's, and activation fails.
+            let ours: Vec<&String> = slots.iter().map(|s| &s.gpu_pci_address).collect();
+            for p in self.nvlink.partitions()? {
+                if p.active && p.id != id && p.gpus.iter().all(|g| ours.contains(&g)) {
+                    self.nvlink.deactivate(p.id)?;
+                }
+            }
+            self.nvlink.activate(id)
+        })?;
         self.step("start_vm", leased, report, || {
             match self.driver.domain_state(&name)? {
                 Some(DomainState::Running) => Ok(()),
@@ -357,7 +382,7 @@ impl Agent {
         slots: &[PlannedSlot],
         kind: LeaseKind,
         phase: &str,
-        network: Option<&NetworkPlan>,
+        network: Option<(&NetworkPlan, &FabricPlan)>,
     ) -> Result<String, String> {
         let mut token = None;
         for s in slots {
@@ -379,7 +404,8 @@ impl Agent {
                 phase: phase.to_string(),
                 telemetry_token: token.clone(),
                 updated_at: now_s(),
-                network: network.filter(|_| i == 0).cloned(),
+                network: network.filter(|_| i == 0).map(|n| n.0.clone()),
+                fabric: network.filter(|_| i == 0).map(|n| n.1.clone()),
             })?;
         }
         Ok(token)
@@ -483,6 +509,19 @@ impl Agent {
                 }
                 _ => Ok(()),
             }
+        })?;
+        // Out of the tenant's fabric partitions before the wipe: the VFs leave its IB partition
+        // (release leases hold no fabric), and every NVLink partition over these GPUs is
+        // deactivated, whatever the lease remembers.
+        self.step("leave_ib_partition", leased, report, || self.apply_ib())?;
+        self.step("deactivate_nvlink", leased, report, || {
+            let gpus: Vec<&String> = slots.iter().map(|s| &s.gpu_pci_address).collect();
+            for p in self.nvlink.partitions()? {
+                if p.active && p.gpus.iter().any(|g| gpus.contains(&g)) {
+                    self.nvlink.deactivate(p.id)?;
+                }
+            }
+            Ok(())
         })?;
         // Per slot: (how it is verified, the offsets, how long the wipe took).
         let wiped = self.step("wipe_nvme", leased, report, || {
@@ -624,6 +663,11 @@ impl Agent {
             "applied the slot network ({})",
             self.network.describe()
         ));
+        self.apply_ib()?;
+        done.push(format!(
+            "applied the InfiniBand partitions ({})",
+            self.ib.describe()
+        ));
         Ok(done)
     }
 
@@ -644,6 +688,64 @@ impl Agent {
             }
         }
         self.network.apply(&state)
+    }
+
+    /// Every provision lease's slots in its allocation's partition: the membership the IB
+    /// fabric must hold.
+    pub fn ib_membership(&self) -> Result<Membership, String> {
+        let leases = self.leases.all()?;
+        let mut m = Membership::new();
+        for l in &leases {
+            let Some(pkey) = l.fabric.as_ref().and_then(|f| f.ib_pkey) else {
+                continue;
+            };
+            if l.kind != LeaseKind::Provision {
+                continue;
+            }
+            let guids = m.entry(pkey).or_default();
+            for s in leases
+                .iter()
+                .filter(|s| s.allocation_id == l.allocation_id && s.kind == LeaseKind::Provision)
+            {
+                guids.insert(fabric::port_guid(&self.node_id, s.slot_index));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Makes the IB partitions what the leases say, and confirms it.
+    pub fn apply_ib(&self) -> Result<(), String> {
+        self.ib.apply(&self.ib_membership()?)
+    }
+
+    /// Refuses a fabric plan whose partition key is not a tenant's, or whose NVLink partition
+    /// is not exactly the plan's GPUs.
+    fn check_fabric(&self, slots: &[PlannedSlot], f: &FabricPlan) -> Result<(), String> {
+        if let Some(k) = f.ib_pkey {
+            fabric::pkey_ok(k)?;
+        }
+        if let Some(id) = f.nvlink_partition {
+            let partitions = self.nvlink.partitions()?;
+            let p = partitions
+                .iter()
+                .find(|p| p.id == id)
+                .ok_or_else(|| format!("this host's fabric has no NVLink partition {id}"))?;
+            let mut want: Vec<&String> = slots.iter().map(|s| &s.gpu_pci_address).collect();
+            let mut have: Vec<&String> = p.gpus.iter().collect();
+            want.sort();
+            have.sort();
+            if want != have {
+                return Err(format!(
+                    "NVLink partition {id} holds GPUs {}, not the plan's {}; refusing the plan",
+                    p.gpus.join(", "),
+                    want.iter()
+                        .map(|g| g.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a network plan with nonsense in it, or one whose public ports another

@@ -68,6 +68,19 @@ pub struct Settings {
     /// and link-local ranges).
     #[arg(long, value_delimiter = ',')]
     pub blocked_egress: Option<Vec<String>>,
+    /// OpenSM's partition file, which the agent writes (with `ib_reload`); without it the IB
+    /// partitions are simulated under the state directory.
+    #[arg(long)]
+    pub ib_partitions_file: Option<PathBuf>,
+    /// The command that makes OpenSM reread its partition file, split on spaces (default
+    /// `pkill -HUP opensm`).
+    #[arg(long)]
+    pub ib_reload: Option<String>,
+    /// Fabric Manager's partition tool with its connection options, split on spaces (e.g.
+    /// `fmpm --unix-domain-socket /var/run/nvidia-fabricmanager/fm.sock`); the agent adds
+    /// `-l`, `-a ID` or `-d ID`. Without it NVLink partitions are simulated.
+    #[arg(long)]
+    pub fabric_manager: Option<String>,
     /// Test knob: fail this phase.
     #[arg(long)]
     pub fail_at: Option<String>,
@@ -101,6 +114,9 @@ impl Settings {
             uplink: self.uplink.or(file.uplink),
             public_address: self.public_address.or(file.public_address),
             blocked_egress: self.blocked_egress.or(file.blocked_egress),
+            ib_partitions_file: self.ib_partitions_file.or(file.ib_partitions_file),
+            ib_reload: self.ib_reload.or(file.ib_reload),
+            fabric_manager: self.fabric_manager.or(file.fabric_manager),
             fail_at: self.fail_at.or(file.fail_at),
             crash_at: self.crash_at.or(file.crash_at),
         })

@@ -35,6 +35,9 @@ pub struct Lease {
     /// is gone from the next ruleset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<agent_protocol::NetworkPlan>,
+    /// On the same lease: the fabric partitions the allocation's slots are in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<agent_protocol::FabricPlan>,
 }
 
 pub struct LeaseStore {
@@ -147,6 +150,7 @@ mod tests {
             telemetry_token: "tok".into(),
             updated_at: 1,
             network: None,
+            fabric: None,
         }
     }
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod discover;
 pub mod domain;
 pub mod driver;
+pub mod fabric;
 pub mod image;
 pub mod lease;
 pub mod network;

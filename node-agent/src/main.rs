@@ -223,6 +223,39 @@ fn status(settings: Settings) -> Result<(), String> {
     Ok(())
 }
 
+/// The real fabrics where the settings name them; otherwise simulated ones (a simulated host's
+/// NVLink partitions are its fixture's).
+fn fabrics(
+    settings: &Settings,
+    state_dir: &std::path::Path,
+    agent: &mut Agent,
+) -> Result<(), String> {
+    use node_agent::fabric::{FabricManager, OpenSmPartitions, SimulatedNvlink};
+    if let Some(path) = &settings.ib_partitions_file {
+        let reload = settings.ib_reload.as_deref().unwrap_or("pkill -HUP opensm");
+        agent.ib = Arc::new(OpenSmPartitions {
+            path: path.clone(),
+            reload: reload.split_whitespace().map(String::from).collect(),
+        });
+    }
+    let host = agent.driver.topology_discover(&mut |_| {})?.host;
+    match &settings.fabric_manager {
+        Some(cmd) => {
+            let mut words = cmd.split_whitespace().map(String::from);
+            let program = words.next().ok_or("fabric_manager is empty")?;
+            agent.nvlink = Arc::new(FabricManager {
+                program,
+                args: words.collect(),
+                gpus: host.gpus.iter().map(|g| g.pci_address.clone()).collect(),
+            });
+        }
+        None => {
+            agent.nvlink = Arc::new(SimulatedNvlink::new(state_dir, host.fabric_partitions));
+        }
+    }
+    Ok(())
+}
+
 /// The real slot network, where the settings name an uplink.
 fn host_network(
     settings: &Settings,
@@ -273,7 +306,13 @@ async fn run(settings: Settings) -> Result<(), String> {
         network.prepare()?;
         agent.network = Arc::new(network);
     }
+    fabrics(&settings, &state_dir, &mut agent)?;
     eprintln!("slot network: {}", agent.network.describe());
+    eprintln!(
+        "fabrics: {}; {}",
+        agent.ib.describe(),
+        agent.nvlink.describe()
+    );
     eprintln!(
         "node-agent {}: node {} → {} with driver {}",
         env!("CARGO_PKG_VERSION"),

@@ -22,21 +22,25 @@ const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
 
-const PROVISION: [&str; 8] = [
+const PROVISION: [&str; 10] = [
     "validate_plan",
     "take_leases",
     "write_image",
     "cloud_init",
     "define_domain",
     "connect_network",
+    "join_ib_partition",
+    "activate_nvlink",
     "start_vm",
     "wait_ssh",
 ];
-const RELEASE: [&str; 9] = [
+const RELEASE: [&str; 11] = [
     "validate_plan",
     "disconnect_network",
     "stop_vm",
     "destroy_domain",
+    "leave_ib_partition",
+    "deactivate_nvlink",
     "wipe_nvme",
     "verify_wipe",
     "reset_gpu",
@@ -89,6 +93,16 @@ impl Host {
             .unwrap_or_default();
         names.sort();
         names
+    }
+
+    /// The simulated InfiniBand fabric's membership: (partition key, member count).
+    fn ib(&self) -> Vec<(u16, usize)> {
+        node_agent::fabric::SimulatedIb::new(&self.state)
+            .membership()
+            .unwrap()
+            .into_iter()
+            .map(|(k, g)| (k, g.len()))
+            .collect()
     }
 
     fn leases(&self) -> usize {
@@ -179,6 +193,16 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
     cp.launch(who, &req, None).await.unwrap().id
 }
 
+/// The partition key the control plane gave Acme.
+async fn acme_pkey(pool: &PgPool) -> u16 {
+    let k: i32 = sqlx::query_scalar("SELECT pkey FROM tenant_ib_partitions WHERE tenant_id = $1")
+        .bind(control_plane::demo::ACME.0)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    k as u16
+}
+
 fn write_state(dir: &Path, node: NodeId, server: &str, credential: &str) {
     let s = node_agent::state::State::new(dir);
     s.save(
@@ -236,11 +260,18 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
         let domain = format!("gpuaas-{id}");
         assert_eq!(host.domains(), [domain], "{what}: exactly one VM");
         assert_eq!(host.leases(), 1, "{what}");
+        let pkey = acme_pkey(&pool).await;
+        assert_eq!(
+            host.ib(),
+            [(pkey, 1)],
+            "{what}: its VF is in Acme's partition"
+        );
         cp.release_allocation(&bob, id, None).await.unwrap();
         until(&pool, id, "released", &what).await;
         assert_released_clean(&pool, id, 1, &what).await;
         assert!(host.domains().is_empty(), "{what}: the VM is gone");
         assert_eq!(host.leases(), 0, "{what}: no lease left");
+        assert!(host.ib().is_empty(), "{what}: the VF left the partition");
         stop(agent).await;
     }
 
@@ -271,6 +302,7 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
         assert_released_clean(&pool, id, 1, &what).await;
         assert!(host.domains().is_empty(), "{what}: no VM left");
         assert_eq!(host.leases(), 0, "{what}: no lease left");
+        assert!(host.ib().is_empty(), "{what}: the VF left the partition");
         stop(agent).await;
     }
 

@@ -439,6 +439,8 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
             "cloud_init",
             "define_domain",
             "connect_network",
+            "join_ib_partition",
+            "activate_nvlink",
             "start_vm",
             "wait_ssh"
         ]
@@ -523,5 +525,106 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
         )
         .unwrap_err();
     assert!(e.contains("needs an NVMe controller"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// NVLink and InfiniBand partitions on the HGX fixture: a 2-GPU slice's partition is checked
+/// against the plan's GPUs, activated before the VM starts (single-GPU partitions left active
+/// inside it are deactivated first), an overlapping one is refused while it is active, and the
+/// release deactivates it and takes the VFs out of the tenant's IB partition before the wipe.
+#[test]
+fn fabric_partitions_follow_the_allocation_from_plan_to_release() {
+    use agent_protocol::{Discovery, FabricPlan};
+    use node_agent::fabric::{NvlinkFabric, SimulatedIb, SimulatedNvlink, port_guid};
+    let dir = tempdir("fabric");
+    let mut agent = simulated_agent(&dir, "hgx-h100-8x");
+    let d: Discovery = serde_json::from_str(
+        &std::fs::read_to_string(fixture("hgx-h100-8x").join("expected-discovery.json")).unwrap(),
+    )
+    .unwrap();
+    let nvlink = Arc::new(SimulatedNvlink::new(&dir, d.host.fabric_partitions.clone()));
+    agent.nvlink = nvlink.clone();
+    let all = approved("hgx-h100-8x", "overwrite-verify");
+    let pair = d
+        .host
+        .fabric_partitions
+        .iter()
+        .find(|p| p.gpus.len() == 2)
+        .unwrap()
+        .clone();
+    let slots: Vec<PlannedSlot> = all
+        .iter()
+        .filter(|s| pair.gpus.contains(&s.gpu_pci_address))
+        .cloned()
+        .collect();
+    assert_eq!(slots.len(), 2);
+    let a = "00000000-0000-4000-a000-00000000f001";
+    let mut p = plan(a, slots.clone());
+
+    // A partition that is not exactly the plan's GPUs is refused before anything happens.
+    let eight = d
+        .host
+        .fabric_partitions
+        .iter()
+        .find(|p| p.gpus.len() == 8)
+        .unwrap();
+    p.fabric = FabricPlan {
+        ib_pkey: Some(0x0002),
+        nvlink_partition: Some(eight.id),
+    };
+    let e = refused(agent.provision("t1", &p, false, &all, &mut |_| {}));
+    assert!(e.contains("not the plan's"), "{e}");
+    p.fabric.ib_pkey = Some(0x7fff);
+    p.fabric.nvlink_partition = Some(pair.id);
+    let e = refused(agent.provision("t1", &p, false, &all, &mut |_| {}));
+    assert!(e.contains("not a tenant partition key"), "{e}");
+    assert!(
+        agent.leases.all().unwrap().is_empty(),
+        "refused before any lease"
+    );
+
+    // A single-GPU partition left active on one of the pair's GPUs.
+    let single = d
+        .host
+        .fabric_partitions
+        .iter()
+        .find(|p| p.gpus.len() == 1 && p.gpus[0] == pair.gpus[0])
+        .unwrap();
+    nvlink.activate(single.id).unwrap();
+    p.fabric.ib_pkey = Some(0x0002);
+    agent.provision("t1", &p, false, &all, &mut |_| {}).unwrap();
+    assert_eq!(
+        nvlink.active().unwrap(),
+        std::collections::BTreeSet::from([pair.id])
+    );
+    let e = nvlink.activate(eight.id).unwrap_err();
+    assert!(e.contains("overlaps active partition"), "{e}");
+    let ib = SimulatedIb::new(&dir).membership().unwrap();
+    assert_eq!(
+        ib.get(&0x0002).cloned().unwrap_or_default(),
+        slots
+            .iter()
+            .map(|s| port_guid(NODE, s.slot_index))
+            .collect(),
+        "both VFs are full members of the tenant's partition"
+    );
+
+    agent
+        .release(
+            "t2",
+            &ReleasePlan {
+                allocation_id: a.into(),
+                slots: slots.clone(),
+            },
+            false,
+            &all,
+            &mut |_| {},
+        )
+        .unwrap();
+    assert!(
+        nvlink.active().unwrap().is_empty(),
+        "deactivated at release"
+    );
+    assert!(SimulatedIb::new(&dir).membership().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -671,6 +671,31 @@ fn the_rendered_network_of_each_fixture_is_the_reviewed_one() {
             render_dnsmasq_conf(Path::new("/var/lib/gpu-node-agent/network")).unwrap(),
             render_dhcp_hosts(&state),
         );
+        // The IB partitions for the same allocations: each in its tenant's partition key
+        // (allocations 1 and 2 one tenant's, 3 another's).
+        let mut members = node_agent::fabric::Membership::new();
+        for a in &state.attached {
+            let pkey = if a.allocation_id == alloc_id(3) {
+                0x0003
+            } else {
+                0x0002
+            };
+            members
+                .entry(pkey)
+                .or_default()
+                .insert(node_agent::fabric::port_guid(NODE, a.slot_index));
+        }
+        let partitions = node_agent::fabric::render_partitions(&members).unwrap();
+        let golden_ib = fixture(name).join("expected-partitions.conf");
+        if std::env::var_os("UPDATE_FIXTURES").is_some() {
+            std::fs::write(&golden_ib, &partitions).unwrap();
+        }
+        assert_eq!(
+            partitions,
+            std::fs::read_to_string(&golden_ib).unwrap_or_default(),
+            "{name}: partitions.conf differs from {} (UPDATE_FIXTURES=1 rewrites it)",
+            golden_ib.display()
+        );
         let golden = fixture(name).join("expected-network.txt");
         if std::env::var_os("UPDATE_FIXTURES").is_some() {
             std::fs::write(&golden, &text).unwrap();

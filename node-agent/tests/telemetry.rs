@@ -66,6 +66,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
         ssh_public_key: "ssh-ed25519 AAAA test".into(),
         slots: vec![s.clone()],
         network: Default::default(),
+        fabric: Default::default(),
     };
     let a = agent.clone();
     let approved = vec![s.clone()];

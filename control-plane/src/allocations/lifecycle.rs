@@ -5,8 +5,8 @@
 //! never leaked.
 
 use agent_protocol::{
-    CleanupProof, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort, ReleasePlan,
-    TaskOutcome, TaskOutput, TaskSpec, identity,
+    CleanupProof, FabricPlan, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort,
+    ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, identity,
 };
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -149,6 +149,57 @@ pub(crate) fn network_plan(
     })
 }
 
+/// The tenant's InfiniBand partition key (assigned on first use and kept), and the NVLink
+/// partition that holds exactly the allocation's slots where the node has one (a 2-, 4- or
+/// 8-GPU slice on an NVSwitch host, or the whole node).
+async fn fabric_plan(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    node: NodeId,
+    slots: &[PlannedSlot],
+) -> Result<FabricPlan> {
+    sqlx::query!(
+        "INSERT INTO tenant_ib_partitions (tenant_id) VALUES ($1) ON CONFLICT (tenant_id) DO NOTHING",
+        tenant as TenantId
+    )
+    .execute(&mut *conn)
+    .await?;
+    let pkey = sqlx::query_scalar!(
+        "SELECT pkey FROM tenant_ib_partitions WHERE tenant_id = $1",
+        tenant as TenantId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let ids = slots
+        .iter()
+        .map(|s| {
+            s.slot_id
+                .parse::<uuid::Uuid>()
+                .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let partition = if ids.len() >= 2 {
+        sqlx::query_scalar!(
+            "SELECT partition_id FROM node_fabric_partitions
+             WHERE node_id = $1 AND slot_ids @> $2::uuid[] AND slot_ids <@ $2::uuid[]",
+            node as NodeId,
+            &ids
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+    } else {
+        None
+    };
+    Ok(FabricPlan {
+        ib_pkey: Some(
+            u16::try_from(pkey).map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
+        ),
+        nvlink_partition: partition
+            .map(|p| u32::try_from(p).map_err(|_| Error::Corrupt(format!("partition {p}"))))
+            .transpose()?,
+    })
+}
+
 async fn queue_task(
     conn: &mut PgConnection,
     node: NodeId,
@@ -184,7 +235,8 @@ async fn dispatch_one(
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
                   v.image_sha256, v.ssh_user, v.cloud_init, a.published_ports,
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
-                  n.public_port_base, p.east_west, a.project_id AS "project_id: ProjectId"
+                  n.public_port_base, p.east_west, a.project_id AS "project_id: ProjectId",
+                  a.tenant_id AS "tenant_id: TenantId"
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
@@ -208,6 +260,7 @@ async fn dispatch_one(
                 &a.published_ports,
                 a.east_west.then_some(a.project_id),
             )?;
+            let fabric = fabric_plan(&mut *conn, a.tenant_id, a.node_id, &slots).await?;
             let plan = ProvisionPlan {
                 allocation_id: id.to_string(),
                 name: a.name,
@@ -225,6 +278,7 @@ async fn dispatch_one(
                 ssh_public_key: a.ssh_public_key,
                 slots,
                 network,
+                fabric,
             };
             let spec = if baremetal {
                 TaskSpec::BaremetalProvision(plan)

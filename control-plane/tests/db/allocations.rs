@@ -253,6 +253,26 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(plan.network.ssh_port, Some(22000));
     assert_eq!(plan.network.east_west_group, None);
     assert!(plan.network.published.is_empty());
+    // Its NVLink partition (the pair placement chose) and Acme's InfiniBand partition key,
+    // assigned now and kept.
+    let partition: i32 = sqlx::query_scalar(
+        "SELECT partition_id FROM node_fabric_partitions p JOIN node_resource_slots s
+           ON s.id = ANY (p.slot_ids) AND s.slot_index IN (0, 2)
+         WHERE p.node_id = $1 AND cardinality(p.slot_ids) = 2
+         GROUP BY partition_id HAVING count(*) = 2",
+    )
+    .bind(node.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(plan.fabric.nvlink_partition, Some(partition as u32));
+    let pkey: i32 =
+        sqlx::query_scalar("SELECT pkey FROM tenant_ib_partitions WHERE tenant_id = $1")
+            .bind(ACME.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(plan.fabric.ib_pkey, Some(pkey as u16));
     let detail = cp.allocation(&principal, id).await.unwrap();
     assert_eq!(detail.ssh.as_deref(), Some("ssh -p 22000 ubuntu@gpu-a"));
     assert!(
@@ -1405,6 +1425,16 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     let TaskSpec::VmProvision(plan) = &spec else {
         panic!("{spec:?}")
     };
+    // One partition key per tenant, kept across its allocations; a 1-GPU slice has no NVLink
+    // partition to activate.
+    let acme: i32 =
+        sqlx::query_scalar("SELECT pkey FROM tenant_ib_partitions WHERE tenant_id = $1")
+            .bind(ACME.0)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(plan.fabric.ib_pkey, Some(acme as u16));
+    assert_eq!(plan.fabric.nvlink_partition, None);
     let first = plan.slots[0].slot_index as u16;
     let ssh = 22000 + 8 * first;
     assert_eq!(plan.network.ssh_port, Some(ssh));

@@ -71,6 +71,7 @@ pub fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
                 .into(),
         slots,
         network: Default::default(),
+        fabric: Default::default(),
     }
 }
 
