@@ -986,21 +986,21 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
         } else {
             view! {
                 <div class="table-scroll">
-                <table class="data" id="allocations">
+                <table class="data cards" id="allocations">
                     <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Connect"</th><th>"Per hour"</th><th>"Created"</th></tr></thead>
                     <tbody>
                         {v.rows.into_iter().map(|a| view! {
                             <tr data-allocation=a.name.clone()>
-                                <td><a href=format!("/allocations/{}", a.id)>{a.name.clone()}</a></td>
-                                <td>{a.sku}</td><td>{a.gpus}</td><td>{a.region}</td>
-                                <td><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
-                                <td class="connect">
+                                <td data-label="Name"><a href=format!("/allocations/{}", a.id)>{a.name.clone()}</a></td>
+                                <td data-label="SKU">{a.sku}</td><td data-label="GPUs">{a.gpus}</td><td data-label="Region">{a.region}</td>
+                                <td data-label="State"><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
+                                <td class="connect" data-label="Connect">
                                     {a.ssh.map(|s| view! { <code data-testid="row-ssh">{s}</code> })}
                                     {a.published.into_iter().map(|(guest, at)| view! {
                                         <br /><span class="hint">{format!("port {guest} → ")}<code>{at}</code></span>
                                     }).collect_view()}
                                 </td>
-                                <td>{a.price}</td><td>{a.created_at}</td>
+                                <td data-label="Per hour">{a.price}</td><td data-label="Created">{a.created_at}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
@@ -1076,7 +1076,7 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />
-                    <label><input type="checkbox" required name="confirm" value="yes" /> " I understand the VM and its disk are destroyed"</label>
+                    <label class="check"><input type="checkbox" required name="confirm" value="yes" /> " I understand the VM and its disk are destroyed"</label>
                     <button type="submit" class="danger">"Release"</button>
                 </ActionForm>
             })}

@@ -88,7 +88,9 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       // SSH is always published; asking for port 22 again is named under the field.
       await form.getByLabel('Publish ports').fill('22');
       await form.getByRole('button', { name: 'Launch' }).click();
+      await page.locator('#launch-ports-error', { hasText: 'other than 22' }).waitFor();
       assert.match(await page.locator('#launch-ports-error').innerText(), /^22: give TCP ports from 1 to 65535 other than 22/);
+      assert.equal(await form.getByLabel('Publish ports').getAttribute('aria-invalid'), 'true');
       await form.getByLabel('Publish ports').fill('8888');
       await form.getByRole('button', { name: 'Launch' }).click();
       await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
@@ -115,6 +117,15 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const node = await page.locator('[data-testid="node"]').innerText();
       assert.equal(node, `us-east-1 / ${HOST}`);
       await shot(page, 'allocation-running');
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot(page, 'allocation-running-phone-dark');
+      await page.goto(`${BASE}/allocations`);
+      await shot(page, 'allocations-phone-dark');
+      await page.emulateMedia({ colorScheme: 'light' });
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.goto(first);
+      await hydrated(page);
 
       // Release, with confirmation.
       const release = page.locator('#release');

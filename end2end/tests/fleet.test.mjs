@@ -96,6 +96,33 @@ test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 sched
     }
     await shot(page, 'fleet-approved');
 
+    // Where tenants reach its guests: the hostname until an operator says otherwise; 8 public
+    // ports per slot from the base. A bad address is named under its field; a good one is
+    // saved, shown and audited.
+    const network = page.locator('#node-network');
+    assert.equal(await page.locator('[data-testid="public-host"]').innerText(), `${HOST} (the hostname)`);
+    assert.equal(await page.locator('[data-testid="public-ports"]').innerText(), '22000–22063');
+    await network.getByLabel('Public address').fill('not a host');
+    await network.getByRole('button', { name: 'Save network' }).click();
+    await page.locator('#network-host-error', { hasText: 'is not a host name or IPv4 address' }).waitFor();
+    assert.equal(await network.getByLabel('Public address').getAttribute('aria-invalid'), 'true');
+    await network.getByLabel('Public address').fill(`${HOST}.gpu.example.com`);
+    await network.getByLabel('First public port').fill('30000');
+    await network.getByRole('button', { name: 'Save network' }).click();
+    await page.locator('[data-testid="public-host"]', { hasText: `${HOST}.gpu.example.com` }).waitFor();
+    assert.equal(await page.locator('[data-testid="public-ports"]').innerText(), '30000–30063');
+    await page.reload();
+    assert.ok(
+      (await page.locator('#node-audit').locator('xpath=..').locator('td code').allInnerTexts()).includes('node.network'),
+      'the change is audited',
+    );
+    await shot(page, 'fleet-node-network');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await shot(page, 'fleet-node-network-phone-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
+    await page.setViewportSize({ width: 1280, height: 800 });
+
     // Drain is one click and shows in the posture; the fleet page counts it.
     await page.getByRole('button', { name: 'Drain' }).click();
     await page.locator('[data-testid="admin-state"]', { hasText: 'draining' }).waitFor();

@@ -104,9 +104,15 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     await gpuRow('project').locator('.effective', { hasText: '8 GPUs' }).waitFor();
     assert.equal(await gpuRow('project').locator('.decided-by').innerText(), 'project');
 
+    // East-west traffic between the project's VMs: denied until an admin allows it.
+    assert.match(await page.locator('[data-testid="east-west"]').innerText(), /^East-west traffic is denied/);
+    await page.locator('#east-west-form').getByRole('button', { name: 'Allow east-west traffic' }).click();
+    await page.locator('[data-testid="east-west"]', { hasText: 'East-west traffic is allowed' }).waitFor();
+    await page.locator('#east-west-form').getByRole('button', { name: 'Deny east-west traffic' }).waitFor();
+
     await page.reload();
     const audit = await page.locator('#audit tbody').innerText();
-    for (const action of ['project.create', 'project.rename', 'project_membership.add', 'project_invitation.create', 'policy.set']) {
+    for (const action of ['project.create', 'project.rename', 'project_membership.add', 'project_invitation.create', 'policy.set', 'project.east_west']) {
       assert.match(audit, new RegExp(action.replace('.', '\\.')), `audit shows ${action}`);
     }
     assert.match(audit, /alice@acme\.example/);
@@ -258,7 +264,7 @@ test('bob sees his projects with his role and cannot manage them', async () => {
 
     await page.goto(projectUrl);
     assert.equal(await page.locator('.my-role').innerText(), 'viewer');
-    assert.equal(await page.locator('#rename-project, #invite-member').count(), 0);
+    assert.equal(await page.locator('#rename-project, #invite-member, #east-west-form').count(), 0);
     assert.equal(await page.getByRole('button', { name: 'Remove' }).count(), 0);
     // bob sees the cap in force, and who decided it, but can't change it.
     const gpus = page.locator('.policies[data-scope="project"] tr[data-key="max_gpus_in_use"]');
