@@ -77,3 +77,19 @@ CREATE TABLE tenant_ib_partitions (
                 CHECK (pkey BETWEEN 1 AND 32766),
     assigned_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- Publishing ports on a running allocation: the outbox row and the agent task that re-renders
+-- the host's forwarding. An allocation may have many such tasks over its life, but at most one
+-- waiting to be claimed (the dispatcher rewrites that one's plan instead of queueing another).
+ALTER TABLE outbox DROP CONSTRAINT outbox_kind_check,
+    ADD CONSTRAINT outbox_kind_check CHECK (kind IN (
+        'allocation.provision', 'allocation.release', 'allocation.network_update'));
+ALTER TABLE agent_tasks DROP CONSTRAINT agent_tasks_kind_check,
+    ADD CONSTRAINT agent_tasks_kind_check CHECK (kind IN (
+        'slice.topology_discover', 'slice.vm_provision', 'slice.vm_release',
+        'baremetal.provision', 'baremetal.release', 'allocation.network_update'));
+DROP INDEX agent_tasks_one_per_allocation;
+CREATE UNIQUE INDEX agent_tasks_one_per_allocation ON agent_tasks (allocation_id, kind)
+    WHERE allocation_id IS NOT NULL AND state <> 'failed' AND kind <> 'allocation.network_update';
+CREATE UNIQUE INDEX agent_tasks_one_queued_network_update ON agent_tasks (allocation_id)
+    WHERE kind = 'allocation.network_update' AND state = 'queued';

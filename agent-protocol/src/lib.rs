@@ -224,6 +224,9 @@ pub enum TaskSpec {
     BaremetalProvision(ProvisionPlan),
     #[serde(rename = "baremetal.release")]
     BaremetalRelease(ReleasePlan),
+    /// Re-render a running allocation's forwarding (the tenant published or withdrew ports).
+    #[serde(rename = "allocation.network_update")]
+    NetworkUpdate(NetworkUpdatePlan),
 }
 
 impl TaskSpec {
@@ -234,6 +237,7 @@ impl TaskSpec {
             TaskSpec::VmRelease(_) => "slice.vm_release",
             TaskSpec::BaremetalProvision(_) => "baremetal.provision",
             TaskSpec::BaremetalRelease(_) => "baremetal.release",
+            TaskSpec::NetworkUpdate(_) => "allocation.network_update",
         }
     }
 }
@@ -304,6 +308,14 @@ pub struct FabricPlan {
     /// On NVSwitch hosts, the NVLink fabric partition that holds exactly the plan's GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvlink_partition: Option<u32>,
+}
+
+/// A running allocation's new network plan; its slots must be leased to it and running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkUpdatePlan {
+    pub allocation_id: String,
+    pub slots: Vec<PlannedSlot>,
+    pub network: NetworkPlan,
 }
 
 /// An allocation's place on its host's slot network.
@@ -441,6 +453,9 @@ pub enum TaskOutput {
     /// The answer to a release: the cleanup proof.
     #[serde(rename = "allocation.cleaned")]
     Cleaned(CleanupProof),
+    /// The answer to a network update: the host forwards what the plan says.
+    #[serde(rename = "allocation.network_updated")]
+    NetworkUpdated {},
 }
 
 /// Capacity metadata keys a slot needs before it may be scheduled.

@@ -679,6 +679,21 @@ pub async fn release_allocation(id: String) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Changes the guest ports a running allocation publishes ("8888, 6006"; empty: none).
+#[server]
+pub async fn publish_ports(id: String, published_ports: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ports = parse_ports(&published_ports)?;
+    let id: control_plane::AllocationId = id.parse().map_err(|_| AppError::NotFound)?;
+    let who = cp
+        .allocation_access::<ProjectOperators>(&principal, id)
+        .await?;
+    cp.publish_ports(&who, id, &ports, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
 #[component]
 pub fn LaunchPage() -> impl IntoView {
     let query = use_query_map();
@@ -1029,8 +1044,22 @@ pub fn AllocationPage() -> impl IntoView {
             }
         });
     });
+    let publish = ServerAction::<PublishPorts>::new();
     let page = Resource::new(
-        move || (id(), release.version().get(), tick.get()),
+        move || {
+            (
+                id(),
+                release.version().get(),
+                publish.version().get(),
+                tick.get(),
+            )
+        },
+        |(id, ..)| get_allocation(id),
+    );
+    // The ports form is outside the live part, so that what is being typed is not replaced
+    // every second.
+    let form = Resource::new(
+        move || (id(), release.version().get(), publish.version().get()),
         |(id, ..)| get_allocation(id),
     );
     view! {
@@ -1042,6 +1071,40 @@ pub fn AllocationPage() -> impl IntoView {
                 }
             })}
         </Transition>
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                match form.await {
+                    Ok(a) if a.can_release && a.state == "running" => view! { <PortsForm a publish /> }.into_any(),
+                    _ => ().into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
+/// Published ports of a running allocation, changed in place.
+#[component]
+fn PortsForm(a: AllocationView, publish: ServerAction<PublishPorts>) -> impl IntoView {
+    let current = a
+        .published
+        .iter()
+        .map(|(guest, _)| guest.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    view! {
+        <section class="card" aria-labelledby="ports-h">
+            <h2 id="ports-h">"Published ports"</h2>
+            <ActionForm action=publish attr:id="publish-ports" attr:class="form-grid">
+                <input type="hidden" name="id" value=a.id.clone() />
+                <label>"Guest TCP ports"
+                    <input name="published_ports" value=current inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="ports-hint ports-error" aria-invalid=field_invalid(publish.value(), "published_ports") />
+                    <span class="hint" id="ports-hint">"Reached from the internet besides SSH, each on its own public port of the node; empty: none."</span>
+                    {field_error(publish.value(), "published_ports", "ports-error")}
+                </label>
+                <div class="form-actions"><button type="submit">"Update ports"</button></div>
+            </ActionForm>
+            {outcome(publish.value(), |_| Some("Saved; the node applies it in a moment.".into()))}
+        </section>
     }
 }
 

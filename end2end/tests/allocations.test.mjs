@@ -127,6 +127,19 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await page.goto(first);
       await hydrated(page);
 
+      // Publish another port while it runs: the node applies it and the page lists both.
+      const ports = page.locator('#publish-ports');
+      assert.equal(await ports.getByLabel('Guest TCP ports').inputValue(), '8888');
+      await ports.getByLabel('Guest TCP ports').fill('8888, 6006');
+      await ports.getByRole('button', { name: 'Update ports' }).click();
+      await page.getByRole('status').filter({ hasText: 'the node applies it' }).waitFor();
+      await page.locator('[data-testid="published"] li', { hasText: 'guest port 6006' }).waitFor({ timeout: 20000 });
+      assert.deepEqual(
+        await page.locator('[data-testid="published"] li').allInnerTexts(),
+        // 8888 keeps the public port it had; 6006 takes the next.
+        [`guest port 6006 at ${HOST}:${sshPort + 2}`, `guest port 8888 at ${HOST}:${sshPort + 1}`],
+      );
+
       // Release, with confirmation.
       const release = page.locator('#release');
       await release.getByRole('button', { name: 'Release' }).click();

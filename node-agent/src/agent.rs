@@ -153,6 +153,9 @@ impl Agent {
             TaskSpec::BaremetalProvision(plan) => self
                 .provision(task_id, plan, true, &view.approved_slots, report)
                 .map(TaskOutput::Provisioned),
+            TaskSpec::NetworkUpdate(plan) => self
+                .update_network(plan, &view.approved_slots, report)
+                .map(|()| TaskOutput::NetworkUpdated {}),
             TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan) => {
                 let whole = matches!(spec, TaskSpec::BaremetalRelease(_));
                 self.release(task_id, plan, whole, &view.approved_slots, report)
@@ -371,6 +374,45 @@ impl Agent {
                 ssh_user: plan.image.ssh_user.clone(),
             },
         })
+    }
+
+    /// Publishes what a running allocation's new network plan says: its slots must be leased to
+    /// it and running; the plan replaces the one in its first slot's lease, and the network is
+    /// applied again. Idempotent.
+    pub fn update_network(
+        &self,
+        plan: &agent_protocol::NetworkUpdatePlan,
+        approved: &[PlannedSlot],
+        report: Report<'_>,
+    ) -> Result<(), Stop> {
+        let alloc = plan.allocation_id.as_str();
+        let slots = plan.slots.as_slice();
+        self.step("validate_plan", None, report, || {
+            self.check_plan(alloc, slots, false, approved)?;
+            for s in slots {
+                match self.leases.get(&s.slot_id)? {
+                    Some(l) if l.allocation_id == alloc && l.kind == LeaseKind::Provision && l.phase == "running" => {}
+                    _ => {
+                        return Err(format!(
+                            "slot {} is not running allocation {alloc} on this host; refusing the update",
+                            s.slot_index
+                        ));
+                    }
+                }
+            }
+            self.check_network(alloc, &plan.network)
+        })?;
+        self.step("publish_ports", None, report, || {
+            let mut first = self
+                .leases
+                .get(&slots[0].slot_id)?
+                .ok_or("the allocation's first slot has no lease")?;
+            first.network = Some(plan.network.clone());
+            first.updated_at = now_s();
+            self.leases.put(&first)?;
+            self.apply_network(approved)
+        })?;
+        Ok(())
     }
 
     /// Takes (or, for a resumed task, keeps) each slot's lease; returns the allocation's
@@ -633,6 +675,7 @@ impl Agent {
                 TaskSpec::VmRelease(p) | TaskSpec::BaremetalRelease(p) => {
                     Some(p.allocation_id.as_str())
                 }
+                TaskSpec::NetworkUpdate(p) => Some(p.allocation_id.as_str()),
                 TaskSpec::TopologyDiscover {} => None,
             })
             .collect();

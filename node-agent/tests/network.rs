@@ -583,6 +583,29 @@ fn guests_are_reachable_only_as_published_and_never_from_each_other() {
         Some("web:80 from 198.51.100.1")
     );
 
+    // Publishing later: allocation 3 opens its notebook port; a plan for a slot that runs no
+    // such allocation is refused.
+    assert_eq!(from_outside(22017), None);
+    let update = |n: u32, slot: usize, net: NetworkPlan| {
+        let plan = agent_protocol::NetworkUpdatePlan {
+            allocation_id: alloc_id(n),
+            slots: vec![approved[slot].clone()],
+            network: net,
+        };
+        in_ns(&host, || {
+            agent.update_network(&plan, &approved, &mut |_| {})
+        })
+    };
+    update(3, 2, guest_network(None, 2, &[(1, 8888)])).unwrap();
+    assert_eq!(
+        from_outside(22017).as_deref(),
+        Some("slot2:8888 from 198.51.100.2")
+    );
+    assert!(matches!(
+        update(9, 3, guest_network(None, 3, &[(1, 8888)])),
+        Err(node_agent::agent::Stop::Failed(e)) if e.contains("is not running allocation")
+    ));
+
     // Release allocation 2: its forwarding goes; tenant C's guest on slot 1 (the same
     // namespace, a new tenant) reaches nothing of tenant A's.
     release(&agent, &host, 2, &approved[1], &approved);

@@ -30,7 +30,8 @@ use tower_sessions_sqlx_store::PostgresStore;
 
 use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
 use app::allocations::{
-    GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, ReleaseAllocation,
+    GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, PublishPorts,
+    ReleaseAllocation,
 };
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
@@ -358,6 +359,13 @@ fn matrix(w: &World) -> Vec<Entry> {
             ],
         )
         .allowed_also(&[409]), // placed nowhere: the matrix's node has reported no GPUs
+        entry(
+            PublishPorts::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", ALLOCATION), ("published_ports", "8888")],
+        )
+        .allowed_also(&[409]), // the matrix's allocation may not be running
         entry(
             ReleaseAllocation::PATH,
             research(Need::Operate),

@@ -68,6 +68,30 @@ pub(super) fn check_published_ports(ports: &[u16]) -> Result<Vec<u16>> {
     Ok(sorted)
 }
 
+/// Where each wanted port goes in the stored list (position `k`: public port `k + 1` of the
+/// slot): a port published already keeps its position, so its public port never changes; a
+/// withdrawn one leaves a hole; a new one takes the first hole, or the end.
+pub(super) fn port_layout(current: &[Option<i32>], wanted: &[u16]) -> Vec<Option<i32>> {
+    let wanted: Vec<i32> = wanted.iter().map(|&p| i32::from(p)).collect();
+    let mut layout: Vec<Option<i32>> = current
+        .iter()
+        .map(|p| p.filter(|p| wanted.contains(p)))
+        .collect();
+    for p in wanted {
+        if layout.contains(&Some(p)) {
+            continue;
+        }
+        match layout.iter().position(Option::is_none) {
+            Some(hole) => layout[hole] = Some(p),
+            None => layout.push(Some(p)),
+        }
+    }
+    while layout.last() == Some(&None) {
+        layout.pop();
+    }
+    layout
+}
+
 /// Refuses more published ports than `max_published_ports` allows.
 pub(super) fn within_published_ports(policies: &[Resolved], ports: &[u16]) -> Result<()> {
     let p = policy(policies, PolicyKey::MaxPublishedPorts);
@@ -609,6 +633,24 @@ mod tests {
             denied(budget_currency((&eur, budget.1), &s)),
             "policy monthly_budget (set at project level) is in EUR, but h100.2x is priced in USD; ask an admin to set the budget in USD"
         );
+    }
+
+    #[test]
+    fn published_ports_keep_their_positions() {
+        assert_eq!(
+            port_layout(&[], &[6006, 8888]),
+            vec![Some(6006), Some(8888)]
+        );
+        // 6006 withdrawn: 8888 keeps position 1; 9000 fills the hole.
+        let l = port_layout(&[Some(6006), Some(8888)], &[8888]);
+        assert_eq!(l, vec![None, Some(8888)]);
+        assert_eq!(port_layout(&l, &[8888, 9000]), vec![Some(9000), Some(8888)]);
+        assert_eq!(
+            port_layout(&[Some(1), Some(2)], &[1, 2, 3]),
+            vec![Some(1), Some(2), Some(3)]
+        );
+        assert_eq!(port_layout(&[Some(1), Some(2)], &[1]), vec![Some(1)]);
+        assert_eq!(port_layout(&[Some(1)], &[]), Vec::<Option<i32>>::new());
     }
 
     #[test]

@@ -115,7 +115,7 @@ pub(crate) fn network_plan(
     slots: &[PlannedSlot],
     public_host: String,
     port_base: i32,
-    published: &[i32],
+    published: &[Option<i32>],
     east_west: Option<ProjectId>,
 ) -> Result<NetworkPlan> {
     let first = slots
@@ -137,7 +137,8 @@ pub(crate) fn network_plan(
         published: published
             .iter()
             .enumerate()
-            .map(|(k, &guest)| {
+            .filter_map(|(k, guest)| guest.map(|g| (k, g)))
+            .map(|(k, guest)| {
                 Ok(PublishedPort {
                     public_port: port(k + 1)?,
                     guest_port: u16::try_from(guest)
@@ -209,7 +210,9 @@ async fn queue_task(
     sqlx::query!(
         "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id)
          VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (allocation_id, kind) WHERE allocation_id IS NOT NULL AND state <> 'failed'
+         ON CONFLICT (allocation_id, kind)
+             WHERE allocation_id IS NOT NULL AND state <> 'failed'
+               AND kind <> 'allocation.network_update'
          DO NOTHING",
         AgentTaskId::new_random() as AgentTaskId,
         node as NodeId,
@@ -233,10 +236,11 @@ async fn dispatch_one(
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.image_sha256, v.ssh_user, v.cloud_init, a.published_ports,
+                  v.image_sha256, v.ssh_user, v.cloud_init,
+                  a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
-                  n.public_port_base, p.east_west, a.project_id AS "project_id: ProjectId",
-                  a.tenant_id AS "tenant_id: TenantId"
+                  n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
+                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
@@ -258,7 +262,7 @@ async fn dispatch_one(
                 a.public_host,
                 a.public_port_base,
                 &a.published_ports,
-                a.east_west.then_some(a.project_id),
+                a.east_west_group,
             )?;
             let fabric = fabric_plan(&mut *conn, a.tenant_id, a.node_id, &slots).await?;
             let plan = ProvisionPlan {
@@ -308,6 +312,46 @@ async fn dispatch_one(
                 TaskSpec::VmRelease(plan)
             };
             queue_task(&mut *conn, a.node_id, id, &spec).await?;
+        }
+        "allocation.network_update" => {
+            if a.state != "running" {
+                return Ok(None);
+            }
+            let slots = planned_slots(&mut *conn, Some(id), a.node_id).await?;
+            let network = network_plan(
+                &slots,
+                a.public_host,
+                a.public_port_base,
+                &a.published_ports,
+                a.east_west_group,
+            )?;
+            let spec = TaskSpec::NetworkUpdate(agent_protocol::NetworkUpdatePlan {
+                allocation_id: id.to_string(),
+                slots,
+                network,
+            });
+            // One waiting update per allocation: a newer plan replaces a queued one's.
+            let replaced = sqlx::query!(
+                "UPDATE agent_tasks SET spec = $2
+                 WHERE allocation_id = $1 AND kind = 'allocation.network_update' AND state = 'queued'",
+                id as AllocationId,
+                serde_json::to_value(&spec).expect("a task spec serializes"),
+            )
+            .execute(&mut *conn)
+            .await?;
+            if replaced.rows_affected() == 0 {
+                sqlx::query!(
+                    "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id)
+                     VALUES ($1, $2, $3, $4, $5)",
+                    AgentTaskId::new_random() as AgentTaskId,
+                    a.node_id as NodeId,
+                    spec.kind(),
+                    serde_json::to_value(&spec).expect("a task spec serializes"),
+                    id as AllocationId,
+                )
+                .execute(&mut *conn)
+                .await?;
+            }
         }
         other => return Err(Error::Corrupt(format!("outbox kind {other}"))),
     }
@@ -564,6 +608,19 @@ pub(crate) async fn task_finished(
                     ("failed", Some(reason))
                 }
             }
+        }
+        ("allocation.network_update", TaskOutcome::Succeeded { output }) => {
+            if !matches!(output, TaskOutput::NetworkUpdated {}) {
+                return Err(Error::Invalid {
+                    field: "result",
+                    reason: format!("a {kind} task answers that the network is updated"),
+                });
+            }
+            ("succeeded", None)
+        }
+        // The allocation keeps running; the failed task (with its reason) is what the page shows.
+        ("allocation.network_update", TaskOutcome::Failed { error }) => {
+            ("failed", Some(error.clone()))
         }
         _ => {
             return Err(Error::Corrupt(format!(
@@ -947,15 +1004,15 @@ pub fn ssh_command(user: &str, host: &str, port: i32) -> String {
     }
 }
 
-/// Each published guest port with the `host:port` it is reached at (the first slot's block
-/// of public ports, after SSH's).
+/// Each published guest port with the `host:port` it is reached at: the port at position `k`
+/// of the stored list (holes are ports withdrawn since) is the first slot's public port `k + 1`.
 pub(crate) fn published_at(
     host: &str,
     base: i32,
     first_slot: i32,
-    ports: &[i32],
+    ports: &[Option<i32>],
 ) -> Vec<(u16, String)> {
-    ports
+    let mut out: Vec<(u16, String)> = ports
         .iter()
         .enumerate()
         .filter_map(|(k, &guest)| {
@@ -964,9 +1021,11 @@ pub(crate) fn published_at(
                 u32::try_from(first_slot).ok()?,
                 k + 1,
             )?;
-            Some((u16::try_from(guest).ok()?, format!("{host}:{public}")))
+            Some((u16::try_from(guest?).ok()?, format!("{host}:{public}")))
         })
-        .collect()
+        .collect();
+    out.sort();
+    out
 }
 
 pub(crate) async fn detail(
@@ -981,7 +1040,8 @@ pub(crate) async fn detail(
                   l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
                   a.price_per_hour_minor, a.currency, a.desired_state,
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
-                  a.ssh_user, a.created_at, a.expires_at, a.published_ports, n.public_port_base
+                  a.ssh_user, a.created_at, a.expires_at, n.public_port_base,
+                  a.published_ports AS "published_ports: Vec<Option<i32>>"
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
                 JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id

@@ -454,6 +454,71 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Changes the guest ports a running allocation publishes (checked as at launch, within
+    /// `max_published_ports`); the node's agent re-renders its forwarding. Audited.
+    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    pub async fn publish_ports(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        ports: &[u16],
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let ports = decide::check_published_ports(ports)?;
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"SELECT state, region, published_ports AS "published_ports: Vec<Option<i32>>"
+               FROM allocations WHERE id = $1 AND project_id = $2 FOR UPDATE"#,
+            id as AllocationId,
+            who.id() as ProjectId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "allocation" })?;
+        if row.state != "running" {
+            return Err(Error::Conflict(format!(
+                "ports can be published while the allocation runs; it is {}",
+                row.state
+            )));
+        }
+        let stored = decide::port_layout(&row.published_ports, &ports);
+        if row.published_ports == stored {
+            return Ok(());
+        }
+        let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
+        decide::within_published_ports(&policies, &ports)?;
+        sqlx::query!(
+            "UPDATE allocations SET published_ports = $2 WHERE id = $1",
+            id as AllocationId,
+            &stored as &[Option<i32>]
+        )
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query!(
+            "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.network_update', $1)",
+            id as AllocationId
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user()),
+                action: "allocation.publish_ports",
+                resource: &self
+                    .naming()
+                    .allocation(&row.region, who.tenant(), who.id(), id)?,
+                before: Some(json!({ "published_ports": row.published_ports })),
+                after: Some(json!({ "published_ports": stored })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        self.dispatch_now(id).await;
+        Ok(())
+    }
+
     /// A project's allocations, newest first; `state` filters (`active` = not released).
     pub async fn allocations(
         &self,
@@ -476,7 +541,8 @@ impl ControlPlane {
             r#"SELECT a.id AS "id: AllocationId", a.name, s.name AS sku, a.gpu_count, a.region,
                       a.state, a.desired_state, a.observed_state, a.failure,
                       a.price_per_hour_minor, a.currency, a.created_at,
-                      a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, n.public_port_base,
+                      a.ssh_host, a.ssh_port, a.ssh_user, n.public_port_base,
+                      a.published_ports AS "published_ports: Vec<Option<i32>>",
                       (SELECT min(x::int) FROM jsonb_array_elements_text(a.placement -> 'slot_indexes') x)
                           AS first_slot
                FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id

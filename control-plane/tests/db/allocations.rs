@@ -1484,6 +1484,64 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
         .unwrap();
     assert_eq!((row.ssh, row.published), (detail.ssh, detail.published));
 
+    // Published later: two changes before the agent claims make one queued update carrying
+    // the newer ports; the agent's answer leaves the allocation running with them.
+    cp.publish_ports(&bob, id, &[9000], Some("req-pub"))
+        .await
+        .unwrap();
+    cp.publish_ports(&bob, id, &[9000, 8888], None)
+        .await
+        .unwrap();
+    let queued: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM agent_tasks WHERE allocation_id = $1
+           AND kind = 'allocation.network_update' AND state = 'queued'",
+    )
+    .bind(id.0)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(queued, 1, "one waiting update");
+    let spec = answer(&cp, &agent, &["validate_plan", "publish_ports"], |_| {
+        TaskOutcome::Succeeded {
+            output: TaskOutput::NetworkUpdated {},
+        }
+    })
+    .await;
+    let TaskSpec::NetworkUpdate(update) = &spec else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(
+        update
+            .network
+            .published
+            .iter()
+            .map(|p| (p.guest_port, p.public_port))
+            .collect::<Vec<_>>(),
+        vec![(9000, ssh + 1), (8888, ssh + 2)],
+        "9000 took the first free public port when it replaced both; 8888 came after it"
+    );
+    assert_eq!(update.network.ssh_port, Some(ssh), "SSH keeps its port");
+    let detail = cp.allocation(&bob_p, id).await.unwrap();
+    assert_eq!(detail.state, "running");
+    assert_eq!(
+        detail.published.iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![8888, 9000]
+    );
+    match cp.publish_ports(&bob, id, &[22], None).await {
+        Err(Error::Invalid {
+            field: "published_ports",
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'allocation.publish_ports'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 2);
+
     // The node's network: a bad address is named; the port range can't move under a running
     // allocation; the address can, and both are audited.
     match cp
