@@ -56,7 +56,7 @@ pub async fn add_ssh_key(name: String, public_key: String) -> Result<String, App
 #[server]
 pub async fn delete_ssh_key(id: String) -> Result<(), AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     cp.delete_ssh_key(&principal, id, Some(&crate::error::request_id()))
         .await?;
     Ok(())

@@ -284,7 +284,7 @@ pub async fn get_launch_form(
     let (cp, principal) = crate::server::signed_in().await?;
     let mut projects = Vec::new();
     for (id, name) in launchable_projects(&cp, &principal).await? {
-        let parsed = id.parse().map_err(|_| AppError::NotFound)?;
+        let parsed = crate::server::id(&id)?;
         let who = cp
             .project_access::<ProjectOperators>(&principal, parsed)
             .await?;
@@ -320,7 +320,7 @@ pub async fn get_launch_form(
         name: sku.name.clone(),
         label,
         price_minor: sku.price.amount_minor,
-        currency: sku.price.currency.clone(),
+        currency: sku.price.currency.to_string(),
         regions: available(&sku.name),
     };
     let (skus, images, software) = match listing.as_deref().filter(|l| !l.is_empty()) {
@@ -442,14 +442,14 @@ pub async fn launch_allocation(
         })?),
     };
     let published_ports = parse_ports(&published_ports)?;
-    let project = project.parse().map_err(|_| AppError::NotFound)?;
+    let project = crate::server::id(&project)?;
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
         .await?;
     let request_id = crate::error::request_id();
     let ids = ssh_key_ids
         .iter()
-        .map(|id| id.parse().map_err(|_| AppError::NotFound))
+        .map(|id| crate::server::id(id))
         .collect::<Result<Vec<_>, _>>()?;
     let mut keys = cp.ssh_key_lines(&principal, &ids).await?;
     if !ssh_public_key.trim().is_empty() {
@@ -534,7 +534,7 @@ pub async fn list_allocations(
     let rows = match &project {
         None => vec![],
         Some(p) => {
-            let id = p.parse().map_err(|_| AppError::NotFound)?;
+            let id = crate::server::id(p)?;
             let who = cp.project_access::<ProjectViewers>(&principal, id).await?;
             cp.allocations(&who, Some(&state))
                 .await?
@@ -566,7 +566,7 @@ pub async fn list_allocations(
 #[server]
 pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     let d = cp.allocation(&principal, id).await?;
     Ok(AllocationView {
         id: d.id.to_string(),
@@ -669,7 +669,7 @@ fn yes(b: bool) -> &'static str {
 pub async fn release_allocation(id: String) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id: control_plane::AllocationId = id.parse().map_err(|_| AppError::NotFound)?;
+    let id: control_plane::AllocationId = crate::server::id(&id)?;
     // Another tenant's id is "not found", a viewer is "forbidden".
     let who = cp
         .allocation_access::<ProjectOperators>(&principal, id)
@@ -685,7 +685,7 @@ pub async fn publish_ports(id: String, published_ports: String) -> Result<(), Ap
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ports = parse_ports(&published_ports)?;
-    let id: control_plane::AllocationId = id.parse().map_err(|_| AppError::NotFound)?;
+    let id: control_plane::AllocationId = crate::server::id(&id)?;
     let who = cp
         .allocation_access::<ProjectOperators>(&principal, id)
         .await?;

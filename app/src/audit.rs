@@ -36,7 +36,7 @@ pub async fn search_audit(
     resource: String,
     tenant: String,
 ) -> Result<AuditView, AppError> {
-    use control_plane::audit::{AuditFilter, AuditScope, SEARCH_LIMIT};
+    use control_plane::audit_log::{AuditFilter, AuditScope, SEARCH_LIMIT};
     use control_plane::auth::PlatformAdmin;
     use control_plane::tenancy::TenantAdmins;
     let (cp, principal) = crate::server::signed_in().await?;

@@ -204,7 +204,7 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id: uuid::Uuid = id.parse().map_err(|_| AppError::NotFound)?;
+    let id: uuid::Uuid = crate::server::id(&id)?;
     // Platform finance sees any invoice; everyone else only their organization's.
     let (d, can_credit) = match principal.platform::<PlatformFinance>() {
         Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
@@ -342,7 +342,7 @@ pub async fn grant_credit(
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
-    let tenant = tenant.parse().map_err(|_| AppError::NotFound)?;
+    let tenant = crate::server::id(&tenant)?;
     let granted = cp
         .grant_credit(
             &fin,
@@ -364,7 +364,7 @@ pub async fn issue_credit_note(
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
-    let invoice = invoice.parse().map_err(|_| AppError::NotFound)?;
+    let invoice = crate::server::id(&invoice)?;
     let noted = cp
         .issue_credit_note(
             &fin,

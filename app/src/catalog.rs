@@ -105,40 +105,15 @@ pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
 }
 
 #[server]
-pub async fn save_sku(
-    id: Option<String>,
-    name: String,
-    display_name: String,
-    shape: String,
-    gpu_model: String,
-    gpu_count: String,
-    vcpus: String,
-    memory_gib: String,
-    nvme_gib: String,
-    regions: String,
-    families: String,
-    price_per_hour: String,
-) -> Result<String, AppError> {
+pub async fn save_sku(id: Option<String>, sku: portal_types::SkuInput) -> Result<String, AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
     let id = match id.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        Some(s) => Some(s.parse().map_err(|_| AppError::NotFound)?),
+        Some(s) => Some(crate::server::id(s)?),
         None => None,
     };
-    let input = control_plane::catalog::SkuInput {
-        name,
-        display_name,
-        shape,
-        gpu_model,
-        gpu_count,
-        vcpus,
-        memory_gib,
-        nvme_gib,
-        regions,
-        families,
-        price_per_hour,
-    };
+    let input = sku;
     cp.save_sku(&ops, id, &input, Some(&crate::error::request_id()))
         .await?;
     Ok(input.name.trim().to_ascii_lowercase())
@@ -149,7 +124,7 @@ pub async fn set_sku_state(id: String, state: String) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     cp.set_sku_state(&ops, id, &state, Some(&crate::error::request_id()))
         .await?;
     Ok(())
@@ -308,17 +283,17 @@ fn SkuAdminBody(
                 <p class="hint">"A new SKU starts as a draft; activate it to sell it. Saving an existing name edits it (new launches pay the new price; running allocations keep theirs)."</p>
                 <ActionForm action=save>
                     <div class="form-grid">
-                        <label>"Name" <input name="name" required placeholder="h100.2x" aria-describedby="sku-name-error" aria-invalid=field_invalid(save.value(), "name") />{field_error(save.value(), "name", "sku-name-error")}</label>
-                        <label>"Display name" <input name="display_name" required placeholder="2× H100 80GB" aria-describedby="sku-display-name-error" aria-invalid=field_invalid(save.value(), "display_name") />{field_error(save.value(), "display_name", "sku-display-name-error")}</label>
-                        <label>"Shape" <select name="shape"><option value="gpu_slice">"GPU slice"</option><option value="baremetal">"Bare metal"</option></select></label>
-                        <label>"GPU model" <input name="gpu_model" required placeholder="NVIDIA H100 80GB HBM3" aria-describedby="sku-gpu-model-error" aria-invalid=field_invalid(save.value(), "gpu_model") />{field_error(save.value(), "gpu_model", "sku-gpu-model-error")}</label>
-                        <label>"GPUs" <input name="gpu_count" required placeholder="1, 2, 4 or 8" aria-describedby="sku-gpu-count-error" aria-invalid=field_invalid(save.value(), "gpu_count") />{field_error(save.value(), "gpu_count", "sku-gpu-count-error")}</label>
-                        <label>"vCPUs" <input name="vcpus" required /></label>
-                        <label>"Memory (GiB)" <input name="memory_gib" required /></label>
-                        <label>"NVMe (GiB)" <input name="nvme_gib" required /></label>
-                        <label>"Regions" <input name="regions" required placeholder="eu-west-1, us-east-1" /></label>
-                        <label>"Node families" <input name="families" required placeholder="hgx-h100-8x" /></label>
-                        <label>"Price per hour" <input name="price_per_hour" required placeholder="5.98 USD" aria-describedby="sku-price-per-hour-error" aria-invalid=field_invalid(save.value(), "price_per_hour") />{field_error(save.value(), "price_per_hour", "sku-price-per-hour-error")}</label>
+                        <label>"Name" <input name="sku[name]" required placeholder="h100.2x" aria-describedby="sku-name-error" aria-invalid=field_invalid(save.value(), "name") />{field_error(save.value(), "name", "sku-name-error")}</label>
+                        <label>"Display name" <input name="sku[display_name]" required placeholder="2× H100 80GB" aria-describedby="sku-display-name-error" aria-invalid=field_invalid(save.value(), "display_name") />{field_error(save.value(), "display_name", "sku-display-name-error")}</label>
+                        <label>"Shape" <select name="sku[shape]"><option value="gpu_slice">"GPU slice"</option><option value="baremetal">"Bare metal"</option></select></label>
+                        <label>"GPU model" <input name="sku[gpu_model]" required placeholder="NVIDIA H100 80GB HBM3" aria-describedby="sku-gpu-model-error" aria-invalid=field_invalid(save.value(), "gpu_model") />{field_error(save.value(), "gpu_model", "sku-gpu-model-error")}</label>
+                        <label>"GPUs" <input name="sku[gpu_count]" required placeholder="1, 2, 4 or 8" aria-describedby="sku-gpu-count-error" aria-invalid=field_invalid(save.value(), "gpu_count") />{field_error(save.value(), "gpu_count", "sku-gpu-count-error")}</label>
+                        <label>"vCPUs" <input name="sku[vcpus]" required /></label>
+                        <label>"Memory (GiB)" <input name="sku[memory_gib]" required /></label>
+                        <label>"NVMe (GiB)" <input name="sku[nvme_gib]" required /></label>
+                        <label>"Regions" <input name="sku[regions]" required placeholder="eu-west-1, us-east-1" /></label>
+                        <label>"Node families" <input name="sku[families]" required placeholder="hgx-h100-8x" /></label>
+                        <label>"Price per hour" <input name="sku[price_per_hour]" required placeholder="5.98 USD" aria-describedby="sku-price-per-hour-error" aria-invalid=field_invalid(save.value(), "price_per_hour") />{field_error(save.value(), "price_per_hour", "sku-price-per-hour-error")}</label>
                     </div>
                     <button type="submit">"Save SKU"</button>
                 </ActionForm>

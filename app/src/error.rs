@@ -135,6 +135,12 @@ mod ssr {
         }
     }
 
+    impl From<portal_types::Invalid> for AppError {
+        fn from(e: portal_types::Invalid) -> Self {
+            control_plane::Error::from(e).into()
+        }
+    }
+
     impl From<control_plane::Error> for AppError {
         fn from(e: control_plane::Error) -> Self {
             use control_plane::Error as E;
@@ -148,7 +154,7 @@ mod ssr {
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
                 e @ E::SkuUnavailable(_) => AppError::Conflict(format!("{e}.")),
-                E::PolicyDenied(m) => AppError::Forbidden(sentence(&m)),
+                E::PolicyDenied(d) => AppError::Forbidden(sentence(&d.to_string())),
                 E::Unauthenticated => AppError::Unauthenticated,
                 E::RateLimited { retry_after_secs } => AppError::RateLimited { retry_after_secs },
                 // Only the agent API produces it; a page never should.

@@ -141,7 +141,7 @@ mod ssr {
 
     /// A malformed id is "not found", like an unknown one.
     pub fn node_id(id: &str) -> Result<NodeId, AppError> {
-        id.parse().map_err(|_| AppError::NotFound)
+        crate::server::id(id)
     }
 
     pub fn node_row(n: NodeSummary) -> NodeRow {
@@ -462,7 +462,7 @@ pub async fn clear_blocked_slot(slot: String, reason: String) -> Result<(), AppE
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let slot = slot.parse().map_err(|_| AppError::NotFound)?;
+    let slot = crate::server::id(&slot)?;
     cp.clear_blocked_slot(&ops, slot, &reason, Some(&crate::error::request_id()))
         .await?;
     Ok(())

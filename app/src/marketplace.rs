@@ -554,7 +554,7 @@ pub async fn create_version(
 #[server]
 pub async fn submit_version(id: String) -> Result<(), AppError> {
     let (cp, actor) = acting_publisher().await?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     cp.submit_version(&actor, id, Some(&crate::error::request_id()))
         .await?;
     Ok(())
@@ -634,7 +634,7 @@ pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppErro
     use control_plane::marketplace::{Curation, changes, content_digest, review_fields};
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     let r = cp.version_review(&ops, id).await?;
     let v = &r.version;
     Ok(VersionReviewView {
@@ -681,7 +681,7 @@ pub async fn curate_version(
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let version = id.parse().map_err(|_| AppError::NotFound)?;
+    let version = crate::server::id(&id)?;
     let curation = control_plane::marketplace::Curation::parse(&action)?;
     cp.curate_version(
         &ops,
@@ -700,7 +700,7 @@ pub async fn decide_publisher(id: String, decision: String, share: String) -> Re
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = id.parse().map_err(|_| AppError::NotFound)?;
+    let id = crate::server::id(&id)?;
     cp.decide_publisher(
         &ops,
         id,

@@ -46,9 +46,7 @@ mod ssr {
         match scope {
             "global" => Ok(Target::Global),
             "organization" => Ok(Target::Tenant(crate::server::home_tenant(cp, p).await?.0)),
-            "project" => Ok(Target::Project(
-                project.parse().map_err(|_| AppError::NotFound)?,
-            )),
+            "project" => Ok(Target::Project(crate::server::id(project)?)),
             other => Err(AppError::BadRequest(format!(
                 "Unknown policy level {other:?}: use global, organization or project."
             ))),

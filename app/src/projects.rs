@@ -76,11 +76,11 @@ mod ssr {
 
     /// A malformed id is "not found", like an id of another tenant's project.
     pub fn project_id(id: &str) -> Result<ProjectId, AppError> {
-        id.parse().map_err(|_| AppError::NotFound)
+        crate::server::id(id)
     }
 
     pub fn user_id(id: &str) -> Result<control_plane::UserId, AppError> {
-        id.parse().map_err(|_| AppError::NotFound)
+        crate::server::id(id)
     }
 
     pub fn row(s: ProjectSummary) -> ProjectRow {

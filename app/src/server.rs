@@ -12,6 +12,12 @@ use tower_sessions::Session;
 use crate::AppError;
 
 /// The control plane provided by the server for this request.
+/// An id from a URL or a form. A malformed one names nothing the caller may see: 404, as
+/// for another tenant's id.
+pub fn id<T: std::str::FromStr>(s: &str) -> Result<T, AppError> {
+    s.parse().map_err(|_| AppError::NotFound)
+}
+
 pub fn control_plane() -> Result<ControlPlane, AppError> {
     use_context::<ControlPlane>()
         .ok_or_else(|| AppError::internal("ControlPlane missing from the request context"))

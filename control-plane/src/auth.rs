@@ -245,7 +245,7 @@ impl ControlPlane {
     ) -> Result<UserId> {
         let email = normalize_email(email)?;
         check_password(password)?;
-        let display_name = crate::tenancy::check_display_name(display_name)?;
+        let display_name = check_display_name(display_name)?;
         let hash = hash_password(password.to_owned()).await?;
 
         let mut tx = self.pool().begin().await?;
@@ -496,6 +496,18 @@ pub struct Lockout {
     pub failed_attempts: i32,
     /// `YYYY-MM-DD HH:MM UTC` while locked.
     pub locked_until: Option<String>,
+}
+
+/// A person's or a project's display name: 1 to 200 characters once trimmed.
+pub(crate) fn check_display_name(name: &str) -> Result<String> {
+    let name = name.trim();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(Error::Invalid {
+            field: "name",
+            reason: "use 1 to 200 characters".into(),
+        });
+    }
+    Ok(name.to_string())
 }
 
 #[cfg(test)]

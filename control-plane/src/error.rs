@@ -1,6 +1,8 @@
 //! The control plane's one error enum. Callers (server functions, HTTP handlers) map it to
 //! what a user may see; [`Error::is_internal`] says which variants must only be logged.
 
+use portal_types::{Currency, Level, Money, PolicyKey};
+
 use crate::resource_name::ResourceNameError;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,10 +33,10 @@ pub enum Error {
     /// and what would fit instead. Shown as `sku_unavailable: …`.
     #[error("sku_unavailable: {0}")]
     SkuUnavailable(String),
-    /// A policy of the chain refuses the request; the message names the policy, the level
-    /// that set it, and the numbers.
+    /// A policy of the chain refuses the request: which policy, the level that set it, and
+    /// why, with the numbers. `Display` writes the sentence.
     #[error("{0}")]
-    PolicyDenied(String),
+    PolicyDenied(Box<Denial>),
     /// The request is valid but clashes with the current state.
     #[error("{0}")]
     Conflict(String),
@@ -42,7 +44,7 @@ pub enum Error {
     ResourceName(#[from] ResourceNameError),
     /// Single sign-on failed; the variant says how.
     #[error("sign-in failed: {0}")]
-    Sso(#[from] crate::sso::SsoError),
+    Sso(#[from] SsoError),
     /// Anything the database says that is not one of the above: a bug or an outage.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
@@ -64,3 +66,209 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<portal_types::Invalid> for Error {
+    fn from(e: portal_types::Invalid) -> Self {
+        Error::Invalid {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
+/// A refusal by the policy chain: the key, the level whose setting decided (`None` when no
+/// level set it: the platform's default), and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub key: PolicyKey,
+    pub level: Option<Level>,
+    pub why: Denied,
+}
+
+impl Denial {
+    pub fn error(key: PolicyKey, level: Option<Level>, why: Denied) -> Error {
+        Error::PolicyDenied(Box::new(Denial { key, level, why }))
+    }
+}
+
+/// Why a policy refused, with what the sentence needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// An allow-list (SKUs, listings) that doesn't name what was asked.
+    NotAllowed { allowed: Vec<String>, asked: String },
+    /// `allowed_regions` leaves none of the regions the SKU is sold in (or the one asked).
+    NoRegion {
+        allowed: Vec<String>,
+        sku: String,
+        sold_in: String,
+    },
+    /// `max_gpus_in_use` in this scope would be exceeded.
+    GpuQuota {
+        max: u32,
+        /// "project" or "organization".
+        scope: &'static str,
+        in_use: i64,
+        sku: String,
+        gpus: i32,
+    },
+    /// A budget can only count what is priced in its currency.
+    BudgetCurrency {
+        budget: Currency,
+        sku: String,
+        priced_in: Currency,
+    },
+    /// The month's spend plus the launch's first hour would pass the budget.
+    OverBudget {
+        limit: Money,
+        spent: Money,
+        first_hour: Money,
+        sku: String,
+        /// The listing whose fee is part of the first hour, when it has one.
+        with: Option<String>,
+    },
+    /// A longer lifetime than `max_allocation_lifetime_hours`.
+    Lifetime { max: u32, asked: u32 },
+    /// More ports than `max_published_ports`.
+    PublishedPorts { max: u32, asked: usize },
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "policy {} (set at {} level) ",
+            self.key.as_str(),
+            self.level.map(Level::as_str).unwrap_or("no")
+        )?;
+        match &self.why {
+            Denied::NotAllowed { allowed, asked } => {
+                write!(f, "allows {}, not {asked}", allowed.join(", "))
+            }
+            Denied::NoRegion {
+                allowed,
+                sku,
+                sold_in,
+            } => write!(
+                f,
+                "allows {}; {sku} is sold only in {sold_in}",
+                allowed.join(", ")
+            ),
+            Denied::GpuQuota {
+                max,
+                scope,
+                in_use,
+                sku,
+                gpus,
+            } => write!(
+                f,
+                "allows {max} GPUs in use in this {scope}; {in_use} are in use and {sku} would need {gpus}"
+            ),
+            Denied::BudgetCurrency {
+                budget,
+                sku,
+                priced_in,
+            } => write!(
+                f,
+                "is in {budget}, but {sku} is priced in {priced_in}; ask an admin to set the budget in {priced_in}"
+            ),
+            Denied::OverBudget {
+                limit,
+                spent,
+                first_hour,
+                sku,
+                with,
+            } => {
+                let total = Money::new(
+                    spent.amount_minor + first_hour.amount_minor,
+                    limit.currency.clone(),
+                );
+                let over = Money::new(
+                    total.amount_minor - limit.amount_minor,
+                    limit.currency.clone(),
+                );
+                write!(
+                    f,
+                    "is {limit}; {spent} is spent this month, and {first_hour} for the first hour of {sku}{} would make {total}, {over} over",
+                    match with {
+                        Some(listing) => format!(" with {listing}"),
+                        None => String::new(),
+                    }
+                )
+            }
+            Denied::Lifetime { max, asked } => write!(
+                f,
+                "allows allocations to live {max} hours; this launch asked for {asked}"
+            ),
+            Denied::PublishedPorts { max, asked } => write!(
+                f,
+                "allows {max} published ports per allocation; this launch asked for {asked}"
+            ),
+        }
+    }
+}
+
+/// Why a single sign-on failed. Each has a stable [`SsoError::code`] for URLs and logs.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SsoError {
+    #[error("no organization signs in with {domain} addresses")]
+    UnknownDomain { domain: String },
+    #[error("the identity provider at {issuer} could not be reached")]
+    IssuerUnreachable { issuer: String },
+    #[error("the sign-in response did not match a sign-in started in this browser")]
+    StateMismatch,
+    #[error("the sign-in took too long; please start again")]
+    PendingExpired,
+    #[error("the identity provider refused the sign-in: {0}")]
+    ProviderRefused(String),
+    #[error("the identity provider's token was not accepted: {0}")]
+    TokenRejected(TokenProblem),
+    #[error("the identity provider did not give a verified email address")]
+    MissingEmail,
+    #[error("{email} is not an address this organization signs in with")]
+    EmailNotAllowed { email: String },
+    /// An account with this email exists but isn't this organization's to sign in: platform
+    /// staff, a break-glass account, or someone of another organization. Never linked.
+    #[error("the account for {email} does not belong to this organization")]
+    AccountElsewhere { email: String },
+}
+
+/// What was wrong with an ID token.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TokenProblem {
+    #[error("it has expired")]
+    Expired,
+    #[error("it was issued for another application (audience)")]
+    WrongAudience,
+    #[error("it was issued by another provider (issuer)")]
+    WrongIssuer,
+    #[error("it belongs to another sign-in (nonce)")]
+    WrongNonce,
+    #[error("its signature is invalid")]
+    BadSignature,
+    #[error("the provider sent none")]
+    Missing,
+    #[error("{0}")]
+    Other(String),
+}
+
+impl SsoError {
+    /// A short, stable name, e.g. for `/login?sso_error=state`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SsoError::UnknownDomain { .. } => "unknown_domain",
+            SsoError::IssuerUnreachable { .. } => "issuer_unreachable",
+            SsoError::StateMismatch => "state",
+            SsoError::PendingExpired => "expired_attempt",
+            SsoError::ProviderRefused(_) => "provider_refused",
+            SsoError::TokenRejected(TokenProblem::Expired) => "token_expired",
+            SsoError::TokenRejected(TokenProblem::WrongAudience) => "token_audience",
+            SsoError::TokenRejected(TokenProblem::WrongIssuer) => "token_issuer",
+            SsoError::TokenRejected(TokenProblem::WrongNonce) => "token_nonce",
+            SsoError::TokenRejected(TokenProblem::BadSignature) => "token_signature",
+            SsoError::TokenRejected(_) => "token_invalid",
+            SsoError::MissingEmail => "missing_email",
+            SsoError::EmailNotAllowed { .. } => "email_not_allowed",
+            SsoError::AccountElsewhere { .. } => "account_elsewhere",
+        }
+    }
+}

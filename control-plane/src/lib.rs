@@ -5,8 +5,10 @@
 //! (`migrations/`), and the Rust here checks them again to give better errors.
 
 pub mod account;
+pub mod agent_api;
 pub mod allocations;
 pub mod audit;
+pub mod audit_log;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
@@ -25,6 +27,7 @@ pub mod policy;
 pub mod ratelimit;
 pub mod resource_name;
 pub mod secrets;
+pub mod skus;
 pub mod sso;
 pub mod tenancy;
 

@@ -17,11 +17,11 @@ use sqlx::PgConnection;
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformOperators, PlatformRequirement};
-use crate::catalog::{Shape, Sku};
 use crate::error::{Error, Result};
 use crate::ids::{ListingId, ListingVersionId, PublisherId, TenantId, UserId};
-use crate::policy::Money;
+use crate::skus::{Shape, Sku};
 use crate::tenancy::{Tenant, TenantAdmins};
+use portal_types::Money;
 
 /// The platform's own publisher (created by the migration).
 pub const PLATFORM_PUBLISHER: PublisherId =
@@ -621,7 +621,7 @@ fn fee_of(minor: i64, currency: Option<String>) -> Option<Money> {
     match currency {
         Some(currency) if minor > 0 => Some(Money {
             amount_minor: minor,
-            currency,
+            currency: currency.into(),
         }),
         _ => None,
     }
@@ -649,7 +649,7 @@ impl TryFrom<VersionDbRow> for Version {
                 shapes: r
                     .shapes
                     .iter()
-                    .map(|s| Shape::parse(s))
+                    .map(|s| Shape::parse(s).map_err(Error::from))
                     .collect::<Result<_>>()?,
                 gpu_models: r.gpu_models,
                 min_gpus: r.min_gpus,
@@ -1600,7 +1600,7 @@ async fn insert_version(
         &d.gpu_models,
         d.min_gpus,
         d.fee.as_ref().map_or(0, |f| f.amount_minor),
-        d.fee.as_ref().map(|f| f.currency.clone()),
+        d.fee.as_ref().map(|f| f.currency.as_str()),
         who.user as UserId,
         d.image_sha256
     )

@@ -31,77 +31,12 @@ use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Principal, email_domain, normalize_email};
 use crate::db::OnConstraint;
 use crate::error::{Error, Result};
+pub use crate::error::{SsoError, TokenProblem};
 use crate::ids::{TenantId, UserId};
 use crate::tenancy::TenantRole;
 
 /// How long a started sign-in may take before its callback is refused.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
-
-/// Why a single sign-on failed. Each has a stable [`SsoError::code`] for URLs and logs.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SsoError {
-    #[error("no organization signs in with {domain} addresses")]
-    UnknownDomain { domain: String },
-    #[error("the identity provider at {issuer} could not be reached")]
-    IssuerUnreachable { issuer: String },
-    #[error("the sign-in response did not match a sign-in started in this browser")]
-    StateMismatch,
-    #[error("the sign-in took too long; please start again")]
-    PendingExpired,
-    #[error("the identity provider refused the sign-in: {0}")]
-    ProviderRefused(String),
-    #[error("the identity provider's token was not accepted: {0}")]
-    TokenRejected(TokenProblem),
-    #[error("the identity provider did not give a verified email address")]
-    MissingEmail,
-    #[error("{email} is not an address this organization signs in with")]
-    EmailNotAllowed { email: String },
-    /// An account with this email exists but isn't this organization's to sign in: platform
-    /// staff, a break-glass account, or someone of another organization. Never linked.
-    #[error("the account for {email} does not belong to this organization")]
-    AccountElsewhere { email: String },
-}
-
-/// What was wrong with an ID token.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum TokenProblem {
-    #[error("it has expired")]
-    Expired,
-    #[error("it was issued for another application (audience)")]
-    WrongAudience,
-    #[error("it was issued by another provider (issuer)")]
-    WrongIssuer,
-    #[error("it belongs to another sign-in (nonce)")]
-    WrongNonce,
-    #[error("its signature is invalid")]
-    BadSignature,
-    #[error("the provider sent none")]
-    Missing,
-    #[error("{0}")]
-    Other(String),
-}
-
-impl SsoError {
-    /// A short, stable name, e.g. for `/login?sso_error=state`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            SsoError::UnknownDomain { .. } => "unknown_domain",
-            SsoError::IssuerUnreachable { .. } => "issuer_unreachable",
-            SsoError::StateMismatch => "state",
-            SsoError::PendingExpired => "expired_attempt",
-            SsoError::ProviderRefused(_) => "provider_refused",
-            SsoError::TokenRejected(TokenProblem::Expired) => "token_expired",
-            SsoError::TokenRejected(TokenProblem::WrongAudience) => "token_audience",
-            SsoError::TokenRejected(TokenProblem::WrongIssuer) => "token_issuer",
-            SsoError::TokenRejected(TokenProblem::WrongNonce) => "token_nonce",
-            SsoError::TokenRejected(TokenProblem::BadSignature) => "token_signature",
-            SsoError::TokenRejected(_) => "token_invalid",
-            SsoError::MissingEmail => "missing_email",
-            SsoError::EmailNotAllowed { .. } => "email_not_allowed",
-            SsoError::AccountElsewhere { .. } => "account_elsewhere",
-        }
-    }
-}
 
 /// A sign-in in progress: kept server-side in the session between the two halves.
 #[derive(Clone, Debug, Serialize, Deserialize)]

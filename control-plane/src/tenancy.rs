@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Principal, email_domain, normalize_email};
+use crate::auth::{Principal, check_display_name, email_domain, normalize_email};
 use crate::error::{Error, Result};
 use crate::ids::{ProjectId, TenantId, UserId};
 
@@ -204,17 +204,6 @@ fn check_slug(slug: &str) -> Result<()> {
             reason: format!("{slug:?}: use 1 to 63 lowercase letters, digits and inner hyphens"),
         })
     }
-}
-
-pub(crate) fn check_display_name(name: &str) -> Result<String> {
-    let name = name.trim();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(Error::Invalid {
-            field: "name",
-            reason: "use 1 to 200 characters".into(),
-        });
-    }
-    Ok(name.to_string())
 }
 
 /// The highest project role a tenant role implies by itself, if any.
@@ -448,9 +437,9 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Lets the project's guests on one host reach each other (or stops it), for allocations
-    /// launched from now on: a running guest keeps the network it started with. Guests of
-    /// different projects never reach each other. Audited.
+    /// Lets the project's guests on one host reach each other (or stops it), running ones
+    /// included (each gets a network update for its agent). Guests of different projects
+    /// never reach each other. Audited.
     #[tracing::instrument(skip_all, fields(project.id = %who.project, east_west = on))]
     pub async fn set_east_west(
         &self,
@@ -472,6 +461,15 @@ impl ControlPlane {
             "UPDATE projects SET east_west = $2 WHERE id = $1",
             who.project as ProjectId,
             on
+        )
+        .execute(&mut *tx)
+        .await?;
+        // Running guests get the new rule too: their agents re-render the host's ruleset.
+        sqlx::query!(
+            "INSERT INTO outbox (kind, allocation_id)
+             SELECT 'allocation.network_update', id FROM allocations
+             WHERE project_id = $1 AND state = 'running'",
+            who.project as ProjectId
         )
         .execute(&mut *tx)
         .await?;

@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput, TaskSpec};
+use control_plane::agent_api::NodeAgent;
 use control_plane::auth::{Platform, PlatformOperators};
-use control_plane::fleet::agent::NodeAgent;
 use control_plane::fleet::{NewNode, SlotMapDecision};
 use control_plane::{ControlPlane, NodeId};
 

@@ -12,6 +12,7 @@ const LAYERS: &[(&str, u8)] = &[
     // Contracts and tools that know nothing of the portal.
     ("agent-protocol", 0),
     ("pgcluster", 0),
+    ("portal-types", 0),
     ("stripe-test-server", 0),
     // The domain, and the host agent (which never links the domain).
     ("control-plane", 1),
@@ -59,6 +60,127 @@ pub fn check() -> Result {
             problems.join("\n  ")
         ))
     }
+}
+
+/// Crates whose top-level modules must not form a cycle: the step before splitting them
+/// into crates by area (a cycle of modules would be a cycle of crates).
+const ACYCLIC_MODULES: &[&str] = &["control-plane"];
+
+/// Each crate of [`ACYCLIC_MODULES`]: its top-level modules, and which others each names as
+/// `crate::…` in code (comments don't count), must form no cycle.
+pub fn check_modules() -> Result {
+    let mut problems = Vec::new();
+    for krate in ACYCLIC_MODULES {
+        let src = crate::root().join(krate).join("src");
+        let graph = module_graph(&src)?;
+        if let Some(cycle) = find_cycle(&graph) {
+            problems.push(format!("{krate}: {}", cycle.join(" → ")));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "modules must point one way (move the code to where its direction is natural):\n  {}",
+            problems.join("\n  ")
+        ))
+    }
+}
+
+type Graph = BTreeMap<String, std::collections::BTreeSet<String>>;
+
+fn module_graph(src: &Path) -> Result<Graph> {
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut graph = Graph::new();
+    for file in files {
+        let rel = file.strip_prefix(src).expect("under src");
+        let first = rel.components().next().expect("a file");
+        let top = first
+            .as_os_str()
+            .to_string_lossy()
+            .trim_end_matches(".rs")
+            .to_owned();
+        if top == "lib" || top == "main" {
+            continue;
+        }
+        let refs = crate_paths(&read(&file)?);
+        graph
+            .entry(top.clone())
+            .or_default()
+            .extend(refs.into_iter().filter(|r| *r != top));
+    }
+    let names: Vec<String> = graph.keys().cloned().collect();
+    for deps in graph.values_mut() {
+        deps.retain(|d| names.contains(d));
+    }
+    Ok(graph)
+}
+
+/// The first segment after each `crate::` in code, not in comments.
+fn crate_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let code = match line.find("//") {
+            Some(i) => &line[..i],
+            None => line,
+        };
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            let after = &rest[i + "crate::".len()..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.push(name);
+            }
+            rest = after;
+        }
+    }
+    out
+}
+
+/// One cycle of `graph`, as the modules along it (the first repeated at the end).
+fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit<'g>(
+        graph: &'g Graph,
+        node: &'g str,
+        done: &mut std::collections::BTreeSet<&'g str>,
+        path: &mut Vec<&'g str>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| *p == node) {
+            let mut cycle: Vec<String> = path[at..].iter().map(|s| s.to_string()).collect();
+            cycle.push(node.to_owned());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(c) = visit(graph, next, done, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(node);
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|k| visit(graph, k, &mut done, &mut Vec::new()))
 }
 
 fn read(path: &Path) -> Result<String> {
@@ -125,5 +247,30 @@ mod tests {
     #[test]
     fn this_workspace_points_one_way() {
         check().unwrap();
+        check_modules().unwrap();
+    }
+
+    #[test]
+    fn a_cycle_of_modules_is_found_and_comments_do_not_count() {
+        assert_eq!(
+            crate_paths("use crate::a::B; // crate::c\nlet x = crate::d::f(crate::e);"),
+            ["a", "d", "e"]
+        );
+        let graph = |edges: &[(&str, &str)]| {
+            let mut g = Graph::new();
+            for (a, b) in edges {
+                g.entry(a.to_string()).or_default().insert(b.to_string());
+                g.entry(b.to_string()).or_default();
+            }
+            g
+        };
+        assert_eq!(
+            find_cycle(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])),
+            None
+        );
+        assert_eq!(
+            find_cycle(&graph(&[("a", "b"), ("b", "c"), ("c", "a")])),
+            Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+        );
     }
 }

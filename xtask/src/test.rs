@@ -38,8 +38,9 @@ pub fn run(args: &[String]) -> Result {
     };
     step("the repository stands alone (no tracked file refers to a path outside it)");
     standalone::check()?;
-    step("the crate graph points one way (xtask/src/layers.rs)");
+    step("the crate graph and the control plane's modules point one way (xtask/src/layers.rs)");
     layers::check()?;
+    layers::check_modules()?;
 
     tools::ensure_all(Needs::everything())?;
     if browser_only {

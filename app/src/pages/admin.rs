@@ -60,7 +60,7 @@ pub async fn unlock_break_glass(user: String) -> Result<(), AppError> {
     let principal = crate::server::require_principal().await?;
     let admin = principal.platform::<control_plane::auth::PlatformAdmin>()?;
     let cp = crate::server::control_plane()?;
-    let user = user.parse().map_err(|_| AppError::NotFound)?;
+    let user = crate::server::id(&user)?;
     cp.unlock_break_glass(&admin, user, Some(&crate::error::request_id()))
         .await?;
     Ok(())

@@ -6,10 +6,11 @@
 
 use sha2::{Digest, Sha256};
 
-use super::{LaunchRequest, MAX_LIFETIME_HOURS, validate_ssh_keys};
-use crate::catalog::Sku;
-use crate::error::{Error, Result};
+use super::{LaunchRequest, MAX_LIFETIME_HOURS};
+use crate::account::validate_ssh_keys;
+use crate::error::{Denial, Denied, Error, Result};
 use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
+use crate::skus::Sku;
 
 pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     Error::Invalid {
@@ -30,13 +31,18 @@ pub(super) fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
         .expect("resolve_policies returns every key")
 }
 
-/// "policy max_gpus_in_use (set at project level)".
+/// "policy max_gpus_in_use (set at project level)", for pages that show a limit.
 pub(super) fn decided(r: &Resolved) -> String {
     format!(
         "policy {} (set at {} level)",
         r.key.as_str(),
         r.decided_by.map(Level::as_str).unwrap_or("no")
     )
+}
+
+/// A refusal by the policy `r` resolved to.
+fn denied(r: &Resolved, why: Denied) -> Error {
+    Denial::error(r.key, r.decided_by, why)
 }
 
 /// The guest ports to publish, sorted: each 1–65535, not SSH's 22, no repeats, at most
@@ -98,11 +104,13 @@ pub(super) fn within_published_ports(policies: &[Resolved], ports: &[u16]) -> Re
     if let Some(PolicyValue::MaxPublishedPorts(max)) = &p.value
         && ports.len() > *max as usize
     {
-        return Err(Error::PolicyDenied(format!(
-            "{} allows {max} published ports per allocation; this launch asked for {}",
-            decided(p),
-            ports.len()
-        )));
+        return Err(denied(
+            p,
+            Denied::PublishedPorts {
+                max: *max,
+                asked: ports.len(),
+            },
+        ));
     }
     Ok(())
 }
@@ -268,39 +276,42 @@ pub(super) fn allowed<'p>(
     if let Some(PolicyValue::AllowedSkus(list)) = &skus.value
         && !list.contains(&sku.name)
     {
-        return Err(Error::PolicyDenied(format!(
-            "{} allows {}, not {}",
-            decided(skus),
-            list.join(", "),
-            sku.name
-        )));
+        return Err(denied(
+            skus,
+            Denied::NotAllowed {
+                allowed: list.clone(),
+                asked: sku.name.clone(),
+            },
+        ));
     }
     let listings = policy(policies, PolicyKey::AllowedListings);
     if let Some(PolicyValue::AllowedListings(list)) = &listings.value
         && !list.iter().any(|l| l == listing_slug)
     {
-        return Err(Error::PolicyDenied(format!(
-            "{} allows {}, not {}",
-            decided(listings),
-            list.join(", "),
-            listing_slug
-        )));
+        return Err(denied(
+            listings,
+            Denied::NotAllowed {
+                allowed: list.clone(),
+                asked: listing_slug.to_string(),
+            },
+        ));
     }
     let in_regions = policy(policies, PolicyKey::AllowedRegions);
     if let Some(PolicyValue::AllowedRegions(list)) = &in_regions.value {
         regions.retain(|r| list.contains(r));
         if regions.is_empty() {
-            return Err(Error::PolicyDenied(format!(
-                "{} allows {}; {} is sold only in {}",
-                decided(in_regions),
-                list.join(", "),
-                sku.name,
-                if requested_region.is_empty() {
-                    sku.regions.join(", ")
-                } else {
-                    requested_region.to_string()
-                }
-            )));
+            return Err(denied(
+                in_regions,
+                Denied::NoRegion {
+                    allowed: list.clone(),
+                    sku: sku.name.clone(),
+                    sold_in: if requested_region.is_empty() {
+                        sku.regions.join(", ")
+                    } else {
+                        requested_region.to_string()
+                    },
+                },
+            ));
         }
     }
     let max_gpus = policy(policies, PolicyKey::MaxGpusInUse);
@@ -325,17 +336,20 @@ pub(super) fn within_gpu_quota(
     sku: &Sku,
 ) -> Result<()> {
     if in_use + sku.gpu_count as i64 > max as i64 {
-        return Err(Error::PolicyDenied(format!(
-            "{} allows {max} GPUs in use in this {}; {in_use} are in use and {} would need {}",
-            decided(decided_by),
-            if counts_in_project(decided_by) {
-                "project"
-            } else {
-                "organization"
+        return Err(denied(
+            decided_by,
+            Denied::GpuQuota {
+                max,
+                scope: if counts_in_project(decided_by) {
+                    "project"
+                } else {
+                    "organization"
+                },
+                in_use,
+                sku: sku.name.clone(),
+                gpus: sku.gpu_count,
             },
-            sku.name,
-            sku.gpu_count
-        )));
+        ));
     }
     Ok(())
 }
@@ -343,14 +357,14 @@ pub(super) fn within_gpu_quota(
 /// A budget can only count what is priced in its currency.
 pub(super) fn budget_currency((limit, decided_by): (&Money, &Resolved), sku: &Sku) -> Result<()> {
     if limit.currency != sku.price.currency {
-        return Err(Error::PolicyDenied(format!(
-            "{} is in {}, but {} is priced in {}; ask an admin to set the budget in {}",
-            decided(decided_by),
-            limit.currency,
-            sku.name,
-            sku.price.currency,
-            sku.price.currency
-        )));
+        return Err(denied(
+            decided_by,
+            Denied::BudgetCurrency {
+                budget: limit.currency.clone(),
+                sku: sku.name.clone(),
+                priced_in: sku.price.currency.clone(),
+            },
+        ));
     }
     Ok(())
 }
@@ -366,24 +380,16 @@ pub(super) fn within_budget(
 ) -> Result<()> {
     let first_hour = sku.price.amount_minor + fee;
     if spent + first_hour > limit.amount_minor {
-        let money = |amount_minor| Money {
-            amount_minor,
-            currency: limit.currency.clone(),
-        };
-        return Err(Error::PolicyDenied(format!(
-            "{} is {limit}; {} is spent this month, and {} for the first hour of {}{} would make {}, {} over",
-            decided(decided_by),
-            money(spent),
-            money(first_hour),
-            sku.name,
-            if fee > 0 {
-                format!(" with {software_label}")
-            } else {
-                String::new()
+        return Err(denied(
+            decided_by,
+            Denied::OverBudget {
+                limit: limit.clone(),
+                spent: Money::new(spent, limit.currency.clone()),
+                first_hour: Money::new(first_hour, limit.currency.clone()),
+                sku: sku.name.clone(),
+                with: (fee > 0).then(|| software_label.to_string()),
             },
-            money(spent + first_hour),
-            money(spent + first_hour - limit.amount_minor),
-        )));
+        ));
     }
     Ok(())
 }
@@ -397,10 +403,9 @@ pub(super) fn lifetime(policies: &[Resolved], asked: Option<u32>) -> Result<Opti
         _ => None,
     };
     match (asked, max) {
-        (Some(asked), Some(max)) if asked > max => Err(Error::PolicyDenied(format!(
-            "{} allows allocations to live {max} hours; this launch asked for {asked}",
-            decided(lifetime)
-        ))),
+        (Some(asked), Some(max)) if asked > max => {
+            Err(denied(lifetime, Denied::Lifetime { max, asked }))
+        }
         (Some(asked), _) => Ok(Some(asked)),
         (None, max) => Ok(max),
     }
@@ -409,8 +414,8 @@ pub(super) fn lifetime(policies: &[Resolved], asked: Option<u32>) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Shape;
     use crate::ids::SkuId;
+    use crate::skus::Shape;
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";
@@ -475,11 +480,16 @@ mod tests {
         }
     }
 
-    fn denied(r: Result<impl std::fmt::Debug>) -> String {
+    fn refusal(r: Result<impl std::fmt::Debug>) -> Denial {
         match r {
-            Err(Error::PolicyDenied(m)) => m,
+            Err(Error::PolicyDenied(d)) => *d,
             other => panic!("expected a policy denial, got {other:?}"),
         }
+    }
+
+    /// The sentence a refusal shows.
+    fn denied(r: Result<impl std::fmt::Debug>) -> String {
+        refusal(r).to_string()
     }
 
     #[test]
@@ -611,6 +621,21 @@ mod tests {
         let p = chain(&[(PolicyValue::MaxGpusInUse(8), Level::Tenant)]);
         let quota = (8, &p[0]);
         within_gpu_quota(quota, 6, &s).unwrap();
+        let d = refusal(within_gpu_quota(quota, 7, &s));
+        assert_eq!(
+            (d.key, d.level),
+            (PolicyKey::MaxGpusInUse, Some(Level::Tenant))
+        );
+        assert_eq!(
+            d.why,
+            Denied::GpuQuota {
+                max: 8,
+                scope: "organization",
+                in_use: 7,
+                sku: "h100.2x".into(),
+                gpus: 2
+            }
+        );
         assert_eq!(
             denied(within_gpu_quota(quota, 7, &s)),
             "policy max_gpus_in_use (set at organization level) allows 8 GPUs in use in this organization; 7 are in use and h100.2x would need 2"
@@ -621,6 +646,16 @@ mod tests {
         budget_currency(budget, &s).unwrap();
         // 94.04 spent + 5.96 for the first hour is exactly 100.00: allowed.
         within_budget(budget, 9_404, &s, 0, "Ubuntu").unwrap();
+        let d = refusal(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5"));
+        assert_eq!(
+            (d.key, d.level),
+            (PolicyKey::MonthlyBudget, Some(Level::Project))
+        );
+        assert!(
+            matches!(&d.why, Denied::OverBudget { spent, first_hour, with: Some(w), .. }
+                if spent.amount_minor == 9_404 && first_hour.amount_minor == 621 && w == "PyTorch 2.5"),
+            "{d:?}"
+        );
         assert_eq!(
             denied(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5")),
             "policy monthly_budget (set at project level) is 100.00 USD; 94.04 USD is spent this month, and 6.21 USD for the first hour of h100.2x with PyTorch 2.5 would make 100.25 USD, 0.25 USD over"

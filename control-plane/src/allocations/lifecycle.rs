@@ -21,8 +21,8 @@ use crate::auth::{Platform, PlatformOperators};
 use crate::error::{Error, Result};
 use crate::fleet::{lock_node, utc};
 use crate::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
-use crate::policy::Money;
 use crate::tenancy::{Project, ProjectViewers};
+use portal_types::Money;
 
 /// The phase of a release during which the allocation counts as `cleaning`.
 pub const WIPE_PHASE: &str = "wipe_nvme";
@@ -1175,7 +1175,7 @@ pub(crate) async fn detail(
         price: {
             let money = |amount_minor| Money {
                 amount_minor,
-                currency: a.currency.clone(),
+                currency: a.currency.clone().into(),
             };
             if a.fee_per_hour_minor > 0 {
                 format!(

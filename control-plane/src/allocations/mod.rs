@@ -4,22 +4,19 @@
 
 mod decide;
 pub mod lifecycle;
-mod ssh;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-pub use ssh::{fingerprint as ssh_fingerprint, validate_ssh_key, validate_ssh_keys};
-
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
-use crate::catalog::{Shape, Sku, sku_by_name};
 use crate::error::{Error, Result};
 use crate::ids::{AllocationId, ListingVersionId, NodeId, ProjectId, SkuId, TenantId, UserId};
 use crate::placement::{self, Placement, Reserve};
 use crate::policy::{Money, PolicyKey, PolicyValue, resolve_policies_on};
+use crate::skus::{Shape, Sku, sku_by_name};
 use crate::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
 use decide::{counts_in_project, decided, invalid, policy};
 
@@ -104,7 +101,7 @@ impl Reserve for Reservation<'_> {
             self.listing_version as ListingVersionId,
             self.ssh_public_key,
             self.sku.price.amount_minor,
-            self.sku.price.currency,
+            self.sku.price.currency.as_str(),
             self.idempotency_key,
             self.fingerprint,
             self.user as UserId,
@@ -190,10 +187,7 @@ impl ControlPlane {
         )
         .await?
         .ceil_to_minor();
-        let money = |amount_minor| Money {
-            amount_minor,
-            currency: limit.currency.clone(),
-        };
+        let money = |amount_minor| Money::new(amount_minor, limit.currency.clone());
         Ok(Some(BudgetLeft {
             limit: limit.clone(),
             spent: money(spent),
@@ -579,7 +573,7 @@ impl ControlPlane {
                 state: r.state,
                 price: Money {
                     amount_minor: r.price_per_hour_minor,
-                    currency: r.currency,
+                    currency: r.currency.into(),
                 }
                 .to_string(),
                 created_at: crate::fleet::utc(r.created_at),

@@ -18,7 +18,7 @@ use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformRequirement};
 use crate::error::{Error, Result};
 use crate::ids::{TenantId, UserId};
-use crate::policy::Money;
+use portal_types::Money;
 
 /// Platform admins and platform finance: who grants credit and issues credit notes.
 pub struct PlatformFinance;
@@ -167,51 +167,37 @@ pub async fn close_month(
         return Ok(None);
     }
 
-    let invoice = Uuid::new_v4();
-    let mut subtotal = 0i64;
-    let mut rated = 0i64;
-    let mut rows = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        let amount = Micros(l.rated_micro).round_to_minor();
-        subtotal += amount;
-        rated += l.rated_micro;
-        let unit_micro = l.price_per_hour_minor * Micros::PER_MINOR / l.gpu_count as i64;
-        let description = format!(
-            "{} · {} · {} GPU-hours at {} {currency}/GPU-hour",
-            l.project,
-            l.sku,
-            super::gpu_hours(l.gpu_us),
-            unit_price(unit_micro),
-        );
-        rows.push((i as i32 + 1, l, description, unit_micro, amount));
-    }
-    // Marketplace fees: their own lines, per project, listing version and fee.
-    let mut fee_rows = Vec::new();
-    for (i, f) in fees.iter().enumerate() {
-        let amount = Micros(f.rated_micro).round_to_minor();
-        subtotal += amount;
-        rated += f.rated_micro;
-        let unit_micro = f.fee_per_hour_minor * Micros::PER_MINOR;
-        let description = format!(
-            "{} · {} {} marketplace fee · {} hours at {} {currency}/hour",
-            f.project,
-            f.listing,
-            f.version,
-            super::gpu_hours(f.run_us),
-            unit_price(unit_micro),
-        );
-        fee_rows.push((
-            (rows.len() + i) as i32 + 1,
-            f,
-            description,
-            unit_micro,
-            amount,
-        ));
-    }
     // Prepaid credit first: what the tenant holds, up to the subtotal.
     let credit = credit_balance_on(&mut tx, tenant, currency).await?;
-    let applied = credit.min(subtotal).max(0);
+    let usage: Vec<UsageSum> = lines
+        .into_iter()
+        .map(|l| UsageSum {
+            project_id: l.project_id,
+            project: l.project,
+            sku_id: l.sku_id,
+            sku: l.sku,
+            gpu_count: l.gpu_count,
+            price_per_hour_minor: l.price_per_hour_minor,
+            gpu_us: l.gpu_us,
+            rated_micro: l.rated_micro,
+        })
+        .collect();
+    let fees: Vec<FeeSum> = fees
+        .into_iter()
+        .map(|f| FeeSum {
+            project_id: f.project_id,
+            project: f.project,
+            listing_version_id: f.listing_version_id,
+            listing: f.listing,
+            version: f.version,
+            fee_per_hour_minor: f.fee_per_hour_minor,
+            run_us: f.run_us,
+            rated_micro: f.rated_micro,
+        })
+        .collect();
+    let draft = draft(&usage, &fees, credit, currency);
 
+    let invoice = Uuid::new_v4();
     sqlx::query!(
         "INSERT INTO invoices (id, tenant_id, month, currency, subtotal_minor, credit_applied_minor, total_minor)
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -219,59 +205,43 @@ pub async fn close_month(
         tenant as TenantId,
         month,
         currency,
-        subtotal,
-        applied,
-        subtotal - applied
+        draft.subtotal_minor,
+        draft.credit_applied_minor,
+        draft.total_minor()
     )
     .execute(&mut *tx)
     .await?;
-    for (no, l, description, unit_micro, amount) in &rows {
+    for line in &draft.lines {
+        let (usage, fee) = match line.charge {
+            Charge::Usage(i) => (Some(&usage[i]), None),
+            Charge::Fee(i) => (None, Some(&fees[i])),
+            Charge::Credit => (None, None),
+        };
         sqlx::query!(
-            "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, sku_id, description,
-                                        gpu_us, unit_price_micro, rated_micro, amount_minor)
-             VALUES ($1, $2, 'usage', $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, sku_id, listing_version_id,
+                                        description, gpu_us, run_us, unit_price_micro, rated_micro, amount_minor)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             invoice,
-            no,
-            l.project_id,
-            l.sku_id,
-            description,
-            l.gpu_us,
-            unit_micro,
-            l.rated_micro,
-            amount
+            line.line_no,
+            line.charge.kind(),
+            usage.map(|u| u.project_id).or(fee.map(|f| f.project_id)),
+            usage.map(|u| u.sku_id),
+            fee.map(|f| f.listing_version_id),
+            line.description,
+            // What a line is not about is 0, as the columns' defaults say.
+            usage.map_or(0, |u| u.gpu_us),
+            fee.map_or(0, |f| f.run_us),
+            line.unit_price_micro.unwrap_or(0),
+            usage
+                .map(|u| u.rated_micro)
+                .or(fee.map(|f| f.rated_micro))
+                .unwrap_or(0),
+            line.amount_minor
         )
         .execute(&mut *tx)
         .await?;
     }
-    for (no, f, description, unit_micro, amount) in &fee_rows {
-        sqlx::query!(
-            "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, listing_version_id,
-                                        description, run_us, unit_price_micro, rated_micro, amount_minor)
-             VALUES ($1, $2, 'fee', $3, $4, $5, $6, $7, $8, $9)",
-            invoice,
-            no,
-            f.project_id,
-            f.listing_version_id,
-            description,
-            f.run_us,
-            unit_micro,
-            f.rated_micro,
-            amount
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
-    if applied > 0 {
-        sqlx::query!(
-            "INSERT INTO invoice_lines (invoice_id, line_no, kind, description, amount_minor)
-             VALUES ($1, $2, 'credit', 'Prepaid credit applied', $3)",
-            invoice,
-            (rows.len() + fee_rows.len()) as i32 + 1,
-            -applied
-        )
-        .execute(&mut *tx)
-        .await?;
-    }
+    let (subtotal, applied) = (draft.subtotal_minor, draft.credit_applied_minor);
 
     // Finalise: number, status, and the ledger entries that make it agree to the cent.
     let number = sqlx::query_scalar!(
@@ -283,7 +253,7 @@ pub async fn close_month(
     )
     .fetch_one(&mut *tx)
     .await?;
-    let rounding = Micros::from_minor(subtotal).0 - rated;
+    let rounding = draft.rounding_micro;
     if rounding != 0 {
         post(
             &mut tx,
@@ -335,6 +305,137 @@ pub async fn close_month(
         number,
         total_minor: subtotal - applied,
     }))
+}
+
+/// One project × SKU × price of a month's usage charges, summed.
+#[derive(Clone, Debug)]
+pub(crate) struct UsageSum {
+    pub project_id: uuid::Uuid,
+    pub project: String,
+    pub sku_id: uuid::Uuid,
+    pub sku: String,
+    pub gpu_count: i32,
+    pub price_per_hour_minor: i64,
+    pub gpu_us: i64,
+    pub rated_micro: i64,
+}
+
+/// One project × listing version × fee of a month's marketplace fees, summed.
+#[derive(Clone, Debug)]
+pub(crate) struct FeeSum {
+    pub project_id: uuid::Uuid,
+    pub project: String,
+    pub listing_version_id: uuid::Uuid,
+    pub listing: String,
+    pub version: String,
+    pub fee_per_hour_minor: i64,
+    pub run_us: i64,
+    pub rated_micro: i64,
+}
+
+/// What an invoice line charges for: the index of its usage or fee sum, or prepaid credit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Charge {
+    Usage(usize),
+    Fee(usize),
+    Credit,
+}
+
+impl Charge {
+    fn kind(self) -> &'static str {
+        match self {
+            Charge::Usage(_) => "usage",
+            Charge::Fee(_) => "fee",
+            Charge::Credit => "credit",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DraftLine {
+    pub line_no: i32,
+    pub charge: Charge,
+    pub description: String,
+    pub unit_price_micro: Option<i64>,
+    pub amount_minor: i64,
+}
+
+/// A month's invoice before it is written: its lines in order, the subtotal, the credit
+/// applied, and the rounding the ledger posts so it agrees with the rated amounts to the cent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Draft {
+    pub lines: Vec<DraftLine>,
+    pub subtotal_minor: i64,
+    pub credit_applied_minor: i64,
+    /// Subtotal minus what was rated, in micro-units (each line rounded once).
+    pub rounding_micro: i64,
+}
+
+impl Draft {
+    pub fn total_minor(&self) -> i64 {
+        self.subtotal_minor - self.credit_applied_minor
+    }
+}
+
+/// Builds a month's invoice from its summed charges, as a pure function: a usage line per
+/// project × SKU × price (GPU-hours at the price per GPU-hour), then a fee line per project ×
+/// listing version × fee, each amount rounded to cents once (halves away from zero), then
+/// prepaid `credit` applied up to the subtotal as its own negative line.
+pub(crate) fn draft(usage: &[UsageSum], fees: &[FeeSum], credit: i64, currency: &str) -> Draft {
+    let mut lines = Vec::with_capacity(usage.len() + fees.len() + 1);
+    let mut rated = 0i64;
+    for (i, l) in usage.iter().enumerate() {
+        let unit_micro = l.price_per_hour_minor * Micros::PER_MINOR / l.gpu_count as i64;
+        rated += l.rated_micro;
+        lines.push(DraftLine {
+            line_no: lines.len() as i32 + 1,
+            charge: Charge::Usage(i),
+            description: format!(
+                "{} · {} · {} GPU-hours at {} {currency}/GPU-hour",
+                l.project,
+                l.sku,
+                super::gpu_hours(l.gpu_us),
+                unit_price(unit_micro),
+            ),
+            unit_price_micro: Some(unit_micro),
+            amount_minor: Micros(l.rated_micro).round_to_minor(),
+        });
+    }
+    for (i, f) in fees.iter().enumerate() {
+        let unit_micro = f.fee_per_hour_minor * Micros::PER_MINOR;
+        rated += f.rated_micro;
+        lines.push(DraftLine {
+            line_no: lines.len() as i32 + 1,
+            charge: Charge::Fee(i),
+            description: format!(
+                "{} · {} {} marketplace fee · {} hours at {} {currency}/hour",
+                f.project,
+                f.listing,
+                f.version,
+                super::gpu_hours(f.run_us),
+                unit_price(unit_micro),
+            ),
+            unit_price_micro: Some(unit_micro),
+            amount_minor: Micros(f.rated_micro).round_to_minor(),
+        });
+    }
+    let subtotal: i64 = lines.iter().map(|l| l.amount_minor).sum();
+    let applied = credit.min(subtotal).max(0);
+    if applied > 0 {
+        lines.push(DraftLine {
+            line_no: lines.len() as i32 + 1,
+            charge: Charge::Credit,
+            description: "Prepaid credit applied".into(),
+            unit_price_micro: None,
+            amount_minor: -applied,
+        });
+    }
+    Draft {
+        lines,
+        subtotal_minor: subtotal,
+        credit_applied_minor: applied,
+        rounding_micro: Micros::from_minor(subtotal).0 - rated,
+    }
 }
 
 /// `2.500000` from micro-units.
@@ -540,7 +641,7 @@ impl ControlPlane {
                     inv.number.as_deref().unwrap_or("this invoice"),
                     Money {
                         amount_minor: room,
-                        currency: inv.currency.clone()
+                        currency: inv.currency.clone().into()
                     }
                 ),
             });
@@ -611,5 +712,86 @@ impl ControlPlane {
         .await?;
         tx.commit().await?;
         Ok(amount)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(project: &str, sku: &str, gpus: i32, price: i64, hours_us: i64) -> UsageSum {
+        let gpu_us = hours_us * gpus as i64;
+        UsageSum {
+            project_id: Uuid::nil(),
+            project: project.into(),
+            sku_id: Uuid::nil(),
+            sku: sku.into(),
+            gpu_count: gpus,
+            price_per_hour_minor: price,
+            gpu_us,
+            rated_micro: super::super::cost_micros(price, hours_us).0,
+        }
+    }
+
+    const HOUR: i64 = 3_600_000_000;
+
+    #[test]
+    fn each_line_is_rounded_once_and_the_ledger_gets_the_difference() {
+        // 2 GPUs at 5.96/h for 1 h 0 min 0.5 s: 5.960828 rated, 5.96 billed.
+        let u = [
+            usage("research", "h100.2x", 2, 596, HOUR + 500_000),
+            // 1 GPU at 2.98/h for 90 min: exactly 4.47.
+            usage("research", "h100.1x", 1, 298, HOUR * 3 / 2),
+        ];
+        let f = [FeeSum {
+            project_id: Uuid::nil(),
+            project: "research".into(),
+            listing_version_id: Uuid::nil(),
+            listing: "PyTorch".into(),
+            version: "2.5".into(),
+            fee_per_hour_minor: 25,
+            run_us: HOUR / 2,
+            rated_micro: super::super::cost_micros(25, HOUR / 2).0,
+        }];
+        let d = draft(&u, &f, 0, "USD");
+        let amounts: Vec<i64> = d.lines.iter().map(|l| l.amount_minor).collect();
+        // 0.125 for the fee rounds half away from zero: 0.13.
+        assert_eq!(amounts, [596, 447, 13]);
+        assert_eq!(
+            d.lines.iter().map(|l| l.line_no).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert_eq!(d.subtotal_minor, 1056);
+        assert_eq!((d.credit_applied_minor, d.total_minor()), (0, 1056));
+        let rated: i64 = u.iter().map(|l| l.rated_micro).sum::<i64>() + f[0].rated_micro;
+        assert_eq!(d.rounding_micro, 1056 * Micros::PER_MINOR - rated);
+        assert_eq!(
+            d.lines[0].description,
+            "research · h100.2x · 2.000277 GPU-hours at 2.98 USD/GPU-hour"
+        );
+        assert_eq!(
+            d.lines[2].description,
+            "research · PyTorch 2.5 marketplace fee · 0.500000 hours at 0.25 USD/hour"
+        );
+        assert_eq!(d.lines[2].charge, Charge::Fee(0));
+    }
+
+    #[test]
+    fn credit_is_applied_up_to_the_subtotal_as_its_own_line() {
+        let u = [usage("research", "h100.1x", 1, 298, HOUR)];
+        let d = draft(&u, &[], 100, "USD");
+        assert_eq!(d.total_minor(), 198);
+        let last = d.lines.last().unwrap();
+        assert_eq!((last.line_no, last.charge), (2, Charge::Credit));
+        assert_eq!(last.amount_minor, -100);
+        // More credit than the month: the month is covered, the rest stays prepaid.
+        let d = draft(&u, &[], 10_000, "USD");
+        assert_eq!((d.credit_applied_minor, d.total_minor()), (298, 0));
+        // No credit (or a negative balance): no credit line.
+        for credit in [0, -50] {
+            let d = draft(&u, &[], credit, "USD");
+            assert_eq!(d.lines.len(), 1);
+            assert_eq!(d.total_minor(), 298);
+        }
     }
 }

@@ -20,7 +20,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::Money;
+use portal_types::Money;
 
 /// Micro-units of a currency: 10^-6 of its unit, 10^-4 of a cent. Rating works in these so
 /// that per-second usage is never rounded to cents before the invoice.
@@ -59,10 +59,7 @@ impl Micros {
     }
 
     pub fn money(self, currency: &str) -> Money {
-        Money {
-            amount_minor: self.round_to_minor(),
-            currency: currency.to_string(),
-        }
+        Money::new(self.round_to_minor(), currency)
     }
 }
 

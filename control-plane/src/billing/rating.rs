@@ -144,7 +144,7 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "e
 "#,
         until,
         batch,
-        crate::policy::Money::MAX_PER_HOUR_MINOR
+        portal_types::Money::MAX_PER_HOUR_MINOR
     )
     .fetch_one(&mut *tx)
     .await?;
@@ -179,7 +179,7 @@ async fn held(pool: &PgPool) -> Result<Vec<crate::AllocationId>> {
         r#"SELECT allocation_id AS "id: crate::AllocationId" FROM usage_intervals
            WHERE NOT fully_rated AND (price_per_hour_minor > $1 OR fee_per_hour_minor > $1)
            ORDER BY allocation_id LIMIT 100"#,
-        crate::policy::Money::MAX_PER_HOUR_MINOR
+        portal_types::Money::MAX_PER_HOUR_MINOR
     )
     .fetch_all(pool)
     .await?;
@@ -188,7 +188,7 @@ async fn held(pool: &PgPool) -> Result<Vec<crate::AllocationId>> {
             billing.held = held.len(),
             allocations = ?held,
             "usage left unrated: price or fee above {} minor units per hour (written before the schema bounded it); correct the rows",
-            crate::policy::Money::MAX_PER_HOUR_MINOR
+            portal_types::Money::MAX_PER_HOUR_MINOR
         );
     }
     Ok(held)

@@ -203,7 +203,7 @@ impl From<SummaryRow> for InvoiceSummary {
             stripe_status: r.stripe_status,
             total: Money {
                 amount_minor: r.total_minor,
-                currency: r.currency,
+                currency: r.currency.into(),
             },
             hosted_invoice_url: r.hosted_invoice_url,
             payment_error: r.payment_error,
@@ -313,7 +313,7 @@ impl ControlPlane {
             running_per_hour: Micros(rate).money(&currency),
             credit_balance: Money {
                 amount_minor: credit,
-                currency: currency.clone(),
+                currency: currency.clone().into(),
             },
             currency,
             budgets,
@@ -414,7 +414,7 @@ impl ControlPlane {
         .ok_or(Error::NotFound { what: "invoice" })?;
         let money = |amount_minor| Money {
             amount_minor,
-            currency: i.currency.clone(),
+            currency: i.currency.clone().into(),
         };
         let lines = sqlx::query!(
             r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?",
@@ -546,11 +546,11 @@ impl ControlPlane {
                 rated: Micros(r.micro).money(&r.currency),
                 invoiced: Money {
                     amount_minor: r.invoiced,
-                    currency: r.currency.clone(),
+                    currency: r.currency.clone().into(),
                 },
                 paid: Money {
                     amount_minor: r.paid,
-                    currency: r.currency.clone(),
+                    currency: r.currency.clone().into(),
                 },
                 currency: r.currency,
             })

@@ -2,16 +2,16 @@
 //! drift, admin states, and the fleet and node read models. Posture is derived by the
 //! `node_postures` view (migration 0006), never stored.
 //!
-//! - [`agent`]: what a node agent may do, with the [`agent::NodeAgent`] proof that only a valid
-//!   node credential yields.
+//! What a node agent may do (with the `NodeAgent` proof) is above this, in `agent_api`: it
+//! drives both the fleet and the allocations' lifecycle.
+//!
 //! - [`validate`]: the rules a slot must meet before an operator may approve it.
 
-pub mod agent;
 pub mod validate;
 
 use std::collections::BTreeMap;
 
-use agent_protocol::{Discovery, SlotSpec, metadata};
+use agent_protocol::{Discovery, SlotSpec, TaskSpec, metadata};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -21,7 +21,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry, AuditLine};
 use crate::auth::{Platform, PlatformOperators, PlatformStaff};
 use crate::error::{Error, Result};
-use crate::ids::{NodeId, SlotId, UserId};
+use crate::ids::{AgentTaskId, NodeId, SlotId, UserId};
 pub use validate::{SlotProblem, validate_slots};
 
 /// How long a bootstrap token may wait to be used.
@@ -368,7 +368,7 @@ fn wipe_policy_of(meta: &serde_json::Value) -> String {
 }
 
 /// How an approved slot and a proposed slot with the same GPU differ; empty when they agree.
-fn differences(current: &SlotRow, proposed: &SlotSpec) -> Vec<String> {
+pub(crate) fn differences(current: &SlotRow, proposed: &SlotSpec) -> Vec<String> {
     let mut out = Vec::new();
     let nvme = proposed.nvme.as_ref();
     let cmp = |what: &str, was: &str, now: &str, out: &mut Vec<String>| {
@@ -640,7 +640,7 @@ impl ControlPlane {
         let actor = who.principal().user_id;
         let mut tx = self.pool().begin().await?;
         let region = lock_node(&mut tx, node).await?.region;
-        if !agent::queue_discovery(&mut tx, node, Some(actor)).await? {
+        if !queue_discovery(&mut tx, node, Some(actor)).await? {
             return Err(Error::Conflict(
                 "a discovery is already queued or running on this node".into(),
             ));
@@ -1401,4 +1401,25 @@ async fn issue_token(
     .fetch_one(&mut *tx)
     .await?;
     Ok((token, expires))
+}
+
+/// Queues a discovery unless one is already queued or running; says whether it queued one.
+pub(crate) async fn queue_discovery(
+    tx: &mut sqlx::PgConnection,
+    node: NodeId,
+    requested_by: Option<UserId>,
+) -> Result<bool> {
+    let spec = serde_json::to_value(TaskSpec::TopologyDiscover {}).expect("serializes");
+    let queued = sqlx::query!(
+        r#"INSERT INTO agent_tasks (id, node_id, kind, spec, requested_by)
+           VALUES ($1, $2, 'slice.topology_discover', $3, $4)
+           ON CONFLICT DO NOTHING"#,
+        AgentTaskId::new_random() as AgentTaskId,
+        node as NodeId,
+        spec,
+        requested_by as Option<UserId>,
+    )
+    .execute(&mut *tx)
+    .await?;
+    Ok(queued.rows_affected() == 1)
 }

@@ -15,9 +15,9 @@ use sqlx::{Connection, PgConnection};
 
 use crate::ControlPlane;
 use crate::auth::{Platform, PlatformOperators};
-use crate::catalog::{Shape, Sku, sku_by_name};
 use crate::error::{Error, Result};
 use crate::ids::{NodeId, SlotId};
+use crate::skus::{Shape, Sku, sku_by_name};
 use choose::{FreeSlot, NodeView, Partition};
 
 /// How many candidates one placement looks at before giving up.

@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
+use control_plane::agent_api::NodeAgent;
 use control_plane::allocations::{LaunchRequest, Launched};
 use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX_DEFAULT};
-use control_plane::fleet::agent::NodeAgent;
-use control_plane::policy::{PolicyKey, PolicyValue, Scope};
+use control_plane::error::Denied;
+use control_plane::policy::{Level, PolicyKey, PolicyValue, Scope};
 use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
 use sqlx::PgPool;
@@ -171,6 +172,20 @@ async fn answer(
     let outcome = outcome(&spec);
     cp.finish_task(agent, task, &outcome).await.unwrap();
     spec
+}
+
+/// The agent claims the queued network update and applies it; what it was asked.
+async fn network_update(cp: &ControlPlane, agent: &NodeAgent) -> agent_protocol::NetworkUpdatePlan {
+    let spec = answer(cp, agent, &["validate_plan", "publish_ports"], |_| {
+        TaskOutcome::Succeeded {
+            output: TaskOutput::NetworkUpdated {},
+        }
+    })
+    .await;
+    match spec {
+        TaskSpec::NetworkUpdate(update) => update,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// What the agent answers a provision with: the public address and SSH port its plan names.
@@ -498,7 +513,22 @@ async fn the_policy_chain_is_checked_with_the_reservation() {
     .await
     .unwrap();
     let err = launch(&cp, &bob, "h100.4x", "big").await.unwrap_err();
-    assert!(matches!(err, Error::PolicyDenied(_)), "{err}");
+    match &err {
+        Error::PolicyDenied(d) => {
+            assert_eq!(
+                (d.key, d.level),
+                (PolicyKey::AllowedSkus, Some(Level::Tenant))
+            );
+            assert_eq!(
+                d.why,
+                Denied::NotAllowed {
+                    allowed: vec!["h100.1x".into(), "h100.2x".into()],
+                    asked: "h100.4x".into()
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(
         err.to_string().contains(
             "allowed_skus (set at organization level) allows h100.1x, h100.2x, not h100.4x"
@@ -1171,7 +1201,7 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let refusal = |e: Error| match e {
         Error::Invalid { field, reason } => format!("{field}: {reason}"),
-        Error::PolicyDenied(m) => m,
+        Error::PolicyDenied(d) => d.to_string(),
         other => panic!("unexpected {other:?}"),
     };
 
@@ -1399,8 +1429,8 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
         .launch(&bob, &with_ports("two", &[8888, 6006]), None)
         .await
     {
-        Err(Error::PolicyDenied(why)) => {
-            assert!(why.contains("allows 1 published ports"), "{why}")
+        Err(Error::PolicyDenied(d)) => {
+            assert_eq!(d.why, Denied::PublishedPorts { max: 1, asked: 2 }, "{d}")
         }
         other => panic!("{other:?}"),
     }
@@ -1501,15 +1531,7 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     .await
     .unwrap();
     assert_eq!(queued, 1, "one waiting update");
-    let spec = answer(&cp, &agent, &["validate_plan", "publish_ports"], |_| {
-        TaskOutcome::Succeeded {
-            output: TaskOutput::NetworkUpdated {},
-        }
-    })
-    .await;
-    let TaskSpec::NetworkUpdate(update) = &spec else {
-        panic!("{spec:?}")
-    };
+    let update = network_update(&cp, &agent).await;
     assert_eq!(
         update
             .network
@@ -1541,6 +1563,13 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     .await
     .unwrap();
     assert_eq!(audited, 2);
+
+    // East-west turned off reaches the running allocation: an update without the group.
+    cp.set_east_west(&admin, false, None).await.unwrap();
+    cp.dispatch_outbox(10).await.unwrap();
+    let update = network_update(&cp, &agent).await;
+    assert_eq!(update.network.east_west_group, None);
+    assert_eq!(update.network.ssh_port, Some(ssh), "nothing else moves");
 
     // The node's network: a bad address is named; the port range can't move under a running
     // allocation; the address can, and both are audited.

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput};
+use control_plane::agent_api::NodeAgent;
 use control_plane::auth::{Platform, PlatformOperators};
-use control_plane::fleet::agent::NodeAgent;
 use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
 use control_plane::{ControlPlane, Error, Naming, NodeId};
 

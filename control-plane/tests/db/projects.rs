@@ -295,7 +295,7 @@ async fn two_admins_removing_each_other_at_once_leave_one() {
 async fn audit_search_is_scoped_to_the_tenant_and_filters() {
     let db = crate::support::demo_db().await;
     let pool = db.pool().clone();
-    use control_plane::audit::{AuditFilter, AuditScope};
+    use control_plane::audit_log::{AuditFilter, AuditScope};
     use control_plane::auth::PlatformAdmin;
     let cp = setup(&pool).await;
     let alice = who(&cp, &pool, "alice@acme.example").await;

@@ -10,11 +10,13 @@ use agent_protocol::{
 };
 use serde_json::json;
 
-use super::{differences, live_slots, lock_node, new_secret, secret_hash, utc};
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::error::{Error, Result};
-use crate::ids::{AgentTaskId, AllocationId, NodeId, SlotId, UserId};
+use crate::fleet::{
+    differences, live_slots, lock_node, new_secret, queue_discovery, secret_hash, utc,
+};
+use crate::ids::{AgentTaskId, AllocationId, NodeId, SlotId};
 
 /// Proof that the caller holds node `id`'s current credential. Fields are private.
 #[derive(Clone, Debug)]
@@ -34,27 +36,6 @@ impl NodeAgent {
 pub struct NodeCredential {
     pub node_id: NodeId,
     pub credential: String,
-}
-
-/// Queues a discovery unless one is already queued or running; says whether it queued one.
-pub(crate) async fn queue_discovery(
-    tx: &mut sqlx::PgConnection,
-    node: NodeId,
-    requested_by: Option<UserId>,
-) -> Result<bool> {
-    let spec = serde_json::to_value(TaskSpec::TopologyDiscover {}).expect("serializes");
-    let queued = sqlx::query!(
-        r#"INSERT INTO agent_tasks (id, node_id, kind, spec, requested_by)
-           VALUES ($1, $2, 'slice.topology_discover', $3, $4)
-           ON CONFLICT DO NOTHING"#,
-        AgentTaskId::new_random() as AgentTaskId,
-        node as NodeId,
-        spec,
-        requested_by as Option<UserId>,
-    )
-    .execute(&mut *tx)
-    .await?;
-    Ok(queued.rows_affected() == 1)
 }
 
 impl ControlPlane {

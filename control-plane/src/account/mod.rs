@@ -3,11 +3,14 @@
 //! Keys belong to the user, not to a tenant: the same person launching in two projects uses
 //! the same keys. Another user's key is "not found", never "forbidden".
 
+mod ssh;
+
+pub use ssh::{fingerprint as ssh_fingerprint, validate_ssh_key, validate_ssh_keys};
+
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ControlPlane;
-use crate::allocations::{ssh_fingerprint, validate_ssh_key};
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::Principal;
 use crate::error::{Error, Result};

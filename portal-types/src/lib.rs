@@ -1,0 +1,48 @@
+//! The portal's shared vocabulary: the types the control plane, the pages in the browser, the
+//! REST API and the tests all speak. Nothing here touches a database, the network or the
+//! clock, so it compiles to wasm; database derives are behind the `sqlx` feature, as in
+//! `agent-protocol`.
+//!
+//! Invariant: a value of these types is valid. Constructors that read people's input
+//! (`Money::parse_as`, `PolicyKey::parse`, `Shape::parse`) return [`Invalid`] naming the field
+//! and the rule; `From<String>` on [`Currency`] is for values read back from storage, whose
+//! schema holds the same rule.
+
+mod forms;
+mod ids;
+mod money;
+mod policy;
+mod shape;
+
+pub use forms::SkuInput;
+pub use ids::{
+    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
+    SlotId, SshKeyId, TenantId, UserId,
+};
+pub use money::{BUDGET_CURRENCIES, Currency, Money};
+pub use policy::{Level, PolicyKey};
+pub use shape::Shape;
+
+/// Input that breaks a rule: which field, and the rule in a sentence.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+impl Invalid {
+    pub fn new(field: &'static str, reason: impl Into<String>) -> Self {
+        Self {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "invalid {}: {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for Invalid {}

@@ -1,0 +1,223 @@
+//! Money is integer minor units of a currency; never floats.
+
+use std::fmt;
+use std::ops::Deref;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Invalid;
+
+/// Currencies budgets, prices and credit notes may be entered in: two-decimal ones, so minor
+/// units are cents.
+pub const BUDGET_CURRENCIES: &[&str] = &["USD", "EUR", "GBP", "CHF", "CAD", "AUD"];
+
+/// An ISO 4217 code, upper case ("USD"). Compares with `&str`, and derefs to one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
+#[serde(transparent)]
+#[cfg_attr(feature = "sqlx", sqlx(transparent))]
+pub struct Currency(String);
+
+impl Currency {
+    /// A currency a person typed: one of [`BUDGET_CURRENCIES`], in any case.
+    pub fn parse_as(field: &'static str, input: &str) -> Result<Self, Invalid> {
+        let code = input.trim().to_ascii_uppercase();
+        if BUDGET_CURRENCIES.contains(&code.as_str()) {
+            Ok(Self(code))
+        } else {
+            Err(Invalid::new(
+                field,
+                format!(
+                    "{code} is not supported; use one of {}",
+                    BUDGET_CURRENCIES.join(", ")
+                ),
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A code read back from storage, where the schema holds its form (three upper-case letters).
+impl From<String> for Currency {
+    fn from(code: String) -> Self {
+        debug_assert!(
+            code.len() == 3 && code.bytes().all(|b| b.is_ascii_uppercase()),
+            "{code:?} is not an ISO 4217 code"
+        );
+        Self(code)
+    }
+}
+
+impl From<&str> for Currency {
+    fn from(code: &str) -> Self {
+        Self::from(code.to_string())
+    }
+}
+
+impl Deref for Currency {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Currency {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<str> for Currency {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<String> for Currency {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Currency {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl fmt::Display for Currency {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Integer minor units (cents) of a currency.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Money {
+    pub amount_minor: i64,
+    pub currency: Currency,
+}
+
+impl fmt::Display for Money {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let abs = self.amount_minor.unsigned_abs();
+        let sign = if self.amount_minor < 0 { "-" } else { "" };
+        write!(f, "{sign}{}.{:02} {}", abs / 100, abs % 100, self.currency)
+    }
+}
+
+impl Money {
+    /// The largest amount anyone may enter: 1,000,000,000.00 (the schema holds budgets and
+    /// credit notes to the same bound; migration 0015).
+    pub const MAX_MINOR: i64 = 100_000_000_000;
+    /// The largest hourly price or fee: 100,000.00 per hour, so price × running time fits
+    /// rating's arithmetic for any month (the schema holds prices and fees to it too).
+    pub const MAX_PER_HOUR_MINOR: i64 = 10_000_000;
+
+    pub fn new(amount_minor: i64, currency: impl Into<Currency>) -> Self {
+        Self {
+            amount_minor,
+            currency: currency.into(),
+        }
+    }
+
+    /// [`Money::parse_as`] for an hourly price or fee: above zero, at most
+    /// [`Money::MAX_PER_HOUR_MINOR`].
+    pub fn parse_hourly(field: &'static str, input: &str) -> Result<Self, Invalid> {
+        let m = Self::parse_as(field, input)?;
+        if m.amount_minor > Self::MAX_PER_HOUR_MINOR {
+            return Err(Invalid::new(
+                field,
+                format!(
+                    "{m} per hour is more than the most a price may be ({}.00 {} per hour)",
+                    Self::MAX_PER_HOUR_MINOR / 100,
+                    m.currency
+                ),
+            ));
+        }
+        Ok(m)
+    }
+
+    /// Parses `5000.00 USD`, `5000 usd` or `12.5 EUR`, as a monthly budget.
+    pub fn parse(input: &str) -> Result<Self, Invalid> {
+        Self::parse_as("monthly_budget", input)
+    }
+
+    /// [`Money::parse`], with errors naming `field`.
+    pub fn parse_as(field: &'static str, input: &str) -> Result<Self, Invalid> {
+        let invalid = |reason: String| Invalid::new(field, reason);
+        let parts: Vec<&str> = input.split_whitespace().collect();
+        let [amount, currency] = parts[..] else {
+            return Err(invalid(format!(
+                "{input:?}: write an amount and a currency, e.g. \"5000.00 USD\""
+            )));
+        };
+        let currency = Currency::parse_as(field, currency)?;
+        let (whole, frac) = amount.split_once('.').unwrap_or((amount, ""));
+        let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+        if !digits(whole) || (!frac.is_empty() && !digits(frac)) || frac.len() > 2 {
+            return Err(invalid(format!(
+                "{amount:?} is not an amount: use digits and at most two decimals"
+            )));
+        }
+        let cents: i64 = format!("{frac:0<2}").parse().unwrap_or(0);
+        let amount_minor = whole
+            .parse::<i64>()
+            .ok()
+            .and_then(|w| w.checked_mul(100))
+            .and_then(|w| w.checked_add(cents))
+            .filter(|m| *m <= Self::MAX_MINOR)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{amount} is more than the largest amount accepted ({} {currency})",
+                    Self::MAX_MINOR / 100
+                ))
+            })?;
+        Ok(Money {
+            amount_minor,
+            currency,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_parse_to_minor_units_and_print_back() {
+        let m = Money::parse("5000 usd").unwrap();
+        assert_eq!(m, Money::new(500_000, "USD"));
+        assert_eq!(m.to_string(), "5000.00 USD");
+        assert_eq!(Money::parse("12.5 EUR").unwrap().amount_minor, 1250);
+        assert_eq!(Money::new(-5, "GBP").to_string(), "-0.05 GBP");
+    }
+
+    #[test]
+    fn bad_amounts_name_the_field_and_the_rule() {
+        let e = Money::parse_as("amount", "12.345 USD").unwrap_err();
+        assert_eq!(e.field, "amount");
+        assert!(e.reason.contains("at most two decimals"), "{e}");
+        let e = Money::parse("10 XYZ").unwrap_err();
+        assert!(e.reason.starts_with("XYZ is not supported"), "{e}");
+        let e = Money::parse("1000000000.01 USD").unwrap_err();
+        assert!(e.reason.contains("largest amount"), "{e}");
+        assert!(Money::parse("1000000000.00 USD").is_ok());
+        let e = Money::parse_hourly("fee", "100000.01 USD").unwrap_err();
+        assert!(e.reason.contains("per hour is more than"), "{e}");
+    }
+
+    #[test]
+    fn money_keeps_its_json_shape() {
+        let json = serde_json::to_value(Money::new(250, "USD")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"amount_minor": 250, "currency": "USD"})
+        );
+        let back: Money = serde_json::from_value(json).unwrap();
+        assert_eq!(back.currency, "USD");
+    }
+}
