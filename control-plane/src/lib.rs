@@ -7,29 +7,25 @@
 pub mod account;
 pub mod agent_api;
 pub mod allocations;
-pub mod audit;
 pub mod audit_log;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
-mod db;
 pub mod demo;
-pub mod dns;
-pub mod egress;
-pub mod error;
 pub mod fleet;
-pub mod health;
 pub mod ids;
 pub mod marketplace;
-pub mod naming;
 pub mod placement;
 pub mod policy;
-pub mod ratelimit;
-pub mod resource_name;
-pub mod secrets;
 pub mod skus;
 pub mod sso;
 pub mod tenancy;
+
+// The base every area stands on, under the paths it always had.
+use cp_base::db;
+pub use cp_base::{
+    MIGRATOR, audit, dns, egress, error, health, naming, ratelimit, resource_name, secrets,
+};
 
 pub use error::{Error, Result};
 pub use ids::{
@@ -40,9 +36,6 @@ pub use naming::Naming;
 pub use resource_name::{ResourceName, ResourceNameError};
 
 use sqlx::PgPool;
-
-/// Every migration in `migrations/`, embedded at compile time.
-pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
 /// The handle the server keeps and passes to every request: a pool and this deployment's
 /// naming. Cheap to clone.

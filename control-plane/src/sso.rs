@@ -678,6 +678,68 @@ fn token_error_summary<RE: std::error::Error + 'static, T: openidconnect::ErrorR
 mod tests {
     use super::*;
 
+    fn update() -> ProviderUpdate {
+        ProviderUpdate {
+            issuer_url: " https://id.acme.example/ ".into(),
+            client_id: "portal".into(),
+            client_secret: None,
+            domains: vec![
+                "@Acme.example".into(),
+                "".into(),
+                "acme.example".into(),
+                "lab.acme.example".into(),
+            ],
+            role_claim: "groups".into(),
+            default_role: TenantRole::Member,
+            mappings: vec![("gpu-admins".into(), TenantRole::Admin)],
+        }
+    }
+
+    #[test]
+    fn a_provider_update_is_checked_and_normalised_before_anything_is_fetched() {
+        assert_eq!(
+            ValidProvider::check(&update()).unwrap(),
+            ValidProvider {
+                issuer: "https://id.acme.example".into(),
+                client_id: "portal".into(),
+                domains: vec!["acme.example".into(), "lab.acme.example".into()],
+                role_claim: "groups".into(),
+            }
+        );
+        let field = |u: ProviderUpdate| match ValidProvider::check(&u) {
+            Err(Error::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let with = |f: &dyn Fn(&mut ProviderUpdate)| {
+            let mut u = update();
+            f(&mut u);
+            u
+        };
+        assert_eq!(field(with(&|u| u.issuer_url = " / ".into())), "issuer_url");
+        assert_eq!(field(with(&|u| u.client_id = "x".repeat(256))), "client_id");
+        assert_eq!(
+            field(with(&|u| u.client_secret = Some("s".repeat(1025)))),
+            "client_secret"
+        );
+        assert_eq!(
+            field(with(&|u| u.mappings = vec![(" ".into(), TenantRole::Admin)])),
+            "mappings"
+        );
+        assert_eq!(field(with(&|u| u.domains = vec![" ".into()])), "domains");
+        assert_eq!(
+            field(with(&|u| u.domains = vec!["localhost".into()])),
+            "domains"
+        );
+        assert_eq!(field(with(&|u| u.role_claim = "a b".into())), "role_claim");
+        assert_eq!(
+            field(with(&|u| u.default_role = TenantRole::Owner)),
+            "default_role"
+        );
+        // At the limits, accepted.
+        assert!(ValidProvider::check(&with(&|u| u.client_secret = Some("s".repeat(1024)))).is_ok());
+        assert!(ValidProvider::check(&with(&|u| u.client_id = "x".repeat(255))).is_ok());
+    }
+
     #[test]
     fn the_strongest_mapped_role_wins() {
         use TenantRole::*;
@@ -749,6 +811,94 @@ pub struct ProviderUpdate {
     pub role_claim: String,
     pub default_role: TenantRole,
     pub mappings: Vec<(String, TenantRole)>,
+}
+
+/// A provider update checked field by field, before anything is read, fetched or written.
+#[derive(Debug, PartialEq, Eq)]
+struct ValidProvider {
+    /// Without a trailing slash.
+    issuer: String,
+    client_id: String,
+    /// Lowercase, without `@`, sorted, each once.
+    domains: Vec<String>,
+    role_claim: String,
+}
+
+impl ValidProvider {
+    fn check(update: &ProviderUpdate) -> Result<Self> {
+        let issuer = update.issuer_url.trim().trim_end_matches('/').to_string();
+        if issuer.is_empty() || issuer.len() > 500 {
+            return Err(Error::Invalid {
+                field: "issuer_url",
+                reason: "use the provider's https:// issuer URL (at most 500 characters)".into(),
+            });
+        }
+        let client_id = update.client_id.trim().to_string();
+        if client_id.is_empty() || client_id.len() > 255 {
+            return Err(Error::Invalid {
+                field: "client_id",
+                reason: "use 1 to 255 characters".into(),
+            });
+        }
+        if update
+            .client_secret
+            .as_ref()
+            .is_some_and(|s| s.len() > 1024)
+        {
+            return Err(Error::Invalid {
+                field: "client_secret",
+                reason: "use at most 1024 characters".into(),
+            });
+        }
+        if let Some((value, _)) = update
+            .mappings
+            .iter()
+            .find(|(v, _)| v.trim().is_empty() || v.trim().len() > 255)
+        {
+            return Err(Error::Invalid {
+                field: "mappings",
+                reason: format!("{:?}: a claim value has 1 to 255 characters", value.trim()),
+            });
+        }
+        let mut domains = update
+            .domains
+            .iter()
+            .filter(|d| !d.trim().is_empty())
+            .map(|d| check_domain(d))
+            .collect::<Result<Vec<_>>>()?;
+        domains.sort();
+        domains.dedup();
+        if domains.is_empty() {
+            return Err(Error::Invalid {
+                field: "domains",
+                reason: "name at least one email domain whose people sign in here".into(),
+            });
+        }
+        let role_claim = update.role_claim.trim().to_string();
+        if role_claim.is_empty()
+            || role_claim.len() > 64
+            || !role_claim
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+        {
+            return Err(Error::Invalid {
+                field: "role_claim",
+                reason: format!("{role_claim:?}: use a claim name such as groups"),
+            });
+        }
+        if update.default_role == TenantRole::Owner {
+            return Err(Error::Invalid {
+                field: "default_role",
+                reason: "owner can't be the default; map a group to owner instead".into(),
+            });
+        }
+        Ok(ValidProvider {
+            issuer,
+            client_id,
+            domains,
+            role_claim,
+        })
+    }
 }
 
 fn check_domain(d: &str) -> Result<String> {
@@ -918,72 +1068,12 @@ impl ControlPlane {
         update: ProviderUpdate,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let issuer = update.issuer_url.trim().trim_end_matches('/').to_string();
-        if issuer.is_empty() || issuer.len() > 500 {
-            return Err(Error::Invalid {
-                field: "issuer_url",
-                reason: "use the provider's https:// issuer URL (at most 500 characters)".into(),
-            });
-        }
-        let client_id = update.client_id.trim().to_string();
-        if client_id.is_empty() || client_id.len() > 255 {
-            return Err(Error::Invalid {
-                field: "client_id",
-                reason: "use 1 to 255 characters".into(),
-            });
-        }
-        if update
-            .client_secret
-            .as_ref()
-            .is_some_and(|s| s.len() > 1024)
-        {
-            return Err(Error::Invalid {
-                field: "client_secret",
-                reason: "use at most 1024 characters".into(),
-            });
-        }
-        if let Some((value, _)) = update
-            .mappings
-            .iter()
-            .find(|(v, _)| v.trim().is_empty() || v.trim().len() > 255)
-        {
-            return Err(Error::Invalid {
-                field: "mappings",
-                reason: format!("{:?}: a claim value has 1 to 255 characters", value.trim()),
-            });
-        }
-        let mut domains = update
-            .domains
-            .iter()
-            .filter(|d| !d.trim().is_empty())
-            .map(|d| check_domain(d))
-            .collect::<Result<Vec<_>>>()?;
-        domains.sort();
-        domains.dedup();
-        if domains.is_empty() {
-            return Err(Error::Invalid {
-                field: "domains",
-                reason: "name at least one email domain whose people sign in here".into(),
-            });
-        }
-        let role_claim = update.role_claim.trim().to_string();
-        if role_claim.is_empty()
-            || role_claim.len() > 64
-            || !role_claim
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
-        {
-            return Err(Error::Invalid {
-                field: "role_claim",
-                reason: format!("{role_claim:?}: use a claim name such as groups"),
-            });
-        }
-        if update.default_role == TenantRole::Owner {
-            return Err(Error::Invalid {
-                field: "default_role",
-                reason: "owner can't be the default; map a group to owner instead".into(),
-            });
-        }
+        let ValidProvider {
+            issuer,
+            client_id,
+            domains,
+            role_claim,
+        } = ValidProvider::check(&update)?;
         let existing_secret = sqlx::query_scalar!(
             "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
             who.id() as TenantId

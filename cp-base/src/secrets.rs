@@ -3,7 +3,7 @@
 //!
 //! - A [`Keyring`] holds named keys; the first seals, all of them open. Rotating is: put the
 //!   new key first and keep the old one after it, restart (every replica re-seals what the
-//!   old key sealed: [`crate::ControlPlane::reseal_secrets`]), then drop the old key.
+//!   old key sealed: `ControlPlane::reseal_secrets`), then drop the old key.
 //! - A sealed value is `sealed:v1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`; the schema
 //!   refuses anything else in a column that holds one.
 //! - The ciphertext is bound to where it is kept (the associated data names the table, column

@@ -25,7 +25,7 @@ pub fn challenge_value(token: &str) -> String {
 }
 
 /// A fresh claim token: 128 random bits as 32 lowercase hex digits (the schema checks the form).
-pub(crate) fn new_token() -> String {
+pub fn new_token() -> String {
     use rand::RngCore;
     let mut bytes = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut bytes);

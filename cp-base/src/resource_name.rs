@@ -5,7 +5,7 @@
 //! resources above that scope: a tenant has no project, a SKU has no tenant.
 //!
 //! ```
-//! use control_plane::ResourceName;
+//! use cp_base::resource_name::ResourceName;
 //! let n: ResourceName =
 //!     "gpuaas:portal:eu-west:6f1c0c52-0d55-4c4c-9a8e-6b1f4f35f0a1::tenant:6f1c0c52-0d55-4c4c-9a8e-6b1f4f35f0a1"
 //!         .parse()

@@ -1,0 +1,32 @@
+//! What every area of the control plane stands on. Nothing here knows tenants' rules, the
+//! fleet, placement, allocations or billing: those are the areas above it (today the
+//! `control-plane` crate, which re-exports these modules under their old paths).
+//!
+//! Invariants: [`error::Error`] is the one error of the domain, and [`db`] the one way a
+//! database refusal becomes one of its variants; an audit row is written only inside the
+//! transaction of the change it describes ([`audit::record`] takes that connection).
+
+pub mod audit;
+pub mod db;
+pub mod dns;
+pub mod egress;
+pub mod error;
+pub mod health;
+pub mod naming;
+pub mod ratelimit;
+pub mod resource_name;
+pub mod secrets;
+
+pub use error::{Error, Result};
+pub use portal_types as types;
+
+/// Every migration in `migrations/`, embedded at compile time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// The id newtypes, where the modules here (and the areas above) have always found them.
+pub mod ids {
+    pub use portal_types::{
+        AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId,
+        SkuId, SlotId, SshKeyId, TenantId, UserId,
+    };
+}
