@@ -1,6 +1,9 @@
 //! The account page: the signed-in user's saved SSH keys (add with validation, list with
 //! fingerprints, delete). The launch form picks from them.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};

@@ -2,6 +2,9 @@
 //! read everything and can narrow by organization. Filters are a GET form, so searches are
 //! links and work without JavaScript.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;

@@ -1,5 +1,8 @@
 //! Signing in and out, and who is signed in.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};

@@ -7,6 +7,9 @@
 //! Charts are ECharts option JSON built on the server with `charming`; `public/charts.js`
 //! draws every `.chart[data-option]` with ECharts served from `/vendor/` (never a CDN).
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};

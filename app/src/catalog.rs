@@ -6,6 +6,8 @@
 // A SKU form has twelve fields; its server function takes them as arguments, and the
 // `#[server]` macro copies that signature into code an item-level allow does not reach.
 #![allow(clippy::too_many_arguments)]
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;

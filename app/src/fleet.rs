@@ -2,6 +2,9 @@
 //! shown once), and a node page with its slots, the slot-map proposal beside the approved map,
 //! approval and rejection, drift, admin states, tasks and the node's audit trail.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use agent_protocol::SlotSpec;
 use leptos::prelude::*;
 use leptos_meta::Title;

@@ -8,6 +8,8 @@
 
 // Version forms have a dozen fields; their server functions take them as arguments.
 #![allow(clippy::too_many_arguments)]
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;

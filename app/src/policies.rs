@@ -1,6 +1,9 @@
 //! Policy screens: the same table at three levels. Platform admins set global policies,
 //! organization admins set their organization's and their projects'.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +35,7 @@ mod ssr {
     use control_plane::ControlPlane;
     use control_plane::auth::Principal;
     use control_plane::policy::{Level, Resolved, Target};
+    use control_plane::prelude::*;
 
     use super::{PolicyRow, PolicyView};
     use crate::AppError;

@@ -1,6 +1,9 @@
 //! Projects and their members: list, create, rename, invite, change roles, remove, and the
 //! project's audit trail.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;

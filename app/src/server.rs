@@ -1,5 +1,8 @@
 //! Server-side glue for server functions: how they reach the control plane and the session.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use control_plane::ControlPlane;

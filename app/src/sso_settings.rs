@@ -3,6 +3,9 @@
 //! provider's group (or other claim) values map to organization roles. A domain signs in here
 //! only once proved: the page shows the DNS TXT record to publish and checks it.
 
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};

@@ -13,6 +13,8 @@
 //!
 //! Flags: `--rate N` (launches per second), `--seconds S`, `--nodes N`. Needs `DATABASE_URL`.
 
+use control_plane::prelude::*;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -10,6 +10,8 @@
 //! Flags: `--clients N`, `--seconds S` (per phase), `--nodes N`. Needs `DATABASE_URL`
 //! (an empty database; `cargo xtask bench placement` starts a durable cluster for it).
 
+use control_plane::prelude::*;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -38,12 +38,65 @@ pub struct NodeCredential {
     pub credential: String,
 }
 
-impl ControlPlane {
+/// What the control plane offers for what node agents may do.
+#[allow(async_fn_in_trait)]
+pub trait AgentApi {
     /// Exchanges a one-time bootstrap token for the node's credential. The token must be
     /// unused, unexpired, not replaced, and issued for this hostname. A previous credential of
     /// the node stops working. Queues the first discovery.
+    async fn exchange_bootstrap_token(
+        &self,
+        token: &str,
+        hostname: &str,
+        agent_version: &str,
+    ) -> Result<NodeCredential>;
+
+    /// The node a credential belongs to, if it is the node's current one.
+    async fn authenticate_node(&self, credential: &str) -> Result<NodeAgent>;
+
+    async fn heartbeat(
+        &self,
+        agent: &NodeAgent,
+        agent_version: &str,
+        health: HealthStatus,
+        detail: Option<&str>,
+        utilisation: &[GpuUtilisation],
+    ) -> Result<()>;
+
+    /// What this node should hold, for an agent checking a plan or restarting: its live
+    /// approved slots (as plans name them), its claimed and unfinished tasks, and the
+    /// allocations that still hold or are cleaning its slots.
+    async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse>;
+
+    /// The oldest queued task for this node, marked running; waits up to `wait` for one
+    /// (polling, so that any server replica may answer).
+    async fn claim_task(
+        &self,
+        agent: &NodeAgent,
+        wait: Duration,
+    ) -> Result<Option<(AgentTaskId, TaskSpec)>>;
+
+    async fn report_phase(
+        &self,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        report: &PhaseReport,
+    ) -> Result<()>;
+
+    /// Records a task's result. A discovery becomes the node's next slot-map proposal; where
+    /// it disagrees with approved slots, those slots are marked drifted (unschedulable until
+    /// re-approved) in the same transaction.
+    async fn finish_task(
+        &self,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        outcome: &TaskOutcome,
+    ) -> Result<Option<i32>>;
+}
+
+impl AgentApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(node.hostname = %hostname))]
-    pub async fn exchange_bootstrap_token(
+    async fn exchange_bootstrap_token(
         &self,
         token: &str,
         hostname: &str,
@@ -132,8 +185,7 @@ impl ControlPlane {
         })
     }
 
-    /// The node a credential belongs to, if it is the node's current one.
-    pub async fn authenticate_node(&self, credential: &str) -> Result<NodeAgent> {
+    async fn authenticate_node(&self, credential: &str) -> Result<NodeAgent> {
         let row = sqlx::query!(
             r#"SELECT n.id AS "id: NodeId", n.region
                FROM node_credentials c JOIN nodes n ON n.id = c.node_id
@@ -152,7 +204,7 @@ impl ControlPlane {
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
-    pub async fn heartbeat(
+    async fn heartbeat(
         &self,
         agent: &NodeAgent,
         agent_version: &str,
@@ -178,45 +230,8 @@ impl ControlPlane {
         self.record_utilisation(agent, utilisation).await
     }
 
-    /// Stores what the node's guests reported, for allocations on this node only (others
-    /// are ignored and logged: a node can't write another node's figures).
-    async fn record_utilisation(
-        &self,
-        agent: &NodeAgent,
-        utilisation: &[GpuUtilisation],
-    ) -> Result<()> {
-        let mut seen = std::collections::HashSet::new();
-        for u in utilisation {
-            let Ok(id) = u.allocation_id.parse::<AllocationId>() else {
-                tracing::warn!(node.id = %agent.id, "utilisation for a malformed allocation id");
-                continue;
-            };
-            if u.samples == 0 || u.gpu_util_pct > 100 || !seen.insert(id) {
-                continue;
-            }
-            let stored = sqlx::query!(
-                "INSERT INTO allocation_gpu_utilisation (allocation_id, node_id, gpu_util_pct, samples)
-                 SELECT id, node_id, $3, $4 FROM allocations WHERE id = $1 AND node_id = $2",
-                id as AllocationId,
-                agent.id as NodeId,
-                i16::from(u.gpu_util_pct),
-                u.samples.min(i32::MAX as u32) as i32,
-            )
-            .execute(self.pool())
-            .await?
-            .rows_affected();
-            if stored == 0 {
-                tracing::warn!(node.id = %agent.id, allocation.id = %id, "utilisation for an allocation not on this node; ignored");
-            }
-        }
-        Ok(())
-    }
-
-    /// What this node should hold, for an agent checking a plan or restarting: its live
-    /// approved slots (as plans name them), its claimed and unfinished tasks, and the
-    /// allocations that still hold or are cleaning its slots.
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
-    pub async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse> {
+    async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse> {
         let mut conn = self.pool().acquire().await?;
         let approved_slots =
             crate::allocations::lifecycle::planned_slots(&mut conn, None, agent.id).await?;
@@ -256,10 +271,8 @@ impl ControlPlane {
         })
     }
 
-    /// The oldest queued task for this node, marked running; waits up to `wait` for one
-    /// (polling, so that any server replica may answer).
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
-    pub async fn claim_task(
+    async fn claim_task(
         &self,
         agent: &NodeAgent,
         wait: Duration,
@@ -294,19 +307,7 @@ impl ControlPlane {
         }
     }
 
-    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String> {
-        let state = sqlx::query_scalar!(
-            "SELECT state FROM agent_tasks WHERE id = $1 AND node_id = $2",
-            task as AgentTaskId,
-            agent.id as NodeId
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(Error::NotFound { what: "task" })?;
-        Ok(state)
-    }
-
-    pub async fn report_phase(
+    async fn report_phase(
         &self,
         agent: &NodeAgent,
         task: AgentTaskId,
@@ -356,11 +357,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Records a task's result. A discovery becomes the node's next slot-map proposal; where
-    /// it disagrees with approved slots, those slots are marked drifted (unschedulable until
-    /// re-approved) in the same transaction.
     #[tracing::instrument(skip_all, fields(node.id = %agent.id, task.id = %task))]
-    pub async fn finish_task(
+    async fn finish_task(
         &self,
         agent: &NodeAgent,
         task: AgentTaskId,
@@ -444,6 +442,74 @@ impl ControlPlane {
         }
         tx.commit().await?;
         Ok(generation)
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait AgentInternal {
+    /// Stores what the node's guests reported, for allocations on this node only (others
+    /// are ignored and logged: a node can't write another node's figures).
+    async fn record_utilisation(
+        &self,
+        agent: &NodeAgent,
+        utilisation: &[GpuUtilisation],
+    ) -> Result<()>;
+
+    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String>;
+
+    async fn record_discovery(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        agent: &NodeAgent,
+        task: AgentTaskId,
+        discovery: &Discovery,
+    ) -> Result<i32>;
+}
+
+impl AgentInternal for ControlPlane {
+    async fn record_utilisation(
+        &self,
+        agent: &NodeAgent,
+        utilisation: &[GpuUtilisation],
+    ) -> Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        for u in utilisation {
+            let Ok(id) = u.allocation_id.parse::<AllocationId>() else {
+                tracing::warn!(node.id = %agent.id, "utilisation for a malformed allocation id");
+                continue;
+            };
+            if u.samples == 0 || u.gpu_util_pct > 100 || !seen.insert(id) {
+                continue;
+            }
+            let stored = sqlx::query!(
+                "INSERT INTO allocation_gpu_utilisation (allocation_id, node_id, gpu_util_pct, samples)
+                 SELECT id, node_id, $3, $4 FROM allocations WHERE id = $1 AND node_id = $2",
+                id as AllocationId,
+                agent.id as NodeId,
+                i16::from(u.gpu_util_pct),
+                u.samples.min(i32::MAX as u32) as i32,
+            )
+            .execute(self.pool())
+            .await?
+            .rows_affected();
+            if stored == 0 {
+                tracing::warn!(node.id = %agent.id, allocation.id = %id, "utilisation for an allocation not on this node; ignored");
+            }
+        }
+        Ok(())
+    }
+
+    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String> {
+        let state = sqlx::query_scalar!(
+            "SELECT state FROM agent_tasks WHERE id = $1 AND node_id = $2",
+            task as AgentTaskId,
+            agent.id as NodeId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "task" })?;
+        Ok(state)
     }
 
     async fn record_discovery(

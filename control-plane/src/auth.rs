@@ -208,10 +208,49 @@ async fn dummy_hash() -> Result<String> {
         .cloned()
 }
 
-impl ControlPlane {
+/// What the control plane offers for sign-in, users and platform roles.
+#[allow(async_fn_in_trait)]
+pub trait AuthApi {
     /// The principal behind a session, or None if the user no longer exists.
+    async fn principal(&self, user: UserId) -> Result<Option<Principal>>;
+
+    /// Creates a platform admin with a break-glass password, or sets a new password for an
+    /// existing one. For the `server set-admin-password` command; there is no default password.
+    async fn set_break_glass_password(
+        &self,
+        email: &str,
+        display_name: &str,
+        password: &str,
+    ) -> Result<UserId>;
+
+    /// Checks a break-glass sign-in. Every failure is the same [`Error::InvalidCredentials`],
+    /// and takes the same time, whether the email is unknown or the password wrong. Failed
+    /// attempts are limited per client address and per email (known or not, so the limit says
+    /// nothing about which accounts exist): [`Error::RateLimited`] once either is spent.
+    async fn verify_break_glass(
+        &self,
+        email: &str,
+        password: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<Principal>;
+
+    /// Break-glass accounts that failed to sign in lately: locked ones first. Platform admins
+    /// only.
+    async fn break_glass_lockouts(&self, _who: &Platform<PlatformAdmin>) -> Result<Vec<Lockout>>;
+
+    /// Clears `user`'s failed attempts and lock, audited. This replica's in-process limit for
+    /// the email is cleared too (another replica's refills within a minute).
+    async fn unlock_break_glass(
+        &self,
+        who: &Platform<PlatformAdmin>,
+        user: UserId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl AuthApi for ControlPlane {
     #[tracing::instrument(skip(self), fields(user.id = %user))]
-    pub async fn principal(&self, user: UserId) -> Result<Option<Principal>> {
+    async fn principal(&self, user: UserId) -> Result<Option<Principal>> {
         let row = sqlx::query!(
             r#"SELECT id AS "id: UserId", email, display_name, platform_role
                FROM users WHERE id = $1"#,
@@ -234,10 +273,8 @@ impl ControlPlane {
         .transpose()
     }
 
-    /// Creates a platform admin with a break-glass password, or sets a new password for an
-    /// existing one. For the `server set-admin-password` command; there is no default password.
     #[tracing::instrument(skip(self, password))]
-    pub async fn set_break_glass_password(
+    async fn set_break_glass_password(
         &self,
         email: &str,
         display_name: &str,
@@ -306,12 +343,8 @@ impl ControlPlane {
         Ok(user)
     }
 
-    /// Checks a break-glass sign-in. Every failure is the same [`Error::InvalidCredentials`],
-    /// and takes the same time, whether the email is unknown or the password wrong. Failed
-    /// attempts are limited per client address and per email (known or not, so the limit says
-    /// nothing about which accounts exist): [`Error::RateLimited`] once either is spent.
     #[tracing::instrument(skip(self, password))]
-    pub async fn verify_break_glass(
+    async fn verify_break_glass(
         &self,
         email: &str,
         password: &str,
@@ -372,52 +405,7 @@ impl ControlPlane {
         }
     }
 
-    /// One more failed sign-in for `user`; the [`LOCK_AFTER`]th in a row locks the account for
-    /// [`LOCK_FOR`] (audited, as the system).
-    async fn count_failure(&self, user: UserId) -> Result<()> {
-        let mut tx = self.pool().begin().await?;
-        let row = sqlx::query!(
-            r#"UPDATE break_glass_credentials
-               SET failed_attempts = failed_attempts + 1,
-                   locked_until = CASE WHEN failed_attempts + 1 >= $2
-                                       THEN now() + make_interval(secs => $3) END
-               WHERE user_id = $1
-               RETURNING failed_attempts, locked_until IS NOT NULL AS "locked!""#,
-            user as UserId,
-            LOCK_AFTER,
-            LOCK_FOR.as_secs_f64()
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        if row.locked {
-            tracing::warn!(user.id = %user, auth.failed_attempts = row.failed_attempts, "break-glass account locked");
-            let resource = self.naming().platform_user(user);
-            audit::record(
-                &mut tx,
-                AuditEntry {
-                    actor: Actor::System,
-                    action: "platform_admin.locked",
-                    resource: &resource,
-                    before: None,
-                    after: Some(json!({
-                        "failed_attempts": row.failed_attempts,
-                        "locked_minutes": LOCK_FOR.as_secs() / 60,
-                    })),
-                    request_id: None,
-                },
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Break-glass accounts that failed to sign in lately: locked ones first. Platform admins
-    /// only.
-    pub async fn break_glass_lockouts(
-        &self,
-        _who: &Platform<PlatformAdmin>,
-    ) -> Result<Vec<Lockout>> {
+    async fn break_glass_lockouts(&self, _who: &Platform<PlatformAdmin>) -> Result<Vec<Lockout>> {
         let rows = sqlx::query!(
             r#"SELECT u.id AS "user: UserId", u.email, c.failed_attempts,
                       c.locked_until > now() AS "locked!",
@@ -439,9 +427,7 @@ impl ControlPlane {
             .collect())
     }
 
-    /// Clears `user`'s failed attempts and lock, audited. This replica's in-process limit for
-    /// the email is cleared too (another replica's refills within a minute).
-    pub async fn unlock_break_glass(
+    async fn unlock_break_glass(
         &self,
         who: &Platform<PlatformAdmin>,
         user: UserId,
@@ -479,6 +465,54 @@ impl ControlPlane {
         .await?;
         tx.commit().await?;
         self.sign_in_limits.per_email.forget(&row.email);
+        Ok(())
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait AuthInternal {
+    /// One more failed sign-in for `user`; the [`LOCK_AFTER`]th in a row locks the account for
+    /// [`LOCK_FOR`] (audited, as the system).
+    async fn count_failure(&self, user: UserId) -> Result<()>;
+}
+
+impl AuthInternal for ControlPlane {
+    async fn count_failure(&self, user: UserId) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let row = sqlx::query!(
+            r#"UPDATE break_glass_credentials
+               SET failed_attempts = failed_attempts + 1,
+                   locked_until = CASE WHEN failed_attempts + 1 >= $2
+                                       THEN now() + make_interval(secs => $3) END
+               WHERE user_id = $1
+               RETURNING failed_attempts, locked_until IS NOT NULL AS "locked!""#,
+            user as UserId,
+            LOCK_AFTER,
+            LOCK_FOR.as_secs_f64()
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if row.locked {
+            tracing::warn!(user.id = %user, auth.failed_attempts = row.failed_attempts, "break-glass account locked");
+            let resource = self.naming().platform_user(user);
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "platform_admin.locked",
+                    resource: &resource,
+                    before: None,
+                    after: Some(json!({
+                        "failed_attempts": row.failed_attempts,
+                        "locked_minutes": LOCK_FOR.as_secs() / 60,
+                    })),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 }

@@ -1,6 +1,8 @@
 //! The public catalog: every SKU for sale with live availability per region, from the same
 //! query placement uses, and why nothing could launch when nothing could.
 
+use crate::prelude::*;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ControlPlane;
@@ -23,17 +25,25 @@ pub struct CatalogEntry {
     pub unavailable_because: Option<String>,
 }
 
-impl ControlPlane {
+/// What the control plane offers for the public catalog.
+#[allow(async_fn_in_trait)]
+pub trait CatalogApi {
     /// What the catalog shows for one SKU: launchable count per region, from the same query
     /// placement uses.
-    pub async fn availability_of(&self, sku: &Sku) -> Result<Vec<(String, i64)>> {
-        crate::placement::availability(&mut *self.pool().acquire().await?, sku).await
-    }
+    async fn availability_of(&self, sku: &Sku) -> Result<Vec<(String, i64)>>;
 
     /// The public catalog: every active SKU with what could launch now in each of its
     /// regions (the same query placement uses), and why not when nothing could.
+    async fn catalog(&self) -> Result<Vec<CatalogEntry>>;
+}
+
+impl CatalogApi for ControlPlane {
+    async fn availability_of(&self, sku: &Sku) -> Result<Vec<(String, i64)>> {
+        crate::placement::availability(&mut *self.pool().acquire().await?, sku).await
+    }
+
     #[tracing::instrument(skip_all)]
-    pub async fn catalog(&self) -> Result<Vec<CatalogEntry>> {
+    async fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let skus = self.all_skus(true).await?;
         let mut conn = self.pool().acquire().await?;
         let mut out = Vec::with_capacity(skus.len());

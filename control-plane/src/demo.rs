@@ -2,6 +2,8 @@
 //! fixed ids and `ON CONFLICT DO NOTHING`, so running it twice changes nothing (and writes no
 //! second audit record).
 
+use crate::prelude::*;
+
 use serde_json::json;
 use sqlx::PgPool;
 use uuid::{Uuid, uuid};

@@ -6,6 +6,8 @@
 //! allocation trigger lets only published versions that fit the SKU launch. Browsing needs no
 //! sign-in and shows only published versions.
 
+use crate::prelude::*;
+
 pub mod cloud_init;
 
 use std::fmt;
@@ -913,10 +915,117 @@ pub(crate) async fn launch_version(
     })
 }
 
-impl ControlPlane {
+/// What the control plane offers for the marketplace.
+#[allow(async_fn_in_trait)]
+pub trait MarketplaceApi {
     /// The public marketplace: listings with a published version, filtered.
+    async fn browse_marketplace(&self, filter: &BrowseFilter) -> Result<Browse>;
+
+    /// The public listing page: published versions, the SKUs the current one fits with
+    /// what could launch now, and SKU + fee.
+    async fn listing_page(&self, slug: &str) -> Result<ListingPage>;
+
+    /// Published listings for the launch form: `(slug, label)`.
+    async fn launchable_listings(&self) -> Result<Vec<LaunchableListing>>;
+
+    /// A listing's logo: `(bytes, content type)`.
+    async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)>;
+
+    /// The publisher an organization's admins act for, if it has one.
+    async fn publisher_of_tenant(&self, tenant: TenantId) -> Result<Option<Publisher>>;
+
+    /// Acting for an organization's publisher: its admins, once it applied.
+    async fn tenant_publisher(&self, who: &Tenant<TenantAdmins>) -> Result<PublisherActor>;
+
+    /// An organization asks to publish; operators approve it. Idempotent.
+    async fn apply_to_publish(
+        &self,
+        who: &Tenant<TenantAdmins>,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<PublisherId>;
+
+    /// Operators approve or suspend a publisher and set its revenue share.
+    async fn decide_publisher(
+        &self,
+        who: &Platform<PlatformOperators>,
+        publisher: PublisherId,
+        approve: bool,
+        revenue_share_percent: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Every publisher (operators' list).
+    async fn publishers<R: PlatformRequirement>(
+        &self,
+        _who: &Platform<R>,
+    ) -> Result<Vec<Publisher>>;
+
+    /// Drafts a new listing with its first version.
+    async fn create_listing(
+        &self,
+        who: &PublisherActor,
+        slug: &str,
+        name: &str,
+        category: &str,
+        first: &VersionDraft,
+        request_id: Option<&str>,
+    ) -> Result<ListingVersionId>;
+
+    /// Drafts a new version of one of the publisher's listings.
+    async fn create_version(
+        &self,
+        who: &PublisherActor,
+        slug: &str,
+        draft: &VersionDraft,
+        request_id: Option<&str>,
+    ) -> Result<ListingVersionId>;
+
+    /// The publisher submits a draft (or a rejected version it fixed) for review.
+    async fn submit_version(
+        &self,
+        who: &PublisherActor,
+        version: ListingVersionId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// An operator's step on a version. Rejecting needs a reason; approving needs the
+    /// [`content_digest`] of the review the operator read ([`ControlPlane::version_review`]).
+    async fn curate_version(
+        &self,
+        who: &Platform<PlatformOperators>,
+        version: ListingVersionId,
+        action: Curation,
+        reason: &str,
+        reviewed: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// A publisher's listings, every version and its state.
+    async fn publisher_listings(&self, who: &PublisherActor) -> Result<Vec<Listing>>;
+
+    /// Everything about one version an operator must see before deciding on it, beside the
+    /// version in force.
+    async fn version_review(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        id: ListingVersionId,
+    ) -> Result<VersionReview>;
+
+    /// Every version of every listing, those waiting on operators first.
+    async fn review_queue(&self, _who: &Platform<PlatformOperators>) -> Result<Vec<VersionRow>>;
+
+    /// What the platform owes each publisher: its payable balance per currency, beside the
+    /// fees rated for its listings.
+    async fn publisher_payables<R: PlatformRequirement>(
+        &self,
+        _who: &Platform<R>,
+    ) -> Result<Vec<Payable>>;
+}
+
+impl MarketplaceApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(marketplace.q = %filter.q))]
-    pub async fn browse_marketplace(&self, filter: &BrowseFilter) -> Result<Browse> {
+    async fn browse_marketplace(&self, filter: &BrowseFilter) -> Result<Browse> {
         let mut conn = self.pool().acquire().await?;
         let listings = load_listings(&mut conn, None, None, true).await?;
         let skus = self.active_skus().await?;
@@ -973,10 +1082,8 @@ impl ControlPlane {
         Ok(Browse { cards, gpu_models })
     }
 
-    /// The public listing page: published versions, the SKUs the current one fits with
-    /// what could launch now, and SKU + fee.
     #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
-    pub async fn listing_page(&self, slug: &str) -> Result<ListingPage> {
+    async fn listing_page(&self, slug: &str) -> Result<ListingPage> {
         let mut conn = self.pool().acquire().await?;
         let listing = load_listings(&mut conn, Some(slug.trim()), None, true)
             .await?
@@ -1004,8 +1111,7 @@ impl ControlPlane {
         Ok(ListingPage { listing, fitting })
     }
 
-    /// Published listings for the launch form: `(slug, label)`.
-    pub async fn launchable_listings(&self) -> Result<Vec<LaunchableListing>> {
+    async fn launchable_listings(&self) -> Result<Vec<LaunchableListing>> {
         let mut conn = self.pool().acquire().await?;
         Ok(load_listings(&mut conn, None, None, true)
             .await?
@@ -1027,8 +1133,7 @@ impl ControlPlane {
             .collect())
     }
 
-    /// A listing's logo: `(bytes, content type)`.
-    pub async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)> {
+    async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)> {
         let r = sqlx::query!(
             r#"SELECT l.logo AS "logo!", l.logo_type AS "logo_type!" FROM listings l
                WHERE l.slug = $1 AND l.logo IS NOT NULL
@@ -1042,8 +1147,7 @@ impl ControlPlane {
         Ok((r.logo, r.logo_type))
     }
 
-    /// The publisher an organization's admins act for, if it has one.
-    pub async fn publisher_of_tenant(&self, tenant: TenantId) -> Result<Option<Publisher>> {
+    async fn publisher_of_tenant(&self, tenant: TenantId) -> Result<Option<Publisher>> {
         Ok(sqlx::query_as!(
             Publisher,
             r#"SELECT id AS "id: PublisherId", tenant_id AS "tenant_id: TenantId", display_name,
@@ -1055,8 +1159,7 @@ impl ControlPlane {
         .await?)
     }
 
-    /// Acting for an organization's publisher: its admins, once it applied.
-    pub async fn tenant_publisher(&self, who: &Tenant<TenantAdmins>) -> Result<PublisherActor> {
+    async fn tenant_publisher(&self, who: &Tenant<TenantAdmins>) -> Result<PublisherActor> {
         let p = self
             .publisher_of_tenant(who.id())
             .await?
@@ -1067,9 +1170,8 @@ impl ControlPlane {
         })
     }
 
-    /// An organization asks to publish; operators approve it. Idempotent.
     #[tracing::instrument(skip_all, fields(tenant.id = %who.id()))]
-    pub async fn apply_to_publish(
+    async fn apply_to_publish(
         &self,
         who: &Tenant<TenantAdmins>,
         display_name: &str,
@@ -1102,9 +1204,8 @@ impl ControlPlane {
         Ok(id)
     }
 
-    /// Operators approve or suspend a publisher and set its revenue share.
     #[tracing::instrument(skip_all, fields(publisher.id = %publisher))]
-    pub async fn decide_publisher(
+    async fn decide_publisher(
         &self,
         who: &Platform<PlatformOperators>,
         publisher: PublisherId,
@@ -1161,8 +1262,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Every publisher (operators' list).
-    pub async fn publishers<R: PlatformRequirement>(
+    async fn publishers<R: PlatformRequirement>(
         &self,
         _who: &Platform<R>,
     ) -> Result<Vec<Publisher>> {
@@ -1176,9 +1276,8 @@ impl ControlPlane {
         .await?)
     }
 
-    /// Drafts a new listing with its first version.
     #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
-    pub async fn create_listing(
+    async fn create_listing(
         &self,
         who: &PublisherActor,
         slug: &str,
@@ -1240,9 +1339,8 @@ impl ControlPlane {
         Ok(id)
     }
 
-    /// Drafts a new version of one of the publisher's listings.
     #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
-    pub async fn create_version(
+    async fn create_version(
         &self,
         who: &PublisherActor,
         slug: &str,
@@ -1279,8 +1377,7 @@ impl ControlPlane {
         Ok(id)
     }
 
-    /// The publisher submits a draft (or a rejected version it fixed) for review.
-    pub async fn submit_version(
+    async fn submit_version(
         &self,
         who: &PublisherActor,
         version: ListingVersionId,
@@ -1319,9 +1416,7 @@ impl ControlPlane {
         .await
     }
 
-    /// An operator's step on a version. Rejecting needs a reason; approving needs the
-    /// [`content_digest`] of the review the operator read ([`ControlPlane::version_review`]).
-    pub async fn curate_version(
+    async fn curate_version(
         &self,
         who: &Platform<PlatformOperators>,
         version: ListingVersionId,
@@ -1381,6 +1476,120 @@ impl ControlPlane {
         })
     }
 
+    async fn publisher_listings(&self, who: &PublisherActor) -> Result<Vec<Listing>> {
+        let mut conn = self.pool().acquire().await?;
+        load_listings(&mut conn, None, Some(who.publisher), false).await
+    }
+
+    #[tracing::instrument(skip(self, _who))]
+    async fn version_review(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        id: ListingVersionId,
+    ) -> Result<VersionReview> {
+        let mut conn = self.pool().acquire().await?;
+        let l = sqlx::query!(
+            r#"SELECT l.id AS "id: ListingId", l.slug, l.name, p.display_name AS publisher
+               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+               JOIN publishers p ON p.id = l.publisher_id WHERE v.id = $1"#,
+            id as ListingVersionId
+        )
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::NotFound {
+            what: "listing version",
+        })?;
+        let versions: Vec<Version> = versions_of(&mut conn, &[l.id], false)
+            .await?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        let in_force = versions
+            .iter()
+            .find(|v| v.id != id && v.state == VersionState::Published)
+            .cloned();
+        let version = versions
+            .into_iter()
+            .find(|v| v.id == id)
+            .ok_or(Error::Corrupt(format!("version {id} vanished")))?;
+        Ok(VersionReview {
+            slug: l.slug,
+            listing: l.name,
+            publisher: l.publisher,
+            version,
+            in_force,
+        })
+    }
+
+    async fn review_queue(&self, _who: &Platform<PlatformOperators>) -> Result<Vec<VersionRow>> {
+        let rows = sqlx::query!(
+            r#"SELECT v.id AS "id: ListingVersionId", l.slug, l.name, p.display_name AS publisher,
+                      v.version, v.state, v.fee_per_hour_minor, v.fee_currency, v.review_reason,
+                      v.state_changed_at
+               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
+               JOIN publishers p ON p.id = l.publisher_id
+               ORDER BY v.state NOT IN ('in_review', 'approved'), v.state_changed_at DESC"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|r| {
+                Ok(VersionRow {
+                    id: r.id,
+                    slug: r.slug,
+                    name: r.name,
+                    publisher: r.publisher,
+                    version: r.version,
+                    state: VersionState::parse(&r.state)?,
+                    fee: fee_of(r.fee_per_hour_minor, r.fee_currency),
+                    review_reason: r.review_reason,
+                    state_changed_at: r.state_changed_at,
+                })
+            })
+            .collect()
+    }
+
+    async fn publisher_payables<R: PlatformRequirement>(
+        &self,
+        _who: &Platform<R>,
+    ) -> Result<Vec<Payable>> {
+        Ok(sqlx::query_as!(
+            Payable,
+            r#"SELECT p.id AS "publisher_id: PublisherId", p.display_name AS publisher, p.status,
+                      p.revenue_share_bps, f.currency AS "currency!",
+                      f.fees AS "fees_micro!",
+                      coalesce((SELECT -sum(po.amount_micro) FROM postings po
+                                JOIN ledger_accounts a ON a.id = po.account_id
+                                WHERE a.kind = 'publisher_payable' AND a.publisher_id = p.id
+                                  AND a.currency = f.currency), 0)::bigint AS "owed_micro!"
+               FROM publishers p
+               JOIN (SELECT publisher_id, currency, sum(amount_micro)::bigint AS fees
+                     FROM fee_charges GROUP BY publisher_id, currency) f ON f.publisher_id = p.id
+               ORDER BY p.display_name, f.currency"#
+        )
+        .fetch_all(self.pool())
+        .await?)
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait MarketplaceInternal {
+    #[allow(clippy::too_many_arguments)]
+    async fn move_version(
+        &self,
+        actor: Actor,
+        publisher: Option<PublisherId>,
+        version: ListingVersionId,
+        to: VersionState,
+        action: &'static str,
+        reason: Option<&str>,
+        reviewed: Option<&str>,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl MarketplaceInternal for ControlPlane {
     #[allow(clippy::too_many_arguments)]
     #[tracing::instrument(skip_all, fields(listing.version = %version, listing.to = to.as_str()))]
     async fn move_version(
@@ -1448,110 +1657,6 @@ impl ControlPlane {
         .await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    /// A publisher's listings, every version and its state.
-    pub async fn publisher_listings(&self, who: &PublisherActor) -> Result<Vec<Listing>> {
-        let mut conn = self.pool().acquire().await?;
-        load_listings(&mut conn, None, Some(who.publisher), false).await
-    }
-
-    /// Everything about one version an operator must see before deciding on it, beside the
-    /// version in force.
-    #[tracing::instrument(skip(self, _who))]
-    pub async fn version_review(
-        &self,
-        _who: &Platform<PlatformOperators>,
-        id: ListingVersionId,
-    ) -> Result<VersionReview> {
-        let mut conn = self.pool().acquire().await?;
-        let l = sqlx::query!(
-            r#"SELECT l.id AS "id: ListingId", l.slug, l.name, p.display_name AS publisher
-               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
-               JOIN publishers p ON p.id = l.publisher_id WHERE v.id = $1"#,
-            id as ListingVersionId
-        )
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(Error::NotFound {
-            what: "listing version",
-        })?;
-        let versions: Vec<Version> = versions_of(&mut conn, &[l.id], false)
-            .await?
-            .into_iter()
-            .map(|(_, v)| v)
-            .collect();
-        let in_force = versions
-            .iter()
-            .find(|v| v.id != id && v.state == VersionState::Published)
-            .cloned();
-        let version = versions
-            .into_iter()
-            .find(|v| v.id == id)
-            .ok_or(Error::Corrupt(format!("version {id} vanished")))?;
-        Ok(VersionReview {
-            slug: l.slug,
-            listing: l.name,
-            publisher: l.publisher,
-            version,
-            in_force,
-        })
-    }
-
-    /// Every version of every listing, those waiting on operators first.
-    pub async fn review_queue(
-        &self,
-        _who: &Platform<PlatformOperators>,
-    ) -> Result<Vec<VersionRow>> {
-        let rows = sqlx::query!(
-            r#"SELECT v.id AS "id: ListingVersionId", l.slug, l.name, p.display_name AS publisher,
-                      v.version, v.state, v.fee_per_hour_minor, v.fee_currency, v.review_reason,
-                      v.state_changed_at
-               FROM listing_versions v JOIN listings l ON l.id = v.listing_id
-               JOIN publishers p ON p.id = l.publisher_id
-               ORDER BY v.state NOT IN ('in_review', 'approved'), v.state_changed_at DESC"#
-        )
-        .fetch_all(self.pool())
-        .await?;
-        rows.into_iter()
-            .map(|r| {
-                Ok(VersionRow {
-                    id: r.id,
-                    slug: r.slug,
-                    name: r.name,
-                    publisher: r.publisher,
-                    version: r.version,
-                    state: VersionState::parse(&r.state)?,
-                    fee: fee_of(r.fee_per_hour_minor, r.fee_currency),
-                    review_reason: r.review_reason,
-                    state_changed_at: r.state_changed_at,
-                })
-            })
-            .collect()
-    }
-
-    /// What the platform owes each publisher: its payable balance per currency, beside the
-    /// fees rated for its listings.
-    pub async fn publisher_payables<R: PlatformRequirement>(
-        &self,
-        _who: &Platform<R>,
-    ) -> Result<Vec<Payable>> {
-        Ok(sqlx::query_as!(
-            Payable,
-            r#"SELECT p.id AS "publisher_id: PublisherId", p.display_name AS publisher, p.status,
-                      p.revenue_share_bps, f.currency AS "currency!",
-                      f.fees AS "fees_micro!",
-                      coalesce((SELECT -sum(po.amount_micro) FROM postings po
-                                JOIN ledger_accounts a ON a.id = po.account_id
-                                WHERE a.kind = 'publisher_payable' AND a.publisher_id = p.id
-                                  AND a.currency = f.currency), 0)::bigint AS "owed_micro!"
-               FROM publishers p
-               JOIN (SELECT publisher_id, currency, sum(amount_micro)::bigint AS fees
-                     FROM fee_charges GROUP BY publisher_id, currency) f ON f.publisher_id = p.id
-               ORDER BY p.display_name, f.currency"#
-        )
-        .fetch_all(self.pool())
-        .await?)
     }
 }
 

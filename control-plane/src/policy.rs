@@ -1,6 +1,8 @@
 //! The policy chain: global → tenant → project. The most specific setting wins, and each
 //! resolution carries a trace of every level, so a decision can say which level made it.
 
+use crate::prelude::*;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -255,10 +257,44 @@ pub enum Target {
     Project(ProjectId),
 }
 
-impl ControlPlane {
+/// What the control plane offers for the policy chain.
+#[allow(async_fn_in_trait)]
+pub trait PolicyApi {
     /// The scope to set policies at `target`, if `principal` may: platform admins set global
     /// policies; a tenant's admins set the tenant's and its projects'.
-    pub async fn policy_scope(
+    async fn policy_scope(
+        &self,
+        principal: &crate::auth::Principal,
+        target: Target,
+    ) -> Result<Scope>;
+
+    /// The policies in force at `target`, for anyone who may see it (platform staff for
+    /// global, the tenant's members, the project's viewers), and whether they may set them.
+    async fn policies_at(
+        &self,
+        principal: &crate::auth::Principal,
+        target: Target,
+    ) -> Result<(Vec<Resolved>, bool)>;
+
+    /// Every key, resolved for `tenant` (and `project`, if given).
+    async fn resolve_policies(
+        &self,
+        tenant: Option<TenantId>,
+        project: Option<ProjectId>,
+    ) -> Result<Vec<Resolved>>;
+
+    /// Sets (`Some`) or clears (`None`) one setting at `scope`. Audited.
+    async fn set_policy(
+        &self,
+        scope: &Scope,
+        key: PolicyKey,
+        value: Option<PolicyValue>,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl PolicyApi for ControlPlane {
+    async fn policy_scope(
         &self,
         principal: &crate::auth::Principal,
         target: Target,
@@ -281,9 +317,7 @@ impl ControlPlane {
         }
     }
 
-    /// The policies in force at `target`, for anyone who may see it (platform staff for
-    /// global, the tenant's members, the project's viewers), and whether they may set them.
-    pub async fn policies_at(
+    async fn policies_at(
         &self,
         principal: &crate::auth::Principal,
         target: Target,
@@ -311,69 +345,15 @@ impl ControlPlane {
         Ok((self.resolve_policies(tenant, project).await?, can_edit))
     }
 
-    /// Every key, resolved for `tenant` (and `project`, if given).
-    pub async fn resolve_policies(
+    async fn resolve_policies(
         &self,
         tenant: Option<TenantId>,
         project: Option<ProjectId>,
     ) -> Result<Vec<Resolved>> {
         resolve_policies_on(&mut *self.pool().acquire().await?, tenant, project).await
     }
-}
 
-/// [`ControlPlane::resolve_policies`] on `conn`: a launch resolves its policies in the
-/// transaction that reserves.
-pub(crate) async fn resolve_policies_on(
-    conn: &mut sqlx::PgConnection,
-    tenant: Option<TenantId>,
-    project: Option<ProjectId>,
-) -> Result<Vec<Resolved>> {
-    let rows = sqlx::query!(
-        r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
-               FROM policies
-               WHERE (tenant_id IS NULL AND project_id IS NULL)
-                  OR (tenant_id = $1 AND project_id IS NULL)
-                  OR (tenant_id = $1 AND project_id = $2)"#,
-        tenant as Option<TenantId>,
-        project as Option<ProjectId>,
-    )
-    .fetch_all(conn)
-    .await?;
-    let mut levels = vec![Level::Global];
-    if tenant.is_some() {
-        levels.push(Level::Tenant);
-    }
-    if project.is_some() {
-        levels.push(Level::Project);
-    }
-    PolicyKey::ALL
-        .into_iter()
-        .map(|key| {
-            let trace = levels
-                .iter()
-                .map(|&level| {
-                    let row = rows.iter().find(|r| {
-                        r.key == key.as_str()
-                            && match level {
-                                Level::Global => r.tenant.is_none(),
-                                Level::Tenant => r.tenant.is_some() && r.project.is_none(),
-                                Level::Project => r.project.is_some(),
-                            }
-                    });
-                    let value = row
-                        .map(|r| PolicyValue::from_json(key, r.value.clone()))
-                        .transpose()?;
-                    Ok((level, value))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok(resolve(key, trace))
-        })
-        .collect()
-}
-
-impl ControlPlane {
-    /// Sets (`Some`) or clears (`None`) one setting at `scope`. Audited.
-    pub async fn set_policy(
+    async fn set_policy(
         &self,
         scope: &Scope,
         key: PolicyKey,
@@ -440,6 +420,56 @@ impl ControlPlane {
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// [`ControlPlane::resolve_policies`] on `conn`: a launch resolves its policies in the
+/// transaction that reserves.
+pub(crate) async fn resolve_policies_on(
+    conn: &mut sqlx::PgConnection,
+    tenant: Option<TenantId>,
+    project: Option<ProjectId>,
+) -> Result<Vec<Resolved>> {
+    let rows = sqlx::query!(
+        r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
+               FROM policies
+               WHERE (tenant_id IS NULL AND project_id IS NULL)
+                  OR (tenant_id = $1 AND project_id IS NULL)
+                  OR (tenant_id = $1 AND project_id = $2)"#,
+        tenant as Option<TenantId>,
+        project as Option<ProjectId>,
+    )
+    .fetch_all(conn)
+    .await?;
+    let mut levels = vec![Level::Global];
+    if tenant.is_some() {
+        levels.push(Level::Tenant);
+    }
+    if project.is_some() {
+        levels.push(Level::Project);
+    }
+    PolicyKey::ALL
+        .into_iter()
+        .map(|key| {
+            let trace = levels
+                .iter()
+                .map(|&level| {
+                    let row = rows.iter().find(|r| {
+                        r.key == key.as_str()
+                            && match level {
+                                Level::Global => r.tenant.is_none(),
+                                Level::Tenant => r.tenant.is_some() && r.project.is_none(),
+                                Level::Project => r.project.is_some(),
+                            }
+                    });
+                    let value = row
+                        .map(|r| PolicyValue::from_json(key, r.value.clone()))
+                        .transpose()?;
+                    Ok((level, value))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok(resolve(key, trace))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -241,33 +241,42 @@ pub(crate) async fn sku_by_name(conn: &mut sqlx::PgConnection, name: &str) -> Re
     .try_into()
 }
 
-impl ControlPlane {
+/// What the control plane offers for the SKUs.
+#[allow(async_fn_in_trait)]
+pub trait SkusApi {
     /// Every SKU, drafts and retired ones included, for platform staff.
-    pub async fn skus(&self, _who: &Platform<PlatformStaff>) -> Result<Vec<Sku>> {
-        self.all_skus(false).await
-    }
-
-    pub(crate) async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>> {
-        sqlx::query_as!(
-            SkuRow,
-            r#"SELECT id AS "id: SkuId", name, display_name, shape, gpu_model, gpu_count, vcpus,
-                      memory_gib, nvme_gib, regions, families, price_per_hour_minor, currency,
-                      state
-               FROM skus WHERE state = 'active' OR NOT $1
-               ORDER BY state = 'retired', gpu_model, shape DESC, gpu_count, name"#,
-            active_only
-        )
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(Sku::try_from)
-        .collect()
-    }
+    async fn skus(&self, _who: &Platform<PlatformStaff>) -> Result<Vec<Sku>>;
 
     /// Creates a SKU (as a draft), or edits one that is not retired. Editing an active SKU's
     /// price changes what new launches pay; running allocations keep theirs.
+    async fn save_sku(
+        &self,
+        who: &Platform<PlatformOperators>,
+        id: Option<SkuId>,
+        input: &SkuInput,
+        request_id: Option<&str>,
+    ) -> Result<SkuId>;
+
+    /// `active` (sold) or `retired` (never again). Retiring keeps running allocations.
+    async fn set_sku_state(
+        &self,
+        who: &Platform<PlatformOperators>,
+        id: SkuId,
+        state: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// The SKUs for sale, for anyone (the launch form lists them).
+    async fn active_skus(&self) -> Result<Vec<Sku>>;
+}
+
+impl SkusApi for ControlPlane {
+    async fn skus(&self, _who: &Platform<PlatformStaff>) -> Result<Vec<Sku>> {
+        self.all_skus(false).await
+    }
+
     #[tracing::instrument(skip_all, fields(sku.name = %input.name))]
-    pub async fn save_sku(
+    async fn save_sku(
         &self,
         who: &Platform<PlatformOperators>,
         id: Option<SkuId>,
@@ -353,9 +362,8 @@ impl ControlPlane {
         Ok(id)
     }
 
-    /// `active` (sold) or `retired` (never again). Retiring keeps running allocations.
     #[tracing::instrument(skip_all, fields(sku.id = %id, sku.state = state))]
-    pub async fn set_sku_state(
+    async fn set_sku_state(
         &self,
         who: &Platform<PlatformOperators>,
         id: SkuId,
@@ -412,9 +420,33 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// The SKUs for sale, for anyone (the launch form lists them).
-    pub async fn active_skus(&self) -> Result<Vec<Sku>> {
+    async fn active_skus(&self) -> Result<Vec<Sku>> {
         self.all_skus(true).await
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait SkusInternal {
+    async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>>;
+}
+
+impl SkusInternal for ControlPlane {
+    async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>> {
+        sqlx::query_as!(
+            SkuRow,
+            r#"SELECT id AS "id: SkuId", name, display_name, shape, gpu_model, gpu_count, vcpus,
+                      memory_gib, nvme_gib, regions, families, price_per_hour_minor, currency,
+                      state
+               FROM skus WHERE state = 'active' OR NOT $1
+               ORDER BY state = 'retired', gpu_model, shape DESC, gpu_count, name"#,
+            active_only
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(Sku::try_from)
+        .collect()
     }
 }
 

@@ -9,6 +9,8 @@
 //! [`begin`]: ControlPlane::sso_begin
 //! [`complete`]: ControlPlane::sso_complete
 
+use crate::prelude::*;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -96,7 +98,7 @@ type DiscoveredClient = CoreClient<
 >;
 
 /// A tenant's provider as stored.
-struct Provider {
+pub(crate) struct Provider {
     tenant: TenantId,
     issuer_url: String,
     client_id: String,
@@ -187,66 +189,78 @@ fn strongest_role(mapped: impl Iterator<Item = TenantRole>, default: TenantRole)
         .unwrap_or(default)
 }
 
-impl ControlPlane {
-    async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>> {
-        let tenant = sqlx::query_scalar!(
-            r#"SELECT tenant_id AS "tenant: TenantId" FROM tenant_email_domains
-               WHERE domain = $1 AND verified_at IS NOT NULL"#,
-            domain
-        )
-        .fetch_optional(self.pool())
-        .await?;
-        match tenant {
-            Some(t) => self.provider(t).await,
-            None => Ok(None),
-        }
-    }
-
-    async fn provider_for_tenant(&self, tenant: TenantId) -> Result<Provider> {
-        self.provider(tenant).await?.ok_or(Error::NotFound {
-            what: "identity provider",
-        })
-    }
-
-    async fn provider(&self, tenant: TenantId) -> Result<Option<Provider>> {
-        let row = sqlx::query!(
-            r#"SELECT tenant_id AS "tenant: TenantId", issuer_url, client_id, client_secret,
-                      role_claim, default_role
-               FROM identity_providers WHERE tenant_id = $1"#,
-            tenant as TenantId
-        )
-        .fetch_optional(self.pool())
-        .await?;
-        row.map(|r| {
-            Ok(Provider {
-                tenant: r.tenant,
-                issuer_url: r.issuer_url,
-                client_id: r.client_id,
-                client_secret: self.open_secret(r.tenant, &r.client_secret)?,
-                role_claim: r.role_claim,
-                default_role: TenantRole::parse(&r.default_role)?,
-            })
-        })
-        .transpose()
-    }
-
-    /// A stored client secret, opened. One stored before secrets were sealed (and not yet
-    /// re-sealed by [`ControlPlane::reseal_secrets`]) is read as it is.
-    fn open_secret(&self, tenant: TenantId, stored: &str) -> Result<String> {
-        match self.secrets().open(stored, &secret_place(tenant)) {
-            Ok(plain) => Ok(plain),
-            Err(crate::secrets::SecretsError::NotSealed) => Ok(stored.to_string()),
-            Err(e) => Err(Error::Corrupt(format!(
-                "identity provider client secret of tenant {tenant}: {e}"
-            ))),
-        }
-    }
-
+/// What the control plane offers for each organization's single sign-on.
+#[allow(async_fn_in_trait)]
+pub trait SsoApi {
     /// Seals again every client secret not sealed with the current key: the plain-text ones
     /// stored before sealing existed, and those an older key sealed (key rotation). Run at
     /// start by every replica; idempotent. Returns how many were re-sealed.
+    async fn reseal_secrets(&self) -> Result<u64>;
+
+    /// Fetches the provider's discovery document. An unreachable or malformed issuer is
+    /// [`SsoError::IssuerUnreachable`]; the cause is logged.
+    async fn discover(&self, issuer: &str) -> Result<Metadata>;
+
+    /// First half: finds the tenant that owns the email's domain and builds the provider
+    /// URL to send the browser to. Limited per client address ([`Error::RateLimited`]),
+    /// before anything is read, fetched or written.
+    async fn sso_begin(
+        &self,
+        email: &str,
+        redirect_url: &str,
+        client: Option<std::net::IpAddr>,
+    ) -> Result<SsoStart>;
+
+    /// Second half: checks the returned state against the pending sign-in, exchanges the code
+    /// (with the PKCE verifier), verifies the ID token, and signs the person in, creating
+    /// their user and membership on first sign-in.
+    async fn sso_complete(
+        &self,
+        pending: PendingSso,
+        returned_state: &str,
+        code: &str,
+        redirect_url: &str,
+    ) -> Result<SsoSignIn>;
+
+    /// The provider's end-session URL for a user signed in through `tenant`, if it has one.
+    /// It names the client, not the ID token: the portal keeps no raw ID token (RP-Initiated
+    /// Logout allows `client_id` in place of `id_token_hint`; the provider then confirms).
+    async fn sso_logout_url(
+        &self,
+        tenant: TenantId,
+        post_logout_redirect: &str,
+    ) -> Result<Option<String>>;
+
+    async fn provider_settings(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    ) -> Result<Option<ProviderSettings>>;
+
+    /// Checks the DNS proof of one of the tenant's pending domains and, if the TXT record is
+    /// there, marks the domain verified (audited). Idempotent for a verified domain. Limited
+    /// per tenant ([`Error::RateLimited`]), as each check is a DNS lookup.
+    async fn verify_domain(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        domain: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Registers or updates the tenant's provider. The issuer must answer OpenID discovery
+    /// (checked before anything is written). A new domain is claimed pending until proved
+    /// ([`ControlPlane::verify_domain`]); one another organization has verified is refused, and
+    /// so are the platform's own (the schema's `tenant_email_domains_guard`).
+    async fn save_provider(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        update: ProviderUpdate,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl SsoApi for ControlPlane {
     #[tracing::instrument(skip(self))]
-    pub async fn reseal_secrets(&self) -> Result<u64> {
+    async fn reseal_secrets(&self) -> Result<u64> {
         let current = self.secrets().current().to_string();
         let rows = sqlx::query!(
             r#"SELECT tenant_id AS "tenant: TenantId", client_secret FROM identity_providers"#
@@ -277,10 +291,8 @@ impl ControlPlane {
         Ok(resealed)
     }
 
-    /// Fetches the provider's discovery document. An unreachable or malformed issuer is
-    /// [`SsoError::IssuerUnreachable`]; the cause is logged.
     #[tracing::instrument(skip(self))]
-    pub async fn discover(&self, issuer: &str) -> Result<Metadata> {
+    async fn discover(&self, issuer: &str) -> Result<Metadata> {
         let url = IssuerUrl::new(issuer.to_string()).map_err(|e| Error::Invalid {
             field: "issuer_url",
             reason: e.to_string(),
@@ -295,28 +307,8 @@ impl ControlPlane {
             })
     }
 
-    fn client(
-        metadata: Metadata,
-        provider: &Provider,
-        redirect_url: &str,
-    ) -> Result<DiscoveredClient> {
-        let redirect = RedirectUrl::new(redirect_url.to_string()).map_err(|e| Error::Invalid {
-            field: "redirect_url",
-            reason: e.to_string(),
-        })?;
-        Ok(CoreClient::from_provider_metadata(
-            metadata,
-            ClientId::new(provider.client_id.clone()),
-            Some(ClientSecret::new(provider.client_secret.clone())),
-        )
-        .set_redirect_uri(redirect))
-    }
-
-    /// First half: finds the tenant that owns the email's domain and builds the provider
-    /// URL to send the browser to. Limited per client address ([`Error::RateLimited`]),
-    /// before anything is read, fetched or written.
     #[tracing::instrument(skip(self))]
-    pub async fn sso_begin(
+    async fn sso_begin(
         &self,
         email: &str,
         redirect_url: &str,
@@ -360,11 +352,8 @@ impl ControlPlane {
         })
     }
 
-    /// Second half: checks the returned state against the pending sign-in, exchanges the code
-    /// (with the PKCE verifier), verifies the ID token, and signs the person in, creating
-    /// their user and membership on first sign-in.
     #[tracing::instrument(skip_all, fields(tenant.id = %pending.tenant))]
-    pub async fn sso_complete(
+    async fn sso_complete(
         &self,
         pending: PendingSso,
         returned_state: &str,
@@ -406,10 +395,7 @@ impl ControlPlane {
         })
     }
 
-    /// The provider's end-session URL for a user signed in through `tenant`, if it has one.
-    /// It names the client, not the ID token: the portal keeps no raw ID token (RP-Initiated
-    /// Logout allows `client_id` in place of `id_token_hint`; the provider then confirms).
-    pub async fn sso_logout_url(
+    async fn sso_logout_url(
         &self,
         tenant: TenantId,
         post_logout_redirect: &str,
@@ -428,8 +414,379 @@ impl ControlPlane {
         Ok(Some(url.to_string()))
     }
 
+    async fn provider_settings(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    ) -> Result<Option<ProviderSettings>> {
+        let Some(p) = sqlx::query!(
+            "SELECT issuer_url, client_id, role_claim, default_role FROM identity_providers WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        let domains = self.domain_claims(who.id()).await?;
+        let mappings = sqlx::query!(
+            "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1 ORDER BY claim_value",
+            who.id() as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|m| (m.claim_value, m.role))
+        .collect();
+        Ok(Some(ProviderSettings {
+            issuer_url: p.issuer_url,
+            client_id: p.client_id,
+            domains,
+            role_claim: p.role_claim,
+            default_role: p.default_role,
+            mappings,
+        }))
+    }
+
+    #[tracing::instrument(skip(self, who), fields(tenant.id = %who.id()))]
+    async fn verify_domain(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        domain: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let domain = check_domain(domain)?;
+        let claim = self
+            .domain_claims(who.id())
+            .await?
+            .into_iter()
+            .find(|c| c.domain == domain)
+            .ok_or(Error::NotFound {
+                what: "email domain",
+            })?;
+        if claim.verified.is_some() {
+            return Ok(());
+        }
+        let key = who.id().to_string();
+        self.domain_checks
+            .take(&key)
+            .map_err(|wait| crate::ratelimit::refused("domain check", &key, wait))?;
+        // Network first, outside any transaction.
+        let token = claim
+            .record_value
+            .strip_prefix(crate::dns::CHALLENGE_PREFIX)
+            .unwrap_or_default();
+        match self.dns.txt(&claim.record_name).await {
+            crate::dns::TxtAnswer::Found(found) if crate::dns::proves(&found, token) => {}
+            crate::dns::TxtAnswer::Found(_) | crate::dns::TxtAnswer::None => {
+                return Err(Error::Conflict(format!(
+                    "no TXT record {:?} at {} yet; DNS changes can take a few minutes to show, so check again later",
+                    claim.record_value, claim.record_name
+                )));
+            }
+            crate::dns::TxtAnswer::Failed(why) => {
+                return Err(Error::Conflict(format!(
+                    "the DNS lookup of {} failed ({why}); try again in a minute",
+                    claim.record_name
+                )));
+            }
+        }
+        let mut tx = self.pool().begin().await?;
+        let updated = sqlx::query!(
+            "UPDATE tenant_email_domains SET verified_at = now(), verified_via = 'dns'
+             WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NULL",
+            who.id() as TenantId,
+            domain,
+        )
+        .execute(&mut *tx)
+        .await
+        .on_constraint("tenant_email_domains_verified_key", || {
+            Error::Conflict(format!(
+                "the domain {domain} is already used by another organization"
+            ))
+        })?
+        .rows_affected();
+        if updated == 1 {
+            audit::record(
+                &mut tx,
+                AuditEntry {
+                    actor: Actor::User(who.user()),
+                    action: "email_domain.verify",
+                    resource: &self.naming().tenant(who.id()),
+                    before: None,
+                    after: Some(json!({ "domain": domain, "via": "dns" })),
+                    request_id,
+                },
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn save_provider(
+        &self,
+        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+        update: ProviderUpdate,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let ValidProvider {
+            issuer,
+            client_id,
+            domains,
+            role_claim,
+        } = ValidProvider::check(&update)?;
+        let existing_secret = sqlx::query_scalar!(
+            "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        // The audit record says whether a new secret was given, never what it is.
+        let secret_submitted = update.client_secret.as_ref().is_some_and(|s| !s.is_empty());
+        let secret = match (
+            update.client_secret.filter(|s| !s.is_empty()),
+            existing_secret,
+        ) {
+            (Some(s), _) => s,
+            (None, Some(stored)) => self.open_secret(who.id(), &stored)?,
+            (None, None) => {
+                return Err(Error::Invalid {
+                    field: "client_secret",
+                    reason: "required when registering a provider".into(),
+                });
+            }
+        };
+        // Network first, outside any transaction; never into the platform's own network.
+        self.http()
+            .check(&issuer)
+            .await
+            .map_err(|e| Error::Invalid {
+                field: "issuer_url",
+                reason: e.to_string(),
+            })?;
+        self.discover(&issuer).await.map_err(|e| match e {
+            Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
+                field: "issuer_url",
+                reason: format!(
+                    "{issuer} does not answer OpenID discovery (/.well-known/openid-configuration)"
+                ),
+            },
+            other => other,
+        })?;
+
+        let before = self.provider_settings(who).await?;
+        let mut tx = self.pool().begin().await?;
+        sqlx::query!(
+            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim, default_role)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
+                 client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
+                 role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
+                 updated_at = now()",
+            who.id() as TenantId,
+            issuer,
+            client_id,
+            self.secrets().seal(&secret, &secret_place(who.id())),
+            role_claim,
+            update.default_role.as_str(),
+        )
+        .execute(&mut *tx)
+        .await?;
+        // Claims kept keep their proof; dropped ones go; new ones start pending.
+        sqlx::query!(
+            "DELETE FROM tenant_email_domains WHERE tenant_id = $1 AND NOT (domain = ANY($2))",
+            who.id() as TenantId,
+            &domains,
+        )
+        .execute(&mut *tx)
+        .await?;
+        for d in &domains {
+            let taken = sqlx::query_scalar!(
+                r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
+                                  WHERE domain = $1 AND tenant_id <> $2 AND verified_at IS NOT NULL)
+                   AS "taken!""#,
+                d,
+                who.id() as TenantId
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+            if taken {
+                return Err(Error::Conflict(format!(
+                    "the domain {d} is already used by another organization"
+                )));
+            }
+            sqlx::query!(
+                "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
+                d,
+                who.id() as TenantId,
+                crate::dns::new_token(),
+            )
+            .execute(&mut *tx)
+            .await
+            .on_constraint("tenant_email_domains_platform", || Error::Invalid {
+                field: "domains",
+                reason: format!("{d} is the platform's own domain and can't be claimed"),
+            })?;
+        }
+        sqlx::query!(
+            "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",
+            who.id() as TenantId
+        )
+        .execute(&mut *tx)
+        .await?;
+        for (value, role) in &update.mappings {
+            sqlx::query!(
+                "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
+                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, claim_value) DO UPDATE SET role = EXCLUDED.role",
+                who.id() as TenantId,
+                value.trim(),
+                role.as_str()
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        let resource = self.naming().tenant(who.id());
+        let after = json!({
+            "issuer_url": issuer, "client_id": client_id, "domains": domains,
+            "role_claim": role_claim, "default_role": update.default_role.as_str(),
+            "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
+            "new_secret": secret_submitted,
+        });
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user()),
+                action: "identity_provider.save",
+                resource: &resource,
+                before: before.map(|b| {
+                    json!({
+                        "issuer_url": b.issuer_url, "client_id": b.client_id,
+                        "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
+                        "role_claim": b.role_claim, "default_role": b.default_role,
+                        "mappings": b.mappings,
+                    })
+                }),
+                after: Some(after),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait SsoInternal {
+    async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>>;
+
+    async fn provider_for_tenant(&self, tenant: TenantId) -> Result<Provider>;
+
+    async fn provider(&self, tenant: TenantId) -> Result<Option<Provider>>;
+
+    /// A stored client secret, opened. One stored before secrets were sealed (and not yet
+    /// re-sealed by [`ControlPlane::reseal_secrets`]) is read as it is.
+    fn open_secret(&self, tenant: TenantId, stored: &str) -> Result<String>;
+
+    fn client(
+        metadata: Metadata,
+        provider: &Provider,
+        redirect_url: &str,
+    ) -> Result<DiscoveredClient>;
+
     /// Links the identity to a user (creating one on first sign-in) and sets the tenant role
     /// the provider's claims map to. One transaction; audited when something changes.
+    async fn sign_in_identity(
+        &self,
+        provider: &Provider,
+        identity: &VerifiedIdentity,
+    ) -> Result<Principal>;
+
+    async fn account_ties(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        user: UserId,
+        tenant: TenantId,
+    ) -> Result<AccountTies>;
+
+    /// Whether `domain` is one of `tenant`'s verified sign-in email domains.
+    async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool>;
+
+    async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>>;
+}
+
+impl SsoInternal for ControlPlane {
+    async fn provider_for_domain(&self, domain: &str) -> Result<Option<Provider>> {
+        let tenant = sqlx::query_scalar!(
+            r#"SELECT tenant_id AS "tenant: TenantId" FROM tenant_email_domains
+               WHERE domain = $1 AND verified_at IS NOT NULL"#,
+            domain
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        match tenant {
+            Some(t) => self.provider(t).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn provider_for_tenant(&self, tenant: TenantId) -> Result<Provider> {
+        self.provider(tenant).await?.ok_or(Error::NotFound {
+            what: "identity provider",
+        })
+    }
+
+    async fn provider(&self, tenant: TenantId) -> Result<Option<Provider>> {
+        let row = sqlx::query!(
+            r#"SELECT tenant_id AS "tenant: TenantId", issuer_url, client_id, client_secret,
+                      role_claim, default_role
+               FROM identity_providers WHERE tenant_id = $1"#,
+            tenant as TenantId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(|r| {
+            Ok(Provider {
+                tenant: r.tenant,
+                issuer_url: r.issuer_url,
+                client_id: r.client_id,
+                client_secret: self.open_secret(r.tenant, &r.client_secret)?,
+                role_claim: r.role_claim,
+                default_role: TenantRole::parse(&r.default_role)?,
+            })
+        })
+        .transpose()
+    }
+
+    fn open_secret(&self, tenant: TenantId, stored: &str) -> Result<String> {
+        match self.secrets().open(stored, &secret_place(tenant)) {
+            Ok(plain) => Ok(plain),
+            Err(crate::secrets::SecretsError::NotSealed) => Ok(stored.to_string()),
+            Err(e) => Err(Error::Corrupt(format!(
+                "identity provider client secret of tenant {tenant}: {e}"
+            ))),
+        }
+    }
+
+    fn client(
+        metadata: Metadata,
+        provider: &Provider,
+        redirect_url: &str,
+    ) -> Result<DiscoveredClient> {
+        let redirect = RedirectUrl::new(redirect_url.to_string()).map_err(|e| Error::Invalid {
+            field: "redirect_url",
+            reason: e.to_string(),
+        })?;
+        Ok(CoreClient::from_provider_metadata(
+            metadata,
+            ClientId::new(provider.client_id.clone()),
+            Some(ClientSecret::new(provider.client_secret.clone())),
+        )
+        .set_redirect_uri(redirect))
+    }
+
     async fn sign_in_identity(
         &self,
         provider: &Provider,
@@ -590,30 +947,7 @@ impl ControlPlane {
             .await?
             .ok_or(Error::Corrupt("user vanished right after sign-in".into()))
     }
-}
 
-/// What ties an existing account to organizations, for deciding whether a tenant's provider
-/// may sign it in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AccountTies {
-    /// Platform staff (any platform role) or a break-glass account.
-    pub staff: bool,
-    /// A member of, or signed in through, another organization.
-    pub elsewhere: bool,
-    /// A member of, or signed in before through, this organization.
-    pub here: bool,
-}
-
-/// Whether a tenant's identity provider may sign in an existing account. Only an account that
-/// is already this organization's (and nobody else's, and not the platform's) may be: a tenant
-/// admin controls their provider, so linking any other account by email would hand it to them.
-/// An account with no tie here at all is refused too: joining it needs its own sign-in first,
-/// which an account without one can't give.
-pub fn may_link(ties: AccountTies) -> bool {
-    !ties.staff && !ties.elsewhere && ties.here
-}
-
-impl ControlPlane {
     async fn account_ties(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -643,8 +977,7 @@ impl ControlPlane {
         })
     }
 
-    /// Whether `domain` is one of `tenant`'s verified sign-in email domains.
-    pub(crate) async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool> {
+    async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool> {
         Ok(sqlx::query_scalar!(
             r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
                               WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NOT NULL)
@@ -655,6 +988,45 @@ impl ControlPlane {
         .fetch_one(self.pool())
         .await?)
     }
+
+    async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>> {
+        Ok(sqlx::query!(
+            "SELECT domain, verification_token, verified_at, verified_via
+             FROM tenant_email_domains WHERE tenant_id = $1 ORDER BY domain",
+            tenant as TenantId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|r| DomainClaim {
+            record_name: crate::dns::challenge_name(&r.domain),
+            record_value: crate::dns::challenge_value(&r.verification_token),
+            domain: r.domain,
+            verified: r.verified_at.zip(r.verified_via),
+        })
+        .collect())
+    }
+}
+
+/// What ties an existing account to organizations, for deciding whether a tenant's provider
+/// may sign it in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccountTies {
+    /// Platform staff (any platform role) or a break-glass account.
+    pub staff: bool,
+    /// A member of, or signed in through, another organization.
+    pub elsewhere: bool,
+    /// A member of, or signed in before through, this organization.
+    pub here: bool,
+}
+
+/// Whether a tenant's identity provider may sign in an existing account. Only an account that
+/// is already this organization's (and nobody else's, and not the platform's) may be: a tenant
+/// admin controls their provider, so linking any other account by email would hand it to them.
+/// An account with no tie here at all is refused too: joining it needs its own sign-in first,
+/// which an account without one can't give.
+pub fn may_link(ties: AccountTies) -> bool {
+    !ties.staff && !ties.elsewhere && ties.here
 }
 
 /// Compares secrets without an early exit on the first differing byte.
@@ -924,294 +1296,5 @@ fn check_domain(d: &str) -> Result<String> {
             field: "domains",
             reason: format!("{d:?} is not an email domain"),
         })
-    }
-}
-
-impl ControlPlane {
-    pub async fn provider_settings(
-        &self,
-        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
-    ) -> Result<Option<ProviderSettings>> {
-        let Some(p) = sqlx::query!(
-            "SELECT issuer_url, client_id, role_claim, default_role FROM identity_providers WHERE tenant_id = $1",
-            who.id() as TenantId
-        )
-        .fetch_optional(self.pool())
-        .await?
-        else {
-            return Ok(None);
-        };
-        let domains = self.domain_claims(who.id()).await?;
-        let mappings = sqlx::query!(
-            "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1 ORDER BY claim_value",
-            who.id() as TenantId
-        )
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(|m| (m.claim_value, m.role))
-        .collect();
-        Ok(Some(ProviderSettings {
-            issuer_url: p.issuer_url,
-            client_id: p.client_id,
-            domains,
-            role_claim: p.role_claim,
-            default_role: p.default_role,
-            mappings,
-        }))
-    }
-
-    async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>> {
-        Ok(sqlx::query!(
-            "SELECT domain, verification_token, verified_at, verified_via
-             FROM tenant_email_domains WHERE tenant_id = $1 ORDER BY domain",
-            tenant as TenantId
-        )
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(|r| DomainClaim {
-            record_name: crate::dns::challenge_name(&r.domain),
-            record_value: crate::dns::challenge_value(&r.verification_token),
-            domain: r.domain,
-            verified: r.verified_at.zip(r.verified_via),
-        })
-        .collect())
-    }
-
-    /// Checks the DNS proof of one of the tenant's pending domains and, if the TXT record is
-    /// there, marks the domain verified (audited). Idempotent for a verified domain. Limited
-    /// per tenant ([`Error::RateLimited`]), as each check is a DNS lookup.
-    #[tracing::instrument(skip(self, who), fields(tenant.id = %who.id()))]
-    pub async fn verify_domain(
-        &self,
-        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
-        domain: &str,
-        request_id: Option<&str>,
-    ) -> Result<()> {
-        let domain = check_domain(domain)?;
-        let claim = self
-            .domain_claims(who.id())
-            .await?
-            .into_iter()
-            .find(|c| c.domain == domain)
-            .ok_or(Error::NotFound {
-                what: "email domain",
-            })?;
-        if claim.verified.is_some() {
-            return Ok(());
-        }
-        let key = who.id().to_string();
-        self.domain_checks
-            .take(&key)
-            .map_err(|wait| crate::ratelimit::refused("domain check", &key, wait))?;
-        // Network first, outside any transaction.
-        let token = claim
-            .record_value
-            .strip_prefix(crate::dns::CHALLENGE_PREFIX)
-            .unwrap_or_default();
-        match self.dns.txt(&claim.record_name).await {
-            crate::dns::TxtAnswer::Found(found) if crate::dns::proves(&found, token) => {}
-            crate::dns::TxtAnswer::Found(_) | crate::dns::TxtAnswer::None => {
-                return Err(Error::Conflict(format!(
-                    "no TXT record {:?} at {} yet; DNS changes can take a few minutes to show, so check again later",
-                    claim.record_value, claim.record_name
-                )));
-            }
-            crate::dns::TxtAnswer::Failed(why) => {
-                return Err(Error::Conflict(format!(
-                    "the DNS lookup of {} failed ({why}); try again in a minute",
-                    claim.record_name
-                )));
-            }
-        }
-        let mut tx = self.pool().begin().await?;
-        let updated = sqlx::query!(
-            "UPDATE tenant_email_domains SET verified_at = now(), verified_via = 'dns'
-             WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NULL",
-            who.id() as TenantId,
-            domain,
-        )
-        .execute(&mut *tx)
-        .await
-        .on_constraint("tenant_email_domains_verified_key", || {
-            Error::Conflict(format!(
-                "the domain {domain} is already used by another organization"
-            ))
-        })?
-        .rows_affected();
-        if updated == 1 {
-            audit::record(
-                &mut tx,
-                AuditEntry {
-                    actor: Actor::User(who.user()),
-                    action: "email_domain.verify",
-                    resource: &self.naming().tenant(who.id()),
-                    before: None,
-                    after: Some(json!({ "domain": domain, "via": "dns" })),
-                    request_id,
-                },
-            )
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Registers or updates the tenant's provider. The issuer must answer OpenID discovery
-    /// (checked before anything is written). A new domain is claimed pending until proved
-    /// ([`ControlPlane::verify_domain`]); one another organization has verified is refused, and
-    /// so are the platform's own (the schema's `tenant_email_domains_guard`).
-    pub async fn save_provider(
-        &self,
-        who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
-        update: ProviderUpdate,
-        request_id: Option<&str>,
-    ) -> Result<()> {
-        let ValidProvider {
-            issuer,
-            client_id,
-            domains,
-            role_claim,
-        } = ValidProvider::check(&update)?;
-        let existing_secret = sqlx::query_scalar!(
-            "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
-            who.id() as TenantId
-        )
-        .fetch_optional(self.pool())
-        .await?;
-        // The audit record says whether a new secret was given, never what it is.
-        let secret_submitted = update.client_secret.as_ref().is_some_and(|s| !s.is_empty());
-        let secret = match (
-            update.client_secret.filter(|s| !s.is_empty()),
-            existing_secret,
-        ) {
-            (Some(s), _) => s,
-            (None, Some(stored)) => self.open_secret(who.id(), &stored)?,
-            (None, None) => {
-                return Err(Error::Invalid {
-                    field: "client_secret",
-                    reason: "required when registering a provider".into(),
-                });
-            }
-        };
-        // Network first, outside any transaction; never into the platform's own network.
-        self.http()
-            .check(&issuer)
-            .await
-            .map_err(|e| Error::Invalid {
-                field: "issuer_url",
-                reason: e.to_string(),
-            })?;
-        self.discover(&issuer).await.map_err(|e| match e {
-            Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
-                field: "issuer_url",
-                reason: format!(
-                    "{issuer} does not answer OpenID discovery (/.well-known/openid-configuration)"
-                ),
-            },
-            other => other,
-        })?;
-
-        let before = self.provider_settings(who).await?;
-        let mut tx = self.pool().begin().await?;
-        sqlx::query!(
-            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim, default_role)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
-                 client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
-                 role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
-                 updated_at = now()",
-            who.id() as TenantId,
-            issuer,
-            client_id,
-            self.secrets().seal(&secret, &secret_place(who.id())),
-            role_claim,
-            update.default_role.as_str(),
-        )
-        .execute(&mut *tx)
-        .await?;
-        // Claims kept keep their proof; dropped ones go; new ones start pending.
-        sqlx::query!(
-            "DELETE FROM tenant_email_domains WHERE tenant_id = $1 AND NOT (domain = ANY($2))",
-            who.id() as TenantId,
-            &domains,
-        )
-        .execute(&mut *tx)
-        .await?;
-        for d in &domains {
-            let taken = sqlx::query_scalar!(
-                r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
-                                  WHERE domain = $1 AND tenant_id <> $2 AND verified_at IS NOT NULL)
-                   AS "taken!""#,
-                d,
-                who.id() as TenantId
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            if taken {
-                return Err(Error::Conflict(format!(
-                    "the domain {d} is already used by another organization"
-                )));
-            }
-            sqlx::query!(
-                "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
-                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
-                d,
-                who.id() as TenantId,
-                crate::dns::new_token(),
-            )
-            .execute(&mut *tx)
-            .await
-            .on_constraint("tenant_email_domains_platform", || Error::Invalid {
-                field: "domains",
-                reason: format!("{d} is the platform's own domain and can't be claimed"),
-            })?;
-        }
-        sqlx::query!(
-            "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",
-            who.id() as TenantId
-        )
-        .execute(&mut *tx)
-        .await?;
-        for (value, role) in &update.mappings {
-            sqlx::query!(
-                "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
-                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, claim_value) DO UPDATE SET role = EXCLUDED.role",
-                who.id() as TenantId,
-                value.trim(),
-                role.as_str()
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        let resource = self.naming().tenant(who.id());
-        let after = json!({
-            "issuer_url": issuer, "client_id": client_id, "domains": domains,
-            "role_claim": role_claim, "default_role": update.default_role.as_str(),
-            "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
-            "new_secret": secret_submitted,
-        });
-        audit::record(
-            &mut tx,
-            AuditEntry {
-                actor: Actor::User(who.user()),
-                action: "identity_provider.save",
-                resource: &resource,
-                before: before.map(|b| {
-                    json!({
-                        "issuer_url": b.issuer_url, "client_id": b.client_id,
-                        "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
-                        "role_claim": b.role_claim, "default_role": b.default_role,
-                        "mappings": b.mappings,
-                    })
-                }),
-                after: Some(after),
-                request_id,
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
     }
 }

@@ -3,6 +3,8 @@
 //! Access to another tenant's resource answers [`Error::NotFound`], never `Forbidden`: a user
 //! of tenant A learns nothing about tenant B, not even that a project id exists.
 
+use crate::prelude::*;
+
 use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
@@ -223,9 +225,91 @@ fn strongest(a: Option<ProjectRole>, b: Option<ProjectRole>) -> Option<ProjectRo
     }
 }
 
-impl ControlPlane {
+/// What the control plane offers for tenants, projects and their members.
+#[allow(async_fn_in_trait)]
+pub trait TenancyApi {
     /// The tenants a principal belongs to, oldest membership first.
-    pub async fn tenants_of(
+    async fn tenants_of(
+        &self,
+        principal: &Principal,
+    ) -> Result<Vec<(TenantId, String, TenantRole)>>;
+
+    /// Checks the principal's role in `tenant`. Not a member: `NotFound`.
+    async fn tenant_access<R: TenantRequirement>(
+        &self,
+        principal: &Principal,
+        tenant: TenantId,
+    ) -> Result<Tenant<R>>;
+
+    /// Checks the principal's effective role in `project`: their project membership, or what
+    /// their tenant role implies (admins administer every project, finance views them).
+    /// Outside the tenant, or a member who can't see the project: `NotFound`.
+    async fn project_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        project: ProjectId,
+    ) -> Result<Project<R>>;
+
+    /// The projects of `tenant` the caller can see, with their effective role.
+    async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>>;
+
+    /// Creates a project; its creator becomes its first admin. Audited.
+    async fn create_project(
+        &self,
+        who: &Tenant<TenantAdmins>,
+        slug: &str,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<ProjectId>;
+
+    async fn rename_project(
+        &self,
+        who: &Project<ProjectAdmins>,
+        display_name: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Lets the project's guests on one host reach each other (or stops it), running ones
+    /// included (each gets a network update for its agent). Guests of different projects
+    /// never reach each other. Audited.
+    async fn set_east_west(
+        &self,
+        who: &Project<ProjectAdmins>,
+        on: bool,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    async fn project_detail(&self, who: &Project<ProjectViewers>) -> Result<ProjectDetail>;
+
+    /// Invites `email` into the project. Someone already in the organization becomes a member
+    /// at once; anyone else gets an invitation that turns into a membership at their first
+    /// sign-in. The address must be one the organization signs in with.
+    async fn invite_member(
+        &self,
+        who: &Project<ProjectAdmins>,
+        email: &str,
+        role: ProjectRole,
+        request_id: Option<&str>,
+    ) -> Result<InviteOutcome>;
+
+    async fn change_member_role(
+        &self,
+        who: &Project<ProjectAdmins>,
+        member: UserId,
+        role: ProjectRole,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    async fn remove_member(
+        &self,
+        who: &Project<ProjectAdmins>,
+        member: UserId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl TenancyApi for ControlPlane {
+    async fn tenants_of(
         &self,
         principal: &Principal,
     ) -> Result<Vec<(TenantId, String, TenantRole)>> {
@@ -242,8 +326,7 @@ impl ControlPlane {
             .collect()
     }
 
-    /// Checks the principal's role in `tenant`. Not a member: `NotFound`.
-    pub async fn tenant_access<R: TenantRequirement>(
+    async fn tenant_access<R: TenantRequirement>(
         &self,
         principal: &Principal,
         tenant: TenantId,
@@ -270,10 +353,7 @@ impl ControlPlane {
         })
     }
 
-    /// Checks the principal's effective role in `project`: their project membership, or what
-    /// their tenant role implies (admins administer every project, finance views them).
-    /// Outside the tenant, or a member who can't see the project: `NotFound`.
-    pub async fn project_access<R: ProjectRequirement>(
+    async fn project_access<R: ProjectRequirement>(
         &self,
         principal: &Principal,
         project: ProjectId,
@@ -310,8 +390,7 @@ impl ControlPlane {
         })
     }
 
-    /// The projects of `tenant` the caller can see, with their effective role.
-    pub async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>> {
+    async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>> {
         let rows = sqlx::query!(
             r#"SELECT p.id AS "id: ProjectId", p.slug, p.display_name, pm.role AS "my_role?",
                       (SELECT count(*) FROM project_memberships x WHERE x.project_id = p.id) AS "members!"
@@ -342,8 +421,7 @@ impl ControlPlane {
         Ok(out)
     }
 
-    /// Creates a project; its creator becomes its first admin. Audited.
-    pub async fn create_project(
+    async fn create_project(
         &self,
         who: &Tenant<TenantAdmins>,
         slug: &str,
@@ -396,7 +474,7 @@ impl ControlPlane {
         Ok(id)
     }
 
-    pub async fn rename_project(
+    async fn rename_project(
         &self,
         who: &Project<ProjectAdmins>,
         display_name: &str,
@@ -437,11 +515,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Lets the project's guests on one host reach each other (or stops it), running ones
-    /// included (each gets a network update for its agent). Guests of different projects
-    /// never reach each other. Audited.
     #[tracing::instrument(skip_all, fields(project.id = %who.project, east_west = on))]
-    pub async fn set_east_west(
+    async fn set_east_west(
         &self,
         who: &Project<ProjectAdmins>,
         on: bool,
@@ -490,7 +565,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    pub async fn project_detail(&self, who: &Project<ProjectViewers>) -> Result<ProjectDetail> {
+    async fn project_detail(&self, who: &Project<ProjectViewers>) -> Result<ProjectDetail> {
         let p = sqlx::query!(
             r#"SELECT p.slug, p.display_name, t.display_name AS tenant_name, p.east_west
                FROM projects p JOIN tenants t ON t.id = p.tenant_id WHERE p.id = $1"#,
@@ -549,10 +624,7 @@ impl ControlPlane {
         })
     }
 
-    /// Invites `email` into the project. Someone already in the organization becomes a member
-    /// at once; anyone else gets an invitation that turns into a membership at their first
-    /// sign-in. The address must be one the organization signs in with.
-    pub async fn invite_member(
+    async fn invite_member(
         &self,
         who: &Project<ProjectAdmins>,
         email: &str,
@@ -650,7 +722,7 @@ impl ControlPlane {
         Ok(outcome)
     }
 
-    pub async fn change_member_role(
+    async fn change_member_role(
         &self,
         who: &Project<ProjectAdmins>,
         member: UserId,
@@ -695,7 +767,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    pub async fn remove_member(
+    async fn remove_member(
         &self,
         who: &Project<ProjectAdmins>,
         member: UserId,

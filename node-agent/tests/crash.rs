@@ -5,6 +5,8 @@
 //! same state directory. Each time the allocation must converge (running, or released with a
 //! verified proof), with one domain at most and no leaked slot, lease or claim.
 
+use control_plane::prelude::*;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

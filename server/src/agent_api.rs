@@ -3,6 +3,8 @@
 //! credential (`Authorization: Bearer …`, hashed at rest). Every request must carry
 //! `x-agent-protocol: 1`; another version, on the header or in the path, gets a clear refusal.
 
+use control_plane::prelude::*;
+
 use std::time::Duration;
 
 use agent_protocol::{

@@ -2,6 +2,8 @@
 //! the CSV exports (a download for the signed-in finance user; not a server function because
 //! the browser saves the response as a file).
 
+use control_plane::prelude::*;
+
 use app::AppError;
 use axum::Router;
 use axum::body::Bytes;

@@ -1,3 +1,5 @@
+use control_plane::prelude::*;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

@@ -2,6 +2,8 @@
 //! elsewhere. Only published listings' logos are served; SVG goes out under a policy that
 //! runs nothing in it even when opened directly.
 
+use control_plane::prelude::*;
+
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};

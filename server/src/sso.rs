@@ -2,6 +2,8 @@
 //! It is a plain axum route, not a server function, because the provider decides its shape.
 //! Every failure ends on the sign-in page with a reason and no session.
 
+use control_plane::prelude::*;
+
 use axum::extract::{Query, State};
 use axum::response::Redirect;
 use control_plane::sso::SsoError;

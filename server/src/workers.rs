@@ -3,6 +3,8 @@
 //! (rating, month close, Stripe sync; every 10 s). All are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
+use control_plane::prelude::*;
+
 use std::time::Duration;
 
 use control_plane::ControlPlane;

@@ -1,5 +1,7 @@
 //! The HTTP surface against a real, private PostgreSQL that the test stops and starts.
 
+use control_plane::prelude::*;
+
 use axum::body::Body;
 use clap::Parser;
 use http::{Request, StatusCode};

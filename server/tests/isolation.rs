@@ -16,6 +16,8 @@
 //! tests/http.rs (`the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers`)
 //! and tests/stripe.rs.
 
+use control_plane::prelude::*;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

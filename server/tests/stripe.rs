@@ -2,6 +2,8 @@
 //! async-stripe to the local Stripe test server, which answers with Stripe's fixture objects
 //! and sends signed webhooks back to `/stripe/webhook`.
 
+use control_plane::prelude::*;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! nodes answering with the agent's own fixture discoveries, approved slot maps, the catalog
 //! rows an allocation needs, and cleanup proofs signed the agent's way.
 
+use control_plane::prelude::*;
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -1,3 +1,6 @@
+#[cfg(feature = "ssr")]
+use control_plane::prelude::*;
+
 use leptos::prelude::*;
 use leptos_meta::Title;
 use serde::{Deserialize, Serialize};

@@ -54,10 +54,39 @@ fn ts(t: time::OffsetDateTime) -> String {
     )
 }
 
-impl ControlPlane {
+/// What the control plane offers for a user's own account.
+#[allow(async_fn_in_trait)]
+pub trait AccountApi {
     /// The user's saved keys, oldest first.
+    async fn ssh_keys(&self, who: &Principal) -> Result<Vec<SshKey>>;
+
+    /// Saves `public_key` under `name`. The key is validated as a launch validates it (a
+    /// private key, a malformed one or a short RSA key is refused with the reason); the same
+    /// key or name twice is refused naming the one already saved. Audited.
+    async fn add_ssh_key(
+        &self,
+        who: &Principal,
+        name: &str,
+        public_key: &str,
+        request_id: Option<&str>,
+    ) -> Result<SshKey>;
+
+    /// Deletes one of the user's keys; someone else's is "not found". Audited.
+    async fn delete_ssh_key(
+        &self,
+        who: &Principal,
+        id: SshKeyId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// The public key lines of the user's keys `ids`, for a launch; marks them used. A key
+    /// that is not the user's is "not found".
+    async fn ssh_key_lines(&self, who: &Principal, ids: &[SshKeyId]) -> Result<Vec<String>>;
+}
+
+impl AccountApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(user.id = %who.user_id))]
-    pub async fn ssh_keys(&self, who: &Principal) -> Result<Vec<SshKey>> {
+    async fn ssh_keys(&self, who: &Principal) -> Result<Vec<SshKey>> {
         let rows = sqlx::query!(
             "SELECT id, name, public_key, fingerprint, created_at, last_used_at
              FROM user_ssh_keys WHERE user_id = $1 ORDER BY created_at, name",
@@ -84,11 +113,8 @@ impl ControlPlane {
             .collect())
     }
 
-    /// Saves `public_key` under `name`. The key is validated as a launch validates it (a
-    /// private key, a malformed one or a short RSA key is refused with the reason); the same
-    /// key or name twice is refused naming the one already saved. Audited.
     #[tracing::instrument(skip_all, fields(user.id = %who.user_id))]
-    pub async fn add_ssh_key(
+    async fn add_ssh_key(
         &self,
         who: &Principal,
         name: &str,
@@ -154,9 +180,8 @@ impl ControlPlane {
             .ok_or_else(|| Error::Corrupt("a saved SSH key vanished".into()))
     }
 
-    /// Deletes one of the user's keys; someone else's is "not found". Audited.
     #[tracing::instrument(skip_all, fields(user.id = %who.user_id, key.id = %id))]
-    pub async fn delete_ssh_key(
+    async fn delete_ssh_key(
         &self,
         who: &Principal,
         id: SshKeyId,
@@ -189,10 +214,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// The public key lines of the user's keys `ids`, for a launch; marks them used. A key
-    /// that is not the user's is "not found".
     #[tracing::instrument(skip_all, fields(user.id = %who.user_id))]
-    pub async fn ssh_key_lines(&self, who: &Principal, ids: &[SshKeyId]) -> Result<Vec<String>> {
+    async fn ssh_key_lines(&self, who: &Principal, ids: &[SshKeyId]) -> Result<Vec<String>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }

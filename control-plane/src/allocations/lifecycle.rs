@@ -680,13 +680,39 @@ pub(crate) async fn phase_started(
     Ok(())
 }
 
-impl ControlPlane {
+/// What the control plane offers for the lifecycle after launch: dispatch, agent results, the reaper.
+#[allow(async_fn_in_trait)]
+pub trait LifecycleApi {
     /// Turns up to `max` due outbox rows into node tasks, one transaction each
     /// (`FOR UPDATE SKIP LOCKED`, so any number of replicas may run this). A row that fails
     /// is retried with exponential backoff (2 s, 4 s, … up to 5 minutes). Returns how many
     /// rows it handled.
+    async fn dispatch_outbox(&self, max: usize) -> Result<usize>;
+
+    /// One dispatcher, until aborted: every 250 ms, drains what launches and releases did not
+    /// dispatch themselves (a failed attempt, a reaper's release, another replica's crash).
+    /// Run several (`FOR UPDATE SKIP LOCKED` keeps them apart); errors are logged.
+    async fn dispatcher(&self);
+
+    /// Failure branches that no agent reports: a node lost (no heartbeat for 60 s) while
+    /// provisioning (its claims end; the slots are blocked until an operator looks), and
+    /// allocations past their policy lifetime (released). Returns how many it handled.
+    async fn reap_allocations(&self) -> Result<usize>;
+
+    /// An operator declares a `blocked` slot clean after looking at the host. Audited, with
+    /// the reason; the database accepts it only with this override row.
+    async fn clear_blocked_slot(
+        &self,
+        who: &Platform<PlatformOperators>,
+        slot: SlotId,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+}
+
+impl LifecycleApi for ControlPlane {
     #[tracing::instrument(skip_all)]
-    pub async fn dispatch_outbox(&self, max: usize) -> Result<usize> {
+    async fn dispatch_outbox(&self, max: usize) -> Result<usize> {
         let mut handled = 0;
         while handled < max && self.dispatch_row(None).await? {
             handled += 1;
@@ -694,65 +720,7 @@ impl ControlPlane {
         Ok(handled)
     }
 
-    /// Right after a launch or release commits: its own outbox row, at once, so that the
-    /// agent need not wait for a dispatcher. Best effort: if this fails or the process dies,
-    /// the row is still there for the dispatchers.
-    pub(crate) async fn dispatch_now(&self, allocation: AllocationId) {
-        if let Err(e) = self.dispatch_row(Some(allocation)).await {
-            tracing::warn!(allocation.id = %allocation, error.cause = %e, "immediate dispatch failed; the dispatcher will retry");
-        }
-    }
-
-    /// Handles one due outbox row (of `only` that allocation, if given); false when none.
-    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool> {
-        let mut tx = self.pool().begin().await?;
-        let Some(row) = sqlx::query!(
-            r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
-               FROM outbox WHERE done_at IS NULL AND available_at <= now()
-                 AND ($1::uuid IS NULL OR allocation_id = $1)
-               ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#,
-            only as Option<AllocationId>
-        )
-        .fetch_optional(&mut *tx)
-        .await?
-        else {
-            return Ok(false);
-        };
-        match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
-            Ok(node) => {
-                sqlx::query!(
-                    "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL
-                     WHERE id = $1",
-                    row.id
-                )
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                if let Some(node) = node {
-                    self.wakeups().task_queued(node);
-                }
-            }
-            Err(e) => {
-                drop(tx);
-                tracing::warn!(outbox.id = row.id, outbox.kind = %row.kind, error.cause = %e, "outbox row failed; retrying later");
-                sqlx::query!(
-                    "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
-                            available_at = now() + make_interval(secs => least(300, 2 ^ least(attempts + 1, 9)))
-                     WHERE id = $1",
-                    row.id,
-                    e.to_string()
-                )
-                .execute(self.pool())
-                .await?;
-            }
-        }
-        Ok(true)
-    }
-
-    /// One dispatcher, until aborted: every 250 ms, drains what launches and releases did not
-    /// dispatch themselves (a failed attempt, a reaper's release, another replica's crash).
-    /// Run several (`FOR UPDATE SKIP LOCKED` keeps them apart); errors are logged.
-    pub async fn dispatcher(&self) {
+    async fn dispatcher(&self) {
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -763,11 +731,8 @@ impl ControlPlane {
         }
     }
 
-    /// Failure branches that no agent reports: a node lost (no heartbeat for 60 s) while
-    /// provisioning (its claims end; the slots are blocked until an operator looks), and
-    /// allocations past their policy lifetime (released). Returns how many it handled.
     #[tracing::instrument(skip_all)]
-    pub async fn reap_allocations(&self) -> Result<usize> {
+    async fn reap_allocations(&self) -> Result<usize> {
         let mut handled = 0;
         let lost = sqlx::query!(
             r#"SELECT a.id AS "id: AllocationId", a.region, a.tenant_id AS "tenant: TenantId",
@@ -856,10 +821,8 @@ impl ControlPlane {
         Ok(handled)
     }
 
-    /// An operator declares a `blocked` slot clean after looking at the host. Audited, with
-    /// the reason; the database accepts it only with this override row.
     #[tracing::instrument(skip_all, fields(slot.id = %slot))]
-    pub async fn clear_blocked_slot(
+    async fn clear_blocked_slot(
         &self,
         who: &Platform<PlatformOperators>,
         slot: SlotId,
@@ -917,6 +880,71 @@ impl ControlPlane {
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait LifecycleInternal {
+    /// Right after a launch or release commits: its own outbox row, at once, so that the
+    /// agent need not wait for a dispatcher. Best effort: if this fails or the process dies,
+    /// the row is still there for the dispatchers.
+    async fn dispatch_now(&self, allocation: AllocationId);
+
+    /// Handles one due outbox row (of `only` that allocation, if given); false when none.
+    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool>;
+}
+
+impl LifecycleInternal for ControlPlane {
+    async fn dispatch_now(&self, allocation: AllocationId) {
+        if let Err(e) = self.dispatch_row(Some(allocation)).await {
+            tracing::warn!(allocation.id = %allocation, error.cause = %e, "immediate dispatch failed; the dispatcher will retry");
+        }
+    }
+
+    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool> {
+        let mut tx = self.pool().begin().await?;
+        let Some(row) = sqlx::query!(
+            r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
+               FROM outbox WHERE done_at IS NULL AND available_at <= now()
+                 AND ($1::uuid IS NULL OR allocation_id = $1)
+               ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#,
+            only as Option<AllocationId>
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        else {
+            return Ok(false);
+        };
+        match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
+            Ok(node) => {
+                sqlx::query!(
+                    "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL
+                     WHERE id = $1",
+                    row.id
+                )
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                if let Some(node) = node {
+                    self.wakeups().task_queued(node);
+                }
+            }
+            Err(e) => {
+                drop(tx);
+                tracing::warn!(outbox.id = row.id, outbox.kind = %row.kind, error.cause = %e, "outbox row failed; retrying later");
+                sqlx::query!(
+                    "UPDATE outbox SET attempts = attempts + 1, last_error = $2,
+                            available_at = now() + make_interval(secs => least(300, 2 ^ least(attempts + 1, 9)))
+                     WHERE id = $1",
+                    row.id,
+                    e.to_string()
+                )
+                .execute(self.pool())
+                .await?;
+            }
+        }
+        Ok(true)
     }
 }
 

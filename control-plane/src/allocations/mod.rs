@@ -2,6 +2,8 @@
 //! idempotency key), release, and what the allocation pages read. The lifecycle after launch
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
+use crate::prelude::*;
+
 mod decide;
 pub mod lifecycle;
 
@@ -164,11 +166,78 @@ pub struct BudgetLeft {
     pub decided: String,
 }
 
-impl ControlPlane {
+/// What the control plane offers for launching, releasing and reading allocations.
+#[allow(async_fn_in_trait)]
+pub trait AllocationsApi {
     /// The project's remaining monthly budget, counted as a launch counts it (the scope of
     /// the level that set it); `None` when no budget applies.
+    async fn budget_left<R: ProjectRequirement>(
+        &self,
+        who: &Project<R>,
+    ) -> Result<Option<BudgetLeft>>;
+
+    /// The longest an allocation launched in this project may live, under the
+    /// `max_allocation_lifetime_hours` policy, with where it was set: for the launch form.
+    async fn lifetime_limit<R: ProjectRequirement>(
+        &self,
+        who: &Project<R>,
+    ) -> Result<Option<(u32, String)>>;
+
+    /// Launches `req` in the caller's project: checks the policy chain, places, reserves the
+    /// slots, writes the allocation, its outbox row and the audit record, all in one
+    /// transaction. A repeated idempotency key returns the first allocation.
+    async fn launch(
+        &self,
+        who: &Project<ProjectOperators>,
+        req: &LaunchRequest,
+        request_id: Option<&str>,
+    ) -> Result<Launched>;
+
+    /// Asks for an allocation to be released. Idempotent: releasing one that is already on
+    /// its way out changes nothing. A provision still queued for the agent is cancelled.
+    async fn release_allocation(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Changes the guest ports a running allocation publishes (checked as at launch, within
+    /// `max_published_ports`); the node's agent re-renders its forwarding. Audited.
+    async fn publish_ports(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        ports: &[u16],
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// A project's allocations, newest first; `state` filters (`active` = not released).
+    async fn allocations(
+        &self,
+        who: &Project<ProjectViewers>,
+        state: Option<&str>,
+    ) -> Result<Vec<AllocationSummary>>;
+
+    /// The caller's proof of role `R` in the project that owns allocation `id`. Outside it,
+    /// "not found" (like an unknown id); a weaker role there, "forbidden".
+    async fn allocation_access<R: ProjectRequirement>(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<Project<R>>;
+
+    /// One allocation, for the detail page. Viewers of its project only.
+    async fn allocation(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<AllocationDetail>;
+}
+
+impl AllocationsApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(project.id = %who.id()))]
-    pub async fn budget_left<R: ProjectRequirement>(
+    async fn budget_left<R: ProjectRequirement>(
         &self,
         who: &Project<R>,
     ) -> Result<Option<BudgetLeft>> {
@@ -196,10 +265,8 @@ impl ControlPlane {
         }))
     }
 
-    /// The longest an allocation launched in this project may live, under the
-    /// `max_allocation_lifetime_hours` policy, with where it was set: for the launch form.
     #[tracing::instrument(skip_all, fields(project.id = %who.id()))]
-    pub async fn lifetime_limit<R: ProjectRequirement>(
+    async fn lifetime_limit<R: ProjectRequirement>(
         &self,
         who: &Project<R>,
     ) -> Result<Option<(u32, String)>> {
@@ -212,11 +279,8 @@ impl ControlPlane {
         })
     }
 
-    /// Launches `req` in the caller's project: checks the policy chain, places, reserves the
-    /// slots, writes the allocation, its outbox row and the audit record, all in one
-    /// transaction. A repeated idempotency key returns the first allocation.
     #[tracing::instrument(skip_all, fields(project.id = %who.id(), sku.name = %req.sku))]
-    pub async fn launch(
+    async fn launch(
         &self,
         who: &Project<ProjectOperators>,
         req: &LaunchRequest,
@@ -406,10 +470,8 @@ impl ControlPlane {
         Ok(Launched { id, created: true })
     }
 
-    /// Asks for an allocation to be released. Idempotent: releasing one that is already on
-    /// its way out changes nothing. A provision still queued for the agent is cancelled.
     #[tracing::instrument(skip_all, fields(allocation.id = %id))]
-    pub async fn release_allocation(
+    async fn release_allocation(
         &self,
         who: &Project<ProjectOperators>,
         id: AllocationId,
@@ -448,10 +510,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Changes the guest ports a running allocation publishes (checked as at launch, within
-    /// `max_published_ports`); the node's agent re-renders its forwarding. Audited.
     #[tracing::instrument(skip_all, fields(allocation.id = %id))]
-    pub async fn publish_ports(
+    async fn publish_ports(
         &self,
         who: &Project<ProjectOperators>,
         id: AllocationId,
@@ -513,8 +573,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// A project's allocations, newest first; `state` filters (`active` = not released).
-    pub async fn allocations(
+    async fn allocations(
         &self,
         who: &Project<ProjectViewers>,
         state: Option<&str>,
@@ -581,9 +640,7 @@ impl ControlPlane {
             .collect())
     }
 
-    /// The caller's proof of role `R` in the project that owns allocation `id`. Outside it,
-    /// "not found" (like an unknown id); a weaker role there, "forbidden".
-    pub async fn allocation_access<R: ProjectRequirement>(
+    async fn allocation_access<R: ProjectRequirement>(
         &self,
         principal: &crate::auth::Principal,
         id: AllocationId,
@@ -598,8 +655,7 @@ impl ControlPlane {
         self.project_access::<R>(principal, project).await
     }
 
-    /// One allocation, for the detail page. Viewers of its project only.
-    pub async fn allocation(
+    async fn allocation(
         &self,
         principal: &crate::auth::Principal,
         id: AllocationId,

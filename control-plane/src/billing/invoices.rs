@@ -535,10 +535,34 @@ pub async fn credit_balance_on(
     Ok(micro.div_euclid(Micros::PER_MINOR))
 }
 
-impl ControlPlane {
+/// What the control plane offers for invoices, credit and credit notes.
+#[allow(async_fn_in_trait)]
+pub trait InvoicesApi {
     /// Grants prepaid credit to a tenant (audited). Applied to its next invoices first.
+    async fn grant_credit(
+        &self,
+        who: &Platform<PlatformFinance>,
+        tenant: TenantId,
+        amount: &str,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<Money>;
+
+    /// Issues a credit note against a finalised invoice (audited): revenue is reversed for
+    /// `amount`, and the tenant owes that much less. Never more than the invoice's total.
+    async fn issue_credit_note(
+        &self,
+        who: &Platform<PlatformFinance>,
+        invoice: Uuid,
+        amount: &str,
+        reason: &str,
+        request_id: Option<&str>,
+    ) -> Result<Money>;
+}
+
+impl InvoicesApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(tenant.id = %tenant))]
-    pub async fn grant_credit(
+    async fn grant_credit(
         &self,
         who: &Platform<PlatformFinance>,
         tenant: TenantId,
@@ -601,10 +625,8 @@ impl ControlPlane {
         Ok(amount)
     }
 
-    /// Issues a credit note against a finalised invoice (audited): revenue is reversed for
-    /// `amount`, and the tenant owes that much less. Never more than the invoice's total.
     #[tracing::instrument(skip_all, fields(invoice.id = %invoice))]
-    pub async fn issue_credit_note(
+    async fn issue_credit_note(
         &self,
         who: &Platform<PlatformFinance>,
         invoice: Uuid,

@@ -211,10 +211,48 @@ impl From<SummaryRow> for InvoiceSummary {
     }
 }
 
-impl ControlPlane {
+/// What the control plane offers for what finance and tenants read of billing.
+#[allow(async_fn_in_trait)]
+pub trait BillingReportsApi {
     /// The tenant's month so far: spend, forecast, credit, budgets and the daily series.
+    async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview>;
+
+    /// The tenant's invoices, newest month first.
+    async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>>;
+
+    /// One invoice of the tenant's, with lines and credit notes. Another tenant's: not found.
+    async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail>;
+
+    /// Every tenant's invoices, filtered (platform finance).
+    async fn all_invoices(
+        &self,
+        _who: &Platform<PlatformFinance>,
+        filter: &InvoiceFilter,
+    ) -> Result<Vec<InvoiceSummary>>;
+
+    async fn any_invoice(
+        &self,
+        _who: &Platform<PlatformFinance>,
+        id: Uuid,
+    ) -> Result<InvoiceDetail>;
+
+    /// Every organization, for platform finance's pickers.
+    async fn tenant_slugs(&self) -> Result<Vec<(TenantId, String)>>;
+
+    /// Revenue per month and currency, newest first (platform finance).
+    async fn revenue_by_month(&self, _who: &Platform<PlatformFinance>)
+    -> Result<Vec<RevenuePoint>>;
+
+    /// Usage (one row per allocation and hour) for a month as CSV.
+    async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String>;
+
+    /// An invoice's lines as CSV.
+    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String>;
+}
+
+impl BillingReportsApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(tenant.id = %who.id()))]
-    pub async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview> {
+    async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview> {
         let now = time::OffsetDateTime::now_utc();
         let (start, end) = month_bounds(now);
         let mut conn = self.pool().acquire().await?;
@@ -321,26 +359,16 @@ impl ControlPlane {
         })
     }
 
-    /// The tenant's invoices, newest month first.
-    pub async fn tenant_invoices(
-        &self,
-        who: &Tenant<TenantFinance>,
-    ) -> Result<Vec<InvoiceSummary>> {
+    async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>> {
         self.invoices_where(Some(who.id()), &InvoiceFilter::default())
             .await
     }
 
-    /// One invoice of the tenant's, with lines and credit notes. Another tenant's: not found.
-    pub async fn tenant_invoice(
-        &self,
-        who: &Tenant<TenantFinance>,
-        id: Uuid,
-    ) -> Result<InvoiceDetail> {
+    async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail> {
         self.invoice_detail(Some(who.id()), id).await
     }
 
-    /// Every tenant's invoices, filtered (platform finance).
-    pub async fn all_invoices(
+    async fn all_invoices(
         &self,
         _who: &Platform<PlatformFinance>,
         filter: &InvoiceFilter,
@@ -348,7 +376,7 @@ impl ControlPlane {
         self.invoices_where(None, filter).await
     }
 
-    pub async fn any_invoice(
+    async fn any_invoice(
         &self,
         _who: &Platform<PlatformFinance>,
         id: Uuid,
@@ -356,6 +384,141 @@ impl ControlPlane {
         self.invoice_detail(None, id).await
     }
 
+    async fn tenant_slugs(&self) -> Result<Vec<(TenantId, String)>> {
+        Ok(
+            sqlx::query!(r#"SELECT id AS "id: TenantId", slug FROM tenants ORDER BY slug"#)
+                .fetch_all(self.pool())
+                .await?
+                .into_iter()
+                .map(|r| (r.id, r.slug))
+                .collect(),
+        )
+    }
+
+    async fn revenue_by_month(
+        &self,
+        _who: &Platform<PlatformFinance>,
+    ) -> Result<Vec<RevenuePoint>> {
+        let rows = sqlx::query!(
+            r#"WITH rated AS (
+                   SELECT date_trunc('month', period_start, 'UTC')::date AS month, currency,
+                          sum(amount_micro)::bigint AS micro
+                   FROM usage_charges GROUP BY 1, 2
+               ), inv AS (
+                   SELECT month, currency,
+                          sum(total_minor) FILTER (WHERE status <> 'void')::bigint AS invoiced,
+                          sum(total_minor) FILTER (WHERE status = 'paid')::bigint AS paid
+                   FROM invoices WHERE status <> 'draft' GROUP BY 1, 2
+               )
+               SELECT coalesce(r.month, i.month) AS "month!", coalesce(r.currency, i.currency) AS "currency!",
+                      coalesce(r.micro, 0) AS "micro!", coalesce(i.invoiced, 0) AS "invoiced!",
+                      coalesce(i.paid, 0) AS "paid!"
+               FROM rated r FULL JOIN inv i ON i.month = r.month AND i.currency = r.currency
+               ORDER BY 1 DESC, 2 LIMIT 36"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| RevenuePoint {
+                month: month_label(r.month),
+                rated: Micros(r.micro).money(&r.currency),
+                invoiced: Money {
+                    amount_minor: r.invoiced,
+                    currency: r.currency.clone().into(),
+                },
+                paid: Money {
+                    amount_minor: r.paid,
+                    currency: r.currency.clone().into(),
+                },
+                currency: r.currency,
+            })
+            .collect())
+    }
+
+    async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String> {
+        let month = super::parse_month("month", month)?;
+        let rows = sqlx::query!(
+            r#"SELECT c.period_start, p.slug AS project, s.name AS sku, a.name AS allocation,
+                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro,
+                      l.slug || ' ' || v.version AS "listing!", f.fee_per_hour_minor AS "fee_per_hour_minor?",
+                      f.amount_micro AS "fee_micro?"
+               FROM usage_charges c
+               JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
+               JOIN allocations a ON a.id = c.allocation_id
+               JOIN listing_versions v ON v.id = a.listing_version_id JOIN listings l ON l.id = v.listing_id
+               LEFT JOIN fee_charges f ON f.allocation_id = c.allocation_id AND f.period_start = c.period_start
+               WHERE c.tenant_id = $1
+                 AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
+                 AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
+               ORDER BY c.period_start, p.slug, a.name"#,
+            who.id() as TenantId,
+            month
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut out = String::from(
+            "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount,listing,fee_per_hour,fee_amount\n",
+        );
+        for r in rows {
+            out.push_str(&csv_row(&[
+                &ts(r.period_start),
+                &r.project,
+                &r.sku,
+                &r.allocation,
+                &r.allocation_id.to_string(),
+                &r.gpu_count.to_string(),
+                &format!("{}.{:06}", r.rated_us / 1_000_000, r.rated_us % 1_000_000),
+                &decimal(r.price_per_hour_minor),
+                &r.currency,
+                &Micros(r.amount_micro).to_string(),
+                &r.listing,
+                &r.fee_per_hour_minor.map(decimal).unwrap_or_default(),
+                &r.fee_micro
+                    .map(|m| Micros(m).to_string())
+                    .unwrap_or_default(),
+            ]));
+        }
+        Ok(out)
+    }
+
+    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String> {
+        let d = self.tenant_invoice(who, id).await?;
+        let mut out = String::from(
+            "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
+        );
+        for l in &d.lines {
+            out.push_str(&csv_row(&[
+                &d.summary.number,
+                &d.summary.month,
+                &l.line_no.to_string(),
+                &l.kind,
+                l.project.as_deref().unwrap_or(""),
+                l.sku.as_deref().unwrap_or(""),
+                &l.gpu_hours,
+                &l.unit_price,
+                &decimal(l.amount.amount_minor),
+                &l.amount.currency,
+                &l.description,
+            ]));
+        }
+        Ok(out)
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait BillingReportsInternal {
+    async fn invoices_where(
+        &self,
+        tenant: Option<TenantId>,
+        f: &InvoiceFilter,
+    ) -> Result<Vec<InvoiceSummary>>;
+
+    async fn invoice_detail(&self, tenant: Option<TenantId>, id: Uuid) -> Result<InvoiceDetail>;
+}
+
+impl BillingReportsInternal for ControlPlane {
     async fn invoices_where(
         &self,
         tenant: Option<TenantId>,
@@ -501,131 +664,6 @@ impl ControlPlane {
             }
             .into(),
         })
-    }
-
-    /// Every organization, for platform finance's pickers.
-    pub async fn tenant_slugs(&self) -> Result<Vec<(TenantId, String)>> {
-        Ok(
-            sqlx::query!(r#"SELECT id AS "id: TenantId", slug FROM tenants ORDER BY slug"#)
-                .fetch_all(self.pool())
-                .await?
-                .into_iter()
-                .map(|r| (r.id, r.slug))
-                .collect(),
-        )
-    }
-
-    /// Revenue per month and currency, newest first (platform finance).
-    pub async fn revenue_by_month(
-        &self,
-        _who: &Platform<PlatformFinance>,
-    ) -> Result<Vec<RevenuePoint>> {
-        let rows = sqlx::query!(
-            r#"WITH rated AS (
-                   SELECT date_trunc('month', period_start, 'UTC')::date AS month, currency,
-                          sum(amount_micro)::bigint AS micro
-                   FROM usage_charges GROUP BY 1, 2
-               ), inv AS (
-                   SELECT month, currency,
-                          sum(total_minor) FILTER (WHERE status <> 'void')::bigint AS invoiced,
-                          sum(total_minor) FILTER (WHERE status = 'paid')::bigint AS paid
-                   FROM invoices WHERE status <> 'draft' GROUP BY 1, 2
-               )
-               SELECT coalesce(r.month, i.month) AS "month!", coalesce(r.currency, i.currency) AS "currency!",
-                      coalesce(r.micro, 0) AS "micro!", coalesce(i.invoiced, 0) AS "invoiced!",
-                      coalesce(i.paid, 0) AS "paid!"
-               FROM rated r FULL JOIN inv i ON i.month = r.month AND i.currency = r.currency
-               ORDER BY 1 DESC, 2 LIMIT 36"#
-        )
-        .fetch_all(self.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| RevenuePoint {
-                month: month_label(r.month),
-                rated: Micros(r.micro).money(&r.currency),
-                invoiced: Money {
-                    amount_minor: r.invoiced,
-                    currency: r.currency.clone().into(),
-                },
-                paid: Money {
-                    amount_minor: r.paid,
-                    currency: r.currency.clone().into(),
-                },
-                currency: r.currency,
-            })
-            .collect())
-    }
-
-    /// Usage (one row per allocation and hour) for a month as CSV.
-    pub async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String> {
-        let month = super::parse_month("month", month)?;
-        let rows = sqlx::query!(
-            r#"SELECT c.period_start, p.slug AS project, s.name AS sku, a.name AS allocation,
-                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro,
-                      l.slug || ' ' || v.version AS "listing!", f.fee_per_hour_minor AS "fee_per_hour_minor?",
-                      f.amount_micro AS "fee_micro?"
-               FROM usage_charges c
-               JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
-               JOIN allocations a ON a.id = c.allocation_id
-               JOIN listing_versions v ON v.id = a.listing_version_id JOIN listings l ON l.id = v.listing_id
-               LEFT JOIN fee_charges f ON f.allocation_id = c.allocation_id AND f.period_start = c.period_start
-               WHERE c.tenant_id = $1
-                 AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
-                 AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-               ORDER BY c.period_start, p.slug, a.name"#,
-            who.id() as TenantId,
-            month
-        )
-        .fetch_all(self.pool())
-        .await?;
-        let mut out = String::from(
-            "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount,listing,fee_per_hour,fee_amount\n",
-        );
-        for r in rows {
-            out.push_str(&csv_row(&[
-                &ts(r.period_start),
-                &r.project,
-                &r.sku,
-                &r.allocation,
-                &r.allocation_id.to_string(),
-                &r.gpu_count.to_string(),
-                &format!("{}.{:06}", r.rated_us / 1_000_000, r.rated_us % 1_000_000),
-                &decimal(r.price_per_hour_minor),
-                &r.currency,
-                &Micros(r.amount_micro).to_string(),
-                &r.listing,
-                &r.fee_per_hour_minor.map(decimal).unwrap_or_default(),
-                &r.fee_micro
-                    .map(|m| Micros(m).to_string())
-                    .unwrap_or_default(),
-            ]));
-        }
-        Ok(out)
-    }
-
-    /// An invoice's lines as CSV.
-    pub async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String> {
-        let d = self.tenant_invoice(who, id).await?;
-        let mut out = String::from(
-            "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
-        );
-        for l in &d.lines {
-            out.push_str(&csv_row(&[
-                &d.summary.number,
-                &d.summary.month,
-                &l.line_no.to_string(),
-                &l.kind,
-                l.project.as_deref().unwrap_or(""),
-                l.sku.as_deref().unwrap_or(""),
-                &l.gpu_hours,
-                &l.unit_price,
-                &decimal(l.amount.amount_minor),
-                &l.amount.currency,
-                &l.description,
-            ]));
-        }
-        Ok(out)
     }
 }
 

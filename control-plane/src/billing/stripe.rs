@@ -120,15 +120,33 @@ fn metadata(pairs: &[(&str, String)]) -> std::collections::HashMap<String, Strin
         .collect()
 }
 
-impl ControlPlane {
-    fn stripe(&self) -> Result<&StripeLink> {
-        self.stripe_link()
-            .ok_or_else(|| Error::Corrupt("Stripe is not configured".into()))
-    }
-
+/// What the control plane offers for the Stripe sync and its webhook.
+#[allow(async_fn_in_trait)]
+pub trait StripeApi {
     /// Works through due `billing_outbox` rows; returns how many were done.
+    async fn sync_stripe(&self) -> Result<usize>;
+
+    /// Brings one finalised invoice to Stripe, step by step; every step is skipped when its
+    /// result is already recorded, and keyed so Stripe dedupes a repeat.
+    async fn sync_invoice(&self, invoice: Uuid) -> Result<()>;
+
+    /// Brings one credit note to Stripe, once its invoice is there: against an open invoice
+    /// it lowers what is due; against a paid one it goes to the customer's credit balance
+    /// (what our ledger's negative receivable means).
+    async fn sync_credit_note(&self, note: Uuid) -> Result<()>;
+
+    /// Verifies and records one webhook delivery, then applies what is pending for its
+    /// invoice. A bad signature or a stale timestamp: `Invalid` naming `Stripe-Signature`.
+    async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome>;
+
+    /// Applies a linked invoice's unprocessed events, oldest first (by Stripe's `created`).
+    /// Status only moves forward, so an event that arrives after a later one changes nothing.
+    async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize>;
+}
+
+impl StripeApi for ControlPlane {
     #[tracing::instrument(skip_all)]
-    pub async fn sync_stripe(&self) -> Result<usize> {
+    async fn sync_stripe(&self) -> Result<usize> {
         let mut done = 0;
         loop {
             // Claim one row: pushing `available_at` out is the lease (and the backoff if we die).
@@ -175,10 +193,8 @@ impl ControlPlane {
         }
     }
 
-    /// Brings one finalised invoice to Stripe, step by step; every step is skipped when its
-    /// result is already recorded, and keyed so Stripe dedupes a repeat.
     #[tracing::instrument(skip(self), fields(invoice.id = %invoice))]
-    pub async fn sync_invoice(&self, invoice: Uuid) -> Result<()> {
+    async fn sync_invoice(&self, invoice: Uuid) -> Result<()> {
         let link = self.stripe()?;
         let inv = sqlx::query!(
             r#"SELECT i.tenant_id AS "tenant: TenantId", i.number AS "number!", i.currency, i.month,
@@ -320,11 +336,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Brings one credit note to Stripe, once its invoice is there: against an open invoice
-    /// it lowers what is due; against a paid one it goes to the customer's credit balance
-    /// (what our ledger's negative receivable means).
     #[tracing::instrument(skip(self), fields(credit_note.id = %note))]
-    pub async fn sync_credit_note(&self, note: Uuid) -> Result<()> {
+    async fn sync_credit_note(&self, note: Uuid) -> Result<()> {
         let link = self.stripe()?;
         let n = sqlx::query!(
             r#"SELECT n.amount_minor, n.reason, n.invoice_id, i.number AS "number!", i.stripe_invoice_id,
@@ -375,10 +388,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Verifies and records one webhook delivery, then applies what is pending for its
-    /// invoice. A bad signature or a stale timestamp: `Invalid` naming `Stripe-Signature`.
     #[tracing::instrument(skip_all)]
-    pub async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome> {
+    async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome> {
         let link = self.stripe()?;
         let event =
             Webhook::construct_event(payload, signature, &link.webhook_secret).map_err(|e| {
@@ -434,9 +445,7 @@ impl ControlPlane {
         })
     }
 
-    /// Applies a linked invoice's unprocessed events, oldest first (by Stripe's `created`).
-    /// Status only moves forward, so an event that arrives after a later one changes nothing.
-    pub async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize> {
+    async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize> {
         let mut tx = self.pool().begin().await?;
         let Some(inv) = sqlx::query!(
             r#"SELECT id, tenant_id AS "tenant: TenantId", number AS "number!", status, currency,
@@ -587,6 +596,19 @@ impl ControlPlane {
         }
         tx.commit().await?;
         Ok(applied)
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait StripeInternal {
+    fn stripe(&self) -> Result<&StripeLink>;
+}
+
+impl StripeInternal for ControlPlane {
+    fn stripe(&self) -> Result<&StripeLink> {
+        self.stripe_link()
+            .ok_or_else(|| Error::Corrupt("Stripe is not configured".into()))
     }
 }
 

@@ -7,6 +7,8 @@
 //!
 //! - [`validate`]: the rules a slot must meet before an operator may approve it.
 
+use crate::prelude::*;
+
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -424,10 +426,84 @@ pub(crate) fn differences(current: &SlotRow, proposed: &SlotSpec) -> Vec<String>
     out
 }
 
-impl ControlPlane {
+/// What the control plane offers for the fleet.
+#[allow(async_fn_in_trait)]
+pub trait FleetApi {
     /// Enrols a node and returns its one-time bootstrap token.
+    async fn enrol_node(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: &NewNode,
+        request_id: Option<&str>,
+    ) -> Result<Enrolment>;
+
+    /// A fresh bootstrap token for a node (the old one, if unused, stops working). Used to
+    /// enrol a reinstalled host again: its old credential is revoked when the new token is used.
+    async fn reissue_bootstrap_token(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        request_id: Option<&str>,
+    ) -> Result<Enrolment>;
+
+    /// Drain, un-drain (back to active) or cordon a node. Audited.
+    async fn set_admin_state(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        state: AdminState,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Sets where tenants reach the node's guests: its public address (empty: its hostname)
+    /// and the first of its public ports. The port base can't move while allocations hold
+    /// slots on the node (their forwarded ports would change under them). Audited.
+    async fn set_node_network(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        public_host: &str,
+        port_base: u16,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Queues a fresh `slice.topology_discover` for the node's agent.
+    async fn request_discovery(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Approves or rejects proposal `generation` of a node. The generation must be the node's
+    /// open proposal: approving a stale or already decided one fails and says so, and of two
+    /// operators deciding at once exactly one wins (row lock, then the `pending` check; the
+    /// table's trigger refuses a second decision whatever the code does).
+    async fn decide_slot_map(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        generation: i32,
+        decision: &SlotMapDecision,
+        request_id: Option<&str>,
+    ) -> Result<usize>;
+
+    /// The fleet page: every node with its derived posture, filtered, with counts.
+    async fn fleet(
+        &self,
+        _who: &Platform<PlatformStaff>,
+        filter: &FleetFilter,
+    ) -> Result<FleetView>;
+
+    /// The node page: facts, posture, slots, the latest proposal beside the current map,
+    /// recent tasks with their phases, and the node's audit trail.
+    async fn node_detail(&self, _who: &Platform<PlatformStaff>, node: NodeId)
+    -> Result<NodeDetail>;
+}
+
+impl FleetApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(node.hostname = %node.hostname))]
-    pub async fn enrol_node(
+    async fn enrol_node(
         &self,
         who: &Platform<PlatformOperators>,
         node: &NewNode,
@@ -484,10 +560,8 @@ impl ControlPlane {
         })
     }
 
-    /// A fresh bootstrap token for a node (the old one, if unused, stops working). Used to
-    /// enrol a reinstalled host again: its old credential is revoked when the new token is used.
     #[tracing::instrument(skip_all, fields(node.id = %node))]
-    pub async fn reissue_bootstrap_token(
+    async fn reissue_bootstrap_token(
         &self,
         who: &Platform<PlatformOperators>,
         node: NodeId,
@@ -525,9 +599,8 @@ impl ControlPlane {
         })
     }
 
-    /// Drain, un-drain (back to active) or cordon a node. Audited.
     #[tracing::instrument(skip_all, fields(node.id = %node, node.admin_state = state.as_str()))]
-    pub async fn set_admin_state(
+    async fn set_admin_state(
         &self,
         who: &Platform<PlatformOperators>,
         node: NodeId,
@@ -565,11 +638,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Sets where tenants reach the node's guests: its public address (empty: its hostname)
-    /// and the first of its public ports. The port base can't move while allocations hold
-    /// slots on the node (their forwarded ports would change under them). Audited.
     #[tracing::instrument(skip_all, fields(node.id = %node))]
-    pub async fn set_node_network(
+    async fn set_node_network(
         &self,
         who: &Platform<PlatformOperators>,
         node: NodeId,
@@ -629,9 +699,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Queues a fresh `slice.topology_discover` for the node's agent.
     #[tracing::instrument(skip_all, fields(node.id = %node))]
-    pub async fn request_discovery(
+    async fn request_discovery(
         &self,
         who: &Platform<PlatformOperators>,
         node: NodeId,
@@ -661,12 +730,8 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Approves or rejects proposal `generation` of a node. The generation must be the node's
-    /// open proposal: approving a stale or already decided one fails and says so, and of two
-    /// operators deciding at once exactly one wins (row lock, then the `pending` check; the
-    /// table's trigger refuses a second decision whatever the code does).
     #[tracing::instrument(skip_all, fields(node.id = %node, slot_map.generation = generation))]
-    pub async fn decide_slot_map(
+    async fn decide_slot_map(
         &self,
         who: &Platform<PlatformOperators>,
         node: NodeId,
@@ -793,8 +858,7 @@ impl ControlPlane {
         Ok(approved)
     }
 
-    /// The fleet page: every node with its derived posture, filtered, with counts.
-    pub async fn fleet(
+    async fn fleet(
         &self,
         _who: &Platform<PlatformStaff>,
         filter: &FleetFilter,
@@ -860,6 +924,111 @@ impl ControlPlane {
         })
     }
 
+    async fn node_detail(
+        &self,
+        _who: &Platform<PlatformStaff>,
+        node: NodeId,
+    ) -> Result<NodeDetail> {
+        let summary = self
+            .node_summaries(Some(node))
+            .await?
+            .pop()
+            .ok_or(Error::NotFound { what: "node" })?;
+        let facts = sqlx::query!(
+            r#"SELECT health, health_detail, created_at, agent_enrolled_at, public_host,
+                      public_port_base,
+                      (SELECT expires_at FROM node_bootstrap_tokens t
+                       WHERE t.node_id = n.id AND t.used_at IS NULL AND t.revoked_at IS NULL
+                         AND t.expires_at > now()) AS open_token_expires
+               FROM nodes n WHERE id = $1"#,
+            node as NodeId
+        )
+        .fetch_one(self.pool())
+        .await?;
+        let slots = live_slots(&mut *self.pool().acquire().await?, node).await?;
+        let proposal = sqlx::query!(
+            r#"SELECT p.generation, p.discovery, p.status, p.decision_reason,
+                      p.discovered_at, u.email AS "decided_by?"
+               FROM slot_map_proposals p LEFT JOIN users u ON u.id = p.decided_by
+               WHERE p.node_id = $1 ORDER BY p.generation DESC LIMIT 1"#,
+            node as NodeId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        let proposal = match proposal {
+            None => None,
+            Some(p) => {
+                let discovery: Discovery = serde_json::from_value(p.discovery)
+                    .map_err(|e| Error::Corrupt(format!("stored discovery: {e}")))?;
+                Some(proposal_view(
+                    &discovery,
+                    &slots,
+                    p.generation,
+                    utc(p.discovered_at),
+                    p.status,
+                    p.decided_by,
+                    p.decision_reason,
+                ))
+            }
+        };
+        let task_rows = sqlx::query!(
+            r#"SELECT t.id, t.kind, t.state, t.error, t.created_at,
+                      coalesce(json_agg(json_build_array(ph.phase, ph.status, ph.elapsed_ms) ORDER BY ph.id)
+                               FILTER (WHERE ph.id IS NOT NULL), '[]') AS "phases!"
+               FROM agent_tasks t LEFT JOIN agent_task_phases ph ON ph.task_id = t.id
+               WHERE t.node_id = $1
+               GROUP BY t.id ORDER BY t.created_at DESC LIMIT 10"#,
+            node as NodeId
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let tasks = task_rows
+            .into_iter()
+            .map(|t| TaskRow {
+                id: t.id.to_string(),
+                kind: t.kind,
+                state: t.state,
+                created_at: utc(t.created_at),
+                error: t.error,
+                phases: serde_json::from_value(t.phases).unwrap_or_default(),
+            })
+            .collect();
+        let name = self.naming().node(&summary.region, node)?;
+        let audit = self.platform_trail(name.to_string()).await?;
+        let base = u16::try_from(facts.public_port_base)
+            .map_err(|_| Error::Corrupt(format!("public_port_base {}", facts.public_port_base)))?;
+        let last_slot = slots.iter().map(|s| s.slot_index).max();
+        Ok(NodeDetail {
+            public_host: facts.public_host,
+            public_port_base: base,
+            public_ports: match last_slot.and_then(|i| {
+                agent_protocol::identity::public_port(base, u32::try_from(i).ok()?, 7)
+            }) {
+                Some(last) => format!("{base}–{last}"),
+                None => "none yet (no approved slots)".into(),
+            },
+            canonical_name: name.to_string(),
+            health: facts.health,
+            health_detail: facts.health_detail,
+            enrolled_at: utc(facts.created_at),
+            agent_enrolled_at: facts.agent_enrolled_at.map(utc),
+            open_token_expires: facts.open_token_expires.map(utc),
+            node: summary,
+            slots,
+            proposal,
+            tasks,
+            audit,
+        })
+    }
+}
+
+/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+#[allow(async_fn_in_trait)]
+pub(crate) trait FleetInternal {
+    async fn node_summaries(&self, only: Option<NodeId>) -> Result<Vec<NodeSummary>>;
+}
+
+impl FleetInternal for ControlPlane {
     async fn node_summaries(&self, only: Option<NodeId>) -> Result<Vec<NodeSummary>> {
         let rows = sqlx::query!(
             r#"SELECT n.id AS "id: NodeId", n.hostname, n.region, n.rack, n.family,
@@ -960,107 +1129,6 @@ pub(crate) async fn live_slots(
             cleanup_detail: r.cleanup_detail,
         })
         .collect())
-}
-
-impl ControlPlane {
-    /// The node page: facts, posture, slots, the latest proposal beside the current map,
-    /// recent tasks with their phases, and the node's audit trail.
-    pub async fn node_detail(
-        &self,
-        _who: &Platform<PlatformStaff>,
-        node: NodeId,
-    ) -> Result<NodeDetail> {
-        let summary = self
-            .node_summaries(Some(node))
-            .await?
-            .pop()
-            .ok_or(Error::NotFound { what: "node" })?;
-        let facts = sqlx::query!(
-            r#"SELECT health, health_detail, created_at, agent_enrolled_at, public_host,
-                      public_port_base,
-                      (SELECT expires_at FROM node_bootstrap_tokens t
-                       WHERE t.node_id = n.id AND t.used_at IS NULL AND t.revoked_at IS NULL
-                         AND t.expires_at > now()) AS open_token_expires
-               FROM nodes n WHERE id = $1"#,
-            node as NodeId
-        )
-        .fetch_one(self.pool())
-        .await?;
-        let slots = live_slots(&mut *self.pool().acquire().await?, node).await?;
-        let proposal = sqlx::query!(
-            r#"SELECT p.generation, p.discovery, p.status, p.decision_reason,
-                      p.discovered_at, u.email AS "decided_by?"
-               FROM slot_map_proposals p LEFT JOIN users u ON u.id = p.decided_by
-               WHERE p.node_id = $1 ORDER BY p.generation DESC LIMIT 1"#,
-            node as NodeId
-        )
-        .fetch_optional(self.pool())
-        .await?;
-        let proposal = match proposal {
-            None => None,
-            Some(p) => {
-                let discovery: Discovery = serde_json::from_value(p.discovery)
-                    .map_err(|e| Error::Corrupt(format!("stored discovery: {e}")))?;
-                Some(proposal_view(
-                    &discovery,
-                    &slots,
-                    p.generation,
-                    utc(p.discovered_at),
-                    p.status,
-                    p.decided_by,
-                    p.decision_reason,
-                ))
-            }
-        };
-        let task_rows = sqlx::query!(
-            r#"SELECT t.id, t.kind, t.state, t.error, t.created_at,
-                      coalesce(json_agg(json_build_array(ph.phase, ph.status, ph.elapsed_ms) ORDER BY ph.id)
-                               FILTER (WHERE ph.id IS NOT NULL), '[]') AS "phases!"
-               FROM agent_tasks t LEFT JOIN agent_task_phases ph ON ph.task_id = t.id
-               WHERE t.node_id = $1
-               GROUP BY t.id ORDER BY t.created_at DESC LIMIT 10"#,
-            node as NodeId
-        )
-        .fetch_all(self.pool())
-        .await?;
-        let tasks = task_rows
-            .into_iter()
-            .map(|t| TaskRow {
-                id: t.id.to_string(),
-                kind: t.kind,
-                state: t.state,
-                created_at: utc(t.created_at),
-                error: t.error,
-                phases: serde_json::from_value(t.phases).unwrap_or_default(),
-            })
-            .collect();
-        let name = self.naming().node(&summary.region, node)?;
-        let audit = self.platform_trail(name.to_string()).await?;
-        let base = u16::try_from(facts.public_port_base)
-            .map_err(|_| Error::Corrupt(format!("public_port_base {}", facts.public_port_base)))?;
-        let last_slot = slots.iter().map(|s| s.slot_index).max();
-        Ok(NodeDetail {
-            public_host: facts.public_host,
-            public_port_base: base,
-            public_ports: match last_slot.and_then(|i| {
-                agent_protocol::identity::public_port(base, u32::try_from(i).ok()?, 7)
-            }) {
-                Some(last) => format!("{base}–{last}"),
-                None => "none yet (no approved slots)".into(),
-            },
-            canonical_name: name.to_string(),
-            health: facts.health,
-            health_detail: facts.health_detail,
-            enrolled_at: utc(facts.created_at),
-            agent_enrolled_at: facts.agent_enrolled_at.map(utc),
-            open_token_expires: facts.open_token_expires.map(utc),
-            node: summary,
-            slots,
-            proposal,
-            tasks,
-            audit,
-        })
-    }
 }
 
 /// A node's row, locked for the rest of the transaction: every change to a node, its

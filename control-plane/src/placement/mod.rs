@@ -512,11 +512,22 @@ impl Reserve for DryRun {
     }
 }
 
-impl ControlPlane {
+/// What the control plane offers for placement.
+#[allow(async_fn_in_trait)]
+pub trait PlacementApi {
     /// "Where would this go, and why", without reserving anything: the same placement in a
     /// transaction that is rolled back.
+    async fn placement_dry_run(
+        &self,
+        _who: &Platform<PlatformOperators>,
+        sku_name: &str,
+        region: Option<&str>,
+    ) -> Result<Placement>;
+}
+
+impl PlacementApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(sku.name = %sku_name))]
-    pub async fn placement_dry_run(
+    async fn placement_dry_run(
         &self,
         _who: &Platform<PlatformOperators>,
         sku_name: &str,

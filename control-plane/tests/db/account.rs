@@ -1,6 +1,8 @@
 //! Saved SSH keys: validated like a launch's, one per fingerprint and name, bounded, kept
 //! apart per user, audited.
 
+use control_plane::prelude::*;
+
 use control_plane::ControlPlane;
 use control_plane::auth::Principal;
 use control_plane::naming::Naming;

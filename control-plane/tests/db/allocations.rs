@@ -3,6 +3,8 @@
 //! the agent API functions answering as the simulated agent would, and cleanup proofs signed
 //! the way the node agent signs them.
 
+use control_plane::prelude::*;
+
 use std::time::Duration;
 
 use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};

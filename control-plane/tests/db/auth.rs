@@ -1,5 +1,7 @@
 //! Break-glass credentials and platform-role proofs, against a real database.
 
+use control_plane::prelude::*;
+
 use control_plane::auth::{PlatformAdmin, PlatformRole, PlatformStaff};
 use control_plane::{ControlPlane, Error, Naming};
 use sqlx::PgPool;

@@ -1,5 +1,7 @@
 //! The ledger, rating, invoices and budgets against a real database.
 
+use control_plane::prelude::*;
+
 use control_plane::billing::history::{ImportedRun, import_run};
 use control_plane::billing::invoices::{PlatformFinance, close_months};
 use control_plane::billing::rating::{rate_batch, rate_until};

@@ -3,6 +3,8 @@
 //! seven postures. Discoveries are the node agent's own answers on the host fixtures
 //! (`node-agent/fixtures/*/expected-discovery.json`).
 
+use control_plane::prelude::*;
+
 use std::time::Duration;
 
 use agent_protocol::{Discovery, HealthStatus, TaskOutcome, TaskOutput};

@@ -1,6 +1,8 @@
 //! The marketplace against a real database: the curation state machine (the database's guard
 //! is the authority), publishers kept apart, what tenants see, and browse filters.
 
+use control_plane::prelude::*;
+
 use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::demo::{ACME, GLOBEX};
 use control_plane::marketplace::{BrowseFilter, Curation, PublisherActor, VersionDraft};

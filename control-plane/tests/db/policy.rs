@@ -1,6 +1,8 @@
 //! The policy chain against the database: most specific wins, clear falls back, shapes and
 //! uniqueness are the table's own rules, and every change is audited.
 
+use control_plane::prelude::*;
+
 use control_plane::auth::PlatformAdmin;
 use control_plane::policy::{Level, PolicyKey, PolicyValue, Scope};
 use control_plane::tenancy::{ProjectViewers, TenantAdmins};

@@ -1,5 +1,7 @@
 //! Tenant and project access, project administration and the last-admin rule.
 
+use control_plane::prelude::*;
+
 use control_plane::auth::Principal;
 use control_plane::tenancy::{
     InviteOutcome, ProjectAdmins, ProjectRole, ProjectViewers, TenantAdmins, TenantMembers,

@@ -1,6 +1,8 @@
 //! Single sign-on against the database, for the paths that need no live provider. The full
 //! round trip, against a real OpenID provider, is in end2end/tests/sso.test.mjs.
 
+use control_plane::prelude::*;
+
 use control_plane::sso::SsoError;
 use control_plane::{ControlPlane, Error, Naming, demo};
 use sqlx::PgPool;
