@@ -11,6 +11,7 @@
 //! Flags: `--tenants N`, `--runs N`, `--hours N`, `--batch N`. Needs `DATABASE_URL` (an
 //! empty database; `cargo xtask bench ledger` starts a durable cluster for it).
 
+use control_plane::prelude::*;
 use std::time::Instant;
 
 use control_plane::billing::history::{ImportedRun, import_run};

@@ -351,7 +351,7 @@ impl AuthApi for ControlPlane {
         client: Option<std::net::IpAddr>,
     ) -> Result<Principal> {
         let email = email.trim().to_lowercase();
-        let limits = &self.sign_in_limits;
+        let limits = self.sign_in_limits();
         let address = crate::ratelimit::address_key(client);
         limits
             .per_address
@@ -464,7 +464,7 @@ impl AuthApi for ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.sign_in_limits.per_email.forget(&row.email);
+        self.sign_in_limits().per_email.forget(&row.email);
         Ok(())
     }
 }

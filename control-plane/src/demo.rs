@@ -118,6 +118,134 @@ pub struct SeedReport {
     pub users: usize,
 }
 
+/// Seeding the demo, on the control plane's handle.
+#[allow(async_fn_in_trait)]
+pub trait DemoApi {
+    /// The demo tenants, SKUs, listings and fleet ([`seed`]); idempotent.
+    async fn seed_demo(&self) -> Result<SeedReport>;
+    /// The demo organizations' identity providers at `issuer` ([`seed_identity_providers`]).
+    async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()>;
+
+    /// The platform operator (or admin) with this email, for the demo fleet's set-up.
+    async fn demo_operator(
+        &self,
+        email: &str,
+    ) -> Result<crate::auth::Platform<crate::auth::PlatformOperators>>;
+
+    /// The node enrolled under a demo hostname, if any.
+    async fn demo_node_id(&self, hostname: &str) -> Result<Option<crate::NodeId>>;
+
+    /// Enrols the demo hosts named in `hosts` (or issues a fresh bootstrap token to those
+    /// already enrolled); returns (host, token) for each.
+    async fn demo_fleet_tokens(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+        hosts: &[&str],
+    ) -> Result<Vec<(DemoHost, String)>>;
+
+    /// Approves every pending slot-map proposal of a demo host (all slots, the demo wipe
+    /// policy), as `who`; audited like any approval. Returns how many hosts have approved
+    /// slots afterwards.
+    async fn demo_fleet_approve(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+    ) -> Result<usize>;
+}
+
+impl DemoApi for crate::ControlPlane {
+    async fn seed_demo(&self) -> Result<SeedReport> {
+        seed(self.pool(), self.naming()).await
+    }
+
+    async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()> {
+        seed_identity_providers(self.pool(), self.secrets(), issuer, secret).await
+    }
+
+    async fn demo_operator(
+        &self,
+        email: &str,
+    ) -> Result<crate::auth::Platform<crate::auth::PlatformOperators>> {
+        let id = sqlx::query_scalar!(
+            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
+            email
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(crate::Error::NotFound { what: "user" })?;
+        let p = self
+            .principal(id)
+            .await?
+            .ok_or(crate::Error::NotFound { what: "user" })?;
+        p.platform::<crate::auth::PlatformOperators>()
+    }
+
+    async fn demo_node_id(&self, hostname: &str) -> Result<Option<crate::NodeId>> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT id AS "id: crate::NodeId" FROM nodes WHERE hostname = $1"#,
+            hostname
+        )
+        .fetch_optional(self.pool())
+        .await?)
+    }
+
+    async fn demo_fleet_tokens(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+        hosts: &[&str],
+    ) -> Result<Vec<(DemoHost, String)>> {
+        let mut out = Vec::new();
+        for h in DEMO_FLEET.iter().filter(|h| hosts.contains(&h.hostname)) {
+            let enrolment = match self.demo_node_id(h.hostname).await? {
+                Some(node) => self.reissue_bootstrap_token(who, node, None).await?,
+                None => {
+                    let new = crate::fleet::NewNode {
+                        hostname: h.hostname.into(),
+                        region: h.region.into(),
+                        rack: "demo".into(),
+                        family: h.family.into(),
+                        capacity_shapes: h.shapes.iter().map(|s| s.to_string()).collect(),
+                    };
+                    self.enrol_node(who, &new, None).await?
+                }
+            };
+            out.push((*h, enrolment.bootstrap_token));
+        }
+        Ok(out)
+    }
+
+    async fn demo_fleet_approve(
+        &self,
+        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+    ) -> Result<usize> {
+        let names: Vec<String> = DEMO_FLEET.iter().map(|h| h.hostname.to_string()).collect();
+        let pending = sqlx::query!(
+            r#"SELECT p.node_id AS "node_id: crate::NodeId", p.generation
+               FROM slot_map_proposals p JOIN nodes n ON n.id = p.node_id
+               WHERE n.hostname = ANY($1) AND p.status = 'pending'"#,
+            &names
+        )
+        .fetch_all(self.pool())
+        .await?;
+        for p in pending {
+            let decision = crate::fleet::SlotMapDecision::Approve {
+                only: None,
+                wipe_policy: Some(DEMO_WIPE_POLICY.into()),
+            };
+            self.decide_slot_map(who, p.node_id, p.generation, &decision, None)
+                .await?;
+        }
+        let ready = sqlx::query_scalar!(
+            r#"SELECT count(DISTINCT n.id) AS "n!" FROM nodes n
+               JOIN node_resource_slots s ON s.node_id = n.id AND s.retired_at IS NULL
+               WHERE n.hostname = ANY($1)"#,
+            &names
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(ready as usize)
+    }
+}
+
 #[tracing::instrument(skip_all)]
 pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {
     let mut tx = pool.begin().await?;
@@ -780,99 +908,6 @@ pub const DEMO_FLEET: [DemoHost; 4] = [
 /// The wipe policy the demo fleet's slots are approved with (the simulated NVMe namespaces
 /// are files, so the agent overwrites and reads back).
 pub const DEMO_WIPE_POLICY: &str = "overwrite-verify";
-
-impl crate::ControlPlane {
-    /// The platform operator (or admin) with this email, for the demo fleet's set-up.
-    pub async fn demo_operator(
-        &self,
-        email: &str,
-    ) -> Result<crate::auth::Platform<crate::auth::PlatformOperators>> {
-        let id = sqlx::query_scalar!(
-            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
-            email
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(crate::Error::NotFound { what: "user" })?;
-        let p = self
-            .principal(id)
-            .await?
-            .ok_or(crate::Error::NotFound { what: "user" })?;
-        p.platform::<crate::auth::PlatformOperators>()
-    }
-
-    /// The node enrolled under a demo hostname, if any.
-    pub async fn demo_node_id(&self, hostname: &str) -> Result<Option<crate::NodeId>> {
-        Ok(sqlx::query_scalar!(
-            r#"SELECT id AS "id: crate::NodeId" FROM nodes WHERE hostname = $1"#,
-            hostname
-        )
-        .fetch_optional(self.pool())
-        .await?)
-    }
-
-    /// Enrols the demo hosts named in `hosts` (or issues a fresh bootstrap token to those
-    /// already enrolled); returns (host, token) for each.
-    pub async fn demo_fleet_tokens(
-        &self,
-        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
-        hosts: &[&str],
-    ) -> Result<Vec<(DemoHost, String)>> {
-        let mut out = Vec::new();
-        for h in DEMO_FLEET.iter().filter(|h| hosts.contains(&h.hostname)) {
-            let enrolment = match self.demo_node_id(h.hostname).await? {
-                Some(node) => self.reissue_bootstrap_token(who, node, None).await?,
-                None => {
-                    let new = crate::fleet::NewNode {
-                        hostname: h.hostname.into(),
-                        region: h.region.into(),
-                        rack: "demo".into(),
-                        family: h.family.into(),
-                        capacity_shapes: h.shapes.iter().map(|s| s.to_string()).collect(),
-                    };
-                    self.enrol_node(who, &new, None).await?
-                }
-            };
-            out.push((*h, enrolment.bootstrap_token));
-        }
-        Ok(out)
-    }
-
-    /// Approves every pending slot-map proposal of a demo host (all slots, the demo wipe
-    /// policy), as `who`; audited like any approval. Returns how many hosts have approved
-    /// slots afterwards.
-    pub async fn demo_fleet_approve(
-        &self,
-        who: &crate::auth::Platform<crate::auth::PlatformOperators>,
-    ) -> Result<usize> {
-        let names: Vec<String> = DEMO_FLEET.iter().map(|h| h.hostname.to_string()).collect();
-        let pending = sqlx::query!(
-            r#"SELECT p.node_id AS "node_id: crate::NodeId", p.generation
-               FROM slot_map_proposals p JOIN nodes n ON n.id = p.node_id
-               WHERE n.hostname = ANY($1) AND p.status = 'pending'"#,
-            &names
-        )
-        .fetch_all(self.pool())
-        .await?;
-        for p in pending {
-            let decision = crate::fleet::SlotMapDecision::Approve {
-                only: None,
-                wipe_policy: Some(DEMO_WIPE_POLICY.into()),
-            };
-            self.decide_slot_map(who, p.node_id, p.generation, &decision, None)
-                .await?;
-        }
-        let ready = sqlx::query_scalar!(
-            r#"SELECT count(DISTINCT n.id) AS "n!" FROM nodes n
-               JOIN node_resource_slots s ON s.node_id = n.id AND s.retired_at IS NULL
-               WHERE n.hostname = ANY($1)"#,
-            &names
-        )
-        .fetch_one(self.pool())
-        .await?;
-        Ok(ready as usize)
-    }
-}
 
 /// Demo billing history (idempotent): last month's and this month's finished runs for Acme
 /// and Globex, imported as usage (see [`crate::billing::history`]). The billing worker rates

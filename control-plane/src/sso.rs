@@ -315,7 +315,7 @@ impl SsoApi for ControlPlane {
         client: Option<std::net::IpAddr>,
     ) -> Result<SsoStart> {
         let address = crate::ratelimit::address_key(client);
-        self.sign_in_limits
+        self.sign_in_limits()
             .sso_starts
             .take(&address)
             .map_err(|wait| crate::ratelimit::refused("single sign-on start", &address, wait))?;
@@ -467,7 +467,7 @@ impl SsoApi for ControlPlane {
             return Ok(());
         }
         let key = who.id().to_string();
-        self.domain_checks
+        self.domain_checks()
             .take(&key)
             .map_err(|wait| crate::ratelimit::refused("domain check", &key, wait))?;
         // Network first, outside any transaction.
@@ -475,7 +475,7 @@ impl SsoApi for ControlPlane {
             .record_value
             .strip_prefix(crate::dns::CHALLENGE_PREFIX)
             .unwrap_or_default();
-        match self.dns.txt(&claim.record_name).await {
+        match self.dns().txt(&claim.record_name).await {
             crate::dns::TxtAnswer::Found(found) if crate::dns::proves(&found, token) => {}
             crate::dns::TxtAnswer::Found(_) | crate::dns::TxtAnswer::None => {
                 return Err(Error::Conflict(format!(

@@ -11,13 +11,16 @@ pub mod db;
 pub mod dns;
 pub mod egress;
 pub mod error;
+mod handle;
 pub mod health;
 pub mod naming;
 pub mod ratelimit;
 pub mod resource_name;
 pub mod secrets;
+pub mod stripe_link;
 
 pub use error::{Error, Result};
+pub use handle::{CONTENTION_DEADLINE, ControlPlane, Wakeups};
 pub use portal_types as types;
 
 /// Every migration in `migrations/`, embedded at compile time.

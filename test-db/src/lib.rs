@@ -315,6 +315,7 @@ pub async fn demo() -> TestDb {
     fresh("demo", |pool| {
         Box::pin(async move {
             control_plane::MIGRATOR.run(&pool).await.unwrap();
+            use control_plane::demo::DemoApi;
             control_plane::ControlPlane::new(pool, control_plane::Naming::default())
                 .seed_demo()
                 .await

@@ -424,7 +424,7 @@ impl AllocationsApi for ControlPlane {
             &sku,
             &regions,
             &mut reservation,
-            self.contention_deadline,
+            self.contention_deadline(),
         )
         .await?;
         if !valid.published_ports.is_empty() {

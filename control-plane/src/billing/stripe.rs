@@ -20,49 +20,7 @@ use crate::ControlPlane;
 use crate::error::{Error, Result};
 use crate::ids::TenantId;
 
-/// Where Stripe is and the keys to talk to it. Configuration, never code: tests and
-/// `cargo xtask dev` point `api_base` at the local Stripe test server.
-#[derive(Clone, Debug)]
-pub struct StripeSettings {
-    /// e.g. `https://api.stripe.com/` or `http://127.0.0.1:12111/`.
-    pub api_base: String,
-    pub secret_key: String,
-    /// The endpoint's `whsec_…` signing secret.
-    pub webhook_secret: String,
-}
-
-#[derive(Clone)]
-pub struct StripeLink {
-    client: stripe::Client,
-    webhook_secret: String,
-}
-
-impl std::fmt::Debug for StripeLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StripeLink { .. }")
-    }
-}
-
-impl StripeLink {
-    pub fn new(settings: &StripeSettings) -> Result<Self> {
-        let mut base = settings.api_base.clone();
-        if !base.ends_with('/') {
-            base.push('/');
-        }
-        let client = stripe::ClientBuilder::new(settings.secret_key.clone())
-            .url(base)
-            .timeout(Duration::from_secs(20))
-            .build()
-            .map_err(|e| Error::Invalid {
-                field: "stripe",
-                reason: e.to_string(),
-            })?;
-        Ok(Self {
-            client,
-            webhook_secret: settings.webhook_secret.clone(),
-        })
-    }
-}
+pub use cp_base::stripe_link::{StripeLink, StripeSettings};
 
 /// Tries a Stripe call up to 4 times with backoff (0.25 s, 0.5 s, 1 s), with the same
 /// idempotency key each time. Only transport errors, 409 (idempotent request in flight),
@@ -220,7 +178,7 @@ impl StripeApi for ControlPlane {
                 let c = with_retries("create customer", || {
                     req.customize()
                         .request_strategy(key(format!("gpuaas-customer-{}", inv.tenant)))
-                        .send(&link.client)
+                        .send(link.client())
                 })
                 .await
                 .map_err(Error::Conflict)?;
@@ -259,7 +217,7 @@ impl StripeApi for ControlPlane {
                 let s = with_retries("create invoice", || {
                     req.customize()
                         .request_strategy(key(format!("gpuaas-invoice-{invoice}")))
-                        .send(&link.client)
+                        .send(link.client())
                 })
                 .await
                 .map_err(Error::Conflict)?;
@@ -298,7 +256,7 @@ impl StripeApi for ControlPlane {
             let item = with_retries("create invoice item", || {
                 req.customize()
                     .request_strategy(key(format!("gpuaas-line-{invoice}-{}", l.line_no)))
-                    .send(&link.client)
+                    .send(link.client())
             })
             .await
             .map_err(Error::Conflict)?;
@@ -318,7 +276,7 @@ impl StripeApi for ControlPlane {
             let f = with_retries("finalize invoice", || {
                 req.customize()
                     .request_strategy(key(format!("gpuaas-finalize-{invoice}")))
-                    .send(&link.client)
+                    .send(link.client())
             })
             .await
             .map_err(Error::Conflict)?;
@@ -373,7 +331,7 @@ impl StripeApi for ControlPlane {
         let created = with_retries("create credit note", || {
             req.customize()
                 .request_strategy(key(format!("gpuaas-credit-note-{note}")))
-                .send(&link.client)
+                .send(link.client())
         })
         .await
         .map_err(Error::Conflict)?;
@@ -392,7 +350,7 @@ impl StripeApi for ControlPlane {
     async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome> {
         let link = self.stripe()?;
         let event =
-            Webhook::construct_event(payload, signature, &link.webhook_secret).map_err(|e| {
+            Webhook::construct_event(payload, signature, link.webhook_secret()).map_err(|e| {
                 Error::Invalid {
                     field: "Stripe-Signature",
                     reason: e.to_string(),

@@ -207,7 +207,7 @@ pub(crate) trait Reserve {
 /// fleet with room all succeed; short enough that a launch onto a full fleet answers at once
 /// (a round in which nothing was busy ends the search). `ControlPlane::with_contention_deadline`
 /// changes it.
-pub const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
+pub use cp_base::CONTENTION_DEADLINE;
 
 /// Places `sku` within `regions` on the caller's transaction. Each candidate node's row is
 /// locked with `FOR UPDATE SKIP LOCKED` (a node someone else is placing on right now is
@@ -554,7 +554,7 @@ impl PlacementApi for ControlPlane {
             &sku,
             &regions,
             &mut DryRun,
-            self.contention_deadline,
+            self.contention_deadline(),
         )
         .await;
         tx.rollback().await?;

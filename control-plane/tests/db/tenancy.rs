@@ -2,6 +2,7 @@
 
 use control_plane::audit::{self, Actor, AuditEntry};
 use control_plane::health::Readiness;
+use control_plane::prelude::*;
 use control_plane::{ControlPlane, MIGRATOR, Naming, TenantId, demo};
 use serde_json::json;
 use sqlx::PgPool;
