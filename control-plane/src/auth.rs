@@ -171,14 +171,12 @@ async fn hash_password(password: String) -> Result<String> {
     .map_err(|e| Error::Corrupt(format!("hashing task failed: {e}")))?
 }
 
-/// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once, so a
-/// burst of sign-ins (which the rate limits slow, but don't stop across many addresses) can't
-/// take all memory and every blocking thread. Others wait their turn.
-const CONCURRENT_HASHES: usize = 4;
-static HASHING: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CONCURRENT_HASHES);
-
-async fn verify_password(password: String, hash: String) -> Result<bool> {
-    let _turn = HASHING
+async fn verify_password(
+    hashing: &tokio::sync::Semaphore,
+    password: String,
+    hash: String,
+) -> Result<bool> {
+    let _turn = hashing
         .acquire()
         .await
         .map_err(|e| Error::Corrupt(format!("password hashing closed: {e}")))?;
@@ -194,18 +192,15 @@ async fn verify_password(password: String, hash: String) -> Result<bool> {
 }
 
 /// A hash of a random password, verified against when the email is unknown, so that a wrong
-/// email and a wrong password take the same time. Made once, on first use.
-static DUMMY_HASH: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-
-async fn dummy_hash() -> Result<String> {
-    DUMMY_HASH
-        .get_or_try_init(|| {
-            let mut random = [0u8; 24];
-            argon2::password_hash::rand_core::RngCore::fill_bytes(&mut OsRng, &mut random);
-            hash_password(format!("{random:?}"))
-        })
-        .await
-        .cloned()
+/// email and a wrong password take the same time. Made once per handle, on first use.
+async fn dummy_hash(cell: &tokio::sync::OnceCell<String>) -> Result<String> {
+    cell.get_or_try_init(|| {
+        let mut random = [0u8; 24];
+        argon2::password_hash::rand_core::RngCore::fill_bytes(&mut OsRng, &mut random);
+        hash_password(format!("{random:?}"))
+    })
+    .await
+    .cloned()
 }
 
 /// What the control plane offers for sign-in, users and platform roles.
@@ -381,9 +376,9 @@ impl AuthApi for ControlPlane {
         }
         let (user, hash) = match row {
             Some(r) => (Some(r.id), r.password_hash),
-            None => (None, dummy_hash().await?),
+            None => (None, dummy_hash(self.dummy_hash_cell()).await?),
         };
-        let ok = verify_password(password.to_owned(), hash).await?;
+        let ok = verify_password(self.hashing(), password.to_owned(), hash).await?;
         match (user, ok) {
             (Some(user), true) => {
                 limits.per_address.give_back(&address);
@@ -583,19 +578,23 @@ mod tests {
 
     #[tokio::test]
     async fn hashes_are_argon2id_and_verify_only_the_right_password() {
+        let turns = tokio::sync::Semaphore::new(1);
         let hash = hash_password("correct horse battery".into()).await.unwrap();
         assert!(hash.starts_with("$argon2id$"), "{hash}");
         assert!(
-            verify_password("correct horse battery".into(), hash.clone())
+            verify_password(&turns, "correct horse battery".into(), hash.clone())
                 .await
                 .unwrap()
         );
         assert!(
-            !verify_password("correct horse battery!".into(), hash)
+            !verify_password(&turns, "correct horse battery!".into(), hash)
                 .await
                 .unwrap()
         );
-        let dummy = dummy_hash().await.unwrap();
-        assert!(!verify_password("".into(), dummy).await.unwrap());
+        let cell = tokio::sync::OnceCell::new();
+        let dummy = dummy_hash(&cell).await.unwrap();
+        assert_eq!(dummy_hash(&cell).await.unwrap(), dummy, "made once");
+        assert!(!verify_password(&turns, "".into(), dummy).await.unwrap());
+        assert_eq!(turns.available_permits(), 1, "every turn is given back");
     }
 }

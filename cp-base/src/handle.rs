@@ -34,7 +34,16 @@ pub struct ControlPlane {
     domain_checks: std::sync::Arc<ratelimit::Limiter>,
     /// How long a launch waits for candidate nodes other launches are reserving.
     contention_deadline: std::time::Duration,
+    /// Password hashes (argon2, 19 MiB each) computed at once; see [`ControlPlane::hashing`].
+    hashing: std::sync::Arc<tokio::sync::Semaphore>,
+    /// A hash of a random password, verified against when an email is unknown.
+    dummy_hash: std::sync::Arc<tokio::sync::OnceCell<String>>,
 }
+
+/// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once per
+/// handle, so a burst of sign-ins (which the rate limits slow, but don't stop across many
+/// addresses) can't take all memory and every blocking thread. Others wait their turn.
+pub const CONCURRENT_HASHES: usize = 4;
 
 /// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
 /// Claimers also poll (another replica may have queued the task), so a lost nudge costs only
@@ -85,6 +94,8 @@ impl ControlPlane {
                 std::time::Duration::from_secs(60),
             )),
             contention_deadline: CONTENTION_DEADLINE,
+            hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_HASHES)),
+            dummy_hash: Default::default(),
         }
     }
 
@@ -162,6 +173,17 @@ impl ControlPlane {
     /// Email-domain checks per tenant.
     pub fn domain_checks(&self) -> &ratelimit::Limiter {
         &self.domain_checks
+    }
+
+    /// Turns to compute a password hash ([`CONCURRENT_HASHES`] at once), per handle: each
+    /// handle's limit is its own, also when a process holds several (as tests do).
+    pub fn hashing(&self) -> &tokio::sync::Semaphore {
+        &self.hashing
+    }
+
+    /// Where the dummy password hash is made once and kept.
+    pub fn dummy_hash_cell(&self) -> &tokio::sync::OnceCell<String> {
+        &self.dummy_hash
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -77,6 +77,7 @@ fn cluster(label: &str) -> Cluster {
 
 #[tokio::test]
 async fn readyz_follows_the_database_down_and_back() {
+    let _one = one_at_a_time().await;
     let c = cluster("readyz");
     let pg = c.pg.as_ref().unwrap();
     let cfg = config(&pg.url("portal"));
@@ -121,6 +122,7 @@ async fn readyz_follows_the_database_down_and_back() {
 
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
+    let _one = one_at_a_time().await;
     let db = test_db::migrated().await;
     let cfg = config(&db.url());
     let state = app_state(&cfg).unwrap();
@@ -204,6 +206,15 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
 
 const ADMIN_PW: &str = "correct horse battery staple";
 
+/// These tests run one at a time. With several of them in flight (each its own runtime, app
+/// and database), one now and then waited for ever for an answer under load: seen twice in
+/// CI, and here 6 runs of 18 with eight test threads against none of 9 with one. The cause is
+/// not found yet (nothing in the portal is shared between runtimes; see the note on #24).
+async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    ONE.lock().await
+}
+
 /// A migrated database with a break-glass admin, and the router over it.
 /// A portal on a fresh migrated database with the platform admin's break-glass password set.
 async fn signed_in_fixture(extra: &[&str]) -> (test_db::TestDb, axum::Router) {
@@ -267,6 +278,7 @@ async fn admin_page(app: &axum::Router, cookie: &str) -> String {
 
 #[tokio::test]
 async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&["--cookie-secure", "false"]).await;
     let planted = "portal_session=AAAAAAAAAAAAAAAAAAAAAA";
 
@@ -292,6 +304,7 @@ async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
 /// Finding 6 of the security review: no security headers at all.
 #[tokio::test]
 async fn every_answer_carries_the_security_headers() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     for path in ["/login", "/no-such-page", "/healthz", "/admin"] {
         let (_, h, _) = get(&app, path).await;
@@ -324,6 +337,7 @@ async fn every_answer_carries_the_security_headers() {
 /// `every_answer_carries_the_security_headers`).
 #[tokio::test]
 async fn a_portal_served_over_https_sends_hsts() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&["--public-url", "https://portal.example"]).await;
     for path in ["/healthz", "/login"] {
         let (_, h, _) = get(&app, path).await;
@@ -340,6 +354,7 @@ async fn a_portal_served_over_https_sends_hsts() {
 /// response; an answer that is not a page runs none.
 #[tokio::test]
 async fn pages_run_only_scripts_that_carry_their_own_nonce() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let nonce_of = |h: &http::HeaderMap| -> String {
         let csp = h.get("content-security-policy").unwrap().to_str().unwrap();
@@ -385,6 +400,7 @@ async fn pages_run_only_scripts_that_carry_their_own_nonce() {
 
 #[tokio::test]
 async fn a_wrong_password_gives_no_session() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let res = app
         .clone()
@@ -408,6 +424,7 @@ async fn a_wrong_password_gives_no_session() {
 /// Finding 6 of the security review: the cookie was not `Secure` unless configured.
 #[tokio::test]
 async fn the_session_cookie_is_secure_unless_turned_off() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let res = app
         .clone()
@@ -420,6 +437,7 @@ async fn the_session_cookie_is_secure_unless_turned_off() {
 
 #[tokio::test]
 async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     for origin in [
         Some("http://evil.example"),
@@ -456,6 +474,7 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
 
 #[tokio::test]
 async fn a_session_ends_at_its_absolute_timeout_however_active() {
+    let _one = one_at_a_time().await;
     // 0 hours: any session older than the current second is over.
     let (_c, app) = signed_in_fixture(&["--session-absolute-hours", "0"]).await;
     // Signed in and asked within the same second, the session is valid. On a loaded machine
@@ -483,6 +502,7 @@ async fn a_session_ends_at_its_absolute_timeout_however_active() {
 /// session was, because an unchanged session is never written back to the store.
 #[tokio::test]
 async fn an_active_session_slides_its_idle_expiry_at_most_once_a_tenth_of_the_timeout() {
+    let _one = one_at_a_time().await;
     // 1 minute idle: an active session is rewritten at most every 6 seconds.
     let (db, app) = signed_in_fixture(&["--session-idle-minutes", "1"]).await;
     let res = app
@@ -546,6 +566,7 @@ async fn agent_post(
 
 #[tokio::test]
 async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers() {
+    let _one = one_at_a_time().await;
     use control_plane::auth::PlatformOperators;
     let db = test_db::migrated().await;
     let state = app_state(&config(&db.url())).unwrap();
@@ -746,6 +767,7 @@ async fn get_as(
 
 #[tokio::test]
 async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
+    let _one = one_at_a_time().await;
     use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
     use leptos::server_fn::ServerFn;
     let (_c, app) = signed_in_fixture(&[]).await;
@@ -868,6 +890,7 @@ async fn five_wrong_passwords(app: &axum::Router) {
 
 #[tokio::test]
 async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
+    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (_c, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
@@ -919,6 +942,7 @@ async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
 /// another platform admin clears it, audited.
 #[tokio::test]
 async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it() {
+    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (db, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
@@ -994,6 +1018,7 @@ async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it
 
 #[tokio::test]
 async fn single_sign_on_starts_are_rate_limited_per_client_address() {
+    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (_db, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::SsoStart as ServerFn>::PATH;
@@ -1019,6 +1044,7 @@ async fn single_sign_on_starts_are_rate_limited_per_client_address() {
 
 #[tokio::test]
 async fn sign_in_returns_to_the_page_that_asked_for_it_and_only_to_this_site() {
+    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     use leptos::server_fn::ServerFn;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
