@@ -34,6 +34,8 @@ test('home page renders, hydrates, and then handles forms and links in place', a
     assert.equal(await page.locator('h1').innerText(), 'Catalog');
     assert.equal(await page.evaluate(() => window.__samePage), 'yes');
     assert.equal(await page.getByRole('link', { name: 'Catalog' }).getAttribute('aria-current'), 'page');
+    // The table comes with the page's data, a moment after the navigation.
+    await page.locator('#catalog').waitFor({ timeout: 10_000 });
     assert.equal(await page.locator('#catalog').count(), 1, 'the catalog is public');
     assert.equal(await page.title(), 'Catalog · GPU cloud');
     await page.getByRole('link', { name: 'Billing' }).click();
