@@ -1059,9 +1059,22 @@ pub fn AllocationPage() -> impl IntoView {
         |(id, ..)| get_allocation(id),
     );
     // The ports form is outside the live part, so that what is being typed is not replaced
-    // every second.
+    // every second; it follows the live state, so it appears when a page opened during
+    // provisioning sees the allocation running (and goes when it stops).
+    let live_state = Memo::new(move |_| {
+        page.get()
+            .and_then(|r| r.ok())
+            .map(|a| (a.state, a.can_release))
+    });
     let form = Resource::new(
-        move || (id(), release.version().get(), publish.version().get()),
+        move || {
+            (
+                id(),
+                release.version().get(),
+                publish.version().get(),
+                live_state.get(),
+            )
+        },
         |(id, ..)| get_allocation(id),
     );
     view! {

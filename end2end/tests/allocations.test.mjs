@@ -97,6 +97,8 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       first = page.url();
       await hydrated(page);
       await waitForState(page, 'running');
+      // The ports form comes with the running state, on the page opened while provisioning.
+      await page.locator('#publish-ports').waitFor({ timeout: 10000 });
       assert.equal(await page.locator('[data-testid="desired"]').innerText(), 'running');
       assert.equal(await page.locator('[data-testid="observed"]').innerText(), 'running');
       // Reached through the node's public address: SSH on the slot's first public port, the
