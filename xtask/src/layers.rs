@@ -17,16 +17,33 @@ const LAYERS: &[(&str, u8)] = &[
     // What every area of the domain stands on; the host agent (which never links the domain).
     ("cp-base", 1),
     ("node-agent", 1),
-    // The domain's areas.
-    ("control-plane", 2),
+    // The domain's areas, each above the ones it uses.
+    ("cp-identity", 2),
+    ("cp-inventory", 3),
+    ("cp-marketplace", 4),
+    ("cp-billing", 5),
+    ("cp-allocations", 6),
+    // The domain's facade (and the demo data, which touches every area).
+    ("control-plane", 7),
     // Pages and server functions; the shared test databases and fixtures.
-    ("app", 3),
-    ("test-db", 3),
+    ("app", 8),
+    ("test-db", 8),
     // Binaries.
-    ("server", 4),
-    ("frontend", 4),
-    ("xtask", 5),
+    ("server", 9),
+    ("frontend", 9),
+    ("xtask", 10),
 ];
+
+/// The area crates: only the facade and each other may depend on them, so what they share
+/// without a proof (their `internal` traits) never reaches a page or the API.
+const AREAS: &[&str] = &[
+    "cp-identity",
+    "cp-inventory",
+    "cp-marketplace",
+    "cp-billing",
+    "cp-allocations",
+];
+const FACADE: &str = "control-plane";
 
 pub fn check() -> Result {
     let root = crate::root();
@@ -46,6 +63,15 @@ pub fn check() -> Result {
             let Some(&dep_layer) = layers.get(dep.as_str()) else {
                 continue;
             };
+            if AREAS.contains(&dep.as_str())
+                && !AREAS.contains(&member.as_str())
+                && member != FACADE
+            {
+                problems.push(format!(
+                    "{member} depends on {dep}: above the domain, depend on {FACADE} (the \
+                     facade) instead; the area crates share `internal` traits with each other only"
+                ));
+            }
             if dep_layer >= layer {
                 problems.push(format!(
                     "{member} (layer {layer}) depends on {dep} (layer {dep_layer}): a crate may \
@@ -66,7 +92,14 @@ pub fn check() -> Result {
 
 /// Crates whose top-level modules must not form a cycle: the step before splitting them
 /// into crates by area (a cycle of modules would be a cycle of crates).
-const ACYCLIC_MODULES: &[&str] = &["control-plane", "cp-base"];
+const ACYCLIC_MODULES: &[&str] = &[
+    "control-plane",
+    "cp-base",
+    "cp-identity",
+    "cp-inventory",
+    "cp-billing",
+    "cp-allocations",
+];
 
 /// Each crate of [`ACYCLIC_MODULES`]: its top-level modules, and which others each names as
 /// `crate::…` in code (comments don't count), must form no cycle.

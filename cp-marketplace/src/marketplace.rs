@@ -829,7 +829,7 @@ async fn load_listings(
 }
 
 /// What a launch resolves a listing (and optional version) to.
-pub(crate) struct LaunchVersion {
+pub struct LaunchVersion {
     pub id: ListingVersionId,
     pub slug: String,
     pub label: String,
@@ -838,7 +838,7 @@ pub(crate) struct LaunchVersion {
 
 /// The version `slug` + `version` names (empty version: the newest published), refused in
 /// words unless it is published.
-pub(crate) async fn launch_version(
+pub async fn launch_version(
     conn: &mut PgConnection,
     slug: &str,
     version: &str,

@@ -7,7 +7,7 @@
 //!
 //! - [`validate`]: the rules a slot must meet before an operator may approve it.
 
-use crate::prelude::*;
+use crate::internal::AuditLogInternal;
 
 pub mod validate;
 
@@ -252,7 +252,7 @@ pub enum SlotMapDecision {
 }
 
 /// 32 random bytes, URL-safe base64, after a prefix that says what the secret is.
-pub(crate) fn new_secret(prefix: &str) -> String {
+pub fn new_secret(prefix: &str) -> String {
     use base64::Engine;
     use rand::RngCore;
     let mut bytes = [0u8; 32];
@@ -264,7 +264,7 @@ pub(crate) fn new_secret(prefix: &str) -> String {
 }
 
 /// Secrets are high-entropy, so a plain SHA-256 is the right hash: lookups stay indexable.
-pub(crate) fn secret_hash(secret: &str) -> Vec<u8> {
+pub fn secret_hash(secret: &str) -> Vec<u8> {
     Sha256::digest(secret.trim().as_bytes()).to_vec()
 }
 
@@ -350,7 +350,7 @@ fn check_new_node(n: &NewNode) -> Result<NewNode> {
     })
 }
 
-pub(crate) fn utc(t: OffsetDateTime) -> String {
+pub fn utc(t: OffsetDateTime) -> String {
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
         t.year(),
@@ -370,7 +370,7 @@ fn wipe_policy_of(meta: &serde_json::Value) -> String {
 }
 
 /// How an approved slot and a proposed slot with the same GPU differ; empty when they agree.
-pub(crate) fn differences(current: &SlotRow, proposed: &SlotSpec) -> Vec<String> {
+pub fn differences(current: &SlotRow, proposed: &SlotSpec) -> Vec<String> {
     let mut out = Vec::new();
     let nvme = proposed.nvme.as_ref();
     let cmp = |what: &str, was: &str, now: &str, out: &mut Vec<String>| {
@@ -1079,10 +1079,7 @@ impl FleetInternal for ControlPlane {
 }
 
 /// The node's approved (not retired) slots, with their state, in index order.
-pub(crate) async fn live_slots(
-    conn: &mut sqlx::PgConnection,
-    node: NodeId,
-) -> Result<Vec<SlotRow>> {
+pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<Vec<SlotRow>> {
     let rows = sqlx::query!(
         r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.gpu_model, s.gpu_uuid,
                       s.numa_node, s.nvme_pci_address, s.nvme_serial, s.nvme_namespace,
@@ -1133,13 +1130,13 @@ pub(crate) async fn live_slots(
 
 /// A node's row, locked for the rest of the transaction: every change to a node, its
 /// proposals or its slots takes this lock first, so they serialise per node.
-pub(crate) struct LockedNode {
+pub struct LockedNode {
     pub hostname: String,
     pub region: String,
     pub admin_state: String,
 }
 
-pub(crate) async fn lock_node(tx: &mut sqlx::PgConnection, node: NodeId) -> Result<LockedNode> {
+pub async fn lock_node(tx: &mut sqlx::PgConnection, node: NodeId) -> Result<LockedNode> {
     sqlx::query_as!(
         LockedNode,
         "SELECT hostname, region, admin_state FROM nodes WHERE id = $1 FOR UPDATE",
@@ -1472,7 +1469,7 @@ async fn issue_token(
 }
 
 /// Queues a discovery unless one is already queued or running; says whether it queued one.
-pub(crate) async fn queue_discovery(
+pub async fn queue_discovery(
     tx: &mut sqlx::PgConnection,
     node: NodeId,
     requested_by: Option<UserId>,

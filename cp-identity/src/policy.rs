@@ -424,7 +424,7 @@ impl PolicyApi for ControlPlane {
 
 /// [`ControlPlane::resolve_policies`] on `conn`: a launch resolves its policies in the
 /// transaction that reserves.
-pub(crate) async fn resolve_policies_on(
+pub async fn resolve_policies_on(
     conn: &mut sqlx::PgConnection,
     tenant: Option<TenantId>,
     project: Option<ProjectId>,

@@ -79,13 +79,20 @@ impl AuditLogApi for ControlPlane {
     }
 }
 
-/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
-#[allow(async_fn_in_trait)]
-pub(crate) trait AuditLogInternal {
-    /// The newest records whose resource name contains `needle`, across tenants. Only for
-    /// callers that already hold a platform proof (e.g. a node's trail for fleet staff).
-    async fn platform_trail(&self, needle: String) -> Result<Vec<AuditLine>>;
+/// The trait is public for the area crates above (through `internal`), which the facade
+/// does not re-export.
+pub(crate) mod hidden {
+    use super::*;
+
+    /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+    #[allow(async_fn_in_trait)]
+    pub trait AuditLogInternal {
+        /// The newest records whose resource name contains `needle`, across tenants. Only for
+        /// callers that already hold a platform proof (e.g. a node's trail for fleet staff).
+        async fn platform_trail(&self, needle: String) -> Result<Vec<AuditLine>>;
+    }
 }
+pub(crate) use hidden::AuditLogInternal;
 
 impl AuditLogInternal for ControlPlane {
     async fn platform_trail(&self, needle: String) -> Result<Vec<AuditLine>> {

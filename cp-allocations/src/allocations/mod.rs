@@ -2,6 +2,7 @@
 //! idempotency key), release, and what the allocation pages read. The lifecycle after launch
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
+use crate::allocations::lifecycle::LifecycleInternal;
 use crate::prelude::*;
 
 mod decide;

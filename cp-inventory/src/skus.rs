@@ -227,7 +227,7 @@ impl TryFrom<SkuRow> for Sku {
 }
 
 /// One SKU by name.
-pub(crate) async fn sku_by_name(conn: &mut sqlx::PgConnection, name: &str) -> Result<Sku> {
+pub async fn sku_by_name(conn: &mut sqlx::PgConnection, name: &str) -> Result<Sku> {
     sqlx::query_as!(
         SkuRow,
         r#"SELECT id AS "id: SkuId", name, display_name, shape, gpu_model, gpu_count, vcpus,
@@ -425,11 +425,18 @@ impl SkusApi for ControlPlane {
     }
 }
 
-/// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
-#[allow(async_fn_in_trait)]
-pub(crate) trait SkusInternal {
-    async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>>;
+/// The trait is public for the area crates above (through `internal`), which the facade
+/// does not re-export.
+pub(crate) mod hidden {
+    use super::*;
+
+    /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
+    #[allow(async_fn_in_trait)]
+    pub trait SkusInternal {
+        async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>>;
+    }
 }
+pub(crate) use hidden::SkusInternal;
 
 impl SkusInternal for ControlPlane {
     async fn all_skus(&self, active_only: bool) -> Result<Vec<Sku>> {

@@ -1,7 +1,7 @@
 //! The public catalog: every SKU for sale with live availability per region, from the same
 //! query placement uses, and why nothing could launch when nothing could.
 
-use crate::prelude::*;
+use crate::internal::SkusInternal;
 
 use serde::{Deserialize, Serialize};
 

@@ -42,7 +42,7 @@ struct Candidate {
 }
 
 /// Live availability of `sku` per region: the number of launches that could succeed now.
-pub(crate) async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(String, i64)>> {
+pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(String, i64)>> {
     let per = sku.per_gpu();
     let rows = match sku.shape {
         Shape::GpuSlice => sqlx::query!(
@@ -198,7 +198,8 @@ async fn node_view(conn: &mut PgConnection, node: NodeId, model: &str) -> Result
 
 /// What to do with a placement inside the caller's transaction (a savepoint): write the
 /// allocation and its claims. An error from the database there means "try the next node".
-pub(crate) trait Reserve {
+#[allow(async_fn_in_trait)]
+pub trait Reserve {
     async fn reserve(&mut self, conn: &mut PgConnection, placement: &Placement) -> Result<()>;
 }
 
@@ -217,7 +218,7 @@ pub use cp_base::CONTENTION_DEADLINE;
 /// growing pause, until `patience` has passed ([`CONTENTION_DEADLINE`] by default); then it
 /// answers `sku_unavailable`, counting the nodes that were only busy apart from those that
 /// cannot fit.
-pub(crate) async fn place(
+pub async fn place(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],

@@ -177,7 +177,7 @@ pub fn verify_id_token(
 }
 
 /// Where a tenant's client secret is kept: what its sealing is bound to.
-pub(crate) fn secret_place(tenant: TenantId) -> String {
+pub fn secret_place(tenant: TenantId) -> String {
     format!("identity_providers.client_secret:{tenant}")
 }
 
@@ -711,9 +711,6 @@ pub(crate) trait SsoInternal {
         tenant: TenantId,
     ) -> Result<AccountTies>;
 
-    /// Whether `domain` is one of `tenant`'s verified sign-in email domains.
-    async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool>;
-
     async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>>;
 }
 
@@ -796,8 +793,7 @@ impl SsoInternal for ControlPlane {
             (Some(e), true) => normalize_email(e).map_err(|_| SsoError::MissingEmail)?,
             _ => return Err(SsoError::MissingEmail.into()),
         };
-        if !self
-            .tenant_owns_domain(provider.tenant, email_domain(&email))
+        if !crate::tenancy::tenant_owns_domain(self.pool(), provider.tenant, email_domain(&email))
             .await?
         {
             return Err(SsoError::EmailNotAllowed { email }.into());
@@ -975,18 +971,6 @@ impl SsoInternal for ControlPlane {
             elsewhere: r.elsewhere,
             here: r.here,
         })
-    }
-
-    async fn tenant_owns_domain(&self, tenant: TenantId, domain: &str) -> Result<bool> {
-        Ok(sqlx::query_scalar!(
-            r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
-                              WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NOT NULL)
-                  AS "owns!""#,
-            tenant as TenantId,
-            domain,
-        )
-        .fetch_one(self.pool())
-        .await?)
     }
 
     async fn domain_claims(&self, tenant: TenantId) -> Result<Vec<DomainClaim>> {

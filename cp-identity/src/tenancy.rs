@@ -3,8 +3,6 @@
 //! Access to another tenant's resource answers [`Error::NotFound`], never `Forbidden`: a user
 //! of tenant A learns nothing about tenant B, not even that a project id exists.
 
-use crate::prelude::*;
-
 use std::marker::PhantomData;
 
 use serde::{Deserialize, Serialize};
@@ -633,7 +631,7 @@ impl TenancyApi for ControlPlane {
     ) -> Result<InviteOutcome> {
         let email = normalize_email(email)?;
         let domain = email_domain(&email);
-        let owns_domain = self.tenant_owns_domain(who.tenant, domain).await?;
+        let owns_domain = tenant_owns_domain(self.pool(), who.tenant, domain).await?;
         let mut tx = self.pool().begin().await?;
         let existing = sqlx::query!(
             r#"SELECT u.id AS "id: UserId", pm.role AS "project_role?"
@@ -813,6 +811,23 @@ fn last_admin_error(e: sqlx::Error) -> Error {
 
 /// Turns the open invitations for `email` in `tenant` into memberships. Called inside the
 /// sign-in transaction, right after the user's tenant membership exists.
+/// Whether `domain` is one of `tenant`'s verified sign-in email domains.
+pub(crate) async fn tenant_owns_domain(
+    conn: impl sqlx::PgExecutor<'_>,
+    tenant: TenantId,
+    domain: &str,
+) -> Result<bool> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
+                              WHERE tenant_id = $1 AND domain = $2 AND verified_at IS NOT NULL)
+                  AS "owns!""#,
+        tenant as TenantId,
+        domain,
+    )
+    .fetch_one(conn)
+    .await?)
+}
+
 pub(crate) async fn accept_invitations(
     tx: &mut sqlx::PgConnection,
     cp: &ControlPlane,
