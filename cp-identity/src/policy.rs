@@ -1,7 +1,7 @@
 //! The policy chain: global → tenant → project. The most specific setting wins, and each
 //! resolution carries a trace of every level, so a decision can say which level made it.
 
-use crate::prelude::*;
+use crate::tenancy::TenancyApi;
 
 use std::fmt;
 

@@ -9,7 +9,7 @@
 //! [`begin`]: ControlPlane::sso_begin
 //! [`complete`]: ControlPlane::sso_complete
 
-use crate::prelude::*;
+use crate::auth::AuthApi;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -5,8 +5,7 @@
 //! holds the state machine and fixes a version's content once it left its publisher, and the
 //! allocation trigger lets only published versions that fit the SKU launch. Browsing needs no
 //! sign-in and shows only published versions.
-
-use crate::prelude::*;
+use crate::skus::SkusApi;
 
 pub mod cloud_init;
 

@@ -3,7 +3,7 @@
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
 use crate::allocations::lifecycle::LifecycleInternal;
-use crate::prelude::*;
+use crate::tenancy::TenancyApi;
 
 mod decide;
 pub mod lifecycle;
