@@ -417,24 +417,26 @@ pub async fn get_launch_form(
     })
 }
 
-/// Launches. SSH keys: the saved keys `ssh_key_ids` (the user's own) and a pasted one, which
-/// is also saved under `save_key_as` when that is given.
+/// Launches what the form chose (see [`portal_types::LaunchInput`] for the SSH keys).
 #[server]
 pub async fn launch_allocation(
-    project: String,
-    sku: String,
-    region: String,
-    listing: String,
-    version: Option<String>,
-    name: String,
-    #[server(default)] ssh_key_ids: Vec<String>,
-    #[server(default)] ssh_public_key: String,
-    #[server(default)] save_key_as: String,
-    #[server(default)] lifetime_hours: String,
-    #[server(default)] published_ports: String,
-    idempotency_key: String,
+    #[server(flatten)] launch: portal_types::LaunchInput,
 ) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
+    let portal_types::LaunchInput {
+        project,
+        sku,
+        region,
+        listing,
+        version,
+        name,
+        ssh_key_ids,
+        ssh_public_key,
+        save_key_as,
+        lifetime_hours,
+        published_ports,
+        idempotency_key,
+    } = launch;
     let (cp, principal) = crate::server::signed_in().await?;
     let lifetime_hours = match lifetime_hours.trim() {
         "" => None,

@@ -233,13 +233,16 @@ pub async fn fleet_overview(
 
 #[server]
 pub async fn enrol_node(
-    hostname: String,
-    region: String,
-    rack: String,
-    family: String,
-    shape_gpu_slice: Option<String>,
-    shape_baremetal: Option<String>,
+    #[server(flatten)] node: portal_types::EnrolmentInput,
 ) -> Result<Enrolled, AppError> {
+    let portal_types::EnrolmentInput {
+        hostname,
+        region,
+        rack,
+        family,
+        shape_gpu_slice,
+        shape_baremetal,
+    } = node;
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;

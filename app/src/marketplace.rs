@@ -477,34 +477,9 @@ pub async fn create_listing(
     slug: String,
     name: String,
     category: String,
-    version: String,
-    summary: String,
-    description_md: String,
-    release_notes: String,
-    image_source: String,
-    ssh_user: String,
-    cloud_init: String,
-    shapes: String,
-    gpu_models: String,
-    min_gpus: String,
-    fee: String,
-    #[server(default)] image_sha256: String,
+    #[server(flatten)] draft: portal_types::VersionDraft,
 ) -> Result<String, AppError> {
     let (cp, actor) = acting_publisher().await?;
-    let draft = control_plane::marketplace::VersionDraft {
-        version,
-        summary,
-        description_md,
-        release_notes,
-        image_source,
-        image_sha256,
-        ssh_user,
-        cloud_init,
-        shapes,
-        gpu_models,
-        min_gpus,
-        fee,
-    };
     cp.create_listing(
         &actor,
         &slug,
@@ -520,34 +495,9 @@ pub async fn create_listing(
 #[server]
 pub async fn create_version(
     slug: String,
-    version: String,
-    summary: String,
-    description_md: String,
-    release_notes: String,
-    image_source: String,
-    ssh_user: String,
-    cloud_init: String,
-    shapes: String,
-    gpu_models: String,
-    min_gpus: String,
-    fee: String,
-    #[server(default)] image_sha256: String,
+    #[server(flatten)] draft: portal_types::VersionDraft,
 ) -> Result<String, AppError> {
     let (cp, actor) = acting_publisher().await?;
-    let draft = control_plane::marketplace::VersionDraft {
-        version,
-        summary,
-        description_md,
-        release_notes,
-        image_source,
-        image_sha256,
-        ssh_user,
-        cloud_init,
-        shapes,
-        gpu_models,
-        min_gpus,
-        fee,
-    };
     cp.create_version(&actor, &slug, &draft, Some(&crate::error::request_id()))
         .await?;
     Ok(format!("{} {}", slug.trim(), draft.version.trim()))

@@ -101,14 +101,17 @@ pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
 
 #[server]
 pub async fn save_sso_settings(
-    issuer_url: String,
-    client_id: String,
-    client_secret: String,
-    domains: String,
-    role_claim: String,
-    default_role: String,
-    mappings: String,
+    #[server(flatten)] settings: portal_types::SsoSettingsInput,
 ) -> Result<(), AppError> {
+    let portal_types::SsoSettingsInput {
+        issuer_url,
+        client_id,
+        client_secret,
+        domains,
+        role_claim,
+        default_role,
+        mappings,
+    } = settings;
     use control_plane::sso::ProviderUpdate;
     use control_plane::tenancy::{TenantAdmins, TenantRole};
     let (cp, principal) = crate::server::signed_in().await?;

@@ -22,19 +22,5 @@ pub use cp_billing::billing;
 pub use cp_identity::{account, audit_log, auth, policy, sso, tenancy};
 pub use cp_inventory::{catalog, fleet, placement, skus};
 pub use cp_marketplace::marketplace;
-
-// The base every area stands on, under the paths it always had.
-#[allow(unused_imports)]
-use cp_base::db;
-pub use cp_base::{
-    ControlPlane, MIGRATOR, Wakeups, audit, dns, egress, error, health, ids, naming, ratelimit,
-    resource_name, secrets,
-};
-
-pub use error::{Error, Result};
-pub use ids::{
-    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
-    SlotId, TenantId, UserId,
-};
-pub use naming::Naming;
-pub use resource_name::{ResourceName, ResourceNameError};
+// The base, at the paths it always had (`control_plane::Error`, `control_plane::ProjectId`).
+pub use cp_base::*;

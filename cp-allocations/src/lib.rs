@@ -5,7 +5,7 @@
 pub mod agent_api;
 pub mod allocations;
 
-/// Every area's trait up to this crate, for `use crate::prelude::*`.
+/// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
     pub use crate::agent_api::AgentApi;
     pub use crate::allocations::AllocationsApi;
@@ -20,24 +20,7 @@ pub mod internal {
     pub use cp_billing::internal::*;
 }
 
-// The areas below, under the paths they always had.
-pub use cp_billing::{
-    account, audit_log, auth, billing, catalog, fleet, marketplace, placement, policy, skus, sso,
-    tenancy,
-};
-
-// The base every area stands on, under the paths it always had.
-#[allow(unused_imports)]
-use cp_base::db;
-pub use cp_base::{
-    ControlPlane, MIGRATOR, Wakeups, audit, dns, egress, error, health, ids, naming, ratelimit,
-    resource_name, secrets,
-};
-
-pub use error::{Error, Result};
-pub use ids::{
-    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
-    SlotId, TenantId, UserId,
-};
-pub use naming::Naming;
-pub use resource_name::{ResourceName, ResourceNameError};
+// Everything below (the base, and the areas under this one) at the paths it always had:
+// `crate::error`, `crate::tenancy`, `crate::ProjectId`. This crate's own `prelude` and
+// `internal` shadow the ones the glob brings.
+pub use cp_billing::*;

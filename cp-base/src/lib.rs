@@ -1,6 +1,7 @@
 //! What every area of the control plane stands on. Nothing here knows tenants' rules, the
-//! fleet, placement, allocations or billing: those are the areas above it (today the
-//! `control-plane` crate, which re-exports these modules under their old paths).
+//! fleet, placement, allocations or billing: those are the area crates above it, which
+//! re-export everything here (`pub use cp_base::*`), so their code reads `crate::error`,
+//! `crate::db`, `crate::ProjectId` as it always did.
 //!
 //! Invariants: [`error::Error`] is the one error of the domain, and [`db`] the one way a
 //! database refusal becomes one of its variants; an audit row is written only inside the
@@ -21,7 +22,10 @@ pub mod stripe_link;
 
 pub use error::{Error, Result};
 pub use handle::{CONTENTION_DEADLINE, ControlPlane, Wakeups};
+pub use ids::*;
+pub use naming::Naming;
 pub use portal_types as types;
+pub use resource_name::{ResourceName, ResourceNameError};
 
 /// Every migration in `migrations/`, embedded at compile time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");

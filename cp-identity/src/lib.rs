@@ -9,7 +9,7 @@ pub mod policy;
 pub mod sso;
 pub mod tenancy;
 
-/// Every area's trait up to this crate, for `use crate::prelude::*`.
+/// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
     pub use crate::account::AccountApi;
     pub use crate::audit_log::AuditLogApi;
@@ -26,18 +26,7 @@ pub mod internal {
     pub use crate::audit_log::hidden::AuditLogInternal;
 }
 
-// The base every area stands on, under the paths it always had.
-#[allow(unused_imports)]
-use cp_base::db;
-pub use cp_base::{
-    ControlPlane, MIGRATOR, Wakeups, audit, dns, egress, error, health, ids, naming, ratelimit,
-    resource_name, secrets,
-};
-
-pub use error::{Error, Result};
-pub use ids::{
-    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
-    SlotId, TenantId, UserId,
-};
-pub use naming::Naming;
-pub use resource_name::{ResourceName, ResourceNameError};
+// Everything below (the base, and the areas under this one) at the paths it always had:
+// `crate::error`, `crate::tenancy`, `crate::ProjectId`. This crate's own `prelude` and
+// `internal` shadow the ones the glob brings.
+pub use cp_base::*;

@@ -343,28 +343,8 @@ pub struct Browse {
     pub gpu_models: Vec<String>,
 }
 
-/// What a publisher (or an operator, for the platform's listings) types for a new version.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionDraft {
-    pub version: String,
-    pub summary: String,
-    pub description_md: String,
-    pub release_notes: String,
-    pub image_source: String,
-    /// The image file's SHA-256 as `sha256sum` prints it; required to submit a third-party
-    /// version for review.
-    pub image_sha256: String,
-    pub ssh_user: String,
-    /// A cloud-config fragment as a JSON object (JSON is YAML); empty for none.
-    pub cloud_init: String,
-    /// Comma-separated: `gpu_slice`, `baremetal`.
-    pub shapes: String,
-    /// Comma-separated GPU models; empty for any.
-    pub gpu_models: String,
-    pub min_gpus: String,
-    /// "0.25 USD", or empty for no fee.
-    pub fee: String,
-}
+/// What a publisher types for a new version (shared with the pages and the API).
+pub use portal_types::VersionDraft;
 
 /// Cloud-config keys the platform writes itself; a fragment may not set them.
 const RESERVED_CLOUD_INIT: &[&str] = &[
@@ -401,9 +381,10 @@ fn bounded(field: &'static str, s: &str, min: usize, max: usize) -> Result<Strin
     Ok(s.to_string())
 }
 
-impl VersionDraft {
-    fn check(&self) -> Result<CheckedDraft> {
-        let version = self.version.trim();
+impl CheckedDraft {
+    /// The draft checked field by field; the first refusal names its field.
+    fn check(d: &VersionDraft) -> Result<Self> {
+        let version = d.version.trim();
         if version.is_empty()
             || version.len() > 32
             || !version.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -416,13 +397,13 @@ impl VersionDraft {
                 format!("{version:?}: use letters, digits, '.', '_', '+' and '-', e.g. 2.5.1"),
             ));
         }
-        let image_source = self.image_source.trim();
+        let image_source = d.image_source.trim();
         agent_protocol::image_file(image_source).map_err(|e| invalid("image_source", e))?;
-        let image_sha256 = match self.image_sha256.trim() {
+        let image_sha256 = match d.image_sha256.trim() {
             "" => None,
             s => Some(agent_protocol::parse_sha256(s).map_err(|e| invalid("image_sha256", e))?),
         };
-        let ssh_user = self.ssh_user.trim();
+        let ssh_user = d.ssh_user.trim();
         if ssh_user.is_empty()
             || ssh_user.len() > 32
             || !ssh_user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
@@ -435,10 +416,10 @@ impl VersionDraft {
                 "a Unix user name: lowercase letters, digits, '_' and '-'",
             ));
         }
-        let cloud_init = if self.cloud_init.trim().is_empty() {
+        let cloud_init = if d.cloud_init.trim().is_empty() {
             json!({})
         } else {
-            let v: Value = serde_json::from_str(self.cloud_init.trim()).map_err(|e| {
+            let v: Value = serde_json::from_str(d.cloud_init.trim()).map_err(|e| {
                 invalid(
                     "cloud_init",
                     format!("write the cloud-config fragment as a JSON object: {e}"),
@@ -460,18 +441,13 @@ impl VersionDraft {
                 ));
             }
             cloud_init::check(map).map_err(|reason| invalid("cloud_init", reason))?;
-            if self.cloud_init.len() > 32 * 1024 {
+            if d.cloud_init.len() > 32 * 1024 {
                 return Err(invalid("cloud_init", "keep the fragment under 32 KiB"));
             }
             v
         };
         let mut shapes = Vec::new();
-        for s in self
-            .shapes
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
+        for s in d.shapes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let shape = Shape::parse(s).map_err(|_| {
                 invalid(
                     "shapes",
@@ -488,7 +464,7 @@ impl VersionDraft {
                 "name at least one of gpu_slice, baremetal",
             ));
         }
-        let gpu_models: Vec<String> = self
+        let gpu_models: Vec<String> = d
             .gpu_models
             .split(',')
             .map(str::trim)
@@ -501,7 +477,7 @@ impl VersionDraft {
                 "a GPU model is at most 100 characters",
             ));
         }
-        let min_gpus = match self.min_gpus.trim() {
+        let min_gpus = match d.min_gpus.trim() {
             "" => 1,
             s => s
                 .parse::<i32>()
@@ -514,7 +490,7 @@ impl VersionDraft {
                     )
                 })?,
         };
-        let fee = match self.fee.trim() {
+        let fee = match d.fee.trim() {
             "" | "0" => None,
             s => {
                 let m = Money::parse_hourly("fee", s)?;
@@ -523,9 +499,9 @@ impl VersionDraft {
         };
         Ok(CheckedDraft {
             version: version.to_string(),
-            summary: bounded("summary", &self.summary, 1, 200)?,
-            description_md: bounded("description", &self.description_md, 0, 20000)?,
-            release_notes: bounded("release_notes", &self.release_notes, 0, 5000)?,
+            summary: bounded("summary", &d.summary, 1, 200)?,
+            description_md: bounded("description", &d.description_md, 0, 20000)?,
+            release_notes: bounded("release_notes", &d.release_notes, 0, 5000)?,
             image_source: image_source.to_string(),
             image_sha256,
             ssh_user: ssh_user.to_string(),
@@ -1300,7 +1276,7 @@ impl MarketplaceApi for ControlPlane {
         }
         let name = bounded("name", name, 1, 100)?;
         let category = Category::parse(category)?;
-        let draft = first.check()?;
+        let draft = CheckedDraft::check(first)?;
         let mut tx = self.pool().begin().await?;
         let listing = ListingId::new_random();
         let inserted = sqlx::query!(
@@ -1346,7 +1322,7 @@ impl MarketplaceApi for ControlPlane {
         draft: &VersionDraft,
         request_id: Option<&str>,
     ) -> Result<ListingVersionId> {
-        let draft = draft.check()?;
+        let draft = CheckedDraft::check(draft)?;
         let mut tx = self.pool().begin().await?;
         let listing = sqlx::query_scalar!(
             r#"SELECT id AS "id: ListingId" FROM listings WHERE slug = $1 AND publisher_id = $2"#,
@@ -1820,10 +1796,10 @@ mod tests {
             fee: "0.25 USD".into(),
             ..Default::default()
         };
-        let c = good.check().unwrap();
+        let c = CheckedDraft::check(&good).unwrap();
         assert_eq!(c.shapes, vec!["gpu_slice", "baremetal"]);
         assert_eq!(c.fee.unwrap().amount_minor, 25);
-        let field = |d: VersionDraft| match d.check() {
+        let field = |d: VersionDraft| match CheckedDraft::check(&d) {
             Err(Error::Invalid { field, .. }) => field,
             other => panic!("expected a refusal, got {:?}", other.map(|c| c.version)),
         };

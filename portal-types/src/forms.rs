@@ -21,3 +21,86 @@ pub struct SkuInput {
     /// `12.50 USD`.
     pub price_per_hour: String,
 }
+
+/// What a publisher (or an operator, for the platform's listings) types for a new version.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionDraft {
+    pub version: String,
+    pub summary: String,
+    pub description_md: String,
+    pub release_notes: String,
+    pub image_source: String,
+    /// The image file's SHA-256 as `sha256sum` prints it; required to submit a third-party
+    /// version for review.
+    #[serde(default)]
+    pub image_sha256: String,
+    pub ssh_user: String,
+    /// A cloud-config fragment as a JSON object (JSON is YAML); empty for none.
+    pub cloud_init: String,
+    /// Comma-separated: `gpu_slice`, `baremetal`.
+    pub shapes: String,
+    /// Comma-separated GPU models; empty for any.
+    pub gpu_models: String,
+    pub min_gpus: String,
+    /// "0.25 USD", or empty for no fee.
+    pub fee: String,
+}
+
+/// What a tenant chooses on the launch form. SSH keys: the saved keys `ssh_key_ids` (the
+/// user's own) and a pasted one, which is also saved under `save_key_as` when that is given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchInput {
+    /// The project's id.
+    pub project: String,
+    pub sku: String,
+    /// Empty for any region.
+    pub region: String,
+    /// The listing's slug (an OS image is a listing too).
+    pub listing: String,
+    /// Empty (or absent) for the newest published version.
+    #[serde(default)]
+    pub version: Option<String>,
+    pub name: String,
+    #[serde(default)]
+    pub ssh_key_ids: Vec<String>,
+    #[serde(default)]
+    pub ssh_public_key: String,
+    #[serde(default)]
+    pub save_key_as: String,
+    /// Whole hours; empty for no end.
+    #[serde(default)]
+    pub lifetime_hours: String,
+    /// "8888, 6006": commas or spaces.
+    #[serde(default)]
+    pub published_ports: String,
+    /// The form's own key, so a double submit launches once.
+    pub idempotency_key: String,
+}
+
+/// What a tenant admin types for the organization's identity provider.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SsoSettingsInput {
+    pub issuer_url: String,
+    pub client_id: String,
+    /// Empty keeps the stored secret.
+    pub client_secret: String,
+    /// Comma-separated email domains.
+    pub domains: String,
+    pub role_claim: String,
+    pub default_role: String,
+    /// One "group = role" per line.
+    pub mappings: String,
+}
+
+/// What an operator types to enrol a host. The shape boxes are present when ticked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnrolmentInput {
+    pub hostname: String,
+    pub region: String,
+    pub rack: String,
+    pub family: String,
+    #[serde(default)]
+    pub shape_gpu_slice: Option<String>,
+    #[serde(default)]
+    pub shape_baremetal: Option<String>,
+}

@@ -14,7 +14,7 @@ mod money;
 mod policy;
 mod shape;
 
-pub use forms::SkuInput;
+pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
 pub use ids::{
     AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
     SlotId, SshKeyId, TenantId, UserId,
