@@ -14,6 +14,8 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use portal_types::allocations::{AllocationDetail, AllocationSummary, Certificate, Transition};
+use portal_types::utc;
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
@@ -181,66 +183,11 @@ pub fn nothing_free(sku: &LaunchSku, region: &str) -> Option<String> {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocationRow {
-    pub id: String,
-    pub name: String,
-    pub sku: String,
-    pub gpus: i32,
-    pub region: String,
-    pub state: String,
-    pub projected: String,
-    pub price: String,
-    pub created_at: String,
-    /// `ssh -p port user@host`, once running.
-    pub ssh: Option<String>,
-    /// Published guest ports and the `host:port` each is reached at.
-    pub published: Vec<(u16, String)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationsView {
     pub projects: Vec<(String, String)>,
     pub project: Option<String>,
     pub state: String,
-    pub rows: Vec<AllocationRow>,
-}
-
-/// The allocation page (mirrors the control plane's read model).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocationView {
-    pub id: String,
-    pub canonical_name: String,
-    pub project_id: String,
-    pub name: String,
-    pub sku: String,
-    pub gpus: i32,
-    pub region: String,
-    pub node: String,
-    pub slots: String,
-    pub image: String,
-    pub listing: String,
-    pub price: String,
-    pub desired: String,
-    pub observed: String,
-    pub state: String,
-    pub projected: String,
-    pub execution: Option<String>,
-    pub failure: Option<String>,
-    pub why: String,
-    pub ssh: Option<String>,
-    /// Published guest ports and the `host:port` each is reached at.
-    pub published: Vec<(u16, String)>,
-    /// "72% (guest-reported, 2026-11-21 13:02:11 UTC)".
-    pub gpu_utilisation: Option<String>,
-    pub created_at: String,
-    pub expires_at: Option<String>,
-    /// `(from → to, at, after)`.
-    pub transitions: Vec<(String, String, String)>,
-    /// `(task, phase, status, ms, detail)`.
-    pub phases: Vec<(String, String, String, i64, String)>,
-    /// `(slot, nvme, method, checks, signature, at)`.
-    pub certificates: Vec<(i32, String, String, String, String, String)>,
-    pub can_release: bool,
+    pub rows: Vec<AllocationSummary>,
 }
 
 pub const STATE_FILTERS: &[&str] = &[
@@ -543,19 +490,6 @@ pub async fn list_allocations(
             cp.allocations(&who, Some(&state))
                 .await?
                 .into_iter()
-                .map(|a| AllocationRow {
-                    id: a.id.to_string(),
-                    name: a.name,
-                    sku: a.sku,
-                    gpus: a.gpu_count,
-                    region: a.region,
-                    state: a.state,
-                    projected: a.projected,
-                    price: a.price,
-                    created_at: a.created_at,
-                    ssh: a.ssh,
-                    published: a.published,
-                })
                 .collect()
         }
     };
@@ -568,105 +502,33 @@ pub async fn list_allocations(
 }
 
 #[server]
-pub async fn get_allocation(id: String) -> Result<AllocationView, AppError> {
+pub async fn get_allocation(id: String) -> Result<AllocationDetail, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
     let id = crate::server::id(&id)?;
-    let d = cp.allocation(&principal, id).await?;
-    Ok(AllocationView {
-        id: d.id.to_string(),
-        canonical_name: d.canonical_name,
-        project_id: d.project_id.to_string(),
-        name: d.name,
-        sku: d.sku,
-        gpus: d.gpu_count,
-        region: d.region,
-        node: d.node,
-        slots: d
-            .slot_indexes
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
-        image: d.image,
-        listing: d.listing,
-        price: d.price,
-        desired: d.desired_state,
-        observed: d.observed_state,
-        state: d.state,
-        projected: d.projected,
-        execution: d.execution,
-        failure: d.failure,
-        why: d.placement_why,
-        ssh: d.ssh,
-        published: d.published,
-        gpu_utilisation: d
-            .gpu_utilisation
-            .map(|(pct, at)| format!("{pct}% (reported by the guest, {at})")),
-        created_at: d.created_at,
-        expires_at: d.expires_at,
-        transitions: d
-            .transitions
-            .into_iter()
-            .map(|t| {
-                (
-                    match t.from {
-                        Some(f) => format!("{f} → {}", t.to),
-                        None => t.to,
-                    },
-                    t.at,
-                    format!("{:.1} s", t.after_ms as f64 / 1000.0),
-                )
-            })
-            .collect(),
-        phases: d
-            .phases
-            .into_iter()
-            .map(|p| {
-                (
-                    p.task,
-                    p.phase,
-                    p.status,
-                    p.elapsed_ms,
-                    p.detail.unwrap_or_default(),
-                )
-            })
-            .collect(),
-        certificates: d
-            .certificates
-            .into_iter()
-            .map(|c| {
-                (
-                    c.slot_index,
-                    c.nvme_serial,
-                    c.wipe_method,
-                    {
-                        let mut line = format!(
-                            "wipe verified: {}, GPU reset: {}, firmware: {}",
-                            yes(c.wipe_verified),
-                            yes(c.gpu_reset),
-                            if c.firmware_ok { "ok" } else { "NOT ok" }
-                        );
-                        if let (Some(ms), Some(n), Some(fw)) =
-                            (c.wipe_ms, c.verified_samples, c.gpu_firmware)
-                        {
-                            line.push_str(&format!(
-                                " ({fw}); wiped in {ms} ms, {n} blocks read back"
-                            ));
-                        }
-                        line
-                    },
-                    c.signature,
-                    c.received_at,
-                )
-            })
-            .collect(),
-        can_release: d.can_release,
-    })
+    Ok(cp.allocation(&principal, id).await?)
 }
 
-#[cfg(feature = "ssr")]
-fn yes(b: bool) -> &'static str {
-    if b { "yes" } else { "no" }
+/// "placed → provisioning", or the first state alone.
+fn transition_label(t: &Transition) -> String {
+    match &t.from {
+        Some(f) => format!("{f} → {}", t.to),
+        None => t.to.clone(),
+    }
+}
+
+/// What a cleanup certificate attests, in a line.
+fn checks(c: &Certificate) -> String {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut line = format!(
+        "wipe verified: {}, GPU reset: {}, firmware: {}",
+        yes(c.wipe_verified),
+        yes(c.gpu_reset),
+        if c.firmware_ok { "ok" } else { "NOT ok" }
+    );
+    if let (Some(ms), Some(n), Some(fw)) = (c.wipe_ms, c.verified_samples, &c.gpu_firmware) {
+        line.push_str(&format!(" ({fw}); wiped in {ms} ms, {n} blocks read back"));
+    }
+    line
 }
 
 #[server]
@@ -1011,7 +873,7 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                         {v.rows.into_iter().map(|a| view! {
                             <tr data-allocation=a.name.clone()>
                                 <td data-label="Name"><a href=format!("/allocations/{}", a.id)>{a.name.clone()}</a></td>
-                                <td data-label="SKU">{a.sku}</td><td data-label="GPUs">{a.gpus}</td><td data-label="Region">{a.region}</td>
+                                <td data-label="SKU">{a.sku}</td><td data-label="GPUs">{a.gpu_count}</td><td data-label="Region">{a.region}</td>
                                 <td data-label="State"><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
                                 <td class="connect" data-label="Connect">
                                     {a.ssh.map(|s| view! { <code data-testid="row-ssh">{s}</code> })}
@@ -1019,7 +881,7 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                                         <br /><span class="hint">{format!("port {guest} → ")}<code>{at}</code></span>
                                     }).collect_view()}
                                 </td>
-                                <td data-label="Per hour">{a.price}</td><td data-label="Created">{a.created_at}</td>
+                                <td data-label="Per hour">{a.price}</td><td data-label="Created">{utc(a.created_at)}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
@@ -1101,7 +963,7 @@ pub fn AllocationPage() -> impl IntoView {
 
 /// Published ports of a running allocation, changed in place.
 #[component]
-fn PortsForm(a: AllocationView, publish: ServerAction<PublishPorts>) -> impl IntoView {
+fn PortsForm(a: AllocationDetail, publish: ServerAction<PublishPorts>) -> impl IntoView {
     let current = a
         .published
         .iter()
@@ -1112,7 +974,7 @@ fn PortsForm(a: AllocationView, publish: ServerAction<PublishPorts>) -> impl Int
         <section class="card" aria-labelledby="ports-h">
             <h2 id="ports-h">"Published ports"</h2>
             <ActionForm action=publish attr:id="publish-ports" attr:class="form-grid">
-                <input type="hidden" name="id" value=a.id.clone() />
+                <input type="hidden" name="id" value=a.id.to_string() />
                 <label>"Guest TCP ports"
                     <input name="published_ports" value=current inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="ports-hint ports-error" aria-invalid=field_invalid(publish.value(), "published_ports") />
                     <span class="hint" id="ports-hint">"Reached from the internet besides SSH, each on its own public port of the node; empty: none."</span>
@@ -1126,9 +988,9 @@ fn PortsForm(a: AllocationView, publish: ServerAction<PublishPorts>) -> impl Int
 }
 
 #[component]
-fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -> impl IntoView {
-    let id = a.id.clone();
-    let differs = a.desired != a.observed && a.state != "released";
+fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>) -> impl IntoView {
+    let id = a.id.to_string();
+    let differs = a.desired_state != a.observed_state && a.state != "released";
     view! {
         <Title text=a.name.clone() />
         <h1>{a.name.clone()} " " <span class=format!("state state-{}", a.projected) data-testid="projected-state">{a.projected.clone()}</span></h1>
@@ -1137,8 +999,8 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
             <h2 id="state">"State"</h2>
             <dl class="facts">
                 <dt>"Lifecycle"</dt><dd data-testid="state">{a.state.clone()}</dd>
-                <dt>"Desired"</dt><dd data-testid="desired">{a.desired.clone()}</dd>
-                <dt>"Observed on the node"</dt><dd data-testid="observed">{a.observed.clone()}</dd>
+                <dt>"Desired"</dt><dd data-testid="desired">{a.desired_state.clone()}</dd>
+                <dt>"Observed on the node"</dt><dd data-testid="observed">{a.observed_state.clone()}</dd>
                 <dt>"Execution"</dt><dd data-testid="execution">{a.execution.unwrap_or_else(|| "no task yet".into())}</dd>
             </dl>
             {differs.then(|| view! { <p class="hint">"Desired and observed differ: the control plane is working on it."</p> })}
@@ -1152,7 +1014,7 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
                     }).collect_view()}
                 </ul>
             })}
-            {a.gpu_utilisation.map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{u}</span></p> })}
+            {a.gpu_utilisation.map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{format!("{}% (reported by the guest, {})", u.percent, utc(u.at))}</span></p> })}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />
@@ -1165,27 +1027,27 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
         <section class="card" aria-labelledby="what">
             <h2 id="what">"What and where"</h2>
             <dl class="facts">
-                <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpus} " GPUs)"</dd>
+                <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpu_count} " GPUs)"</dd>
                 <dt>"Price"</dt><dd data-testid="price">{a.price}</dd>
                 <dt>"Software"</dt><dd><a data-testid="software" href=format!("/marketplace/{}", a.listing)>{a.image}</a></dd>
                 <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
-                <dt>"Slots"</dt><dd data-testid="slots">{a.slots}</dd>
-                <dt>"Why there"</dt><dd>{a.why}</dd>
-                <dt>"Created"</dt><dd>{a.created_at}</dd>
-                {a.expires_at.map(|e| view! { <dt>"Expires"</dt><dd>{e}</dd> })}
+                <dt>"Slots"</dt><dd data-testid="slots">{a.slot_indexes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")}</dd>
+                <dt>"Why there"</dt><dd>{a.placement_why}</dd>
+                <dt>"Created"</dt><dd>{utc(a.created_at)}</dd>
+                {a.expires_at.map(|e| view! { <dt>"Expires"</dt><dd>{utc(e)}</dd> })}
             </dl>
         </section>
         <section class="card" aria-labelledby="timeline">
             <h2 id="timeline">"Timeline"</h2>
             <ol class="timeline" data-testid="transitions">
-                {a.transitions.into_iter().map(|(what, at, after)| view! { <li><strong>{what}</strong> " at " {at} " (+" {after} ")"</li> }).collect_view()}
+                {a.transitions.into_iter().map(|t| view! { <li><strong>{transition_label(&t)}</strong> " at " {utc(t.at)} " (+" {format!("{:.1} s", t.after_ms as f64 / 1000.0)} ")"</li> }).collect_view()}
             </ol>
             {(!a.phases.is_empty()).then(|| view! {
                 <table class="data" data-testid="phases">
                     <thead><tr><th>"Task"</th><th>"Phase"</th><th>"Result"</th><th>"Took"</th><th></th></tr></thead>
                     <tbody>
-                        {a.phases.into_iter().map(|(task, phase, status, ms, detail)| view! {
-                            <tr><td>{task}</td><td>{phase}</td><td>{status}</td><td>{format!("{ms} ms")}</td><td>{detail}</td></tr>
+                        {a.phases.into_iter().map(|p| view! {
+                            <tr><td>{p.task}</td><td>{p.phase}</td><td>{p.status}</td><td>{format!("{} ms", p.elapsed_ms)}</td><td>{p.detail.unwrap_or_default()}</td></tr>
                         }).collect_view()}
                     </tbody>
                 </table>
@@ -1198,8 +1060,8 @@ fn AllocationBody(a: AllocationView, release: ServerAction<ReleaseAllocation>) -
                 <table class="data" data-testid="certificate">
                     <thead><tr><th>"Slot"</th><th>"NVMe"</th><th>"Wipe"</th><th>"Checks"</th><th>"Signature"</th><th>"Received"</th></tr></thead>
                     <tbody>
-                        {a.certificates.into_iter().map(|(slot, nvme, method, checks, sig, at)| view! {
-                            <tr><td>{slot}</td><td>{nvme}</td><td>{method}</td><td>{checks}</td><td><code>{sig[..16.min(sig.len())].to_string()} "…"</code></td><td>{at}</td></tr>
+                        {a.certificates.into_iter().map(|c| view! {
+                            <tr><td>{c.slot_index}</td><td>{c.nvme_serial.clone()}</td><td>{c.wipe_method.clone()}</td><td>{checks(&c)}</td><td><code>{c.signature[..16.min(c.signature.len())].to_string()} "…"</code></td><td>{utc(c.received_at)}</td></tr>
                         }).collect_view()}
                     </tbody>
                 </table>

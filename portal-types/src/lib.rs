@@ -8,12 +8,14 @@
 //! and the rule; `From<String>` on [`Currency`] is for values read back from storage, whose
 //! schema holds the same rule.
 
+pub mod allocations;
 mod forms;
 mod ids;
 mod money;
 mod policy;
 mod shape;
 
+pub use allocations::utc;
 pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
 pub use ids::{
     AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,

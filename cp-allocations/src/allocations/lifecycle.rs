@@ -9,7 +9,6 @@ use agent_protocol::{
     ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, identity,
 };
 use hmac::{Hmac, Mac};
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::Sha256;
 use sqlx::PgConnection;
@@ -948,80 +947,9 @@ impl LifecycleInternal for ControlPlane {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Transition {
-    pub from: Option<String>,
-    pub to: String,
-    pub at: String,
-    /// Since the previous transition.
-    pub after_ms: i64,
-    pub detail: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Phase {
-    pub task: String,
-    pub phase: String,
-    pub status: String,
-    pub elapsed_ms: i64,
-    pub detail: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Certificate {
-    pub slot_index: i32,
-    pub nvme_serial: String,
-    pub wipe_method: String,
-    pub wipe_verified: bool,
-    pub gpu_reset: bool,
-    pub firmware_ok: bool,
-    pub wipe_ms: Option<i64>,
-    pub verified_samples: Option<i32>,
-    pub gpu_firmware: Option<String>,
-    pub signature: String,
-    pub received_at: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocationDetail {
-    pub id: AllocationId,
-    pub canonical_name: String,
-    pub project_id: ProjectId,
-    pub name: String,
-    pub sku: String,
-    pub shape: String,
-    pub gpu_count: i32,
-    pub region: String,
-    pub node: String,
-    pub slot_indexes: Vec<i32>,
-    /// The listing and version it was launched with, e.g. "PyTorch 2.5".
-    pub image: String,
-    /// The listing's slug (its marketplace page).
-    pub listing: String,
-    /// SKU price, plus the listing's fee when there is one.
-    pub price: String,
-    pub desired_state: String,
-    pub observed_state: String,
-    pub state: String,
-    pub projected: String,
-    /// The current (or last) task and its last phase.
-    pub execution: Option<String>,
-    pub failure: Option<String>,
-    pub placement_why: String,
-    /// `ssh -p port user@host`, once running.
-    pub ssh: Option<String>,
-    /// Each published guest port and the `host:port` it is reached at, once running.
-    pub published: Vec<(u16, String)>,
-    /// What the guest last reported through its node's telemetry sink: the mean GPU
-    /// utilisation and when the node forwarded it.
-    pub gpu_utilisation: Option<(i16, String)>,
-    pub created_at: String,
-    pub expires_at: Option<String>,
-    pub transitions: Vec<Transition>,
-    pub phases: Vec<Phase>,
-    pub certificates: Vec<Certificate>,
-    pub can_release: bool,
-}
+pub use portal_types::allocations::{
+    AllocationDetail, Certificate, GpuUtilisation, Phase, Transition,
+};
 
 /// What a tenant types to reach the guest.
 pub fn ssh_command(user: &str, host: &str, port: i32) -> String {
@@ -1092,7 +1020,7 @@ pub(crate) async fn detail(
     .map(|t| Transition {
         from: t.from_state,
         to: t.to_state,
-        at: utc(t.at),
+        at: t.at,
         after_ms: t.after_ms.unwrap_or(0),
         detail: t.detail,
     })
@@ -1156,7 +1084,7 @@ pub(crate) async fn detail(
         verified_samples: c.verified_samples,
         gpu_firmware: c.gpu_firmware,
         signature: c.signature,
-        received_at: utc(c.received_at),
+        received_at: c.received_at,
     })
     .collect();
     let gpu_utilisation = sqlx::query!(
@@ -1166,7 +1094,10 @@ pub(crate) async fn detail(
     )
     .fetch_optional(&mut *conn)
     .await?
-    .map(|u| (u.gpu_util_pct, utc(u.at)));
+    .map(|u| GpuUtilisation {
+        percent: u.gpu_util_pct,
+        at: u.at,
+    });
     let slot_indexes: Vec<i32> = a
         .placement
         .get("slot_indexes")
@@ -1229,8 +1160,8 @@ pub(crate) async fn detail(
             .and_then(|v| v.as_str())
             .unwrap_or_default()
             .to_string(),
-        created_at: utc(a.created_at),
-        expires_at: a.expires_at.map(utc),
+        created_at: a.created_at,
+        expires_at: a.expires_at,
         transitions,
         phases,
         certificates,

@@ -636,7 +636,7 @@ impl AllocationsApi for ControlPlane {
                     currency: r.currency.into(),
                 }
                 .to_string(),
-                created_at: crate::fleet::utc(r.created_at),
+                created_at: r.created_at,
             })
             .collect())
     }
@@ -700,8 +700,6 @@ async fn existing(
     }
 }
 
-/// What a scope spent this month, estimated from the allocations' prices at launch (per
-/// second, rounded up), in `currency`.
 /// What the UI shows: the state, unless desired and actual disagree.
 pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
     match (state, desired, failure) {
@@ -713,22 +711,6 @@ pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AllocationSummary {
-    pub id: AllocationId,
-    pub name: String,
-    pub sku: String,
-    pub gpu_count: i32,
-    pub region: String,
-    pub state: String,
-    pub projected: String,
-    /// Per hour, at launch.
-    pub price: String,
-    pub created_at: String,
-    /// `ssh -p port user@host`, once running.
-    pub ssh: Option<String>,
-    /// Each published guest port and the `host:port` it is reached at, once running.
-    pub published: Vec<(u16, String)>,
-}
+pub use portal_types::allocations::AllocationSummary;
 
-pub use lifecycle::{AllocationDetail, Certificate, Phase, Transition};
+pub use lifecycle::{AllocationDetail, Certificate, GpuUtilisation, Phase, Transition};

@@ -350,17 +350,8 @@ fn check_new_node(n: &NewNode) -> Result<NewNode> {
     })
 }
 
-pub fn utc(t: OffsetDateTime) -> String {
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
-}
+/// How read models still written as text show a time (the allocation's carry times).
+pub use portal_types::utc;
 
 fn wipe_policy_of(meta: &serde_json::Value) -> String {
     meta.get(metadata::DESTRUCTIVE_WIPE_POLICY)

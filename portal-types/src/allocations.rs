@@ -1,0 +1,163 @@
+//! What the portal and the API show of an allocation: its list row and its page. Times are
+//! times (RFC 3339 in JSON); the page formats them.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::{AllocationId, ProjectId};
+
+/// One allocation in a project's list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationSummary {
+    pub id: AllocationId,
+    pub name: String,
+    pub sku: String,
+    pub gpu_count: i32,
+    pub region: String,
+    /// The lifecycle state.
+    pub state: String,
+    /// What the UI shows: the state, unless desired and actual disagree ("releasing",
+    /// "failing", "failed").
+    pub projected: String,
+    /// Per hour, at launch, e.g. "12.50 USD".
+    pub price: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// `ssh -p port user@host`, once running.
+    pub ssh: Option<String>,
+    /// Each published guest port and the `host:port` it is reached at, once running.
+    pub published: Vec<(u16, String)>,
+}
+
+/// A lifecycle transition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub from: Option<String>,
+    pub to: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// Since the previous transition.
+    pub after_ms: i64,
+    pub detail: Option<String>,
+}
+
+/// A phase the node agent reported for one of the allocation's tasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Phase {
+    pub task: String,
+    pub phase: String,
+    pub status: String,
+    pub elapsed_ms: i64,
+    pub detail: Option<String>,
+}
+
+/// A slot's verified cleanup certificate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    pub slot_index: i32,
+    pub nvme_serial: String,
+    pub wipe_method: String,
+    pub wipe_verified: bool,
+    pub gpu_reset: bool,
+    pub firmware_ok: bool,
+    pub wipe_ms: Option<i64>,
+    pub verified_samples: Option<i32>,
+    pub gpu_firmware: Option<String>,
+    pub signature: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: OffsetDateTime,
+}
+
+/// The guest's last GPU report, as its node forwarded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuUtilisation {
+    /// Mean utilisation over the guest's GPUs.
+    pub percent: i16,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+}
+
+/// An allocation's page: what it is, where, its state on both sides, how to reach it, and
+/// its history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationDetail {
+    pub id: AllocationId,
+    pub canonical_name: String,
+    pub project_id: ProjectId,
+    pub name: String,
+    pub sku: String,
+    pub shape: String,
+    pub gpu_count: i32,
+    pub region: String,
+    pub node: String,
+    pub slot_indexes: Vec<i32>,
+    /// The listing and version it was launched with, e.g. "PyTorch 2.5".
+    pub image: String,
+    /// The listing's slug (its marketplace page).
+    pub listing: String,
+    /// SKU price, plus the listing's fee when there is one.
+    pub price: String,
+    pub desired_state: String,
+    pub observed_state: String,
+    pub state: String,
+    pub projected: String,
+    /// The current (or last) task and its last phase.
+    pub execution: Option<String>,
+    pub failure: Option<String>,
+    pub placement_why: String,
+    /// `ssh -p port user@host`, once running.
+    pub ssh: Option<String>,
+    /// Each published guest port and the `host:port` it is reached at, once running.
+    pub published: Vec<(u16, String)>,
+    pub gpu_utilisation: Option<GpuUtilisation>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
+    pub transitions: Vec<Transition>,
+    pub phases: Vec<Phase>,
+    pub certificates: Vec<Certificate>,
+    pub can_release: bool,
+}
+
+/// `2026-11-21 13:02:11 UTC`: how pages write a time.
+pub fn utc(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_written_in_utc_to_the_second() {
+        let t = OffsetDateTime::from_unix_timestamp(1_763_730_131).unwrap();
+        assert_eq!(utc(t), "2025-11-21 13:02:11 UTC");
+        let east = t.to_offset(time::UtcOffset::from_hms(9, 0, 0).unwrap());
+        assert_eq!(utc(east), "2025-11-21 13:02:11 UTC");
+    }
+
+    #[test]
+    fn times_travel_as_rfc_3339() {
+        let t = OffsetDateTime::from_unix_timestamp(1_763_730_131).unwrap();
+        let p = Transition {
+            from: None,
+            to: "placed".into(),
+            at: t,
+            after_ms: 0,
+            detail: None,
+        };
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["at"], "2025-11-21T13:02:11Z");
+        assert_eq!(serde_json::from_value::<Transition>(json).unwrap(), p);
+    }
+}
