@@ -210,3 +210,26 @@ pub async fn staff(
         .platform::<control_plane::auth::PlatformStaff>()
         .unwrap()
 }
+
+/// The sentence a call was refused with; panics if it succeeded. For
+/// `assert_eq!(refusal(cp.invite_member(…)).await, "…")`.
+pub async fn refusal<T: std::fmt::Debug>(
+    call: impl std::future::Future<Output = control_plane::Result<T>>,
+) -> String {
+    match call.await {
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Runs `sql` behind the control plane's back and checks the database refuses it with a
+/// message containing `needle` (a constraint's or a trigger's): the invariant holds even when
+/// the Rust is bypassed.
+pub async fn assert_db_refuses(cp: &ControlPlane, sql: &str, needle: &str) {
+    let err = sqlx::query(sql)
+        .execute(cp.pool())
+        .await
+        .expect_err("the database should refuse it")
+        .to_string();
+    assert!(err.contains(needle), "expected {needle:?} in: {err}");
+}

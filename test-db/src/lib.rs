@@ -45,6 +45,11 @@ impl TestDb {
         &self.pool
     }
 
+    /// A control plane on this database, with the default naming.
+    pub fn control_plane(&self) -> control_plane::ControlPlane {
+        control_plane::ControlPlane::new(self.pool.clone(), control_plane::Naming::default())
+    }
+
     /// The connection URL of this database, for code that connects by itself (a server
     /// under test, say).
     pub fn url(&self) -> String {

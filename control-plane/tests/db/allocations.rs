@@ -19,7 +19,7 @@ use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-use crate::support::{approved, node, operator};
+use crate::support::{approved, node, operator, refusal};
 
 const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
@@ -1122,12 +1122,8 @@ async fn a_chosen_lifetime_sets_the_expiry_within_the_policy() {
     )
     .await
     .unwrap();
-    let err = cp
-        .launch(&bob, &with("long", Some(48)), None)
-        .await
-        .unwrap_err();
     assert_eq!(
-        err.to_string(),
+        refusal(cp.launch(&bob, &with("long", Some(48)), None)).await,
         "policy max_allocation_lifetime_hours (set at project level) allows allocations to live 24 hours; this launch asked for 48"
     );
     let capped = cp

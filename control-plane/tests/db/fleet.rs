@@ -13,7 +13,9 @@ use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::fleet::{AdminState, NewNode, SlotMapDecision, validate_slots};
 use control_plane::{ControlPlane, Error, Naming, NodeId};
 
-use crate::support::{approve_all, discover, discovery, enrolled, operator, staff};
+use crate::support::{
+    approve_all, assert_db_refuses, discover, discovery, enrolled, operator, refusal, staff,
+};
 
 fn with_wipe(mut d: Discovery, policy: &str) -> Discovery {
     for s in &mut d.proposed_slots {
@@ -215,8 +217,7 @@ async fn actions(cp: &ControlPlane) -> Vec<String> {
 #[tokio::test]
 async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let e = cp
         .enrol_node(&ops, &hgx_node("GPU-HGX-01"), None)
@@ -233,12 +234,8 @@ async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed() {
     .unwrap();
     assert_eq!(stored, 0, "the token itself is never stored");
 
-    let wrong = cp
-        .exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-02", "0.1.0")
-        .await
-        .unwrap_err();
     assert_eq!(
-        wrong.to_string(),
+        refusal(cp.exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-02", "0.1.0")).await,
         "this bootstrap token enrols gpu-hgx-01, not gpu-hgx-02"
     );
     let cred = cp
@@ -247,19 +244,14 @@ async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed() {
         .unwrap();
     assert_eq!(cred.node_id, e.node_id);
     assert!(cred.credential.starts_with("gpn_"));
-    let again = cp
-        .exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-01", "0.1.0")
-        .await
-        .unwrap_err();
     assert_eq!(
-        again.to_string(),
+        refusal(cp.exchange_bootstrap_token(&e.bootstrap_token, "gpu-hgx-01", "0.1.0")).await,
         "this bootstrap token was already used; ask an operator for a new one"
     );
-    let unknown = cp
-        .exchange_bootstrap_token("gpb_nonsense", "gpu-hgx-01", "0.1.0")
-        .await
-        .unwrap_err();
-    assert_eq!(unknown.to_string(), "this bootstrap token is not known");
+    assert_eq!(
+        refusal(cp.exchange_bootstrap_token("gpb_nonsense", "gpu-hgx-01", "0.1.0")).await,
+        "this bootstrap token is not known"
+    );
 
     let agent = cp.authenticate_node(&cred.credential).await.unwrap();
     assert_eq!(agent.node_id(), e.node_id);
@@ -301,8 +293,7 @@ async fn a_bootstrap_token_works_once_for_its_host_and_is_stored_hashed() {
 #[tokio::test]
 async fn expired_and_replaced_tokens_are_refused_with_reasons() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let first = cp
         .enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
@@ -312,12 +303,8 @@ async fn expired_and_replaced_tokens_are_refused_with_reasons() {
         .reissue_bootstrap_token(&ops, first.node_id, None)
         .await
         .unwrap();
-    let replaced = cp
-        .exchange_bootstrap_token(&first.bootstrap_token, "gpu-hgx-01", "0.1.0")
-        .await
-        .unwrap_err();
     assert_eq!(
-        replaced.to_string(),
+        refusal(cp.exchange_bootstrap_token(&first.bootstrap_token, "gpu-hgx-01", "0.1.0")).await,
         "this bootstrap token was replaced by a newer one"
     );
     sqlx::query("UPDATE node_bootstrap_tokens SET created_at = now() - interval '2 days', expires_at = now() - interval '1 day' WHERE revoked_at IS NULL")
@@ -339,8 +326,7 @@ async fn expired_and_replaced_tokens_are_refused_with_reasons() {
 #[tokio::test]
 async fn enrolment_input_is_checked_and_hostnames_are_unique() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let cases = [
         (
@@ -398,12 +384,8 @@ async fn enrolment_input_is_checked_and_hostnames_are_unique() {
     cp.enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
         .await
         .unwrap();
-    let dup = cp
-        .enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)
-        .await
-        .unwrap_err();
     assert_eq!(
-        dup.to_string(),
+        refusal(cp.enrol_node(&ops, &hgx_node("gpu-hgx-01"), None)).await,
         "a node named gpu-hgx-01 is already enrolled"
     );
     let nodes: i64 = sqlx::query_scalar("SELECT count(*) FROM nodes")
@@ -418,8 +400,7 @@ async fn enrolment_input_is_checked_and_hostnames_are_unique() {
 #[tokio::test]
 async fn approval_refuses_problems_then_creates_eight_schedulable_slots() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
     assert_eq!(
@@ -436,18 +417,15 @@ async fn approval_refuses_problems_then_creates_eight_schedulable_slots() {
         .await
         .unwrap()
         .unwrap();
-    let err = cp
-        .finish_task(
+    assert_eq!(
+        refusal(cp.finish_task(
             &agent,
             task,
             &TaskOutcome::Succeeded {
                 output: TaskOutput::TopologyDiscovered(Box::new(sneaky)),
             },
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
+        ))
+        .await,
         "invalid discovery: approval_required must be true: discovery never creates slots"
     );
 
@@ -504,61 +482,37 @@ async fn approval_refuses_problems_then_creates_eight_schedulable_slots() {
     ]));
 
     // The database itself refuses a slot without its isolation metadata.
-    let err = sqlx::query("UPDATE node_resource_slots SET capacity_metadata = capacity_metadata - 'destructive_wipe_policy'")
-        .execute(cp.pool())
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("slot_capacity_metadata_complete"),
-        "{err}"
-    );
+    assert_db_refuses(&cp, "UPDATE node_resource_slots SET capacity_metadata = capacity_metadata - 'destructive_wipe_policy'", "slot_capacity_metadata_complete").await;
 }
 
 #[tokio::test]
 async fn a_stale_generation_or_a_decided_one_fails_with_a_message() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
     let g1 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
     let g2 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
     assert_eq!((g1, g2), (1, 2));
-    let stale = cp
-        .decide_slot_map(&ops, node, g1, &approve_all("overwrite-verify"), None)
-        .await
-        .unwrap_err();
     assert_eq!(
-        stale.to_string(),
+        refusal(cp.decide_slot_map(&ops, node, g1, &approve_all("overwrite-verify"), None)).await,
         "slot map generation 1 is stale: generation 2 is the latest. Reload and review it."
     );
     cp.decide_slot_map(&ops, node, g2, &approve_all("overwrite-verify"), None)
         .await
         .unwrap();
-    let twice = cp
-        .decide_slot_map(&ops, node, g2, &approve_all("overwrite-verify"), None)
-        .await
-        .unwrap_err();
     assert_eq!(
-        twice.to_string(),
+        refusal(cp.decide_slot_map(&ops, node, g2, &approve_all("overwrite-verify"), None)).await,
         "slot map generation 2 was already approved by someone else. Reload to see the decision."
     );
     // The trigger holds even if code forgets to check.
-    let err = sqlx::query("UPDATE slot_map_proposals SET status = 'rejected', decision_reason = 'x' WHERE generation = 2")
-        .execute(cp.pool())
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("slot map generation 2 of node"),
-        "{err}"
-    );
+    assert_db_refuses(&cp, "UPDATE slot_map_proposals SET status = 'rejected', decision_reason = 'x' WHERE generation = 2", "slot map generation 2 of node").await;
 }
 
 #[tokio::test]
 async fn of_two_concurrent_decisions_exactly_one_wins() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let other = operator(&cp, "omar@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
@@ -585,13 +539,12 @@ async fn of_two_concurrent_decisions_exactly_one_wins() {
 #[tokio::test]
 async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = enrolled(&cp, &ops, hgx_node("gpu-hgx-01")).await;
     let g1 = discover(&cp, &ops, node, &agent, &discovery("hgx-h100-8x")).await;
-    let err = cp
-        .decide_slot_map(
+    assert_eq!(
+        refusal(cp.decide_slot_map(
             &ops,
             node,
             g1,
@@ -599,11 +552,8 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
                 reason: "  ".into(),
             },
             None,
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
+        ))
+        .await,
         "invalid reason: say why the proposal is rejected"
     );
     cp.decide_slot_map(
@@ -627,8 +577,8 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
 
     // A missing-VF host: approving the broken slot is refused; the good ones pass alone.
     let g2 = discover(&cp, &ops, node, &agent, &discovery("l40s-missing-ib-vf")).await;
-    let err = cp
-        .decide_slot_map(
+    assert_eq!(
+        refusal(cp.decide_slot_map(
             &ops,
             node,
             g2,
@@ -637,11 +587,8 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
                 wipe_policy: Some("overwrite-verify".into()),
             },
             None,
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(
-        err.to_string(),
+        ))
+        .await,
         "invalid slot map: slot 3: fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot"
     );
     let n = cp
@@ -680,8 +627,7 @@ async fn reject_needs_a_reason_and_selected_slots_approve_alone() {
 #[tokio::test]
 async fn drift_blocks_only_the_changed_slots_until_reapproved() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     let before = slot_ids(&cp, node).await;
@@ -747,18 +693,16 @@ async fn drift_blocks_only_the_changed_slots_until_reapproved() {
 #[tokio::test]
 async fn drain_undrain_and_cordon_are_audited() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "olga@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     cp.set_admin_state(&ops, node, AdminState::Draining, Some("req-1"))
         .await
         .unwrap();
-    let again = cp
-        .set_admin_state(&ops, node, AdminState::Draining, None)
-        .await
-        .unwrap_err();
-    assert_eq!(again.to_string(), "the node is already draining");
+    assert_eq!(
+        refusal(cp.set_admin_state(&ops, node, AdminState::Draining, None)).await,
+        "the node is already draining"
+    );
     cp.set_admin_state(&ops, node, AdminState::Active, None)
         .await
         .unwrap();
@@ -772,8 +716,7 @@ async fn drain_undrain_and_cordon_are_audited() {
 #[tokio::test]
 async fn posture_fully_available() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     assert_eq!(
@@ -785,8 +728,7 @@ async fn posture_fully_available() {
 #[tokio::test]
 async fn posture_partially_allocated() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     let slots = slot_ids(&cp, node).await;
@@ -803,8 +745,7 @@ async fn posture_partially_allocated() {
 #[tokio::test]
 async fn posture_fully_allocated_by_slices() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     for slot in slot_ids(&cp, node).await {
@@ -816,8 +757,7 @@ async fn posture_fully_allocated_by_slices() {
 #[tokio::test]
 async fn posture_exclusively_allocated_by_baremetal() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     claim(&cp, node, None).await.unwrap();
@@ -841,8 +781,7 @@ async fn posture_exclusively_allocated_by_baremetal() {
 #[tokio::test]
 async fn posture_draining() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     claim(&cp, node, Some(slot_ids(&cp, node).await[0]))
@@ -857,8 +796,7 @@ async fn posture_draining() {
 #[tokio::test]
 async fn posture_cleanup_blocked() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     sqlx::query("UPDATE node_resource_slots SET cleanup_state = 'blocked' WHERE slot_index = 3")
@@ -877,8 +815,7 @@ async fn posture_cleanup_blocked() {
 #[tokio::test]
 async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
     sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '5 minutes'")
@@ -920,8 +857,7 @@ async fn posture_unavailable_for_stale_heartbeat_cordon_or_degraded_health() {
 #[tokio::test]
 async fn fleet_counts_and_filters() {
     let db = crate::support::empty_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool, Naming::default());
+    let cp = db.control_plane();
     let ops = operator(&cp, "o@platform.example").await;
     let staff = staff(&cp, &ops).await;
     approved_hgx(&cp, &ops, "gpu-hgx-01").await;

@@ -3,6 +3,7 @@
 
 use control_plane::prelude::*;
 
+use crate::support::assert_db_refuses;
 use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::demo::{ACME, GLOBEX};
 use control_plane::marketplace::{BrowseFilter, Curation, PublisherActor, VersionDraft};
@@ -511,18 +512,9 @@ async fn cloud_init_outside_the_allowlist_and_images_outside_the_image_directory
         "{err}"
     );
     // Finding 3: an image is a file in the operator's image directory, nothing else on the host.
-    let err = sqlx::query(
-        "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
+    assert_db_refuses(&cp, "INSERT INTO listing_versions (id, listing_id, version, summary, image_source, ssh_user, shapes)
          SELECT gen_random_uuid(), id, '9.9', 'x', '/etc/shadow', 'ubuntu', ARRAY['gpu_slice']
-         FROM listings WHERE slug = 'vllm'",
-    )
-    .execute(cp.pool())
-    .await
-    .unwrap_err();
-    assert!(
-        err.to_string().contains("image source /etc/shadow is not"),
-        "{err}"
-    );
+         FROM listings WHERE slug = 'vllm'", "image source /etc/shadow is not").await;
     // And through the product, the refusal names the key.
     let carol = admin_of(&cp, CAROL, GLOBEX).await;
     let publisher = cp.tenant_publisher(&carol).await.unwrap();
@@ -692,12 +684,10 @@ async fn a_third_party_version_goes_to_review_only_with_its_image_checksum() {
             .contains(&("Image SHA-256", TRITON_SHA256.to_string()))
     );
     // The schema keeps the form, whatever writes it.
-    let err = sqlx::query("UPDATE listing_versions SET image_sha256 = 'ABC' WHERE version = '9.8'")
-        .execute(cp.pool())
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("listing_versions_image_sha256"),
-        "{err}"
-    );
+    assert_db_refuses(
+        &cp,
+        "UPDATE listing_versions SET image_sha256 = 'ABC' WHERE version = '9.8'",
+        "listing_versions_image_sha256",
+    )
+    .await;
 }
