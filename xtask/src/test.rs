@@ -280,17 +280,8 @@ pub fn sqlx_prepare() -> Result {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     // The query macros only write metadata when they actually run: force the crates that
     // use them to recompile.
-    for krate in [
-        "cp-base",
-        "cp-identity",
-        "cp-inventory",
-        "cp-marketplace",
-        "cp-billing",
-        "cp-allocations",
-        "control-plane",
-        "server",
-        "app",
-    ] {
+    let domain = ["cp-base"].iter().chain(crate::layers::AREAS);
+    for krate in domain.chain(&["control-plane", "server", "app"]) {
         sh(&mut cargo(&["clean", "--package", krate]))?;
     }
     sh(cargo(&[
