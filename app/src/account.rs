@@ -6,39 +6,16 @@ use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use serde::{Deserialize, Serialize};
+use portal_types::account::SshKey;
+use portal_types::utc;
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SshKeyRow {
-    pub id: String,
-    pub name: String,
-    pub kind: String,
-    pub fingerprint: String,
-    pub comment: String,
-    pub created_at: String,
-    pub last_used_at: String,
-}
-
 #[server]
-pub async fn list_ssh_keys() -> Result<Vec<SshKeyRow>, AppError> {
+pub async fn list_ssh_keys() -> Result<Vec<SshKey>, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    Ok(cp
-        .ssh_keys(&principal)
-        .await?
-        .into_iter()
-        .map(|k| SshKeyRow {
-            id: k.id.to_string(),
-            name: k.name,
-            kind: k.kind,
-            fingerprint: k.fingerprint,
-            comment: k.comment.unwrap_or_default(),
-            created_at: k.created_at,
-            last_used_at: k.last_used_at.unwrap_or_else(|| "never".into()),
-        })
-        .collect())
+    Ok(cp.ssh_keys(&principal).await?)
 }
 
 /// Saves a public key under a name; answers with the name and fingerprint saved.
@@ -89,7 +66,7 @@ pub fn AccountPage() -> impl IntoView {
 
 #[component]
 fn KeysBody(
-    rows: Vec<SshKeyRow>,
+    rows: Vec<SshKey>,
     add: ServerAction<AddSshKey>,
     delete: ServerAction<DeleteSshKey>,
 ) -> impl IntoView {
@@ -114,12 +91,12 @@ fn KeysBody(
                                             <td>{k.name}</td>
                                             <td>{k.kind}</td>
                                             <td class="mono">{k.fingerprint}</td>
-                                            <td>{k.comment}</td>
-                                            <td>{k.created_at}</td>
-                                            <td>{k.last_used_at}</td>
+                                            <td>{k.comment.unwrap_or_default()}</td>
+                                            <td>{utc(k.created_at)}</td>
+                                            <td>{k.last_used_at.map_or_else(|| "never".to_string(), utc)}</td>
                                             <td>
                                                 <ActionForm action=delete attr:class="inline">
-                                                    <input type="hidden" name="id" value=k.id />
+                                                    <input type="hidden" name="id" value=k.id.to_string() />
                                                     <button type="submit" class="danger" aria-label=label>"Delete"</button>
                                                 </ActionForm>
                                             </td>

@@ -8,27 +8,18 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
+use portal_types::projects::AuditLine;
 use serde::{Deserialize, Serialize};
 
 use crate::components::ErrorNotice;
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditEntryView {
-    pub at: String,
-    pub actor: String,
-    pub action: String,
-    pub resource: String,
-    pub change: String,
-    pub request_id: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditView {
     /// "Acme Corp" or "All organizations".
     pub scope: String,
     pub platform_wide: bool,
-    pub entries: Vec<AuditEntryView>,
+    pub entries: Vec<AuditLine>,
     pub limit: i64,
 }
 
@@ -62,17 +53,7 @@ pub async fn search_audit(
         platform_wide: scope.is_platform_wide(),
         scope: label,
         limit: SEARCH_LIMIT,
-        entries: entries
-            .into_iter()
-            .map(|e| AuditEntryView {
-                at: e.at,
-                actor: e.actor,
-                action: e.action,
-                resource: e.resource,
-                change: e.change,
-                request_id: e.request_id.unwrap_or_default(),
-            })
-            .collect(),
+        entries,
     })
 }
 

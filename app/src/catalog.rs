@@ -12,34 +12,18 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
+use portal_types::Shape;
+use portal_types::catalog::{CatalogEntry, Sku};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SkuRow {
-    pub id: String,
-    pub name: String,
-    pub display_name: String,
-    pub shape: String,
-    pub gpu_model: String,
-    pub gpu_count: i32,
-    pub vcpus: i32,
-    pub memory_gib: i32,
-    pub nvme_gib: i32,
-    pub regions: String,
-    pub families: String,
-    pub price: String,
-    pub state: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatalogRow {
-    pub sku: SkuRow,
+    pub entry: CatalogEntry,
+    /// The price for the hours asked.
     pub estimate: String,
-    pub availability: Vec<(String, i64)>,
-    pub unavailable_because: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,26 +35,7 @@ pub struct CatalogView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkuAdminView {
     pub can_operate: bool,
-    pub skus: Vec<SkuRow>,
-}
-
-#[cfg(feature = "ssr")]
-pub(crate) fn sku_row(s: control_plane::catalog::Sku) -> SkuRow {
-    SkuRow {
-        id: s.id.to_string(),
-        name: s.name,
-        display_name: s.display_name,
-        shape: s.shape.as_str().to_string(),
-        gpu_model: s.gpu_model,
-        gpu_count: s.gpu_count,
-        vcpus: s.vcpus,
-        memory_gib: s.memory_gib,
-        nvme_gib: s.nvme_gib,
-        regions: s.regions.join(", "),
-        families: s.families.join(", "),
-        price: s.price.to_string(),
-        state: s.state,
-    }
+    pub skus: Vec<Sku>,
 }
 
 /// Public: no sign-in needed.
@@ -81,16 +46,7 @@ pub async fn get_catalog(hours: Option<u32>) -> Result<CatalogView, AppError> {
     let mut rows = Vec::new();
     for e in cp.catalog().await? {
         let estimate = control_plane::catalog::estimate(&e.sku.price, hours)?.to_string();
-        rows.push(CatalogRow {
-            estimate,
-            availability: e
-                .availability
-                .into_iter()
-                .map(|a| (a.region, a.launchable))
-                .collect(),
-            unavailable_because: e.unavailable_because,
-            sku: sku_row(e.sku),
-        });
+        rows.push(CatalogRow { estimate, entry: e });
     }
     Ok(CatalogView { hours, rows })
 }
@@ -102,7 +58,7 @@ pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
     let staff = principal.platform::<PlatformStaff>()?;
     Ok(SkuAdminView {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        skus: cp.skus(&staff).await?.into_iter().map(sku_row).collect(),
+        skus: cp.skus(&staff).await?,
     })
 }
 
@@ -181,21 +137,22 @@ fn CatalogBody(c: CatalogView) -> impl IntoView {
             </tr></thead>
             <tbody>
                 {c.rows.into_iter().map(|r| {
-                    let name = r.sku.name.clone();
-                    let total: i64 = r.availability.iter().map(|(_, n)| n).sum();
+                    let CatalogRow { entry: CatalogEntry { sku, availability, unavailable_because }, estimate } = r;
+                    let name = sku.name.clone();
+                    let total: i64 = availability.iter().map(|a| a.launchable).sum();
                     view! {
                         <tr data-sku=name.clone()>
-                            <td><strong>{r.sku.display_name}</strong><br/><code>{name.clone()}</code></td>
-                            <td>{if r.sku.shape == "baremetal" { "bare metal" } else { "GPU slice" }}</td>
-                            <td>{r.sku.gpu_count} " × " {r.sku.gpu_model}</td>
-                            <td>{r.sku.vcpus} " vCPU / " {r.sku.memory_gib} " GiB / " {r.sku.nvme_gib} " GiB"</td>
-                            <td>{r.sku.price}</td>
-                            <td data-testid="estimate">{r.estimate}</td>
+                            <td><strong>{sku.display_name}</strong><br/><code>{name.clone()}</code></td>
+                            <td>{if sku.shape == Shape::Baremetal { "bare metal" } else { "GPU slice" }}</td>
+                            <td>{sku.gpu_count} " × " {sku.gpu_model}</td>
+                            <td>{sku.vcpus} " vCPU / " {sku.memory_gib} " GiB / " {sku.nvme_gib} " GiB"</td>
+                            <td>{sku.price.to_string()}</td>
+                            <td data-testid="estimate">{estimate}</td>
                             <td data-testid="availability">
-                                {r.availability.into_iter().map(|(region, n)| { let label = region.clone(); view! {
-                                    <span class="pill" data-region=region>{label} ": " {n}</span> " "
+                                {availability.into_iter().map(|a| { let label = a.region.clone(); view! {
+                                    <span class="pill" data-region=a.region>{label} ": " {a.launchable}</span> " "
                                 } }).collect_view()}
-                                {r.unavailable_because.map(|why| view! { <p class="hint" data-testid="why-unavailable">{why}</p> })}
+                                {unavailable_because.map(|why| view! { <p class="hint" data-testid="why-unavailable">{why}</p> })}
                             </td>
                             <td>{(total > 0).then(|| view! { <a class="button" href=format!("/launch?sku={name}")>"Launch"</a> })}</td>
                         </tr>
@@ -253,17 +210,17 @@ fn SkuAdminBody(
                 <thead><tr><th>"SKU"</th><th>"Shape"</th><th>"GPUs"</th><th>"Regions"</th><th>"Families"</th><th>"Per hour"</th><th>"State"</th><th></th></tr></thead>
                 <tbody>
                     {p.skus.into_iter().map(|s| {
-                        let id = s.id.clone();
+                        let id = s.id.to_string();
                         let next = match s.state.as_str() { "draft" => Some(("active", "Activate")), "active" => Some(("retired", "Retire")), _ => None };
                         let name = s.name.clone();
                         view! {
                             <tr data-sku=name>
                                 <td>{s.display_name}<br/><code>{s.name}</code></td>
-                                <td>{s.shape}</td>
+                                <td>{s.shape.as_str()}</td>
                                 <td>{s.gpu_count} " × " {s.gpu_model}</td>
-                                <td>{s.regions}</td>
-                                <td>{s.families}</td>
-                                <td>{s.price}</td>
+                                <td>{s.regions.join(", ")}</td>
+                                <td>{s.families.join(", ")}</td>
+                                <td>{s.price.to_string()}</td>
                                 <td>{s.state.clone()}</td>
                                 <td>{(can && next.is_some()).then(|| { let (to, label) = next.unwrap_or(("", "")); view! {
                                     <ActionForm action=state attr:class="inline">

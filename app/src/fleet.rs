@@ -120,7 +120,7 @@ pub struct NodeView {
     pub slots: Vec<SlotView>,
     pub proposal: Option<ProposalPanel>,
     pub tasks: Vec<TaskView>,
-    pub audit: Vec<crate::projects::AuditRow>,
+    pub audit: Vec<portal_types::projects::AuditLine>,
 }
 
 #[cfg(feature = "ssr")]
@@ -350,17 +350,7 @@ pub async fn get_node(id: String) -> Result<NodeView, AppError> {
                     .join(" · "),
             })
             .collect(),
-        audit: d
-            .audit
-            .into_iter()
-            .map(|a| crate::projects::AuditRow {
-                at: a.at,
-                actor: a.actor,
-                action: a.action,
-                change: a.change,
-                request_id: a.request_id.unwrap_or_default(),
-            })
-            .collect(),
+        audit: d.audit,
     })
 }
 

@@ -7,75 +7,34 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
+use portal_types::projects::{AuditLine, Member, ProjectDetail, ProjectSummary};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectRow {
-    pub id: String,
-    pub slug: String,
-    pub name: String,
-    pub my_role: String,
-    pub members: i64,
-    pub canonical_name: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectsView {
     pub tenant_name: String,
     pub can_create: bool,
-    pub projects: Vec<ProjectRow>,
+    pub projects: Vec<ProjectSummary>,
     pub policies: crate::policies::PolicyView,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberRow {
-    pub user_id: String,
-    pub name: String,
-    pub email: String,
-    pub role: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvitationRow {
-    pub email: String,
-    pub role: String,
-    pub invited_by: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditRow {
-    pub at: String,
-    pub actor: String,
-    pub action: String,
-    pub change: String,
-    pub request_id: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectView {
-    pub project: ProjectRow,
-    pub tenant_name: String,
+    pub detail: ProjectDetail,
     pub can_manage: bool,
-    pub members: Vec<MemberRow>,
-    pub invitations: Vec<InvitationRow>,
-    pub audit: Vec<AuditRow>,
+    pub audit: Vec<AuditLine>,
     pub policies: crate::policies::PolicyView,
-    /// Whether the project's guests on one host may reach each other.
-    pub east_west: bool,
 }
 
 pub const PROJECT_ROLES: [&str; 3] = ["admin", "operator", "viewer"];
 
 #[cfg(feature = "ssr")]
 mod ssr {
-    use control_plane::ProjectId;
-    use control_plane::tenancy::ProjectSummary;
-
-    use super::ProjectRow;
     use crate::AppError;
+    use control_plane::ProjectId;
 
     /// A malformed id is "not found", like an id of another tenant's project.
     pub fn project_id(id: &str) -> Result<ProjectId, AppError> {
@@ -84,17 +43,6 @@ mod ssr {
 
     pub fn user_id(id: &str) -> Result<control_plane::UserId, AppError> {
         crate::server::id(id)
-    }
-
-    pub fn row(s: ProjectSummary) -> ProjectRow {
-        ProjectRow {
-            id: s.id.to_string(),
-            slug: s.slug,
-            name: s.display_name,
-            my_role: s.my_role.as_str().to_string(),
-            members: s.members,
-            canonical_name: s.canonical_name,
-        }
     }
 }
 
@@ -117,7 +65,7 @@ pub async fn list_projects() -> Result<ProjectsView, AppError> {
         policies,
         tenant_name,
         can_create: TenantAdmins::ROLES.contains(&who.role()),
-        projects: projects.into_iter().map(ssr::row).collect(),
+        projects,
     })
 }
 
@@ -150,40 +98,10 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
     )
     .await?;
     Ok(ProjectView {
-        east_west: detail.east_west,
         policies,
         can_manage: who.role() == ProjectRole::Admin,
-        tenant_name: detail.tenant_name,
-        project: ssr::row(detail.summary),
-        members: detail
-            .members
-            .into_iter()
-            .map(|m| MemberRow {
-                user_id: m.user_id.to_string(),
-                name: m.display_name,
-                email: m.email,
-                role: m.role.as_str().into(),
-            })
-            .collect(),
-        invitations: detail
-            .invitations
-            .into_iter()
-            .map(|i| InvitationRow {
-                email: i.email,
-                role: i.role.as_str().into(),
-                invited_by: i.invited_by,
-            })
-            .collect(),
-        audit: audit
-            .into_iter()
-            .map(|a| AuditRow {
-                at: a.at,
-                actor: a.actor,
-                action: a.action,
-                change: a.change,
-                request_id: a.request_id.unwrap_or_default(),
-            })
-            .collect(),
+        detail,
+        audit,
     })
 }
 
@@ -308,9 +226,9 @@ pub fn ProjectsPage() -> impl IntoView {
                                     <tbody>
                                         {v.projects.iter().map(|p| view! {
                                             <tr>
-                                                <td><a href=format!("/projects/{}", p.id)>{p.name.clone()}</a></td>
+                                                <td><a href=format!("/projects/{}", p.id)>{p.display_name.clone()}</a></td>
                                                 <td>{p.slug.clone()}</td>
-                                                <td>{p.my_role.clone()}</td>
+                                                <td>{p.my_role.as_str()}</td>
                                                 <td>{p.members}</td>
                                                 <td class="mono">{p.canonical_name.clone()}</td>
                                             </tr>
@@ -401,23 +319,24 @@ fn project_view(
     set_policy: ServerAction<crate::policies::SetPolicy>,
     east_west: ServerAction<SetEastWest>,
 ) -> impl IntoView {
-    let pid = v.project.id.clone();
+    let pid = v.detail.summary.id.to_string();
     let pid_network = pid.clone();
-    let allowed = v.east_west;
+    let allowed = v.detail.east_west;
     let manage = v.can_manage;
     let (pid_rename, pid_invite) = (pid.clone(), pid.clone());
-    let current_name = v.project.name.clone();
+    let current_name = v.detail.summary.display_name.clone();
     let member_rows = v
+        .detail
         .members
         .into_iter()
         .map(|m| member_row(m, pid.clone(), manage, change, remove))
         .collect_view();
     view! {
-        <Title text=v.project.name.clone() />
-        <p class="crumbs"><a href="/projects">"Projects"</a> " / " {v.tenant_name.clone()}</p>
-        <h1>{v.project.name.clone()}</h1>
-        <p class="mono canonical">{v.project.canonical_name.clone()}</p>
-        <p>"Your role: " <strong class="my-role">{v.project.my_role.clone()}</strong></p>
+        <Title text=v.detail.summary.display_name.clone() />
+        <p class="crumbs"><a href="/projects">"Projects"</a> " / " {v.detail.tenant_name.clone()}</p>
+        <h1>{v.detail.summary.display_name.clone()}</h1>
+        <p class="mono canonical">{v.detail.summary.canonical_name.clone()}</p>
+        <p>"Your role: " <strong class="my-role">{v.detail.summary.my_role.as_str()}</strong></p>
 
         {manage.then(move || view! {
             <section class="card" aria-labelledby="rename-h">
@@ -459,12 +378,12 @@ fn project_view(
             </section>
         })}
 
-        {(!v.invitations.is_empty()).then(|| view! {
+        {(!v.detail.invitations.is_empty()).then(|| view! {
             <section class="card" aria-labelledby="inv-h">
                 <h2 id="inv-h">"Waiting for first sign-in"</h2>
                 <ul id="invitations">
-                    {v.invitations.iter().map(|i| view! {
-                        <li>{i.email.clone()} " as " {i.role.clone()} " (invited by " {i.invited_by.clone()} ")"</li>
+                    {v.detail.invitations.iter().map(|i| view! {
+                        <li>{i.email.clone()} " as " {i.role.as_str()} " (invited by " {i.invited_by.clone()} ")"</li>
                     }).collect_view()}
                 </ul>
             </section>
@@ -502,7 +421,7 @@ fn project_view(
                         <tr>
                             <td>{a.at.clone()}</td><td>{a.actor.clone()}</td>
                             <td class="mono">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
-                            <td class="mono small">{a.request_id.clone()}</td>
+                            <td class="mono small">{a.request_id.clone().unwrap_or_default()}</td>
                         </tr>
                     }).collect_view()}
                 </tbody>
@@ -512,7 +431,7 @@ fn project_view(
 }
 
 fn member_row(
-    m: MemberRow,
+    m: Member,
     pid: String,
     manage: bool,
     change: ServerAction<ChangeMemberRole>,
@@ -520,22 +439,22 @@ fn member_row(
 ) -> impl IntoView {
     let select_id = format!("role-{}", m.user_id);
     let label = format!("Role of {}", m.email);
-    let (user_change, user_remove) = (m.user_id.clone(), m.user_id.clone());
-    let role = m.role.clone();
+    let (user_change, user_remove) = (m.user_id.to_string(), m.user_id.to_string());
+    let role = m.role.as_str();
     let pid_remove = pid.clone();
     let email_attr = m.email.clone();
     view! {
         <tr data-email=email_attr>
-            <td>{m.name}</td>
+            <td>{m.display_name}</td>
             <td>{m.email}</td>
-            <td class="role-cell">{m.role}</td>
+            <td class="role-cell">{m.role.as_str()}</td>
             {manage.then(move || view! {
                 <td class="actions">
                     <ActionForm action=change attr:class="inline-form">
                         <input type="hidden" name="id" value=pid />
                         <input type="hidden" name="user" value=user_change />
                         <label class="visually-hidden" for=select_id.clone()>{label}</label>
-                        <select name="role" id=select_id>{role_options(&role)}</select>
+                        <select name="role" id=select_id>{role_options(role)}</select>
                         <button type="submit" class="secondary">"Change role"</button>
                     </ActionForm>
                     <ActionForm action=remove attr:class="inline-form">

@@ -59,17 +59,5 @@ pub async fn record(conn: &mut PgConnection, entry: AuditEntry<'_>) -> Result<i6
     Ok(id)
 }
 
-/// One audit record as people read it.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AuditLine {
-    /// `YYYY-MM-DD HH:MM:SS` in UTC.
-    pub at: String,
-    /// The actor's email, or `system`.
-    pub actor: String,
-    pub action: String,
-    /// The canonical name of the resource.
-    pub resource: String,
-    /// `before → after`, as compact JSON.
-    pub change: String,
-    pub request_id: Option<String>,
-}
+/// One audit record as people read it (shared with the pages and the API).
+pub use portal_types::projects::AuditLine;

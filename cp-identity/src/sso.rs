@@ -807,7 +807,7 @@ impl SsoInternal for ControlPlane {
         let mapped = mappings
             .iter()
             .filter(|m| identity.role_claim_values.contains(&m.claim_value))
-            .map(|m| TenantRole::parse(&m.role))
+            .map(|m| TenantRole::parse(&m.role).map_err(Error::from))
             .collect::<Result<Vec<_>>>()?;
         let role = strongest_role(mapped.into_iter(), provider.default_role)
             .as_str()

@@ -14,43 +14,7 @@ use crate::auth::{Principal, check_display_name, email_domain, normalize_email};
 use crate::error::{Error, Result};
 use crate::ids::{ProjectId, TenantId, UserId};
 
-macro_rules! string_enum {
-    ($(#[$doc:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name { $($variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $s),+ }
-            }
-
-            pub fn parse(s: &str) -> Result<Self> {
-                match s {
-                    $($s => Ok($name::$variant),)+
-                    other => Err(Error::Invalid {
-                        field: "role",
-                        reason: format!(
-                            "{other:?} is not one of {}",
-                            [$($s),+].join(", ")
-                        ),
-                    }),
-                }
-            }
-        }
-    };
-}
-
-string_enum!(
-    /// A person's role in a tenant (organization).
-    TenantRole { Owner = "owner", Admin = "admin", Finance = "finance", Member = "member" }
-);
-string_enum!(
-    /// A person's role in a project.
-    ProjectRole { Admin = "admin", Operator = "operator", Viewer = "viewer" }
-);
+pub use portal_types::{ProjectRole, TenantRole};
 
 /// Which tenant roles a [`Tenant`] proof stands for.
 pub trait TenantRequirement {
@@ -143,42 +107,7 @@ impl<R: ProjectRequirement> Project<R> {
     }
 }
 
-/// A project as a list shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectSummary {
-    pub id: ProjectId,
-    pub slug: String,
-    pub display_name: String,
-    /// The viewer's effective role in it.
-    pub my_role: ProjectRole,
-    pub members: i64,
-    pub canonical_name: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    pub user_id: UserId,
-    pub email: String,
-    pub display_name: String,
-    pub role: ProjectRole,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Invitation {
-    pub email: String,
-    pub role: ProjectRole,
-    pub invited_by: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProjectDetail {
-    pub summary: ProjectSummary,
-    pub tenant_name: String,
-    pub members: Vec<Member>,
-    pub invitations: Vec<Invitation>,
-    /// Whether the project's guests on one host may reach each other (off by default).
-    pub east_west: bool,
-}
+pub use portal_types::projects::{Invitation, Member, ProjectDetail, ProjectSummary};
 
 /// What inviting did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

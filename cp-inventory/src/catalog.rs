@@ -3,27 +3,11 @@
 
 use crate::internal::SkusInternal;
 
-use serde::{Deserialize, Serialize};
-
 use crate::ControlPlane;
 use crate::error::Result;
 pub use crate::skus::{PerGpu, Shape, Sku, SkuInput, estimate};
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RegionAvailability {
-    pub region: String,
-    /// How many of this SKU could launch there right now.
-    pub launchable: i64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CatalogEntry {
-    pub sku: Sku,
-    /// Every region of the SKU, in order, with what could launch now.
-    pub availability: Vec<RegionAvailability>,
-    /// When nothing could launch anywhere: why (placement's explanation).
-    pub unavailable_because: Option<String>,
-}
+pub use portal_types::catalog::{CatalogEntry, RegionAvailability};
 
 /// What the control plane offers for the public catalog.
 #[allow(async_fn_in_trait)]

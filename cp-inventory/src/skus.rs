@@ -1,7 +1,6 @@
 //! SKUs: what is sold (a shape, a GPU model and count, the resources, the regions), at what
 //! hourly price. The inventory's vocabulary: placement reads SKUs, and the catalog reads both.
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ControlPlane;
@@ -14,43 +13,8 @@ use portal_types::Money;
 
 pub use portal_types::{Shape, SkuInput};
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Sku {
-    pub id: SkuId,
-    pub name: String,
-    pub display_name: String,
-    pub shape: Shape,
-    pub gpu_model: String,
-    pub gpu_count: i32,
-    pub vcpus: i32,
-    pub memory_gib: i32,
-    pub nvme_gib: i32,
-    pub regions: Vec<String>,
-    pub families: Vec<String>,
-    /// Per hour.
-    pub price: Money,
-    /// `draft`, `active` or `retired`.
-    pub state: String,
-}
-
-/// What each slot of a slice must at least have: the SKU's resources divided by its GPUs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PerGpu {
-    pub vcpus: i32,
-    pub memory_mib: i64,
-    pub nvme_bytes: i64,
-}
-
-impl Sku {
-    pub fn per_gpu(&self) -> PerGpu {
-        let n = self.gpu_count.max(1) as i64;
-        PerGpu {
-            vcpus: ((self.vcpus as i64 + n - 1) / n) as i32,
-            memory_mib: (self.memory_gib as i64 * 1024 + n - 1) / n,
-            nvme_bytes: (self.nvme_gib as i64 * (1 << 30) + n - 1) / n,
-        }
-    }
-}
+/// A SKU and what each of its GPUs brings (shared with the pages and the API).
+pub use portal_types::catalog::{PerGpu, Sku};
 
 /// The cost of `hours` at `price` per hour, rounded up to the minor unit.
 pub fn estimate(price: &Money, hours: u32) -> Result<Money> {

@@ -8,11 +8,15 @@
 //! and the rule; `From<String>` on [`Currency`] is for values read back from storage, whose
 //! schema holds the same rule.
 
+pub mod account;
 pub mod allocations;
+pub mod catalog;
 mod forms;
 mod ids;
 mod money;
 mod policy;
+pub mod projects;
+mod roles;
 mod shape;
 
 pub use allocations::utc;
@@ -23,6 +27,7 @@ pub use ids::{
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Money};
 pub use policy::{Level, PolicyKey};
+pub use roles::{ProjectRole, TenantRole};
 pub use shape::Shape;
 
 /// Input that breaks a rule: which field, and the rule in a sentence.

@@ -7,7 +7,6 @@ mod ssh;
 
 pub use ssh::{fingerprint as ssh_fingerprint, validate_ssh_key, validate_ssh_keys};
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ControlPlane;
@@ -16,20 +15,8 @@ use crate::auth::Principal;
 use crate::error::{Error, Result};
 use crate::ids::SshKeyId;
 
-/// One saved key, as the account page and the launch form show it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SshKey {
-    pub id: SshKeyId,
-    pub name: String,
-    /// `ssh-ed25519`, `ssh-rsa`, …
-    pub kind: String,
-    /// `SHA256:…`, as `ssh-keygen -l` prints it.
-    pub fingerprint: String,
-    /// The key's own comment (often `user@host`), if it has one.
-    pub comment: Option<String>,
-    pub created_at: String,
-    pub last_used_at: Option<String>,
-}
+/// One saved key, as the account page, the launch form and the API show it.
+pub use portal_types::account::SshKey;
 
 fn check_key_name(name: &str) -> Result<&str> {
     let name = name.trim();
@@ -40,18 +27,6 @@ fn check_key_name(name: &str) -> Result<&str> {
         });
     }
     Ok(name)
-}
-
-fn ts(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{}-{:02}-{:02} {:02}:{:02} UTC",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute()
-    )
 }
 
 /// What the control plane offers for a user's own account.
@@ -106,8 +81,8 @@ impl AccountApi for ControlPlane {
                     kind,
                     fingerprint: r.fingerprint,
                     comment,
-                    created_at: ts(r.created_at),
-                    last_used_at: r.last_used_at.map(ts),
+                    created_at: r.created_at,
+                    last_used_at: r.last_used_at,
                 }
             })
             .collect())

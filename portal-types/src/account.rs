@@ -1,0 +1,24 @@
+//! What a signed-in user keeps for themselves, as the account page and the API show it.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::SshKeyId;
+
+/// One saved SSH public key (the key itself is not repeated: its fingerprint names it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKey {
+    pub id: SshKeyId,
+    pub name: String,
+    /// `ssh-ed25519`, `ssh-rsa`, …
+    pub kind: String,
+    /// `SHA256:…`, as `ssh-keygen -l` prints it.
+    pub fingerprint: String,
+    /// The key's own comment (often `user@host`), if it has one.
+    pub comment: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// When a launch last put it on a machine.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+}

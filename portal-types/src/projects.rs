@@ -1,0 +1,58 @@
+//! Projects, their members and invitations, and the audit trail, as the pages and the API
+//! show them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ProjectId, ProjectRole, UserId};
+
+/// A project as a list shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectSummary {
+    pub id: ProjectId,
+    pub slug: String,
+    pub display_name: String,
+    /// The viewer's effective role in it.
+    pub my_role: ProjectRole,
+    pub members: i64,
+    pub canonical_name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    pub user_id: UserId,
+    pub email: String,
+    pub display_name: String,
+    pub role: ProjectRole,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invitation {
+    pub email: String,
+    pub role: ProjectRole,
+    pub invited_by: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectDetail {
+    pub summary: ProjectSummary,
+    pub tenant_name: String,
+    pub members: Vec<Member>,
+    pub invitations: Vec<Invitation>,
+    /// Whether the project's guests on one host may reach each other (off by default).
+    pub east_west: bool,
+}
+
+/// One audit record as people read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditLine {
+    /// `YYYY-MM-DD HH:MM:SS` in UTC (formatted by the query that reads it).
+    pub at: String,
+    /// The actor's email, or `system`.
+    pub actor: String,
+    pub action: String,
+    /// The canonical name of the resource.
+    pub resource: String,
+    /// `before → after`, as compact JSON.
+    pub change: String,
+    pub request_id: Option<String>,
+}
