@@ -487,10 +487,7 @@ pub async fn list_allocations(
         Some(p) => {
             let id = crate::server::id(p)?;
             let who = cp.project_access::<ProjectViewers>(&principal, id).await?;
-            cp.allocations(&who, Some(&state))
-                .await?
-                .into_iter()
-                .collect()
+            cp.allocations(&who, Some(&state)).await?
         }
     };
     Ok(AllocationsView {

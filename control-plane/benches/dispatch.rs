@@ -279,4 +279,16 @@ async fn main() {
             pct(v, 0.99)
         );
     }
+    println!(
+        "RESULT dispatch rate={:.0} ack_p99_ms={:.1} claimable_p99_ms={:.1} launch_p99_ms={:.1} launches={n} refused={} agent_errors={}",
+        n as f64 / offered.as_secs_f64(),
+        pct(&c.ack, 0.99),
+        pct(&c.claimable, 0.99),
+        pct(&c.launch_calls, 0.99),
+        c.refused,
+        c.errors
+    );
+    if c.errors != 0 || c.ack.is_empty() {
+        std::process::exit(1);
+    }
 }

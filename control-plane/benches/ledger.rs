@@ -144,6 +144,7 @@ async fn main() {
         batches += 1;
     }
     let secs = t.elapsed().as_secs_f64();
+    let rows_per_s = rows as f64 / secs;
     println!(
         "rating: {rows} usage rows in {batches} batches of up to {batch} ({entries} balanced journal entries) in {secs:.2} s = {:.0} rows/s (target ≥ 25,000/s)",
         rows as f64 / secs
@@ -179,6 +180,11 @@ async fn main() {
     .unwrap();
     println!(
         "checks: unbalanced_entries={unbalanced} invoiced_cents={invoiced} rated_cents_rounded_per_line={rated}"
+    );
+    println!(
+        "RESULT ledger rows_per_s={rows_per_s:.0} rows={rows} invoices={} unbalanced_entries={unbalanced} invoiced_minus_rated_minor={}",
+        closed.len(),
+        invoiced - rated
     );
     assert_eq!(unbalanced, 0);
     assert_eq!(invoiced, rated);

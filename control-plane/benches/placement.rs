@@ -329,8 +329,8 @@ async fn main() {
 
     println!();
     println!("phase              clients  seconds  committed  committed/s  unavailable  released");
-    let (empty, took) = phase(&cp, &who, "empty", clients, seconds).await;
-    report("empty fleet", &empty, took, clients);
+    let (empty, empty_took) = phase(&cp, &who, "empty", clients, seconds).await;
+    report("empty fleet", &empty, empty_took, clients);
     let free: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM node_resource_slots s WHERE s.cleanup_state = 'clean'
            AND NOT EXISTS (SELECT 1 FROM resource_claims c WHERE c.node_id = s.node_id AND c.released_at IS NULL
@@ -350,8 +350,8 @@ async fn main() {
         .execute(&pool)
         .await
         .expect("analyze");
-    let (full, took) = phase(&cp, &who, "full", clients, seconds).await;
-    report("99% full fleet", &full, took, clients);
+    let (full, full_took) = phase(&cp, &who, "full", clients, seconds).await;
+    report("99% full fleet", &full, full_took, clients);
 
     println!();
     println!("placement latency, committed placements on the empty fleet (ms)");
@@ -420,4 +420,16 @@ async fn main() {
     .await
     .unwrap();
     println!("double_bookings={doubles}");
+    let rate = |t: &Tally, took: Duration| t.committed() as f64 / took.as_secs_f64().max(1e-9);
+    let (empty_rate, full_rate) = (rate(&empty, empty_took), rate(&full, full_took));
+    println!(
+        "RESULT placement placements_per_s={empty_rate:.0} p99_ms={:.1} full_ratio={:.2} availability_p99_ms={:.2} double_bookings={doubles} errors={} clients={clients} nodes={nodes}",
+        pct(&all, 0.99),
+        full_rate / empty_rate.max(1e-9),
+        pct(&lat, 0.99),
+        errors.len(),
+    );
+    if doubles != 0 || !errors.is_empty() {
+        std::process::exit(1);
+    }
 }

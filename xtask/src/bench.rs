@@ -68,3 +68,48 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
+
+/// Each benchmark at a size that runs in seconds: `cargo xtask test` runs them so a schema or
+/// API change that breaks one fails there, not months later. Each checks its invariants and
+/// exits non-zero when one breaks (a double booking, an agent call refused, an unbalanced
+/// ledger); the figures mean nothing at this size.
+const SMOKE: &[(&str, &[&str])] = &[
+    (
+        "placement",
+        &["--clients", "4", "--seconds", "1", "--nodes", "100"],
+    ),
+    (
+        "dispatch",
+        &["--rate", "20", "--seconds", "2", "--nodes", "20"],
+    ),
+    (
+        "ledger",
+        &[
+            "--tenants",
+            "5",
+            "--runs",
+            "2",
+            "--hours",
+            "24",
+            "--batch",
+            "100",
+        ],
+    ),
+];
+
+/// Runs [`SMOKE`] against fresh databases on `pg`, in the test profile (debug, sharing the
+/// tests' build). `cargo_test` is how the caller runs `cargo test` (its flags and env).
+pub fn smoke(pg: &PgCluster, cargo_test: impl Fn() -> Command) -> Result {
+    for (name, args) in SMOKE {
+        let db = format!("bench_smoke_{name}");
+        pg.ensure_database(&db).map_err(|e| e.to_string())?;
+        run_cmd(
+            cargo_test()
+                .args(["--package", "control-plane", "--bench", name, "--"])
+                .args(*args)
+                .env("DATABASE_URL", pg.url(&db)),
+        )
+        .map_err(|e| format!("the {name} benchmark broke at smoke size: {e}"))?;
+    }
+    Ok(())
+}

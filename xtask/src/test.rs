@@ -1,7 +1,7 @@
 //! `cargo xtask test`: every check CI runs, cheapest first.
 //!
 //! fmt → clippy (ssr) → clippy (hydrate, wasm32) → unit and database tests against a private
-//! throwaway PostgreSQL → the site's release build with cargo-leptos (wasm-opt included) and a
+//! throwaway PostgreSQL → every benchmark at smoke size → the site's release build with cargo-leptos (wasm-opt included) and a
 //! debug server → browser tests in Chromium against them.
 
 use std::path::PathBuf;
@@ -89,6 +89,9 @@ pub fn run(args: &[String]) -> Result {
     step("unit and database tests");
     sh(cargo(&["test", "--workspace", "--exclude", "frontend"])
         .env("DATABASE_URL", pg.url("postgres")))?;
+
+    step("the benchmarks at smoke size (they must keep running; `cargo xtask bench` measures)");
+    crate::bench::smoke(&pg, || cargo(&["test"]))?;
 
     // The local Stripe test server, for the browser tests (a debug build is plenty).
     sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
