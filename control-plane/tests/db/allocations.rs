@@ -1197,51 +1197,31 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
     let (cp, ops) = setup(pool).await;
     let (_, agent, _) = hgx(&cp, &ops, "gpu-mk-01").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let refusal = |e: Error| match e {
-        Error::Invalid { field, reason } => format!("{field}: {reason}"),
-        Error::PolicyDenied(d) => d.to_string(),
-        other => panic!("unexpected {other:?}"),
+    // What a launch by Bob was refused with: the field and why, or the policy's sentence.
+    let refused = async |req: LaunchRequest| match cp.launch(&bob, &req, None).await {
+        Err(Error::Invalid { field, reason }) => format!("{field}: {reason}"),
+        Err(Error::PolicyDenied(d)) => d.to_string(),
+        other => panic!("expected a refusal, got {other:?}"),
     };
 
     // vLLM supports H100 slices only, at least one GPU; Ray needs two GPUs.
-    let e = cp
-        .launch(&bob, &with_listing("l40s.1x", "v1", "vllm", ""), None)
-        .await
-        .unwrap_err();
     assert_eq!(
-        refusal(e),
+        refused(with_listing("l40s.1x", "v1", "vllm", "")).await,
         "sku: vLLM inference server 0.6.4 doesn't fit l40s.1x: it supports NVIDIA H100 80GB HBM3, and l40s.1x has NVIDIA L40S"
     );
-    let e = cp
-        .launch(
-            &bob,
-            &with_listing("h100.1x", "r1", "ray-cluster", ""),
-            None,
-        )
-        .await
-        .unwrap_err();
     assert_eq!(
-        refusal(e),
+        refused(with_listing("h100.1x", "r1", "ray-cluster", "")).await,
         "sku: Ray cluster head 2.40 doesn't fit h100.1x: it needs at least 2 GPUs, and h100.1x has 1"
     );
     // A version still in review isn't launchable, nor is an unknown one.
-    let e = cp
-        .launch(
-            &bob,
-            &with_listing("h100.8x.metal", "s1", "slurm-head", ""),
-            None,
-        )
-        .await
-        .unwrap_err();
     assert_eq!(
-        refusal(e),
+        refused(with_listing("h100.8x.metal", "s1", "slurm-head", "")).await,
         "listing: Slurm head node has no published version to launch"
     );
-    let e = cp
-        .launch(&bob, &with_listing("h100.1x", "p0", "pytorch", "9.9"), None)
-        .await
-        .unwrap_err();
-    assert_eq!(refusal(e), "version: PyTorch has no version \"9.9\"");
+    assert_eq!(
+        refused(with_listing("h100.1x", "p0", "pytorch", "9.9")).await,
+        "version: PyTorch has no version \"9.9\""
+    );
 
     // PyTorch 2.5 on a 1-GPU H100 slice: the fee is taken from the version, and the plan
     // carries the version's image and cloud-init.
@@ -1288,16 +1268,8 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
         .await
         .unwrap();
     assert_eq!(state(&cp, id).await.0, "running");
-    let e = cp
-        .launch(
-            &bob,
-            &with_listing("h100.1x", "torch2", "pytorch", "2.5"),
-            None,
-        )
-        .await
-        .unwrap_err();
     assert_eq!(
-        refusal(e),
+        refused(with_listing("h100.1x", "torch2", "pytorch", "2.5")).await,
         "version: PyTorch 2.5 is deprecated; only published versions can be launched (the current one is 2.4)"
     );
     // Without a version, the newest published one (2.4) launches.
@@ -1347,16 +1319,8 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
     )
     .await
     .unwrap();
-    let e = cp
-        .launch(
-            &bob,
-            &with_listing("h100.1x", "torch4", "pytorch", ""),
-            None,
-        )
-        .await
-        .unwrap_err();
     assert_eq!(
-        refusal(e),
+        refused(with_listing("h100.1x", "torch4", "pytorch", "")).await,
         "policy allowed_listings (set at organization level) allows jupyterlab, ubuntu-24.04-cuda, not pytorch"
     );
     cp.launch(
