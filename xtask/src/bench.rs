@@ -1,7 +1,7 @@
 //! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]` and
 //! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]` and
 //! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]`: the benchmarks in
-//! control-plane/benches/ against a private PostgreSQL cluster with durable commits (fsync and
+//! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
 
 use std::process::Command;
@@ -58,7 +58,15 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     ));
     let result = run_cmd(
         Command::new("cargo")
-            .args(["bench", "--package", "control-plane", "--bench", name, "--"])
+            .args([
+                "bench",
+                "--package",
+                "control-plane",
+                "--bench",
+                "bench",
+                "--",
+                name,
+            ])
             .args(args)
             .env("DATABASE_URL", pg.url("bench"))
             .env("SQLX_OFFLINE", "true")
@@ -105,7 +113,7 @@ pub fn smoke(pg: &PgCluster, cargo_test: impl Fn() -> Command) -> Result {
         pg.ensure_database(&db).map_err(|e| e.to_string())?;
         run_cmd(
             cargo_test()
-                .args(["--package", "control-plane", "--bench", name, "--"])
+                .args(["--package", "control-plane", "--bench", "bench", "--", name])
                 .args(*args)
                 .env("DATABASE_URL", pg.url(&db)),
         )

@@ -21,8 +21,7 @@ use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error, Naming, UserId};
 use sqlx::postgres::PgPoolOptions;
 
-mod common;
-use common::{flag, ms, pct};
+use crate::common::{flag, ms, pct};
 
 const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const KEY: &str =
@@ -274,7 +273,7 @@ fn report(name: &str, t: &Tally, took: Duration, clients: usize) {
 }
 
 #[tokio::main(flavor = "multi_thread")]
-async fn main() {
+pub async fn main() {
     let clients: usize = flag("--clients", 32);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: usize = flag("--nodes", 10_000);

@@ -28,8 +28,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use test_db::fixtures as support;
 
-mod common;
-use common::{flag, pct};
+use crate::common::{flag, pct};
 
 const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const KEY: &str =
@@ -51,7 +50,7 @@ struct Clock {
 }
 
 #[tokio::main(flavor = "multi_thread")]
-async fn main() {
+pub async fn main() {
     let rate: u64 = flag("--rate", 200);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: u64 = flag("--nodes", 40);

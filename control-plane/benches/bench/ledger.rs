@@ -22,13 +22,12 @@ use control_plane::{ControlPlane, Naming, UserId};
 use sqlx::postgres::PgPoolOptions;
 use time::macros::datetime;
 
-mod common;
-use common::flag;
+use crate::common::flag;
 
 const BOB: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000002"));
 
 #[tokio::main]
-async fn main() {
+pub async fn main() {
     let tenants: i64 = flag("--tenants", 1000);
     let runs: i64 = flag("--runs", 3);
     let hours: i64 = flag("--hours", 100);

@@ -1,0 +1,26 @@
+//! The benchmarks, in one binary so that they compile and link once:
+//! `bench placement|dispatch|ledger [flags]`, each described in its module. `cargo xtask bench
+//! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
+//! runs each at smoke size.
+
+#[path = "bench/common.rs"]
+mod common;
+#[path = "bench/dispatch.rs"]
+mod dispatch;
+#[path = "bench/ledger.rs"]
+mod ledger;
+#[path = "bench/placement.rs"]
+mod placement;
+
+fn main() {
+    // `cargo bench` appends `--bench` after the arguments it was given.
+    match std::env::args().skip(1).find(|a| a != "--bench").as_deref() {
+        Some("placement") => placement::main(),
+        Some("dispatch") => dispatch::main(),
+        Some("ledger") => ledger::main(),
+        other => {
+            eprintln!("usage: bench placement|dispatch|ledger [flags] (got {other:?})");
+            std::process::exit(2);
+        }
+    }
+}
