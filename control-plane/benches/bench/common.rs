@@ -3,6 +3,26 @@
 
 use std::time::Duration;
 
+use control_plane::prelude::*;
+use control_plane::{ControlPlane, Naming};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+/// A control plane on `DATABASE_URL` (an empty database) with up to `connections`, migrated
+/// and seeded with the demo data.
+pub async fn seeded(connections: u32) -> (PgPool, ControlPlane) {
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .connect(&url)
+        .await
+        .expect("connects");
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    cp.migrate().await.expect("migrates");
+    cp.seed_demo().await.expect("seeds");
+    (pool, cp)
+}
+
 /// `--name VALUE` from the command line, or `default`.
 pub fn flag<T: std::str::FromStr>(name: &str, default: T) -> T {
     let args: Vec<String> = std::env::args().collect();

@@ -20,11 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
+use control_plane::UserId;
 use control_plane::allocations::LaunchRequest;
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::ProjectOperators;
-use control_plane::{ControlPlane, Naming, UserId};
-use sqlx::postgres::PgPoolOptions;
 
 use test_db::fixtures as support;
 
@@ -54,15 +53,7 @@ pub async fn main() {
     let rate: u64 = flag("--rate", 200);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: u64 = flag("--nodes", 40);
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
-    let pool = PgPoolOptions::new()
-        .max_connections(nodes as u32 + 40)
-        .connect(&url)
-        .await
-        .expect("connects");
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.migrate().await.expect("migrates");
-    cp.seed_demo().await.expect("seeds");
+    let (pool, cp) = crate::common::seeded(nodes as u32 + 40).await;
     let ops = support::operator(&cp, "bench-ops@platform.example").await;
 
     let t = Instant::now();

@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use control_plane::allocations::LaunchRequest;
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::{Project, ProjectOperators};
-use control_plane::{AllocationId, ControlPlane, Error, Naming, UserId};
-use sqlx::postgres::PgPoolOptions;
+use control_plane::{AllocationId, ControlPlane, Error, UserId};
 
 use crate::common::{flag, ms, pct};
 
@@ -277,15 +276,7 @@ pub async fn main() {
     let clients: usize = flag("--clients", 32);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: usize = flag("--nodes", 10_000);
-    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
-    let pool = PgPoolOptions::new()
-        .max_connections(clients as u32 + 4)
-        .connect(&url)
-        .await
-        .expect("connects");
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
-    cp.migrate().await.expect("migrates");
-    cp.seed_demo().await.expect("seeds");
+    let (pool, cp) = crate::common::seeded(clients as u32 + 4).await;
     sqlx::query(
         "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i bigint) RETURNS uuid LANGUAGE sql IMMUTABLE AS
          $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
