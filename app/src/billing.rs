@@ -13,84 +13,41 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use portal_types::billing::{InvoiceDetail, InvoiceSummary, Overview, RevenuePoint};
+use portal_types::{TenantId, utc};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome};
 use crate::error::AppError;
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BudgetRow {
-    pub scope: String,
-    pub limit: String,
-    pub spent: String,
-    pub percent: i64,
-    pub alert: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvoiceRow {
-    pub id: String,
-    pub tenant: String,
-    pub number: String,
-    pub month: String,
-    pub status: String,
-    pub stripe_status: Option<String>,
-    pub total: String,
-    pub hosted_invoice_url: Option<String>,
-    pub payment_failed: bool,
-    pub payment_error: Option<String>,
-}
-
+/// The billing page: the control plane's month so far and the invoices, with the two charts
+/// built on the server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BillingView {
     pub organization: String,
-    pub month: String,
-    pub month_to_date: String,
-    pub forecast: String,
-    pub running_per_hour: String,
-    pub credit_balance: String,
-    pub budgets: Vec<BudgetRow>,
+    pub overview: Overview,
+    pub invoices: Vec<InvoiceSummary>,
     /// ECharts options (JSON): daily spend stacked by project, and by SKU.
     pub by_project_chart: String,
     pub by_sku_chart: String,
-    pub has_spend: bool,
-    pub invoices: Vec<InvoiceRow>,
     pub platform_finance: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LineRow {
-    pub line_no: i32,
-    pub kind: String,
-    pub description: String,
-    pub gpu_hours: String,
-    pub unit_price: String,
-    pub amount: String,
-}
-
+/// One invoice, and whether the viewer may issue credit notes on it (platform finance).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvoiceView {
-    pub invoice: InvoiceRow,
-    pub lines: Vec<LineRow>,
-    pub subtotal: String,
-    pub credit_applied: String,
-    pub credit_notes: Vec<(String, String, String)>,
-    /// The amount paid, when paid.
-    pub paid: Option<String>,
-    pub balance: String,
-    pub finalized_at: Option<String>,
-    pub paid_at: Option<String>,
-    /// The viewer may issue credit notes (platform finance).
+    pub detail: InvoiceDetail,
     pub can_credit: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlatformBillingView {
-    pub invoices: Vec<InvoiceRow>,
-    pub failed: Vec<InvoiceRow>,
+    pub invoices: Vec<InvoiceSummary>,
+    pub failed: Vec<InvoiceSummary>,
     pub revenue_chart: String,
-    pub revenue: Vec<(String, String, String, String)>,
-    pub tenants: Vec<(String, String)>,
+    /// Newest month first.
+    pub revenue: Vec<RevenuePoint>,
+    pub tenants: Vec<(TenantId, String)>,
 }
 
 #[cfg(feature = "ssr")]
@@ -99,24 +56,7 @@ mod ssr {
     use charming::component::{Axis, Grid, Legend};
     use charming::element::{AxisType, Tooltip, Trigger};
     use charming::series::Bar;
-    use control_plane::billing::reports::{InvoiceSummary, SpendPoint};
-
-    use super::InvoiceRow;
-
-    pub fn invoice_row(i: InvoiceSummary) -> InvoiceRow {
-        InvoiceRow {
-            id: i.id.to_string(),
-            tenant: i.tenant,
-            number: i.number,
-            month: i.month,
-            status: i.status,
-            stripe_status: i.stripe_status,
-            total: i.total.to_string(),
-            hosted_invoice_url: i.hosted_invoice_url,
-            payment_failed: i.payment_failed,
-            payment_error: i.payment_error,
-        }
-    }
+    use control_plane::billing::reports::SpendPoint;
 
     /// Stacked bars: one bar per day, one series per `key` (project or SKU), in currency units.
     pub fn stacked(points: &[SpendPoint], key: fn(&SpendPoint) -> &str, currency: &str) -> String {
@@ -169,35 +109,13 @@ pub async fn get_billing() -> Result<BillingView, AppError> {
     let who = cp
         .tenant_access::<TenantFinance>(&principal, tenant)
         .await?;
-    let o = cp.billing_overview(&who).await?;
-    let invoices = cp
-        .tenant_invoices(&who)
-        .await?
-        .into_iter()
-        .map(ssr::invoice_row)
-        .collect();
+    let overview = cp.billing_overview(&who).await?;
     Ok(BillingView {
         organization,
-        by_project_chart: ssr::stacked(&o.daily, |p| p.project.as_str(), &o.currency),
-        by_sku_chart: ssr::stacked(&o.daily, |p| p.sku.as_str(), &o.currency),
-        has_spend: !o.daily.is_empty(),
-        month: o.month,
-        month_to_date: o.month_to_date.to_string(),
-        forecast: o.forecast.to_string(),
-        running_per_hour: o.running_per_hour.to_string(),
-        credit_balance: o.credit_balance.to_string(),
-        budgets: o
-            .budgets
-            .into_iter()
-            .map(|b| BudgetRow {
-                scope: b.scope,
-                limit: b.limit.to_string(),
-                spent: b.spent.to_string(),
-                percent: b.percent,
-                alert: b.alert,
-            })
-            .collect(),
-        invoices,
+        by_project_chart: ssr::stacked(&overview.daily, |p| p.project.as_str(), &overview.currency),
+        by_sku_chart: ssr::stacked(&overview.daily, |p| p.sku.as_str(), &overview.currency),
+        overview,
+        invoices: cp.tenant_invoices(&who).await?,
         platform_finance: principal.platform::<PlatformFinance>().is_ok(),
     })
 }
@@ -207,7 +125,7 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id: uuid::Uuid = crate::server::id(&id)?;
+    let id = crate::server::id(&id)?;
     // Platform finance sees any invoice; everyone else only their organization's.
     let (d, can_credit) = match principal.platform::<PlatformFinance>() {
         Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
@@ -220,30 +138,7 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
         }
     };
     Ok(InvoiceView {
-        invoice: ssr::invoice_row(d.summary),
-        lines: d
-            .lines
-            .into_iter()
-            .map(|l| LineRow {
-                line_no: l.line_no,
-                kind: l.kind,
-                description: l.description,
-                gpu_hours: l.gpu_hours,
-                unit_price: l.unit_price,
-                amount: l.amount.to_string(),
-            })
-            .collect(),
-        subtotal: d.subtotal.to_string(),
-        credit_applied: d.credit_applied.to_string(),
-        credit_notes: d
-            .credit_notes
-            .into_iter()
-            .map(|n| (n.amount.to_string(), n.reason, n.created_at))
-            .collect(),
-        paid: d.paid.map(|p| p.to_string()),
-        balance: d.balance.to_string(),
-        finalized_at: d.finalized_at,
-        paid_at: d.paid_at,
+        detail: d,
         can_credit,
     })
 }
@@ -267,12 +162,7 @@ pub async fn get_platform_billing(
         tenant,
         month,
     };
-    let invoices = cp
-        .all_invoices(&fin, &filter)
-        .await?
-        .into_iter()
-        .map(ssr::invoice_row)
-        .collect();
+    let invoices = cp.all_invoices(&fin, &filter).await?;
     let failed = cp
         .all_invoices(
             &fin,
@@ -281,18 +171,16 @@ pub async fn get_platform_billing(
                 ..Default::default()
             },
         )
-        .await?
-        .into_iter()
-        .map(ssr::invoice_row)
-        .collect();
-    let mut revenue = cp.revenue_by_month(&fin).await?;
-    revenue.reverse(); // oldest first, for the chart
+        .await?;
+    let revenue = cp.revenue_by_month(&fin).await?;
+    // Oldest first, for the chart.
     let months: Vec<String> = revenue
         .iter()
+        .rev()
         .map(|r| format!("{} {}", r.month, r.currency))
         .collect();
     let units = |f: fn(&control_plane::billing::reports::RevenuePoint) -> i64| -> Vec<f64> {
-        revenue.iter().map(|r| f(r) as f64 / 100.0).collect()
+        revenue.iter().rev().map(|r| f(r) as f64 / 100.0).collect()
     };
     let chart = Chart::new()
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
@@ -310,29 +198,12 @@ pub async fn get_platform_billing(
                 .data(units(|r| r.invoiced.amount_minor)),
         )
         .series(Bar::new().name("paid").data(units(|r| r.paid.amount_minor)));
-    let tenants = cp
-        .tenant_slugs()
-        .await?
-        .into_iter()
-        .map(|(id, slug)| (id.to_string(), slug))
-        .collect();
     Ok(PlatformBillingView {
         invoices,
         failed,
         revenue_chart: chart.to_string(),
-        revenue: revenue
-            .into_iter()
-            .rev()
-            .map(|r| {
-                (
-                    r.month,
-                    r.rated.to_string(),
-                    r.invoiced.to_string(),
-                    r.paid.to_string(),
-                )
-            })
-            .collect(),
-        tenants,
+        revenue,
+        tenants: cp.tenant_slugs().await?,
     })
 }
 
@@ -386,7 +257,7 @@ fn Chart(option: String, label: &'static str, testid: &'static str) -> impl Into
     view! { <div class="chart" role="img" aria-label=label data-testid=testid data-option=option></div> }
 }
 
-fn status_badge(i: &InvoiceRow) -> impl IntoView + use<> {
+fn status_badge(i: &InvoiceSummary) -> impl IntoView + use<> {
     let (class, text) = match (i.status.as_str(), i.payment_failed) {
         ("open", true) => ("pill danger", "payment failed".to_string()),
         ("paid", _) => ("pill ok", "paid".to_string()),
@@ -396,7 +267,7 @@ fn status_badge(i: &InvoiceRow) -> impl IntoView + use<> {
     view! { <span class=class data-testid="invoice-status">{text}</span> }
 }
 
-fn stripe_cell(i: &InvoiceRow) -> impl IntoView + use<> {
+fn stripe_cell(i: &InvoiceSummary) -> impl IntoView + use<> {
     let status = i.stripe_status.clone().unwrap_or_else(|| "syncing…".into());
     let link = i.hosted_invoice_url.clone().map(|u| {
         view! { " " <a href=u rel="external noopener" target="_blank" data-testid="hosted-link">"Stripe invoice ↗"</a> }
@@ -405,7 +276,11 @@ fn stripe_cell(i: &InvoiceRow) -> impl IntoView + use<> {
 }
 
 #[component]
-fn InvoiceTable(invoices: Vec<InvoiceRow>, show_tenant: bool, id: &'static str) -> impl IntoView {
+fn InvoiceTable(
+    invoices: Vec<InvoiceSummary>,
+    show_tenant: bool,
+    id: &'static str,
+) -> impl IntoView {
     if invoices.is_empty() {
         return view! { <p class="hint">"No invoices yet. A month is invoiced once it is over and all its usage is rated."</p> }.into_any();
     }
@@ -425,7 +300,7 @@ fn InvoiceTable(invoices: Vec<InvoiceRow>, show_tenant: bool, id: &'static str) 
                             {show_tenant.then(|| view! { <td>{i.tenant.clone()}</td> })}
                             <td><a href=format!("/billing/invoices/{}", i.id)>{i.number.clone()}</a></td>
                             <td>{i.month.clone()}</td>
-                            <td>{i.total.clone()}</td>
+                            <td>{i.total.to_string()}</td>
                             <td>{badge} {i.payment_error.clone().filter(|_| i.payment_failed).map(|e| view! { <br/><small>{e}</small> })}</td>
                             <td>{stripe}</td>
                         </tr>
@@ -457,12 +332,20 @@ pub fn BillingPage() -> impl IntoView {
 
 #[component]
 fn BillingBody(b: BillingView) -> impl IntoView {
-    let month = b.month.clone();
+    let BillingView {
+        organization,
+        overview: o,
+        invoices,
+        by_project_chart,
+        by_sku_chart,
+        platform_finance,
+    } = b;
+    let month = o.month.clone();
     view! {
-        <p class="lede">{format!("{} · {}", b.organization, b.month)}
-            {b.platform_finance.then(|| view! { " · " <a href="/admin/billing">"All organizations →"</a> })}
+        <p class="lede">{format!("{organization} · {month}")}
+            {platform_finance.then(|| view! { " · " <a href="/admin/billing">"All organizations →"</a> })}
         </p>
-        {b.budgets.iter().filter(|x| x.alert != "ok").map(|x| view! {
+        {o.budgets.iter().filter(|x| x.alert != "ok").map(|x| view! {
             <section class=format!("card notice budget-{}", x.alert) role="alert" data-testid="budget-alert">
                 <p><strong>{if x.alert == "exceeded" { "Budget exceeded" } else { "Budget at 80 %" }}</strong>
                    {format!(": {} has spent {} of its {} monthly budget ({} %). ", x.scope, x.spent, x.limit, x.percent)}
@@ -471,27 +354,27 @@ fn BillingBody(b: BillingView) -> impl IntoView {
             </section>
         }).collect_view()}
         <div class="stats">
-            <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{b.month_to_date}</span></div>
-            <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{b.forecast}</span>
-                <span class="hint">{format!("{}/h running now", b.running_per_hour)}</span></div>
-            <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{b.credit_balance}</span></div>
+            <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{o.month_to_date.to_string()}</span></div>
+            <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{o.forecast.to_string()}</span>
+                <span class="hint">{format!("{}/h running now", o.running_per_hour)}</span></div>
+            <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{o.credit_balance.to_string()}</span></div>
         </div>
-        {(!b.budgets.is_empty()).then(|| view! {
+        {(!o.budgets.is_empty()).then(|| view! {
             <section class="card" aria-labelledby="budgets">
                 <h2 id="budgets">"Budgets"</h2>
-                <ul>{b.budgets.into_iter().map(|x| view! {
+                <ul>{o.budgets.into_iter().map(|x| view! {
                     <li>{format!("{}: {} of {} ({} %)", x.scope, x.spent, x.limit, x.percent)}</li>
                 }).collect_view()}</ul>
             </section>
         })}
         <section class="card" aria-labelledby="spend">
             <h2 id="spend">"Spend this month"</h2>
-            {if b.has_spend {
+            {if !o.daily.is_empty() {
                 view! {
                     <h3>"By project"</h3>
-                    <Chart option=b.by_project_chart label="Daily spend this month, stacked by project" testid="chart-project" />
+                    <Chart option=by_project_chart label="Daily spend this month, stacked by project" testid="chart-project" />
                     <h3>"By SKU"</h3>
-                    <Chart option=b.by_sku_chart label="Daily spend this month, stacked by SKU" testid="chart-sku" />
+                    <Chart option=by_sku_chart label="Daily spend this month, stacked by SKU" testid="chart-sku" />
                 }.into_any()
             } else {
                 view! { <p class="hint">"No rated usage this month yet. Usage is rated hourly."</p> }.into_any()
@@ -500,7 +383,7 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         </section>
         <section class="card" aria-labelledby="invoices-h">
             <h2 id="invoices-h">"Invoices"</h2>
-            <InvoiceTable invoices=b.invoices show_tenant=false id="invoices" />
+            <InvoiceTable invoices=invoices show_tenant=false id="invoices" />
         </section>
     }
 }
@@ -533,10 +416,14 @@ pub fn InvoicePage() -> impl IntoView {
 
 #[component]
 fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl IntoView {
-    let i = v.invoice.clone();
+    let InvoiceView {
+        detail: v,
+        can_credit,
+    } = v;
+    let i = v.summary.clone();
     let badge = status_badge(&i);
     let stripe = stripe_cell(&i);
-    let id = i.id.clone();
+    let id = i.id.to_string();
     view! {
         <h1>"Invoice " {i.number.clone()}</h1>
         <p class="lede">{format!("{} · {}", i.tenant, i.month)} " · " {badge} " · Stripe: " {stripe}</p>
@@ -548,33 +435,33 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
             <thead><tr><th>"#"</th><th>"Description"</th><th>"GPU-hours"</th><th>"Unit price / GPU-hour"</th><th>"Amount"</th></tr></thead>
             <tbody>
                 {v.lines.into_iter().map(|l| view! {
-                    <tr data-kind=l.kind><td>{l.line_no}</td><td>{l.description}</td><td>{l.gpu_hours}</td><td>{l.unit_price}</td><td>{l.amount}</td></tr>
+                    <tr data-kind=l.kind><td>{l.line_no}</td><td>{l.description}</td><td>{l.gpu_hours}</td><td>{l.unit_price}</td><td>{l.amount.to_string()}</td></tr>
                 }).collect_view()}
             </tbody>
             <tfoot>
-                <tr><th colspan="4">"Subtotal"</th><td>{v.subtotal}</td></tr>
-                <tr><th colspan="4">"Prepaid credit applied"</th><td>{v.credit_applied}</td></tr>
-                <tr><th colspan="4">"Total"</th><td data-testid="invoice-total">{i.total.clone()}</td></tr>
-                {v.credit_notes.iter().map(|(amount, reason, at)| view! {
-                    <tr><th colspan="4">{format!("Credit note ({reason}, {at})")}</th><td>{format!("-{amount}")}</td></tr>
+                <tr><th colspan="4">"Subtotal"</th><td>{v.subtotal.to_string()}</td></tr>
+                <tr><th colspan="4">"Prepaid credit applied"</th><td>{v.credit_applied.to_string()}</td></tr>
+                <tr><th colspan="4">"Total"</th><td data-testid="invoice-total">{i.total.to_string()}</td></tr>
+                {v.credit_notes.iter().map(|n| view! {
+                    <tr><th colspan="4">{format!("Credit note ({}, {})", n.reason, utc(n.created_at))}</th><td>{format!("-{}", n.amount)}</td></tr>
                 }).collect_view()}
                 {v.paid.clone().map(|amount| view! {
-                    <tr data-testid="invoice-paid"><th colspan="4">{match &v.paid_at { Some(at) => format!("Paid {at}"), None => "Paid".to_string() }}</th><td>{format!("-{amount}")}</td></tr>
+                    <tr data-testid="invoice-paid"><th colspan="4">{match v.paid_at { Some(at) => format!("Paid {}", utc(at)), None => "Paid".to_string() }}</th><td>{format!("-{amount}")}</td></tr>
                 })}
-                <tr><th colspan="4">{if i.status == "void" { "Balance (void)" } else { "Balance" }}</th><td data-testid="invoice-balance">{v.balance}</td></tr>
+                <tr><th colspan="4">{if i.status == "void" { "Balance (void)" } else { "Balance" }}</th><td data-testid="invoice-balance">{v.balance.to_string()}</td></tr>
             </tfoot>
         </table>
         </div>
         <p class="hint">"Amounts are rated per second at the price in force at launch, and rounded to the cent once per line (halves away from zero)."
-            {v.finalized_at.map(|t| format!(" Finalised {t}."))}{v.paid_at.map(|t| format!(" Paid {t}."))}</p>
-        {(!v.can_credit).then(|| view! {
+            {v.finalized_at.map(|t| format!(" Finalised {}.", utc(t)))}{v.paid_at.map(|t| format!(" Paid {}.", utc(t)))}</p>
+        {(!can_credit).then(|| view! {
             <p><a class="button" href=format!("/billing/export/invoices/{id}/lines.csv") download data-testid="export-lines">"Export lines (CSV)"</a></p>
         })}
-        {v.can_credit.then(|| view! {
+        {can_credit.then(|| view! {
             <section class="card" aria-labelledby="credit-note">
                 <h2 id="credit-note">"Issue a credit note"</h2>
                 <ActionForm action=note>
-                    <input type="hidden" name="invoice" value=i.id.clone() />
+                    <input type="hidden" name="invoice" value=i.id.to_string() />
                     <div class="form-grid">
                         <label>"Amount" <input name="amount" required placeholder="12.50 USD" /></label>
                         <label>"Reason" <input name="reason" required placeholder="SLA credit for the 3 Nov outage" /></label>
@@ -643,7 +530,7 @@ fn PlatformBody(
             <Chart option=p.revenue_chart label="Rated usage, invoiced and paid, per month" testid="chart-revenue" />
             <div class="table-scroll">
             <table class="data"><thead><tr><th>"Month"</th><th>"Rated usage"</th><th>"Invoiced"</th><th>"Paid"</th></tr></thead>
-                <tbody>{p.revenue.into_iter().map(|(m, r, i, pd)| view! { <tr><td>{m}</td><td>{r}</td><td>{i}</td><td>{pd}</td></tr> }).collect_view()}</tbody>
+                <tbody>{p.revenue.into_iter().map(|r| view! { <tr><td>{r.month}</td><td>{r.rated.to_string()}</td><td>{r.invoiced.to_string()}</td><td>{r.paid.to_string()}</td></tr> }).collect_view()}</tbody>
             </table>
             </div>
         </section>
@@ -675,7 +562,7 @@ fn PlatformBody(
             <p class="hint">"Applied to the organization's next invoices before anything is charged. Audited."</p>
             <ActionForm action=grant>
                 <div class="form-grid">
-                    <label>"Organization" <select name="tenant">{p.tenants.into_iter().map(|(id, slug)| view! { <option value=id>{slug}</option> }).collect_view()}</select></label>
+                    <label>"Organization" <select name="tenant">{p.tenants.into_iter().map(|(id, slug)| view! { <option value=id.to_string()>{slug}</option> }).collect_view()}</select></label>
                     <label>"Amount" <input name="amount" required placeholder="500.00 USD" /></label>
                     <label>"Reason" <input name="reason" required placeholder="pilot agreement" /></label>
                 </div>

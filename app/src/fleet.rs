@@ -9,135 +9,46 @@ use agent_protocol::SlotSpec;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use portal_types::fleet::{Enrolment, FleetView, NodeDetail, ProposalView, SlotRow};
+use portal_types::utc;
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
+/// The fleet page: the control plane's view, and whether the viewer may change it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeRow {
-    pub id: String,
-    pub hostname: String,
-    pub region: String,
-    pub rack: String,
-    pub family: String,
-    pub shapes: String,
-    pub admin_state: String,
-    pub posture: String,
-    pub posture_label: String,
-    pub posture_reason: String,
-    pub gpu_model: String,
-    pub schedulable_slots: i32,
-    pub live_slots: i32,
-    pub drifted_slots: i32,
-    pub agent_version: String,
-    pub last_heartbeat: String,
-    pub pending_generation: Option<i32>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FleetView {
+pub struct Fleet {
     pub can_operate: bool,
-    pub nodes: Vec<NodeRow>,
-    pub by_posture: Vec<(String, String, i64)>,
-    pub by_region: Vec<(String, i64)>,
-    pub by_model: Vec<(String, i64)>,
-    pub regions: Vec<String>,
-    pub models: Vec<String>,
+    pub fleet: FleetView,
 }
 
+/// An enrolment's one-time answer, with the address the agent should connect to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enrolled {
-    pub node_id: String,
-    pub hostname: String,
-    pub token: String,
-    pub expires_at: String,
+    pub enrolment: Enrolment,
     pub server: String,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotView {
-    pub id: String,
-    pub index: i32,
-    pub gpu: String,
-    pub model: String,
-    pub numa: i32,
-    pub nvme: String,
-    pub vf: String,
-    pub cpus: String,
-    pub memory_gib: i64,
-    pub wipe: String,
-    pub state: String,
-    pub drift: Option<String>,
-    pub cleanup_detail: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProposalSlotView {
-    pub proposed: SlotSpec,
-    pub current: Option<SlotView>,
-    pub change: String,
-    pub problems: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProposalPanel {
-    pub generation: i32,
-    pub discovered_at: String,
-    pub status: String,
-    pub decided_by: Option<String>,
-    pub decision_reason: Option<String>,
-    pub slots: Vec<ProposalSlotView>,
-    pub gone: Vec<SlotView>,
-    pub wipe_methods: Vec<String>,
-    pub warnings: Vec<String>,
-    pub fabric: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskView {
-    pub kind: String,
-    pub state: String,
-    pub created_at: String,
-    pub error: Option<String>,
-    pub phases: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A node's page: the control plane's detail, and whether the viewer may change it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NodeView {
     pub can_operate: bool,
-    pub node: NodeRow,
-    pub canonical_name: String,
-    pub health: String,
-    pub enrolled_at: String,
-    pub agent_enrolled_at: Option<String>,
-    pub open_token_expires: Option<String>,
-    /// Where tenants reach the node's guests; `None`: its hostname.
-    pub public_host: Option<String>,
-    pub public_port_base: u16,
-    /// The public ports its approved slots use, e.g. "22000–22063".
-    pub public_ports: String,
-    pub slots: Vec<SlotView>,
-    pub proposal: Option<ProposalPanel>,
-    pub tasks: Vec<TaskView>,
-    pub audit: Vec<portal_types::projects::AuditLine>,
+    pub detail: NodeDetail,
 }
 
 #[cfg(feature = "ssr")]
 mod ssr {
     use control_plane::NodeId;
-    use control_plane::fleet::{NodeSummary, POSTURES, SlotRow};
 
-    use super::{NodeRow, SlotView};
     use crate::AppError;
 
     /// What the operator is shown once: the token and where the agent should connect.
-    pub fn enrolled(e: control_plane::fleet::Enrolment) -> Result<super::Enrolled, AppError> {
+    pub fn enrolled(
+        enrolment: control_plane::fleet::Enrolment,
+    ) -> Result<super::Enrolled, AppError> {
         Ok(super::Enrolled {
-            node_id: e.node_id.to_string(),
-            hostname: e.hostname,
-            token: e.bootstrap_token,
-            expires_at: e.expires_at,
+            enrolment,
             server: crate::server::public_origin()?.0.to_string(),
         })
     }
@@ -145,49 +56,6 @@ mod ssr {
     /// A malformed id is "not found", like an unknown one.
     pub fn node_id(id: &str) -> Result<NodeId, AppError> {
         crate::server::id(id)
-    }
-
-    pub fn node_row(n: NodeSummary) -> NodeRow {
-        NodeRow {
-            id: n.id.to_string(),
-            posture_label: POSTURES
-                .iter()
-                .find(|(p, _)| *p == n.posture)
-                .map_or(n.posture.clone(), |(_, l)| l.to_string()),
-            hostname: n.hostname,
-            region: n.region,
-            rack: n.rack,
-            family: n.family,
-            shapes: n.capacity_shapes.join(", "),
-            admin_state: n.admin_state,
-            posture: n.posture,
-            posture_reason: n.posture_reason,
-            gpu_model: n.gpu_model.unwrap_or_else(|| "—".into()),
-            schedulable_slots: n.schedulable_slots,
-            live_slots: n.live_slots,
-            drifted_slots: n.drifted_slots,
-            agent_version: n.agent_version.unwrap_or_else(|| "—".into()),
-            last_heartbeat: n.last_heartbeat.unwrap_or_else(|| "never".into()),
-            pending_generation: n.pending_generation,
-        }
-    }
-
-    pub fn slot_view(s: SlotRow) -> SlotView {
-        SlotView {
-            id: s.id.to_string(),
-            index: s.slot_index,
-            gpu: s.gpu_pci_address,
-            model: s.gpu_model,
-            numa: s.numa_node,
-            nvme: format!("{} ({})", s.nvme_pci_address, s.nvme_namespace),
-            vf: s.ib_vf_pci_address,
-            cpus: s.cpu_set,
-            memory_gib: s.memory_mib / 1024,
-            wipe: s.wipe_policy,
-            state: s.state,
-            drift: s.drift,
-            cleanup_detail: s.cleanup_detail,
-        }
     }
 
     /// `0-2,5` → [0, 1, 2, 5]; empty → None (all slots).
@@ -210,7 +78,7 @@ pub async fn fleet_overview(
     region: Option<String>,
     posture: Option<String>,
     model: Option<String>,
-) -> Result<FleetView, AppError> {
+) -> Result<Fleet, AppError> {
     use control_plane::auth::{PlatformOperators, PlatformStaff};
     let (cp, principal) = crate::server::signed_in().await?;
     let staff = principal.platform::<PlatformStaff>()?;
@@ -219,15 +87,9 @@ pub async fn fleet_overview(
         posture,
         gpu_model: model,
     };
-    let v = cp.fleet(&staff, &filter).await?;
-    Ok(FleetView {
+    Ok(Fleet {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        nodes: v.nodes.into_iter().map(ssr::node_row).collect(),
-        by_posture: v.by_posture,
-        by_region: v.by_region,
-        by_model: v.by_model,
-        regions: v.regions,
-        models: v.models,
+        fleet: cp.fleet(&staff, &filter).await?,
     })
 }
 
@@ -282,75 +144,9 @@ pub async fn get_node(id: String) -> Result<NodeView, AppError> {
     use control_plane::auth::{PlatformOperators, PlatformStaff};
     let (cp, principal) = crate::server::signed_in().await?;
     let staff = principal.platform::<PlatformStaff>()?;
-    let d = cp.node_detail(&staff, ssr::node_id(&id)?).await?;
-    let proposal = d.proposal.map(|p| ProposalPanel {
-        generation: p.generation,
-        discovered_at: p.discovered_at,
-        status: p.status.replace('_', " "),
-        decided_by: p.decided_by,
-        decision_reason: p.decision_reason,
-        slots: p
-            .slots
-            .into_iter()
-            .map(|s| ProposalSlotView {
-                proposed: s.proposed,
-                current: s.current.map(ssr::slot_view),
-                change: s.change,
-                problems: s.problems,
-            })
-            .collect(),
-        gone: p.gone.into_iter().map(ssr::slot_view).collect(),
-        wipe_methods: p.wipe_methods,
-        warnings: p.warnings,
-        fabric: if p.fabric_partition_sizes.is_empty() {
-            "no NVLink fabric partitions reported".into()
-        } else {
-            format!(
-                "{} NVSwitches; NVLink partitions of {}",
-                p.nvswitches,
-                p.fabric_partition_sizes
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        },
-    });
     Ok(NodeView {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        canonical_name: d.canonical_name,
-        health: match (d.health, d.health_detail) {
-            (Some(h), Some(detail)) => format!("{h}: {detail}"),
-            (Some(h), None) => h,
-            (None, _) => "no heartbeat yet".into(),
-        },
-        enrolled_at: d.enrolled_at,
-        agent_enrolled_at: d.agent_enrolled_at,
-        open_token_expires: d.open_token_expires,
-        public_host: d.public_host,
-        public_port_base: d.public_port_base,
-        public_ports: d.public_ports,
-        node: ssr::node_row(d.node),
-        slots: d.slots.into_iter().map(ssr::slot_view).collect(),
-        proposal,
-        tasks: d
-            .tasks
-            .into_iter()
-            .map(|t| TaskView {
-                kind: t.kind,
-                state: t.state,
-                created_at: t.created_at,
-                error: t.error,
-                phases: t
-                    .phases
-                    .iter()
-                    .filter(|(_, status, _)| status != "started")
-                    .map(|(p, s, ms)| format!("{p} {s} in {ms} ms"))
-                    .collect::<Vec<_>>()
-                    .join(" · "),
-            })
-            .collect(),
-        audit: d.audit,
+        detail: cp.node_detail(&staff, ssr::node_id(&id)?).await?,
     })
 }
 
@@ -489,13 +285,13 @@ pub fn FleetPage() -> impl IntoView {
 
 #[component]
 fn FleetBody(
-    fleet: FleetView,
+    fleet: Fleet,
     filter: (Option<String>, Option<String>, Option<String>),
     enrol: ServerAction<EnrolNode>,
 ) -> impl IntoView {
     let (region, posture, model) = filter;
     let selected = |current: &Option<String>, value: &str| current.as_deref() == Some(value);
-    let can_operate = fleet.can_operate;
+    let Fleet { can_operate, fleet } = fleet;
     // The filter offers every posture, in the control plane's order and words.
     let postures: Vec<(String, String)> = fleet
         .by_posture
@@ -558,14 +354,14 @@ fn FleetBody(
                             {fleet.nodes.into_iter().map(|n| view! {
                                 <tr data-node=n.hostname.clone()>
                                     <td><a href=format!("/fleet/{}", n.id)>{n.hostname.clone()}</a></td>
-                                    <td>{n.region} " / " {n.rack}</td>
-                                    <td>{n.family}</td>
-                                    <td>{n.gpu_model}</td>
+                                    <td>{n.region.clone()} " / " {n.rack.clone()}</td>
+                                    <td>{n.family.clone()}</td>
+                                    <td>{n.gpu_model.clone().unwrap_or_else(|| "—".into())}</td>
                                     <td>{n.schedulable_slots} " of " {n.live_slots} " schedulable"
                                         {(n.drifted_slots > 0).then(|| format!(", {} drifted", n.drifted_slots))}</td>
-                                    <td><span class=format!("posture posture-{}", n.posture)>{n.posture_label}</span>
-                                        <br/><small>{n.posture_reason}</small></td>
-                                    <td>{n.last_heartbeat}</td>
+                                    <td><span class=format!("posture posture-{}", n.posture)>{n.posture_label().to_string()}</span>
+                                        <br/><small>{n.posture_reason.clone()}</small></td>
+                                    <td>{n.heartbeat()}</td>
                                     <td>{n.pending_generation.map(|g| format!("generation {g} waits for approval"))}</td>
                                 </tr>
                             }).collect_view()}
@@ -607,17 +403,21 @@ fn EnrolForm(enrol: ServerAction<EnrolNode>) -> impl IntoView {
 /// The bootstrap token, shown once, with the command that uses it.
 #[component]
 fn TokenOnce(e: Enrolled) -> impl IntoView {
+    let Enrolled {
+        enrolment: e,
+        server,
+    } = e;
     view! {
         <div class="token-once" role="status">
             <p>
                 "Enrolled " <a href=format!("/fleet/{}", e.node_id)>{e.hostname.clone()}</a>
-                ". This bootstrap token is shown once and expires at " {e.expires_at.clone()} ":"
+                ". This bootstrap token is shown once and expires at " {utc(e.expires_at)} ":"
             </p>
-            <pre data-testid="bootstrap-token">{e.token.clone()}</pre>
+            <pre data-testid="bootstrap-token">{e.bootstrap_token.clone()}</pre>
             <p>"On the host, run:"</p>
             <pre>{format!(
                 "NODE_AGENT_BOOTSTRAP_TOKEN='{}' node-agent enroll --server {}\nnode-agent run",
-                e.token, e.server
+                e.bootstrap_token, server
             )}</pre>
         </div>
     }
@@ -683,9 +483,12 @@ struct NodeActions {
 
 #[component]
 fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
+    let NodeView {
+        can_operate: can,
+        detail: page,
+    } = page;
     let n = page.node.clone();
-    let id = n.id.clone();
-    let can = page.can_operate;
+    let id = n.id.to_string();
     let state_button = |state: &'static str, label: &'static str, id: String| {
         view! {
             <ActionForm action=actions.set_state attr:class="inline">
@@ -703,17 +506,17 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
             <h2 id="facts">"Node"</h2>
             <dl class="facts">
                 <dt>"Posture"</dt>
-                <dd><span class=format!("posture posture-{}", n.posture) data-testid="posture">{n.posture_label.clone()}</span>
+                <dd><span class=format!("posture posture-{}", n.posture) data-testid="posture">{n.posture_label().to_string()}</span>
                     " — " {n.posture_reason.clone()}</dd>
                 <dt>"Admin state"</dt><dd data-testid="admin-state">{n.admin_state.clone()}</dd>
                 <dt>"Region / rack"</dt><dd>{n.region.clone()} " / " {n.rack.clone()}</dd>
                 <dt>"Family"</dt><dd>{n.family.clone()}</dd>
-                <dt>"May serve"</dt><dd>{n.shapes.clone()}</dd>
-                <dt>"Agent"</dt><dd>{n.agent_version.clone()} ", enrolled " {page.agent_enrolled_at.clone().unwrap_or_else(|| "not yet".into())}</dd>
-                <dt>"Last heartbeat"</dt><dd>{n.last_heartbeat.clone()} " (" {page.health.clone()} ")"</dd>
+                <dt>"May serve"</dt><dd>{n.capacity_shapes.join(", ")}</dd>
+                <dt>"Agent"</dt><dd>{n.agent_version.clone().unwrap_or_else(|| "—".into())} ", enrolled " {page.agent_enrolled_at.map_or_else(|| "not yet".into(), utc)}</dd>
+                <dt>"Last heartbeat"</dt><dd>{n.heartbeat()} " (" {page.health_line()} ")"</dd>
                 <dt>"Schedulable slots"</dt><dd data-testid="schedulable">{n.schedulable_slots} " of " {n.live_slots}</dd>
                 <dt>"Canonical name"</dt><dd><code>{page.canonical_name.clone()}</code></dd>
-                {page.open_token_expires.clone().map(|t| view! { <dt>"Bootstrap token"</dt><dd>"unused, expires " {t}</dd> })}
+                {page.open_token_expires.map(|t| view! { <dt>"Bootstrap token"</dt><dd>"unused, expires " {utc(t)}</dd> })}
             </dl>
             {let (id, rid, tid) = (id.clone(), id.clone(), id.clone()); can.then(move || view! {
                 <div class="actions">
@@ -767,15 +570,15 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
             {if page.slots.is_empty() {
                 view! { <p>"No approved slots: nothing on this node can be scheduled yet."</p> }.into_any()
             } else {
-                view! { <SlotTable slots=page.slots.clone() clear=page.can_operate.then_some(actions.clear) /> }.into_any()
+                view! { <SlotTable slots=page.slots.clone() clear=can.then_some(actions.clear) /> }.into_any()
             }}
         </section>
         <section class="card" aria-labelledby="tasks">
             <h2 id="tasks">"Agent tasks"</h2>
             <ul class="plain">
                 {page.tasks.iter().map(|t| view! {
-                    <li>{t.created_at.clone()} " — " <code>{t.kind.clone()}</code> " " <strong>{t.state.clone()}</strong>
-                        {(!t.phases.is_empty()).then(|| format!(" · {}", t.phases))}
+                    <li>{utc(t.created_at)} " — " <code>{t.kind.clone()}</code> " " <strong>{t.state.clone()}</strong>
+                        {Some(t.finished_phases()).filter(|p| !p.is_empty()).map(|p| format!(" · {p}"))}
                         {t.error.clone().map(|e| view! { <span class="form-error">" " {e}</span> })}
                     </li>
                 }).collect_view()}
@@ -798,7 +601,7 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
 }
 
 #[component]
-fn SlotTable(slots: Vec<SlotView>, clear: Option<ServerAction<ClearBlockedSlot>>) -> impl IntoView {
+fn SlotTable(slots: Vec<SlotRow>, clear: Option<ServerAction<ClearBlockedSlot>>) -> impl IntoView {
     view! {
         <div class="table-scroll">
         <table class="data" data-testid="slots">
@@ -810,17 +613,18 @@ fn SlotTable(slots: Vec<SlotView>, clear: Option<ServerAction<ClearBlockedSlot>>
                 {slots.into_iter().map(|s| {
                     let state = s.state.clone();
                     let blocked = s.state == "cleanup blocked";
-                    let id = s.id.clone();
+                    let id = s.id.to_string();
+                    let nvme = s.nvme();
                     view! {
                     <tr data-slot-state=state>
-                        <td>{s.index}</td>
-                        <td>{s.gpu} <br/><small>{s.model}</small></td>
-                        <td>{s.numa}</td>
-                        <td>{s.nvme}</td>
-                        <td>{s.vf}</td>
-                        <td>{s.cpus}</td>
-                        <td>{s.memory_gib} " GiB"</td>
-                        <td>{s.wipe}</td>
+                        <td>{s.slot_index}</td>
+                        <td>{s.gpu_pci_address} <br/><small>{s.gpu_model}</small></td>
+                        <td>{s.numa_node}</td>
+                        <td>{nvme}</td>
+                        <td>{s.ib_vf_pci_address}</td>
+                        <td>{s.cpu_set}</td>
+                        <td>{s.memory_mib / 1024} " GiB"</td>
+                        <td>{s.wipe_policy}</td>
                         <td>{s.state}{s.drift.map(|d| view! { <br/><small class="form-error">{d}</small> })}
                             {s.cleanup_detail.map(|d| view! { <br/><small>{d}</small> })}
                             {clear.filter(|_| blocked).map(|clear| view! {
@@ -861,18 +665,18 @@ fn describe(s: &SlotSpec) -> String {
 }
 
 #[component]
-fn Proposal(p: ProposalPanel, id: String, can: bool, actions: NodeActions) -> impl IntoView {
-    let pending = p.status == "pending";
+fn Proposal(p: ProposalView, id: String, can: bool, actions: NodeActions) -> impl IntoView {
+    let pending = p.is_pending();
     let problems: usize = p.slots.iter().map(|s| s.problems.len()).sum();
     view! {
         <section class="card" aria-labelledby="proposal" data-testid="proposal">
             <h2 id="proposal">"Slot map proposal, generation " {p.generation}</h2>
             <p>
-                "Discovered " {p.discovered_at.clone()} ". Status: " <strong data-testid="proposal-status">{p.status.clone()}</strong>
+                "Discovered " {utc(p.discovered_at)} ". Status: " <strong data-testid="proposal-status">{p.status.replace('_', " ")}</strong>
                 {p.decided_by.clone().map(|d| format!(" by {d}"))}
                 {p.decision_reason.clone().map(|r| format!(" — {r}"))}
             </p>
-            <p class="hint">{p.fabric.clone()}</p>
+            <p class="hint">{p.fabric()}</p>
             {(!p.warnings.is_empty()).then(|| view! {
                 <ul class="warnings">{p.warnings.iter().map(|w| view! { <li>{w.clone()}</li> }).collect_view()}</ul>
             })}
@@ -887,7 +691,7 @@ fn Proposal(p: ProposalPanel, id: String, can: bool, actions: NodeActions) -> im
                         <tr data-proposed-slot=s.proposed.slot_index>
                             <td>{s.proposed.slot_index}</td>
                             <td><small>{describe(&s.proposed)}</small></td>
-                            <td><small>{s.current.as_ref().map_or("—".to_string(), |c| format!("{} · NUMA {} · NVMe {} · VF {} · wipe {} · {}", c.gpu, c.numa, c.nvme, c.vf, c.wipe, c.state))}</small></td>
+                            <td><small>{s.current.as_ref().map_or("—".to_string(), |c| format!("{} · NUMA {} · NVMe {} · VF {} · wipe {} · {}", c.gpu_pci_address, c.numa_node, c.nvme(), c.ib_vf_pci_address, c.wipe_policy, c.state))}</small></td>
                             <td>{s.change.clone()}</td>
                             <td>
                                 <ul class="problems">{s.problems.iter().map(|x| view! { <li>{x.clone()}</li> }).collect_view()}</ul>
@@ -896,8 +700,8 @@ fn Proposal(p: ProposalPanel, id: String, can: bool, actions: NodeActions) -> im
                     }).collect_view()}
                     {p.gone.iter().map(|g| view! {
                         <tr class="gone">
-                            <td>{g.index}</td><td>"— (not found by this discovery)"</td>
-                            <td><small>{g.gpu.clone()} " · " {g.state.clone()}</small></td>
+                            <td>{g.slot_index}</td><td>"— (not found by this discovery)"</td>
+                            <td><small>{g.gpu_pci_address.clone()} " · " {g.state.clone()}</small></td>
                             <td>"gone: approving all retires this slot"</td><td></td>
                         </tr>
                     }).collect_view()}

@@ -59,6 +59,10 @@ uuid_id!(
     NodeId
 );
 uuid_id!(
+    /// A tenant's invoice for one month and currency.
+    InvoiceId
+);
+uuid_id!(
     /// An approved, schedulable bundle on one node (GPU, NVMe, IB VF, CPUs, memory).
     SlotId
 );

@@ -10,7 +10,9 @@
 
 pub mod account;
 pub mod allocations;
+pub mod billing;
 pub mod catalog;
+pub mod fleet;
 mod forms;
 mod ids;
 mod money;
@@ -22,8 +24,8 @@ mod shape;
 pub use allocations::utc;
 pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
 pub use ids::{
-    AgentTaskId, AllocationId, ListingId, ListingVersionId, NodeId, ProjectId, PublisherId, SkuId,
-    SlotId, SshKeyId, TenantId, UserId,
+    AgentTaskId, AllocationId, InvoiceId, ListingId, ListingVersionId, NodeId, ProjectId,
+    PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Money};
 pub use policy::{Level, PolicyKey};

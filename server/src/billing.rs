@@ -130,7 +130,7 @@ async fn usage_csv(
 async fn invoice_csv(
     State(app): State<AppState>,
     session: Session,
-    Path(id): Path<uuid::Uuid>,
+    Path(id): Path<control_plane::InvoiceId>,
 ) -> Response {
     let who = match finance(&app, &session).await {
         Ok(w) => w,

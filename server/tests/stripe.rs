@@ -31,7 +31,7 @@ struct Portal {
     cp: ControlPlane,
     addr: SocketAddr,
     stripe: stripe_test_server::Handle,
-    invoice: uuid::Uuid,
+    invoice: control_plane::InvoiceId,
     /// Last: the server's connections go before the database.
     _db: test_db::TestDb,
 }
@@ -135,7 +135,7 @@ struct Local {
 async fn local(p: &Portal) -> Local {
     let r = sqlx::query!(
         "SELECT status, stripe_status, stripe_invoice_id, hosted_invoice_url, payment_failed_at FROM invoices WHERE id = $1",
-        p.invoice
+        p.invoice.0
     )
     .fetch_one(p.cp.pool())
     .await
@@ -175,7 +175,7 @@ async fn cash_postings(p: &Portal) -> Vec<i64> {
     sqlx::query_scalar!(
         "SELECT p.amount_micro FROM postings p JOIN ledger_accounts a ON a.id = p.account_id
          JOIN journal_entries e ON e.id = p.entry_id WHERE a.kind = 'cash' AND e.invoice_id = $1",
-        p.invoice
+        p.invoice.0
     )
     .fetch_all(p.cp.pool())
     .await

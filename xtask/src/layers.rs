@@ -12,26 +12,27 @@ const LAYERS: &[(&str, u8)] = &[
     // Contracts and tools that know nothing of the portal.
     ("agent-protocol", 0),
     ("pgcluster", 0),
-    ("portal-types", 0),
     ("stripe-test-server", 0),
+    // The portal's vocabulary (its fleet read models carry the agent contract's slot specs).
+    ("portal-types", 1),
     // What every area of the domain stands on; the host agent (which never links the domain).
-    ("cp-base", 1),
-    ("node-agent", 1),
+    ("cp-base", 2),
+    ("node-agent", 2),
     // The domain's areas, each above the ones it uses.
-    ("cp-identity", 2),
-    ("cp-inventory", 3),
-    ("cp-marketplace", 4),
-    ("cp-billing", 5),
-    ("cp-allocations", 6),
+    ("cp-identity", 3),
+    ("cp-inventory", 4),
+    ("cp-marketplace", 5),
+    ("cp-billing", 6),
+    ("cp-allocations", 7),
     // The domain's facade (and the demo data, which touches every area).
-    ("control-plane", 7),
+    ("control-plane", 8),
     // Pages and server functions; the shared test databases and fixtures.
-    ("app", 8),
-    ("test-db", 8),
+    ("app", 9),
+    ("test-db", 9),
     // Binaries.
-    ("server", 9),
-    ("frontend", 9),
-    ("xtask", 10),
+    ("server", 10),
+    ("frontend", 10),
+    ("xtask", 11),
 ];
 
 /// The area crates: only the facade and each other may depend on them, so what they share

@@ -503,7 +503,7 @@ async fn golden_invoice_for_one_month() {
     let lines = sqlx::query!(
         "SELECT line_no, kind, description, gpu_us, unit_price_micro, rated_micro, amount_minor
          FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
-        acme.invoice
+        acme.invoice.0
     )
     .fetch_all(cp.pool())
     .await
@@ -557,7 +557,7 @@ async fn golden_invoice_for_one_month() {
     );
     let inv = sqlx::query!(
         "SELECT number, status, subtotal_minor, credit_applied_minor, total_minor FROM invoices WHERE id = $1",
-        acme.invoice
+        acme.invoice.0
     )
     .fetch_one(cp.pool())
     .await
@@ -592,7 +592,7 @@ async fn golden_invoice_for_one_month() {
         r#"SELECT sum(p.amount_micro)::bigint AS "s!" FROM postings p JOIN journal_entries e ON e.id = p.entry_id
            JOIN ledger_accounts a ON a.id = p.account_id
            WHERE e.kind = 'invoice_rounding' AND e.invoice_id = $1 AND a.kind = 'tenant_receivable'"#,
-        acme.invoice
+        acme.invoice.0
     )
     .fetch_one(cp.pool())
     .await

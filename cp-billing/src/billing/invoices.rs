@@ -17,7 +17,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformRequirement};
 use crate::error::{Error, Result};
-use crate::ids::{TenantId, UserId};
+use crate::ids::{InvoiceId, TenantId, UserId};
 use portal_types::Money;
 
 /// Platform admins and platform finance: who grants credit and issues credit notes.
@@ -33,7 +33,7 @@ impl PlatformRequirement for PlatformFinance {
 /// One invoice the close produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Closed {
-    pub invoice: Uuid,
+    pub invoice: InvoiceId,
     pub tenant: TenantId,
     pub number: String,
     pub total_minor: i64,
@@ -300,7 +300,7 @@ pub async fn close_month(
     tx.commit().await?;
     tracing::info!(invoice.number = %number, invoice.total = subtotal - applied, "invoice finalised");
     Ok(Some(Closed {
-        invoice,
+        invoice: InvoiceId(invoice),
         tenant,
         number,
         total_minor: subtotal - applied,
@@ -553,7 +553,7 @@ pub trait InvoicesApi {
     async fn issue_credit_note(
         &self,
         who: &Platform<PlatformFinance>,
-        invoice: Uuid,
+        invoice: InvoiceId,
         amount: &str,
         reason: &str,
         request_id: Option<&str>,
@@ -629,11 +629,12 @@ impl InvoicesApi for ControlPlane {
     async fn issue_credit_note(
         &self,
         who: &Platform<PlatformFinance>,
-        invoice: Uuid,
+        invoice: InvoiceId,
         amount: &str,
         reason: &str,
         request_id: Option<&str>,
     ) -> Result<Money> {
+        let invoice = invoice.0;
         let mut tx = self.pool().begin().await?;
         let inv = sqlx::query!(
             r#"SELECT tenant_id AS "tenant: TenantId", currency, number, status, total_minor,

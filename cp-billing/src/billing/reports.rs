@@ -1,6 +1,5 @@
 //! What finance screens read: month-to-date, forecast, budgets, spend series, invoices, CSV.
 
-use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -9,9 +8,13 @@ use crate::ControlPlane;
 use crate::auth::Platform;
 use crate::billing::invoices::PlatformFinance;
 use crate::error::{Error, Result};
-use crate::ids::{ProjectId, TenantId};
+use crate::ids::{InvoiceId, ProjectId, TenantId};
 use crate::policy::{Level, Money, PolicyKey, PolicyValue, resolve_policies_on};
 use crate::tenancy::{Tenant, TenantRequirement, TenantRole};
+pub use portal_types::billing::{
+    BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
+    RevenuePoint, SpendPoint,
+};
 
 /// Owners, admins and finance: who sees a tenant's spend and invoices.
 pub struct TenantFinance;
@@ -68,109 +71,6 @@ async fn run_rate(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> 
         * Micros::PER_MINOR)
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BudgetStatus {
-    /// "organization" or the project's slug.
-    pub scope: String,
-    pub limit: Money,
-    pub spent: Money,
-    pub percent: i64,
-    /// `ok`, `warning` (≥ 80 %) or `exceeded` (≥ 100 %).
-    pub alert: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpendPoint {
-    /// `2026-11-03`.
-    pub day: String,
-    pub project: String,
-    pub sku: String,
-    pub amount_minor: i64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Overview {
-    pub month: String,
-    pub currency: String,
-    pub month_to_date: Money,
-    /// Month-to-date plus what is running now, at its price, until the month ends.
-    pub forecast: Money,
-    pub running_per_hour: Money,
-    pub credit_balance: Money,
-    pub budgets: Vec<BudgetStatus>,
-    /// Rated spend per day, project and SKU this month.
-    pub daily: Vec<SpendPoint>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvoiceSummary {
-    pub id: Uuid,
-    pub tenant: String,
-    pub number: String,
-    pub month: String,
-    pub status: String,
-    /// Stripe's view; `None` until the invoice is synced.
-    pub stripe_status: Option<String>,
-    pub total: Money,
-    pub hosted_invoice_url: Option<String>,
-    /// A payment attempt failed and the invoice is still open: someone must act.
-    pub payment_failed: bool,
-    pub payment_error: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvoiceLine {
-    pub line_no: i32,
-    pub kind: String,
-    pub description: String,
-    pub project: Option<String>,
-    pub sku: Option<String>,
-    pub gpu_hours: String,
-    pub unit_price: String,
-    pub amount: Money,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CreditNote {
-    pub amount: Money,
-    pub reason: String,
-    pub created_at: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InvoiceDetail {
-    pub summary: InvoiceSummary,
-    pub lines: Vec<InvoiceLine>,
-    pub subtotal: Money,
-    pub credit_applied: Money,
-    pub credit_notes: Vec<CreditNote>,
-    /// What the customer paid: the total less the credit notes issued before the payment
-    /// (a credit note after it goes to the customer's credit balance in Stripe).
-    pub paid: Option<Money>,
-    /// What is still due: nothing once paid or void; otherwise the total less credit notes.
-    pub balance: Money,
-    pub finalized_at: Option<String>,
-    pub paid_at: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-pub struct InvoiceFilter {
-    pub status: Option<String>,
-    pub tenant: Option<String>,
-    pub month: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RevenuePoint {
-    pub month: String,
-    pub currency: String,
-    /// Usage rated in the month (before rounding, credits and credit notes).
-    pub rated: Money,
-    /// Invoiced totals for the month, and what of that is paid.
-    pub invoiced: Money,
-    pub paid: Money,
-}
-
 fn ts(t: time::OffsetDateTime) -> String {
     t.to_offset(time::UtcOffset::UTC)
         .format(&time::format_description::well_known::Rfc3339)
@@ -194,7 +94,7 @@ struct SummaryRow {
 impl From<SummaryRow> for InvoiceSummary {
     fn from(r: SummaryRow) -> Self {
         InvoiceSummary {
-            id: r.id,
+            id: InvoiceId(r.id),
             tenant: r.tenant,
             number: r.number.unwrap_or_else(|| "(draft)".into()),
             month: month_label(r.month),
@@ -221,7 +121,11 @@ pub trait BillingReportsApi {
     async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>>;
 
     /// One invoice of the tenant's, with lines and credit notes. Another tenant's: not found.
-    async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail>;
+    async fn tenant_invoice(
+        &self,
+        who: &Tenant<TenantFinance>,
+        id: InvoiceId,
+    ) -> Result<InvoiceDetail>;
 
     /// Every tenant's invoices, filtered (platform finance).
     async fn all_invoices(
@@ -233,7 +137,7 @@ pub trait BillingReportsApi {
     async fn any_invoice(
         &self,
         _who: &Platform<PlatformFinance>,
-        id: Uuid,
+        id: InvoiceId,
     ) -> Result<InvoiceDetail>;
 
     /// Every organization, for platform finance's pickers.
@@ -247,7 +151,7 @@ pub trait BillingReportsApi {
     async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String>;
 
     /// An invoice's lines as CSV.
-    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String>;
+    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: InvoiceId) -> Result<String>;
 }
 
 impl BillingReportsApi for ControlPlane {
@@ -364,7 +268,11 @@ impl BillingReportsApi for ControlPlane {
             .await
     }
 
-    async fn tenant_invoice(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<InvoiceDetail> {
+    async fn tenant_invoice(
+        &self,
+        who: &Tenant<TenantFinance>,
+        id: InvoiceId,
+    ) -> Result<InvoiceDetail> {
         self.invoice_detail(Some(who.id()), id).await
     }
 
@@ -379,7 +287,7 @@ impl BillingReportsApi for ControlPlane {
     async fn any_invoice(
         &self,
         _who: &Platform<PlatformFinance>,
-        id: Uuid,
+        id: InvoiceId,
     ) -> Result<InvoiceDetail> {
         self.invoice_detail(None, id).await
     }
@@ -482,7 +390,7 @@ impl BillingReportsApi for ControlPlane {
         Ok(out)
     }
 
-    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: Uuid) -> Result<String> {
+    async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: InvoiceId) -> Result<String> {
         let d = self.tenant_invoice(who, id).await?;
         let mut out = String::from(
             "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
@@ -515,7 +423,11 @@ pub(crate) trait BillingReportsInternal {
         f: &InvoiceFilter,
     ) -> Result<Vec<InvoiceSummary>>;
 
-    async fn invoice_detail(&self, tenant: Option<TenantId>, id: Uuid) -> Result<InvoiceDetail>;
+    async fn invoice_detail(
+        &self,
+        tenant: Option<TenantId>,
+        id: InvoiceId,
+    ) -> Result<InvoiceDetail>;
 }
 
 impl BillingReportsInternal for ControlPlane {
@@ -562,14 +474,18 @@ impl BillingReportsInternal for ControlPlane {
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
-    async fn invoice_detail(&self, tenant: Option<TenantId>, id: Uuid) -> Result<InvoiceDetail> {
+    async fn invoice_detail(
+        &self,
+        tenant: Option<TenantId>,
+        id: InvoiceId,
+    ) -> Result<InvoiceDetail> {
         let i = sqlx::query!(
             r#"SELECT i.id, t.slug AS tenant, i.number, i.month, i.status, i.stripe_status,
                       i.total_minor, i.currency, i.hosted_invoice_url, i.payment_failed_at,
                       i.payment_error, i.subtotal_minor, i.credit_applied_minor, i.finalized_at, i.paid_at
                FROM invoices i JOIN tenants t ON t.id = i.tenant_id
                WHERE i.id = $1 AND ($2::uuid IS NULL OR i.tenant_id = $2)"#,
-            id,
+            id.0,
             tenant.map(|t| t.0)
         )
         .fetch_optional(self.pool())
@@ -589,7 +505,7 @@ impl BillingReportsInternal for ControlPlane {
                LEFT JOIN listing_versions v ON v.id = l.listing_version_id
                LEFT JOIN listings ls ON ls.id = v.listing_id
                WHERE l.invoice_id = $1 ORDER BY l.line_no"#,
-            id
+            id.0
         )
         .fetch_all(self.pool())
         .await?
@@ -616,7 +532,7 @@ impl BillingReportsInternal for ControlPlane {
         .collect();
         let notes = sqlx::query!(
             "SELECT amount_minor, reason, created_at FROM credit_notes WHERE invoice_id = $1 ORDER BY created_at",
-            id
+            id.0
         )
         .fetch_all(self.pool())
         .await?;
@@ -631,7 +547,7 @@ impl BillingReportsInternal for ControlPlane {
             .map(|n| CreditNote {
                 amount: money(n.amount_minor),
                 reason: n.reason,
-                created_at: ts(n.created_at),
+                created_at: n.created_at,
             })
             .collect();
         let settled = matches!(i.status.as_str(), "paid" | "void");
@@ -645,8 +561,8 @@ impl BillingReportsInternal for ControlPlane {
             } else {
                 (i.total_minor - noted).max(0)
             }),
-            finalized_at: i.finalized_at.map(ts),
-            paid_at: i.paid_at.map(ts),
+            finalized_at: i.finalized_at,
+            paid_at: i.paid_at,
             lines,
             credit_notes,
             summary: SummaryRow {

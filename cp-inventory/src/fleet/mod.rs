@@ -20,10 +20,14 @@ use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry, AuditLine};
+use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformOperators, PlatformStaff};
 use crate::error::{Error, Result};
 use crate::ids::{AgentTaskId, NodeId, SlotId, UserId};
+pub use portal_types::fleet::{
+    Enrolment, FleetView, NodeDetail, NodeSummary, POSTURES, ProposalSlot, ProposalView, SlotRow,
+    TaskRow,
+};
 pub use validate::{SlotProblem, validate_slots};
 
 /// How long a bootstrap token may wait to be used.
@@ -34,20 +38,6 @@ pub const BOOTSTRAP_TOKEN_TTL: time::Duration = time::Duration::hours(24);
 pub const HEARTBEAT_INTERVAL_S: u32 = 15;
 
 pub const CAPACITY_SHAPES: [&str; 2] = ["gpu_slice", "baremetal"];
-
-/// The seven postures, in the order the fleet page lists them.
-pub const POSTURES: [(&str, &str); 7] = [
-    ("fully_available", "Fully available"),
-    ("partially_allocated", "Partially allocated"),
-    ("fully_allocated_slices", "Fully allocated by slices"),
-    (
-        "exclusively_allocated_baremetal",
-        "Exclusively allocated (bare metal)",
-    ),
-    ("draining", "Draining"),
-    ("cleanup_blocked", "Cleanup blocked"),
-    ("unavailable", "Unavailable"),
-];
 
 /// What an operator may set a node's admin state to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -99,143 +89,11 @@ pub struct NewNode {
     pub capacity_shapes: Vec<String>,
 }
 
-/// The answer to an enrolment: the token is shown once and never stored.
-#[derive(Clone, Debug)]
-pub struct Enrolment {
-    pub node_id: NodeId,
-    pub hostname: String,
-    pub bootstrap_token: String,
-    /// `YYYY-MM-DD HH:MM:SS UTC`
-    pub expires_at: String,
-}
-
-/// One row of the fleet page.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeSummary {
-    pub id: NodeId,
-    pub hostname: String,
-    pub region: String,
-    pub rack: String,
-    pub family: String,
-    pub capacity_shapes: Vec<String>,
-    pub admin_state: String,
-    pub posture: String,
-    pub posture_reason: String,
-    pub gpu_model: Option<String>,
-    pub live_slots: i32,
-    pub schedulable_slots: i32,
-    pub drifted_slots: i32,
-    pub claimed_slots: i32,
-    pub agent_version: Option<String>,
-    pub last_heartbeat: Option<String>,
-    /// The generation of a proposal waiting for a decision.
-    pub pending_generation: Option<i32>,
-}
-
 #[derive(Clone, Debug, Default)]
 pub struct FleetFilter {
     pub region: Option<String>,
     pub posture: Option<String>,
     pub gpu_model: Option<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FleetView {
-    /// The nodes matching the filter.
-    pub nodes: Vec<NodeSummary>,
-    /// (posture, label, count) for all seven postures, over the filtered nodes.
-    pub by_posture: Vec<(String, String, i64)>,
-    pub by_region: Vec<(String, i64)>,
-    pub by_model: Vec<(String, i64)>,
-    /// Every region and model in the fleet, for the filter choices.
-    pub regions: Vec<String>,
-    pub models: Vec<String>,
-}
-
-/// An approved slot, as the node page shows it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotRow {
-    pub id: SlotId,
-    pub slot_index: i32,
-    pub gpu_pci_address: String,
-    pub gpu_model: String,
-    pub gpu_uuid: Option<String>,
-    pub numa_node: i32,
-    pub nvme_pci_address: String,
-    pub nvme_serial: String,
-    pub nvme_namespace: String,
-    pub ib_vf_pci_address: String,
-    pub cpu_set: String,
-    pub memory_mib: i64,
-    pub wipe_policy: String,
-    pub approved_generation: i32,
-    /// `schedulable`, `drifted`, `claimed`, `cleaning` or `cleanup blocked`.
-    pub state: String,
-    pub drift: Option<String>,
-    /// Why the slot waits for cleaning or is blocked.
-    pub cleanup_detail: Option<String>,
-}
-
-/// One proposed slot beside the approved slot with the same GPU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProposalSlot {
-    pub proposed: SlotSpec,
-    pub current: Option<SlotRow>,
-    /// `new`, `unchanged`, or what differs.
-    pub change: String,
-    pub problems: Vec<String>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ProposalView {
-    pub generation: i32,
-    pub discovered_at: String,
-    pub status: String,
-    pub decided_by: Option<String>,
-    pub decision_reason: Option<String>,
-    pub slots: Vec<ProposalSlot>,
-    /// Approved slots whose GPU the proposal no longer has.
-    pub gone: Vec<SlotRow>,
-    pub wipe_methods: Vec<String>,
-    pub warnings: Vec<String>,
-    /// Sizes of the NVLink partitions the host offers, e.g. `[8, 4, 4, 2, …]`.
-    pub fabric_partition_sizes: Vec<usize>,
-    pub nvswitches: usize,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskRow {
-    pub id: String,
-    pub kind: String,
-    pub state: String,
-    pub created_at: String,
-    pub error: Option<String>,
-    /// (phase, status, elapsed ms)
-    pub phases: Vec<(String, String, i64)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct NodeDetail {
-    pub node: NodeSummary,
-    pub canonical_name: String,
-    pub health: Option<String>,
-    pub health_detail: Option<String>,
-    pub enrolled_at: String,
-    pub agent_enrolled_at: Option<String>,
-    /// When the open bootstrap token expires, if one waits to be used.
-    pub open_token_expires: Option<String>,
-    /// Where tenants reach this node's guests: the address set by an operator (`None`: the
-    /// hostname is used).
-    pub public_host: Option<String>,
-    /// The first public port; slot `i` owns the 8 from `public_port_base + 8 i`.
-    pub public_port_base: u16,
-    /// The range of public ports its approved slots use, e.g. "22000–22063".
-    pub public_ports: String,
-    pub slots: Vec<SlotRow>,
-    /// The latest proposal (pending or decided).
-    pub proposal: Option<ProposalView>,
-    pub tasks: Vec<TaskRow>,
-    pub audit: Vec<AuditLine>,
 }
 
 /// An operator's decision on one proposal generation.
@@ -547,7 +405,7 @@ impl FleetApi for ControlPlane {
             node_id: id,
             hostname: node.hostname,
             bootstrap_token: token,
-            expires_at: utc(expires),
+            expires_at: expires,
         })
     }
 
@@ -586,7 +444,7 @@ impl FleetApi for ControlPlane {
             node_id: node,
             hostname: row.hostname,
             bootstrap_token: token,
-            expires_at: utc(expires),
+            expires_at: expires,
         })
     }
 
@@ -955,7 +813,7 @@ impl FleetApi for ControlPlane {
                     &discovery,
                     &slots,
                     p.generation,
-                    utc(p.discovered_at),
+                    p.discovered_at,
                     p.status,
                     p.decided_by,
                     p.decision_reason,
@@ -979,7 +837,7 @@ impl FleetApi for ControlPlane {
                 id: t.id.to_string(),
                 kind: t.kind,
                 state: t.state,
-                created_at: utc(t.created_at),
+                created_at: t.created_at,
                 error: t.error,
                 phases: serde_json::from_value(t.phases).unwrap_or_default(),
             })
@@ -1001,9 +859,9 @@ impl FleetApi for ControlPlane {
             canonical_name: name.to_string(),
             health: facts.health,
             health_detail: facts.health_detail,
-            enrolled_at: utc(facts.created_at),
-            agent_enrolled_at: facts.agent_enrolled_at.map(utc),
-            open_token_expires: facts.open_token_expires.map(utc),
+            enrolled_at: facts.created_at,
+            agent_enrolled_at: facts.agent_enrolled_at,
+            open_token_expires: facts.open_token_expires,
             node: summary,
             slots,
             proposal,
@@ -1024,7 +882,7 @@ impl FleetInternal for ControlPlane {
         let rows = sqlx::query!(
             r#"SELECT n.id AS "id: NodeId", n.hostname, n.region, n.rack, n.family,
                       n.capacity_shapes, n.admin_state, n.agent_version,
-                      to_char(n.last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS last_heartbeat,
+                      n.last_heartbeat_at,
                       p.posture AS "posture!", p.reason AS "reason!",
                       p.live_slots AS "live_slots!", p.schedulable_slots AS "schedulable_slots!",
                       p.drifted_slots AS "drifted_slots!", p.slice_claims AS "slice_claims!",
@@ -1062,7 +920,7 @@ impl FleetInternal for ControlPlane {
                 drifted_slots: r.drifted_slots,
                 claimed_slots: r.slice_claims,
                 agent_version: r.agent_version,
-                last_heartbeat: r.last_heartbeat.map(|t| format!("{t} UTC")),
+                last_heartbeat: r.last_heartbeat_at,
                 pending_generation: r.pending_generation,
             })
             .collect())
@@ -1371,7 +1229,7 @@ fn proposal_view(
     discovery: &Discovery,
     current: &[SlotRow],
     generation: i32,
-    discovered_at: String,
+    discovered_at: OffsetDateTime,
     status: String,
     decided_by: Option<String>,
     decision_reason: Option<String>,
