@@ -14,39 +14,13 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
+use portal_types::marketplace::{Category, FittingSku, Listing, ListingCard, VersionState};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
 
-/// `(value, label)` of the categories, for filters and forms.
-pub const CATEGORIES: &[(&str, &str)] = &[
-    ("os_image", "OS images with GPU drivers"),
-    ("ml_stack", "ML stacks"),
-    ("app", "Apps with their own scheduler"),
-];
-
-fn category_label(c: &str) -> &'static str {
-    CATEGORIES
-        .iter()
-        .find(|(v, _)| *v == c)
-        .map_or("Other", |(_, l)| l)
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Card {
-    pub slug: String,
-    pub name: String,
-    pub category: String,
-    pub publisher: String,
-    pub has_logo: bool,
-    pub version: String,
-    pub summary: String,
-    pub fee: Option<String>,
-    pub gpu_models: String,
-    pub from_price: Option<String>,
-}
-
+/// The public browse page: the cards a filter matched, and the filter as typed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrowseView {
     pub q: String,
@@ -54,50 +28,18 @@ pub struct BrowseView {
     pub gpu_model: String,
     pub max_price: String,
     pub gpu_models: Vec<String>,
-    pub cards: Vec<Card>,
+    pub cards: Vec<ListingCard>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionView {
-    pub id: String,
-    pub version: String,
-    pub state: String,
-    pub summary: String,
-    /// Rendered on the server from the publisher's Markdown; raw HTML is escaped and only
-    /// http(s), mailto and relative links survive.
-    pub description_html: String,
-    pub release_notes: String,
-    pub image_source: String,
-    pub ssh_user: String,
-    pub cloud_init: String,
-    pub shapes: String,
-    pub gpu_models: String,
-    pub min_gpus: i32,
-    pub fee: Option<String>,
-    pub review_reason: Option<String>,
-    pub when: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FitView {
-    pub sku: String,
-    pub display_name: String,
-    pub gpus: String,
-    pub launchable: i64,
-    pub sku_price: String,
-    pub total_price: String,
-}
-
+/// A listing with its versions (newest first; for tenants, published ones only), the SKUs its
+/// current version fits, and that version's description rendered on the server.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListingView {
-    pub slug: String,
-    pub name: String,
-    pub category: String,
-    pub publisher: String,
-    pub has_logo: bool,
-    /// Newest first; for tenants, published ones only.
-    pub versions: Vec<VersionView>,
-    pub fitting: Vec<FitView>,
+    pub listing: Listing,
+    pub fitting: Vec<FittingSku>,
+    /// The newest version's Markdown as HTML: raw HTML is escaped and only http(s), mailto and
+    /// relative links survive.
+    pub description_html: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +49,8 @@ pub struct PublisherArea {
     /// `pending`, `approved` or `suspended`.
     pub status: Option<String>,
     pub revenue_share: Option<String>,
-    pub listings: Vec<ListingView>,
+    /// Every version of each, newest first.
+    pub listings: Vec<Listing>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,62 +199,16 @@ fn when(t: time::OffsetDateTime) -> String {
 }
 
 #[cfg(feature = "ssr")]
-fn version_view(v: control_plane::marketplace::Version) -> VersionView {
-    let c = v.compatibility;
-    VersionView {
-        id: v.id.to_string(),
-        version: v.version,
-        state: v.state.to_string(),
-        summary: v.summary,
-        description_html: render::markdown(&v.description_md),
-        release_notes: v.release_notes,
-        image_source: v.image_source,
-        ssh_user: v.ssh_user,
-        cloud_init: v.cloud_init,
-        shapes: c
-            .shapes
-            .iter()
-            .map(|s| match s.as_str() {
-                "gpu_slice" => "GPU slices",
-                _ => "bare metal",
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-        gpu_models: if c.gpu_models.is_empty() {
-            "any".into()
-        } else {
-            c.gpu_models.join(", ")
-        },
-        min_gpus: c.min_gpus,
-        fee: c.fee.map(|f| format!("{f} per hour")),
-        review_reason: v.review_reason,
-        when: when(v.published_at.unwrap_or(v.state_changed_at)),
-    }
-}
-
-#[cfg(feature = "ssr")]
-fn listing_view(
-    l: control_plane::marketplace::Listing,
-    fitting: Vec<control_plane::marketplace::FittingSku>,
-) -> ListingView {
+fn listing_view(listing: Listing, fitting: Vec<FittingSku>) -> ListingView {
+    let description_html = listing
+        .versions
+        .first()
+        .map(|v| render::markdown(&v.description_md))
+        .unwrap_or_default();
     ListingView {
-        slug: l.slug,
-        name: l.name,
-        category: l.category.as_str().into(),
-        publisher: l.publisher,
-        has_logo: l.has_logo,
-        versions: l.versions.into_iter().map(version_view).collect(),
-        fitting: fitting
-            .into_iter()
-            .map(|f| FitView {
-                gpus: format!("{} × {}", f.sku.gpu_count, f.sku.gpu_model),
-                sku: f.sku.name,
-                display_name: f.sku.display_name,
-                launchable: f.launchable,
-                sku_price: f.sku.price.to_string(),
-                total_price: f.total_price.to_string(),
-            })
-            .collect(),
+        listing,
+        fitting,
+        description_html,
     }
 }
 
@@ -344,26 +241,7 @@ pub async fn browse_listings(
     };
     let b = cp.browse_marketplace(&filter).await?;
     Ok(BrowseView {
-        cards: b
-            .cards
-            .into_iter()
-            .map(|c| Card {
-                slug: c.slug,
-                name: c.name,
-                category: c.category.as_str().into(),
-                publisher: c.publisher,
-                has_logo: c.has_logo,
-                version: c.version,
-                summary: c.summary,
-                fee: c.fee.map(|f| format!("{f} per hour")),
-                gpu_models: if c.gpu_models.is_empty() {
-                    "any GPU".into()
-                } else {
-                    c.gpu_models.join(", ")
-                },
-                from_price: c.from_price.map(|p| format!("from {p} per hour")),
-            })
-            .collect(),
+        cards: b.cards,
         gpu_models: b.gpu_models,
         q: filter.q,
         category: filter.category,
@@ -437,12 +315,7 @@ pub async fn get_publisher_area() -> Result<PublisherArea, AppError> {
         publisher: Some(name),
         status: Some(status),
         revenue_share: share,
-        listings: cp
-            .publisher_listings(&actor)
-            .await?
-            .into_iter()
-            .map(|l| listing_view(l, Vec::new()))
-            .collect(),
+        listings: cp.publisher_listings(&actor).await?,
     })
 }
 
@@ -717,7 +590,7 @@ fn BrowseBody(b: BrowseView) -> impl IntoView {
                 <label>"Category"
                     <select name="category">
                         <option value="">"All categories"</option>
-                        {CATEGORIES.iter().map(|(v, l)| view! { <option value=*v selected=b.category == *v>{*l}</option> }).collect_view()}
+                        {Category::ALL.map(|c| view! { <option value=c.as_str() selected=b.category == c.as_str()>{c.label()}</option> }).collect_view()}
                     </select>
                 </label>
                 <label>"GPU model"
@@ -737,11 +610,11 @@ fn BrowseBody(b: BrowseView) -> impl IntoView {
                 <li class="card listing-card" data-listing=c.slug.clone()>
                     <Logo slug=c.slug.clone() name=c.name.clone() has_logo=c.has_logo />
                     <h2><a href=format!("/marketplace/{}", c.slug)>{c.name}</a></h2>
-                    <p class="hint">{category_label(&c.category)} " · by " {c.publisher} " · v" {c.version}</p>
+                    <p class="hint">{c.category.label()} " · by " {c.publisher} " · v" {c.version}</p>
                     <p>{c.summary}</p>
-                    <p class="hint">"Runs on " {c.gpu_models}</p>
-                    <p>{c.fee.map(|f| format!("Fee {f} · ")).unwrap_or_else(|| "No fee · ".into())}
-                       <strong>{c.from_price.unwrap_or_else(|| "no SKU fits right now".into())}</strong></p>
+                    <p class="hint">"Runs on " {if c.gpu_models.is_empty() { "any GPU".to_string() } else { c.gpu_models.join(", ") }}</p>
+                    <p>{c.fee.map(|f| format!("Fee {f} per hour · ")).unwrap_or_else(|| "No fee · ".into())}
+                       <strong>{c.from_price.map(|p| format!("from {p} per hour")).unwrap_or_else(|| "no SKU fits right now".into())}</strong></p>
                 </li>
             }).collect_view()}
         </ul>
@@ -767,6 +640,11 @@ pub fn ListingPage() -> impl IntoView {
 
 #[component]
 fn ListingBody(l: ListingView) -> impl IntoView {
+    let ListingView {
+        listing: l,
+        fitting,
+        description_html,
+    } = l;
     let current = l.versions.first().cloned();
     let slug = l.slug.clone();
     view! {
@@ -776,28 +654,28 @@ fn ListingBody(l: ListingView) -> impl IntoView {
             <Logo slug=l.slug.clone() name=l.name.clone() has_logo=l.has_logo />
             <div>
                 <h1>{l.name.clone()}</h1>
-                <p class="hint">{category_label(&l.category)} " · by " {l.publisher.clone()}</p>
+                <p class="hint">{l.category.label()} " · by " {l.publisher.clone()}</p>
             </div>
         </header>
-        {current.map(|v| view! {
+        {current.map(|v| { let c = v.compatibility.clone(); view! {
             <section class="card" aria-labelledby="about">
                 <h2 id="about">{format!("{} {}", l.name, v.version)}</h2>
                 <p>{v.summary.clone()}</p>
-                <div class="prose" inner_html=v.description_html.clone()></div>
+                <div class="prose" inner_html=description_html></div>
                 <dl class="facts">
-                    <dt>"Runs on"</dt><dd>{v.shapes.clone()}</dd>
-                    <dt>"GPU models"</dt><dd>{v.gpu_models.clone()}</dd>
-                    <dt>"At least"</dt><dd>{format!("{} GPU{}", v.min_gpus, if v.min_gpus == 1 { "" } else { "s" })}</dd>
-                    <dt>"Listing fee"</dt><dd id="listing-fee">{v.fee.clone().unwrap_or_else(|| "none".into())}</dd>
+                    <dt>"Runs on"</dt><dd>{c.shapes_label()}</dd>
+                    <dt>"GPU models"</dt><dd>{c.gpu_models_label()}</dd>
+                    <dt>"At least"</dt><dd>{format!("{} GPU{}", c.min_gpus, if c.min_gpus == 1 { "" } else { "s" })}</dd>
+                    <dt>"Listing fee"</dt><dd id="listing-fee">{c.fee.map_or_else(|| "none".into(), |f| format!("{f} per hour"))}</dd>
                     <dt>"SSH user"</dt><dd><code>{v.ssh_user.clone()}</code></dd>
                 </dl>
                 <p><a class="button" id="launch-listing" href=format!("/launch?listing={slug}")>"Launch"</a>
                    <span class="hint">" Signing in is needed to launch."</span></p>
             </section>
-        })}
+        }})}
         <section class="card" aria-labelledby="fits">
             <h2 id="fits">"SKUs it fits"</h2>
-            {if l.fitting.is_empty() {
+            {if fitting.is_empty() {
                 view! { <p>"No SKU for sale fits this listing right now."</p> }.into_any()
             } else {
                 view! {
@@ -805,14 +683,14 @@ fn ListingBody(l: ListingView) -> impl IntoView {
                     <table class="data" id="fitting-skus">
                         <thead><tr><th>"SKU"</th><th>"GPUs"</th><th>"Launchable now"</th><th>"SKU per hour"</th><th>"Total per hour"</th><th></th></tr></thead>
                         <tbody>
-                            {l.fitting.into_iter().map(|f| view! {
-                                <tr data-sku=f.sku.clone()>
-                                    <td>{f.display_name}<br/><code>{f.sku.clone()}</code></td>
-                                    <td>{f.gpus}</td>
+                            {fitting.into_iter().map(|f| view! {
+                                <tr data-sku=f.sku.name.clone()>
+                                    <td>{f.sku.display_name.clone()}<br/><code>{f.sku.name.clone()}</code></td>
+                                    <td>{format!("{} × {}", f.sku.gpu_count, f.sku.gpu_model)}</td>
                                     <td>{f.launchable}</td>
-                                    <td>{f.sku_price}</td>
-                                    <td><strong>{f.total_price}</strong></td>
-                                    <td><a href=format!("/launch?listing={}&sku={}", l.slug, f.sku)>"Launch on this"</a></td>
+                                    <td>{f.sku.price.to_string()}</td>
+                                    <td><strong>{f.total_price.to_string()}</strong></td>
+                                    <td><a href=format!("/launch?listing={}&sku={}", l.slug, f.sku.name)>"Launch on this"</a></td>
                                 </tr>
                             }).collect_view()}
                         </tbody>
@@ -825,7 +703,7 @@ fn ListingBody(l: ListingView) -> impl IntoView {
             <h2 id="versions">"Versions"</h2>
             <ul id="version-list">
                 {l.versions.into_iter().map(|v| { let key = v.version.clone(); view! {
-                    <li data-version=key><strong>{v.version}</strong> " · published " {v.when}
+                    <li data-version=key><strong>{v.version.clone()}</strong> " · published " {v.date()}
                         {(!v.release_notes.is_empty()).then(|| view! { <br/><span class="hint">{v.release_notes}</span> })}</li>
                 } }).collect_view()}
             </ul>
@@ -928,16 +806,16 @@ fn PublishBody(
                     {p.listings.into_iter().flat_map(|l| {
                         let (slug, name) = (l.slug.clone(), l.name.clone());
                         l.versions.into_iter().map(move |v| {
-                            let can_submit = matches!(v.state.as_str(), "draft" | "rejected");
+                            let can_submit = matches!(v.state, VersionState::Draft | VersionState::Rejected);
                             view! {
                                 <tr data-version=format!("{slug} {}", v.version)>
                                     <td>{name.clone()}<br/><code>{slug.clone()}</code></td>
                                     <td>{v.version.clone()}</td>
-                                    <td>{v.state.clone()}{v.review_reason.clone().map(|r| view! { <br/><span class="hint">"Reason: " {r}</span> })}</td>
-                                    <td>{v.fee.clone().unwrap_or_else(|| "none".into())}</td>
+                                    <td>{v.state.to_string()}{v.review_reason.clone().map(|r| view! { <br/><span class="hint">"Reason: " {r}</span> })}</td>
+                                    <td>{v.compatibility.fee.as_ref().map_or_else(|| "none".into(), |f| format!("{f} per hour"))}</td>
                                     <td>{can_submit.then(|| view! {
                                         <ActionForm action=submit attr:class="inline">
-                                            <input type="hidden" name="id" value=v.id.clone() />
+                                            <input type="hidden" name="id" value=v.id.to_string() />
                                             <button type="submit">"Submit for review"</button>
                                         </ActionForm>
                                     })}</td>
@@ -967,7 +845,7 @@ fn PublishBody(
                     <label>"Name" <input name="name" aria-describedby="new-listing-name-error" aria-invalid=crate::components::field_invalid(new_listing.value(), "name") required placeholder="vLLM inference server" />{crate::components::field_error(new_listing.value(), "name", "new-listing-name-error")}</label>
                     <label>"Slug" <input name="slug" aria-describedby="new-listing-slug-error" aria-invalid=crate::components::field_invalid(new_listing.value(), "slug") required placeholder="vllm" />{crate::components::field_error(new_listing.value(), "slug", "new-listing-slug-error")}</label>
                     <label>"Category"
-                        <select name="category">{CATEGORIES.iter().map(|(v, l)| view! { <option value=*v>{*l}</option> }).collect_view()}</select>
+                        <select name="category">{Category::ALL.map(|c| view! { <option value=c.as_str()>{c.label()}</option> }).collect_view()}</select>
                     </label>
                 </div>
                 <VersionFields prefix="new-listing" value=Signal::derive(move || new_listing.value().get()) />

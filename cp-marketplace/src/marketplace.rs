@@ -9,8 +9,6 @@ use crate::skus::SkusApi;
 
 pub mod cloud_init;
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::PgConnection;
@@ -38,144 +36,10 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 /// A refusal from one of the marketplace's triggers, shown as a conflict with its sentence.
 use crate::db::trigger_refusal as refused;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Category {
-    OsImage,
-    MlStack,
-    App,
-}
-
-impl Category {
-    pub const ALL: [Category; 3] = [Category::OsImage, Category::MlStack, Category::App];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::OsImage => "os_image",
-            Category::MlStack => "ml_stack",
-            Category::App => "app",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Category::OsImage => "OS images with GPU drivers",
-            Category::MlStack => "ML stacks",
-            Category::App => "Apps with their own scheduler",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self> {
-        Category::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s.trim())
-            .ok_or_else(|| invalid("category", format!("{s:?}: use os_image, ml_stack or app")))
-    }
-}
-
-/// What a version needs of a SKU.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Compatibility {
-    pub shapes: Vec<Shape>,
-    /// Empty: any GPU model.
-    pub gpu_models: Vec<String>,
-    pub min_gpus: i32,
-    /// Per allocation-hour, on top of the SKU's price.
-    pub fee: Option<Money>,
-}
-
-impl Compatibility {
-    /// Whether a launch of this version on `sku` is possible (the allocation trigger checks
-    /// the same rule). A fee in one currency fits only SKUs priced in it.
-    pub fn fits(&self, sku: &Sku) -> bool {
-        self.why_not(sku).is_none()
-    }
-
-    /// Why `sku` doesn't fit, in words; `None` when it does.
-    pub fn why_not(&self, sku: &Sku) -> Option<String> {
-        if !self.shapes.contains(&sku.shape) {
-            let shapes: Vec<&str> = self.shapes.iter().map(|s| s.as_str()).collect();
-            return Some(format!(
-                "it runs on {}, and {} is {}",
-                shapes.join(" or "),
-                sku.name,
-                sku.shape.as_str()
-            ));
-        }
-        if sku.gpu_count < self.min_gpus {
-            return Some(format!(
-                "it needs at least {} GPUs, and {} has {}",
-                self.min_gpus, sku.name, sku.gpu_count
-            ));
-        }
-        if !self.gpu_models.is_empty() && !self.gpu_models.contains(&sku.gpu_model) {
-            return Some(format!(
-                "it supports {}, and {} has {}",
-                self.gpu_models.join(", "),
-                sku.name,
-                sku.gpu_model
-            ));
-        }
-        if let Some(fee) = &self.fee
-            && fee.currency != sku.price.currency
-        {
-            return Some(format!(
-                "its fee is in {}, and {} is priced in {}",
-                fee.currency, sku.name, sku.price.currency
-            ));
-        }
-        None
-    }
-
-    /// SKU plus fee, per hour.
-    pub fn total_price(&self, sku: &Sku) -> Money {
-        Money {
-            amount_minor: sku.price.amount_minor + self.fee.as_ref().map_or(0, |f| f.amount_minor),
-            currency: sku.price.currency.clone(),
-        }
-    }
-}
-
-/// A version's curation state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum VersionState {
-    Draft,
-    InReview,
-    Approved,
-    Rejected,
-    Published,
-    Deprecated,
-    Withdrawn,
-}
-
-impl VersionState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            VersionState::Draft => "draft",
-            VersionState::InReview => "in_review",
-            VersionState::Approved => "approved",
-            VersionState::Rejected => "rejected",
-            VersionState::Published => "published",
-            VersionState::Deprecated => "deprecated",
-            VersionState::Withdrawn => "withdrawn",
-        }
-    }
-
-    pub fn parse(s: &str) -> Result<Self> {
-        use VersionState::*;
-        [
-            Draft, InReview, Approved, Rejected, Published, Deprecated, Withdrawn,
-        ]
-        .into_iter()
-        .find(|v| v.as_str() == s)
-        .ok_or_else(|| Error::Corrupt(format!("listing version state {s:?}")))
-    }
-}
-
-impl fmt::Display for VersionState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.as_str().replace('_', " "))
-    }
-}
+pub use portal_types::marketplace::{
+    Browse, BrowseFilter, Category, Compatibility, FittingSku, LaunchableListing, Listing,
+    ListingCard, ListingPage, Version, VersionState,
+};
 
 /// What an operator does to a version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -234,113 +98,6 @@ impl Curation {
             _ => &[],
         }
     }
-}
-
-/// One version, as its publisher, operators and (published only) tenants read it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Version {
-    pub id: ListingVersionId,
-    pub version: String,
-    pub state: VersionState,
-    pub summary: String,
-    pub description_md: String,
-    pub release_notes: String,
-    pub image_source: String,
-    /// The image file's SHA-256 (lowercase hex), checked by the agent before it converts the
-    /// file; none for versions from before checksums (and optional for the platform's own).
-    pub image_sha256: Option<String>,
-    pub ssh_user: String,
-    /// The cloud-config fragment, as JSON.
-    pub cloud_init: String,
-    pub compatibility: Compatibility,
-    pub review_reason: Option<String>,
-    pub state_changed_at: time::OffsetDateTime,
-    pub published_at: Option<time::OffsetDateTime>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listing {
-    pub id: ListingId,
-    pub slug: String,
-    pub name: String,
-    pub category: Category,
-    pub publisher: String,
-    pub publisher_id: PublisherId,
-    pub has_logo: bool,
-    /// Newest first. For tenants: published versions only.
-    pub versions: Vec<Version>,
-}
-
-impl Listing {
-    /// The newest published version: what a launch without a version gets.
-    pub fn current(&self) -> Option<&Version> {
-        self.versions
-            .iter()
-            .filter(|v| v.state == VersionState::Published)
-            .max_by_key(|v| v.published_at)
-    }
-}
-
-/// A listing's current version as the launch form offers it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchableListing {
-    pub slug: String,
-    /// "PyTorch 2.5 (+0.25 USD per hour)".
-    pub label: String,
-    pub category: Category,
-    /// Per allocation-hour, on top of the SKU.
-    pub fee: Option<Money>,
-}
-
-/// A SKU a listing fits, with what could launch now and the combined price.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FittingSku {
-    pub sku: Sku,
-    pub launchable: i64,
-    pub total_price: Money,
-}
-
-/// The public listing page.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListingPage {
-    pub listing: Listing,
-    /// SKUs the current version fits, cheapest first.
-    pub fitting: Vec<FittingSku>,
-}
-
-/// A card on `/marketplace`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ListingCard {
-    pub slug: String,
-    pub name: String,
-    pub category: Category,
-    pub publisher: String,
-    pub has_logo: bool,
-    pub version: String,
-    pub summary: String,
-    pub fee: Option<Money>,
-    pub gpu_models: Vec<String>,
-    /// The cheapest SKU it fits, plus its fee: "from … per hour".
-    pub from_price: Option<Money>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrowseFilter {
-    /// Words to find in the name, summary or description.
-    pub q: String,
-    /// A category's `as_str`, or empty.
-    pub category: String,
-    /// A GPU model, or empty.
-    pub gpu_model: String,
-    /// Highest total hourly price (SKU + fee) on the cheapest fitting SKU, in minor units.
-    pub max_price_minor: Option<i64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Browse {
-    pub cards: Vec<ListingCard>,
-    /// GPU models of the SKUs for sale, for the filter.
-    pub gpu_models: Vec<String>,
 }
 
 /// What a publisher types for a new version (shared with the pages and the API).
@@ -610,7 +367,7 @@ impl TryFrom<VersionDbRow> for Version {
         Ok(Version {
             id: r.id,
             version: r.version,
-            state: VersionState::parse(&r.state)?,
+            state: VersionState::parse(&r.state).map_err(|e| Error::Corrupt(e.to_string()))?,
             summary: r.summary,
             description_md: r.description_md,
             release_notes: r.release_notes,
@@ -793,7 +550,7 @@ async fn load_listings(
             id: r.id,
             slug: r.slug,
             name: r.name,
-            category: Category::parse(&r.category)?,
+            category: Category::parse(&r.category).map_err(|e| Error::Corrupt(e.to_string()))?,
             publisher: r.publisher,
             publisher_id: r.publisher_id,
             has_logo: r.has_logo,
@@ -1515,7 +1272,8 @@ impl MarketplaceApi for ControlPlane {
                     name: r.name,
                     publisher: r.publisher,
                     version: r.version,
-                    state: VersionState::parse(&r.state)?,
+                    state: VersionState::parse(&r.state)
+                        .map_err(|e| Error::Corrupt(e.to_string()))?,
                     fee: fee_of(r.fee_per_hour_minor, r.fee_currency),
                     review_reason: r.review_reason,
                     state_changed_at: r.state_changed_at,

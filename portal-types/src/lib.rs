@@ -15,6 +15,7 @@ pub mod catalog;
 pub mod fleet;
 mod forms;
 mod ids;
+pub mod marketplace;
 mod money;
 mod policy;
 pub mod projects;
