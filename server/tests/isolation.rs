@@ -27,6 +27,7 @@ use http::StatusCode;
 use leptos::server_fn::ServerFn;
 use server::config::Config;
 use server::{app_state, router};
+use test_db::fixtures::principal;
 use tower_sessions::Session;
 use tower_sessions_sqlx_store::PostgresStore;
 
@@ -818,7 +819,7 @@ async fn build_world(pool: sqlx::PgPool) {
     .await
     .unwrap();
     // The Acme admin's saved key.
-    let admin = principal(&cp, &pool, "m-orgadmin@acme.example").await;
+    let admin = principal(&cp, "m-orgadmin@acme.example").await;
     cp.add_ssh_key(&admin, "laptop", SSH_KEY, None)
         .await
         .unwrap();
@@ -829,7 +830,7 @@ async fn build_world(pool: sqlx::PgPool) {
         .await
         .unwrap();
     for email in callers().into_iter().filter_map(Caller::email) {
-        let principal = principal(&cp, &pool, &email).await;
+        let principal = principal(&cp, &email).await;
         let session = Session::new(None, Arc::new(store.clone()), None);
         app::server::sign_in(&session, &principal, "test")
             .await
@@ -842,19 +843,6 @@ async fn build_world(pool: sqlx::PgPool) {
             .await
             .unwrap();
     }
-}
-
-async fn principal(
-    cp: &ControlPlane,
-    pool: &sqlx::PgPool,
-    email: &str,
-) -> control_plane::auth::Principal {
-    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
-        .bind(email)
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{email}: {e}"));
-    cp.principal(UserId(id)).await.unwrap().unwrap()
 }
 
 /// A fresh copy of the matrix database, and a portal over it.

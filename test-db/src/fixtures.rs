@@ -233,3 +233,38 @@ pub async fn assert_db_refuses(cp: &ControlPlane, sql: &str, needle: &str) {
         .to_string();
     assert!(err.contains(needle), "expected {needle:?} in: {err}");
 }
+
+/// An existing person (a demo user, say), signed in: their principal, found by email.
+pub async fn principal(cp: &ControlPlane, email: &str) -> control_plane::auth::Principal {
+    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
+        .bind(email)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap_or_else(|e| panic!("{email}: {e}"));
+    cp.principal(control_plane::UserId(id))
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("{email} may not sign in"))
+}
+
+/// The proof that `who` holds a role of `R` in `project`; panics if they don't.
+pub async fn in_project<R: control_plane::tenancy::ProjectRequirement>(
+    cp: &ControlPlane,
+    who: &control_plane::auth::Principal,
+    project: control_plane::ProjectId,
+) -> control_plane::tenancy::Project<R> {
+    cp.project_access::<R>(who, project)
+        .await
+        .unwrap_or_else(|e| panic!("{} in project {project}: {e}", who.email))
+}
+
+/// The proof that `who` holds a role of `R` in `tenant`; panics if they don't.
+pub async fn in_tenant<R: control_plane::tenancy::TenantRequirement>(
+    cp: &ControlPlane,
+    who: &control_plane::auth::Principal,
+    tenant: control_plane::TenantId,
+) -> control_plane::tenancy::Tenant<R> {
+    cp.tenant_access::<R>(who, tenant)
+        .await
+        .unwrap_or_else(|e| panic!("{} in organization {tenant}: {e}", who.email))
+}

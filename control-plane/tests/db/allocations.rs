@@ -5,6 +5,8 @@
 
 use control_plane::prelude::*;
 
+use crate::support::in_project;
+
 use std::time::Duration;
 
 use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
@@ -16,7 +18,6 @@ use control_plane::error::Denied;
 use control_plane::policy::{Level, PolicyKey, PolicyValue, Scope};
 use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
-use sqlx::PgPool;
 use uuid::uuid;
 
 use crate::support::{approved, node, operator, refusal};
@@ -27,10 +28,13 @@ const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
 
-async fn setup(pool: PgPool) -> (ControlPlane, Platform<PlatformOperators>) {
-    let cp = ControlPlane::new(pool, Naming::default());
+/// A copy of the demo database (kept alive by the returned handle), a control plane on it,
+/// and a platform operator.
+async fn setup() -> (test_db::TestDb, ControlPlane, Platform<PlatformOperators>) {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
     let ops = operator(&cp, "ops@platform.example").await;
-    (cp, ops)
+    (db, cp, ops)
 }
 
 async fn member(
@@ -39,9 +43,7 @@ async fn member(
     project: control_plane::ProjectId,
 ) -> Project<ProjectOperators> {
     let p = cp.principal(user).await.unwrap().unwrap();
-    cp.project_access::<ProjectOperators>(&p, project)
-        .await
-        .unwrap()
+    in_project::<ProjectOperators>(cp, &p, project).await
 }
 
 fn request(sku: &str, name: &str) -> LaunchRequest {
@@ -76,6 +78,21 @@ async fn hgx(
         "nvme-format-crypto",
     )
     .await
+}
+
+/// Alice (Acme's admin) sets one policy on the research project.
+async fn research_policy(cp: &ControlPlane, value: PolicyValue) {
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let scope = cp
+        .policy_scope(
+            &alice,
+            control_plane::policy::Target::Project(ACME_RESEARCH),
+        )
+        .await
+        .unwrap();
+    cp.set_policy(&scope, value.key(), Some(value), None)
+        .await
+        .unwrap();
 }
 
 async fn launch(
@@ -224,9 +241,7 @@ const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
 
 #[tokio::test]
 async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     assert_eq!(availability(&cp, "h100.2x").await, 4);
@@ -362,9 +377,7 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
 
 #[tokio::test]
 async fn one_idempotency_key_makes_one_allocation() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let req = request("h100.1x", "notebook");
@@ -411,9 +424,7 @@ async fn one_idempotency_key_makes_one_allocation() {
 
 #[tokio::test]
 async fn bad_input_is_named_and_nothing_is_reserved() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let field = |e: Error| match e {
@@ -493,9 +504,7 @@ async fn bad_input_is_named_and_nothing_is_reserved() {
 
 #[tokio::test]
 async fn the_policy_chain_is_checked_with_the_reservation() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     hgx(&cp, &ops, "gpu-a").await;
     let alice = cp.principal(ALICE).await.unwrap().unwrap();
     let tenant_scope = cp
@@ -612,9 +621,7 @@ async fn the_policy_chain_is_checked_with_the_reservation() {
 
 #[tokio::test]
 async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
     let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
@@ -661,9 +668,7 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other() 
 
 #[tokio::test]
 async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_counts_them() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
     let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
     let (c, ..) = hgx(&cp, &ops, "gpu-c").await;
@@ -712,9 +717,7 @@ async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_coun
 
 #[tokio::test]
 async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_slots() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     for h in ["gpu-a", "gpu-b", "gpu-c"] {
         hgx(&cp, &ops, h).await;
     }
@@ -754,9 +757,8 @@ async fn many_concurrent_launches_on_a_nearly_full_fleet_get_exactly_the_free_sl
 /// placement's deadline), not counted as full.
 #[tokio::test]
 async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool.clone()).await;
+    let (_db, cp, ops) = setup().await;
+    let pool = cp.pool().clone();
     for i in 0..4 {
         hgx(&cp, &ops, &format!("gpu-{i}")).await;
     }
@@ -815,9 +817,7 @@ async fn running(
 
 #[tokio::test]
 async fn a_failed_provision_is_cleaned_like_a_release() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = launch(&cp, &bob, "h100.2x", "doomed").await.unwrap();
@@ -842,9 +842,7 @@ async fn a_failed_provision_is_cleaned_like_a_release() {
 
 #[tokio::test]
 async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clears_them() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
 
@@ -939,9 +937,7 @@ async fn a_failed_release_or_a_bad_proof_blocks_the_slots_until_an_operator_clea
 
 #[tokio::test]
 async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slots() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = launch(&cp, &bob, "h100.2x", "lost").await.unwrap();
@@ -983,9 +979,7 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
 
 #[tokio::test]
 async fn releasing_before_the_agent_starts_cancels_the_provision() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = launch(&cp, &bob, "h100.2x", "quick").await.unwrap();
@@ -1006,26 +1000,9 @@ async fn releasing_before_the_agent_starts_cancels_the_provision() {
 
 #[tokio::test]
 async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
-    let alice = cp.principal(ALICE).await.unwrap().unwrap();
-    let scope = cp
-        .policy_scope(
-            &alice,
-            control_plane::policy::Target::Project(ACME_RESEARCH),
-        )
-        .await
-        .unwrap();
-    cp.set_policy(
-        &scope,
-        PolicyKey::MaxAllocationLifetimeHours,
-        Some(PolicyValue::MaxAllocationLifetimeHours(2)),
-        None,
-    )
-    .await
-    .unwrap();
+    research_policy(&cp, PolicyValue::MaxAllocationLifetimeHours(2)).await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = running(&cp, &bob, &agent, "short").await;
     let principal = cp.principal(BOB).await.unwrap().unwrap();
@@ -1055,9 +1032,7 @@ async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper() {
 
 #[tokio::test]
 async fn a_chosen_lifetime_sets_the_expiry_within_the_policy() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let lived = |id: AllocationId| {
@@ -1106,22 +1081,7 @@ async fn a_chosen_lifetime_sets_the_expiry_within_the_policy() {
         );
     }
     // A lifetime policy caps what may be asked, and is the default.
-    let alice = cp.principal(ALICE).await.unwrap().unwrap();
-    let scope = cp
-        .policy_scope(
-            &alice,
-            control_plane::policy::Target::Project(ACME_RESEARCH),
-        )
-        .await
-        .unwrap();
-    cp.set_policy(
-        &scope,
-        PolicyKey::MaxAllocationLifetimeHours,
-        Some(PolicyValue::MaxAllocationLifetimeHours(24)),
-        None,
-    )
-    .await
-    .unwrap();
+    research_policy(&cp, PolicyValue::MaxAllocationLifetimeHours(24)).await;
     assert_eq!(
         refusal(cp.launch(&bob, &with("long", Some(48)), None)).await,
         "policy max_allocation_lifetime_hours (set at project level) allows allocations to live 24 hours; this launch asked for 48"
@@ -1142,9 +1102,7 @@ async fn a_chosen_lifetime_sets_the_expiry_within_the_policy() {
 
 #[tokio::test]
 async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (node_a, agent_a, _) = hgx(&cp, &ops, "gpu-util-a").await;
     let (_node_b, agent_b, _) = hgx(&cp, &ops, "gpu-util-b").await;
     let alloc = crate::support::bare_allocation(&cp, node_a).await;
@@ -1191,10 +1149,8 @@ fn with_listing(sku: &str, name: &str, listing: &str, version: &str) -> LaunchRe
 
 #[tokio::test]
 async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_ones() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
     use control_plane::marketplace::Curation;
-    let (cp, ops) = setup(pool).await;
+    let (_db, cp, ops) = setup().await;
     let (_, agent, _) = hgx(&cp, &ops, "gpu-mk-01").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     // What a launch by Bob was refused with: the field and why, or the policy's sentence.
@@ -1339,8 +1295,7 @@ async fn only_published_versions_that_fit_launch_and_deprecation_spares_running_
 #[tokio::test]
 async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     use control_plane::tenancy::ProjectAdmins;
-    let db = crate::support::demo_db().await;
-    let (cp, ops) = setup(db.pool().clone()).await;
+    let (db, cp, ops) = setup().await;
     let (node, agent, _) = hgx(&cp, &ops, "gpu-n").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let with_ports = |name: &str, ports: &[u16]| LaunchRequest {
@@ -1401,10 +1356,7 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
         .unwrap();
 
     // East-west on: the plan names the project as its group.
-    let admin = cp
-        .project_access::<ProjectAdmins>(&alice, ACME_RESEARCH)
-        .await
-        .unwrap();
+    let admin = in_project::<ProjectAdmins>(&cp, &alice, ACME_RESEARCH).await;
     cp.set_east_west(&admin, true, Some("req-ew"))
         .await
         .unwrap();

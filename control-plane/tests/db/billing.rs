@@ -2,6 +2,8 @@
 
 use control_plane::prelude::*;
 
+use crate::support::in_tenant;
+
 use control_plane::billing::history::{ImportedRun, import_run};
 use control_plane::billing::invoices::{PlatformFinance, close_months};
 use control_plane::billing::rating::{rate_batch, rate_until};
@@ -658,10 +660,7 @@ async fn golden_invoice_for_one_month() {
         .await
         .unwrap()
         .unwrap();
-    let fin_acme = cp
-        .tenant_access::<TenantFinance>(&fiona, ACME)
-        .await
-        .unwrap();
+    let fin_acme = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     assert_eq!(
         cp.tenant_invoice(&fin_acme, acme.invoice)
             .await
@@ -676,10 +675,7 @@ async fn golden_invoice_for_one_month() {
         .await
         .unwrap()
         .unwrap();
-    let globex = cp
-        .tenant_access::<TenantFinance>(&carol, GLOBEX)
-        .await
-        .unwrap();
+    let globex = in_tenant::<TenantFinance>(&cp, &carol, GLOBEX).await;
     let err = cp.tenant_invoice(&globex, acme.invoice).await.unwrap_err();
     assert!(
         matches!(err, control_plane::Error::NotFound { what: "invoice" }),
@@ -931,10 +927,7 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
         .await
         .unwrap()
         .unwrap();
-    let fin = cp
-        .tenant_access::<TenantFinance>(&fiona, ACME)
-        .await
-        .unwrap();
+    let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     let detail = cp.tenant_invoice(&fin, acme.invoice).await.unwrap();
     let fee = &detail.lines[3];
     assert_eq!(

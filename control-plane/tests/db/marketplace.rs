@@ -3,6 +3,8 @@
 
 use control_plane::prelude::*;
 
+use crate::support::in_tenant;
+
 use crate::support::assert_db_refuses;
 use control_plane::auth::{Platform, PlatformOperators};
 use control_plane::demo::{ACME, GLOBEX};
@@ -27,7 +29,7 @@ async fn admin_of(
     tenant: control_plane::TenantId,
 ) -> control_plane::tenancy::Tenant<TenantAdmins> {
     let p = cp.principal(user).await.unwrap().unwrap();
-    cp.tenant_access::<TenantAdmins>(&p, tenant).await.unwrap()
+    in_tenant::<TenantAdmins>(cp, &p, tenant).await
 }
 
 /// What `sha256sum` printed for the (imaginary) triton image.

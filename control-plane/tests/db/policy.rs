@@ -3,24 +3,14 @@
 
 use control_plane::prelude::*;
 
+use crate::support::{in_project, in_tenant};
+
+use crate::support::principal;
+
 use control_plane::auth::PlatformAdmin;
 use control_plane::policy::{Level, PolicyKey, PolicyValue, Scope};
 use control_plane::tenancy::{ProjectViewers, TenantAdmins};
-use control_plane::{ControlPlane, Error, Naming, UserId, demo};
-use sqlx::PgPool;
-
-async fn principal(
-    cp: &ControlPlane,
-    pool: &PgPool,
-    email: &str,
-) -> control_plane::auth::Principal {
-    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
-        .bind(email)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    cp.principal(UserId(id)).await.unwrap().unwrap()
-}
+use control_plane::{ControlPlane, Error, Naming, demo};
 
 fn gpus(r: &[control_plane::policy::Resolved]) -> (Option<PolicyValue>, Option<Level>) {
     let r = r.iter().find(|r| r.key == PolicyKey::MaxGpusInUse).unwrap();
@@ -30,22 +20,15 @@ fn gpus(r: &[control_plane::policy::Resolved]) -> (Option<PolicyValue>, Option<L
 #[tokio::test]
 async fn the_most_specific_level_decides_and_clearing_falls_back() {
     let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    let cp = db.control_plane();
     let root = cp
         .set_break_glass_password("root@platform.example", "Root", "a long enough password")
         .await
         .unwrap();
     let root = cp.principal(root).await.unwrap().unwrap();
-    let alice = principal(&cp, &pool, "alice@acme.example").await;
-    let acme_admin = cp
-        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
-        .await
-        .unwrap();
-    let research = cp
-        .project_access::<ProjectViewers>(&alice, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let acme_admin = in_tenant::<TenantAdmins>(&cp, &alice, demo::ACME).await;
+    let research = in_project::<ProjectViewers>(&cp, &alice, demo::ACME_RESEARCH).await;
 
     let global = Scope::global(&root.platform::<PlatformAdmin>().unwrap());
     let tenant = Scope::tenant(&acme_admin);
@@ -131,7 +114,7 @@ async fn the_most_specific_level_decides_and_clearing_falls_back() {
     let audit: Vec<(String, String)> = sqlx::query_as(
         "SELECT action, resource FROM audit_log WHERE action LIKE 'policy.%' ORDER BY id",
     )
-    .fetch_all(&pool)
+    .fetch_all(cp.pool())
     .await
     .unwrap();
     let project_name = format!(
@@ -159,18 +142,11 @@ async fn the_most_specific_level_decides_and_clearing_falls_back() {
 #[tokio::test]
 async fn another_tenants_project_is_not_a_scope() {
     let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
-    let alice = principal(&cp, &pool, "alice@acme.example").await;
-    let carol = principal(&cp, &pool, "carol@globex.example").await;
-    let globex_admin = cp
-        .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
-        .await
-        .unwrap();
-    let research = cp
-        .project_access::<ProjectViewers>(&alice, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let carol = principal(&cp, "carol@globex.example").await;
+    let globex_admin = in_tenant::<TenantAdmins>(&cp, &carol, demo::GLOBEX).await;
+    let research = in_project::<ProjectViewers>(&cp, &alice, demo::ACME_RESEARCH).await;
     assert!(matches!(
         Scope::project(&globex_admin, &research),
         Err(Error::NotFound { .. })
@@ -234,10 +210,10 @@ async fn who_may_see_and_who_may_set_policies_at_each_level() {
         .await
         .unwrap();
     let root = cp.principal(root).await.unwrap().unwrap();
-    let alice = principal(&cp, &pool, "alice@acme.example").await;
-    let bob = principal(&cp, &pool, "bob@acme.example").await;
-    let fiona = principal(&cp, &pool, "fiona@acme.example").await;
-    let carol = principal(&cp, &pool, "carol@globex.example").await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let fiona = principal(&cp, "fiona@acme.example").await;
+    let carol = principal(&cp, "carol@globex.example").await;
     let research = Target::Project(demo::ACME_RESEARCH);
     let acme = Target::Tenant(demo::ACME);
 

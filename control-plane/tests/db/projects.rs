@@ -2,37 +2,29 @@
 
 use control_plane::prelude::*;
 
-use crate::support::refusal;
-use control_plane::auth::Principal;
+use crate::support::{in_project, in_tenant};
+
+use crate::support::{principal, refusal};
 use control_plane::tenancy::{
     InviteOutcome, ProjectAdmins, ProjectRole, ProjectViewers, TenantAdmins, TenantMembers,
 };
-use control_plane::{ControlPlane, Error, Naming, UserId, demo};
-use sqlx::PgPool;
+use control_plane::{ControlPlane, Error, demo};
 
-async fn setup(pool: &PgPool) -> ControlPlane {
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
+/// A copy of the demo database (kept alive by the returned handle), and a control plane on it
+/// with the demo organizations' identity providers.
+async fn setup() -> (test_db::TestDb, ControlPlane) {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
     cp.seed_demo_identity_providers("http://127.0.0.1:9", "s")
         .await
         .unwrap();
-    cp
-}
-
-async fn who(cp: &ControlPlane, pool: &PgPool, email: &str) -> Principal {
-    let id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = $1")
-        .bind(email)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    cp.principal(UserId(id)).await.unwrap().unwrap()
+    (db, cp)
 }
 
 #[tokio::test]
 async fn another_tenant_gets_not_found_never_forbidden() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let carol = who(&cp, &pool, "carol@globex.example").await;
+    let (_db, cp) = setup().await;
+    let carol = principal(&cp, "carol@globex.example").await;
     let err = cp
         .tenant_access::<TenantMembers>(&carol, demo::ACME)
         .await
@@ -58,12 +50,10 @@ async fn another_tenant_gets_not_found_never_forbidden() {
 
 #[tokio::test]
 async fn roles_decide_within_a_tenant() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let bob = who(&cp, &pool, "bob@acme.example").await;
-    let fiona = who(&cp, &pool, "fiona@acme.example").await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
+    let (_db, cp) = setup().await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let fiona = principal(&cp, "fiona@acme.example").await;
+    let alice = principal(&cp, "alice@acme.example").await;
 
     // bob: a member; operator of research; can't see inference at all.
     let err = cp
@@ -72,10 +62,7 @@ async fn roles_decide_within_a_tenant() {
         .err()
         .unwrap();
     assert_eq!(err.to_string(), "only organization admins may do this");
-    let research = cp
-        .project_access::<ProjectViewers>(&bob, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let research = in_project::<ProjectViewers>(&cp, &bob, demo::ACME_RESEARCH).await;
     assert_eq!(research.role(), ProjectRole::Operator);
     let err = cp
         .project_access::<ProjectAdmins>(&bob, demo::ACME_RESEARCH)
@@ -90,10 +77,7 @@ async fn roles_decide_within_a_tenant() {
     ));
 
     // fiona (finance) views every project; alice (tenant admin) administers every project.
-    let acme = cp
-        .tenant_access::<TenantMembers>(&fiona, demo::ACME)
-        .await
-        .unwrap();
+    let acme = in_tenant::<TenantMembers>(&cp, &fiona, demo::ACME).await;
     let seen: Vec<_> = cp
         .list_projects(&acme)
         .await
@@ -117,14 +101,9 @@ async fn roles_decide_within_a_tenant() {
 
 #[tokio::test]
 async fn projects_are_created_renamed_and_audited() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
-    let admin = cp
-        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
-        .await
-        .unwrap();
+    let (_db, cp) = setup().await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let admin = in_tenant::<TenantAdmins>(&cp, &alice, demo::ACME).await;
     let id = cp
         .create_project(&admin, "Training", "GPU Training", Some("req-7"))
         .await
@@ -139,17 +118,11 @@ async fn projects_are_created_renamed_and_audited() {
         .unwrap_err();
     assert!(matches!(err, Error::Invalid { field: "slug", .. }), "{err}");
 
-    let p = cp
-        .project_access::<ProjectAdmins>(&alice, id)
-        .await
-        .unwrap();
+    let p = in_project::<ProjectAdmins>(&cp, &alice, id).await;
     cp.rename_project(&p, "GPU training", Some("req-8"))
         .await
         .unwrap();
-    let viewer = cp
-        .project_access::<ProjectViewers>(&alice, id)
-        .await
-        .unwrap();
+    let viewer = in_project::<ProjectViewers>(&cp, &alice, id).await;
     let trail = cp.project_audit(&viewer).await.unwrap();
     let actions: Vec<_> = trail.iter().map(|a| a.action.as_str()).collect();
     assert_eq!(actions, ["project.rename", "project.create"]);
@@ -163,14 +136,9 @@ async fn projects_are_created_renamed_and_audited() {
 
 #[tokio::test]
 async fn inviting_adds_members_or_waits_for_first_sign_in() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
-    let p = cp
-        .project_access::<ProjectAdmins>(&alice, demo::ACME_INFERENCE)
-        .await
-        .unwrap();
+    let (_db, cp) = setup().await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let p = in_project::<ProjectAdmins>(&cp, &alice, demo::ACME_INFERENCE).await;
     assert_eq!(
         cp.invite_member(&p, "Bob@Acme.Example", ProjectRole::Viewer, None)
             .await
@@ -196,10 +164,7 @@ async fn inviting_adds_members_or_waits_for_first_sign_in() {
         refusal(cp.invite_member(&p, "carol@globex.example", ProjectRole::Viewer, None)).await,
         "invalid email: carol@globex.example can't sign in to this organization: globex.example is not one of its email domains"
     );
-    let v = cp
-        .project_access::<ProjectViewers>(&alice, demo::ACME_INFERENCE)
-        .await
-        .unwrap();
+    let v = in_project::<ProjectViewers>(&cp, &alice, demo::ACME_INFERENCE).await;
     let detail = cp.project_detail(&v).await.unwrap();
     assert_eq!(detail.invitations.len(), 1);
     assert_eq!(detail.invitations[0].email, "hank@acme.example");
@@ -208,15 +173,10 @@ async fn inviting_adds_members_or_waits_for_first_sign_in() {
 
 #[tokio::test]
 async fn a_project_keeps_at_least_one_admin() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
-    let bob = who(&cp, &pool, "bob@acme.example").await;
-    let p = cp
-        .project_access::<ProjectAdmins>(&alice, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let (_db, cp) = setup().await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let p = in_project::<ProjectAdmins>(&cp, &alice, demo::ACME_RESEARCH).await;
     assert_eq!(
         refusal(cp.remove_member(&p, alice.user_id, None)).await,
         "a project must keep at least one admin: make someone else admin first"
@@ -234,7 +194,7 @@ async fn a_project_keeps_at_least_one_admin() {
     // The database itself refuses, whatever the Rust says.
     let err = sqlx::query("DELETE FROM project_memberships WHERE project_id = $1")
         .bind(demo::ACME_RESEARCH.0)
-        .execute(&pool)
+        .execute(cp.pool())
         .await
         .unwrap_err();
     assert!(
@@ -246,22 +206,14 @@ async fn a_project_keeps_at_least_one_admin() {
 
 #[tokio::test]
 async fn two_admins_removing_each_other_at_once_leave_one() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(&pool).await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
-    let bob = who(&cp, &pool, "bob@acme.example").await;
-    let p = cp
-        .project_access::<ProjectAdmins>(&alice, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let (_db, cp) = setup().await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let p = in_project::<ProjectAdmins>(&cp, &alice, demo::ACME_RESEARCH).await;
     cp.change_member_role(&p, bob.user_id, ProjectRole::Admin, None)
         .await
         .unwrap();
-    let pb = cp
-        .project_access::<ProjectAdmins>(&bob, demo::ACME_RESEARCH)
-        .await
-        .unwrap();
+    let pb = in_project::<ProjectAdmins>(&cp, &bob, demo::ACME_RESEARCH).await;
     let (a, b) = tokio::join!(
         cp.remove_member(&p, bob.user_id, None),
         cp.remove_member(&pb, alice.user_id, None)
@@ -271,7 +223,7 @@ async fn two_admins_removing_each_other_at_once_leave_one() {
         "SELECT count(*) FROM project_memberships WHERE project_id = $1 AND role = 'admin'",
     )
     .bind(demo::ACME_RESEARCH.0)
-    .fetch_one(&pool)
+    .fetch_one(cp.pool())
     .await
     .unwrap();
     assert_eq!(admins, 1);
@@ -279,21 +231,13 @@ async fn two_admins_removing_each_other_at_once_leave_one() {
 
 #[tokio::test]
 async fn audit_search_is_scoped_to_the_tenant_and_filters() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
     use control_plane::audit_log::{AuditFilter, AuditScope};
     use control_plane::auth::PlatformAdmin;
-    let cp = setup(&pool).await;
-    let alice = who(&cp, &pool, "alice@acme.example").await;
-    let carol = who(&cp, &pool, "carol@globex.example").await;
-    let acme = cp
-        .tenant_access::<TenantAdmins>(&alice, demo::ACME)
-        .await
-        .unwrap();
-    let globex = cp
-        .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
-        .await
-        .unwrap();
+    let (_db, cp) = setup().await;
+    let alice = principal(&cp, "alice@acme.example").await;
+    let carol = principal(&cp, "carol@globex.example").await;
+    let acme = in_tenant::<TenantAdmins>(&cp, &alice, demo::ACME).await;
+    let globex = in_tenant::<TenantAdmins>(&cp, &carol, demo::GLOBEX).await;
     cp.create_project(&acme, "a1", "A one", None).await.unwrap();
     cp.create_project(&globex, "g1", "G one", None)
         .await

@@ -3,6 +3,8 @@
 
 use control_plane::prelude::*;
 
+use crate::support::in_tenant;
+
 use control_plane::sso::SsoError;
 use control_plane::{ControlPlane, Error, Naming, demo};
 use sqlx::PgPool;
@@ -216,10 +218,7 @@ mod domain_proof {
                 .await
                 .unwrap();
         let carol = cp.principal(carol.into()).await.unwrap().unwrap();
-        let globex = cp
-            .tenant_access::<TenantAdmins>(&carol, demo::GLOBEX)
-            .await
-            .unwrap();
+        let globex = in_tenant::<TenantAdmins>(&cp, &carol, demo::GLOBEX).await;
         assert!(matches!(
             cp.verify_domain(&globex, "acme-labs.test", None).await,
             Err(Error::NotFound { .. })
