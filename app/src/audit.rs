@@ -94,14 +94,14 @@ pub fn AuditPage() -> impl IntoView {
                         <p class="hint">{format!("Newest first; at most {} records.", v.limit)}</p>
                         <table class="data" id="audit-log">
                             <thead><tr>
-                                <th scope="col">"When (UTC)"</th><th scope="col">"Who"</th>
+                                <th scope="col">"When"</th><th scope="col">"Who"</th>
                                 <th scope="col">"What"</th><th scope="col">"Resource"</th>
                                 <th scope="col">"Change"</th><th scope="col">"Request"</th>
                             </tr></thead>
                             <tbody>
                                 {v.entries.into_iter().map(|e| view! {
                                     <tr>
-                                        <td>{e.at}</td><td>{e.actor}</td>
+                                        <td>{portal_types::utc(e.at)}</td><td>{e.actor}</td>
                                         <td class="mono action">{e.action}</td>
                                         <td class="mono small resource">{e.resource}</td>
                                         <td class="mono">{e.change}</td>

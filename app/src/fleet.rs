@@ -588,10 +588,10 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
             <h2 id="node-audit">"Audit trail"</h2>
             <div class="table-scroll">
             <table class="data">
-                <thead><tr><th>"When (UTC)"</th><th>"Who"</th><th>"What"</th><th>"Change"</th></tr></thead>
+                <thead><tr><th>"When"</th><th>"Who"</th><th>"What"</th><th>"Change"</th></tr></thead>
                 <tbody>
                     {page.audit.iter().map(|a| view! {
-                        <tr><td>{a.at.clone()}</td><td>{a.actor.clone()}</td><td><code>{a.action.clone()}</code></td><td><small>{a.change.clone()}</small></td></tr>
+                        <tr><td>{utc(a.at)}</td><td>{a.actor.clone()}</td><td><code>{a.action.clone()}</code></td><td><small>{a.change.clone()}</small></td></tr>
                     }).collect_view()}
                 </tbody>
             </table>

@@ -14,7 +14,11 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-use portal_types::marketplace::{Category, FittingSku, Listing, ListingCard, VersionState};
+use portal_types::Micros;
+use portal_types::marketplace::{
+    Category, FittingSku, Listing, ListingCard, Payable, Publisher, VersionRow, VersionState,
+    share_percent,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
@@ -53,43 +57,19 @@ pub struct PublisherArea {
     pub listings: Vec<Listing>,
 }
 
+/// A version in the review queue, with the moves an operator may make on it from the queue.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueRow {
-    pub id: String,
-    pub slug: String,
-    pub name: String,
-    pub publisher: String,
-    pub version: String,
-    pub state: String,
-    pub fee: String,
-    pub reason: Option<String>,
-    /// `(action, label)` an operator may take now.
+    pub version: VersionRow,
+    /// `(action, label)`: approving and rejecting happen on the version's review page.
     pub actions: Vec<(String, String)>,
-    pub when: String,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublisherRow {
-    pub id: String,
-    pub name: String,
-    pub status: String,
-    pub share: String,
-    pub platform: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PayableRow {
-    pub publisher: String,
-    pub share: String,
-    pub fees: String,
-    pub owed: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdminView {
     pub queue: Vec<QueueRow>,
-    pub publishers: Vec<PublisherRow>,
-    pub payables: Vec<PayableRow>,
+    pub publishers: Vec<Publisher>,
+    pub payables: Vec<Payable>,
 }
 
 /// One version under review: every field, and what changed since the version in force.
@@ -191,11 +171,6 @@ mod render {
             assert!(html.contains("logo"), "{html}");
         }
     }
-}
-
-#[cfg(feature = "ssr")]
-fn when(t: time::OffsetDateTime) -> String {
-    format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
 }
 
 #[cfg(feature = "ssr")]
@@ -388,68 +363,31 @@ pub async fn submit_version(id: String) -> Result<(), AppError> {
 #[server]
 pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
     use control_plane::auth::PlatformOperators;
-    use control_plane::billing::Micros;
-    use control_plane::marketplace::{Curation, VersionState};
+    use control_plane::marketplace::Curation;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let share = |bps: i32| format!("{}%", bps as f64 / 100.0);
+    let queue = cp
+        .review_queue(&ops)
+        .await?
+        .into_iter()
+        .map(|version| QueueRow {
+            // Approving or rejecting happens on the version's review page, where its content
+            // and its changes are shown.
+            actions: Curation::available(version.state)
+                .iter()
+                .filter(|c| !matches!(c, Curation::Approve | Curation::Reject))
+                .map(|c| {
+                    let (a, l) = curation_label(*c);
+                    (a.to_string(), l.to_string())
+                })
+                .collect(),
+            version,
+        })
+        .collect();
     Ok(AdminView {
-        queue: cp
-            .review_queue(&ops)
-            .await?
-            .into_iter()
-            .map(|r| QueueRow {
-                id: r.id.to_string(),
-                slug: r.slug,
-                name: r.name,
-                publisher: r.publisher,
-                version: r.version,
-                // Approving or rejecting happens on the version's review page, where its
-                // content and its changes are shown.
-                actions: Curation::available(r.state)
-                    .iter()
-                    .filter(|c| !matches!(c, Curation::Approve | Curation::Reject))
-                    .map(|c| {
-                        let (a, l) = curation_label(*c);
-                        (a.to_string(), l.to_string())
-                    })
-                    .collect(),
-                state: if r.state == VersionState::InReview {
-                    "in review".into()
-                } else {
-                    r.state.to_string()
-                },
-                fee: r
-                    .fee
-                    .map(|f| format!("{f} per hour"))
-                    .unwrap_or_else(|| "none".into()),
-                reason: r.review_reason,
-                when: when(r.state_changed_at),
-            })
-            .collect(),
-        publishers: cp
-            .publishers(&ops)
-            .await?
-            .into_iter()
-            .map(|p| PublisherRow {
-                id: p.id.to_string(),
-                platform: p.tenant_id.is_none(),
-                name: p.display_name,
-                status: p.status,
-                share: share(p.revenue_share_bps),
-            })
-            .collect(),
-        payables: cp
-            .publisher_payables(&ops)
-            .await?
-            .into_iter()
-            .map(|p| PayableRow {
-                publisher: p.publisher,
-                share: share(p.revenue_share_bps),
-                fees: format!("{} {}", Micros(p.fees_micro), p.currency),
-                owed: format!("{} {}", Micros(p.owed_micro), p.currency),
-            })
-            .collect(),
+        queue,
+        publishers: cp.publishers(&ops).await?,
+        payables: cp.publisher_payables(&ops).await?,
     })
 }
 
@@ -999,21 +937,22 @@ fn AdminBody(
             <table class="data" id="review-queue">
                 <thead><tr><th>"Listing"</th><th>"Publisher"</th><th>"Version"</th><th>"State"</th><th>"Fee"</th><th>"Since"</th><th>"Action"</th></tr></thead>
                 <tbody>
-                    {a.queue.into_iter().map(|r| {
-                        let has_actions = !r.actions.is_empty();
+                    {a.queue.into_iter().map(|QueueRow { version: r, actions }| {
+                        let has_actions = !actions.is_empty();
+                        let id = r.id.to_string();
                         view! {
                             <tr data-version=format!("{} {}", r.slug, r.version)>
-                                <td>{r.name}<br/><code>{r.slug.clone()}</code><br/><a href=format!("/admin/marketplace/versions/{}", r.id) aria-label=format!("Review {} {}", r.slug, r.version)>"Review"</a></td>
+                                <td>{r.name}<br/><code>{r.slug.clone()}</code><br/><a href=format!("/admin/marketplace/versions/{id}") aria-label=format!("Review {} {}", r.slug, r.version)>"Review"</a></td>
                                 <td>{r.publisher}</td>
                                 <td>{r.version.clone()}</td>
-                                <td>{r.state}{r.reason.map(|x| view! { <br/><span class="hint">{x}</span> })}</td>
-                                <td>{r.fee}</td>
-                                <td>{r.when}</td>
+                                <td>{r.state.to_string()}{r.review_reason.map(|x| view! { <br/><span class="hint">{x}</span> })}</td>
+                                <td>{r.fee.map_or_else(|| "none".into(), |f| format!("{f} per hour"))}</td>
+                                <td>{portal_types::day(r.state_changed_at)}</td>
                                 <td>{has_actions.then(|| view! {
                                     <ActionForm action=curate attr:class="inline">
-                                        <input type="hidden" name="id" value=r.id.clone() />
+                                        <input type="hidden" name="id" value=id.clone() />
                                         <select name="action" aria-label="Action">
-                                            {r.actions.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
+                                            {actions.into_iter().map(|(v, l)| view! { <option value=v>{l}</option> }).collect_view()}
                                         </select>
                                         <button type="submit">"Apply"</button>
                                     </ActionForm>
@@ -1032,14 +971,14 @@ fn AdminBody(
             <table class="data" id="publisher-table">
                 <thead><tr><th>"Publisher"</th><th>"Status"</th><th>"Their share of fees"</th><th></th></tr></thead>
                 <tbody>
-                    {a.publishers.into_iter().map(|p| { let key = p.name.clone(); view! {
+                    {a.publishers.into_iter().map(|p| { let key = p.display_name.clone(); let share = share_percent(p.revenue_share_bps); view! {
                         <tr data-publisher=key>
-                            <td>{p.name}</td><td>{p.status}</td><td>{p.share.clone()}</td>
-                            <td>{(!p.platform).then(|| view! {
+                            <td>{p.display_name}</td><td>{p.status}</td><td>{share.clone()}</td>
+                            <td>{p.tenant_id.is_some().then(|| view! {
                                 <ActionForm action=decide attr:class="inline">
-                                    <input type="hidden" name="id" value=p.id.clone() />
+                                    <input type="hidden" name="id" value=p.id.to_string() />
                                     <select name="decision" aria-label="Decision"><option value="approve">"Approve"</option><option value="suspend">"Suspend"</option></select>
-                                    <input name="share" value=p.share.trim_end_matches('%').to_string() size="5" aria-label="Revenue share (%)" />
+                                    <input name="share" value=share.trim_end_matches('%').to_string() size="5" aria-label="Revenue share (%)" />
                                     <button type="submit">"Save"</button>
                                 </ActionForm>
                             })}</td>
@@ -1060,7 +999,7 @@ fn AdminBody(
                         <thead><tr><th>"Publisher"</th><th>"Share"</th><th>"Fees rated"</th><th>"Owed"</th></tr></thead>
                         <tbody>
                             {a.payables.into_iter().map(|p| { let key = p.publisher.clone(); view! {
-                                <tr data-publisher=key><td>{p.publisher}</td><td>{p.share}</td><td>{p.fees}</td><td>{p.owed}</td></tr>
+                                <tr data-publisher=key><td>{p.publisher}</td><td>{share_percent(p.revenue_share_bps)}</td><td>{format!("{} {}", Micros(p.fees_micro), p.currency)}</td><td>{format!("{} {}", Micros(p.owed_micro), p.currency)}</td></tr>
                             } }).collect_view()}
                         </tbody>
                     </table>

@@ -413,13 +413,13 @@ fn project_view(
             <h2 id="audit-h">"Audit trail"</h2>
             <table class="data" id="audit">
                 <thead><tr>
-                    <th scope="col">"When (UTC)"</th><th scope="col">"Who"</th>
+                    <th scope="col">"When"</th><th scope="col">"Who"</th>
                     <th scope="col">"What"</th><th scope="col">"Change"</th><th scope="col">"Request"</th>
                 </tr></thead>
                 <tbody>
                     {v.audit.iter().map(|a| view! {
                         <tr>
-                            <td>{a.at.clone()}</td><td>{a.actor.clone()}</td>
+                            <td>{portal_types::utc(a.at)}</td><td>{a.actor.clone()}</td>
                             <td class="mono">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
                             <td class="mono small">{a.request_id.clone().unwrap_or_default()}</td>
                         </tr>

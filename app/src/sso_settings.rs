@@ -67,12 +67,7 @@ pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
                             "operator" => "by a platform operator",
                             _ => "before verification existed",
                         };
-                        format!(
-                            "Verified {how} on {:04}-{:02}-{:02}",
-                            at.year(),
-                            u8::from(at.month()),
-                            at.day()
-                        )
+                        format!("Verified {how} on {}", portal_types::day(at))
                     }),
                     domain: c.domain,
                     record_name: c.record_name,

@@ -46,7 +46,7 @@ impl AuditLogApi for ControlPlane {
             Reach::All => (None, present(&filter.tenant_slug)),
         };
         let rows = sqlx::query!(
-            r#"SELECT to_char(a.occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') AS "at!",
+            r#"SELECT a.occurred_at AS at,
                       coalesce(u.email, a.actor_kind) AS "actor!", a.action, a.resource,
                       a.before, a.after, a.request_id
                FROM audit_log a LEFT JOIN users u ON u.id = a.actor_user_id

@@ -404,7 +404,7 @@ impl AuthApi for ControlPlane {
         let rows = sqlx::query!(
             r#"SELECT u.id AS "user: UserId", u.email, c.failed_attempts,
                       c.locked_until > now() AS "locked!",
-                      to_char(c.locked_until AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI "UTC"') AS until
+                      c.locked_until AS until
                FROM break_glass_credentials c JOIN users u ON u.id = c.user_id
                WHERE c.failed_attempts > 0
                ORDER BY c.locked_until > now() DESC, c.failed_attempts DESC, u.email"#
@@ -517,15 +517,8 @@ pub const LOCK_AFTER: i32 = 5;
 /// How long a lock lasts (unless an admin clears it first).
 pub const LOCK_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
-/// A break-glass account with failed sign-ins.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Lockout {
-    pub user: UserId,
-    pub email: String,
-    pub failed_attempts: i32,
-    /// `YYYY-MM-DD HH:MM UTC` while locked.
-    pub locked_until: Option<String>,
-}
+/// A break-glass account with failed sign-ins (shared with the pages).
+pub use portal_types::account::Lockout;
 
 /// A person's or a project's display name: 1 to 200 characters once trimmed.
 pub(crate) fn check_display_name(name: &str) -> Result<String> {

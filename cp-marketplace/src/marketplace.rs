@@ -38,7 +38,7 @@ use crate::db::trigger_refusal as refused;
 
 pub use portal_types::marketplace::{
     Browse, BrowseFilter, Category, Compatibility, FittingSku, LaunchableListing, Listing,
-    ListingCard, ListingPage, Version, VersionState,
+    ListingCard, ListingPage, Payable, Publisher, Version, VersionRow, VersionState,
 };
 
 /// What an operator does to a version.
@@ -289,44 +289,6 @@ impl PublisherActor {
     pub fn publisher(&self) -> PublisherId {
         self.publisher
     }
-}
-
-/// A publisher, for its own page and for operators.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Publisher {
-    pub id: PublisherId,
-    pub tenant_id: Option<TenantId>,
-    pub display_name: String,
-    pub status: String,
-    pub revenue_share_bps: i32,
-}
-
-/// What the platform owes a publisher in one currency: its share of rated fees.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Payable {
-    pub publisher_id: PublisherId,
-    pub publisher: String,
-    pub status: String,
-    pub revenue_share_bps: i32,
-    pub currency: String,
-    /// Fees rated for its listings, all time (micro-units).
-    pub fees_micro: i64,
-    /// The publisher's payable balance (micro-units; what is owed).
-    pub owed_micro: i64,
-}
-
-/// One row of the review queue and of a publisher's own list.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VersionRow {
-    pub id: ListingVersionId,
-    pub slug: String,
-    pub name: String,
-    pub publisher: String,
-    pub version: String,
-    pub state: VersionState,
-    pub fee: Option<Money>,
-    pub review_reason: Option<String>,
-    pub state_changed_at: time::OffsetDateTime,
 }
 
 struct VersionDbRow {
@@ -1462,74 +1424,6 @@ async fn insert_version(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::SkuId;
-
-    fn sku(name: &str, shape: Shape, model: &str, gpus: i32, currency: &str) -> Sku {
-        Sku {
-            id: SkuId::new_random(),
-            name: name.into(),
-            display_name: name.into(),
-            shape,
-            gpu_model: model.into(),
-            gpu_count: gpus,
-            vcpus: 8,
-            memory_gib: 64,
-            nvme_gib: 100,
-            regions: vec!["eu-west-1".into()],
-            families: vec!["f".into()],
-            price: Money {
-                amount_minor: 299,
-                currency: currency.into(),
-            },
-            state: "active".into(),
-        }
-    }
-
-    #[test]
-    fn compatibility_checks_shape_gpus_model_and_fee_currency() {
-        let c = Compatibility {
-            shapes: vec![Shape::GpuSlice],
-            gpu_models: vec!["H100".into()],
-            min_gpus: 2,
-            fee: Some(Money {
-                amount_minor: 25,
-                currency: "USD".into(),
-            }),
-        };
-        assert!(c.fits(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD")));
-        assert_eq!(
-            c.why_not(&sku("h.1x", Shape::GpuSlice, "H100", 1, "USD"))
-                .unwrap(),
-            "it needs at least 2 GPUs, and h.1x has 1"
-        );
-        assert_eq!(
-            c.why_not(&sku("l.2x", Shape::GpuSlice, "L40S", 2, "USD"))
-                .unwrap(),
-            "it supports H100, and l.2x has L40S"
-        );
-        assert_eq!(
-            c.why_not(&sku("m", Shape::Baremetal, "H100", 8, "USD"))
-                .unwrap(),
-            "it runs on gpu_slice, and m is baremetal"
-        );
-        assert_eq!(
-            c.why_not(&sku("e.2x", Shape::GpuSlice, "H100", 2, "EUR"))
-                .unwrap(),
-            "its fee is in USD, and e.2x is priced in EUR"
-        );
-        assert_eq!(
-            c.total_price(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD"))
-                .to_string(),
-            "3.24 USD"
-        );
-        let any = Compatibility {
-            shapes: vec![Shape::GpuSlice, Shape::Baremetal],
-            gpu_models: vec![],
-            min_gpus: 1,
-            fee: None,
-        };
-        assert!(any.fits(&sku("e", Shape::Baremetal, "L40S", 1, "EUR")));
-    }
 
     #[test]
     fn revenue_shares_are_exact_percentages() {

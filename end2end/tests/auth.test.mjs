@@ -54,7 +54,7 @@ test('five wrong passwords lock the account; a signed-in admin sees it on /admin
     await row.waitFor();
     const cells = await row.locator('td').allInnerTexts();
     assert.equal(cells[1], '5');
-    assert.match(cells[2], /^\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC$/, 'locked until a time');
+    assert.match(cells[2], /^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC$/, 'locked until a time');
     await shot(a, 'admin-lockout');
     await a.emulateMedia({ colorScheme: 'dark' });
     await a.setViewportSize({ width: 390, height: 844 });

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::SshKeyId;
+use crate::{SshKeyId, UserId};
 
 /// One saved SSH public key (the key itself is not repeated: its fingerprint names it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,4 +21,16 @@ pub struct SshKey {
     /// When a launch last put it on a machine.
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_used_at: Option<OffsetDateTime>,
+}
+
+/// A break-glass account with failed sign-ins, as platform admins see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lockout {
+    pub user: UserId,
+    pub email: String,
+    /// Failed sign-ins in a row.
+    pub failed_attempts: i32,
+    /// Until when it is locked; `None` when it is not (any more).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub locked_until: Option<OffsetDateTime>,
 }

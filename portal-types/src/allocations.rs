@@ -121,6 +121,12 @@ pub struct AllocationDetail {
 }
 
 /// `2026-11-21 13:02:11 UTC`: how pages write a time.
+/// The day, in UTC: `2026-11-03`.
+pub fn day(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
+}
+
 pub fn utc(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(
@@ -144,6 +150,12 @@ mod tests {
         assert_eq!(utc(t), "2025-11-21 13:02:11 UTC");
         let east = t.to_offset(time::UtcOffset::from_hms(9, 0, 0).unwrap());
         assert_eq!(utc(east), "2025-11-21 13:02:11 UTC");
+        // 23:00 on the 20th in UTC-5 is already the 21st in UTC.
+        let west = OffsetDateTime::from_unix_timestamp(1_763_697_600)
+            .unwrap()
+            .to_offset(time::UtcOffset::from_hms(-5, 0, 0).unwrap());
+        assert_eq!(west.day(), 20);
+        assert_eq!(day(west), "2025-11-21");
     }
 
     #[test]

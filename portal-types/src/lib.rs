@@ -22,13 +22,13 @@ pub mod projects;
 mod roles;
 mod shape;
 
-pub use allocations::utc;
+pub use allocations::{day, utc};
 pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
 pub use ids::{
     AgentTaskId, AllocationId, InvoiceId, ListingId, ListingVersionId, NodeId, ProjectId,
     PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
 };
-pub use money::{BUDGET_CURRENCIES, Currency, Money};
+pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money};
 pub use policy::{Level, PolicyKey};
 pub use roles::{ProjectRole, TenantRole};
 pub use shape::Shape;

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::catalog::Sku;
-use crate::{Invalid, ListingId, ListingVersionId, Money, PublisherId, Shape};
+use crate::{Invalid, ListingId, ListingVersionId, Money, PublisherId, Shape, TenantId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Category {
@@ -261,6 +261,50 @@ pub struct Browse {
     pub gpu_models: Vec<String>,
 }
 
+/// A publisher, for its own page and for operators.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Publisher {
+    pub id: PublisherId,
+    pub tenant_id: Option<TenantId>,
+    pub display_name: String,
+    pub status: String,
+    pub revenue_share_bps: i32,
+}
+
+/// What the platform owes a publisher in one currency: its share of rated fees.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payable {
+    pub publisher_id: PublisherId,
+    pub publisher: String,
+    pub status: String,
+    pub revenue_share_bps: i32,
+    pub currency: String,
+    /// Fees rated for its listings, all time (micro-units).
+    pub fees_micro: i64,
+    /// The publisher's payable balance (micro-units; what is owed).
+    pub owed_micro: i64,
+}
+
+/// One row of the review queue and of a publisher's own list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRow {
+    pub id: ListingVersionId,
+    pub slug: String,
+    pub name: String,
+    pub publisher: String,
+    pub version: String,
+    pub state: VersionState,
+    pub fee: Option<Money>,
+    pub review_reason: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub state_changed_at: OffsetDateTime,
+}
+
+/// A revenue share in basis points as people read it: 7000 → "70%".
+pub fn share_percent(bps: i32) -> String {
+    format!("{}%", f64::from(bps) / 100.0)
+}
+
 impl Compatibility {
     /// "GPU slices, bare metal".
     pub fn shapes_label(&self) -> String {
@@ -288,67 +332,89 @@ impl Compatibility {
 impl Version {
     /// When it was published, or else when its state last changed: `2026-11-03`.
     pub fn date(&self) -> String {
-        let t = self.published_at.unwrap_or(self.state_changed_at);
-        format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
+        crate::day(self.published_at.unwrap_or(self.state_changed_at))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Currency;
+    use crate::SkuId;
 
-    fn sku(shape: Shape, gpus: i32, model: &str, currency: &str) -> Sku {
+    fn sku(name: &str, shape: Shape, model: &str, gpus: i32, currency: &str) -> Sku {
         Sku {
-            id: crate::SkuId(uuid::Uuid::nil()),
-            name: "h100.1x".into(),
-            display_name: "H100".into(),
+            id: SkuId(uuid::Uuid::nil()),
+            name: name.into(),
+            display_name: name.into(),
             shape,
             gpu_model: model.into(),
             gpu_count: gpus,
-            vcpus: 16,
-            memory_gib: 128,
-            nvme_gib: 500,
+            vcpus: 8,
+            memory_gib: 64,
+            nvme_gib: 100,
             regions: vec!["eu-west-1".into()],
-            families: vec!["hgx-h100-8x".into()],
+            families: vec!["f".into()],
             price: Money {
-                amount_minor: 250,
-                currency: Currency::from(currency.to_string()),
+                amount_minor: 299,
+                currency: currency.into(),
             },
             state: "active".into(),
         }
     }
 
     #[test]
-    fn a_version_fits_a_sku_only_when_shape_count_model_and_currency_agree() {
+    fn compatibility_checks_shape_gpus_model_and_fee_currency() {
         let c = Compatibility {
             shapes: vec![Shape::GpuSlice],
             gpu_models: vec!["H100".into()],
             min_gpus: 2,
             fee: Some(Money {
                 amount_minor: 25,
-                currency: Currency::from("USD".to_string()),
+                currency: "USD".into(),
             }),
         };
-        assert!(c.fits(&sku(Shape::GpuSlice, 2, "H100", "USD")));
+        assert!(c.fits(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD")));
         assert_eq!(
-            c.total_price(&sku(Shape::GpuSlice, 2, "H100", "USD"))
-                .amount_minor,
-            275
+            c.why_not(&sku("h.1x", Shape::GpuSlice, "H100", 1, "USD"))
+                .unwrap(),
+            "it needs at least 2 GPUs, and h.1x has 1"
         );
-        for (s, why) in [
-            (
-                sku(Shape::Baremetal, 8, "H100", "USD"),
-                "it runs on gpu_slice",
-            ),
-            (sku(Shape::GpuSlice, 1, "H100", "USD"), "at least 2 GPUs"),
-            (sku(Shape::GpuSlice, 2, "A100", "USD"), "it supports H100"),
-            (sku(Shape::GpuSlice, 2, "H100", "EUR"), "its fee is in USD"),
-        ] {
-            let reason = c.why_not(&s).expect("does not fit");
-            assert!(reason.contains(why), "{reason}");
-        }
+        assert_eq!(
+            c.why_not(&sku("l.2x", Shape::GpuSlice, "L40S", 2, "USD"))
+                .unwrap(),
+            "it supports H100, and l.2x has L40S"
+        );
+        assert_eq!(
+            c.why_not(&sku("m", Shape::Baremetal, "H100", 8, "USD"))
+                .unwrap(),
+            "it runs on gpu_slice, and m is baremetal"
+        );
+        assert_eq!(
+            c.why_not(&sku("e.2x", Shape::GpuSlice, "H100", 2, "EUR"))
+                .unwrap(),
+            "its fee is in USD, and e.2x is priced in EUR"
+        );
+        assert_eq!(
+            c.total_price(&sku("h.2x", Shape::GpuSlice, "H100", 2, "USD"))
+                .to_string(),
+            "3.24 USD"
+        );
+        let any = Compatibility {
+            shapes: vec![Shape::GpuSlice, Shape::Baremetal],
+            gpu_models: vec![],
+            min_gpus: 1,
+            fee: None,
+        };
+        assert!(any.fits(&sku("e", Shape::Baremetal, "L40S", 1, "EUR")));
         assert_eq!(c.shapes_label(), "GPU slices");
         assert_eq!(c.gpu_models_label(), "H100");
+        assert_eq!(any.shapes_label(), "GPU slices, bare metal");
+        assert_eq!(any.gpu_models_label(), "any");
+    }
+
+    #[test]
+    fn shares_read_as_percentages() {
+        assert_eq!(share_percent(7000), "70%");
+        assert_eq!(share_percent(1234), "12.34%");
     }
 }

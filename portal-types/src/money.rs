@@ -183,6 +183,55 @@ impl Money {
     }
 }
 
+/// Micro-units of a currency: 10^-6 of its unit, 10^-4 of a cent. Rating works in these so
+/// that per-second usage is never rounded to cents before the invoice.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Micros(pub i64);
+
+impl Micros {
+    /// Micro-units in one minor unit (cent) of the two-decimal currencies the platform sells in.
+    pub const PER_MINOR: i64 = 10_000;
+
+    pub fn from_minor(minor: i64) -> Self {
+        Micros(minor * Self::PER_MINOR)
+    }
+
+    /// The rounding rule, applied once per invoice line: to the nearest cent, halves away
+    /// from zero.
+    pub fn round_to_minor(self) -> i64 {
+        let (q, r) = (self.0 / Self::PER_MINOR, self.0 % Self::PER_MINOR);
+        if r.abs() * 2 >= Self::PER_MINOR {
+            q + r.signum()
+        } else {
+            q
+        }
+    }
+
+    /// Whole cents, rounded up: what a budget check counts (never under-counts spend).
+    pub fn ceil_to_minor(self) -> i64 {
+        let (q, r) = (
+            self.0.div_euclid(Self::PER_MINOR),
+            self.0.rem_euclid(Self::PER_MINOR),
+        );
+        if r > 0 { q + 1 } else { q }
+    }
+
+    pub fn money(self, currency: &str) -> Money {
+        Money::new(self.round_to_minor(), currency)
+    }
+}
+
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let abs = self.0.unsigned_abs();
+        let sign = if self.0 < 0 { "-" } else { "" };
+        write!(f, "{sign}{}.{:06}", abs / 1_000_000, abs % 1_000_000)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

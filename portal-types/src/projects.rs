@@ -2,6 +2,7 @@
 //! show them.
 
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
 
 use crate::{ProjectId, ProjectRole, UserId};
 
@@ -45,8 +46,8 @@ pub struct ProjectDetail {
 /// One audit record as people read it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditLine {
-    /// `YYYY-MM-DD HH:MM:SS` in UTC (formatted by the query that reads it).
-    pub at: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
     /// The actor's email, or `system`.
     pub actor: String,
     pub action: String,

@@ -3,6 +3,7 @@ use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use portal_types::account::Lockout;
 use serde::{Deserialize, Serialize};
 
 use crate::components::ErrorNotice;
@@ -14,16 +15,7 @@ pub struct AdminView {
     pub role: String,
     pub policies: crate::policies::PolicyView,
     /// Break-glass accounts with failed sign-ins (platform admins only; `None` for others).
-    pub lockouts: Option<Vec<LockoutRow>>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockoutRow {
-    pub user: String,
-    pub email: String,
-    pub failed_attempts: i32,
-    /// `YYYY-MM-DD HH:MM UTC` while locked.
-    pub locked_until: Option<String>,
+    pub lockouts: Option<Vec<Lockout>>,
 }
 
 /// Platform staff only.
@@ -34,18 +26,7 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
     let staff = principal.platform::<PlatformStaff>()?;
     let cp = crate::server::control_plane()?;
     let lockouts = match principal.platform::<control_plane::auth::PlatformAdmin>() {
-        Ok(admin) => Some(
-            cp.break_glass_lockouts(&admin)
-                .await?
-                .into_iter()
-                .map(|l| LockoutRow {
-                    user: l.user.to_string(),
-                    email: l.email,
-                    failed_attempts: l.failed_attempts,
-                    locked_until: l.locked_until,
-                })
-                .collect(),
-        ),
+        Ok(admin) => Some(cp.break_glass_lockouts(&admin).await?),
         Err(_) => None,
     };
     Ok(AdminView {
@@ -103,7 +84,7 @@ pub fn AdminPage() -> impl IntoView {
 
 /// Break-glass accounts with failed sign-ins, and the button that clears a lock.
 #[component]
-fn Lockouts(rows: Vec<LockoutRow>, unlock: ServerAction<UnlockBreakGlass>) -> impl IntoView {
+fn Lockouts(rows: Vec<Lockout>, unlock: ServerAction<UnlockBreakGlass>) -> impl IntoView {
     view! {
         <section class="card" aria-labelledby="lockouts-h">
             <h2 id="lockouts-h">"Break-glass sign-in"</h2>
@@ -123,10 +104,10 @@ fn Lockouts(rows: Vec<LockoutRow>, unlock: ServerAction<UnlockBreakGlass>) -> im
                                         <tr data-account=email>
                                             <td data-label="Account">{l.email}</td>
                                             <td data-label="Failed in a row">{l.failed_attempts}</td>
-                                            <td data-label="Locked until">{l.locked_until.unwrap_or_else(|| "not locked".into())}</td>
+                                            <td data-label="Locked until">{l.locked_until.map_or_else(|| "not locked".into(), portal_types::utc)}</td>
                                             <td>
                                                 <ActionForm action=unlock attr:class="inline">
-                                                    <input type="hidden" name="user" value=l.user />
+                                                    <input type="hidden" name="user" value=l.user.to_string() />
                                                     <button type="submit" aria-label=label>"Unlock"</button>
                                                 </ActionForm>
                                             </td>

@@ -10,16 +10,18 @@ use control_plane::billing::rating::{rate_batch, rate_until};
 use control_plane::billing::reports::TenantFinance;
 use control_plane::billing::{Micros, cost_micros};
 use control_plane::demo::{ACME, ACME_INFERENCE, ACME_RESEARCH, GLOBEX, GLOBEX_DEFAULT};
-use control_plane::{ControlPlane, Naming, ProjectId, TenantId, UserId};
+use control_plane::{ControlPlane, ProjectId, TenantId, UserId};
 use rand::{Rng, SeedableRng};
-use sqlx::PgPool;
 use time::macros::datetime;
 use uuid::uuid;
 
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 
-async fn setup(pool: PgPool) -> ControlPlane {
-    ControlPlane::new(pool, Naming::default())
+/// A copy of the demo database (kept alive by the returned handle) and a control plane on it.
+async fn setup() -> (test_db::TestDb, ControlPlane) {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    (db, cp)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -122,9 +124,7 @@ async fn ledger_rows(cp: &ControlPlane) -> (i64, i64, i64, i64) {
 /// charges are its exact cost floored once, and rating again changes nothing.
 #[tokio::test]
 async fn rating_is_exact_balanced_and_idempotent() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool).await;
+    let (_db, cp) = setup().await;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let base = datetime!(2026-09-28 00:00 UTC);
     let skus = ["h100.1x", "h100.2x", "h100.8x", "l40s.1x"];
@@ -223,9 +223,8 @@ async fn rating_is_exact_balanced_and_idempotent() {
 /// rated. On the old code the whole batch failed, for every tenant, every round.
 #[tokio::test]
 async fn money_is_bounded_and_one_bad_price_never_stops_rating_for_everyone() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool.clone()).await;
+    let (_db, cp) = setup().await;
+    let pool = cp.pool().clone();
     for sql in [
         "UPDATE skus SET price_per_hour_minor = 10000001 WHERE name = 'h100.1x'",
         "INSERT INTO policies (tenant_id, key, value) VALUES ('0a0e0000-0000-4000-8000-000000000001', \
@@ -321,9 +320,7 @@ async fn money_is_bounded_and_one_bad_price_never_stops_rating_for_everyone() {
 
 #[tokio::test]
 async fn the_ledger_is_append_only_and_every_entry_balances() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool).await;
+    let (_db, cp) = setup().await;
     // With a listing fee, so fee charges exist too.
     run_listing(
         &cp,
@@ -414,9 +411,7 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
 /// agreeing with the invoice to the cent.
 #[tokio::test]
 async fn golden_invoice_for_one_month() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool).await;
+    let (_db, cp) = setup().await;
     let fin = finance(&cp).await;
     let us = time::Duration::microseconds;
     run(
@@ -729,9 +724,7 @@ async fn golden_invoice_for_one_month() {
 
 #[tokio::test]
 async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool).await;
+    let (_db, cp) = setup().await;
     let now = time::OffsetDateTime::now_utc();
     let (month, _) = control_plane::billing::month_bounds(now);
     if now - month < time::Duration::minutes(130) {
@@ -824,9 +817,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
 
 #[tokio::test]
 async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
-    let db = crate::support::demo_db().await;
-    let pool = db.pool().clone();
-    let cp = setup(pool).await;
+    let (_db, cp) = setup().await;
     // vLLM (Globex Labs, 0.40 USD/h, 70 % to the publisher) on h100.1x for 2 h 30 min, and
     // PyTorch (the platform's, 0.25 USD/h) on l40s.1x for 45 min.
     run_listing(

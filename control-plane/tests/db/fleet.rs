@@ -154,6 +154,20 @@ fn hgx_node(hostname: &str) -> NewNode {
 }
 
 /// Enrols `hostname`, exchanges the token, heartbeats and returns the agent.
+/// An empty database with one operator and one approved HGX node, `gpu-hgx-01`.
+async fn one_hgx() -> (
+    test_db::TestDb,
+    ControlPlane,
+    Platform<PlatformOperators>,
+    NodeId,
+) {
+    let db = crate::support::empty_db().await;
+    let cp = db.control_plane();
+    let ops = operator(&cp, "o@platform.example").await;
+    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    (db, cp, ops, node)
+}
+
 async fn approved_hgx(
     cp: &ControlPlane,
     ops: &Platform<PlatformOperators>,
@@ -715,10 +729,7 @@ async fn drain_undrain_and_cordon_are_audited() {
 
 #[tokio::test]
 async fn posture_fully_available() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, _, node) = one_hgx().await;
     assert_eq!(
         posture(&cp, node).await,
         ("fully_available".into(), "ready".into())
@@ -727,10 +738,7 @@ async fn posture_fully_available() {
 
 #[tokio::test]
 async fn posture_partially_allocated() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, _, node) = one_hgx().await;
     let slots = slot_ids(&cp, node).await;
     claim(&cp, node, Some(slots[0])).await.unwrap();
     claim(&cp, node, Some(slots[1])).await.unwrap();
@@ -744,10 +752,7 @@ async fn posture_partially_allocated() {
 
 #[tokio::test]
 async fn posture_fully_allocated_by_slices() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, _, node) = one_hgx().await;
     for slot in slot_ids(&cp, node).await {
         claim(&cp, node, Some(slot)).await.unwrap();
     }
@@ -756,10 +761,7 @@ async fn posture_fully_allocated_by_slices() {
 
 #[tokio::test]
 async fn posture_exclusively_allocated_by_baremetal() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, _, node) = one_hgx().await;
     claim(&cp, node, None).await.unwrap();
     assert_eq!(
         posture(&cp, node).await,
@@ -780,10 +782,7 @@ async fn posture_exclusively_allocated_by_baremetal() {
 
 #[tokio::test]
 async fn posture_draining() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, ops, node) = one_hgx().await;
     claim(&cp, node, Some(slot_ids(&cp, node).await[0]))
         .await
         .unwrap();
@@ -795,10 +794,7 @@ async fn posture_draining() {
 
 #[tokio::test]
 async fn posture_cleanup_blocked() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "o@platform.example").await;
-    let (node, _) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    let (_db, cp, _, node) = one_hgx().await;
     sqlx::query("UPDATE node_resource_slots SET cleanup_state = 'blocked' WHERE slot_index = 3")
         .execute(cp.pool())
         .await
