@@ -21,6 +21,12 @@ pub enum AppError {
     NotFound,
     #[error("{0}")]
     Conflict(String),
+    /// Nothing could be placed: the message is placement's explanation.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A policy refused it: `key` is the policy (`max_gpus_in_use`, …), `message` the sentence.
+    #[error("{message}")]
+    PolicyDenied { key: String, message: String },
     /// Not signed in, or the session has ended.
     #[error("Please sign in to continue.")]
     Unauthenticated,
@@ -62,7 +68,8 @@ impl AppError {
             AppError::Unauthenticated | AppError::SignInRefused(_) => 401,
             AppError::Forbidden(_) => 403,
             AppError::NotFound => 404,
-            AppError::Conflict(_) => 409,
+            AppError::Conflict(_) | AppError::Unavailable(_) => 409,
+            AppError::PolicyDenied { .. } => 403,
             AppError::RateLimited { .. } => 429,
             AppError::Internal { .. } => 500,
             AppError::ServerFn(e) => match e {
@@ -78,6 +85,30 @@ impl AppError {
                 | ServerFnErrorErr::Serialization(_)
                 | ServerFnErrorErr::Response(_) => 500,
             },
+        }
+    }
+
+    /// A stable name for what went wrong, for programs: the `code` of an API's
+    /// `application/problem+json` answer. Never changes once published; new kinds get new codes.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AppError::BadRequest(_) => "bad_request",
+            AppError::Invalid { .. } => "invalid",
+            AppError::NotFound => "not_found",
+            AppError::Conflict(_) => "conflict",
+            AppError::Unavailable(_) => "sku_unavailable",
+            AppError::PolicyDenied { key, .. } => match key.as_str() {
+                "max_gpus_in_use" => "quota_exceeded",
+                "monthly_budget" => "budget_exceeded",
+                _ => "policy_denied",
+            },
+            AppError::Unauthenticated => "unauthenticated",
+            AppError::Forbidden(_) => "forbidden",
+            AppError::SignInRefused(_) => "sign_in_refused",
+            AppError::RateLimited { .. } => "rate_limited",
+            AppError::Internal { .. } => "internal",
+            AppError::ServerFn(_) if self.status() < 500 => "bad_request",
+            AppError::ServerFn(_) => "internal",
         }
     }
 
@@ -143,6 +174,15 @@ mod ssr {
 
     impl From<control_plane::Error> for AppError {
         fn from(e: control_plane::Error) -> Self {
+            AppError::from_domain(e, request_id)
+        }
+    }
+
+    impl AppError {
+        /// The one mapping from a control-plane error to what a caller is told, for server
+        /// functions and the REST API alike. Our own faults are logged with the request id
+        /// (`request_id` is asked only then) and reach the caller as that id alone.
+        pub fn from_domain(e: control_plane::Error, request_id: impl FnOnce() -> String) -> Self {
             use control_plane::Error as E;
             match e {
                 E::NotFound { .. } => AppError::NotFound,
@@ -153,8 +193,11 @@ mod ssr {
                 E::ResourceName(_) => AppError::BadRequest(sentence(&e.to_string())),
                 E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
-                e @ E::SkuUnavailable(_) => AppError::Conflict(format!("{e}.")),
-                E::PolicyDenied(d) => AppError::Forbidden(sentence(&d.to_string())),
+                e @ E::SkuUnavailable(_) => AppError::Unavailable(format!("{e}.")),
+                E::PolicyDenied(d) => AppError::PolicyDenied {
+                    key: d.key.as_str().to_owned(),
+                    message: sentence(&d.to_string()),
+                },
                 E::Unauthenticated => AppError::Unauthenticated,
                 E::RateLimited { retry_after_secs } => AppError::RateLimited { retry_after_secs },
                 // Only the agent API produces it; a page never should.
@@ -165,7 +208,11 @@ mod ssr {
                 E::InvalidCredentials => {
                     AppError::SignInRefused("Email or password is wrong.".into())
                 }
-                e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => AppError::internal(e),
+                e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => {
+                    let request_id = request_id();
+                    tracing::error!(error.cause = %e, request.id = %request_id, "internal error");
+                    AppError::Internal { request_id }
+                }
             }
         }
     }

@@ -62,3 +62,54 @@ pub struct CatalogEntry {
     /// When nothing could launch anywhere: why (placement's explanation).
     pub unavailable_because: Option<String>,
 }
+
+/// One SKU in one region, as other GPU clouds list their offers: what it is, what it costs per
+/// hour, and how many could launch there now (the number placement would honour).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Offer {
+    /// The SKU's name, what a launch asks for: `h100.1x`.
+    pub sku: String,
+    pub display_name: String,
+    pub shape: Shape,
+    pub gpu_model: String,
+    pub gpu_count: i32,
+    pub vcpus: i32,
+    pub memory_gib: i32,
+    /// Local NVMe.
+    pub disk_gib: i32,
+    pub region: String,
+    pub price_per_hour: Money,
+    pub launchable: i64,
+}
+
+/// Every (SKU, region) of the catalog as an offer, in the catalog's order, keeping those in
+/// `region` and with `gpu_model` when given.
+pub fn offers(
+    catalog: &[CatalogEntry],
+    region: Option<&str>,
+    gpu_model: Option<&str>,
+) -> Vec<Offer> {
+    catalog
+        .iter()
+        .filter(|e| gpu_model.is_none_or(|m| e.sku.gpu_model == m))
+        .flat_map(|e| {
+            e.availability
+                .iter()
+                .filter(|a| region.is_none_or(|r| a.region == r))
+                .map(|a| Offer {
+                    sku: e.sku.name.clone(),
+                    display_name: e.sku.display_name.clone(),
+                    shape: e.sku.shape,
+                    gpu_model: e.sku.gpu_model.clone(),
+                    gpu_count: e.sku.gpu_count,
+                    vcpus: e.sku.vcpus,
+                    memory_gib: e.sku.memory_gib,
+                    disk_gib: e.sku.nvme_gib,
+                    region: a.region.clone(),
+                    price_per_hour: e.sku.price.clone(),
+                    launchable: a.launchable,
+                })
+        })
+        .collect()
+}

@@ -14,6 +14,7 @@ pub const BUDGET_CURRENCIES: &[&str] = &["USD", "EUR", "GBP", "CHF", "CAD", "AUD
 /// An ISO 4217 code, upper case ("USD"). Compares with `&str`, and derefs to one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(value_type = String, example = "USD"))]
 #[serde(transparent)]
 #[cfg_attr(feature = "sqlx", sqlx(transparent))]
 pub struct Currency(String);
@@ -96,6 +97,7 @@ impl fmt::Display for Currency {
 
 /// Integer minor units (cents) of a currency.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Money {
     pub amount_minor: i64,
     pub currency: Currency,

@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use crate::Invalid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Shape {
     /// One whole enrolled node.
     Baremetal,

@@ -2,6 +2,7 @@
 //! request ids and graceful shutdown. The binary in `main.rs` only parses flags and calls in.
 
 pub mod agent_api;
+pub mod api;
 pub mod billing;
 pub mod config;
 pub mod error;
@@ -165,6 +166,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/auth/callback", get(sso::callback))
         .merge(agent_api::routes().with_state(state.cp.clone()))
+        .nest("/api/v1", api::routes().with_state(state.cp.clone()))
         .merge(billing::routes())
         .merge(marketplace::routes())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {

@@ -3,54 +3,22 @@
 use control_plane::prelude::*;
 
 use axum::body::Body;
-use clap::Parser;
 use http::{Request, StatusCode};
 use pgcluster::{Durability, PgCluster, StopOnDrop};
 use server::config::Config;
 use server::{app_state, router};
 use tower::ServiceExt;
 
-#[derive(Parser)]
-struct Flags {
-    #[command(flatten)]
-    config: Config,
-}
-
 mod support;
 
-use support::{ORIGIN, call};
-
-fn config(database_url: &str) -> Config {
-    config_with(database_url, &[])
-}
+use support::{ORIGIN, call, get};
 
 fn config_with(database_url: &str, extra: &[&str]) -> Config {
-    let mut args = vec![
-        "server",
-        "--database-url",
-        database_url,
-        "--db-acquire-timeout-secs",
-        "2",
-    ];
-    if !extra.contains(&"--public-url") {
-        args.extend(["--public-url", ORIGIN]);
-    }
-    args.extend_from_slice(extra);
-    Flags::parse_from(args).config
+    support::config(database_url, extra)
 }
 
-async fn get(app: &axum::Router, path: &str) -> (StatusCode, http::HeaderMap, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+fn config(database_url: &str) -> Config {
+    support::config(database_url, &[])
 }
 
 struct Cluster {

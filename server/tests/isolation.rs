@@ -21,11 +21,9 @@ use control_plane::prelude::*;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use clap::Parser;
 use control_plane::{ControlPlane, UserId, demo};
 use http::StatusCode;
 use leptos::server_fn::ServerFn;
-use server::config::Config;
 use server::{app_state, router};
 use test_db::fixtures::principal;
 use tower_sessions::Session;
@@ -60,8 +58,6 @@ use app::theme::SetTheme;
 
 mod support;
 
-use support::ORIGIN;
-
 // The world every copy of the database starts from (built once, as a template).
 const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
 const ALLOCATION: &str = "0a0e0000-0000-4000-800f-000000000002";
@@ -73,12 +69,6 @@ const SSH_KEY: &str =
 /// Another key, for adding.
 const OTHER_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8g y";
-
-#[derive(Parser)]
-struct Flags {
-    #[command(flatten)]
-    config: Config,
-}
 
 /// A role inside an organization, as the matrix tries it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -848,14 +838,7 @@ async fn build_world(pool: sqlx::PgPool) {
 /// A fresh copy of the matrix database, and a portal over it.
 async fn copy() -> (test_db::TestDb, axum::Router, World) {
     let db = test_db::fresh("isolation", |pool| Box::pin(build_world(pool))).await;
-    let config = Flags::parse_from([
-        "server",
-        "--database-url",
-        &db.url(),
-        "--public-url",
-        ORIGIN,
-    ])
-    .config;
+    let config = support::config(&db.url(), &[]);
     let app = router(app_state(&config).unwrap());
     let pool = db.pool();
     let one = |sql: &'static str| async move {

@@ -4,11 +4,51 @@
 #![allow(dead_code)]
 
 use axum::body::Body;
+use clap::Parser;
 use http::{Request, StatusCode};
+use server::config::Config;
 use tower::ServiceExt;
 
 /// The public origin the tests' portals are configured with.
 pub const ORIGIN: &str = "http://127.0.0.1:3000";
+
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    config: Config,
+}
+
+/// The server's configuration as its flags would give it: the database, a 2 s pool acquire
+/// timeout, [`ORIGIN`] as the public URL unless `extra` names another, then `extra`.
+pub fn config(database_url: &str, extra: &[&str]) -> Config {
+    let mut args = vec![
+        "server",
+        "--database-url",
+        database_url,
+        "--db-acquire-timeout-secs",
+        "2",
+    ];
+    if !extra.contains(&"--public-url") {
+        args.extend(["--public-url", ORIGIN]);
+    }
+    args.extend_from_slice(extra);
+    Flags::parse_from(args).config
+}
+
+/// A plain GET through the whole router: the status, the headers and the body.
+pub async fn get(app: &axum::Router, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    let res = app
+        .clone()
+        .oneshot(Request::get(path).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
 
 /// A fetch-style call of a server function (what the hydrated page sends): the status, the
 /// headers and the body (the JSON-encoded error when refused).

@@ -1,0 +1,75 @@
+//! The public REST API, under `/api/v1`: JSON in and out, errors as
+//! `application/problem+json` ([`problem`]), and an OpenAPI 3.1 document generated from the
+//! handlers themselves at `/api/v1/openapi.json`. Handlers are as thin as server functions:
+//! read and bound the request, call the control plane, return its read model.
+
+pub mod offers;
+pub mod problem;
+
+use app::error::AppError;
+use axum::Json;
+use axum::Router;
+use axum::extract::FromRequestParts;
+use axum::routing::get;
+use control_plane::ControlPlane;
+use http::request::Parts;
+use utoipa::OpenApi;
+
+use problem::{ApiError, Problem};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "GPU cloud API",
+        version = "1",
+        description = "Launch and manage GPU slices and bare-metal nodes. Errors are RFC 9457 problem documents with a stable `code`."
+    ),
+    servers((url = "/api/v1")),
+    paths(offers::list),
+    components(schemas(Problem)),
+    tags((name = "catalog", description = "What is for sale, where, and what could launch now."))
+)]
+pub struct ApiDoc;
+
+/// `/api/v1/…`, to be nested under that prefix.
+pub fn routes() -> Router<ControlPlane> {
+    Router::new()
+        .route("/offers", get(offers::list))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+}
+
+async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
+
+/// The request's id (the server's request-id layer sets it on every request), so that a fault
+/// of ours is logged under the id the caller is given.
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(RequestId(
+            parts
+                .headers
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("unknown")
+                .to_owned(),
+        ))
+    }
+}
+
+impl RequestId {
+    /// A control-plane error as the API answers it (the one mapping, `AppError::from_domain`).
+    pub fn refused(&self, e: control_plane::Error) -> ApiError {
+        ApiError(AppError::from_domain(e, || self.0.clone()))
+    }
+}
+
+/// Anything else under `/api/v1`: a problem, not the portal's HTML 404 page.
+async fn not_found() -> ApiError {
+    ApiError(AppError::NotFound)
+}

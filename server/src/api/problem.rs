@@ -1,0 +1,152 @@
+//! What the API answers when it refuses or fails: `application/problem+json` (RFC 9457), built
+//! from the app's one error enum, so a refusal has the same status and sentence whichever door
+//! it came through, plus a `code` programs can match.
+
+use app::error::AppError;
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// An error, as RFC 9457 describes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[schema(example = json!({
+    "type": "urn:gpuaas:problem:invalid",
+    "title": "Invalid input",
+    "status": 400,
+    "detail": "Invalid region: use lowercase letters, digits and dashes, at most 64 characters.",
+    "code": "invalid",
+    "field": "region"
+}))]
+pub struct Problem {
+    /// `urn:gpuaas:problem:{code}`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The same for every problem with this code.
+    pub title: String,
+    pub status: u16,
+    /// What went wrong this time, in a sentence for people.
+    pub detail: String,
+    /// Stable and machine-readable: `invalid`, `not_found`, `sku_unavailable`,
+    /// `policy_denied`, `quota_exceeded`, `budget_exceeded`, `conflict`, `unauthenticated`,
+    /// `forbidden`, `rate_limited`, `internal`, …
+    pub code: String,
+    /// For `invalid`: the input that broke a rule.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// For `internal`: quote it to support; the cause is in our logs under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// A refusal or a failure on its way out of an API handler.
+#[derive(Debug)]
+pub struct ApiError(pub AppError);
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl ApiError {
+    pub fn invalid(field: &str, reason: impl Into<String>) -> Self {
+        ApiError(AppError::Invalid {
+            field: field.to_owned(),
+            reason: reason.into(),
+        })
+    }
+
+    pub fn problem(&self) -> Problem {
+        let e = &self.0;
+        let code = e.code();
+        Problem {
+            kind: format!("urn:gpuaas:problem:{code}"),
+            title: title(code).to_owned(),
+            status: e.status(),
+            detail: e.to_string(),
+            code: code.to_owned(),
+            field: match e {
+                AppError::Invalid { field, .. } => Some(field.clone()),
+                _ => None,
+            },
+            request_id: match e {
+                AppError::Internal { request_id } => Some(request_id.clone()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// The short, fixed summary of each code.
+fn title(code: &str) -> &'static str {
+    match code {
+        "invalid" | "bad_request" => "Invalid input",
+        "not_found" => "Not found",
+        "conflict" => "Conflict",
+        "sku_unavailable" => "Nothing can be placed",
+        "policy_denied" => "Refused by a policy",
+        "quota_exceeded" => "Quota exceeded",
+        "budget_exceeded" => "Budget exceeded",
+        "unauthenticated" | "sign_in_refused" => "Not authenticated",
+        "forbidden" => "Forbidden",
+        "rate_limited" => "Too many requests",
+        _ => "Internal error",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = self.problem();
+        let status =
+            StatusCode::from_u16(problem.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut res = (status, Json(problem)).into_response();
+        let headers = res.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let AppError::RateLimited { retry_after_secs } = self.0 {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_becomes_a_problem_with_its_status_and_code() {
+        let p = ApiError::invalid("region", "use lowercase letters").problem();
+        assert_eq!((p.status, p.code.as_str()), (400, "invalid"));
+        assert_eq!(p.field.as_deref(), Some("region"));
+        assert_eq!(p.kind, "urn:gpuaas:problem:invalid");
+        let p = ApiError(AppError::PolicyDenied {
+            key: "max_gpus_in_use".into(),
+            message: "Policy max_gpus_in_use allows 8 GPUs.".into(),
+        })
+        .problem();
+        assert_eq!((p.status, p.code.as_str()), (403, "quota_exceeded"));
+        assert_eq!(p.detail, "Policy max_gpus_in_use allows 8 GPUs.");
+        let p = ApiError(AppError::Internal {
+            request_id: "r-1".into(),
+        })
+        .problem();
+        assert_eq!((p.status, p.code.as_str()), (500, "internal"));
+        assert_eq!(p.request_id.as_deref(), Some("r-1"));
+        assert!(!p.detail.contains("database"), "{}", p.detail);
+        let res = ApiError(AppError::RateLimited {
+            retry_after_secs: 7,
+        })
+        .into_response();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(
+            res.headers()[header::CONTENT_TYPE],
+            "application/problem+json"
+        );
+    }
+}
