@@ -33,7 +33,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// The id newtypes, where the modules here (and the areas above) have always found them.
 pub mod ids {
     pub use portal_types::{
-        AgentTaskId, AllocationId, InvoiceId, ListingId, ListingVersionId, NodeId, ProjectId,
-        PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
+        AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
+        ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
     };
 }

@@ -36,6 +36,17 @@ impl Naming {
         )
     }
 
+    /// `{partition}:{service}::{tenant}:{project}:api_token:{id}` (no project: the whole
+    /// organization's).
+    pub fn api_token(
+        &self,
+        tenant: TenantId,
+        project: Option<ProjectId>,
+        id: crate::ids::ApiTokenId,
+    ) -> ResourceName {
+        self.name("", Some(tenant), project, "api_token", &id.to_string())
+    }
+
     /// `{partition}:{service}::::user:{user}` (users are global, not tenant-owned).
     pub fn platform_user(&self, user: UserId) -> ResourceName {
         self.name("", None, None, "user", &user.to_string())

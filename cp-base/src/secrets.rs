@@ -181,6 +181,27 @@ fn key_from(bytes: &[u8]) -> Option<LessSafeKey> {
         .map(LessSafeKey::new)
 }
 
+/// 32 random bytes, URL-safe base64, after a prefix that says what the secret is (`gpn_` a
+/// node credential, `gpk_` an API token): bearer secrets that are shown once.
+pub fn new_secret(prefix: &str) -> String {
+    use base64::Engine;
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    format!(
+        "{prefix}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// What is kept of such a secret. They are high-entropy, so a plain SHA-256 is the right hash:
+/// lookups stay indexable.
+pub fn secret_hash(secret: &str) -> Vec<u8> {
+    ring::digest::digest(&ring::digest::SHA256, secret.trim().as_bytes())
+        .as_ref()
+        .to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,9 @@
-//! Identity: users and sessions, tenants, projects and members, SSO providers and email-domain proofs, SSH keys, the policy chain, and reading the audit log.
+//! Identity: users and sessions, tenants, projects and members, SSO providers and email-domain proofs, SSH keys, API tokens, the policy chain, and reading the audit log.
 //!
 //! Part of the control plane (see ARCHITECTURE.md); no web code.
 
 pub mod account;
+pub mod api_tokens;
 pub mod audit_log;
 pub mod auth;
 pub mod policy;
@@ -12,6 +13,7 @@ pub mod tenancy;
 /// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
     pub use crate::account::AccountApi;
+    pub use crate::api_tokens::ApiTokensApi;
     pub use crate::audit_log::AuditLogApi;
     pub use crate::auth::AuthApi;
     pub use crate::policy::PolicyApi;

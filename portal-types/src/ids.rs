@@ -94,3 +94,7 @@ uuid_id!(
     /// A public key a user saved on their account page.
     SshKeyId
 );
+uuid_id!(
+    /// A bearer token for the public API, acting for the person who made it.
+    ApiTokenId
+);

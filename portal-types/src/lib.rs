@@ -21,12 +21,13 @@ mod policy;
 pub mod projects;
 mod roles;
 mod shape;
+pub mod tokens;
 
 pub use allocations::{day, utc};
 pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
 pub use ids::{
-    AgentTaskId, AllocationId, InvoiceId, ListingId, ListingVersionId, NodeId, ProjectId,
-    PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
+    AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
+    ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money};
 pub use policy::{Level, PolicyKey};

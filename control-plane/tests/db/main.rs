@@ -6,6 +6,7 @@ mod support;
 
 mod account;
 mod allocations;
+mod api_tokens;
 mod auth;
 mod billing;
 mod fleet;

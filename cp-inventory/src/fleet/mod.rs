@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use agent_protocol::{Discovery, SlotSpec, TaskSpec, metadata};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 
 use crate::ControlPlane;
@@ -109,22 +108,7 @@ pub enum SlotMapDecision {
     },
 }
 
-/// 32 random bytes, URL-safe base64, after a prefix that says what the secret is.
-pub fn new_secret(prefix: &str) -> String {
-    use base64::Engine;
-    use rand::RngCore;
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
-    format!(
-        "{prefix}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
-}
-
-/// Secrets are high-entropy, so a plain SHA-256 is the right hash: lookups stay indexable.
-pub fn secret_hash(secret: &str) -> Vec<u8> {
-    Sha256::digest(secret.trim().as_bytes()).to_vec()
-}
+pub use crate::secrets::{new_secret, secret_hash};
 
 fn check_new_node(n: &NewNode) -> Result<NewNode> {
     let invalid = |field: &'static str, reason: &str| Error::Invalid {

@@ -1,0 +1,292 @@
+//! API tokens against the database: made once with their secret, found by it, never more than
+//! their maker, revoked at once, audited, and kept by the table's own rules.
+
+use control_plane::prelude::*;
+
+use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
+use control_plane::tenancy::{ProjectAdmins, ProjectRole};
+use control_plane::{ControlPlane, Error};
+
+use crate::support::{assert_db_refuses, in_project, principal, refusal};
+
+fn org_token(name: &str, scopes: &[TokenScope]) -> NewToken {
+    NewToken {
+        name: name.into(),
+        project: None,
+        scopes: scopes.to_vec(),
+        days: 30,
+    }
+}
+
+async fn authenticates(cp: &ControlPlane, secret: &str) -> bool {
+    match cp.authenticate_token(secret, Some("192.0.2.7")).await {
+        Ok(_) => true,
+        Err(Error::Unauthenticated) => false,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_token_is_shown_once_acts_for_its_maker_and_dies_when_revoked() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let made = cp
+        .create_api_token(
+            &alice,
+            ACME,
+            &org_token("ci", &[TokenScope::Launch, TokenScope::Read]),
+            Some("req-t1"),
+        )
+        .await
+        .unwrap();
+    assert!(made.secret.starts_with("gpk_"), "{}", made.secret);
+    assert_eq!(made.secret.len(), 47);
+    assert_eq!(made.token.display_prefix, made.secret[..12]);
+    assert_eq!(made.token.scopes, [TokenScope::Read, TokenScope::Launch]);
+    assert_eq!(made.token.created_by, "alice@acme.example");
+    assert_eq!(made.token.project, None);
+    let days = (made.token.expires_at - made.token.created_at).whole_days();
+    assert_eq!(days, 30);
+    // Only a hash is kept.
+    let stored: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_tokens WHERE secret_sha256 = sha256(convert_to($1, 'UTF8'))",
+    )
+    .bind(&made.secret)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(stored, 1);
+    let plain: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM api_tokens WHERE position(convert_to($1, 'UTF8') in secret_sha256) > 0 OR name = $1",
+    )
+    .bind(&made.secret)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(plain, 0);
+
+    let caller = cp
+        .authenticate_token(&made.secret, Some("192.0.2.7"))
+        .await
+        .unwrap();
+    assert_eq!(caller.principal.email, "alice@acme.example");
+    assert_eq!((caller.tenant, caller.project), (ACME, None));
+    assert!(caller.require(TokenScope::Launch).is_ok());
+    assert!(matches!(
+        caller.require(TokenScope::Billing),
+        Err(Error::Forbidden { .. })
+    ));
+    let listed = cp.api_tokens(&alice, ACME).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].last_used_from.as_deref(), Some("192.0.2.7"));
+    assert!(listed[0].last_used_at.is_some());
+
+    // Wrong, malformed and oversized secrets are all the same refusal.
+    for bad in [
+        "gpk_not-a-real-token-at-all-not-a-real-token-xx",
+        "Bearer gpk_x",
+        "",
+        &"gpk_".repeat(100),
+    ] {
+        assert!(!authenticates(&cp, bad).await, "{bad}");
+    }
+
+    cp.revoke_api_token(&alice, made.token.id, Some("req-t2"))
+        .await
+        .unwrap();
+    assert!(!authenticates(&cp, &made.secret).await);
+    // Revoking again changes nothing.
+    cp.revoke_api_token(&alice, made.token.id, None)
+        .await
+        .unwrap();
+    let actions: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, coalesce(request_id, '') FROM audit_log
+         WHERE action LIKE 'api_token.%' AND after ->> 'token' = $1 ORDER BY id",
+    )
+    .bind(made.token.id.to_string())
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        actions,
+        [
+            ("api_token.create".to_string(), "req-t1".to_string()),
+            ("api_token.revoke".to_string(), "req-t2".to_string())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn only_admins_make_tokens_and_outsiders_learn_nothing() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let carol = principal(&cp, "carol@globex.example").await;
+    let read = org_token("r", &[TokenScope::Read]);
+    // Bob is a member of Acme and an operator of research: neither is enough.
+    assert_eq!(
+        refusal(cp.create_api_token(&bob, ACME, &read, None)).await,
+        "only organization admins may do this"
+    );
+    let research = NewToken {
+        project: Some(ACME_RESEARCH),
+        ..read.clone()
+    };
+    assert_eq!(
+        refusal(cp.create_api_token(&bob, ACME, &research, None)).await,
+        "only project admins may do this"
+    );
+    // Carol (Globex) cannot reach Acme at all, nor put Acme's project under Globex.
+    assert!(matches!(
+        cp.create_api_token(&carol, ACME, &read, None).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cp.create_api_token(&carol, GLOBEX, &research, None).await,
+        Err(Error::NotFound { .. })
+    ));
+    // Bad input names its field, and nothing is written.
+    for (bad, field) in [
+        (org_token(" ", &[TokenScope::Read]), "name"),
+        (org_token("x", &[]), "scopes"),
+        (
+            NewToken {
+                days: 400,
+                ..read.clone()
+            },
+            "days",
+        ),
+    ] {
+        match cp.create_api_token(&alice, ACME, &bad, None).await {
+            Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM api_tokens")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 0);
+
+    let made = cp
+        .create_api_token(&alice, ACME, &research, None)
+        .await
+        .unwrap();
+    assert_eq!(made.token.project.as_deref(), Some("research"));
+    // Others in Acme see only their own tokens; outsiders can't revoke or see them.
+    assert!(cp.api_tokens(&bob, ACME).await.unwrap().is_empty());
+    assert!(matches!(
+        cp.api_tokens(&carol, ACME).await,
+        Err(Error::NotFound { .. })
+    ));
+    for who in [&bob, &carol] {
+        assert!(matches!(
+            cp.revoke_api_token(who, made.token.id, None).await,
+            Err(Error::NotFound { .. })
+        ));
+    }
+    assert!(authenticates(&cp, &made.secret).await);
+}
+
+#[tokio::test]
+async fn a_token_stops_working_when_its_maker_loses_access_or_it_expires() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let research = in_project::<ProjectAdmins>(&cp, &alice, ACME_RESEARCH).await;
+    cp.change_member_role(&research, bob.user_id, ProjectRole::Admin, None)
+        .await
+        .unwrap();
+    let made = cp
+        .create_api_token(
+            &bob,
+            ACME,
+            &NewToken {
+                name: "bob's ci".into(),
+                project: Some(ACME_RESEARCH),
+                scopes: vec![TokenScope::Launch],
+                days: 7,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(authenticates(&cp, &made.secret).await);
+    cp.remove_member(&research, bob.user_id, None)
+        .await
+        .unwrap();
+    assert!(
+        !authenticates(&cp, &made.secret).await,
+        "bob left the project; his token went with him"
+    );
+
+    // An expired token, made a year ago.
+    sqlx::query(
+        "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix, secret_sha256,
+                                 scopes, created_at, expires_at)
+         VALUES (gen_random_uuid(), $1, $2, 'old', 'gpk_oldoldol',
+                 sha256(convert_to('gpk_expired-expired-expired-expired-expired-e', 'UTF8')),
+                 '{read}', now() - interval '400 days', now() - interval '35 days')",
+    )
+    .bind(ACME.0)
+    .bind(alice.user_id.0)
+    .execute(cp.pool())
+    .await
+    .unwrap();
+    assert!(!authenticates(&cp, "gpk_expired-expired-expired-expired-expired-e").await);
+}
+
+#[tokio::test]
+async fn the_table_keeps_tokens_fixed_revocations_final_and_rows_forever() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let made = cp
+        .create_api_token(&alice, ACME, &org_token("fixed", &[TokenScope::Read]), None)
+        .await
+        .unwrap();
+    let id = made.token.id;
+    assert_db_refuses(
+        &cp,
+        &format!("UPDATE api_tokens SET scopes = '{{read,admin}}' WHERE id = '{id}'"),
+        "only its last use and its revocation may change",
+    )
+    .await;
+    assert_db_refuses(
+        &cp,
+        &format!("DELETE FROM api_tokens WHERE id = '{id}'"),
+        "never deleted",
+    )
+    .await;
+    assert_db_refuses(
+        &cp,
+        &format!(
+            "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix, secret_sha256, scopes, expires_at)
+             VALUES (gen_random_uuid(), '{}', '{}', 'x', 'gpk_abcdefgh', sha256('x'), '{{root}}', now() + interval '1 day')",
+            ACME, alice.user_id
+        ),
+        "api_tokens_scopes_check",
+    )
+    .await;
+    assert_db_refuses(
+        &cp,
+        &format!(
+            "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix, secret_sha256, scopes, expires_at)
+             VALUES (gen_random_uuid(), '{}', '{}', 'x', 'gpk_abcdefgh', sha256('y'), '{{read}}', now() + interval '2 years')",
+            ACME, alice.user_id
+        ),
+        "api_tokens_check",
+    )
+    .await;
+    cp.revoke_api_token(&alice, id, None).await.unwrap();
+    assert_db_refuses(
+        &cp,
+        &format!("UPDATE api_tokens SET revoked_at = NULL, revoked_by = NULL WHERE id = '{id}'"),
+        "is revoked",
+    )
+    .await;
+}

@@ -1,0 +1,112 @@
+//! API tokens as their owners see them, and the scopes that narrow what one may do. The secret
+//! itself is never part of a read model: it is shown once, when the token is made.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::{ApiTokenId, Invalid};
+
+/// What a token may do, on top of what the person who made it may do (never more).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum TokenScope {
+    /// Read instances, offers, images, SSH keys, projects and the audit log.
+    Read,
+    /// Launch and release instances, and add or delete SSH keys.
+    Launch,
+    /// Read usage and invoices.
+    Billing,
+    /// Manage members and tokens.
+    Admin,
+}
+
+impl TokenScope {
+    pub const ALL: [TokenScope; 4] = [
+        TokenScope::Read,
+        TokenScope::Launch,
+        TokenScope::Billing,
+        TokenScope::Admin,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenScope::Read => "read",
+            TokenScope::Launch => "launch",
+            TokenScope::Billing => "billing",
+            TokenScope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, Invalid> {
+        TokenScope::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s.trim())
+            .ok_or_else(|| {
+                Invalid::new(
+                    "scopes",
+                    format!("{s:?} is not a scope: use read, launch, billing or admin"),
+                )
+            })
+    }
+}
+
+/// The most days a token may live.
+pub const MAX_TOKEN_DAYS: u32 = 366;
+
+/// One token, as the people who may see it read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiToken {
+    pub id: ApiTokenId,
+    pub name: String,
+    /// The project's short name; `None`: the whole organization.
+    pub project: Option<String>,
+    pub scopes: Vec<TokenScope>,
+    /// `gpk_` and the next 8 characters of the secret, to tell tokens apart.
+    pub display_prefix: String,
+    /// The email of the person it acts for.
+    pub created_by: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_used_at: Option<OffsetDateTime>,
+    /// The client address of the last use.
+    pub last_used_from: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+impl ApiToken {
+    /// Works now: neither revoked nor expired (its maker may still have lost access).
+    pub fn is_live(&self, now: OffsetDateTime) -> bool {
+        self.revoked_at.is_none() && self.expires_at > now
+    }
+}
+
+/// A token just made: the only time its secret is seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedToken {
+    pub token: ApiToken,
+    pub secret: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_read_and_write_the_same_words() {
+        for s in TokenScope::ALL {
+            assert_eq!(TokenScope::parse(s.as_str()), Ok(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.as_str())
+            );
+        }
+        let e = TokenScope::parse("root").unwrap_err();
+        assert_eq!(e.field, "scopes");
+        assert!(e.reason.contains("read, launch, billing or admin"), "{e}");
+    }
+}
