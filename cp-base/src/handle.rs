@@ -32,6 +32,10 @@ pub struct ControlPlane {
     dns: dns::Resolver,
     /// Email-domain checks per tenant (each is a DNS lookup): 10, then one every 6 seconds.
     domain_checks: std::sync::Arc<ratelimit::Limiter>,
+    /// Public API calls per token: 100, then one every 100 ms.
+    api_calls: std::sync::Arc<ratelimit::Limiter>,
+    /// Refused API tokens per client address: 20, then one every 3 seconds.
+    api_refusals: std::sync::Arc<ratelimit::Limiter>,
     /// How long a launch waits for candidate nodes other launches are reserving.
     contention_deadline: std::time::Duration,
     /// Password hashes (argon2, 19 MiB each) computed at once; see [`ControlPlane::hashing`].
@@ -91,6 +95,14 @@ impl ControlPlane {
             dns: dns::Resolver::default(),
             domain_checks: std::sync::Arc::new(ratelimit::Limiter::new(
                 10,
+                std::time::Duration::from_secs(60),
+            )),
+            api_calls: std::sync::Arc::new(ratelimit::Limiter::new(
+                100,
+                std::time::Duration::from_secs(10),
+            )),
+            api_refusals: std::sync::Arc::new(ratelimit::Limiter::new(
+                20,
                 std::time::Duration::from_secs(60),
             )),
             contention_deadline: CONTENTION_DEADLINE,
@@ -173,6 +185,16 @@ impl ControlPlane {
     /// Email-domain checks per tenant.
     pub fn domain_checks(&self) -> &ratelimit::Limiter {
         &self.domain_checks
+    }
+
+    /// Public API calls, per token.
+    pub fn api_calls(&self) -> &ratelimit::Limiter {
+        &self.api_calls
+    }
+
+    /// Refused API tokens, per client address.
+    pub fn api_refusals(&self) -> &ratelimit::Limiter {
+        &self.api_refusals
     }
 
     /// Turns to compute a password hash ([`CONCURRENT_HASHES`] at once), per handle: each

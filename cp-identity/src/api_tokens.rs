@@ -346,66 +346,91 @@ impl ApiTokensApi for ControlPlane {
 
     #[tracing::instrument(skip_all)]
     async fn authenticate_token(&self, secret: &str, from: Option<&str>) -> Result<TokenCaller> {
-        let secret = secret.trim();
-        if !secret.starts_with("gpk_") || secret.len() > MAX_SECRET_LEN {
-            return Err(Error::Unauthenticated);
+        let caller = match token_caller(self, secret, from).await {
+            Err(Error::Unauthenticated) => {
+                // Refusals are limited per client address: guessing is hopeless, but each
+                // guess is a query.
+                if let Some(addr) = from
+                    && let Err(wait) = self.api_refusals().take(addr)
+                {
+                    return Err(Error::RateLimited {
+                        retry_after_secs: wait.as_secs().max(1),
+                    });
+                }
+                return Err(Error::Unauthenticated);
+            }
+            other => other?,
+        };
+        if let Err(wait) = self.api_calls().take(&caller.token.to_string()) {
+            return Err(Error::RateLimited {
+                retry_after_secs: wait.as_secs().max(1),
+            });
         }
-        let row = sqlx::query!(
-            r#"SELECT id AS "id: ApiTokenId", tenant_id AS "tenant: TenantId",
+        Ok(caller)
+    }
+}
+
+/// The caller behind `secret`, before rate limits.
+async fn token_caller(cp: &ControlPlane, secret: &str, from: Option<&str>) -> Result<TokenCaller> {
+    let secret = secret.trim();
+    if !secret.starts_with("gpk_") || secret.len() > MAX_SECRET_LEN {
+        return Err(Error::Unauthenticated);
+    }
+    let row = sqlx::query!(
+        r#"SELECT id AS "id: ApiTokenId", tenant_id AS "tenant: TenantId",
                       project_id AS "project: ProjectId", created_by AS "created_by: UserId",
                       scopes,
                       (revoked_at IS NULL AND expires_at > now()) AS "live!",
                       (last_used_at IS NULL
                        OR last_used_at < now() - make_interval(secs => $2)) AS "stale!"
                FROM api_tokens WHERE secret_sha256 = $1"#,
-            secret_hash(secret),
-            LAST_USE_GRANULARITY_S as f64,
-        )
-        .fetch_optional(self.pool())
+        secret_hash(secret),
+        LAST_USE_GRANULARITY_S as f64,
+    )
+    .fetch_optional(cp.pool())
+    .await?
+    .filter(|r| r.live)
+    .ok_or(Error::Unauthenticated)?;
+    let principal = cp
+        .principal(row.created_by)
         .await?
-        .filter(|r| r.live)
         .ok_or(Error::Unauthenticated)?;
-        let principal = self
-            .principal(row.created_by)
-            .await?
-            .ok_or(Error::Unauthenticated)?;
-        // Never more than its maker: gone from the organization or project, the token is dead.
-        let still_there = match row.project {
-            None => self
-                .tenant_access::<TenantMembers>(&principal, row.tenant)
-                .await
-                .map(|_| ()),
-            Some(p) => self
-                .project_access::<ProjectViewers>(&principal, p)
-                .await
-                .map(|_| ()),
-        };
-        match still_there {
-            Ok(()) => {}
-            Err(Error::Forbidden { .. }) | Err(Error::NotFound { .. }) => {
-                return Err(Error::Unauthenticated);
-            }
-            Err(e) => return Err(e),
+    // Never more than its maker: gone from the organization or project, the token is dead.
+    let still_there = match row.project {
+        None => cp
+            .tenant_access::<TenantMembers>(&principal, row.tenant)
+            .await
+            .map(|_| ()),
+        Some(p) => cp
+            .project_access::<ProjectViewers>(&principal, p)
+            .await
+            .map(|_| ()),
+    };
+    match still_there {
+        Ok(()) => {}
+        Err(Error::Forbidden { .. }) | Err(Error::NotFound { .. }) => {
+            return Err(Error::Unauthenticated);
         }
-        if row.stale {
-            let from: Option<String> = from.map(|f| f.chars().take(64).collect());
-            sqlx::query!(
-                "UPDATE api_tokens SET last_used_at = now(), last_used_from = $2
-                 WHERE id = $1 AND revoked_at IS NULL",
-                row.id as ApiTokenId,
-                from
-            )
-            .execute(self.pool())
-            .await?;
-        }
-        Ok(TokenCaller {
-            token: row.id,
-            principal,
-            tenant: row.tenant,
-            project: row.project,
-            scopes: scopes(&row.scopes)?,
-        })
+        Err(e) => return Err(e),
     }
+    if row.stale {
+        let from: Option<String> = from.map(|f| f.chars().take(64).collect());
+        sqlx::query!(
+            "UPDATE api_tokens SET last_used_at = now(), last_used_from = $2
+                 WHERE id = $1 AND revoked_at IS NULL",
+            row.id as ApiTokenId,
+            from
+        )
+        .execute(cp.pool())
+        .await?;
+    }
+    Ok(TokenCaller {
+        token: row.id,
+        principal,
+        tenant: row.tenant,
+        project: row.project,
+        scopes: scopes(&row.scopes)?,
+    })
 }
 
 #[cfg(test)]

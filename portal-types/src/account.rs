@@ -7,6 +7,7 @@ use crate::{SshKeyId, UserId};
 
 /// One saved SSH public key (the key itself is not repeated: its fingerprint names it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SshKey {
     pub id: SshKeyId,
     pub name: String,
@@ -17,9 +18,11 @@ pub struct SshKey {
     /// The key's own comment (often `user@host`), if it has one.
     pub comment: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,
     /// When a launch last put it on a machine.
     #[serde(with = "time::serde::rfc3339::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_used_at: Option<OffsetDateTime>,
 }
 

@@ -11,6 +11,7 @@ macro_rules! uuid_id {
             serde::Serialize, serde::Deserialize,
         )]
         #[cfg_attr(feature = "sqlx", derive(sqlx::Type))]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(value_type = String, format = Uuid))]
         #[serde(transparent)]
         #[cfg_attr(feature = "sqlx", sqlx(transparent))]
         pub struct $name(pub uuid::Uuid);

@@ -3,7 +3,8 @@
 //! Every method other than GET, HEAD and OPTIONS must carry an `Origin` (or, failing that, a
 //! `Referer`) of the portal's own public origin. Browsers send `Origin` on every POST, form
 //! posts included, so legitimate pages pass; a page on another site cannot forge it. The
-//! machine endpoints (node agents, Stripe) authenticate otherwise and carry no cookies.
+//! machine endpoints (node agents, Stripe) and the public API (bearer tokens only, never the
+//! session cookie) authenticate otherwise, so a forged cross-site request carries nothing.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 /// Paths whose callers are machines with their own credentials.
-const MACHINE_PREFIXES: &[&str] = &["/agent/", "/stripe/"];
+const MACHINE_PREFIXES: &[&str] = &["/agent/", "/stripe/", "/api/"];
 
 pub async fn same_origin_only(
     State(origin): State<Arc<str>>,

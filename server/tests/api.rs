@@ -4,10 +4,15 @@
 
 use control_plane::prelude::*;
 
-use http::StatusCode;
-use serde_json::Value;
+use axum::body::Body;
+use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::demo::ACME;
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
 use server::{app_state, router};
+use test_db::fixtures::principal;
 use test_db::fixtures::{approved, node, operator};
+use tower::ServiceExt;
 
 mod support;
 
@@ -39,6 +44,189 @@ async fn json(app: &axum::Router, path: &str) -> (StatusCode, http::HeaderMap, V
     let (status, headers, body) = get(app, path).await;
     let value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"));
     (status, headers, value)
+}
+
+/// One call with a bearer token (when given) and a JSON body (when given).
+async fn send(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, http::HeaderMap, Value) {
+    let mut req = Request::builder().method(method).uri(path);
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .unwrap();
+    let res = app.clone().oneshot(req).await.unwrap();
+    let (status, headers) = (res.status(), res.headers().clone());
+    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {}", String::from_utf8_lossy(&bytes)))
+    };
+    (status, headers, value)
+}
+
+/// A token of Alice's (Acme's admin) with `scopes`, and its secret.
+async fn token(
+    cp: &control_plane::ControlPlane,
+    scopes: &[TokenScope],
+) -> (String, control_plane::ApiTokenId) {
+    let alice = principal(cp, "alice@acme.example").await;
+    let made = cp
+        .create_api_token(
+            &alice,
+            ACME,
+            &NewToken {
+                name: format!("test {scopes:?}"),
+                project: None,
+                scopes: scopes.to_vec(),
+                days: 1,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    (made.secret, made.token.id)
+}
+
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+
+#[tokio::test]
+async fn ssh_keys_through_a_token_within_its_scopes() {
+    let (_db, cp, app) = portal().await;
+    let (secret, id) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let (read_only, _) = token(&cp, &[TokenScope::Read]).await;
+    let t = Some(secret.as_str());
+
+    let (status, _, before) = send(&app, "GET", "/api/v1/ssh-keys", t, None).await;
+    assert_eq!(status, StatusCode::OK, "{before}");
+    let before = before["ssh_keys"].as_array().unwrap().len();
+
+    // Added without an Origin header: the API's callers are not browsers.
+    let (status, _, key) = send(
+        &app,
+        "POST",
+        "/api/v1/ssh-keys",
+        t,
+        Some(json!({"name": "laptop", "public_key": KEY})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{key}");
+    assert_eq!(key["name"], "laptop");
+    assert_eq!(key["kind"], "ssh-ed25519");
+    assert!(key["fingerprint"].as_str().unwrap().starts_with("SHA256:"));
+    let (_, _, listed) = send(&app, "GET", "/api/v1/ssh-keys", t, None).await;
+    assert_eq!(listed["ssh_keys"].as_array().unwrap().len(), before + 1);
+    // The portal's own account view sees the same key.
+    let alice = principal(&cp, "alice@acme.example").await;
+    assert!(
+        cp.ssh_keys(&alice)
+            .await
+            .unwrap()
+            .iter()
+            .any(|k| k.name == "laptop")
+    );
+
+    for (body, status, code, field) in [
+        (
+            json!({"name": "again", "public_key": KEY}),
+            409,
+            "conflict",
+            None,
+        ),
+        (
+            json!({"name": "bad", "public_key": "-----BEGIN OPENSSH PRIVATE KEY-----"}),
+            400,
+            "invalid",
+            Some("public_key"),
+        ),
+        (
+            json!({"name": "", "public_key": KEY}),
+            400,
+            "invalid",
+            Some("name"),
+        ),
+        (json!({"name": 7}), 400, "bad_request", None),
+    ] {
+        let (got, headers, problem) =
+            send(&app, "POST", "/api/v1/ssh-keys", t, Some(body.clone())).await;
+        assert_eq!(got.as_u16(), status, "{body}: {problem}");
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(problem["code"], code, "{body}: {problem}");
+        assert_eq!(problem["field"].as_str(), field, "{body}: {problem}");
+    }
+
+    // A read-only token reads but may not change anything.
+    let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&read_only), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let path = format!("/api/v1/ssh-keys/{}", key["id"].as_str().unwrap());
+    let (status, _, problem) = send(&app, "DELETE", &path, Some(&read_only), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    assert_eq!(problem["code"], "forbidden");
+    assert_eq!(
+        problem["detail"],
+        "Only tokens with the launch scope may do this."
+    );
+
+    let (status, _, body) = send(&app, "DELETE", &path, t, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    for gone in [path.as_str(), "/api/v1/ssh-keys/not-a-uuid"] {
+        let (status, _, problem) = send(&app, "DELETE", gone, t, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{gone}");
+        assert_eq!(problem["code"], "not_found");
+    }
+
+    // Without a valid token: 401 with the scheme to use. Revoked is the same as unknown.
+    cp.revoke_api_token(&alice, id, None).await.unwrap();
+    for auth in [None, Some("gpk_unknown"), Some(secret.as_str())] {
+        let (status, headers, problem) = send(&app, "GET", "/api/v1/ssh-keys", auth, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{auth:?}");
+        assert_eq!(headers["www-authenticate"], "Bearer realm=\"api\"");
+        assert_eq!(problem["code"], "unauthenticated");
+    }
+}
+
+#[tokio::test]
+async fn each_token_is_rate_limited_with_retry_after() {
+    let (_db, cp, app) = portal().await;
+    let (secret, _) = token(&cp, &[TokenScope::Read]).await;
+    // 100 at once, then one every 100 ms: calling as fast as we can, a 429 comes after at
+    // least 100 answers.
+    let mut answered = 0;
+    let mut refused = None;
+    for _ in 0..400 {
+        let (status, headers, problem) =
+            send(&app, "GET", "/api/v1/ssh-keys", Some(&secret), None).await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((headers, problem));
+            break;
+        }
+        assert_eq!(status, StatusCode::OK);
+        answered += 1;
+    }
+    let (headers, problem) = refused.expect("no 429 in 400 calls");
+    assert!(answered >= 100, "{answered}");
+    assert_eq!(problem["code"], "rate_limited");
+    let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=10).contains(&wait), "{wait}");
+    // Another token is not slowed by this one.
+    let (other, _) = token(&cp, &[TokenScope::Read]).await;
+    let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&other), None).await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -158,7 +346,15 @@ async fn the_openapi_document_is_generated_from_the_handlers() {
     let problem = &list["responses"]["400"]["content"]["application/problem+json"];
     assert_eq!(problem["schema"]["$ref"], "#/components/schemas/Problem");
     let schemas = &doc["components"]["schemas"];
-    for name in ["Offer", "OfferList", "Money", "Shape", "Problem"] {
+    for name in [
+        "Offer",
+        "OfferList",
+        "Money",
+        "Shape",
+        "Problem",
+        "SshKey",
+        "NewSshKey",
+    ] {
         assert!(schemas[name].is_object(), "{name} missing: {schemas}");
     }
     assert_eq!(
@@ -166,4 +362,23 @@ async fn the_openapi_document_is_generated_from_the_handlers() {
         serde_json::json!(["baremetal", "gpu_slice"])
     );
     assert_eq!(schemas["Problem"]["example"]["code"], "invalid");
+    // Token-guarded operations say so; the public one does not.
+    assert_eq!(
+        doc["components"]["securitySchemes"]["token"]["scheme"],
+        "bearer"
+    );
+    assert_eq!(
+        doc["paths"]["/ssh-keys"]["post"]["security"][0]["token"],
+        json!([])
+    );
+    assert!(list.get("security").is_none());
+    // Every operation has an id and a summary, and every answer it documents has a body
+    // schema or none at all (204).
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            assert!(op["operationId"].is_string(), "{method} {path}");
+            assert!(op["summary"].is_string(), "{method} {path}: no doc comment");
+            assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()));
+        }
+    }
 }

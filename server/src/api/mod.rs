@@ -3,8 +3,10 @@
 //! handlers themselves at `/api/v1/openapi.json`. Handlers are as thin as server functions:
 //! read and bound the request, call the control plane, return its read model.
 
+pub mod auth;
 pub mod offers;
 pub mod problem;
+pub mod ssh_keys;
 
 use app::error::AppError;
 use axum::Json;
@@ -25,19 +27,51 @@ use problem::{ApiError, Problem};
         description = "Launch and manage GPU slices and bare-metal nodes. Errors are RFC 9457 problem documents with a stable `code`."
     ),
     servers((url = "/api/v1")),
-    paths(offers::list),
+    paths(offers::list, ssh_keys::list, ssh_keys::add, ssh_keys::delete),
     components(schemas(Problem)),
-    tags((name = "catalog", description = "What is for sale, where, and what could launch now."))
+    modifiers(&BearerAuth),
+    tags(
+        (name = "catalog", description = "What is for sale, where, and what could launch now."),
+        (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
+    )
 )]
 pub struct ApiDoc;
+
+/// Declares the bearer scheme the operations that need a token name (`security(("token" = [])))`).
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "token",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("gpk_…")
+                    .description(Some(
+                        "An API token made in the portal (organization or project settings). It acts for its maker, never more, narrowed by its scopes.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// `/api/v1/…`, to be nested under that prefix.
 pub fn routes() -> Router<ControlPlane> {
     Router::new()
         .route("/offers", get(offers::list))
+        .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
+        .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
 }
+
+/// Request bodies larger than this are refused (413) before they are read.
+pub const MAX_BODY: usize = 32 * 1024;
 
 async fn openapi() -> Json<utoipa::openapi::OpenApi> {
     Json(ApiDoc::openapi())
@@ -51,18 +85,22 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        Ok(RequestId(
+        Ok(RequestId::from_parts(parts))
+    }
+}
+
+impl RequestId {
+    pub fn from_parts(parts: &Parts) -> Self {
+        RequestId(
             parts
                 .headers
                 .get("x-request-id")
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("unknown")
                 .to_owned(),
-        ))
+        )
     }
-}
 
-impl RequestId {
     /// A control-plane error as the API answers it (the one mapping, `AppError::from_domain`).
     pub fn refused(&self, e: control_plane::Error) -> ApiError {
         ApiError(AppError::from_domain(e, || self.0.clone()))

@@ -107,8 +107,17 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if let AppError::RateLimited { retry_after_secs } = self.0 {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        match self.0 {
+            AppError::RateLimited { retry_after_secs } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            }
+            AppError::Unauthenticated => {
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"api\""),
+                );
+            }
+            _ => {}
         }
         res
     }
