@@ -53,6 +53,7 @@ pub fn AccountPage() -> impl IntoView {
     view! {
         <Title text="Account" />
         <h1>"Account"</h1>
+        <p class="lede">"Your SSH keys, which launches put on machines. Scripts and tools use " <a href="/account/tokens">"API tokens"</a> "."</p>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match keys.await {

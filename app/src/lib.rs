@@ -24,6 +24,7 @@ pub mod pages;
 pub mod policies;
 pub mod projects;
 pub mod theme;
+pub mod tokens;
 
 #[cfg(feature = "ssr")]
 pub mod server;
@@ -119,6 +120,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("account") view=account::AccountPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("account"), StaticSegment("tokens")) view=tokens::TokensPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("fleet") view=fleet::FleetPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("fleet"), ParamSegment("id")) view=fleet::NodePage ssr=SsrMode::Async />

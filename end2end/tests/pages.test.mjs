@@ -69,6 +69,7 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['allocations', '/allocations'],
       ['launch', '/launch'],
       ['account', '/account'],
+      ['tokens', '/account/tokens'],
       ['billing', '/billing'],
       ['audit', '/audit'],
       ['sso-settings', '/settings/sso'],

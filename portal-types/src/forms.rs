@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::Invalid;
+
 /// What an operator types into the SKU form.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkuInput {
@@ -103,4 +105,57 @@ pub struct EnrolmentInput {
     pub shape_gpu_slice: Option<String>,
     #[serde(default)]
     pub shape_baremetal: Option<String>,
+}
+
+/// What a person types to make an API token. `project` is a project's id, or empty for the
+/// whole organization; a scope's box is present when ticked; `days` as typed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInput {
+    pub name: String,
+    #[serde(default)]
+    pub project: String,
+    #[serde(default)]
+    pub scope_read: Option<String>,
+    #[serde(default)]
+    pub scope_launch: Option<String>,
+    #[serde(default)]
+    pub scope_billing: Option<String>,
+    #[serde(default)]
+    pub scope_admin: Option<String>,
+    pub days: String,
+}
+
+impl TokenInput {
+    /// The ticked scopes, in their order.
+    pub fn scopes(&self) -> Vec<crate::tokens::TokenScope> {
+        use crate::tokens::TokenScope as S;
+        [
+            (&self.scope_read, S::Read),
+            (&self.scope_launch, S::Launch),
+            (&self.scope_billing, S::Billing),
+            (&self.scope_admin, S::Admin),
+        ]
+        .into_iter()
+        .filter_map(|(ticked, s)| ticked.is_some().then_some(s))
+        .collect()
+    }
+
+    /// The lifetime in days, or which rule it breaks.
+    pub fn days(&self) -> Result<u32, Invalid> {
+        self.days
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|d| (1..=crate::tokens::MAX_TOKEN_DAYS).contains(d))
+            .ok_or_else(|| {
+                Invalid::new(
+                    "days",
+                    format!(
+                        "{:?}: a token lives 1 to {} days",
+                        self.days.trim(),
+                        crate::tokens::MAX_TOKEN_DAYS
+                    ),
+                )
+            })
+    }
 }

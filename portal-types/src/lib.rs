@@ -24,7 +24,9 @@ mod shape;
 pub mod tokens;
 
 pub use allocations::{day, utc};
-pub use forms::{EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, VersionDraft};
+pub use forms::{
+    EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, TokenInput, VersionDraft,
+};
 pub use ids::{
     AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
     ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,

@@ -13,8 +13,10 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-/// Paths whose callers are machines with their own credentials.
-const MACHINE_PREFIXES: &[&str] = &["/agent/", "/stripe/", "/api/"];
+/// Paths whose callers are machines with their own credentials. The public API is `/api/v1/`
+/// exactly: server functions live under `/api/` too, and they are the browser's, so they keep
+/// the check.
+const MACHINE_PREFIXES: &[&str] = &["/agent/", "/stripe/", "/api/v1/"];
 
 pub async fn same_origin_only(
     State(origin): State<Arc<str>>,

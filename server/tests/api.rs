@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 use server::{app_state, router};
 use test_db::fixtures::principal;
 use test_db::fixtures::{approved, node, operator};
-use tower::ServiceExt;
 
 mod support;
 
@@ -65,16 +64,11 @@ async fn send(
         None => req.body(Body::empty()),
     }
     .unwrap();
-    let res = app.clone().oneshot(req).await.unwrap();
-    let (status, headers) = (res.status(), res.headers().clone());
-    let bytes = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    let value = if bytes.is_empty() {
+    let (status, headers, text) = support::send(app, req).await;
+    let value = if text.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}: {}", String::from_utf8_lossy(&bytes)))
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
     };
     (status, headers, value)
 }

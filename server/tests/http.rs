@@ -720,17 +720,7 @@ async fn get_as(
     if let Some(c) = cookie {
         req = req.header("cookie", c);
     }
-    let res = app
-        .clone()
-        .oneshot(req.body(Body::empty()).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    support::send(app, req.body(Body::empty()).unwrap()).await
 }
 
 #[tokio::test]

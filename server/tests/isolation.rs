@@ -55,6 +55,7 @@ use app::projects::{
 };
 use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
+use app::tokens::{CreateApiToken, ListApiTokens, RevokeApiToken};
 
 mod support;
 
@@ -266,6 +267,7 @@ fn matrix(w: &World) -> Vec<Entry> {
     let invoice = w.invoice.as_str();
     let version = w.in_review.as_str();
     let ssh = w.ssh_key.as_str();
+    let token = w.token.as_str();
     vec![
         // Public: no tenant data.
         entry(SetTheme::PATH, public(), false, &[("theme", "dark")]),
@@ -312,6 +314,30 @@ fn matrix(w: &World) -> Vec<Entry> {
             }),
             true,
             &[("id", ssh)],
+        ),
+        // API tokens: each organization's own; made by its admins, revoked by their maker.
+        entry(ListApiTokens::PATH, org_member(), false, &[]),
+        entry(
+            CreateApiToken::PATH,
+            own_org(&[Role::OrgAdmin]),
+            true,
+            &[
+                ("name", "deploy"),
+                ("project", ""),
+                ("scope_read", "on"),
+                ("days", "30"),
+            ],
+        ),
+        entry(
+            RevokeApiToken::PATH,
+            // Acme's admin's token: nobody else outside Acme's admins may know of it.
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) => Allowed,
+                _ => NotFound,
+            }),
+            true,
+            &[("id", token)],
         ),
         entry(ListProjects::PATH, org_member(), false, &[]),
         entry(GetLaunchForm::PATH, org_member(), false, &[]),
@@ -754,6 +780,8 @@ fn version_args() -> Vec<(&'static str, &'static str)> {
 /// The ids a copy of the matrix database holds, and a session cookie per caller.
 struct World {
     invoice: String,
+    /// An API token Acme's admin made.
+    token: String,
     in_review: String,
     ssh_key: String,
     sku: String,
@@ -813,6 +841,20 @@ async fn build_world(pool: sqlx::PgPool) {
     cp.add_ssh_key(&admin, "laptop", SSH_KEY, None)
         .await
         .unwrap();
+    // And an API token of theirs.
+    cp.create_api_token(
+        &admin,
+        demo::ACME,
+        &control_plane::api_tokens::NewToken {
+            name: "ci".into(),
+            project: None,
+            scopes: vec![control_plane::api_tokens::TokenScope::Read],
+            days: 30,
+        },
+        None,
+    )
+    .await
+    .unwrap();
     // A session for every caller, remembered in the template.
     let store = PostgresStore::new(pool.clone());
     sqlx::raw_sql("CREATE TABLE matrix_sessions (email text PRIMARY KEY, cookie text NOT NULL)")
@@ -849,6 +891,7 @@ async fn copy() -> (test_db::TestDb, axum::Router, World) {
     };
     let world = World {
         invoice: one("SELECT id::text FROM invoices LIMIT 1").await,
+        token: one("SELECT id::text FROM api_tokens LIMIT 1").await,
         in_review: one(
             "SELECT v.id::text FROM listing_versions v JOIN listings l ON l.id = v.listing_id
              WHERE l.slug = 'vllm' AND v.state = 'in_review' LIMIT 1",
@@ -888,6 +931,7 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT count(*) FROM node_bootstrap_tokens),
             (SELECT count(*) FROM agent_tasks),
             (SELECT string_agg(id::text || name, ',' ORDER BY id) FROM user_ssh_keys),
+            (SELECT string_agg(id::text || coalesce(revoked_at::text, ''), ',' ORDER BY id) FROM api_tokens),
             (SELECT string_agg(issuer_url || client_id || client_secret, ',' ORDER BY tenant_id) FROM identity_providers),
             (SELECT string_agg(domain || coalesce(verified_via, ''), ',' ORDER BY domain) FROM tenant_email_domains),
             (SELECT count(*) FROM journal_entries),
@@ -915,6 +959,7 @@ fn answer_of(status: StatusCode, also: &[u16]) -> Option<Answer> {
 fn every_server_function_is_in_the_matrix() {
     let world = World {
         invoice: String::new(),
+        token: String::new(),
         in_review: String::new(),
         ssh_key: String::new(),
         sku: String::new(),

@@ -35,19 +35,20 @@ pub fn config(database_url: &str, extra: &[&str]) -> Config {
     Flags::parse_from(args).config
 }
 
-/// A plain GET through the whole router: the status, the headers and the body.
-pub async fn get(app: &axum::Router, path: &str) -> (StatusCode, http::HeaderMap, String) {
-    let res = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+/// One request through the whole router: the status, the headers and the body (up to 1 MiB).
+pub async fn send(app: &axum::Router, req: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
+    let res = app.clone().oneshot(req).await.unwrap();
     let status = res.status();
     let headers = res.headers().clone();
     let body = axum::body::to_bytes(res.into_body(), 1 << 20)
         .await
         .unwrap();
     (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A plain GET through the whole router.
+pub async fn get(app: &axum::Router, path: &str) -> (StatusCode, http::HeaderMap, String) {
+    send(app, Request::get(path).body(Body::empty()).unwrap()).await
 }
 
 /// A fetch-style call of a server function (what the hydrated page sends): the status, the
@@ -65,17 +66,7 @@ pub async fn call(
     if let Some(c) = cookie {
         req = req.header("cookie", c);
     }
-    let res = app
-        .clone()
-        .oneshot(req.body(Body::from(form.to_string())).unwrap())
-        .await
-        .unwrap();
-    let status = res.status();
-    let headers = res.headers().clone();
-    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
-        .await
-        .unwrap();
-    (status, headers, String::from_utf8_lossy(&body).into_owned())
+    send(app, req.body(Body::from(form.to_string())).unwrap()).await
 }
 
 /// `pairs` as a form body.

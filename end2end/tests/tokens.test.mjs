@@ -1,0 +1,80 @@
+// API tokens in a real browser: alice (Acme's admin) makes one from her account page, sees its
+// secret once, uses it on the API, sees where it was last used from, and revokes it, after
+// which the API refuses it; bob, an operator, sees no form to make one.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { BASE, hydrated, openBrowser, shot } from '../support.mjs';
+import { ssoSignIn } from '../support-sso.mjs';
+
+async function as(email) {
+  const b = await openBrowser();
+  await ssoSignIn(b.page, email);
+  return b;
+}
+
+const sshKeys = (secret) =>
+  fetch(`${BASE}/api/v1/ssh-keys`, { headers: { authorization: `Bearer ${secret}` } });
+
+test('alice makes an API token, uses it on the API, sees its last use and revokes it', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/account`);
+    await page.getByRole('link', { name: 'API tokens' }).click();
+    await page.waitForURL(`${BASE}/account/tokens`);
+    await hydrated(page);
+
+    const form = page.locator('#make-token');
+    const name = `ci-${Date.now().toString(36)}`;
+    // No scope at all is refused by name.
+    await form.getByLabel('Name').fill(name);
+    await form.getByLabel(/read: instances/).uncheck();
+    await form.getByRole('button', { name: 'Make token' }).click();
+    await page.locator('#token-scopes-error').filter({ hasText: 'Choose at least one scope' }).waitFor();
+
+    await form.getByLabel(/read: instances/).check();
+    await form.getByLabel(/launch: launch and release/).check();
+    await form.getByLabel('Expires after').selectOption('7');
+    await form.getByRole('button', { name: 'Make token' }).click();
+    const secret = (await page.locator('[data-testid="token-secret"]').innerText()).trim();
+    assert.match(secret, /^gpk_[A-Za-z0-9_-]{43}$/);
+    await shot(page, 'tokens-made');
+
+    // The API answers as alice, with her keys.
+    const ok = await sshKeys(secret);
+    assert.equal(ok.status, 200);
+    assert.ok(Array.isArray((await ok.json()).ssh_keys));
+
+    // Listed with its scopes and last use; the secret is never shown again.
+    await page.reload();
+    await hydrated(page);
+    const row = page.locator(`tr[data-token="${name}"]`);
+    assert.equal(await row.locator('[data-testid="scopes"]').innerText(), 'read, launch');
+    assert.match(await row.locator('[data-testid="last-used"]').innerText(), / from 127\.0\.0\.1$/);
+    assert.equal(await row.locator('[data-testid="state"]').innerText(), 'active');
+    assert.ok(!(await page.content()).includes(secret), 'the secret is shown once');
+
+    await row.getByRole('button', { name: `Revoke ${name}` }).click();
+    await row.locator('[data-testid="state"]').filter({ hasText: /^revoked / }).waitFor();
+    const refused = await sshKeys(secret);
+    assert.equal(refused.status, 401);
+    assert.equal(refused.headers.get('content-type'), 'application/problem+json');
+    assert.equal((await refused.json()).code, 'unauthenticated');
+    await shot(page, 'tokens-revoked');
+  } finally {
+    await b.close();
+  }
+});
+
+test('bob, a project operator, may not make tokens and is told who may', async () => {
+  const b = await as('bob@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/account/tokens`);
+    await hydrated(page);
+    await page.getByText('Organization admins make tokens for the organization').waitFor();
+    assert.equal(await page.locator('#make-token').count(), 0);
+  } finally {
+    await b.close();
+  }
+});
