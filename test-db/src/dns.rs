@@ -1,7 +1,7 @@
 //! A real DNS server for tests: `dnsmasq` on a loopback port, answering the TXT records a test
 //! gives it and NXDOMAIN for every other name (it forwards nothing).
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,43 +22,49 @@ impl LocalDns {
             println!("SKIPPED: {DNSMASQ} is not installed (apt-get install dnsmasq-base)");
             return None;
         }
-        let port = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|s| s.local_addr())
-            .expect("a free loopback UDP port")
-            .port();
-        let mut cmd = Command::new(DNSMASQ);
-        cmd.args([
-            "--keep-in-foreground",
-            "--conf-file=/dev/null",
-            "--listen-address=127.0.0.1",
-            "--bind-interfaces",
-            "--no-resolv",
-            "--no-hosts",
-            "--pid-file=",
-            // Every name is local: what isn't listed is NXDOMAIN, nothing is forwarded.
-            "--local=/#/",
-        ])
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        for (name, value) in txt {
-            cmd.arg(format!("--txt-record={name},\"{value}\""));
+        // dnsmasq binds the port for UDP and TCP both; a port free for one may be another
+        // process's for the other (an ephemeral client port of a database connection, say),
+        // and dnsmasq then exits at once. So: a port free for both, and another try if it
+        // still lost a race.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut cmd = Command::new(DNSMASQ);
+            cmd.args([
+                "--keep-in-foreground",
+                "--conf-file=/dev/null",
+                "--listen-address=127.0.0.1",
+                "--bind-interfaces",
+                "--no-resolv",
+                "--no-hosts",
+                "--pid-file=",
+                // Every name is local: what isn't listed is NXDOMAIN, nothing is forwarded.
+                "--local=/#/",
+            ])
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            for (name, value) in txt {
+                cmd.arg(format!("--txt-record={name},\"{value}\""));
+            }
+            let child = cmd.spawn().expect("dnsmasq starts");
+            let mut dns = LocalDns {
+                child,
+                addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            };
+            if dns.wait_ready() {
+                return Some(dns);
+            }
         }
-        let child = cmd.spawn().expect("dnsmasq starts");
-        let dns = LocalDns {
-            child,
-            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
-        };
-        dns.wait_ready();
-        Some(dns)
+        panic!("dnsmasq did not answer on 5 loopback ports in a row");
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 
-    /// Waits until it answers a query (an NXDOMAIN for a name nobody has is an answer).
-    fn wait_ready(&self) {
+    /// Waits until it answers a query (an NXDOMAIN for a name nobody has is an answer): true,
+    /// or false once it has exited (its port was taken) or 10 s have passed.
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         socket
@@ -71,10 +77,24 @@ impl LocalDns {
         while Instant::now() < deadline {
             let _ = socket.send_to(query, self.addr);
             if socket.recv_from(&mut buf).is_ok() {
-                return;
+                return true;
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
             }
         }
-        panic!("dnsmasq on {} did not answer within 10 s", self.addr);
+        false
+    }
+}
+
+/// A loopback port nobody holds for UDP or TCP right now.
+fn free_port() -> u16 {
+    loop {
+        let tcp = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("a free loopback TCP port");
+        let port = tcp.local_addr().unwrap().port();
+        if UdpSocket::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return port;
+        }
     }
 }
 
