@@ -191,6 +191,13 @@ async fn ssh_keys_through_a_token_within_its_scopes() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{auth:?}");
         assert_eq!(headers["www-authenticate"], "Bearer realm=\"api\"");
         assert_eq!(problem["code"], "unauthenticated");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Authorization: Bearer gpk_"),
+            "{problem}"
+        );
     }
 }
 

@@ -65,7 +65,11 @@ impl ApiError {
             kind: format!("urn:gpuaas:problem:{code}"),
             title: title(code).to_owned(),
             status: e.status(),
-            detail: e.to_string(),
+            detail: match e {
+                // The portal's sentence says to sign in; a program needs to hear what to send.
+                AppError::Unauthenticated => "An API token is needed: send Authorization: Bearer gpk_… (make one on Account → API tokens in the portal).".into(),
+                _ => e.to_string(),
+            },
             code: code.to_owned(),
             field: match e {
                 AppError::Invalid { field, .. } => Some(field.clone()),
@@ -147,6 +151,9 @@ mod tests {
         assert_eq!((p.status, p.code.as_str()), (500, "internal"));
         assert_eq!(p.request_id.as_deref(), Some("r-1"));
         assert!(!p.detail.contains("database"), "{}", p.detail);
+        let p = ApiError(AppError::Unauthenticated).problem();
+        assert_eq!((p.status, p.code.as_str()), (401, "unauthenticated"));
+        assert!(p.detail.contains("Authorization: Bearer"), "{}", p.detail);
         let res = ApiError(AppError::RateLimited {
             retry_after_secs: 7,
         })
