@@ -160,7 +160,11 @@ mod ssr {
     impl AppError {
         /// Logs `cause` and returns the generic message a user may see.
         pub fn internal(cause: impl std::fmt::Display) -> Self {
-            let request_id = request_id();
+            Self::internal_as(cause, request_id())
+        }
+
+        /// Logs `cause` under `request_id` and returns the generic message naming it.
+        fn internal_as(cause: impl std::fmt::Display, request_id: String) -> Self {
             tracing::error!(error.cause = %cause, request.id = %request_id, "internal error");
             AppError::Internal { request_id }
         }
@@ -209,9 +213,7 @@ mod ssr {
                     AppError::SignInRefused("Email or password is wrong.".into())
                 }
                 e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => {
-                    let request_id = request_id();
-                    tracing::error!(error.cause = %e, request.id = %request_id, "internal error");
-                    AppError::Internal { request_id }
+                    AppError::internal_as(e, request_id())
                 }
             }
         }

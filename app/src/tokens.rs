@@ -30,7 +30,9 @@ pub struct TokensView {
 
 #[server]
 pub async fn list_api_tokens() -> Result<TokensView, AppError> {
-    use control_plane::tenancy::{ProjectRole, TenantMembers, TenantRole};
+    use control_plane::tenancy::{
+        ProjectAdmins, ProjectRequirement, TenantAdmins, TenantMembers, TenantRequirement,
+    };
     let (cp, principal) = crate::server::signed_in().await?;
     let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
     let who = cp
@@ -38,12 +40,12 @@ pub async fn list_api_tokens() -> Result<TokensView, AppError> {
         .await?;
     Ok(TokensView {
         organization,
-        org_admin: matches!(who.role(), TenantRole::Owner | TenantRole::Admin),
+        org_admin: TenantAdmins::ROLES.contains(&who.role()),
         projects: cp
             .list_projects(&who)
             .await?
             .into_iter()
-            .filter(|p| p.my_role == ProjectRole::Admin)
+            .filter(|p| ProjectAdmins::ROLES.contains(&p.my_role))
             .map(|p| (p.id, p.slug))
             .collect(),
         tokens: cp.api_tokens(&principal, tenant).await?,

@@ -36,6 +36,8 @@ pub struct ControlPlane {
     api_calls: std::sync::Arc<ratelimit::Limiter>,
     /// Refused API tokens per client address: 20, then one every 3 seconds.
     api_refusals: std::sync::Arc<ratelimit::Limiter>,
+    /// Unauthenticated API calls (the offers) per client address: 60, then one a second.
+    public_api_calls: std::sync::Arc<ratelimit::Limiter>,
     /// How long a launch waits for candidate nodes other launches are reserving.
     contention_deadline: std::time::Duration,
     /// Password hashes (argon2, 19 MiB each) computed at once; see [`ControlPlane::hashing`].
@@ -103,6 +105,10 @@ impl ControlPlane {
             )),
             api_refusals: std::sync::Arc::new(ratelimit::Limiter::new(
                 20,
+                std::time::Duration::from_secs(60),
+            )),
+            public_api_calls: std::sync::Arc::new(ratelimit::Limiter::new(
+                60,
                 std::time::Duration::from_secs(60),
             )),
             contention_deadline: CONTENTION_DEADLINE,
@@ -195,6 +201,11 @@ impl ControlPlane {
     /// Refused API tokens, per client address.
     pub fn api_refusals(&self) -> &ratelimit::Limiter {
         &self.api_refusals
+    }
+
+    /// Unauthenticated API calls, per client address.
+    pub fn public_api_calls(&self) -> &ratelimit::Limiter {
+        &self.public_api_calls
     }
 
     /// Turns to compute a password hash ([`CONCURRENT_HASHES`] at once), per handle: each

@@ -14,13 +14,14 @@ use sqlx::PgConnection;
 use time::OffsetDateTime;
 
 use crate::ControlPlane;
+use crate::account::short_name;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{AuthApi, Principal};
 use crate::error::{Error, Result};
 use crate::ids::{ApiTokenId, ProjectId, TenantId, UserId};
 use crate::secrets::{new_secret, secret_hash};
 use crate::tenancy::{
-    ProjectAdmins, ProjectViewers, TenancyApi, TenantAdmins, TenantMembers, TenantRole,
+    ProjectAdmins, ProjectViewers, TenancyApi, TenantAdmins, TenantMembers, TenantRequirement,
 };
 
 pub use portal_types::tokens::{ApiToken, CreatedToken, MAX_TOKEN_DAYS, TokenScope};
@@ -64,14 +65,6 @@ impl TokenCaller {
             })
         }
     }
-
-    /// Refuses a project outside the token's reach as "not found".
-    pub fn reaches(&self, project: ProjectId) -> Result<()> {
-        match self.project {
-            Some(p) if p != project => Err(Error::NotFound { what: "project" }),
-            _ => Ok(()),
-        }
-    }
 }
 
 /// A use is written back at most this often per token, so reads do not become writes.
@@ -81,13 +74,7 @@ const LAST_USE_GRANULARITY_S: i64 = 60;
 const MAX_SECRET_LEN: usize = 128;
 
 fn check_new(new: &NewToken) -> Result<(String, Vec<TokenScope>)> {
-    let name = new.name.trim();
-    if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
-        return Err(Error::Invalid {
-            field: "name",
-            reason: "give the token a name of 1 to 64 characters, e.g. \"ci-deploy\"".into(),
-        });
-    }
+    let name = short_name(&new.name, "token", "ci-deploy")?;
     if new.days == 0 || new.days > MAX_TOKEN_DAYS {
         return Err(Error::Invalid {
             field: "days",
@@ -279,7 +266,7 @@ impl ApiTokensApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(tenant.id = %tenant, user.id = %who.user_id))]
     async fn api_tokens(&self, who: &Principal, tenant: TenantId) -> Result<Vec<ApiToken>> {
         let member = self.tenant_access::<TenantMembers>(who, tenant).await?;
-        let admin = matches!(member.role(), TenantRole::Owner | TenantRole::Admin);
+        let admin = TenantAdmins::ROLES.contains(&member.role());
         token_rows(
             &mut *self.pool().acquire().await?,
             tenant,

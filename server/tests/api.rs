@@ -231,6 +231,38 @@ async fn each_token_is_rate_limited_with_retry_after() {
 }
 
 #[tokio::test]
+async fn public_offers_are_rate_limited_per_client_address() {
+    let (_db, _cp, app) = portal().await;
+    let from = |ip: [u8; 4]| {
+        let mut req = Request::get("/api/v1/offers").body(Body::empty()).unwrap();
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                ip, 40000,
+            ))));
+        req
+    };
+    // 60 at once, then one a second: as fast as we can, a 429 comes after at least 60.
+    let mut answered = 0;
+    let mut refused = None;
+    for _ in 0..200 {
+        let (status, headers, body) = support::send(&app, from([192, 0, 2, 1])).await;
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            refused = Some((headers, body));
+            break;
+        }
+        assert_eq!(status, StatusCode::OK, "{body}");
+        answered += 1;
+    }
+    let (headers, body) = refused.expect("no 429 in 200 calls");
+    assert!(answered >= 60, "{answered}");
+    assert!(headers.contains_key("retry-after"));
+    assert!(body.contains("\"code\":\"rate_limited\""), "{body}");
+    // Another address is not slowed by this one.
+    let (status, _, _) = support::send(&app, from([192, 0, 2, 2])).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
 async fn offers_are_each_sku_in_each_region_with_what_placement_would_honour() {
     let (_db, cp, app) = portal().await;
     let (status, headers, body) = json(&app, "/api/v1/offers").await;
@@ -373,6 +405,25 @@ async fn the_openapi_document_is_generated_from_the_handlers() {
         json!([])
     );
     assert!(list.get("security").is_none());
+    // Every token-guarded operation documents the refusals a token may meet.
+    for (path, method) in [
+        ("/ssh-keys", "get"),
+        ("/ssh-keys", "post"),
+        ("/ssh-keys/{id}", "delete"),
+    ] {
+        for status in ["401", "403", "429"] {
+            let r = &doc["paths"][path][method]["responses"][status];
+            assert!(
+                !r["description"].as_str().unwrap_or_default().is_empty(),
+                "{method} {path} {status}"
+            );
+            assert_eq!(
+                r["content"]["application/problem+json"]["schema"]["$ref"],
+                "#/components/schemas/Problem",
+                "{method} {path} {status}"
+            );
+        }
+    }
     // Every operation has an id and a summary, and every answer it documents has a body
     // schema or none at all (204).
     for (path, item) in doc["paths"].as_object().unwrap() {

@@ -18,12 +18,14 @@ use crate::ids::SshKeyId;
 /// One saved key, as the account page, the launch form and the API show it.
 pub use portal_types::account::SshKey;
 
-fn check_key_name(name: &str) -> Result<&str> {
+/// The name a person gives something of theirs (a key, a token): trimmed, 1 to 64 characters,
+/// no control characters. `what` and `example` make the sentence: "give the key a name …".
+pub(crate) fn short_name<'a>(name: &'a str, what: &str, example: &str) -> Result<&'a str> {
     let name = name.trim();
     if name.is_empty() || name.chars().count() > 64 || name.chars().any(char::is_control) {
         return Err(Error::Invalid {
             field: "name",
-            reason: "give the key a name of 1 to 64 characters, e.g. \"laptop\"".into(),
+            reason: format!("give the {what} a name of 1 to 64 characters, e.g. \"{example}\""),
         });
     }
     Ok(name)
@@ -96,7 +98,7 @@ impl AccountApi for ControlPlane {
         public_key: &str,
         request_id: Option<&str>,
     ) -> Result<SshKey> {
-        let name = check_key_name(name)?;
+        let name = short_name(name, "key", "laptop")?;
         let key = validate_ssh_key(public_key)?;
         let fingerprint = ssh_fingerprint(&key);
         let id = SshKeyId::new_random();

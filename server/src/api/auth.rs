@@ -2,15 +2,15 @@
 //! maker's access included) and limited per token.
 
 use app::error::AppError;
-use axum::extract::{ConnectInfo, FromRequestParts};
+use axum::extract::FromRequestParts;
 use control_plane::ControlPlane;
 use control_plane::api_tokens::{TokenCaller, TokenScope};
 use control_plane::prelude::*;
 use http::header::AUTHORIZATION;
 use http::request::Parts;
 
-use super::RequestId;
 use super::problem::ApiError;
+use super::{ClientAddr, RequestId};
 
 /// The caller behind a valid token.
 pub struct Caller(pub TokenCaller);
@@ -36,13 +36,26 @@ impl FromRequestParts<ControlPlane> for Caller {
                 scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
             })
             .ok_or(ApiError(AppError::Unauthenticated))?;
-        let from = parts
-            .extensions
-            .get::<ConnectInfo<std::net::SocketAddr>>()
-            .map(|c| c.0.ip().to_string());
+        let ClientAddr(from) = ClientAddr::from_parts(parts);
         cp.authenticate_token(secret, from.as_deref())
             .await
             .map(Caller)
             .map_err(|e| id.refused(e))
     }
+}
+
+/// What every operation that needs a token may answer besides its own results, for the
+/// OpenAPI document (`responses(…, TokenRefusals)`).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)] // Only its derive is used: the document, not a value.
+pub enum TokenRefusals {
+    /// No token, or not a valid one (unknown, revoked, expired, or its maker lost access).
+    #[response(status = 401, content_type = "application/problem+json")]
+    Unauthenticated(super::problem::Problem),
+    /// The token lacks the scope the operation needs.
+    #[response(status = 403, content_type = "application/problem+json")]
+    Forbidden(super::problem::Problem),
+    /// Too many calls with this token; see Retry-After.
+    #[response(status = 429, content_type = "application/problem+json")]
+    RateLimited(super::problem::Problem),
 }

@@ -107,6 +107,29 @@ impl RequestId {
     }
 }
 
+/// The client's address, when the server knows it (it serves with connection info; a test
+/// router called directly has none).
+pub struct ClientAddr(pub Option<String>);
+
+impl ClientAddr {
+    pub fn from_parts(parts: &Parts) -> Self {
+        ClientAddr(
+            parts
+                .extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip().to_string()),
+        )
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddr::from_parts(parts))
+    }
+}
+
 /// Anything else under `/api/v1`: a problem, not the portal's HTML 404 page.
 async fn not_found() -> ApiError {
     ApiError(AppError::NotFound)

@@ -11,8 +11,8 @@ use portal_types::catalog::{Offer, offers};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::RequestId;
 use super::problem::{ApiError, Problem};
+use super::{ClientAddr, RequestId};
 
 /// Filters; each is optional.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -65,14 +65,24 @@ fn check_filter(field: &'static str, value: Option<String>) -> Result<Option<Str
              "launchable": 12
          }]})),
         (status = 400, description = "A filter is malformed.", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many calls from this address; see Retry-After.", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[tracing::instrument(skip_all)]
 pub async fn list(
     State(cp): State<ControlPlane>,
     id: RequestId,
+    ClientAddr(client): ClientAddr,
     query: Result<Query<OfferQuery>, QueryRejection>,
 ) -> Result<Json<OfferList>, ApiError> {
+    // Public, and each call asks placement about every SKU: limited per client address.
+    if let Some(addr) = client
+        && let Err(wait) = cp.public_api_calls().take(&addr)
+    {
+        return Err(ApiError(AppError::RateLimited {
+            retry_after_secs: wait.as_secs().max(1),
+        }));
+    }
     let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
     let region = check_filter("region", q.region)?;
     let gpu_model = check_filter("gpu_model", q.gpu_model)?;

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::RequestId;
-use super::auth::Caller;
+use super::auth::{Caller, TokenRefusals};
 use super::problem::{ApiError, Problem};
 use app::error::AppError;
 
@@ -50,9 +50,7 @@ fn bad_body(e: JsonRejection) -> ApiError {
          example = json!({"ssh_keys": [{"id": "4f7c2a9e-0b7d-4c53-9a43-1f1f6d2e8a10", "name": "laptop",
              "kind": "ssh-ed25519", "fingerprint": "SHA256:Zq2mP1lq3G9kRkqAq7sYv3v7pZk8b1m6xU3cJp8Yx1Q",
              "comment": "bob@laptop", "created_at": "2026-11-24T09:12:03Z", "last_used_at": null}]})),
-        (status = 401, description = "No token, or not a valid one.", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The token lacks the read scope.", body = Problem, content_type = "application/problem+json"),
-        (status = 429, description = "Too many calls with this token; see Retry-After.", body = Problem, content_type = "application/problem+json"),
+        TokenRefusals,
     )
 )]
 #[tracing::instrument(skip_all)]
@@ -85,8 +83,7 @@ pub async fn list(
         (status = 400, description = "Not a usable public key, or a bad name; `field` says which.", body = Problem, content_type = "application/problem+json",
          example = json!({"type": "urn:gpuaas:problem:invalid", "title": "Invalid input", "status": 400,
              "detail": "Invalid public_key: this is a private key; paste the public key (the .pub file).", "code": "invalid", "field": "public_key"})),
-        (status = 401, description = "No token, or not a valid one.", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The token lacks the launch scope.", body = Problem, content_type = "application/problem+json"),
+        TokenRefusals,
         (status = 409, description = "The same key is saved already.", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -127,8 +124,7 @@ pub async fn add(
     params(("id" = String, Path, description = "The key's id.", format = Uuid)),
     responses(
         (status = 204, description = "Deleted."),
-        (status = 401, description = "No token, or not a valid one.", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The token lacks the launch scope.", body = Problem, content_type = "application/problem+json"),
+        TokenRefusals,
         (status = 404, description = "No such key of the token's maker.", body = Problem, content_type = "application/problem+json"),
     )
 )]
