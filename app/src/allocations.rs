@@ -14,7 +14,9 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-use portal_types::allocations::{AllocationDetail, AllocationSummary, Certificate, Transition};
+use portal_types::allocations::{
+    AllocationDetail, AllocationSummary, Certificate, Transition, tags_label,
+};
 use portal_types::utc;
 use serde::{Deserialize, Serialize};
 
@@ -437,6 +439,7 @@ pub async fn launch_allocation(
         idempotency_key,
         lifetime_hours,
         published_ports,
+        tags: Default::default(),
     };
     let launched = cp.launch(&who, &req, Some(&request_id)).await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
@@ -874,11 +877,11 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                                 <td data-label="State"><span class=format!("state state-{}", a.projected)>{a.projected.clone()}</span></td>
                                 <td class="connect" data-label="Connect">
                                     {a.ssh.map(|s| view! { <code data-testid="row-ssh">{s}</code> })}
-                                    {a.published.into_iter().map(|(guest, at)| view! {
-                                        <br /><span class="hint">{format!("port {guest} → ")}<code>{at}</code></span>
+                                    {a.published.into_iter().map(|p| view! {
+                                        <br /><span class="hint">{format!("port {} → ", p.guest_port)}<code>{p.address}</code></span>
                                     }).collect_view()}
                                 </td>
-                                <td data-label="Per hour">{a.price}</td><td data-label="Created">{utc(a.created_at)}</td>
+                                <td data-label="Per hour">{a.price_per_hour.to_string()}</td><td data-label="Created">{utc(a.created_at)}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
@@ -964,7 +967,7 @@ fn PortsForm(a: AllocationDetail, publish: ServerAction<PublishPorts>) -> impl I
     let current = a
         .published
         .iter()
-        .map(|(guest, _)| guest.to_string())
+        .map(|p| p.guest_port.to_string())
         .collect::<Vec<_>>()
         .join(", ");
     view! {
@@ -988,6 +991,7 @@ fn PortsForm(a: AllocationDetail, publish: ServerAction<PublishPorts>) -> impl I
 fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>) -> impl IntoView {
     let id = a.id.to_string();
     let differs = a.desired_state != a.observed_state && a.state != "released";
+    let price = a.price_label();
     view! {
         <Title text=a.name.clone() />
         <h1>{a.name.clone()} " " <span class=format!("state state-{}", a.projected) data-testid="projected-state">{a.projected.clone()}</span></h1>
@@ -1006,8 +1010,8 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
             {(!a.published.is_empty()).then(|| view! {
                 <p>"Published ports:"</p>
                 <ul class="published" data-testid="published">
-                    {a.published.iter().map(|(guest, at)| view! {
-                        <li>{format!("guest port {guest} at ")}<code>{at.clone()}</code></li>
+                    {a.published.iter().map(|p| view! {
+                        <li>{format!("guest port {} at ", p.guest_port)}<code>{p.address.clone()}</code></li>
                     }).collect_view()}
                 </ul>
             })}
@@ -1025,7 +1029,8 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
             <h2 id="what">"What and where"</h2>
             <dl class="facts">
                 <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpu_count} " GPUs)"</dd>
-                <dt>"Price"</dt><dd data-testid="price">{a.price}</dd>
+                <dt>"Price"</dt><dd data-testid="price">{price}</dd>
+                {(!a.tags.is_empty()).then(|| view! { <dt>"Tags"</dt><dd data-testid="tags">{tags_label(&a.tags)}</dd> })}
                 <dt>"Software"</dt><dd><a data-testid="software" href=format!("/marketplace/{}", a.listing)>{a.image}</a></dd>
                 <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
                 <dt>"Slots"</dt><dd data-testid="slots">{a.slot_indexes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")}</dd>

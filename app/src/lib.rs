@@ -10,6 +10,7 @@
 
 pub mod account;
 pub mod allocations;
+pub mod api_docs;
 pub mod audit;
 pub mod auth;
 pub mod billing;
@@ -121,6 +122,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("account") view=account::AccountPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("account"), StaticSegment("tokens")) view=tokens::TokensPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("docs"), StaticSegment("api")) view=api_docs::ApiReferencePage ssr=SsrMode::Async />
                     <Route path=StaticSegment("admin") view=pages::admin::AdminPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("fleet") view=fleet::FleetPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("fleet"), ParamSegment("id")) view=fleet::NodePage ssr=SsrMode::Async />

@@ -8,7 +8,7 @@ use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use portal_types::tokens::{ApiToken, CreatedToken, TokenScope};
+use portal_types::tokens::{ApiToken, CreatedToken, TokenScope, TokenState};
 use portal_types::{ProjectId, utc};
 use serde::{Deserialize, Serialize};
 
@@ -126,7 +126,7 @@ fn TokensBody(
     view! {
         <p class="lede">
             "Tokens let scripts, CI and tools use the "
-            <a href="/api/v1/openapi.json" rel="external">"API"</a>
+            <a href="/docs/api">"API"</a>
             " as you, in " {v.organization.clone()} ", never with more than your own access, and only within their scopes. A token stops working when it is revoked, when it expires, or when you lose access."
         </p>
         <section class="card" aria-labelledby="tokens-h">
@@ -144,7 +144,7 @@ fn TokensBody(
                             </tr></thead>
                             <tbody>
                                 {v.tokens.into_iter().map(|t| {
-                                    let live = t.revoked_at.is_none();
+                                    let live = t.state == TokenState::Active;
                                     let label = format!("Revoke {}", t.name);
                                     let id = t.id.to_string();
                                     view! {
@@ -159,9 +159,11 @@ fn TokensBody(
                                                 (Some(at), None) => utc(at),
                                                 (None, _) => "never".to_string(),
                                             }}</td>
-                                            <td data-testid="state">{match t.revoked_at {
-                                                Some(at) => format!("revoked {}", utc(at)),
-                                                None => "active".to_string(),
+                                            <td data-testid="state">{match (t.state, t.revoked_at) {
+                                                (TokenState::Revoked, Some(at)) => format!("revoked {}", utc(at)),
+                                                (TokenState::Revoked, None) => "revoked".to_string(),
+                                                (TokenState::Expired, _) => "expired".to_string(),
+                                                (TokenState::Active, _) => "active".to_string(),
                                             }}</td>
                                             <td>{live.then(|| view! {
                                                 <ActionForm action=revoke attr:class="inline">

@@ -150,6 +150,16 @@ pub trait DemoApi {
         &self,
         who: &crate::auth::Platform<crate::auth::PlatformOperators>,
     ) -> Result<usize>;
+
+    /// An API token made by the person with this email for their (first) organization, as
+    /// the tokens page would make it (the same rules: only admins may); returns its secret.
+    /// For trying the API and for the API's test run.
+    async fn demo_api_token(
+        &self,
+        email: &str,
+        scopes: &[crate::api_tokens::TokenScope],
+        days: u32,
+    ) -> Result<String>;
 }
 
 impl DemoApi for crate::ControlPlane {
@@ -159,6 +169,47 @@ impl DemoApi for crate::ControlPlane {
 
     async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()> {
         seed_identity_providers(self.pool(), self.secrets(), issuer, secret).await
+    }
+
+    async fn demo_api_token(
+        &self,
+        email: &str,
+        scopes: &[crate::api_tokens::TokenScope],
+        days: u32,
+    ) -> Result<String> {
+        let id = sqlx::query_scalar!(
+            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
+            email
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(crate::Error::NotFound { what: "user" })?;
+        let p = self
+            .principal(id)
+            .await?
+            .ok_or(crate::Error::NotFound { what: "user" })?;
+        let (tenant, _, _) =
+            self.tenants_of(&p)
+                .await?
+                .into_iter()
+                .next()
+                .ok_or(crate::Error::NotFound {
+                    what: "organization",
+                })?;
+        let made = self
+            .create_api_token(
+                &p,
+                tenant,
+                &crate::api_tokens::NewToken {
+                    name: "demo".into(),
+                    project: None,
+                    scopes: scopes.to_vec(),
+                    days,
+                },
+                None,
+            )
+            .await?;
+        Ok(made.secret)
     }
 
     async fn demo_operator(

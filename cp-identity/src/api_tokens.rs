@@ -24,7 +24,7 @@ use crate::tenancy::{
     ProjectAdmins, ProjectViewers, TenancyApi, TenantAdmins, TenantMembers, TenantRequirement,
 };
 
-pub use portal_types::tokens::{ApiToken, CreatedToken, MAX_TOKEN_DAYS, TokenScope};
+pub use portal_types::tokens::{ApiToken, CreatedToken, MAX_TOKEN_DAYS, TokenScope, TokenState};
 
 /// What a person asks for when making a token.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -154,6 +154,7 @@ impl TryFrom<TokenRow> for ApiToken {
             expires_at: r.expires_at,
             last_used_at: r.last_used_at,
             last_used_from: r.last_used_from,
+            state: TokenState::at(r.revoked_at, r.expires_at, time::OffsetDateTime::now_utc()),
             revoked_at: r.revoked_at,
         })
     }

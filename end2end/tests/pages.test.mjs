@@ -62,6 +62,7 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['catalog', '/catalog'],
       ['marketplace', '/marketplace'],
       ['listing', '/marketplace/pytorch'],
+      ['api-reference', '/docs/api'],
       ['not-found', '/no/such/page'],
     ])),
     ...(await review('alice', (p) => ssoSignIn(p, 'alice@acme.example'), [

@@ -78,3 +78,31 @@ test('bob, a project operator, may not make tokens and is told who may', async (
     await b.close();
   }
 });
+
+test('the API reference renders the generated document from local files only', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    const outside = [];
+    page.on('request', (r) => {
+      if (!r.url().startsWith(BASE) && !r.url().startsWith('data:')) outside.push(r.url());
+    });
+    await page.goto(`${BASE}/account/tokens`);
+    await hydrated(page);
+    await page.getByRole('link', { name: 'API', exact: true }).click();
+    await page.waitForURL(`${BASE}/docs/api`);
+    await page.getByRole('heading', { name: 'API reference' }).waitFor();
+    // RapiDoc (from /vendor/) draws every operation of /api/v1/openapi.json in its shadow DOM.
+    for (const summary of ['Launches an instance', 'The instances the token reaches', 'Releases an instance']) {
+      await page.getByText(summary).first().waitFor({ timeout: 15000 });
+    }
+    const doc = page.locator('rapi-doc');
+    assert.equal(await doc.getAttribute('theme'), 'light');
+    await page.evaluate(() => document.documentElement.setAttribute('data-theme', 'dark'));
+    await page.waitForFunction(() => document.querySelector('rapi-doc').getAttribute('theme') === 'dark');
+    assert.deepEqual(outside, [], 'nothing is fetched from outside the portal');
+    await shot(page, 'api-reference');
+  } finally {
+    await b.close();
+  }
+});

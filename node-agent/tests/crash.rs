@@ -191,6 +191,7 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
         published_ports: Vec::new(),
+        tags: Default::default(),
     };
     cp.launch(who, &req, None).await.unwrap().id
 }

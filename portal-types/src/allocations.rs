@@ -1,15 +1,36 @@
 //! What the portal and the API show of an allocation: its list row and its page. Times are
 //! times (RFC 3339 in JSON); the page formats them.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::{AllocationId, ProjectId};
+use crate::{AllocationId, Money, ProjectId};
+
+/// Labels a tenant puts on an allocation to find it again (`team=vision`), at most
+/// [`MAX_TAGS`]; keys are lowercase letters, digits, `.`, `_` and `-`.
+pub type Tags = BTreeMap<String, String>;
+
+/// The most tags one allocation carries.
+pub const MAX_TAGS: usize = 16;
+
+/// A guest TCP port published on the host, and where it is reached.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PortAddress {
+    /// The port inside the VM.
+    pub guest_port: u16,
+    /// `host:port` to connect to.
+    pub address: String,
+}
 
 /// One allocation in a project's list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocationSummary {
     pub id: AllocationId,
+    pub project_id: ProjectId,
     pub name: String,
     pub sku: String,
     pub gpu_count: i32,
@@ -19,22 +40,26 @@ pub struct AllocationSummary {
     /// What the UI shows: the state, unless desired and actual disagree ("releasing",
     /// "failing", "failed").
     pub projected: String,
-    /// Per hour, at launch, e.g. "12.50 USD".
-    pub price: String,
+    /// The SKU's price per hour, fixed at launch (a listing's fee comes on top).
+    pub price_per_hour: Money,
+    pub tags: Tags,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,
     /// `ssh -p port user@host`, once running.
     pub ssh: Option<String>,
-    /// Each published guest port and the `host:port` it is reached at, once running.
-    pub published: Vec<(u16, String)>,
+    /// The published guest ports, once running.
+    pub published: Vec<PortAddress>,
 }
 
 /// A lifecycle transition.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Transition {
     pub from: Option<String>,
     pub to: String,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: OffsetDateTime,
     /// Since the previous transition.
     pub after_ms: i64,
@@ -43,6 +68,7 @@ pub struct Transition {
 
 /// A phase the node agent reported for one of the allocation's tasks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Phase {
     pub task: String,
     pub phase: String,
@@ -53,6 +79,7 @@ pub struct Phase {
 
 /// A slot's verified cleanup certificate.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Certificate {
     pub slot_index: i32,
     pub nvme_serial: String,
@@ -65,21 +92,25 @@ pub struct Certificate {
     pub gpu_firmware: Option<String>,
     pub signature: String,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub received_at: OffsetDateTime,
 }
 
 /// The guest's last GPU report, as its node forwarded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuUtilisation {
     /// Mean utilisation over the guest's GPUs.
     pub percent: i16,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: OffsetDateTime,
 }
 
 /// An allocation's page: what it is, where, its state on both sides, how to reach it, and
 /// its history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AllocationDetail {
     pub id: AllocationId,
     pub canonical_name: String,
@@ -95,8 +126,11 @@ pub struct AllocationDetail {
     pub image: String,
     /// The listing's slug (its marketplace page).
     pub listing: String,
-    /// SKU price, plus the listing's fee when there is one.
-    pub price: String,
+    /// The SKU's price per hour, fixed at launch.
+    pub price_per_hour: Money,
+    /// The listing's fee per hour on top (zero for most images).
+    pub fee_per_hour: Money,
+    pub tags: Tags,
     pub desired_state: String,
     pub observed_state: String,
     pub state: String,
@@ -107,26 +141,61 @@ pub struct AllocationDetail {
     pub placement_why: String,
     /// `ssh -p port user@host`, once running.
     pub ssh: Option<String>,
-    /// Each published guest port and the `host:port` it is reached at, once running.
-    pub published: Vec<(u16, String)>,
+    /// The published guest ports, once running.
+    pub published: Vec<PortAddress>,
     pub gpu_utilisation: Option<GpuUtilisation>,
     #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub expires_at: Option<OffsetDateTime>,
     pub transitions: Vec<Transition>,
     pub phases: Vec<Phase>,
     pub certificates: Vec<Certificate>,
+    /// Whether the caller may release it now.
     pub can_release: bool,
 }
 
-/// `2026-11-21 13:02:11 UTC`: how pages write a time.
+impl AllocationDetail {
+    /// "14.00 USD per hour (12.50 USD SKU + 1.50 USD listing fee)", or "12.50 USD per hour".
+    pub fn price_label(&self) -> String {
+        if self.fee_per_hour.amount_minor > 0 {
+            let total = Money {
+                amount_minor: self.price_per_hour.amount_minor + self.fee_per_hour.amount_minor,
+                currency: self.price_per_hour.currency.clone(),
+            };
+            format!(
+                "{total} per hour ({} SKU + {} listing fee)",
+                self.price_per_hour, self.fee_per_hour
+            )
+        } else {
+            format!("{} per hour", self.price_per_hour)
+        }
+    }
+}
+
+/// "team=vision, stage=dev", for a page.
+pub fn tags_label(tags: &Tags) -> String {
+    tags.iter()
+        .map(|(k, v)| {
+            if v.is_empty() {
+                k.clone()
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The day, in UTC: `2026-11-03`.
 pub fn day(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!("{:04}-{:02}-{:02}", t.year(), u8::from(t.month()), t.day())
 }
 
+/// `2026-11-21 13:02:11 UTC`: how pages write a time.
 pub fn utc(t: OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     format!(

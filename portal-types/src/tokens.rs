@@ -76,12 +76,31 @@ pub struct ApiToken {
     pub last_used_from: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub revoked_at: Option<OffsetDateTime>,
+    /// As of when it was read.
+    pub state: TokenState,
 }
 
-impl ApiToken {
-    /// Works now: neither revoked nor expired (its maker may still have lost access).
-    pub fn is_live(&self, now: OffsetDateTime) -> bool {
-        self.revoked_at.is_none() && self.expires_at > now
+/// Whether a token works (its maker may still have lost access, which stops it too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenState {
+    Active,
+    Expired,
+    Revoked,
+}
+
+impl TokenState {
+    /// A token's state at `now`: revoked wins over expired.
+    pub fn at(
+        revoked_at: Option<OffsetDateTime>,
+        expires_at: OffsetDateTime,
+        now: OffsetDateTime,
+    ) -> Self {
+        match revoked_at {
+            Some(_) => TokenState::Revoked,
+            None if expires_at <= now => TokenState::Expired,
+            None => TokenState::Active,
+        }
     }
 }
 
@@ -95,6 +114,22 @@ pub struct CreatedToken {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn revoked_wins_over_expired_and_expiry_is_exclusive() {
+        let now = OffsetDateTime::from_unix_timestamp(1_764_000_000).unwrap();
+        let hour = time::Duration::hours(1);
+        assert_eq!(TokenState::at(None, now + hour, now), TokenState::Active);
+        assert_eq!(TokenState::at(None, now, now), TokenState::Expired);
+        assert_eq!(
+            TokenState::at(Some(now - hour), now - hour, now),
+            TokenState::Revoked
+        );
+        assert_eq!(
+            TokenState::at(Some(now), now + hour, now),
+            TokenState::Revoked
+        );
+    }
 
     #[test]
     fn scopes_read_and_write_the_same_words() {

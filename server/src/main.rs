@@ -49,6 +49,17 @@ enum Command {
         #[arg(long, default_value_t = 60)]
         wait_s: u64,
     },
+    /// Demo: make an API token for a demo person's organization (as the tokens page would,
+    /// so only admins may) and print its secret.
+    DemoApiToken {
+        #[arg(long)]
+        email: String,
+        /// Comma-separated: read, launch, billing, admin.
+        #[arg(long, default_value = "read,launch")]
+        scopes: String,
+        #[arg(long, default_value_t = 1)]
+        days: u32,
+    },
     /// Create a platform admin with a break-glass password, or set a new one. The password
     /// is read from standard input (one line), never from a flag or a default.
     SetAdminPassword {
@@ -127,6 +138,19 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(500)).await;
             }
+        }
+        Some(Command::DemoApiToken {
+            email,
+            scopes,
+            days,
+        }) => {
+            let scopes = scopes
+                .split(',')
+                .map(|s| control_plane::api_tokens::TokenScope::parse(s.trim()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ServerError::Config(e.to_string()))?;
+            println!("{}", cp.demo_api_token(&email, &scopes, days).await?);
+            return Ok(());
         }
         Some(Command::SetAdminPassword { email, name }) => {
             let password = read_password()?;

@@ -6,7 +6,7 @@ use control_plane::prelude::*;
 
 use axum::body::Body;
 use control_plane::api_tokens::{NewToken, TokenScope};
-use control_plane::demo::ACME;
+use control_plane::demo::{ACME, ACME_INFERENCE, ACME_RESEARCH};
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use server::{app_state, router};
@@ -73,19 +73,31 @@ async fn send(
     (status, headers, value)
 }
 
-/// A token of Alice's (Acme's admin) with `scopes`, and its secret.
+/// A token of Alice's (Acme's admin) for the whole organization with `scopes`, and its
+/// secret.
 async fn token(
     cp: &control_plane::ControlPlane,
     scopes: &[TokenScope],
 ) -> (String, control_plane::ApiTokenId) {
-    let alice = principal(cp, "alice@acme.example").await;
+    token_of(cp, "alice@acme.example", ACME, None, scopes).await
+}
+
+/// A token made by `maker` in `tenant`, for `project` or the whole organization.
+async fn token_of(
+    cp: &control_plane::ControlPlane,
+    maker: &str,
+    tenant: control_plane::TenantId,
+    project: Option<control_plane::ProjectId>,
+    scopes: &[TokenScope],
+) -> (String, control_plane::ApiTokenId) {
+    let maker = principal(cp, maker).await;
     let made = cp
         .create_api_token(
-            &alice,
-            ACME,
+            &maker,
+            tenant,
             &NewToken {
                 name: format!("test {scopes:?}"),
-                project: None,
+                project,
                 scopes: scopes.to_vec(),
                 days: 1,
             },
@@ -433,4 +445,359 @@ async fn the_openapi_document_is_generated_from_the_handlers() {
             assert!(op["responses"].as_object().is_some_and(|r| !r.is_empty()));
         }
     }
+    // What a launch answers links to watching and releasing it, spelled as OpenAPI spells
+    // links, so that clients and schemathesis' stateful phase can follow them.
+    let links = &doc["paths"]["/instances"]["post"]["responses"]["201"]["links"];
+    for (name, operation) in [
+        ("GetInstance", "get_instance"),
+        ("ReleaseInstance", "release_instance"),
+    ] {
+        assert_eq!(links[name]["operationId"], operation, "{links}");
+        assert_eq!(links[name]["parameters"]["id"], "$response.body#/id");
+        assert!(links[name].get("operation_id").is_none(), "{links}");
+    }
+    let operations: Vec<&str> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .map(|op| op["operationId"].as_str().unwrap())
+        .collect();
+    for target in links.as_object().unwrap().values() {
+        assert!(operations.contains(&target["operationId"].as_str().unwrap()));
+    }
+}
+
+/// A launch body for Acme Research, with `name`.
+fn launch_body(name: &str) -> Value {
+    json!({
+        "project": ACME_RESEARCH.to_string(), "sku": "h100.1x", "region": "eu-west-1",
+        "image": "ubuntu-24.04-cuda", "name": name, "ssh_public_keys": [KEY],
+        "tags": {"team": "vision", "run": name}
+    })
+}
+
+/// One POST /instances with an Idempotency-Key (when given).
+async fn launch(
+    app: &axum::Router,
+    token: &str,
+    key: Option<&str>,
+    body: Value,
+) -> (StatusCode, http::HeaderMap, Value) {
+    let mut req = Request::post("/api/v1/instances")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json");
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    let (status, headers, text) =
+        support::send(app, req.body(Body::from(body.to_string())).unwrap()).await;
+    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, headers, value)
+}
+
+#[tokio::test]
+async fn instances_launch_once_per_key_list_by_page_watch_and_release() {
+    let (db, cp, app) = portal().await;
+    let (secret, token_id) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let t = Some(secret.as_str());
+
+    // A tenant-wide token must say which project.
+    let mut body = launch_body("api-1");
+    body.as_object_mut().unwrap().remove("project");
+    let (status, _, problem) = launch(&app, &secret, None, body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "project");
+
+    // Launched once; the retry answers the same, marked as a replay.
+    let (status, headers, first) =
+        launch(&app, &secret, Some("run-0001-abc"), launch_body("api-1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let id = first["id"].as_str().unwrap().to_owned();
+    assert_eq!(headers["location"], format!("/api/v1/instances/{id}"));
+    assert_eq!(first["href"], format!("/api/v1/instances/{id}"));
+    assert_eq!(first["sku"], "h100.1x");
+    assert_eq!(first["tags"], json!({"team": "vision", "run": "api-1"}));
+    assert!(!headers.contains_key("idempotent-replayed"));
+    let (status, headers, again) =
+        launch(&app, &secret, Some("run-0001-abc"), launch_body("api-1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    assert_eq!(again, first, "the same body");
+    assert_eq!(headers["idempotent-replayed"], "true");
+    // The same key for something else is refused; a new key makes a second.
+    let (status, _, problem) = launch(
+        &app,
+        &secret,
+        Some("run-0001-abc"),
+        launch_body("api-other"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(problem["code"], "conflict");
+    // Retries racing each other: one allocation, every answer the first one's.
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let (app, secret) = (app.clone(), secret.clone());
+            let mut body = launch_body("api-race");
+            body["tags"] = json!({"team": "race"});
+            tokio::spawn(async move { launch(&app, &secret, Some("run-0002-race"), body).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for r in racing {
+        let (status, _, body) = r.await.unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        answers.push(body);
+    }
+    assert!(answers.windows(2).all(|w| w[0] == w[1]), "{answers:?}");
+    let (status, _, _) = send(
+        &app,
+        "DELETE",
+        &format!("/api/v1/instances/{}", answers[0]["id"].as_str().unwrap()),
+        t,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let launched: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM allocations WHERE name LIKE 'api-%'")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    assert_eq!(launched, 2, "api-1 and api-race, once each");
+
+    // Refusals name the field as this API calls it.
+    for (change, status, code, field) in [
+        (json!({"name": "Bad_Name"}), 400, "invalid", Some("name")),
+        (
+            json!({"image": "no-such-image"}),
+            400,
+            "invalid",
+            Some("image"),
+        ),
+        (
+            json!({"ssh_public_keys": ["not a key"]}),
+            400,
+            "invalid",
+            Some("ssh_public_keys"),
+        ),
+        (
+            json!({"tags": {"Team!": "x"}}),
+            400,
+            "invalid",
+            Some("tags"),
+        ),
+        (
+            json!({"sku": "h100.8x", "region": "mars-north-1"}),
+            400,
+            "invalid",
+            Some("region"),
+        ),
+        (json!({"color": "blue"}), 400, "bad_request", None),
+    ] {
+        let mut body = launch_body("api-bad");
+        for (k, v) in change.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (got, _, problem) = launch(&app, &secret, None, body).await;
+        assert_eq!(got.as_u16(), status, "{change}: {problem}");
+        assert_eq!(problem["code"], code, "{change}: {problem}");
+        assert_eq!(problem["field"].as_str(), field, "{change}: {problem}");
+    }
+    let (status, _, problem) = launch(&app, &secret, Some("short"), launch_body("api-k")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "Idempotency-Key");
+
+    // Two more, then pages of two, newest first, by cursor.
+    for name in ["api-2", "api-3"] {
+        let (status, _, body) = launch(&app, &secret, None, launch_body(name)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let (status, _, page) = send(
+        &app,
+        "GET",
+        "/api/v1/instances?tag=team=vision&limit=2",
+        t,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let names = |p: &Value| -> Vec<String> {
+        p["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&page), ["api-3", "api-2"]);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let (_, _, rest) = send(
+        &app,
+        "GET",
+        &format!("/api/v1/instances?tag=team=vision&limit=2&cursor={cursor}"),
+        t,
+        None,
+    )
+    .await;
+    assert_eq!(names(&rest), ["api-1"]);
+    assert!(rest.get("next_cursor").is_none(), "{rest}");
+    let (_, _, one) = send(&app, "GET", "/api/v1/instances?tag=run=api-2", t, None).await;
+    assert_eq!(names(&one), ["api-2"]);
+    let (_, _, none) = send(&app, "GET", "/api/v1/instances?tag=team=audio", t, None).await;
+    assert_eq!(names(&none), Vec::<String>::new());
+    for (query, field) in [
+        ("state=sleeping", "state"),
+        ("cursor=garbage", "cursor"),
+        ("limit=0", "limit"),
+        ("limit=501", "limit"),
+        ("tag=Bad!", "tag"),
+    ] {
+        let (status, _, problem) =
+            send(&app, "GET", &format!("/api/v1/instances?{query}"), t, None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+        assert_eq!(problem["field"], field, "{query}: {problem}");
+    }
+
+    // One instance, with an ETag; unchanged, a watch ends in 304 after its wait.
+    let path = format!("/api/v1/instances/{id}");
+    let (status, headers, detail) = send(&app, "GET", &path, t, None).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["name"], "api-1");
+    assert_eq!(detail["can_release"], true);
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    let watch = |wait: u64| {
+        Request::get(format!("{path}?wait={wait}"))
+            .header("authorization", format!("Bearer {secret}"))
+            .header("if-none-match", etag.clone())
+            .body(Body::empty())
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    let (status, headers, _) = support::send(&app, watch(1)).await;
+    assert_eq!(status, StatusCode::NOT_MODIFIED);
+    assert_eq!(headers["etag"].to_str().unwrap(), etag);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(500));
+    // A change ends a watch at once: released while it waits.
+    let releaser = {
+        let (app, path, secret) = (app.clone(), path.clone(), secret.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            send(&app, "DELETE", &path, Some(&secret), None).await
+        })
+    };
+    let (status, headers, body) = support::send(&app, watch(30)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_ne!(headers["etag"].to_str().unwrap(), etag);
+    let changed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(changed["desired_state"], "released", "{changed}");
+    let (status, _, released) = releaser.await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{released}");
+    // Releasing again answers the same; an unknown or malformed id is not found.
+    let (status, _, _) = send(&app, "DELETE", &path, t, None).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    for gone in [
+        "/api/v1/instances/0a0e0000-0000-4000-8fff-000000000001",
+        "/api/v1/instances/nope",
+    ] {
+        let (status, _, problem) = send(&app, "DELETE", gone, t, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{gone}: {problem}");
+    }
+    let (status, _, problem) = send(&app, "GET", &format!("{path}?wait=61"), t, None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "wait");
+
+    // What the token changed, the audit log says it changed, naming the token.
+    let audited: Vec<(String, Option<uuid::Uuid>)> = sqlx::query_as(
+        "SELECT action, api_token_id FROM audit_log
+         WHERE resource LIKE '%' || $1 ORDER BY id",
+    )
+    .bind(&id)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        audited,
+        [
+            ("allocation.launch".to_owned(), Some(token_id.0)),
+            ("allocation.release".to_owned(), Some(token_id.0)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_token_reaches_its_own_organization_and_project_and_scopes_only() {
+    let (_db, cp, app) = portal().await;
+    let (acme, _) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let (_, _, launched) = launch(&app, &acme, None, launch_body("reach-1")).await;
+    let id = launched["id"].as_str().unwrap().to_owned();
+    let path = format!("/api/v1/instances/{id}");
+
+    // Another organization's admin sees nothing of Acme's, and can't launch there.
+    let (globex, _) = token_of(
+        &cp,
+        "carol@globex.example",
+        control_plane::demo::GLOBEX,
+        None,
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+    for method in ["GET", "DELETE"] {
+        let (status, _, problem) = send(&app, method, &path, Some(&globex), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method}: {problem}");
+    }
+    let (status, _, problem) = launch(&app, &globex, None, launch_body("reach-2")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    let (_, _, listed) = send(&app, "GET", "/api/v1/instances", Some(&globex), None).await;
+    assert!(
+        listed["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["id"] != id.as_str()),
+        "{listed}"
+    );
+
+    // A token for Acme Inference doesn't reach Research, though its maker does.
+    let (inference, _) = token_of(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        Some(ACME_INFERENCE),
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+    let (status, _, _) = send(&app, "GET", &path, Some(&inference), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = launch(&app, &inference, None, launch_body("reach-3")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, listed) = send(&app, "GET", "/api/v1/instances", Some(&inference), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        listed["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i["project_id"] == ACME_INFERENCE.to_string()),
+        "{listed}"
+    );
+    let (status, _, problem) = send(
+        &app,
+        "GET",
+        &format!("/api/v1/instances?project={ACME_RESEARCH}"),
+        Some(&inference),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+
+    // A read-only token reads, and may neither launch nor release.
+    let (read_only, _) = token(&cp, &[TokenScope::Read]).await;
+    let (status, _, detail) = send(&app, "GET", &path, Some(&read_only), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["can_release"], false, "not with this token");
+    let (status, _, problem) = launch(&app, &read_only, None, launch_body("reach-4")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    let (status, _, _) = send(&app, "DELETE", &path, Some(&read_only), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
 }

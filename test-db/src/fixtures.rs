@@ -268,3 +268,58 @@ pub async fn in_tenant<R: control_plane::tenancy::TenantRequirement>(
         .await
         .unwrap_or_else(|e| panic!("{} in organization {tenant}: {e}", who.email))
 }
+
+/// Answers the agent's next task as the simulated agent would: phases, then `outcome`.
+pub async fn answer(
+    cp: &ControlPlane,
+    agent: &NodeAgent,
+    phases: &[&str],
+    outcome: impl FnOnce(&TaskSpec) -> TaskOutcome,
+) -> TaskSpec {
+    let (task, spec) = cp
+        .claim_task(agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("a queued task");
+    for p in phases {
+        for status in [
+            agent_protocol::PhaseStatus::Started,
+            agent_protocol::PhaseStatus::Succeeded,
+        ] {
+            cp.report_phase(
+                agent,
+                task,
+                &agent_protocol::PhaseReport {
+                    phase: p.to_string(),
+                    status,
+                    elapsed_ms: 5,
+                    detail: None,
+                },
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let outcome = outcome(&spec);
+    cp.finish_task(agent, task, &outcome).await.unwrap();
+    spec
+}
+
+/// What the agent answers a provision with: the public address and SSH port its plan names.
+pub fn provisioned(spec: &TaskSpec) -> TaskOutcome {
+    let (host, port) = match spec {
+        TaskSpec::VmProvision(plan) | TaskSpec::BaremetalProvision(plan) => (
+            plan.network.public_host.clone().expect("a public host"),
+            plan.network.ssh_port.expect("an SSH port"),
+        ),
+        // A late answer to a task the test doesn't look into.
+        _ => ("gpu-late".into(), 22000),
+    };
+    TaskOutcome::Succeeded {
+        output: TaskOutput::Provisioned(agent_protocol::Provisioned {
+            ssh_host: host,
+            ssh_port: port,
+            ssh_user: "ubuntu".into(),
+        }),
+    }
+}

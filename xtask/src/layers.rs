@@ -18,6 +18,8 @@ const LAYERS: &[(&str, u8)] = &[
     // What every area of the domain stands on; the host agent (which never links the domain).
     ("cp-base", 2),
     ("node-agent", 2),
+    // The command line: a client of the public API and its shared types, nothing more.
+    ("gpuctl", 2),
     // The domain's areas, each above the ones it uses.
     ("cp-identity", 3),
     ("cp-inventory", 4),

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pgcluster::{Durability, PgCluster, StopOnDrop};
 
-use crate::proc::{run as sh, terminate, wait_ready};
+use crate::proc::{run as sh, show, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, layers, portal, root, standalone, step, target_dir};
 
@@ -147,7 +147,7 @@ fn browser_tests(pg: Throwaway) -> Result {
     };
     // The browser tests start `dnsmasq` on this port when they need DNS (domain proofs).
     let dns_port = pgcluster::free_port().map_err(|e| e.to_string())?;
-    let mut server = match start_test_server(
+    let (launch, mut server) = match start_test_server(
         &pg.url("e2e"),
         port,
         &admin_password,
@@ -177,6 +177,7 @@ fn browser_tests(pg: Throwaway) -> Result {
             // Built by the test step above (node-agent has integration tests).
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
+        .and_then(|()| api_conformance(&launch, port))
     });
     terminate(&mut server, Duration::from_secs(10));
     terminate(&mut idp, Duration::from_secs(5));
@@ -186,6 +187,74 @@ fn browser_tests(pg: Throwaway) -> Result {
 
     eprintln!("\n\x1b[1mall checks passed\x1b[0m");
     Ok(())
+}
+
+/// The schemathesis release the API is checked with, from PyPI.
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+/// Schemathesis against the running server's `/api/v1`, with a real token of a demo
+/// organization admin: every operation from its examples, the coverage and fuzzing phases, and
+/// stateful sequences along the document's links (launch → get → release, add key → delete).
+/// Every check but `use_after_free`: releasing an instance keeps it on record (its state says
+/// `released`), which is what `DELETE` means here, so a later `GET` answering 200 is right.
+/// Its summary is part of the test output; its JUnit report goes to test-artifacts/.
+fn api_conformance(launch: &portal::Launch, port: u16) -> Result {
+    step("the API against its OpenAPI document (schemathesis, with a real token)");
+    let venv = target_dir().join("schemathesis-venv");
+    let st = venv.join("bin/st");
+    if !st.exists() {
+        step(&format!(
+            "installing {SCHEMATHESIS} into {} (once, about 20 s)",
+            venv.display()
+        ));
+        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", SCHEMATHESIS]))?;
+    }
+    let printed = launch.output(&[
+        "demo-api-token",
+        "--email",
+        "alice@acme.example",
+        "--scopes",
+        "read,launch",
+    ])?;
+    // Its log lines share standard output; the secret is the line that is one.
+    let token = printed
+        .lines()
+        .find(|l| l.starts_with("gpk_"))
+        .ok_or("`server demo-api-token` printed no token")?
+        .to_owned();
+    let api = format!("http://127.0.0.1:{port}/api/v1");
+    let auth = format!("Authorization: Bearer {}", token.trim());
+    let artifacts = root().join("test-artifacts");
+    let mut cmd = Command::new(&st);
+    // end2end/schemathesis.toml: the two exceptions to its checks, each with its reason.
+    cmd.args(["--config-file", "end2end/schemathesis.toml"])
+        .args(["run", &format!("{api}/openapi.json"), "--url", &api])
+        .args(["--header", &auth])
+        .args(["--checks", "all", "--exclude-checks", "use_after_free"])
+        .args(["--phases", "examples,coverage,fuzzing,stateful"])
+        .args(["--max-examples", "30", "--seed", "20261125"])
+        // Under the per-token limit (100 calls per 10 s), so what is tested is the API, not
+        // the rate limiter (which answers a documented 429 when it is hit anyway).
+        .args(["--rate-limit", "9/s", "--workers", "1"])
+        .args(["--request-timeout", "70", "--no-color"])
+        .args(["--report", "junit"])
+        .arg("--report-junit-path")
+        .arg(artifacts.join("schemathesis.xml"))
+        // Its example database stays out of the repository.
+        .args(["--generation-database", ":memory:"])
+        .current_dir(root());
+    // The token is a secret: shown redacted in the echoed command line.
+    let shown = show(&cmd).replace(token.trim(), "gpk_…");
+    eprintln!("    $ {shown}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("starting schemathesis: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("schemathesis found problems in /api/v1 ({status})"))
+    }
 }
 
 /// A fresh cluster in a temporary directory, removed again when dropped.
@@ -227,12 +296,12 @@ fn start_test_server(
     demo_idp: (String, String),
     stripe: (String, String),
     dns_port: u16,
-) -> Result<Child> {
+) -> Result<(portal::Launch, Child)> {
     let dir = root().join("test-artifacts");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(dir.join("server.log"))
         .map_err(|e| format!("creating test-artifacts/server.log: {e}"))?;
-    portal::Launch {
+    let launch = portal::Launch {
         binary: target_dir().join("debug/server"),
         database_url: database_url.to_string(),
         addr: format!("127.0.0.1:{port}"),
@@ -244,8 +313,9 @@ fn start_test_server(
         dns_resolver: Some(format!("127.0.0.1:{dns_port}")),
         secret_keys: portal::random_keyring("test")?,
         log: Some(log),
-    }
-    .start()
+    };
+    let child = launch.start()?;
+    Ok((launch, child))
 }
 
 const SQLX_TABLE: &str = "CREATE TABLE _sqlx_migrations (

@@ -204,7 +204,7 @@ fn ensure_npm() -> Result {
     };
     if !fresh {
         step(
-            "npm ci (playwright-core, axe-core, binaryen, oidc-provider, echarts; about a minute)",
+            "npm ci (playwright-core, axe-core, binaryen, oidc-provider, echarts, rapidoc; about a minute)",
         );
         run(Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund"])
@@ -216,19 +216,26 @@ fn ensure_npm() -> Result {
             )
         })?;
     }
-    vendor_echarts(&root)
+    vendor_scripts(&root)
 }
 
-/// The finance charts' ECharts, served from `public/vendor/` (never a CDN), copied from the
-/// npm package pinned in package-lock.json.
-fn vendor_echarts(root: &std::path::Path) -> Result {
-    let from = root.join("node_modules/echarts/dist/echarts.min.js");
-    let to = root.join("public/vendor/echarts.min.js");
-    let same = matches!((from.metadata(), to.metadata()), (Ok(a), Ok(b)) if a.len() == b.len());
-    if same {
-        return Ok(());
+/// What the pages load from `public/vendor/` (never a CDN), copied from the npm packages
+/// pinned in package-lock.json: the finance charts' ECharts and the API reference's RapiDoc.
+const VENDORED: [(&str, &str); 2] = [
+    ("node_modules/echarts/dist/echarts.min.js", "echarts.min.js"),
+    ("node_modules/rapidoc/dist/rapidoc-min.js", "rapidoc-min.js"),
+];
+
+fn vendor_scripts(root: &std::path::Path) -> Result {
+    for (from, name) in VENDORED {
+        let from = root.join(from);
+        let to = root.join("public/vendor").join(name);
+        let same = matches!((from.metadata(), to.metadata()), (Ok(a), Ok(b)) if a.len() == b.len());
+        if same {
+            continue;
+        }
+        std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(|e| e.to_string())?;
+        std::fs::copy(&from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
     }
-    std::fs::create_dir_all(to.parent().expect("has a parent")).map_err(|e| e.to_string())?;
-    std::fs::copy(&from, &to).map_err(|e| format!("copying {}: {e}", from.display()))?;
     Ok(())
 }

@@ -188,6 +188,7 @@ pub async fn main() {
                 idempotency_key: uuid::Uuid::new_v4().to_string(),
                 lifetime_hours: None,
                 published_ports: Vec::new(),
+                tags: Default::default(),
             };
             let t0 = Instant::now();
             let launched = cp.launch(&who, &req, None).await;

@@ -112,6 +112,7 @@ async fn client(
             idempotency_key: format!("bench-{phase}-{me}-{n}"),
             lifetime_hours: None,
             published_ports: Vec::new(),
+            tags: Default::default(),
         };
         let started = Instant::now();
         match cp.launch(&who, &req, None).await {

@@ -9,7 +9,7 @@ use crate::support::in_project;
 
 use std::time::Duration;
 
-use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
+use agent_protocol::{PhaseReport, PhaseStatus, TaskOutcome, TaskOutput, TaskSpec};
 use control_plane::agent_api::NodeAgent;
 use control_plane::allocations::{LaunchRequest, Launched};
 use control_plane::auth::{Platform, PlatformOperators};
@@ -20,7 +20,7 @@ use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error, Naming, NodeId, UserId};
 use uuid::uuid;
 
-use crate::support::{approved, node, operator, refusal};
+use crate::support::{answer, approved, node, operator, provisioned, refusal};
 
 const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
@@ -57,6 +57,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
         published_ports: Vec::new(),
+        tags: Default::default(),
     }
 }
 
@@ -160,39 +161,6 @@ async fn availability(cp: &ControlPlane, sku: &str) -> i64 {
         .sum()
 }
 
-/// Answers the agent's next task as the simulated agent would: phases, then `outcome`.
-async fn answer(
-    cp: &ControlPlane,
-    agent: &NodeAgent,
-    phases: &[&str],
-    outcome: impl FnOnce(&TaskSpec) -> TaskOutcome,
-) -> TaskSpec {
-    let (task, spec) = cp
-        .claim_task(agent, Duration::ZERO)
-        .await
-        .unwrap()
-        .expect("a queued task");
-    for p in phases {
-        for status in [PhaseStatus::Started, PhaseStatus::Succeeded] {
-            cp.report_phase(
-                agent,
-                task,
-                &PhaseReport {
-                    phase: p.to_string(),
-                    status,
-                    elapsed_ms: 5,
-                    detail: None,
-                },
-            )
-            .await
-            .unwrap();
-        }
-    }
-    let outcome = outcome(&spec);
-    cp.finish_task(agent, task, &outcome).await.unwrap();
-    spec
-}
-
 /// The agent claims the queued network update and applies it; what it was asked.
 async fn network_update(cp: &ControlPlane, agent: &NodeAgent) -> agent_protocol::NetworkUpdatePlan {
     let spec = answer(cp, agent, &["validate_plan", "publish_ports"], |_| {
@@ -204,25 +172,6 @@ async fn network_update(cp: &ControlPlane, agent: &NodeAgent) -> agent_protocol:
     match spec {
         TaskSpec::NetworkUpdate(update) => update,
         other => panic!("{other:?}"),
-    }
-}
-
-/// What the agent answers a provision with: the public address and SSH port its plan names.
-fn provisioned(spec: &TaskSpec) -> TaskOutcome {
-    let (host, port) = match spec {
-        TaskSpec::VmProvision(plan) | TaskSpec::BaremetalProvision(plan) => (
-            plan.network.public_host.clone().expect("a public host"),
-            plan.network.ssh_port.expect("an SSH port"),
-        ),
-        // A late answer to a task the test doesn't look into.
-        _ => ("gpu-late".into(), 22000),
-    };
-    TaskOutcome::Succeeded {
-        output: TaskOutput::Provisioned(Provisioned {
-            ssh_host: host,
-            ssh_port: port,
-            ssh_user: "ubuntu".into(),
-        }),
     }
 }
 
@@ -1409,7 +1358,11 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     let detail = cp.allocation(&bob_p, id).await.unwrap();
     assert_eq!(detail.ssh, Some(format!("ssh -p {ssh} ubuntu@gpu-n")));
     assert_eq!(
-        detail.published,
+        detail
+            .published
+            .iter()
+            .map(|p| (p.guest_port, p.address.clone()))
+            .collect::<Vec<_>>(),
         vec![
             (6006, format!("gpu-n:{}", ssh + 1)),
             (8888, format!("gpu-n:{}", ssh + 2))
@@ -1460,7 +1413,11 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     let detail = cp.allocation(&bob_p, id).await.unwrap();
     assert_eq!(detail.state, "running");
     assert_eq!(
-        detail.published.iter().map(|p| p.0).collect::<Vec<_>>(),
+        detail
+            .published
+            .iter()
+            .map(|p| p.guest_port)
+            .collect::<Vec<_>>(),
         vec![8888, 9000]
     );
     match cp.publish_ports(&bob, id, &[22], None).await {

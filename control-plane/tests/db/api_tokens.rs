@@ -252,6 +252,11 @@ async fn a_token_stops_working_when_its_maker_loses_access_or_it_expires() {
     .await
     .unwrap();
     assert!(!authenticates(&cp, "gpk_expired-expired-expired-expired-expired-e").await);
+    // The tokens page says so, and offers no revoke for it.
+    let listed = cp.api_tokens(&alice, ACME).await.unwrap();
+    let old = listed.iter().find(|t| t.name == "old").unwrap();
+    assert_eq!(old.state, control_plane::api_tokens::TokenState::Expired);
+    assert_eq!(old.revoked_at, None);
 }
 
 #[tokio::test]

@@ -782,6 +782,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         idempotency_key: uuid::Uuid::new_v4().to_string(),
         lifetime_hours: None,
         published_ports: Vec::new(),
+        tags: Default::default(),
     };
     let err = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(

@@ -11,6 +11,7 @@ use crate::account::validate_ssh_keys;
 use crate::error::{Denial, Denied, Error, Result};
 use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
 use crate::skus::Sku;
+use portal_types::allocations::{MAX_TAGS, Tags};
 
 pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     Error::Invalid {
@@ -134,6 +135,53 @@ pub(super) fn check_name(name: &str) -> Result<String> {
     }
 }
 
+/// Tags as stored: at most [`MAX_TAGS`], keys of 1 to 63 lowercase letters, digits, `.`,
+/// `_` and `-` starting with a letter or digit, values of at most 128 printable characters.
+pub(super) fn check_tags(tags: &Tags) -> Result<Tags> {
+    if tags.len() > MAX_TAGS {
+        return Err(invalid(
+            "tags",
+            format!("{} tags: give at most {MAX_TAGS}", tags.len()),
+        ));
+    }
+    let mut out = Tags::new();
+    for (key, value) in tags {
+        let k = key.trim();
+        let key_ok = (1..=63).contains(&k.len())
+            && k.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && k.chars().all(|c| {
+                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-')
+            });
+        if !key_ok {
+            return Err(invalid(
+                "tags",
+                format!(
+                    "tag {:?}: use 1 to 63 lowercase letters, digits, '.', '_' and '-', starting with a letter or digit",
+                    truncated(k)
+                ),
+            ));
+        }
+        let v = value.trim();
+        if v.chars().count() > 128 || v.chars().any(char::is_control) {
+            return Err(invalid(
+                "tags",
+                format!(
+                    "the value of tag {k}: at most 128 characters, none of them control characters"
+                ),
+            ));
+        }
+        if out.insert(k.to_owned(), v.to_owned()).is_some() {
+            return Err(invalid("tags", format!("tag {k} is given twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// The first 40 characters of what a caller sent, for an error message.
+fn truncated(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
 fn check_idempotency_key(key: &str) -> Result<&str> {
     let key = key.trim();
     if (8..=200).contains(&key.len()) && key.chars().all(|c| c.is_ascii_graphic()) {
@@ -158,6 +206,7 @@ pub(super) struct ValidLaunch {
     pub lifetime_hours: Option<u32>,
     /// Sorted.
     pub published_ports: Vec<u16>,
+    pub tags: Tags,
     /// What a repeated idempotency key must match to return the first allocation.
     pub fingerprint: String,
 }
@@ -179,6 +228,7 @@ impl ValidLaunch {
         let ssh_public_key = validate_ssh_keys(&req.ssh_public_key)?;
         let region = req.region.trim().to_ascii_lowercase();
         let published_ports = check_published_ports(&req.published_ports)?;
+        let tags = check_tags(&req.tags)?;
         let ports = published_ports
             .iter()
             .map(u16::to_string)
@@ -198,6 +248,10 @@ impl ValidLaunch {
                 h.update(part.as_bytes());
                 h.update([0]);
             }
+            // Tags came later: a launch without them keeps the fingerprint it always had.
+            if !tags.is_empty() {
+                h.update(serde_json::to_vec(&tags).unwrap_or_default());
+            }
             format!("{:x}", h.finalize())
         };
         Ok(Self {
@@ -207,6 +261,7 @@ impl ValidLaunch {
             region,
             lifetime_hours: req.lifetime_hours,
             published_ports,
+            tags,
             fingerprint,
         })
     }
@@ -477,6 +532,7 @@ mod tests {
             idempotency_key: "0f4c1b6e-launch".into(),
             lifetime_hours: None,
             published_ports: Vec::new(),
+            tags: Default::default(),
         }
     }
 

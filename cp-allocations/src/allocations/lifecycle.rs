@@ -948,7 +948,7 @@ impl LifecycleInternal for ControlPlane {
 }
 
 pub use portal_types::allocations::{
-    AllocationDetail, Certificate, GpuUtilisation, Phase, Transition,
+    AllocationDetail, Certificate, GpuUtilisation, Phase, PortAddress, Transition,
 };
 
 /// What a tenant types to reach the guest.
@@ -967,8 +967,8 @@ pub(crate) fn published_at(
     base: i32,
     first_slot: i32,
     ports: &[Option<i32>],
-) -> Vec<(u16, String)> {
-    let mut out: Vec<(u16, String)> = ports
+) -> Vec<PortAddress> {
+    let mut out: Vec<PortAddress> = ports
         .iter()
         .enumerate()
         .filter_map(|(k, &guest)| {
@@ -977,7 +977,10 @@ pub(crate) fn published_at(
                 u32::try_from(first_slot).ok()?,
                 k + 1,
             )?;
-            Some((u16::try_from(guest?).ok()?, format!("{host}:{public}")))
+            Some(PortAddress {
+                guest_port: u16::try_from(guest?).ok()?,
+                address: format!("{host}:{public}"),
+            })
         })
         .collect();
     out.sort();
@@ -996,7 +999,7 @@ pub(crate) async fn detail(
                   l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
                   a.price_per_hour_minor, a.currency, a.desired_state,
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
-                  a.ssh_user, a.created_at, a.expires_at, n.public_port_base,
+                  a.ssh_user, a.created_at, a.expires_at, n.public_port_base, a.tags,
                   a.published_ports AS "published_ports: Vec<Option<i32>>"
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
                 JOIN listing_versions v ON v.id = a.listing_version_id
@@ -1131,22 +1134,15 @@ pub(crate) async fn detail(
         slot_indexes,
         image: a.image,
         listing: a.listing,
-        price: {
-            let money = |amount_minor| Money {
-                amount_minor,
-                currency: a.currency.clone().into(),
-            };
-            if a.fee_per_hour_minor > 0 {
-                format!(
-                    "{} per hour ({} SKU + {} listing fee)",
-                    money(a.price_per_hour_minor + a.fee_per_hour_minor),
-                    money(a.price_per_hour_minor),
-                    money(a.fee_per_hour_minor)
-                )
-            } else {
-                format!("{} per hour", money(a.price_per_hour_minor))
-            }
+        price_per_hour: Money {
+            amount_minor: a.price_per_hour_minor,
+            currency: a.currency.clone().into(),
         },
+        fee_per_hour: Money {
+            amount_minor: a.fee_per_hour_minor,
+            currency: a.currency.into(),
+        },
+        tags: serde_json::from_value(a.tags).unwrap_or_default(),
         desired_state: a.desired_state,
         observed_state: a.observed_state,
         can_release: can_release

@@ -44,6 +44,63 @@ pub struct LaunchRequest {
     /// most 7, within the `max_published_ports` policy).
     #[serde(default)]
     pub published_ports: Vec<u16>,
+    /// Labels to find it by (`team=vision`); see [`decide::check_tags`].
+    #[serde(default)]
+    pub tags: Tags,
+}
+
+/// Which allocations to list.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocationFilter {
+    /// A lifecycle state, `active` (not released), or none for all.
+    pub state: Option<String>,
+    /// `key` (carries the tag) or `key=value`.
+    pub tag: Option<String>,
+    /// The `next` of the previous page.
+    pub after: Option<String>,
+    /// 1 to [`MAX_PAGE`].
+    pub limit: u32,
+}
+
+/// The most allocations one page holds.
+pub const MAX_PAGE: u32 = 500;
+
+/// A page of allocations, and where the next one starts (none after the last).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocationPage {
+    pub items: Vec<AllocationSummary>,
+    pub next: Option<String>,
+}
+
+/// Where a page stopped: the last allocation's creation time and id. Written as
+/// `{unix microseconds}_{id}`; callers pass it back unchanged.
+struct PageCursor {
+    created_at: OffsetDateTime,
+    id: AllocationId,
+}
+
+impl std::fmt::Display for PageCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let micros = self.created_at.unix_timestamp_nanos() / 1000;
+        write!(f, "{micros}_{}", self.id)
+    }
+}
+
+impl PageCursor {
+    fn parse(s: &str) -> Result<Self> {
+        let bad = || {
+            invalid(
+                "cursor",
+                "pass back the next cursor of the previous page as it was",
+            )
+        };
+        let (micros, id) = s.split_once('_').ok_or_else(bad)?;
+        let micros: i128 = micros.parse().map_err(|_| bad())?;
+        let created_at =
+            OffsetDateTime::from_unix_timestamp_nanos(micros * 1000).map_err(|_| bad())?;
+        let id = AllocationId(id.parse().map_err(|_| bad())?);
+        Ok(Self { created_at, id })
+    }
 }
 
 /// The longest lifetime a launch may ask for: a year.
@@ -77,6 +134,7 @@ struct Reservation<'a> {
     sku: &'a Sku,
     listing_version: ListingVersionId,
     ssh_public_key: &'a str,
+    tags: &'a Tags,
     idempotency_key: &'a str,
     fingerprint: &'a str,
     requested_at: OffsetDateTime,
@@ -89,9 +147,10 @@ impl Reserve for Reservation<'_> {
             r#"INSERT INTO allocations
                    (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                     listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
-                    request_fingerprint, requested_by, placement, state, requested_at, expires_at)
+                    request_fingerprint, requested_by, placement, state, requested_at, expires_at,
+                    tags)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                       $17, 'placed', $18, $19)"#,
+                       $17, 'placed', $18, $19, $20)"#,
             self.id as AllocationId,
             self.tenant as TenantId,
             self.project as ProjectId,
@@ -111,6 +170,7 @@ impl Reserve for Reservation<'_> {
             json!({ "why": p.why, "hostname": p.hostname, "slot_indexes": p.slot_indexes }),
             self.requested_at,
             self.expires_at,
+            serde_json::to_value(self.tags).unwrap_or_default(),
         )
         .execute(&mut *conn)
         .await;
@@ -219,6 +279,14 @@ pub trait AllocationsApi {
         who: &Project<ProjectViewers>,
         state: Option<&str>,
     ) -> Result<Vec<AllocationSummary>>;
+
+    /// One page of the allocations in `projects`, newest first, filtered; the cursor in the
+    /// answer continues where it stopped.
+    async fn allocation_page(
+        &self,
+        projects: &[Project<ProjectViewers>],
+        filter: &AllocationFilter,
+    ) -> Result<AllocationPage>;
 
     /// The caller's proof of role `R` in the project that owns allocation `id`. Outside it,
     /// "not found" (like an unknown id); a weaker role there, "forbidden".
@@ -415,6 +483,7 @@ impl AllocationsApi for ControlPlane {
             sku: &sku,
             listing_version: software.id,
             ssh_public_key,
+            tags: &valid.tags,
             idempotency_key: key,
             fingerprint,
             requested_at,
@@ -458,7 +527,7 @@ impl AllocationsApi for ControlPlane {
                 before: None,
                 after: Some(json!({
                     "name": name, "sku": sku.name, "node": placed.hostname,
-                    "software": software.label, "published_ports": valid.published_ports,
+                    "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
                     "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
                     "why": placed.why,
                 })),
@@ -579,7 +648,26 @@ impl AllocationsApi for ControlPlane {
         who: &Project<ProjectViewers>,
         state: Option<&str>,
     ) -> Result<Vec<AllocationSummary>> {
-        let state = state
+        let filter = AllocationFilter {
+            state: state.map(str::to_owned),
+            limit: MAX_PAGE,
+            ..AllocationFilter::default()
+        };
+        Ok(self
+            .allocation_page(std::slice::from_ref(who), &filter)
+            .await?
+            .items)
+    }
+
+    #[tracing::instrument(skip_all, fields(projects = projects.len()))]
+    async fn allocation_page(
+        &self,
+        projects: &[Project<ProjectViewers>],
+        filter: &AllocationFilter,
+    ) -> Result<AllocationPage> {
+        let state = filter
+            .state
+            .as_deref()
             .map(str::trim)
             .filter(|s| !s.is_empty() && *s != "all");
         if let Some(s) = state
@@ -591,25 +679,62 @@ impl AllocationsApi for ControlPlane {
                 format!("{s:?} is not one of active, {}", STATES.join(", ")),
             ));
         }
+        if !(1..=MAX_PAGE).contains(&filter.limit) {
+            return Err(invalid(
+                "limit",
+                format!("{}: ask for 1 to {MAX_PAGE} at a time", filter.limit),
+            ));
+        }
+        let (tag_key, tag_value) = match filter.tag.as_deref().map(str::trim) {
+            None | Some("") => (None, None),
+            Some(t) => {
+                let (k, v) = match t.split_once('=') {
+                    Some((k, v)) => (k, Some(v)),
+                    None => (t, None),
+                };
+                let one = Tags::from([(k.to_owned(), v.unwrap_or_default().to_owned())]);
+                let checked = decide::check_tags(&one).map_err(|_| {
+                    invalid(
+                        "tag",
+                        format!(
+                            "{:?}: give key or key=value, as tags are set",
+                            t.chars().take(40).collect::<String>()
+                        ),
+                    )
+                })?;
+                let (k, value) = checked.into_iter().next().expect("one tag in, one out");
+                (Some(k), v.map(|_| value))
+            }
+        };
+        let after = filter.after.as_deref().map(PageCursor::parse).transpose()?;
+        let ids: Vec<uuid::Uuid> = projects.iter().map(|p| p.id().0).collect();
         let rows = sqlx::query!(
-            r#"SELECT a.id AS "id: AllocationId", a.name, s.name AS sku, a.gpu_count, a.region,
+            r#"SELECT a.id AS "id: AllocationId", a.project_id AS "project_id: ProjectId",
+                      a.name, s.name AS sku, a.gpu_count, a.region,
                       a.state, a.desired_state, a.observed_state, a.failure,
-                      a.price_per_hour_minor, a.currency, a.created_at,
+                      a.price_per_hour_minor, a.currency, a.created_at, a.tags,
                       a.ssh_host, a.ssh_port, a.ssh_user, n.public_port_base,
                       a.published_ports AS "published_ports: Vec<Option<i32>>",
                       (SELECT min(x::int) FROM jsonb_array_elements_text(a.placement -> 'slot_indexes') x)
                           AS first_slot
                FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
-               WHERE a.project_id = $1
+               WHERE a.project_id = ANY($1)
                  AND ($2::text IS NULL OR a.state = $2 OR ($2 = 'active' AND a.state <> 'released'))
-               ORDER BY a.created_at DESC
-               LIMIT 500"#,
-            who.id() as ProjectId,
-            state
+                 AND ($3::text IS NULL OR (a.tags ? $3 AND ($4::text IS NULL OR a.tags ->> $3 = $4)))
+                 AND ($5::timestamptz IS NULL OR (a.created_at, a.id) < ($5, $6::uuid))
+               ORDER BY a.created_at DESC, a.id DESC
+               LIMIT $7"#,
+            &ids,
+            state,
+            tag_key,
+            tag_value,
+            after.as_ref().map(|c| c.created_at),
+            after.as_ref().map(|c| c.id.0),
+            i64::from(filter.limit) + 1,
         )
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
+        let mut items: Vec<AllocationSummary> = rows
             .into_iter()
             .map(|r| AllocationSummary {
                 ssh: match (&r.ssh_host, r.ssh_port, &r.ssh_user) {
@@ -625,20 +750,34 @@ impl AllocationsApi for ControlPlane {
                     _ => Vec::new(),
                 },
                 id: r.id,
+                project_id: r.project_id,
                 name: r.name,
                 sku: r.sku,
                 gpu_count: r.gpu_count,
                 region: r.region,
                 projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
                 state: r.state,
-                price: Money {
+                price_per_hour: Money {
                     amount_minor: r.price_per_hour_minor,
                     currency: r.currency.into(),
-                }
-                .to_string(),
+                },
+                tags: serde_json::from_value(r.tags).unwrap_or_default(),
                 created_at: r.created_at,
             })
-            .collect())
+            .collect();
+        let next = if items.len() > filter.limit as usize {
+            items.truncate(filter.limit as usize);
+            items.last().map(|a| {
+                PageCursor {
+                    created_at: a.created_at,
+                    id: a.id,
+                }
+                .to_string()
+            })
+        } else {
+            None
+        };
+        Ok(AllocationPage { items, next })
     }
 
     async fn allocation_access<R: ProjectRequirement>(
@@ -711,6 +850,6 @@ pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
     }
 }
 
-pub use portal_types::allocations::AllocationSummary;
+pub use portal_types::allocations::{AllocationSummary, PortAddress, Tags};
 
 pub use lifecycle::{AllocationDetail, Certificate, GpuUtilisation, Phase, Transition};

@@ -6,8 +6,10 @@ use axum::extract::FromRequestParts;
 use control_plane::ControlPlane;
 use control_plane::api_tokens::{TokenCaller, TokenScope};
 use control_plane::prelude::*;
+use control_plane::tenancy::{Project, ProjectRequirement, ProjectViewers, TenantMembers};
 use http::header::AUTHORIZATION;
 use http::request::Parts;
+use portal_types::{AllocationId, ProjectId, TenantId};
 
 use super::problem::ApiError;
 use super::{ClientAddr, RequestId};
@@ -19,6 +21,90 @@ impl Caller {
     /// Refuses (403, `forbidden`) unless the token carries `scope`.
     pub fn require(&self, scope: TokenScope, id: &RequestId) -> Result<(), ApiError> {
         self.0.require(scope).map_err(|e| id.refused(e))
+    }
+
+    /// Does `work` as this token: the audit records it writes name the token.
+    pub async fn acting<F: Future>(&self, work: F) -> F::Output {
+        control_plane::audit::via_token(self.0.token, work).await
+    }
+
+    /// Whether the token reaches `project` of `tenant`: its own organization, and its one
+    /// project when it was made for one.
+    fn reaches(&self, tenant: TenantId, project: ProjectId) -> bool {
+        tenant == self.0.tenant && self.0.project.is_none_or(|p| p == project)
+    }
+
+    /// The maker's proof of role `R` in `project` (or in the token's one project when none is
+    /// named), within the token's reach. Outside it, "not found", as for the maker.
+    pub async fn project<R: ProjectRequirement>(
+        &self,
+        cp: &ControlPlane,
+        project: Option<ProjectId>,
+        id: &RequestId,
+    ) -> Result<Project<R>, ApiError> {
+        let project = project.or(self.0.project).ok_or_else(|| {
+            ApiError::invalid(
+                "project",
+                "name the project: this token reaches every project of its organization",
+            )
+        })?;
+        let who = cp
+            .project_access::<R>(&self.0.principal, project)
+            .await
+            .map_err(|e| id.refused(e))?;
+        if self.reaches(who.tenant(), who.id()) {
+            Ok(who)
+        } else {
+            Err(ApiError(AppError::NotFound))
+        }
+    }
+
+    /// The maker's proofs of role `R` in the project that owns `allocation`, within reach.
+    pub async fn allocation<R: ProjectRequirement>(
+        &self,
+        cp: &ControlPlane,
+        allocation: AllocationId,
+        id: &RequestId,
+    ) -> Result<Project<R>, ApiError> {
+        let who = cp
+            .allocation_access::<R>(&self.0.principal, allocation)
+            .await
+            .map_err(|e| id.refused(e))?;
+        if self.reaches(who.tenant(), who.id()) {
+            Ok(who)
+        } else {
+            Err(ApiError(AppError::NotFound))
+        }
+    }
+
+    /// Every project the token reaches and its maker may view.
+    pub async fn projects(
+        &self,
+        cp: &ControlPlane,
+        id: &RequestId,
+    ) -> Result<Vec<Project<ProjectViewers>>, ApiError> {
+        if let Some(p) = self.0.project {
+            return Ok(vec![self.project(cp, Some(p), id).await?]);
+        }
+        let member = cp
+            .tenant_access::<TenantMembers>(&self.0.principal, self.0.tenant)
+            .await
+            .map_err(|e| id.refused(e))?;
+        let mut out = Vec::new();
+        for p in cp.list_projects(&member).await.map_err(|e| id.refused(e))? {
+            match cp
+                .project_access::<ProjectViewers>(&self.0.principal, p.id)
+                .await
+            {
+                Ok(who) => out.push(who),
+                // Listed but not viewable (a member of the organization, not the project).
+                Err(
+                    control_plane::Error::NotFound { .. } | control_plane::Error::Forbidden { .. },
+                ) => {}
+                Err(e) => return Err(id.refused(e)),
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -4,9 +4,11 @@
 //! read and bound the request, call the control plane, return its read model.
 
 pub mod auth;
+pub mod instances;
 pub mod offers;
 pub mod problem;
 pub mod ssh_keys;
+pub mod watches;
 
 use app::error::AppError;
 use axum::Json;
@@ -27,11 +29,21 @@ use problem::{ApiError, Problem};
         description = "Launch and manage GPU slices and bare-metal nodes. Errors are RFC 9457 problem documents with a stable `code`."
     ),
     servers((url = "/api/v1")),
-    paths(offers::list, ssh_keys::list, ssh_keys::add, ssh_keys::delete),
+    paths(
+        offers::list,
+        instances::launch,
+        instances::list,
+        instances::get,
+        instances::release,
+        ssh_keys::list,
+        ssh_keys::add,
+        ssh_keys::delete
+    ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
     tags(
         (name = "catalog", description = "What is for sale, where, and what could launch now."),
+        (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
         (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
     )
 )]
@@ -63,6 +75,11 @@ impl utoipa::Modify for BearerAuth {
 pub fn routes() -> Router<ControlPlane> {
     Router::new()
         .route("/offers", get(offers::list))
+        .route("/instances", get(instances::list).post(instances::launch))
+        .route(
+            "/instances/{id}",
+            get(instances::get).delete(instances::release),
+        )
         .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
         .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
         .route("/openapi.json", get(openapi))
@@ -73,8 +90,45 @@ pub fn routes() -> Router<ControlPlane> {
 /// Request bodies larger than this are refused (413) before they are read.
 pub const MAX_BODY: usize = 32 * 1024;
 
-async fn openapi() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+async fn openapi() -> Json<serde_json::Value> {
+    Json(document())
+}
+
+/// The OpenAPI document as served. utoipa 5.5 writes a response link's fields in snake case
+/// (`operation_id`); OpenAPI spells them in camel case (`operationId`), and tools that follow
+/// links (schemathesis' stateful phase, generators) read only that.
+pub fn document() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let operations = doc
+        .get_mut("paths")
+        .and_then(|p| p.as_object_mut())
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(|item| item.as_object_mut())
+        .flat_map(|item| item.values_mut());
+    for operation in operations {
+        let responses = operation
+            .get_mut("responses")
+            .and_then(|r| r.as_object_mut())
+            .into_iter();
+        for response in responses.flat_map(|r| r.values_mut()) {
+            let Some(links) = response.get_mut("links").and_then(|l| l.as_object_mut()) else {
+                continue;
+            };
+            for link in links.values_mut().filter_map(|l| l.as_object_mut()) {
+                for (snake, camel) in [
+                    ("operation_id", "operationId"),
+                    ("operation_ref", "operationRef"),
+                    ("request_body", "requestBody"),
+                ] {
+                    if let Some(v) = link.remove(snake) {
+                        link.insert(camel.to_owned(), v);
+                    }
+                }
+            }
+        }
+    }
+    doc
 }
 
 /// The request's id (the server's request-id layer sets it on every request), so that a fault

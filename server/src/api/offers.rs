@@ -19,8 +19,10 @@ use super::{ClientAddr, RequestId};
 #[into_params(parameter_in = Query)]
 pub struct OfferQuery {
     /// Only this region, e.g. `eu-west-1`.
+    #[param(pattern = r"^[A-Za-z0-9 ._-]{0,64}$", max_length = 64)]
     pub region: Option<String>,
     /// Only this GPU model, as the offers name it, e.g. `NVIDIA H100 80GB HBM3`.
+    #[param(pattern = r"^[A-Za-z0-9 ._-]{0,64}$", max_length = 64)]
     pub gpu_model: Option<String>,
 }
 

@@ -83,6 +83,22 @@ impl ApiError {
     }
 }
 
+/// A JSON body that could not be read: its sentence says where and why.
+pub fn bad_body(e: axum::extract::rejection::JsonRejection) -> ApiError {
+    ApiError(AppError::BadRequest(e.body_text()))
+}
+
+/// A control-plane refusal of field `from` (its name on the portal's form), as this API's
+/// body calls that input.
+pub fn renamed(e: control_plane::Error, from: &str, to: &'static str) -> control_plane::Error {
+    match e {
+        control_plane::Error::Invalid { field, reason } if field == from => {
+            control_plane::Error::Invalid { field: to, reason }
+        }
+        e => e,
+    }
+}
+
 /// The short, fixed summary of each code.
 fn title(code: &str) -> &'static str {
     match code {

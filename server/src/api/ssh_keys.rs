@@ -15,7 +15,7 @@ use utoipa::ToSchema;
 
 use super::RequestId;
 use super::auth::{Caller, TokenRefusals};
-use super::problem::{ApiError, Problem};
+use super::problem::{ApiError, Problem, bad_body, renamed};
 use app::error::AppError;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -32,10 +32,6 @@ pub struct NewSshKey {
     /// One OpenSSH public key line (`ssh-ed25519 …`, `ecdsa-sha2-…`, or RSA of 3072 bits or
     /// more).
     pub public_key: String,
-}
-
-fn bad_body(e: JsonRejection) -> ApiError {
-    ApiError(AppError::BadRequest(e.body_text()))
 }
 
 /// The maker's keys, oldest first.
@@ -77,6 +73,8 @@ pub async fn list(
     request_body = NewSshKey,
     responses(
         (status = 201, description = "Saved.", body = SshKey,
+         links(("DeleteSshKey" = (operation_id = "delete_ssh_key", parameters(("id" = "$response.body#/id")),
+             description = "Delete it again."))),
          example = json!({"id": "4f7c2a9e-0b7d-4c53-9a43-1f1f6d2e8a10", "name": "laptop", "kind": "ssh-ed25519",
              "fingerprint": "SHA256:Zq2mP1lq3G9kRkqAq7sYv3v7pZk8b1m6xU3cJp8Yx1Q", "comment": "bob@laptop",
              "created_at": "2026-11-24T09:12:03Z", "last_used_at": null})),
@@ -96,21 +94,11 @@ pub async fn add(
 ) -> Result<(StatusCode, Json<SshKey>), ApiError> {
     caller.require(TokenScope::Launch, &id)?;
     let Json(new) = body.map_err(bad_body)?;
-    let key = cp
-        .add_ssh_key(&caller.0.principal, &new.name, &new.public_key, Some(&id.0))
+    let key = caller
+        .acting(cp.add_ssh_key(&caller.0.principal, &new.name, &new.public_key, Some(&id.0)))
         .await
-        .map_err(|e| match e {
-            // The control plane names the launch form's field; this body calls it public_key.
-            control_plane::Error::Invalid {
-                field: "ssh_public_key",
-                reason,
-            } => control_plane::Error::Invalid {
-                field: "public_key",
-                reason,
-            },
-            e => e,
-        })
-        .map_err(|e| id.refused(e))?;
+        // The control plane names the launch form's field; this body calls it public_key.
+        .map_err(|e| id.refused(renamed(e, "ssh_public_key", "public_key")))?;
     Ok((StatusCode::CREATED, Json(key)))
 }
 
@@ -138,7 +126,8 @@ pub async fn delete(
     caller.require(TokenScope::Launch, &id)?;
     // A malformed id is "not found", like an unknown one.
     let Path(key) = key.map_err(|_| ApiError(AppError::NotFound))?;
-    cp.delete_ssh_key(&caller.0.principal, key, Some(&id.0))
+    caller
+        .acting(cp.delete_ssh_key(&caller.0.principal, key, Some(&id.0)))
         .await
         .map_err(|e| id.refused(e))?;
     Ok(StatusCode::NO_CONTENT)

@@ -1,0 +1,853 @@
+//! `gpuctl`: the GPU cloud from a terminal or a script, through the public API (`/api/v1`).
+//!
+//! Every command prints a table for people or, with `--output json`, the API's own JSON for
+//! programs. A refusal prints the problem's explanation and exits with a code scripts can
+//! test ([`exit`]). `main.rs` only parses the arguments, calls [`run`] and exits (or runs
+//! `ssh`), so the tests drive the same [`run`].
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use portal_types::account::SshKey;
+use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label};
+use portal_types::catalog::Offer;
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Exit codes, stable for scripts.
+pub mod exit {
+    pub const OK: i32 = 0;
+    /// The server could not be reached, or answered something unexpected.
+    pub const FAILED: i32 = 1;
+    /// Bad arguments (clap's own code).
+    pub const USAGE: i32 = 2;
+    /// No token, a token that no longer works, or one without the scope.
+    pub const AUTH: i32 = 3;
+    pub const NOT_FOUND: i32 = 4;
+    /// Refused: no capacity, a policy, a quota or budget, a conflicting idempotency key.
+    pub const REFUSED: i32 = 5;
+    /// The request broke a rule; the message names the field.
+    pub const INVALID: i32 = 6;
+    /// Rate-limited or a fault on the server's side: retrying later may work.
+    pub const RETRY: i32 = 7;
+    /// `--wait` gave up before the instance was running.
+    pub const TIMED_OUT: i32 = 8;
+    /// The instance failed (or was released) while `--wait` waited.
+    pub const INSTANCE_FAILED: i32 = 9;
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuctl",
+    version,
+    about = "Launch and manage GPU instances through the API."
+)]
+pub struct Cli {
+    /// The API's address, e.g. `https://gpu.example.com/api/v1` (default: what `login` saved).
+    #[arg(long, env = "GPUCTL_API", global = true)]
+    pub api: Option<String>,
+    /// An API token, `gpk_…` (default: what `login` saved).
+    #[arg(long, env = "GPUCTL_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Where `login` keeps the address and token (default: `$XDG_CONFIG_HOME/gpuctl/config.json`).
+    #[arg(long, env = "GPUCTL_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
+    #[arg(long, short, value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Saves the API address and a token (read from standard input unless `--token` is
+    /// given), readable only by you (0600), after checking that the token works.
+    Login,
+    /// What could launch where now, and its hourly price.
+    Offers {
+        #[arg(long)]
+        region: Option<String>,
+        #[arg(long)]
+        gpu_model: Option<String>,
+    },
+    /// Launches an instance; with `--wait`, follows it to running and prints how to connect.
+    Launch(Box<LaunchArgs>),
+    /// Lists instances, newest first (every page).
+    Ls {
+        #[arg(long)]
+        project: Option<String>,
+        /// A state, or `active` (the default) for every one not released, or `all`.
+        #[arg(long, default_value = "active")]
+        state: String,
+        /// `key` or `key=value`.
+        #[arg(long)]
+        tag: Option<String>,
+    },
+    /// One instance: state, phases, how to connect.
+    Show { id: String },
+    /// Runs `ssh` to the instance (extra arguments after `--` go to ssh).
+    Ssh {
+        id: String,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Releases an instance (idempotent).
+    Release { id: String },
+    /// Your saved SSH public keys.
+    Keys {
+        #[command(subcommand)]
+        action: Option<KeysAction>,
+    },
+    /// Prints shell completions.
+    Completions { shell: clap_complete::Shell },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysAction {
+    /// Saves the public key in FILE (e.g. `~/.ssh/id_ed25519.pub`).
+    Add {
+        #[arg(long)]
+        name: String,
+        file: PathBuf,
+    },
+    /// Deletes a saved key.
+    Rm { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LaunchArgs {
+    #[arg(long)]
+    pub sku: String,
+    /// The image (a marketplace listing's slug), e.g. `ubuntu-24.04-cuda`.
+    #[arg(long)]
+    pub image: String,
+    #[arg(long)]
+    pub name: String,
+    /// The project's id; needed when the token reaches the whole organization.
+    #[arg(long)]
+    pub project: Option<String>,
+    #[arg(long)]
+    pub region: Option<String>,
+    #[arg(long)]
+    pub version: Option<String>,
+    /// A saved key's id (repeatable).
+    #[arg(long = "key-id")]
+    pub key_ids: Vec<String>,
+    /// A public key file to install (repeatable).
+    #[arg(long = "ssh-key")]
+    pub ssh_keys: Vec<PathBuf>,
+    /// `key=value` (repeatable).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    #[arg(long)]
+    pub lifetime_hours: Option<u32>,
+    /// A guest TCP port to publish (repeatable).
+    #[arg(long = "port")]
+    pub ports: Vec<u16>,
+    /// Makes a retry of this command launch once (default: a new random key).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Follow the instance until it runs, then print the SSH command.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+}
+
+/// How a command ended: an exit code, or `ssh` to run in its place.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Done {
+    Exit(i32),
+    Exec(Vec<String>),
+}
+
+/// What `login` keeps.
+#[derive(Debug, Serialize, Deserialize)]
+struct Saved {
+    api: String,
+    token: String,
+}
+
+/// An RFC 9457 problem, as the API answers a refusal.
+#[derive(Debug, Deserialize)]
+struct Problem {
+    #[serde(default)]
+    detail: String,
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    field: Option<String>,
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
+/// Why a command stopped.
+#[derive(Debug)]
+enum Failure {
+    Problem(StatusCode, Problem),
+    Other(i32, String),
+}
+
+impl Failure {
+    fn code(&self) -> i32 {
+        match self {
+            Failure::Problem(status, p) => match p.code.as_str() {
+                "unauthenticated" | "forbidden" => exit::AUTH,
+                "not_found" => exit::NOT_FOUND,
+                "invalid" | "bad_request" => exit::INVALID,
+                "conflict" | "sku_unavailable" | "policy_denied" | "quota_exceeded"
+                | "budget_exceeded" => exit::REFUSED,
+                _ if status.as_u16() == 429 || status.is_server_error() => exit::RETRY,
+                _ => exit::FAILED,
+            },
+            Failure::Other(code, _) => *code,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Failure::Problem(status, p) => {
+                let mut m = format!("error: {} ({})", p.detail, p.code);
+                if let Some(f) = &p.field {
+                    m.push_str(&format!(" [field: {f}]"));
+                }
+                if let Some(r) = &p.request_id {
+                    m.push_str(&format!(" [request id: {r}]"));
+                }
+                if p.code.is_empty() {
+                    m = format!("error: the server answered {status}");
+                }
+                m
+            }
+            Failure::Other(_, m) => format!("error: {m}"),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+fn other(code: i32, m: impl Into<String>) -> Failure {
+    Failure::Other(code, m.into())
+}
+
+/// The API, with a token.
+struct Api {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Value)> {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .timeout(Duration::from_secs(90));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let res = req
+            .send()
+            .await
+            .map_err(|e| other(exit::FAILED, format!("{}: {e}", self.base)))?;
+        let status = res.status();
+        let headers = res.headers().clone();
+        let text = res
+            .text()
+            .await
+            .map_err(|e| other(exit::FAILED, e.to_string()))?;
+        if status.is_client_error() || status.is_server_error() {
+            let problem = serde_json::from_str(&text).unwrap_or(Problem {
+                detail: String::new(),
+                code: String::new(),
+                field: None,
+                request_id: None,
+            });
+            return Err(Failure::Problem(status, problem));
+        }
+        let value = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|e| {
+                other(
+                    exit::FAILED,
+                    format!("the server's answer is not JSON ({e})"),
+                )
+            })?
+        };
+        Ok((status, headers, value))
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        Ok(self.call(Method::GET, path, None, &[]).await?.2)
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
+    serde_json::from_value(v).map_err(|e| {
+        other(
+            exit::FAILED,
+            format!("unexpected answer from the server ({e})"),
+        )
+    })
+}
+
+/// `$XDG_CONFIG_HOME/gpuctl/config.json`, or `~/.config/gpuctl/config.json`.
+fn default_config() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("gpuctl").join("config.json"))
+}
+
+fn read_saved(path: &Path) -> Option<Saved> {
+    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+}
+
+/// Writes the config readable by its owner only, from the moment it exists.
+fn write_saved(path: &Path, saved: &Saved) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(serde_json::to_string_pretty(saved)?.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Runs one command, printing to `out` (results) and `err` (progress and errors).
+pub async fn run(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Done {
+    match execute(cli, out, err).await {
+        Ok(done) => done,
+        Err(f) => {
+            let _ = writeln!(err, "{}", f.message());
+            Done::Exit(f.code())
+        }
+    }
+}
+
+async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<Done> {
+    if let Command::Completions { shell } = cli.command {
+        let mut cmd = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(shell, &mut cmd, "gpuctl", out);
+        return Ok(Done::Exit(exit::OK));
+    }
+    let config = cli.config.clone().or_else(default_config);
+    let saved = config.as_deref().and_then(read_saved);
+    let base = cli
+        .api
+        .clone()
+        .or_else(|| saved.as_ref().map(|s| s.api.clone()))
+        .ok_or_else(|| {
+            other(
+                exit::USAGE,
+                "no API address: run `gpuctl login --api https://…/api/v1` or set GPUCTL_API",
+            )
+        })?
+        .trim_end_matches('/')
+        .to_owned();
+    let mut token = cli
+        .token
+        .clone()
+        .or_else(|| saved.as_ref().map(|s| s.token.clone()));
+    if matches!(cli.command, Command::Login) && cli.token.is_none() {
+        let mut line = String::new();
+        let _ = writeln!(
+            err,
+            "Paste an API token (Account → API tokens in the portal):"
+        );
+        std::io::stdin()
+            .read_line(&mut line)
+            .map_err(|e| other(exit::FAILED, e.to_string()))?;
+        token = Some(line.trim().to_owned());
+    }
+    let api = Api {
+        base,
+        token,
+        http: reqwest::Client::new(),
+    };
+    let json_out = cli.output == Output::Json;
+    let print_json = |out: &mut dyn Write, v: &Value| {
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(v).unwrap_or_default()
+        );
+    };
+    match cli.command {
+        Command::Completions { .. } => unreachable!("answered above"),
+        Command::Login => {
+            let token = api
+                .token
+                .clone()
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| other(exit::USAGE, "no token given"))?;
+            // Any answer but 401 means the token works (a token without `read` gets 403).
+            match api.get("/instances?limit=1").await {
+                Ok(_) => {}
+                Err(Failure::Problem(s, _)) if s == StatusCode::FORBIDDEN => {}
+                Err(e) => return Err(e),
+            }
+            let path =
+                config.ok_or_else(|| other(exit::FAILED, "no home directory for the config"))?;
+            write_saved(
+                &path,
+                &Saved {
+                    api: api.base.clone(),
+                    token,
+                },
+            )
+            .map_err(|e| other(exit::FAILED, format!("{}: {e}", path.display())))?;
+            let _ = writeln!(err, "Saved to {} (readable only by you).", path.display());
+        }
+        Command::Offers { region, gpu_model } => {
+            let mut q = Vec::new();
+            if let Some(r) = region {
+                q.push(format!("region={}", encode(&r)));
+            }
+            if let Some(m) = gpu_model {
+                q.push(format!("gpu_model={}", encode(&m)));
+            }
+            let v = api.get(&format!("/offers?{}", q.join("&"))).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let offers: Vec<Offer> = parse(v["offers"].clone())?;
+                let rows = offers
+                    .iter()
+                    .map(|o| {
+                        vec![
+                            o.sku.clone(),
+                            o.region.clone(),
+                            o.gpu_model.clone(),
+                            o.gpu_count.to_string(),
+                            o.vcpus.to_string(),
+                            format!("{} GiB", o.memory_gib),
+                            format!("{}/h", o.price_per_hour),
+                            o.launchable.to_string(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &[
+                        "SKU",
+                        "REGION",
+                        "GPU",
+                        "GPUS",
+                        "VCPUS",
+                        "MEMORY",
+                        "PRICE",
+                        "LAUNCHABLE",
+                    ],
+                    rows,
+                );
+            }
+        }
+        Command::Launch(a) => return launch(&api, *a, json_out, out, err).await,
+        Command::Ls {
+            project,
+            state,
+            tag,
+        } => {
+            let mut all: Vec<Value> = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut q = vec![format!("state={}", encode(&state)), "limit=200".to_owned()];
+                if let Some(p) = &project {
+                    q.push(format!("project={}", encode(p)));
+                }
+                if let Some(t) = &tag {
+                    q.push(format!("tag={}", encode(t)));
+                }
+                if let Some(c) = &cursor {
+                    q.push(format!("cursor={}", encode(c)));
+                }
+                let v = api.get(&format!("/instances?{}", q.join("&"))).await?;
+                all.extend(v["instances"].as_array().cloned().unwrap_or_default());
+                cursor = v["next_cursor"].as_str().map(str::to_owned);
+                if cursor.is_none() {
+                    break;
+                }
+            }
+            if json_out {
+                print_json(out, &Value::Array(all));
+            } else {
+                let list: Vec<AllocationSummary> = parse(Value::Array(all))?;
+                let rows = list
+                    .into_iter()
+                    .map(|a| {
+                        vec![
+                            a.id.to_string(),
+                            a.name,
+                            a.projected,
+                            a.sku,
+                            a.region,
+                            tags_label(&a.tags),
+                            a.ssh.unwrap_or_default(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &["ID", "NAME", "STATE", "SKU", "REGION", "TAGS", "CONNECT"],
+                    rows,
+                );
+            }
+        }
+        Command::Show { id } => {
+            let v = api.get(&format!("/instances/{}", encode(&id))).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                show(out, &parse(v)?);
+            }
+        }
+        Command::Ssh { id, args } => {
+            let d: AllocationDetail =
+                parse(api.get(&format!("/instances/{}", encode(&id))).await?)?;
+            let ssh = d.ssh.ok_or_else(|| {
+                other(
+                    exit::REFUSED,
+                    format!(
+                        "{} is {}, not running: nothing to connect to yet",
+                        d.name, d.projected
+                    ),
+                )
+            })?;
+            let mut argv: Vec<String> = ssh.split_whitespace().map(str::to_owned).collect();
+            argv.extend(args);
+            return Ok(Done::Exec(argv));
+        }
+        Command::Release { id } => {
+            let (_, _, v) = api
+                .call(
+                    Method::DELETE,
+                    &format!("/instances/{}", encode(&id)),
+                    None,
+                    &[],
+                )
+                .await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let d: AllocationDetail = parse(v)?;
+                let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
+            }
+        }
+        Command::Keys { action } => match action {
+            None => {
+                let v = api.get("/ssh-keys").await?;
+                if json_out {
+                    print_json(out, &v);
+                } else {
+                    let keys: Vec<SshKey> = parse(v["ssh_keys"].clone())?;
+                    let rows = keys
+                        .into_iter()
+                        .map(|k| vec![k.id.to_string(), k.name, k.kind, k.fingerprint])
+                        .collect();
+                    table(out, &["ID", "NAME", "KIND", "FINGERPRINT"], rows);
+                }
+            }
+            Some(KeysAction::Add { name, file }) => {
+                let public_key = read_key(&file)?;
+                let (_, _, v) = api
+                    .call(
+                        Method::POST,
+                        "/ssh-keys",
+                        Some(&json!({"name": name, "public_key": public_key})),
+                        &[],
+                    )
+                    .await?;
+                if json_out {
+                    print_json(out, &v);
+                } else {
+                    let k: SshKey = parse(v)?;
+                    let _ = writeln!(out, "{} {} {}", k.id, k.name, k.fingerprint);
+                }
+            }
+            Some(KeysAction::Rm { id }) => {
+                api.call(
+                    Method::DELETE,
+                    &format!("/ssh-keys/{}", encode(&id)),
+                    None,
+                    &[],
+                )
+                .await?;
+            }
+        },
+    }
+    Ok(Done::Exit(exit::OK))
+}
+
+/// A public key file's one line, bounded.
+fn read_key(file: &Path) -> Result<String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| other(exit::INVALID, format!("{}: {e}", file.display())))?;
+    if text.len() > 16 * 1024 {
+        return Err(other(
+            exit::INVALID,
+            format!("{}: too long for a public key", file.display()),
+        ));
+    }
+    Ok(text.trim().to_owned())
+}
+
+async fn launch(
+    api: &Api,
+    a: LaunchArgs,
+    json_out: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Done> {
+    let mut tags = serde_json::Map::new();
+    for t in &a.tags {
+        let (k, v) = t.split_once('=').unwrap_or((t.as_str(), ""));
+        tags.insert(k.to_owned(), Value::String(v.to_owned()));
+    }
+    let keys = a
+        .ssh_keys
+        .iter()
+        .map(|f| read_key(f))
+        .collect::<Result<Vec<_>>>()?;
+    let body = json!({
+        "project": a.project, "sku": a.sku, "image": a.image, "name": a.name,
+        "region": a.region, "version": a.version, "ssh_key_ids": a.key_ids,
+        "ssh_public_keys": keys, "tags": tags, "lifetime_hours": a.lifetime_hours,
+        "published_ports": a.ports,
+    });
+    let key = a
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let (_, headers, launched) = api
+        .call(
+            Method::POST,
+            "/instances",
+            Some(&body),
+            &[("idempotency-key", &key)],
+        )
+        .await?;
+    let id = launched["id"].as_str().unwrap_or_default().to_owned();
+    let replayed = headers.contains_key("idempotent-replayed");
+    if !a.wait {
+        if json_out {
+            let _ = writeln!(out, "{launched}");
+        } else {
+            let _ = writeln!(
+                out,
+                "{id} {}{}",
+                a.name,
+                if replayed {
+                    " (launched before, same key)"
+                } else {
+                    ""
+                }
+            );
+        }
+        return Ok(Done::Exit(exit::OK));
+    }
+    let _ = writeln!(err, "Launched {} ({id}); waiting for it to run…", a.name);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(a.timeout);
+    let path = format!("/instances/{id}");
+    let (mut etag, mut seen_phases, mut last_state) = (String::new(), 0usize, String::new());
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Err(other(
+                exit::TIMED_OUT,
+                format!(
+                    "{} is still {last_state} after {} s; `gpuctl show {id}` follows it",
+                    a.name, a.timeout
+                ),
+            ));
+        }
+        let wait = left.as_secs().clamp(1, 30);
+        let (status, headers, v) = if etag.is_empty() {
+            api.call(Method::GET, &path, None, &[]).await?
+        } else {
+            api.call(
+                Method::GET,
+                &format!("{path}?wait={wait}"),
+                None,
+                &[("if-none-match", &etag)],
+            )
+            .await?
+        };
+        if status == StatusCode::NOT_MODIFIED {
+            continue;
+        }
+        etag = headers
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let d: AllocationDetail = parse(v.clone())?;
+        for p in d.phases.iter().skip(seen_phases) {
+            let _ = writeln!(
+                err,
+                "  {} {}: {} ({} ms)",
+                p.task, p.phase, p.status, p.elapsed_ms
+            );
+        }
+        seen_phases = d.phases.len();
+        if d.projected != last_state {
+            let _ = writeln!(err, "  state: {}", d.projected);
+            last_state = d.projected.clone();
+        }
+        match d.projected.as_str() {
+            "running" if d.ssh.is_some() => {
+                if json_out {
+                    let _ = writeln!(out, "{v}");
+                } else {
+                    let _ = writeln!(out, "{}", d.ssh.unwrap_or_default());
+                }
+                return Ok(Done::Exit(exit::OK));
+            }
+            "failed" | "failing" | "released" | "releasing" => {
+                return Err(other(
+                    exit::INSTANCE_FAILED,
+                    format!(
+                        "{} did not start: {}",
+                        d.name,
+                        d.failure.unwrap_or_else(|| d.projected.clone())
+                    ),
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+fn show(out: &mut dyn Write, d: &AllocationDetail) {
+    let mut lines = vec![
+        ("id", d.id.to_string()),
+        ("name", d.name.clone()),
+        ("state", d.projected.clone()),
+        ("sku", format!("{} ({} GPUs)", d.sku, d.gpu_count)),
+        ("image", d.image.clone()),
+        ("where", format!("{} / {}", d.region, d.node)),
+        ("price", d.price_label()),
+        ("tags", tags_label(&d.tags)),
+        ("connect", d.ssh.clone().unwrap_or_else(|| "-".into())),
+    ];
+    for p in &d.published {
+        lines.push(("port", format!("{} at {}", p.guest_port, p.address)));
+    }
+    if let Some(f) = &d.failure {
+        lines.push(("failure", f.clone()));
+    }
+    for p in &d.phases {
+        lines.push((
+            "phase",
+            format!("{} {}: {} ({} ms)", p.task, p.phase, p.status, p.elapsed_ms),
+        ));
+    }
+    for (k, v) in lines {
+        let _ = writeln!(out, "{k:<8} {v}");
+    }
+}
+
+/// Columns padded to their widest cell.
+fn table(out: &mut dyn Write, header: &[&str], rows: Vec<Vec<String>>) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    let _ = writeln!(out, "{}", line(header.to_vec()));
+    for r in &rows {
+        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+    }
+}
+
+/// Percent-encodes a query or path value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problems_map_to_exit_codes_scripts_can_test() {
+        let p = |status: u16, code: &str| {
+            Failure::Problem(
+                StatusCode::from_u16(status).unwrap(),
+                Problem {
+                    detail: "d".into(),
+                    code: code.into(),
+                    field: None,
+                    request_id: None,
+                },
+            )
+            .code()
+        };
+        assert_eq!(p(401, "unauthenticated"), exit::AUTH);
+        assert_eq!(p(403, "forbidden"), exit::AUTH);
+        assert_eq!(p(403, "quota_exceeded"), exit::REFUSED);
+        assert_eq!(p(409, "sku_unavailable"), exit::REFUSED);
+        assert_eq!(p(400, "invalid"), exit::INVALID);
+        assert_eq!(p(404, "not_found"), exit::NOT_FOUND);
+        assert_eq!(p(429, "rate_limited"), exit::RETRY);
+        assert_eq!(p(500, "internal"), exit::RETRY);
+    }
+
+    #[test]
+    fn values_are_encoded_for_urls() {
+        assert_eq!(encode("team=vision"), "team%3Dvision");
+        assert_eq!(encode("a b/c"), "a%20b%2Fc");
+        assert_eq!(encode("eu-west-1"), "eu-west-1");
+    }
+}

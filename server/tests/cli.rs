@@ -1,0 +1,308 @@
+//! `gpuctl` against a real server on a loopback port, on a copy of the demo database with one
+//! approved node whose agent the test answers for: login keeps the token private, a launch
+//! with `--wait` follows the phases to the SSH command, and every refusal exits with the code
+//! scripts test.
+
+use control_plane::prelude::*;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::demo::{ACME, ACME_RESEARCH};
+use gpuctl::{Cli, Done, exit};
+use serde_json::Value;
+use server::{app_state, router};
+use test_db::fixtures::{answer, approved, node, operator, principal, provisioned};
+
+mod support;
+
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+
+struct World {
+    _db: test_db::TestDb,
+    cp: control_plane::ControlPlane,
+    agent: control_plane::agent_api::NodeAgent,
+    api: String,
+    dir: std::path::PathBuf,
+}
+
+impl World {
+    /// `gpuctl ARGS` with this world's API and config file: how it ended, stdout, stderr.
+    async fn gpuctl(&self, args: &[&str]) -> (Done, String, String) {
+        let config = self.dir.join("config.json");
+        let mut argv = vec![
+            "gpuctl",
+            "--api",
+            &self.api,
+            "--config",
+            config.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(args);
+        let cli = <Cli as clap::Parser>::try_parse_from(&argv).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let done = gpuctl::run(cli, &mut out, &mut err).await;
+        (
+            done,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+}
+
+/// A served portal on the demo database with one approved HGX node, and a scratch directory.
+async fn world() -> World {
+    let db = test_db::demo().await;
+    let state = app_state(&support::config(&db.url(), &[])).unwrap();
+    let cp = state.cp.clone();
+    let ops = operator(&cp, "ops@platform.example").await;
+    let (_, agent, _) = approved(
+        &cp,
+        &ops,
+        node(
+            "gpu-cli-1",
+            "eu-west-1",
+            "hgx-h100-8x",
+            &["gpu_slice", "baremetal"],
+        ),
+        "hgx-h100-8x",
+        "nvme-format-crypto",
+    )
+    .await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = std::env::temp_dir().join(format!("gpuctl-test-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    World {
+        _db: db,
+        cp,
+        agent,
+        api: format!("http://{addr}/api/v1"),
+        dir,
+    }
+}
+
+async fn token(cp: &control_plane::ControlPlane, scopes: &[TokenScope]) -> String {
+    let alice = principal(cp, "alice@acme.example").await;
+    cp.create_api_token(
+        &alice,
+        ACME,
+        &NewToken {
+            name: "cli".into(),
+            project: None,
+            scopes: scopes.to_vec(),
+            days: 1,
+        },
+        None,
+    )
+    .await
+    .unwrap()
+    .secret
+}
+
+#[tokio::test]
+async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
+    let w = world().await;
+    let secret = token(&w.cp, &[TokenScope::Read, TokenScope::Launch]).await;
+
+    // Login checks the token, then keeps it readable by its owner only.
+    let (done, _, err) = w.gpuctl(&["--token", "gpk_wrong", "login"]).await;
+    assert_eq!(done, Done::Exit(exit::AUTH), "{err}");
+    assert!(err.contains("(unauthenticated)"), "{err}");
+    assert!(!w.dir.join("config.json").exists());
+    let (done, _, err) = w.gpuctl(&["--token", &secret, "login"]).await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    let config = w.dir.join("config.json");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&config).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(saved["token"], secret.as_str());
+
+    // From here on the saved token is used.
+    let (done, out, _) = w.gpuctl(&["offers", "--region", "eu-west-1"]).await;
+    assert_eq!(done, Done::Exit(exit::OK));
+    let h100 = out
+        .lines()
+        .find(|l| l.starts_with("h100.1x "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        h100.contains("eu-west-1") && h100.trim_end().ends_with(" 8"),
+        "{h100}"
+    );
+    let (_, out, _) = w.gpuctl(&["-o", "json", "offers"]).await;
+    let offers: Value = serde_json::from_str(&out).unwrap();
+    assert!(offers["offers"].as_array().unwrap().len() > 1);
+
+    let key_file = w.dir.join("id_ed25519.pub");
+    std::fs::write(&key_file, format!("{KEY}\n")).unwrap();
+    let (done, _, err) = w
+        .gpuctl(&[
+            "keys",
+            "add",
+            "--name",
+            "laptop",
+            key_file.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    let (_, out, _) = w.gpuctl(&["keys"]).await;
+    assert!(out.lines().any(|l| l.contains(" laptop ")), "{out}");
+
+    // Launch and wait: the node's agent answers the provision a moment later.
+    let agent = {
+        let (cp, agent) = (w.cp.clone(), w.agent.clone());
+        tokio::spawn(async move {
+            for _ in 0..300 {
+                cp.dispatch_outbox(10).await.unwrap();
+                let queued: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM agent_tasks WHERE state = 'queued' AND kind = 'slice.vm_provision'",
+                )
+                .fetch_one(cp.pool())
+                .await
+                .unwrap();
+                if queued > 0 {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    answer(
+                        &cp,
+                        &agent,
+                        &["validate_plan", "write_image", "start_vm"],
+                        provisioned,
+                    )
+                    .await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            panic!("no provision was queued in 30 s");
+        })
+    };
+    let project = ACME_RESEARCH.to_string();
+    let (done, out, err) = w
+        .gpuctl(&[
+            "launch",
+            "--project",
+            &project,
+            "--sku",
+            "h100.1x",
+            "--image",
+            "ubuntu-24.04-cuda",
+            "--name",
+            "cli-1",
+            "--key-id",
+            &key_id(&w).await,
+            "--tag",
+            "team=vision",
+            "--wait",
+            "--timeout",
+            "60",
+        ])
+        .await;
+    agent.await.unwrap();
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    let ssh = out.trim();
+    assert!(
+        ssh.starts_with("ssh -p 22") && ssh.ends_with("@gpu-cli-1"),
+        "{out}"
+    );
+    for line in [
+        "Launched cli-1",
+        "slice.vm_provision write_image: succeeded",
+        "state: running",
+    ] {
+        assert!(err.contains(line), "{line:?} not in:\n{err}");
+    }
+
+    let (_, out, _) = w.gpuctl(&["ls", "--tag", "team=vision"]).await;
+    let row = out
+        .lines()
+        .find(|l| l.contains(" cli-1 "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains(" running ") && row.contains(ssh), "{row}");
+    let id = row.split_whitespace().next().unwrap().to_owned();
+    let (_, out, _) = w.gpuctl(&["-o", "json", "show", &id]).await;
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["tags"]["team"], "vision");
+
+    // `ssh` becomes the SSH command, with the extra arguments.
+    let (done, _, _) = w.gpuctl(&["ssh", &id, "--", "-v", "nvidia-smi"]).await;
+    let mut expected: Vec<String> = ssh.split_whitespace().map(str::to_owned).collect();
+    expected.extend(["-v".to_owned(), "nvidia-smi".to_owned()]);
+    assert_eq!(done, Done::Exec(expected));
+
+    // Refusals: the problem's sentence on stderr and a code a script can test.
+    let (done, _, err) = w
+        .gpuctl(&[
+            "launch",
+            "--project",
+            &project,
+            "--sku",
+            "h100.1x",
+            "--image",
+            "ubuntu-24.04-cuda",
+            "--name",
+            "Bad_Name",
+            "--ssh-key",
+            key_file.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::INVALID));
+    assert!(
+        err.starts_with("error: Invalid name:") && err.contains("[field: name]"),
+        "{err}"
+    );
+    let (done, _, err) = w
+        .gpuctl(&[
+            "launch",
+            "--project",
+            &project,
+            "--sku",
+            "h100.8x",
+            "--image",
+            "ubuntu-24.04-cuda",
+            "--name",
+            "too-big",
+            "--ssh-key",
+            key_file.to_str().unwrap(),
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::REFUSED), "{err}");
+    assert!(err.contains("(sku_unavailable)"), "{err}");
+    let (done, _, _) = w
+        .gpuctl(&["show", "0a0e0000-0000-4000-8fff-000000000009"])
+        .await;
+    assert_eq!(done, Done::Exit(exit::NOT_FOUND));
+
+    let (done, out, _) = w.gpuctl(&["release", &id]).await;
+    assert_eq!(done, Done::Exit(exit::OK));
+    assert!(out.contains("cli-1 (releasing)"), "{out}");
+    let (done, _, _) = w.gpuctl(&["release", &id]).await;
+    assert_eq!(done, Done::Exit(exit::OK), "releasing again is fine");
+
+    let (done, out, _) = w.gpuctl(&["completions", "bash"]).await;
+    assert_eq!(done, Done::Exit(exit::OK));
+    assert!(
+        out.contains("gpuctl") && out.contains("launch"),
+        "{}",
+        &out[..200.min(out.len())]
+    );
+    let _ = std::fs::remove_dir_all(&w.dir);
+}
+
+/// The id of alice's saved key `laptop`, as `gpuctl keys -o json` lists it.
+async fn key_id(w: &World) -> String {
+    let (_, out, _) = w.gpuctl(&["-o", "json", "keys"]).await;
+    let keys: Value = serde_json::from_str(&out).unwrap();
+    keys["ssh_keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "laptop")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
