@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use portal_types::account::SshKey;
 use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label};
+use portal_types::billing::Overview;
 use portal_types::catalog::Offer;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,8 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<KeysAction>,
     },
+    /// This month's spend, forecast and budgets (a token with the billing scope).
+    Usage,
     /// Prints shell completions.
     Completions { shell: clap_complete::Shell },
 }
@@ -565,6 +568,46 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
             } else {
                 let d: AllocationDetail = parse(v)?;
                 let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
+            }
+        }
+        Command::Usage => {
+            let v = api.get("/usage").await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let o: Overview = parse(v)?;
+                let _ = writeln!(out, "month         {}", o.month);
+                let _ = writeln!(out, "to date       {}", o.month_to_date);
+                let _ = writeln!(out, "forecast      {}", o.forecast);
+                let _ = writeln!(out, "running       {}/h", o.running_per_hour);
+                let _ = writeln!(out, "credit        {}", o.credit_balance);
+                for b in &o.budgets {
+                    let _ = writeln!(
+                        out,
+                        "budget        {}: {} of {} ({}%, {})",
+                        b.scope, b.spent, b.limit, b.percent, b.alert
+                    );
+                }
+                let mut by: std::collections::BTreeMap<(String, String), i64> = Default::default();
+                for p in &o.daily {
+                    *by.entry((p.project.clone(), p.sku.clone())).or_default() += p.amount_minor;
+                }
+                let rows = by
+                    .into_iter()
+                    .map(|((project, sku), minor)| {
+                        vec![
+                            project,
+                            sku,
+                            portal_types::Money {
+                                amount_minor: minor,
+                                currency: o.currency.as_str().into(),
+                            }
+                            .to_string(),
+                        ]
+                    })
+                    .collect();
+                let _ = writeln!(out);
+                table(out, &["PROJECT", "SKU", "THIS MONTH"], rows);
             }
         }
         Command::Keys { action } => match action {

@@ -9,6 +9,7 @@ use crate::{InvoiceId, Money};
 
 /// A budget and how much of it this month has used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetStatus {
     /// "organization" or the project's slug.
     pub scope: String,
@@ -21,6 +22,7 @@ pub struct BudgetStatus {
 
 /// Rated spend of one project on one SKU on one day.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpendPoint {
     /// `2026-11-03`.
     pub day: String,
@@ -31,6 +33,7 @@ pub struct SpendPoint {
 
 /// A tenant's month so far.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Overview {
     /// `2026-11`.
     pub month: String,
@@ -47,6 +50,7 @@ pub struct Overview {
 
 /// One invoice in a list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InvoiceSummary {
     pub id: InvoiceId,
     /// The organization's slug.

@@ -8,6 +8,7 @@ use crate::{ProjectId, ProjectRole, UserId};
 
 /// A project as a list shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProjectSummary {
     pub id: ProjectId,
     pub slug: String,

@@ -8,6 +8,7 @@ macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name { $($variant),+ }
 
         impl $name {

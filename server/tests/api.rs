@@ -801,3 +801,57 @@ async fn a_token_reaches_its_own_organization_and_project_and_scopes_only() {
     let (status, _, _) = send(&app, "DELETE", &path, Some(&read_only), None).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
+
+#[tokio::test]
+async fn projects_usage_and_invoices_with_the_pages_access_rules() {
+    let (_db, cp, app) = portal().await;
+    let (read, _) = token(&cp, &[TokenScope::Read]).await;
+    let (_, _, body) = send(&app, "GET", "/api/v1/projects", Some(&read), None).await;
+    let slugs: Vec<&str> = body["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["slug"].as_str().unwrap())
+        .collect();
+    assert_eq!(slugs, ["inference", "research"], "{body}");
+    // A project's token sees that project only.
+    let (research, _) = token_of(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        Some(ACME_RESEARCH),
+        &[TokenScope::Read, TokenScope::Billing],
+    )
+    .await;
+    let (_, _, body) = send(&app, "GET", "/api/v1/projects", Some(&research), None).await;
+    assert_eq!(body["projects"].as_array().unwrap().len(), 1, "{body}");
+    assert_eq!(body["projects"][0]["slug"], "research");
+
+    // Billing: the billing scope, a token for the whole organization, and a maker who sees it.
+    let (billing, _) = token(&cp, &[TokenScope::Billing]).await;
+    let (status, _, usage) = send(&app, "GET", "/api/v1/usage", Some(&billing), None).await;
+    assert_eq!(status, StatusCode::OK, "{usage}");
+    assert_eq!(usage["currency"], "USD");
+    assert!(usage["month_to_date"]["amount_minor"].is_i64());
+    let (status, _, invoices) = send(&app, "GET", "/api/v1/invoices", Some(&billing), None).await;
+    assert_eq!(status, StatusCode::OK, "{invoices}");
+    let alice = principal(&cp, "alice@acme.example").await;
+    let finance = test_db::fixtures::in_tenant::<control_plane::billing::reports::TenantFinance>(
+        &cp, &alice, ACME,
+    )
+    .await;
+    assert_eq!(
+        invoices["invoices"].as_array().unwrap().len(),
+        cp.tenant_invoices(&finance).await.unwrap().len()
+    );
+    for (token, path, status) in [
+        (&read, "/api/v1/usage", StatusCode::FORBIDDEN),
+        (&read, "/api/v1/invoices", StatusCode::FORBIDDEN),
+        (&research, "/api/v1/invoices", StatusCode::FORBIDDEN),
+        (&billing, "/api/v1/projects", StatusCode::FORBIDDEN),
+    ] {
+        let (got, _, problem) = send(&app, "GET", path, Some(token), None).await;
+        assert_eq!(got, status, "{path}: {problem}");
+        assert_eq!(problem["code"], "forbidden", "{path}: {problem}");
+    }
+}

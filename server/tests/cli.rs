@@ -282,6 +282,17 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     let (done, _, _) = w.gpuctl(&["release", &id]).await;
     assert_eq!(done, Done::Exit(exit::OK), "releasing again is fine");
 
+    // Usage needs the billing scope: refused with this token, answered with one that has it.
+    let (done, _, err) = w.gpuctl(&["usage"]).await;
+    assert_eq!(done, Done::Exit(exit::AUTH), "{err}");
+    let billing = token(&w.cp, &[TokenScope::Billing]).await;
+    let (done, out, err) = w.gpuctl(&["--token", &billing, "usage"]).await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        out.starts_with("month ") && out.contains("PROJECT"),
+        "{out}"
+    );
+
     let (done, out, _) = w.gpuctl(&["completions", "bash"]).await;
     assert_eq!(done, Done::Exit(exit::OK));
     assert!(

@@ -215,7 +215,7 @@ fn api_conformance(launch: &portal::Launch, port: u16) -> Result {
         "--email",
         "alice@acme.example",
         "--scopes",
-        "read,launch",
+        "read,launch,billing",
     ])?;
     // Its log lines share standard output; the secret is the line that is one.
     let token = printed

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod instances;
 pub mod offers;
+pub mod organization;
 pub mod problem;
 pub mod ssh_keys;
 pub mod watches;
@@ -37,13 +38,17 @@ use problem::{ApiError, Problem};
         instances::release,
         ssh_keys::list,
         ssh_keys::add,
-        ssh_keys::delete
+        ssh_keys::delete,
+        organization::projects,
+        organization::usage,
+        organization::invoices
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
     tags(
         (name = "catalog", description = "What is for sale, where, and what could launch now."),
         (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
+        (name = "organization", description = "The token's organization: its projects, and for billing tokens this month's spend and the invoices."),
         (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
     )
 )]
@@ -82,6 +87,9 @@ pub fn routes() -> Router<ControlPlane> {
         )
         .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
         .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
+        .route("/projects", get(organization::projects))
+        .route("/usage", get(organization::usage))
+        .route("/invoices", get(organization::invoices))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
