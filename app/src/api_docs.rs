@@ -24,6 +24,7 @@ pub fn ApiReferencePage() -> impl IntoView {
             <rapi-doc
                 spec-url="/api/v1/openapi.json"
                 render-style="view"
+                load-fonts="false"
                 layout="column"
                 show-header="false"
                 show-info="false"

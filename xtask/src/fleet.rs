@@ -54,7 +54,12 @@ fn enrolled_as(dir: &Path) -> Option<String> {
 
 /// Enrols what is not enrolled yet, starts every agent, approves their slot maps.
 pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
-    let agents = root().join(".data/agents");
+    start_in(launch, portal_url, &root().join(".data/agents"))
+}
+
+/// [`start`], with the agents' state directories and logs under `agents`.
+pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<Child>> {
+    std::fs::create_dir_all(agents).map_err(|e| format!("{}: {e}", agents.display()))?;
     let binary = target_dir().join("debug/node-agent");
     // A state directory from an older database (or none) is enrolled again.
     let stale: Vec<String> = listing(launch, &[])?
@@ -110,8 +115,10 @@ pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
     eprint!("{out}");
     for (h, _) in &hosts {
         eprintln!(
-            "    {} ({}) — log in .data/agents/{}.log",
-            h.hostname, h.fixture, h.hostname
+            "    {} ({}) — log in {}",
+            h.hostname,
+            h.fixture,
+            agents.join(format!("{}.log", h.hostname)).display()
         );
     }
     Ok(children)

@@ -4,7 +4,7 @@
 //! throwaway PostgreSQL → every benchmark at smoke size → the site's release build with cargo-leptos (wasm-opt included) and a
 //! debug server → browser tests in Chromium against them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -191,6 +191,8 @@ fn browser_tests(pg: Throwaway) -> Result {
 
 /// The schemathesis release the API is checked with, from PyPI.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+/// The generator of the client that must work from the OpenAPI document, from PyPI.
+const CLIENT_GENERATOR: &str = "openapi-python-client==0.29.1";
 
 /// Schemathesis against the running server's `/api/v1`, with a real token of a demo
 /// organization admin: every operation from its examples, the coverage and fuzzing phases, and
@@ -199,17 +201,22 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 /// `released`), which is what `DELETE` means here, so a later `GET` answering 200 is right.
 /// Its summary is part of the test output; its JUnit report goes to test-artifacts/.
 fn api_conformance(launch: &portal::Launch, port: u16) -> Result {
-    step("the API against its OpenAPI document (schemathesis, with a real token)");
     let venv = target_dir().join("schemathesis-venv");
     let st = venv.join("bin/st");
     if !st.exists() {
         step(&format!(
-            "installing {SCHEMATHESIS} into {} (once, about 20 s)",
+            "installing {SCHEMATHESIS} and {CLIENT_GENERATOR} into {} (once, about 20 s)",
             venv.display()
         ));
         sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", SCHEMATHESIS]))?;
+        sh(Command::new(venv.join("bin/pip")).args([
+            "install",
+            "-q",
+            SCHEMATHESIS,
+            CLIENT_GENERATOR,
+        ]))?;
     }
+    step("the API against its OpenAPI document (schemathesis, with a real token)");
     let printed = launch.output(&[
         "demo-api-token",
         "--email",
@@ -250,11 +257,58 @@ fn api_conformance(launch: &portal::Launch, port: u16) -> Result {
     let status = cmd
         .status()
         .map_err(|e| format!("starting schemathesis: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("schemathesis found problems in /api/v1 ({status})"))
+    if !status.success() {
+        return Err(format!("schemathesis found problems in /api/v1 ({status})"));
     }
+    generated_client(launch, port, &venv, token.trim())
+}
+
+/// A client generated from the served document by openapi-python-client lists offers,
+/// launches (twice with one Idempotency-Key), waits for running and releases, against the
+/// demo fleet of simulated agents (end2end/api_client.py).
+fn generated_client(launch: &portal::Launch, port: u16, venv: &Path, token: &str) -> Result {
+    step("a client generated from the OpenAPI document launches, waits and releases");
+    let api = format!("http://127.0.0.1:{port}/api/v1");
+    let out = target_dir().join("api-client");
+    let _ = std::fs::remove_dir_all(&out);
+    sh(Command::new(venv.join("bin/openapi-python-client"))
+        .args([
+            "generate",
+            "--url",
+            &format!("{api}/openapi.json"),
+            "--meta",
+            "none",
+        ])
+        .arg("--output-path")
+        .arg(out.join("gpu_cloud_api_client")))?;
+    let agents_dir = target_dir().join("api-fleet");
+    let _ = std::fs::remove_dir_all(&agents_dir);
+    let mut agents =
+        crate::fleet::start_in(launch, &format!("http://127.0.0.1:{port}"), &agents_dir)?;
+    // Acme Inference: a project the browser tests leave without policies.
+    const PROJECT: &str = "0a0e0000-0000-4000-8001-000000000002";
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg(root().join("end2end/api_client.py"))
+        .args([api.as_str(), token, PROJECT])
+        .env("PYTHONPATH", &out);
+    eprintln!("    $ python end2end/api_client.py {api} gpk_… {PROJECT}");
+    let result = cmd
+        .status()
+        .map_err(|e| format!("starting python: {e}"))
+        .and_then(|s| {
+            if s.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the generated client failed ({s}); agent logs in {}",
+                    agents_dir.display()
+                ))
+            }
+        });
+    for a in &mut agents {
+        terminate(a, Duration::from_secs(5));
+    }
+    result
 }
 
 /// A fresh cluster in a temporary directory, removed again when dropped.

@@ -139,8 +139,10 @@ impl Launched {
 /// The longest `Idempotency-Key` read.
 const MAX_KEY: usize = 200;
 
-/// Launches an instance: the policy chain, placement and the reservation in one transaction,
-/// as the portal's launch form does. Audited with the token's id.
+/// Launches an instance.
+///
+/// The policy chain, placement and the reservation in one transaction, as the portal's launch
+/// form does. Audited with the token's id.
 ///
 /// With an `Idempotency-Key`, a retry of the same request (same body) answers what the first
 /// answered (`201`, the same body, and `Idempotent-Replayed: true`) for as long as the
@@ -276,7 +278,9 @@ pub struct InstanceList {
     pub next_cursor: Option<String>,
 }
 
-/// The instances the token reaches, newest first, a page at a time.
+/// The instances the token reaches, newest first.
+///
+/// A page at a time: pass `next_cursor` back as `cursor` for the next.
 #[utoipa::path(
     get,
     path = "/instances",
@@ -341,8 +345,10 @@ pub struct WatchQuery {
     pub wait: Option<u64>,
 }
 
-/// One instance: its lifecycle state, the phases its node reported, how to reach it (the SSH
-/// command and the published ports, once running), and its history.
+/// One instance, and how to connect to it.
+///
+/// Its lifecycle state, the phases its node reported, how to reach it (the SSH command and the
+/// published ports, once running), and its history.
 ///
 /// Every answer carries an `ETag`. To wait for a change without polling, send it back as
 /// `If-None-Match` with `?wait=30`: the answer comes as soon as something changes (a state, a
@@ -435,9 +441,11 @@ fn etag(detail: &AllocationDetail) -> String {
     format!("\"{hex}\"")
 }
 
-/// Releases an instance: its VM is stopped and destroyed, its slots wiped and verified before
-/// anyone else gets them. Idempotent: releasing one already on its way out, or gone, changes
-/// nothing and answers the same. Audited with the token's id.
+/// Releases an instance.
+///
+/// Its VM is stopped and destroyed, its slots wiped and verified before anyone else gets them.
+/// Idempotent: releasing one already on its way out, or gone, changes nothing and answers the
+/// same. Audited with the token's id.
 #[utoipa::path(
     delete,
     path = "/instances/{id}",

@@ -87,8 +87,10 @@ async fn finance(
         .map_err(|e| id.refused(e))
 }
 
-/// The organization's month so far: spend to date, the forecast, what runs per hour, credit,
-/// budgets, and spend per day, project and SKU.
+/// The organization's month so far.
+///
+/// Spend to date, the forecast, what runs per hour, credit, budgets, and spend per day,
+/// project and SKU.
 #[utoipa::path(
     get,
     path = "/usage",
