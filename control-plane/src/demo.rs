@@ -162,6 +162,20 @@ pub trait DemoApi {
     ) -> Result<String>;
 }
 
+/// A demo person, signed in, found by email.
+async fn demo_principal(cp: &crate::ControlPlane, email: &str) -> Result<crate::auth::Principal> {
+    let id = sqlx::query_scalar!(
+        r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
+        email
+    )
+    .fetch_optional(cp.pool())
+    .await?
+    .ok_or(crate::Error::NotFound { what: "user" })?;
+    cp.principal(id)
+        .await?
+        .ok_or(crate::Error::NotFound { what: "user" })
+}
+
 impl DemoApi for crate::ControlPlane {
     async fn seed_demo(&self) -> Result<SeedReport> {
         seed(self.pool(), self.naming()).await
@@ -177,17 +191,7 @@ impl DemoApi for crate::ControlPlane {
         scopes: &[crate::api_tokens::TokenScope],
         days: u32,
     ) -> Result<String> {
-        let id = sqlx::query_scalar!(
-            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
-            email
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(crate::Error::NotFound { what: "user" })?;
-        let p = self
-            .principal(id)
-            .await?
-            .ok_or(crate::Error::NotFound { what: "user" })?;
+        let p = demo_principal(self, email).await?;
         let (tenant, _, _) =
             self.tenants_of(&p)
                 .await?
@@ -216,17 +220,7 @@ impl DemoApi for crate::ControlPlane {
         &self,
         email: &str,
     ) -> Result<crate::auth::Platform<crate::auth::PlatformOperators>> {
-        let id = sqlx::query_scalar!(
-            r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = lower($1)"#,
-            email
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(crate::Error::NotFound { what: "user" })?;
-        let p = self
-            .principal(id)
-            .await?
-            .ok_or(crate::Error::NotFound { what: "user" })?;
+        let p = demo_principal(self, email).await?;
         p.platform::<crate::auth::PlatformOperators>()
     }
 

@@ -847,8 +847,8 @@ fn table(out: &mut dyn Write, header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
-/// Percent-encodes a query or path value.
-fn encode(s: &str) -> String {
+/// Percent-encodes a query or path value (every byte but RFC 3986's unreserved ones).
+pub fn encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

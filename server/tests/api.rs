@@ -5,13 +5,12 @@
 use control_plane::prelude::*;
 
 use axum::body::Body;
-use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::api_tokens::TokenScope;
 use control_plane::demo::{ACME, ACME_INFERENCE, ACME_RESEARCH};
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
-use server::{app_state, router};
+use server::router;
 use test_db::fixtures::principal;
-use test_db::fixtures::{approved, node, operator};
 
 mod support;
 
@@ -19,23 +18,8 @@ use support::get;
 
 /// A copy of the demo database with one approved 8-GPU HGX node in eu-west-1, and the portal.
 async fn portal() -> (test_db::TestDb, control_plane::ControlPlane, axum::Router) {
-    let db = test_db::demo().await;
-    let state = app_state(&support::config(&db.url(), &[])).unwrap();
+    let (db, state, _) = support::demo_with_node("gpu-api-1").await;
     let cp = state.cp.clone();
-    let ops = operator(&cp, "ops@platform.example").await;
-    approved(
-        &cp,
-        &ops,
-        node(
-            "gpu-api-1",
-            "eu-west-1",
-            "hgx-h100-8x",
-            &["gpu_slice", "baremetal"],
-        ),
-        "hgx-h100-8x",
-        "nvme-format-crypto",
-    )
-    .await;
     (db, cp, router(state))
 }
 
@@ -90,22 +74,7 @@ async fn token_of(
     project: Option<control_plane::ProjectId>,
     scopes: &[TokenScope],
 ) -> (String, control_plane::ApiTokenId) {
-    let maker = principal(cp, maker).await;
-    let made = cp
-        .create_api_token(
-            &maker,
-            tenant,
-            &NewToken {
-                name: format!("test {scopes:?}"),
-                project,
-                scopes: scopes.to_vec(),
-                days: 1,
-            },
-            None,
-        )
-        .await
-        .unwrap();
-    (made.secret, made.token.id)
+    support::api_token(cp, maker, tenant, project, scopes).await
 }
 
 const KEY: &str =

@@ -8,12 +8,12 @@ use control_plane::prelude::*;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::api_tokens::TokenScope;
 use control_plane::demo::{ACME, ACME_RESEARCH};
 use gpuctl::{Cli, Done, exit};
 use serde_json::Value;
-use server::{app_state, router};
-use test_db::fixtures::{answer, approved, node, operator, principal, provisioned};
+use server::router;
+use test_db::fixtures::{answer, provisioned};
 
 mod support;
 
@@ -53,23 +53,8 @@ impl World {
 
 /// A served portal on the demo database with one approved HGX node, and a scratch directory.
 async fn world() -> World {
-    let db = test_db::demo().await;
-    let state = app_state(&support::config(&db.url(), &[])).unwrap();
+    let (db, state, agent) = support::demo_with_node("gpu-cli-1").await;
     let cp = state.cp.clone();
-    let ops = operator(&cp, "ops@platform.example").await;
-    let (_, agent, _) = approved(
-        &cp,
-        &ops,
-        node(
-            "gpu-cli-1",
-            "eu-west-1",
-            "hgx-h100-8x",
-            &["gpu_slice", "baremetal"],
-        ),
-        "hgx-h100-8x",
-        "nvme-format-crypto",
-    )
-    .await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = router(state).into_make_service_with_connect_info::<SocketAddr>();
@@ -86,21 +71,9 @@ async fn world() -> World {
 }
 
 async fn token(cp: &control_plane::ControlPlane, scopes: &[TokenScope]) -> String {
-    let alice = principal(cp, "alice@acme.example").await;
-    cp.create_api_token(
-        &alice,
-        ACME,
-        &NewToken {
-            name: "cli".into(),
-            project: None,
-            scopes: scopes.to_vec(),
-            days: 1,
-        },
-        None,
-    )
-    .await
-    .unwrap()
-    .secret
+    support::api_token(cp, "alice@acme.example", ACME, None, scopes)
+        .await
+        .0
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use control_plane::prelude::*;
 use control_plane::tenancy::{Project, ProjectRequirement, ProjectViewers, TenantMembers};
 use http::header::AUTHORIZATION;
 use http::request::Parts;
-use portal_types::{AllocationId, ProjectId, TenantId};
+use portal_types::{AllocationId, ProjectId};
 
 use super::problem::ApiError;
 use super::{ClientAddr, RequestId};
@@ -28,10 +28,15 @@ impl Caller {
         control_plane::audit::via_token(self.0.token, work).await
     }
 
-    /// Whether the token reaches `project` of `tenant`: its own organization, and its one
-    /// project when it was made for one.
-    fn reaches(&self, tenant: TenantId, project: ProjectId) -> bool {
-        tenant == self.0.tenant && self.0.project.is_none_or(|p| p == project)
+    /// The maker's proof, if the token reaches its project: its own organization, and its one
+    /// project when it was made for one. Outside it, "not found", as for anyone outside.
+    fn within_reach<R: ProjectRequirement>(&self, who: Project<R>) -> Result<Project<R>, ApiError> {
+        let reaches = who.tenant() == self.0.tenant && self.0.project.is_none_or(|p| p == who.id());
+        if reaches {
+            Ok(who)
+        } else {
+            Err(ApiError(AppError::NotFound))
+        }
     }
 
     /// The maker's proof of role `R` in `project` (or in the token's one project when none is
@@ -52,11 +57,7 @@ impl Caller {
             .project_access::<R>(&self.0.principal, project)
             .await
             .map_err(|e| id.refused(e))?;
-        if self.reaches(who.tenant(), who.id()) {
-            Ok(who)
-        } else {
-            Err(ApiError(AppError::NotFound))
-        }
+        self.within_reach(who)
     }
 
     /// The maker's proofs of role `R` in the project that owns `allocation`, within reach.
@@ -70,11 +71,7 @@ impl Caller {
             .allocation_access::<R>(&self.0.principal, allocation)
             .await
             .map_err(|e| id.refused(e))?;
-        if self.reaches(who.tenant(), who.id()) {
-            Ok(who)
-        } else {
-            Err(ApiError(AppError::NotFound))
-        }
+        self.within_reach(who)
     }
 
     /// Every project the token reaches and its maker may view.

@@ -73,18 +73,64 @@ pub async fn call(
 pub fn form(pairs: &[(&str, String)]) -> String {
     pairs
         .iter()
-        .map(|(k, v)| format!("{k}={}", urlencode(v)))
+        .map(|(k, v)| format!("{k}={}", gpuctl::encode(v)))
         .collect::<Vec<_>>()
         .join("&")
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// A copy of the demo database with one approved 8-GPU HGX node `hostname` in eu-west-1, the
+/// server's state on it, and that node's agent (for answering its tasks).
+pub async fn demo_with_node(
+    hostname: &str,
+) -> (
+    test_db::TestDb,
+    server::AppState,
+    control_plane::agent_api::NodeAgent,
+) {
+    use test_db::fixtures::{approved, node, operator};
+    let db = test_db::demo().await;
+    let state = server::app_state(&config(&db.url(), &[])).unwrap();
+    let ops = operator(&state.cp, "ops@platform.example").await;
+    let (_, agent, _) = approved(
+        &state.cp,
+        &ops,
+        node(
+            hostname,
+            "eu-west-1",
+            "hgx-h100-8x",
+            &["gpu_slice", "baremetal"],
+        ),
+        "hgx-h100-8x",
+        "nvme-format-crypto",
+    )
+    .await;
+    (db, state, agent)
+}
+
+/// An API token made by `maker` in `tenant`, for `project` or the whole organization; its
+/// secret and id.
+pub async fn api_token(
+    cp: &control_plane::ControlPlane,
+    maker: &str,
+    tenant: control_plane::TenantId,
+    project: Option<control_plane::ProjectId>,
+    scopes: &[control_plane::api_tokens::TokenScope],
+) -> (String, control_plane::ApiTokenId) {
+    use control_plane::prelude::*;
+    let maker = test_db::fixtures::principal(cp, maker).await;
+    let made = cp
+        .create_api_token(
+            &maker,
+            tenant,
+            &control_plane::api_tokens::NewToken {
+                name: format!("test {scopes:?}"),
+                project,
+                scopes: scopes.to_vec(),
+                days: 1,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    (made.secret, made.token.id)
 }
