@@ -288,6 +288,10 @@ pub struct ProvisionPlan {
     pub image: ImageRef,
     /// One or more OpenSSH public keys, one per line.
     pub ssh_public_key: String,
+    /// The tenant's own cloud-init user data (`#cloud-config…` or `#!…`), where the image
+    /// accepts it: the seed carries it after the platform's cloud-config, as a second part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data: Option<String>,
     pub slots: Vec<PlannedSlot>,
     /// How the guest is reached and whom it may reach (absent from older control planes:
     /// then nothing is published and the guest is isolated).

@@ -440,6 +440,7 @@ pub async fn launch_allocation(
         lifetime_hours,
         published_ports,
         tags: Default::default(),
+        user_data: None,
     };
     let launched = cp.launch(&who, &req, Some(&request_id)).await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));

@@ -703,6 +703,7 @@ fn VersionFields(
         <label>"Description (Markdown)" <textarea name="description_md" rows="5"></textarea></label>
         <label>"Release notes" <textarea name="release_notes" rows="2"></textarea></label>
         <label>"Cloud-init fragment (a JSON object; JSON is YAML)" <textarea name="cloud_init" aria-describedby=id("cloud_init") aria-invalid=field_invalid(value, "cloud_init") rows="3" placeholder=r#"{"packages": ["nvtop"]}"#></textarea>{field_error(value, "cloud_init", id("cloud_init"))}</label>
+        <label class="check"><input type="checkbox" name="accepts_user_data" value="yes" /> " Tenants may add their own cloud-init user data at launch (it runs inside their VM)"</label>
     }
 }
 

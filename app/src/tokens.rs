@@ -209,7 +209,7 @@ fn TokensBody(
                         </div>
                         <fieldset class="stacked" aria-describedby="token-scopes-error">
                             <legend>"Scopes"</legend>
-                            <label><input type="checkbox" name="scope_read" value="on" checked /> <span><strong>"read"</strong> ": instances, offers, SSH keys, projects, audit log"</span></label>
+                            <label><input type="checkbox" name="scope_read" value="on" checked /> <span><strong>"read"</strong> ": instances, images, SSH keys, projects and members, audit logs"</span></label>
                             <label><input type="checkbox" name="scope_launch" value="on" /> <span><strong>"launch"</strong> ": launch and release, add and delete SSH keys"</span></label>
                             <label><input type="checkbox" name="scope_billing" value="on" /> <span><strong>"billing"</strong> ": usage and invoices"</span></label>
                             <label><input type="checkbox" name="scope_admin" value="on" /> <span><strong>"admin"</strong> ": members and tokens"</span></label>

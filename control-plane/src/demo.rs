@@ -785,8 +785,10 @@ async fn seed_marketplace(tx: &mut sqlx::PgConnection) -> Result<()> {
                 "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
                                                release_notes, image_source, ssh_user, cloud_init,
                                                shapes, gpu_models, min_gpus, fee_per_hour_minor,
-                                               fee_currency)
-                 SELECT gen_random_uuid(), id, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10, $11, $12, $13
+                                               fee_currency, accepts_user_data)
+                 SELECT gen_random_uuid(), id, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10, $11, $12, $13,
+                        -- The platform's plain OS images accept tenant user data.
+                        category = 'os_image' AND $14
                  FROM listings WHERE slug = $1
                  ON CONFLICT (listing_id, version) DO NOTHING RETURNING id",
                 l.slug,
@@ -801,7 +803,8 @@ async fn seed_marketplace(tx: &mut sqlx::PgConnection) -> Result<()> {
                 &v.gpu_models.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
                 v.min_gpus,
                 v.fee_cents,
-                fee_currency
+                fee_currency,
+                l.publisher.is_none()
             )
             .fetch_optional(&mut *tx)
             .await?;

@@ -17,7 +17,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Platform, PlatformOperators, PlatformRequirement};
 use crate::error::{Error, Result};
-use crate::ids::{ListingId, ListingVersionId, PublisherId, TenantId, UserId};
+use crate::ids::{ListingId, ListingVersionId, ProjectId, PublisherId, TenantId, UserId};
 use crate::skus::{Shape, Sku};
 use crate::tenancy::{Tenant, TenantAdmins};
 use portal_types::Money;
@@ -37,7 +37,7 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 use crate::db::trigger_refusal as refused;
 
 pub use portal_types::marketplace::{
-    Browse, BrowseFilter, Category, Compatibility, FittingSku, LaunchableListing, Listing,
+    Browse, BrowseFilter, Category, Compatibility, FittingSku, Image, LaunchableListing, Listing,
     ListingCard, ListingPage, Payable, Publisher, Version, VersionRow, VersionState,
 };
 
@@ -123,6 +123,7 @@ struct CheckedDraft {
     image_sha256: Option<String>,
     ssh_user: String,
     cloud_init: Value,
+    accepts_user_data: bool,
     shapes: Vec<String>,
     gpu_models: Vec<String>,
     min_gpus: i32,
@@ -203,6 +204,16 @@ impl CheckedDraft {
             }
             v
         };
+        let accepts_user_data = match d.accepts_user_data.trim() {
+            "" | "no" => false,
+            "yes" | "on" => true,
+            other => {
+                return Err(invalid(
+                    "accepts_user_data",
+                    format!("{other:?}: yes or no"),
+                ));
+            }
+        };
         let mut shapes = Vec::new();
         for s in d.shapes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let shape = Shape::parse(s).map_err(|_| {
@@ -263,6 +274,7 @@ impl CheckedDraft {
             image_sha256,
             ssh_user: ssh_user.to_string(),
             cloud_init,
+            accepts_user_data,
             shapes,
             gpu_models,
             min_gpus,
@@ -303,6 +315,7 @@ struct VersionDbRow {
     image_sha256: Option<String>,
     ssh_user: String,
     cloud_init: Value,
+    accepts_user_data: bool,
     shapes: Vec<String>,
     gpu_models: Vec<String>,
     min_gpus: i32,
@@ -341,6 +354,7 @@ impl TryFrom<VersionDbRow> for Version {
             } else {
                 format!("{:#}", r.cloud_init)
             },
+            accepts_user_data: r.accepts_user_data,
             compatibility: Compatibility {
                 shapes: r
                     .shapes
@@ -399,6 +413,15 @@ pub fn review_fields(v: &Version) -> Vec<(&'static str, String)> {
         ),
         ("SSH user", v.ssh_user.clone()),
         ("Cloud-init", or(&v.cloud_init, "(none)")),
+        (
+            "Tenant user data",
+            if v.accepts_user_data {
+                "accepted"
+            } else {
+                "not accepted"
+            }
+            .into(),
+        ),
         (
             "Shapes",
             c.shapes
@@ -463,8 +486,8 @@ async fn versions_of(
         VersionDbRow,
         r#"SELECT id AS "id: ListingVersionId", listing_id AS "listing_id: ListingId", version,
                   state, summary, description_md, release_notes, image_source, image_sha256,
-                  ssh_user, cloud_init, shapes, gpu_models, min_gpus, fee_per_hour_minor,
-                  fee_currency, review_reason, state_changed_at, published_at
+                  ssh_user, cloud_init, accepts_user_data, shapes, gpu_models, min_gpus,
+                  fee_per_hour_minor, fee_currency, review_reason, state_changed_at, published_at
            FROM listing_versions
            WHERE listing_id = ANY($1) AND (state = 'published' OR NOT $2)
            ORDER BY created_at DESC"#,
@@ -528,6 +551,8 @@ pub struct LaunchVersion {
     pub slug: String,
     pub label: String,
     pub compatibility: Compatibility,
+    /// Whether a launch may carry its own user data.
+    pub accepts_user_data: bool,
 }
 
 /// The version `slug` + `version` names (empty version: the newest published), refused in
@@ -606,6 +631,7 @@ pub async fn launch_version(
         label: format!("{} {}", listing.name, v.version),
         slug: listing.slug.clone(),
         compatibility: v.compatibility.clone(),
+        accepts_user_data: v.accepts_user_data,
     })
 }
 
@@ -621,6 +647,17 @@ pub trait MarketplaceApi {
 
     /// Published listings for the launch form: `(slug, label)`.
     async fn launchable_listings(&self) -> Result<Vec<LaunchableListing>>;
+
+    /// What a launch in `project` (or, with none, anywhere in `tenant`) may name: the current
+    /// version of each published listing the `allowed_listings` policy lets it use, with the
+    /// SKUs it fits that `allowed_skus` allows; OS images first. Listings are public and
+    /// policies are visible to the organization's members, so the caller holds the proof that
+    /// the reader is one.
+    async fn launchable_images(
+        &self,
+        tenant: TenantId,
+        project: Option<ProjectId>,
+    ) -> Result<Vec<Image>>;
 
     /// A listing's logo: `(bytes, content type)`.
     async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)>;
@@ -825,6 +862,68 @@ impl MarketplaceApi for ControlPlane {
                 })
             })
             .collect())
+    }
+
+    #[tracing::instrument(skip_all, fields(tenant.id = %tenant))]
+    async fn launchable_images(
+        &self,
+        tenant: TenantId,
+        project: Option<ProjectId>,
+    ) -> Result<Vec<Image>> {
+        use crate::policy::{PolicyKey, PolicyValue, resolve_policies_on};
+        let mut conn = self.pool().acquire().await?;
+        let policies = resolve_policies_on(&mut conn, Some(tenant), project).await?;
+        let allowed = |key: PolicyKey| {
+            policies
+                .iter()
+                .find(|p| p.key == key)
+                .and_then(|p| match &p.value {
+                    Some(PolicyValue::AllowedListings(l) | PolicyValue::AllowedSkus(l)) => {
+                        Some(l.clone())
+                    }
+                    _ => None,
+                })
+        };
+        let (listings_allowed, skus_allowed) = (
+            allowed(PolicyKey::AllowedListings),
+            allowed(PolicyKey::AllowedSkus),
+        );
+        let skus: Vec<Sku> = self
+            .active_skus()
+            .await?
+            .into_iter()
+            .filter(|s| skus_allowed.as_ref().is_none_or(|a| a.contains(&s.name)))
+            .collect();
+        let mut images: Vec<Image> = load_listings(&mut conn, None, None, true)
+            .await?
+            .into_iter()
+            .filter(|l| {
+                listings_allowed
+                    .as_ref()
+                    .is_none_or(|a| a.contains(&l.slug))
+            })
+            .filter_map(|l| {
+                let v = l.current()?;
+                Some(Image {
+                    skus: skus
+                        .iter()
+                        .filter(|s| v.compatibility.fits(s))
+                        .map(|s| s.name.clone())
+                        .collect(),
+                    version: v.version.clone(),
+                    summary: v.summary.clone(),
+                    ssh_user: v.ssh_user.clone(),
+                    fee_per_hour: v.compatibility.fee.clone(),
+                    accepts_user_data: v.accepts_user_data,
+                    slug: l.slug,
+                    name: l.name,
+                    category: l.category,
+                    publisher: l.publisher,
+                })
+            })
+            .collect();
+        images.sort_by_key(|i| (i.category != Category::OsImage, i.name.clone()));
+        Ok(images)
     }
 
     async fn listing_logo(&self, slug: &str) -> Result<(Vec<u8>, String)> {
@@ -1385,8 +1484,8 @@ async fn insert_version(
         "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
                                        release_notes, image_source, ssh_user, cloud_init, shapes,
                                        gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
-                                       created_by, image_sha256)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                                       created_by, image_sha256, accepts_user_data)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
         id as ListingVersionId,
         listing as ListingId,
         d.version,
@@ -1402,7 +1501,8 @@ async fn insert_version(
         d.fee.as_ref().map_or(0, |f| f.amount_minor),
         d.fee.as_ref().map(|f| f.currency.as_str()),
         who.user as UserId,
-        d.image_sha256
+        d.image_sha256,
+        d.accepts_user_data
     )
     .execute(&mut *conn)
     .await;

@@ -14,6 +14,7 @@ use portal_types::account::SshKey;
 use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label};
 use portal_types::billing::Overview;
 use portal_types::catalog::Offer;
+use portal_types::marketplace::Image;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -79,6 +80,13 @@ pub enum Command {
         region: Option<String>,
         #[arg(long)]
         gpu_model: Option<String>,
+    },
+    /// The images a project may launch, with the SKUs each runs on.
+    Images {
+        /// The project whose policies apply; needed for its own allow-lists when the token
+        /// reaches the whole organization.
+        #[arg(long)]
+        project: Option<String>,
     },
     /// Launches an instance; with `--wait`, follows it to running and prints how to connect.
     Launch(Box<LaunchArgs>),
@@ -156,6 +164,10 @@ pub struct LaunchArgs {
     /// A guest TCP port to publish (repeatable).
     #[arg(long = "port")]
     pub ports: Vec<u16>,
+    /// A cloud-init user-data file (`#cloud-config` or a `#!` script, at most 16 KiB), for
+    /// images that accept one (`gpuctl images`).
+    #[arg(long)]
+    pub user_data: Option<PathBuf>,
     /// Makes a retry of this command launch once (default: a new random key).
     #[arg(long)]
     pub idempotency_key: Option<String>,
@@ -479,6 +491,37 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
                 );
             }
         }
+        Command::Images { project } => {
+            let q = project
+                .map(|p| format!("?project={}", encode(&p)))
+                .unwrap_or_default();
+            let v = api.get(&format!("/images{q}")).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let images: Vec<Image> = parse(v["images"].clone())?;
+                let rows = images
+                    .iter()
+                    .map(|i| {
+                        vec![
+                            i.slug.clone(),
+                            i.version.clone(),
+                            i.category.as_str().to_owned(),
+                            i.fee_per_hour
+                                .as_ref()
+                                .map_or_else(|| "-".to_owned(), |f| format!("+{f}/h")),
+                            if i.accepts_user_data { "yes" } else { "no" }.to_owned(),
+                            i.skus.join(","),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &["IMAGE", "VERSION", "KIND", "FEE", "USER-DATA", "SKUS"],
+                    rows,
+                );
+            }
+        }
         Command::Launch(a) => return launch(&api, *a, json_out, out, err).await,
         Command::Ls {
             project,
@@ -685,11 +728,29 @@ async fn launch(
         .iter()
         .map(|f| read_key(f))
         .collect::<Result<Vec<_>>>()?;
+    let user_data = match &a.user_data {
+        None => None,
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| other(exit::INVALID, format!("{}: {e}", file.display())))?;
+            if text.len() > 16 * 1024 {
+                return Err(other(
+                    exit::INVALID,
+                    format!(
+                        "{}: {} bytes; user data is at most 16384",
+                        file.display(),
+                        text.len()
+                    ),
+                ));
+            }
+            Some(text)
+        }
+    };
     let body = json!({
         "project": a.project, "sku": a.sku, "image": a.image, "name": a.name,
         "region": a.region, "version": a.version, "ssh_key_ids": a.key_ids,
         "ssh_public_keys": keys, "tags": tags, "lifetime_hours": a.lifetime_hours,
-        "published_ports": a.ports,
+        "published_ports": a.ports, "user_data": user_data,
     });
     let key = a
         .idempotency_key

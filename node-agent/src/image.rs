@@ -8,6 +8,7 @@ use std::process::Command;
 
 use agent_protocol::ProvisionPlan;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 /// Runs a fixed command line (never through a shell) and names it in the error.
 pub fn run(program: &str, args: &[&str]) -> Result<String, String> {
@@ -232,11 +233,63 @@ pub fn seed_files(
         })
         .collect();
     let network = json!({ "version": 2, "ethernets": ethernets });
+    let platform = format!("#cloud-config\n{user_data:#}\n");
+    let user_data = match plan.user_data.as_deref().filter(|u| !u.trim().is_empty()) {
+        Some(theirs) => multipart(&platform, theirs),
+        None => platform,
+    };
     [
-        ("user-data", format!("#cloud-config\n{user_data:#}\n")),
+        ("user-data", user_data),
         ("meta-data", format!("{meta_data:#}\n")),
         ("network-config", format!("{network:#}\n")),
     ]
+}
+
+/// The platform's cloud-config and the tenant's own user data as one MIME multipart
+/// user-data, the platform's part first. A tenant's cloud-config is merged into the platform's
+/// with `X-Merge-Type` `list(append)+dict(no_replace,recurse_list)+str()`: its lists are added
+/// to ours and its keys never replace ours, so the user, SSH keys, network and telemetry the
+/// platform set stay. A `#!` script runs as cloud-init runs scripts, once, at first boot. The
+/// boundary is derived from both parts and is in neither.
+pub fn multipart(platform: &str, theirs: &str) -> String {
+    let mut n = 0u32;
+    let boundary = loop {
+        let mut h = Sha256::new();
+        h.update(platform.as_bytes());
+        h.update(theirs.as_bytes());
+        h.update(n.to_be_bytes());
+        let b = format!("==gpuaas-{}==", hex(&h.finalize()[..12]));
+        if !platform.contains(&b) && !theirs.contains(&b) {
+            break b;
+        }
+        n += 1;
+    };
+    let (kind, merge) = if theirs.starts_with("#cloud-config") {
+        (
+            "text/cloud-config",
+            "X-Merge-Type: list(append)+dict(no_replace,recurse_list)+str()\n",
+        )
+    } else {
+        ("text/x-shellscript", "")
+    };
+    // The line break before a boundary belongs to the boundary (RFC 2046), so each body is
+    // followed by one more: what the guest reads is the body exactly as given.
+    let part = |kind: &str, merge: &str, name: &str, body: &str| {
+        format!(
+            "--{boundary}\nContent-Type: {kind}; charset=\"utf-8\"\nMIME-Version: 1.0\n\
+             Content-Transfer-Encoding: 8bit\n{merge}\
+             Content-Disposition: attachment; filename=\"{name}\"\n\n{body}\n"
+        )
+    };
+    format!(
+        "Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n{}{}--{boundary}--\n",
+        part("text/cloud-config", "", "platform.cfg", platform),
+        part(kind, merge, "tenant", theirs),
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Adds the listing version's cloud-config fragment after the platform's keys: lists (such
@@ -327,6 +380,73 @@ pub fn hostname(name: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The multipart as cloud-init reads it: Python's `email` parser, which cloud-init uses.
+    fn parsed_by_python(mime: &str) -> Option<serde_json::Value> {
+        let script = r#"
+import email, json, sys
+m = email.message_from_string(sys.stdin.read())
+parts = [{"type": p.get_content_type(), "merge": p.get("X-Merge-Type"),
+          "body": p.get_payload(decode=True).decode("utf-8")}
+         for p in m.walk() if not p.is_multipart()]
+print(json.dumps({"type": m.get_content_type(), "parts": parts}))
+"#;
+        let mut child = match Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!(
+                    "SKIPPED: the multipart is not parsed by Python's email module: python3: {e}"
+                );
+                return None;
+            }
+        };
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(mime.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    #[test]
+    fn tenant_user_data_is_a_second_part_after_the_platforms() {
+        let platform = "#cloud-config\n{\"users\": [{\"name\": \"ubuntu\"}]}\n";
+        // A tenant who writes what looks like a boundary doesn't split the message.
+        let script = "#!/bin/sh\necho '--==gpuaas-' > /tmp/x\necho done";
+        let mime = multipart(platform, script);
+        assert!(mime.starts_with("Content-Type: multipart/mixed; boundary=\"==gpuaas-"));
+        if let Some(m) = parsed_by_python(&mime) {
+            assert_eq!(m["type"], "multipart/mixed");
+            assert_eq!(m["parts"][0]["type"], "text/cloud-config");
+            assert_eq!(m["parts"][0]["body"], platform);
+            assert_eq!(m["parts"][1]["type"], "text/x-shellscript");
+            assert_eq!(m["parts"][1]["body"], script);
+            assert_eq!(m["parts"].as_array().unwrap().len(), 2);
+        }
+        let config = "#cloud-config\npackages: [htop]\n";
+        if let Some(m) = parsed_by_python(&multipart(platform, config)) {
+            assert_eq!(m["parts"][1]["type"], "text/cloud-config");
+            assert_eq!(m["parts"][1]["body"], config);
+            // Its keys never replace the platform's; its lists are added.
+            assert_eq!(
+                m["parts"][1]["merge"],
+                "list(append)+dict(no_replace,recurse_list)+str()"
+            );
+        }
+    }
 
     #[test]
     fn a_fragment_adds_and_appends_but_never_replaces_the_platforms_keys() {

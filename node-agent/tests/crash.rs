@@ -192,6 +192,7 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
         lifetime_hours: None,
         published_ports: Vec::new(),
         tags: Default::default(),
+        user_data: None,
     };
     cp.launch(who, &req, None).await.unwrap().id
 }

@@ -64,6 +64,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
             cloud_init: String::new(),
         },
         ssh_public_key: "ssh-ed25519 AAAA test".into(),
+        user_data: None,
         slots: vec![s.clone()],
         network: Default::default(),
         fabric: Default::default(),

@@ -39,6 +39,9 @@ pub struct VersionDraft {
     pub ssh_user: String,
     /// A cloud-config fragment as a JSON object (JSON is YAML); empty for none.
     pub cloud_init: String,
+    /// `yes` (a ticked checkbox) when a launch may carry its own cloud-init user data.
+    #[serde(default)]
+    pub accepts_user_data: String,
     /// Comma-separated: `gpu_slice`, `baremetal`.
     pub shapes: String,
     /// Comma-separated GPU models; empty for any.

@@ -12,6 +12,8 @@ use crate::catalog::Sku;
 use crate::{Invalid, ListingId, ListingVersionId, Money, PublisherId, Shape, TenantId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Category {
     OsImage,
     MlStack,
@@ -168,6 +170,9 @@ pub struct Version {
     pub ssh_user: String,
     /// The cloud-config fragment, as JSON.
     pub cloud_init: String,
+    /// Whether a launch may carry its own cloud-init user data.
+    #[serde(default)]
+    pub accepts_user_data: bool,
     pub compatibility: Compatibility,
     pub review_reason: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
@@ -208,6 +213,29 @@ pub struct LaunchableListing {
     pub category: Category,
     /// Per allocation-hour, on top of the SKU.
     pub fee: Option<Money>,
+}
+
+/// What a project may launch: a published listing's current version (an OS image, or a
+/// marketplace stack or app), as the API lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Image {
+    /// What a launch names as `listing`: `ubuntu-24.04-cuda`.
+    pub slug: String,
+    pub name: String,
+    pub category: Category,
+    pub publisher: String,
+    /// The current version, what a launch without `version` gets.
+    pub version: String,
+    pub summary: String,
+    /// The account the SSH keys are installed for.
+    pub ssh_user: String,
+    /// Per allocation-hour, on top of the SKU's price; none for free images.
+    pub fee_per_hour: Option<Money>,
+    /// Whether a launch may carry its own cloud-init user data.
+    pub accepts_user_data: bool,
+    /// The SKUs it runs on that the project may launch, by name.
+    pub skus: Vec<String>,
 }
 
 /// A SKU a listing fits, with what could launch now and the combined price.

@@ -20,6 +20,7 @@ pub struct ProjectSummary {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Member {
     pub user_id: UserId,
     pub email: String,
@@ -46,6 +47,7 @@ pub struct ProjectDetail {
 
 /// One audit record as people read it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditLine {
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,

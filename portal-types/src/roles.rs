@@ -8,6 +8,7 @@ macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $s:literal),+ $(,)? }) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
         #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name { $($variant),+ }
 
@@ -49,6 +50,11 @@ mod tests {
     fn roles_read_and_write_the_same_words() {
         for r in ProjectRole::ALL {
             assert_eq!(ProjectRole::parse(r.as_str()), Ok(*r));
+            // The API and the audit log spell a role as the forms do.
+            assert_eq!(
+                serde_json::to_value(r).unwrap(),
+                serde_json::Value::from(r.as_str())
+            );
         }
         let e = TenantRole::parse("root").unwrap_err();
         assert_eq!(e.field, "role");

@@ -11,7 +11,7 @@ use crate::{ApiTokenId, Invalid};
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TokenScope {
-    /// Read instances, offers, images, SSH keys, projects and the audit log.
+    /// Read instances, images, SSH keys, projects and their members, and audit logs.
     Read,
     /// Launch and release instances, and add or delete SSH keys.
     Launch,

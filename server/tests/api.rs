@@ -824,3 +824,299 @@ async fn projects_usage_and_invoices_with_the_pages_access_rules() {
         assert_eq!(problem["code"], "forbidden", "{path}: {problem}");
     }
 }
+
+/// Alice (Acme's admin) sets `allowed_listings` on the research project.
+async fn research_allows(cp: &control_plane::ControlPlane, listings: &str) {
+    use control_plane::policy::{PolicyKey, PolicyValue, Target};
+    let alice = principal(cp, "alice@acme.example").await;
+    let scope = cp
+        .policy_scope(&alice, Target::Project(ACME_RESEARCH))
+        .await
+        .unwrap();
+    let value = PolicyValue::parse(PolicyKey::AllowedListings, listings).unwrap();
+    cp.set_policy(&scope, PolicyKey::AllowedListings, Some(value), None)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn images_are_what_the_project_may_launch_under_its_policies() {
+    let (_db, cp, app) = portal().await;
+    let (read, _) = token(&cp, &[TokenScope::Read]).await;
+    let slugs = |body: &Value| -> Vec<String> {
+        body["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["slug"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (status, _, all) = send(&app, "GET", "/api/v1/images", Some(&read), None).await;
+    assert_eq!(status, StatusCode::OK, "{all}");
+    let images = all["images"].as_array().unwrap();
+    // OS images first; each with what a launch needs to know.
+    assert_eq!(images[0]["category"], "os_image", "{all}");
+    let ubuntu = images
+        .iter()
+        .find(|i| i["slug"] == "ubuntu-24.04-cuda")
+        .unwrap();
+    assert_eq!(ubuntu["accepts_user_data"], true);
+    assert_eq!(ubuntu["ssh_user"], "ubuntu");
+    assert!(ubuntu["fee_per_hour"].is_null());
+    assert!(
+        ubuntu["skus"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("h100.1x")),
+        "{ubuntu}"
+    );
+    let vllm = images.iter().find(|i| i["slug"] == "vllm").unwrap();
+    assert_eq!(vllm["accepts_user_data"], false);
+    assert!(vllm["fee_per_hour"]["amount_minor"].as_i64().unwrap() > 0);
+    assert!(slugs(&all).len() >= 5, "{all}");
+
+    // Research may launch only Ubuntu: that is all it is shown; Inference sees everything.
+    research_allows(&cp, "ubuntu-24.04-cuda").await;
+    let research = format!("/api/v1/images?project={ACME_RESEARCH}");
+    let (_, _, body) = send(&app, "GET", &research, Some(&read), None).await;
+    assert_eq!(slugs(&body), ["ubuntu-24.04-cuda"]);
+    let (_, _, body) = send(
+        &app,
+        "GET",
+        &format!("/api/v1/images?project={ACME_INFERENCE}"),
+        Some(&read),
+        None,
+    )
+    .await;
+    assert_eq!(slugs(&body), slugs(&all));
+    // A token for the research project gets its project's list without naming it.
+    let (research_token, _) = token_of(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        Some(ACME_RESEARCH),
+        &[TokenScope::Read],
+    )
+    .await;
+    let (_, _, body) = send(&app, "GET", "/api/v1/images", Some(&research_token), None).await;
+    assert_eq!(slugs(&body), ["ubuntu-24.04-cuda"]);
+
+    // Another organization's project is not there to ask about; a malformed one is a 400; a
+    // token without `read` is refused.
+    let (globex, _) = token_of(
+        &cp,
+        "carol@globex.example",
+        control_plane::demo::GLOBEX,
+        None,
+        &[TokenScope::Read],
+    )
+    .await;
+    let (status, _, problem) = send(&app, "GET", &research, Some(&globex), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    let (status, _, problem) =
+        send(&app, "GET", "/api/v1/images?project=x", Some(&read), None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    let (billing, _) = token(&cp, &[TokenScope::Billing]).await;
+    let (status, _, _) = send(&app, "GET", "/api/v1/images", Some(&billing), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = send(&app, "GET", "/api/v1/images", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn members_and_audit_trails_with_the_pages_access_rules() {
+    let (_db, cp, app) = portal().await;
+    let (alice, _) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let (status, _, launched) = launch(&app, &alice, None, launch_body("audited-1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{launched}");
+    let instance = launched["id"].as_str().unwrap();
+
+    let members = format!("/api/v1/projects/{ACME_RESEARCH}/members");
+    let (status, _, body) = send(&app, "GET", &members, Some(&alice), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let roles: Vec<(&str, &str)> = body["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["email"].as_str().unwrap(), m["role"].as_str().unwrap()))
+        .collect();
+    assert!(roles.contains(&("alice@acme.example", "admin")), "{body}");
+    assert!(roles.contains(&("bob@acme.example", "operator")), "{body}");
+
+    // The project's trail: what was done to the project itself, as its page shows.
+    let trail = format!("/api/v1/projects/{ACME_RESEARCH}/audit");
+    let (status, _, body) = send(&app, "GET", &trail, Some(&alice), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let entries = body["entries"].as_array().unwrap();
+    assert!(
+        entries.iter().any(|e| e["action"] == "project.create"),
+        "{body}"
+    );
+    assert!(
+        entries.iter().all(|e| e["resource"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!(":project:{ACME_RESEARCH}"))),
+        "{body}"
+    );
+
+    // The organization's log: for its admins, filtered as the audit page filters.
+    let (status, _, body) = send(
+        &app,
+        "GET",
+        &format!("/api/v1/audit?action=allocation.&resource={instance}"),
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let entries = body["entries"].as_array().unwrap();
+    // The launch, made with the token, by its maker.
+    assert_eq!(entries.len(), 1, "{body}");
+    assert_eq!(entries[0]["action"], "allocation.launch");
+    assert_eq!(entries[0]["actor"], "alice@acme.example");
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["action"].as_str().unwrap().starts_with("allocation.")
+                && e["resource"].as_str().unwrap().contains(instance)),
+        "{body}"
+    );
+    let (status, _, problem) = send(
+        &app,
+        "GET",
+        "/api/v1/audit?action=Allocation",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert_eq!(problem["field"], "action");
+
+    // Who else may read the log (admins only, not members or finance) is the isolation
+    // matrix's (tests/isolation.rs, `api_matrix`).
+    // A project's token has its trail, not the organization's log.
+    let (research, _) = token_of(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        Some(ACME_RESEARCH),
+        &[TokenScope::Read],
+    )
+    .await;
+    let (status, _, problem) = send(&app, "GET", "/api/v1/audit", Some(&research), None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    let inference_trail = format!("/api/v1/projects/{ACME_INFERENCE}/audit");
+    let (status, _, _) = send(&app, "GET", &inference_trail, Some(&research), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // Another organization sees neither; a project that is not an id is not found.
+    let (globex, _) = token_of(
+        &cp,
+        "carol@globex.example",
+        control_plane::demo::GLOBEX,
+        None,
+        &[TokenScope::Read],
+    )
+    .await;
+    for path in [&members, &trail] {
+        let (status, _, problem) = send(&app, "GET", path, Some(&globex), None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {problem}");
+    }
+    let (_, _, body) = send(&app, "GET", "/api/v1/audit", Some(&globex), None).await;
+    assert!(
+        body["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| !e["resource"].as_str().unwrap().contains(":acme:")),
+        "{body}"
+    );
+    let (status, _, _) = send(
+        &app,
+        "GET",
+        "/api/v1/projects/nope/members",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn user_data_reaches_the_node_only_for_images_that_accept_it() {
+    let (_db, cp, app) = portal().await;
+    let (alice, _) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let user_data = "#cloud-config\npackages: [htop]\n";
+    let mut body = launch_body("with-user-data");
+    body["user_data"] = json!(user_data);
+    let (status, _, launched) = launch(&app, &alice, None, body).await;
+    assert_eq!(status, StatusCode::CREATED, "{launched}");
+    let id: uuid::Uuid = launched["id"].as_str().unwrap().parse().unwrap();
+    // Stored, and in the provisioning task the node's agent receives.
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT user_data FROM allocations WHERE id = $1")
+            .bind(id)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored.as_deref(), Some(user_data));
+    let spec: Value = sqlx::query_scalar(
+        "SELECT spec FROM agent_tasks WHERE allocation_id = $1 AND kind LIKE '%provision'",
+    )
+    .bind(id)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(spec["kind"], "slice.vm_provision");
+    assert_eq!(spec["user_data"], user_data, "{spec}");
+
+    // An image that doesn't take user data, user data in no form cloud-init runs, too much:
+    // each refused, naming the field, and nothing launched.
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM allocations")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    let mut vllm = launch_body("stack-with-user-data");
+    vllm["image"] = json!("vllm");
+    vllm["user_data"] = json!(user_data);
+    let too_big = format!("#!/bin/sh\n{}", "#".repeat(16 * 1024));
+    for (body, says) in [
+        (vllm, "doesn't accept user data"),
+        (
+            {
+                let mut b = launch_body("bad-user-data");
+                b["user_data"] = json!("packages: [htop]");
+                b
+            },
+            "#cloud-config",
+        ),
+        (
+            {
+                let mut b = launch_body("big-user-data");
+                b["user_data"] = json!(too_big);
+                b
+            },
+            "at most 16384 bytes",
+        ),
+    ] {
+        let (status, _, problem) = launch(&app, &alice, None, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+        assert_eq!(problem["field"], "user_data", "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(says),
+            "{problem}"
+        );
+    }
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM allocations")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(before, after);
+    // The schema refuses it too, whatever writes it.
+    test_db::fixtures::assert_db_refuses(
+        &cp,
+        "UPDATE allocations SET user_data = 'echo hi' WHERE user_data IS NOT NULL",
+        "allocations_user_data",
+    )
+    .await;
+}

@@ -249,6 +249,63 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
         .await;
     assert_eq!(done, Done::Exit(exit::NOT_FOUND));
 
+    // Images: which take user data, and a launch that brings some (read from a file).
+    let (done, out, _) = w.gpuctl(&["images", "--project", &project]).await;
+    assert_eq!(done, Done::Exit(exit::OK));
+    let ubuntu = out
+        .lines()
+        .find(|l| l.starts_with("ubuntu-24.04-cuda "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        ubuntu.contains(" os_image ") && ubuntu.contains(" yes "),
+        "{ubuntu}"
+    );
+    let (_, out, _) = w.gpuctl(&["-o", "json", "images"]).await;
+    let images: Value = serde_json::from_str(&out).unwrap();
+    assert!(images["images"].as_array().unwrap().len() > 1, "{images}");
+    let user_data = w.dir.join("cloud-config.yaml");
+    std::fs::write(&user_data, "#cloud-config\npackages: [htop]\n").unwrap();
+    let launch_with = |image: &'static str, name: &'static str| {
+        let (project, key_file, user_data) = (project.clone(), key_file.clone(), user_data.clone());
+        let w = &w;
+        async move {
+            w.gpuctl(&[
+                "-o",
+                "json",
+                "launch",
+                "--project",
+                &project,
+                "--sku",
+                "h100.1x",
+                "--image",
+                image,
+                "--name",
+                name,
+                "--ssh-key",
+                key_file.to_str().unwrap(),
+                "--user-data",
+                user_data.to_str().unwrap(),
+            ])
+            .await
+        }
+    };
+    let (done, out, err) = launch_with("ubuntu-24.04-cuda", "cli-ud").await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    let launched: Value = serde_json::from_str(&out).unwrap();
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT user_data FROM allocations WHERE id = $1::uuid")
+            .bind(launched["id"].as_str().unwrap())
+            .fetch_one(w.cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored.as_deref(), Some("#cloud-config\npackages: [htop]\n"));
+    let (done, _, err) = launch_with("vllm", "cli-ud-2").await;
+    assert_eq!(done, Done::Exit(exit::INVALID), "{err}");
+    assert!(
+        err.contains("doesn't accept user data") && err.contains("[field: user_data]"),
+        "{err}"
+    );
+
     let (done, out, _) = w.gpuctl(&["release", &id]).await;
     assert_eq!(done, Done::Exit(exit::OK));
     assert!(out.contains("cli-1 (releasing)"), "{out}");

@@ -10,7 +10,10 @@
 //! call that writes runs on its own copy of the database, so that no call depends on another.
 //!
 //! The table must name every registered server function: add one and
-//! `every_server_function_is_in_the_matrix` fails until it has a rule. The agent's and
+//! `every_server_function_is_in_the_matrix` fails until it has a rule. The public API has a
+//! matrix of its own (`every_api_operation_answers_every_caller_as_its_rule_says`): every
+//! operation of the OpenAPI document, called by each caller through a token with every scope,
+//! since a token is never more than its maker (narrower scopes are tested in tests/api.rs). The agent's and
 //! Stripe's endpoints are not server functions and have no session callers: they are
 //! authenticated by a node token and a webhook signature, and their refusals are tested in
 //! tests/http.rs (`the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers`)
@@ -855,6 +858,28 @@ async fn build_world(pool: sqlx::PgPool) {
     )
     .await
     .unwrap();
+    // A token with every scope for every caller in an organization (written here, as only
+    // admins may make one through the portal: the matrix asks what each maker's token may do).
+    for email in callers()
+        .into_iter()
+        .filter(|c| matches!(c, Caller::Acme(_) | Caller::Globex(_)))
+        .filter_map(Caller::email)
+    {
+        sqlx::query(
+            "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix,
+                                     secret_sha256, scopes, expires_at)
+             SELECT gen_random_uuid(), m.tenant_id, u.id, 'matrix', 'gpk_matrix00',
+                    sha256(convert_to($2, 'UTF8')), ARRAY['read', 'launch', 'billing', 'admin'],
+                    now() + interval '300 days'
+               FROM users u JOIN tenant_memberships m ON m.user_id = u.id
+              WHERE u.email = $1",
+        )
+        .bind(&email)
+        .bind(matrix_secret(&email))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
     // A session for every caller, remembered in the template.
     let store = PostgresStore::new(pool.clone());
     sqlx::raw_sql("CREATE TABLE matrix_sessions (email text PRIMARY KEY, cookie text NOT NULL)")
@@ -891,7 +916,7 @@ async fn copy() -> (test_db::TestDb, axum::Router, World) {
     };
     let world = World {
         invoice: one("SELECT id::text FROM invoices LIMIT 1").await,
-        token: one("SELECT id::text FROM api_tokens LIMIT 1").await,
+        token: one("SELECT id::text FROM api_tokens WHERE name = 'ci'").await,
         in_review: one(
             "SELECT v.id::text FROM listing_versions v JOIN listings l ON l.id = v.listing_id
              WHERE l.slug = 'vllm' AND v.state = 'in_review' LIMIT 1",
@@ -1065,6 +1090,252 @@ async fn every_function_answers_every_caller_as_its_rule_says_and_refusals_chang
          (each checked to change nothing); {} allowed; {copies} calls on a copy of their own",
         entries.len(),
         callers().len(),
+        calls - refused
+    );
+    assert!(
+        problems.is_empty(),
+        "{} of {calls} answers were wrong:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// The secret of the matrix's token for the caller with `email`.
+fn matrix_secret(email: &str) -> String {
+    format!("gpk_matrix_{}", email.replace(['@', '.'], "_"))
+}
+
+/// One operation of the public API, and the answer `rule` gives each caller.
+struct ApiEntry {
+    method: &'static str,
+    path: String,
+    body: Option<serde_json::Value>,
+    rule: Rule,
+    writes: bool,
+    /// Besides 2xx, answers that still mean "allowed" (refused on the merits).
+    allowed_also: &'static [u16],
+}
+
+fn api(method: &'static str, path: impl Into<String>, rule: Rule, writes: bool) -> ApiEntry {
+    ApiEntry {
+        method,
+        path: path.into(),
+        body: None,
+        rule,
+        writes,
+        allowed_also: &[],
+    }
+}
+
+/// Anyone with a token (a member of some organization); without one, 401.
+fn token_holder() -> Rule {
+    Box::new(|c| match c {
+        Caller::Anonymous => Unauthorized,
+        _ => Allowed,
+    })
+}
+
+fn api_matrix(w: &World) -> Vec<ApiEntry> {
+    let project = demo::ACME_RESEARCH;
+    let admins_finance: &'static [Role] = &[Role::OrgAdmin, Role::Finance];
+    let launch = serde_json::json!({
+        "project": project.to_string(), "sku": "h100.1x", "image": "ubuntu-24.04-cuda",
+        "name": "matrix-launch", "ssh_public_keys": [SSH_KEY],
+    });
+    vec![
+        api("GET", "/api/v1/offers", public(), false),
+        api("GET", "/api/v1/images", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/images?project={project}"),
+            research(Need::See),
+            false,
+        ),
+        api("GET", "/api/v1/instances", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/instances?project={project}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/instances/{ALLOCATION}"),
+            research(Need::See),
+            false,
+        ),
+        ApiEntry {
+            body: Some(launch),
+            // No capacity left on the matrix's node is a refusal on the merits.
+            allowed_also: &[409],
+            ..api("POST", "/api/v1/instances", research(Need::Operate), true)
+        },
+        api(
+            "DELETE",
+            format!("/api/v1/instances/{ALLOCATION}"),
+            research(Need::Operate),
+            true,
+        ),
+        api("GET", "/api/v1/ssh-keys", token_holder(), false),
+        ApiEntry {
+            body: Some(serde_json::json!({"name": "matrix", "public_key": OTHER_KEY})),
+            ..api("POST", "/api/v1/ssh-keys", token_holder(), true)
+        },
+        // Acme's admin's own key: nobody else may know of it.
+        api(
+            "DELETE",
+            format!("/api/v1/ssh-keys/{}", w.ssh_key),
+            Box::new(|c| match c {
+                Caller::Anonymous => Unauthorized,
+                Caller::Acme(Role::OrgAdmin) => Allowed,
+                _ => NotFound,
+            }),
+            true,
+        ),
+        api("GET", "/api/v1/projects", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/projects/{project}/members"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/projects/{project}/audit"),
+            research(Need::See),
+            false,
+        ),
+        api("GET", "/api/v1/audit", own_org(&[Role::OrgAdmin]), false),
+        api("GET", "/api/v1/usage", own_org(admins_finance), false),
+        api("GET", "/api/v1/invoices", own_org(admins_finance), false),
+    ]
+}
+
+/// Every operation the OpenAPI document lists is in the API matrix, and nothing else.
+#[tokio::test]
+async fn every_api_operation_is_in_the_matrix() {
+    let doc = server::api::document();
+    let mut documented: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            item.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| format!("{} {path}", m.to_uppercase()))
+        })
+        .collect();
+    documented.sort();
+    let world = World {
+        invoice: String::new(),
+        token: String::new(),
+        in_review: String::new(),
+        ssh_key: "{id}".into(),
+        sku: String::new(),
+        locked: String::new(),
+        cookies: HashMap::new(),
+    };
+    // The matrix's paths with their ids put back as the document's templates.
+    let research = demo::ACME_RESEARCH.to_string();
+    let mut known: Vec<String> = api_matrix(&world)
+        .iter()
+        .map(|e| {
+            let path = e
+                .path
+                .trim_start_matches("/api/v1")
+                .split('?')
+                .next()
+                .unwrap()
+                .replace(ALLOCATION, "{id}")
+                .replace(&research, "{id}");
+            format!("{} {path}", e.method)
+        })
+        .collect();
+    known.sort();
+    known.dedup();
+    assert_eq!(
+        known, documented,
+        "the API matrix (server/tests/isolation.rs, api_matrix) must name every operation of the OpenAPI document"
+    );
+}
+
+#[tokio::test]
+async fn every_api_operation_answers_every_caller_as_its_rule_says() {
+    use axum::body::Body;
+    let (db, app, world) = copy().await;
+    let pool = db.pool().clone();
+    let entries = api_matrix(&world);
+    // Platform staff belong to no organization and hold no tokens.
+    let callers: Vec<Caller> = callers()
+        .into_iter()
+        .filter(|c| !matches!(c, Caller::Platform(_)))
+        .collect();
+    let mut problems = Vec::new();
+    let (mut calls, mut refused, mut copies) = (0, 0, 0);
+    for e in &entries {
+        for &caller in &callers {
+            let expected = (e.rule)(caller);
+            let what = format!("{} {} as {caller:?}", e.method, e.path);
+            calls += 1;
+            let fresh;
+            let (app, pool) = if expected == Allowed && e.writes {
+                copies += 1;
+                fresh = copy().await;
+                (&fresh.1, fresh.0.pool().clone())
+            } else {
+                (&app, pool.clone())
+            };
+            let mut req = http::Request::builder().method(e.method).uri(&e.path);
+            if let Some(email) = caller.email() {
+                req = req.header("authorization", format!("Bearer {}", matrix_secret(&email)));
+            }
+            let req = match &e.body {
+                Some(b) => req
+                    .header("content-type", "application/json")
+                    .body(Body::from(b.to_string())),
+                None => req.body(Body::empty()),
+            }
+            .unwrap();
+            let before = fingerprint(&pool).await;
+            let (status, _, text) = support::send(app, req).await;
+            let got = answer_of(status, e.allowed_also);
+            if got != Some(expected) {
+                problems.push(format!(
+                    "{what}: expected {expected:?}, got {status}: {text}"
+                ));
+            }
+            let changed = fingerprint(&pool).await != before;
+            if changed && !(expected == Allowed && e.writes) {
+                problems.push(format!("{what}: answered {status} and changed something"));
+            }
+            if expected != Allowed {
+                refused += 1;
+            }
+            // Whatever another organization is answered, allowed or not, names nothing of
+            // Acme's.
+            if matches!(caller, Caller::Globex(_) | Caller::Anonymous) {
+                for leak in [
+                    "Research",
+                    "Inference",
+                    "alice@acme.example",
+                    "Alice Anders",
+                    ALLOCATION,
+                ] {
+                    if text.contains(leak) {
+                        problems.push(format!("{what}: leaked {leak:?}: {text}"));
+                    }
+                }
+            }
+        }
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "API isolation matrix: {} operations x {} callers = {calls} calls; {refused} refused \
+         (each checked to change nothing); {} allowed; {copies} calls on a copy of their own",
+        entries.len(),
+        callers.len(),
         calls - refused
     );
     assert!(

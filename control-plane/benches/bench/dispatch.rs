@@ -189,6 +189,7 @@ pub async fn main() {
                 lifetime_hours: None,
                 published_ports: Vec::new(),
                 tags: Default::default(),
+                user_data: None,
             };
             let t0 = Instant::now();
             let launched = cp.launch(&who, &req, None).await;

@@ -113,6 +113,7 @@ async fn client(
             lifetime_hours: None,
             published_ports: Vec::new(),
             tags: Default::default(),
+            user_data: None,
         };
         let started = Instant::now();
         match cp.launch(&who, &req, None).await {

@@ -58,6 +58,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
         lifetime_hours: None,
         published_ports: Vec::new(),
         tags: Default::default(),
+        user_data: None,
     }
 }
 

@@ -576,7 +576,8 @@ async fn a_review_shows_every_field_and_what_changed_since_the_version_in_force(
     );
     // Every field is there to read, changed or not.
     let all = control_plane::marketplace::review_fields(&review.version);
-    assert_eq!(all.len(), 11);
+    assert_eq!(all.len(), 12);
+    assert!(all.contains(&("Tenant user data", "not accepted".to_string())));
     assert!(all.contains(&("SSH user", "ubuntu".to_string())));
     assert!(
         all.contains(&("Image SHA-256", "(none)".to_string())),
@@ -690,6 +691,82 @@ async fn a_third_party_version_goes_to_review_only_with_its_image_checksum() {
         &cp,
         "UPDATE listing_versions SET image_sha256 = 'ABC' WHERE version = '9.8'",
         "listing_versions_image_sha256",
+    )
+    .await;
+}
+
+/// Whether a version takes a tenant's own user data is the publisher's to say, the reviewer's
+/// to see, and fixed once reviewed; the platform's OS images take it.
+#[tokio::test]
+async fn a_version_says_whether_it_accepts_user_data_and_keeps_saying_it() {
+    let db = crate::support::demo_db().await;
+    let (cp, ops) = setup(db.pool().clone()).await;
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let globex = cp.tenant_publisher(&carol).await.unwrap();
+    let v = cp
+        .create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                accepts_user_data: "yes".into(),
+                ..draft("9.7")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    cp.submit_version(&globex, v, None).await.unwrap();
+    let review = cp.version_review(&ops, v).await.unwrap();
+    assert!(review.version.accepts_user_data);
+    assert!(
+        control_plane::marketplace::review_fields(&review.version)
+            .contains(&("Tenant user data", "accepted".to_string()))
+    );
+    let in_force = review.in_force.expect("0.6.4 is published");
+    assert!(
+        !in_force.accepts_user_data,
+        "a stack doesn't, unless it says so"
+    );
+    let changed: Vec<_> = control_plane::marketplace::changes(&in_force, &review.version)
+        .into_iter()
+        .map(|c| c.field)
+        .collect();
+    assert!(changed.contains(&"Tenant user data"), "{changed:?}");
+    // Anything else is refused, naming the field.
+    match cp
+        .create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                accepts_user_data: "maybe".into(),
+                ..draft("9.6")
+            },
+            None,
+        )
+        .await
+    {
+        Err(Error::Invalid { field, .. }) => assert_eq!(field, "accepts_user_data"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // The platform's OS images take user data (the migration and the demo say so).
+    let images: Vec<(String, bool)> = sqlx::query_as(
+        "SELECT l.slug, v.accepts_user_data FROM listing_versions v
+           JOIN listings l ON l.id = v.listing_id
+          WHERE v.state = 'published' ORDER BY l.slug",
+    )
+    .fetch_all(cp.pool())
+    .await
+    .unwrap();
+    for (slug, accepts) in &images {
+        let os = slug.starts_with("ubuntu") || slug.starts_with("rocky");
+        assert_eq!(*accepts, os, "{slug}");
+    }
+    // And what was reviewed stays as it was.
+    assert_db_refuses(
+        &cp,
+        "UPDATE listing_versions SET accepts_user_data = NOT accepts_user_data
+          WHERE state = 'in_review'",
+        "its content is fixed",
     )
     .await;
 }

@@ -177,6 +177,37 @@ pub(super) fn check_tags(tags: &Tags) -> Result<Tags> {
     Ok(out)
 }
 
+/// The most user data a launch may carry, in bytes.
+pub const MAX_USER_DATA: usize = 16 * 1024;
+
+/// User data as cloud-init runs it: a `#cloud-config` document or a `#!` script, UTF-8 without
+/// NUL, at most [`MAX_USER_DATA`] bytes. Empty is none. (Whether the image accepts it is
+/// checked against the version.)
+pub(super) fn check_user_data(user_data: Option<&str>) -> Result<Option<String>> {
+    let Some(u) = user_data.filter(|u| !u.trim().is_empty()) else {
+        return Ok(None);
+    };
+    if u.len() > MAX_USER_DATA {
+        return Err(invalid(
+            "user_data",
+            format!(
+                "{} bytes: user data is at most {MAX_USER_DATA} bytes (16 KiB)",
+                u.len()
+            ),
+        ));
+    }
+    if !(u.starts_with("#cloud-config") || u.starts_with("#!")) {
+        return Err(invalid(
+            "user_data",
+            "start it with #cloud-config (a cloud-config document) or #! (a script)",
+        ));
+    }
+    if u.contains('\0') {
+        return Err(invalid("user_data", "user data is text: it has a NUL byte"));
+    }
+    Ok(Some(u.to_owned()))
+}
+
 /// The first 40 characters of what a caller sent, for an error message.
 fn truncated(s: &str) -> String {
     s.chars().take(40).collect()
@@ -207,6 +238,7 @@ pub(super) struct ValidLaunch {
     /// Sorted.
     pub published_ports: Vec<u16>,
     pub tags: Tags,
+    pub user_data: Option<String>,
     /// What a repeated idempotency key must match to return the first allocation.
     pub fingerprint: String,
 }
@@ -229,6 +261,7 @@ impl ValidLaunch {
         let region = req.region.trim().to_ascii_lowercase();
         let published_ports = check_published_ports(&req.published_ports)?;
         let tags = check_tags(&req.tags)?;
+        let user_data = check_user_data(req.user_data.as_deref())?;
         let ports = published_ports
             .iter()
             .map(u16::to_string)
@@ -252,6 +285,11 @@ impl ValidLaunch {
             if !tags.is_empty() {
                 h.update(serde_json::to_vec(&tags).unwrap_or_default());
             }
+            // So did user data, which is hashed after a marker no tag JSON can end with.
+            if let Some(u) = &user_data {
+                h.update(b"\0user_data\0");
+                h.update(u.as_bytes());
+            }
             format!("{:x}", h.finalize())
         };
         Ok(Self {
@@ -262,6 +300,7 @@ impl ValidLaunch {
             lifetime_hours: req.lifetime_hours,
             published_ports,
             tags,
+            user_data,
             fingerprint,
         })
     }
@@ -533,6 +572,7 @@ mod tests {
             lifetime_hours: None,
             published_ports: Vec::new(),
             tags: Default::default(),
+            user_data: None,
         }
     }
 
@@ -754,6 +794,62 @@ mod tests {
         assert_eq!(
             denied(lifetime(&p, Some(25))),
             "policy max_allocation_lifetime_hours (set at global level) allows allocations to live 24 hours; this launch asked for 25"
+        );
+    }
+
+    #[test]
+    fn user_data_is_a_bounded_cloud_config_or_script() {
+        assert_eq!(check_user_data(None).unwrap(), None);
+        assert_eq!(check_user_data(Some("  \n")).unwrap(), None);
+        let doc = "#cloud-config\npackages: [htop]\n";
+        assert_eq!(check_user_data(Some(doc)).unwrap().as_deref(), Some(doc));
+        assert!(check_user_data(Some("#!/bin/sh\necho hi\n")).is_ok());
+        let reason = |u: &str| match check_user_data(Some(u)) {
+            Err(Error::Invalid { field, reason }) => {
+                assert_eq!(field, "user_data");
+                reason
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            reason("packages: [htop]"),
+            "start it with #cloud-config (a cloud-config document) or #! (a script)"
+        );
+        assert!(reason("#!/bin/sh\n\0").contains("NUL"));
+        let big = format!("#!/bin/sh\n{}", "x".repeat(MAX_USER_DATA));
+        assert_eq!(
+            reason(&big),
+            format!(
+                "{} bytes: user data is at most 16384 bytes (16 KiB)",
+                big.len()
+            )
+        );
+    }
+
+    #[test]
+    fn user_data_is_part_of_what_an_idempotency_key_stands_for() {
+        let req = |u: Option<&str>| LaunchRequest {
+            sku: "h100.1x".into(),
+            listing: "ubuntu-24.04-cuda".into(),
+            name: "job".into(),
+            idempotency_key: "launch-0001".into(),
+            ssh_public_key: KEY.into(),
+            user_data: u.map(str::to_owned),
+            ..LaunchRequest::default()
+        };
+        let plain = ValidLaunch::check(&req(None)).unwrap().fingerprint;
+        let a = ValidLaunch::check(&req(Some("#!/bin/sh\necho a\n")))
+            .unwrap()
+            .fingerprint;
+        let b = ValidLaunch::check(&req(Some("#!/bin/sh\necho b\n")))
+            .unwrap()
+            .fingerprint;
+        assert_ne!(plain, a);
+        assert_ne!(a, b);
+        // Empty user data is none: the fingerprint launches always had.
+        assert_eq!(
+            ValidLaunch::check(&req(Some(""))).unwrap().fingerprint,
+            plain
         );
     }
 }

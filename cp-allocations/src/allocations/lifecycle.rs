@@ -235,7 +235,7 @@ async fn dispatch_one(
     let a = sqlx::query!(
         r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.image_sha256, v.ssh_user, v.cloud_init,
+                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data,
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
                   n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
@@ -279,6 +279,7 @@ async fn dispatch_one(
                     },
                 },
                 ssh_public_key: a.ssh_public_key,
+                user_data: a.user_data,
                 slots,
                 network,
                 fabric,

@@ -47,6 +47,10 @@ pub struct LaunchRequest {
     /// Labels to find it by (`team=vision`); see [`decide::check_tags`].
     #[serde(default)]
     pub tags: Tags,
+    /// Cloud-init user data for the VM (a `#cloud-config` document or a `#!` script, at most
+    /// 16 KiB), where the image accepts it; see [`decide::check_user_data`].
+    #[serde(default)]
+    pub user_data: Option<String>,
 }
 
 /// Which allocations to list.
@@ -135,6 +139,7 @@ struct Reservation<'a> {
     listing_version: ListingVersionId,
     ssh_public_key: &'a str,
     tags: &'a Tags,
+    user_data: Option<&'a str>,
     idempotency_key: &'a str,
     fingerprint: &'a str,
     requested_at: OffsetDateTime,
@@ -148,9 +153,9 @@ impl Reserve for Reservation<'_> {
                    (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                     listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                     request_fingerprint, requested_by, placement, state, requested_at, expires_at,
-                    tags)
+                    tags, user_data)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                       $17, 'placed', $18, $19, $20)"#,
+                       $17, 'placed', $18, $19, $20, $21)"#,
             self.id as AllocationId,
             self.tenant as TenantId,
             self.project as ProjectId,
@@ -171,6 +176,7 @@ impl Reserve for Reservation<'_> {
             self.requested_at,
             self.expires_at,
             serde_json::to_value(self.tags).unwrap_or_default(),
+            self.user_data,
         )
         .execute(&mut *conn)
         .await;
@@ -398,6 +404,16 @@ impl AllocationsApi for ControlPlane {
                 format!("{} doesn't fit {}: {why}", software.label, sku.name),
             ));
         }
+        if valid.user_data.is_some() && !software.accepts_user_data {
+            return Err(invalid(
+                "user_data",
+                format!(
+                    "{} doesn't accept user data; launch it without, or choose an image that \
+                     accepts it (the images list says which)",
+                    software.label
+                ),
+            ));
+        }
         let fee = software
             .compatibility
             .fee
@@ -484,6 +500,7 @@ impl AllocationsApi for ControlPlane {
             listing_version: software.id,
             ssh_public_key,
             tags: &valid.tags,
+            user_data: valid.user_data.as_deref(),
             idempotency_key: key,
             fingerprint,
             requested_at,
@@ -528,6 +545,7 @@ impl AllocationsApi for ControlPlane {
                 after: Some(json!({
                     "name": name, "sku": sku.name, "node": placed.hostname,
                     "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
+                    "user_data_bytes": valid.user_data.as_ref().map(String::len),
                     "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
                     "why": placed.why,
                 })),

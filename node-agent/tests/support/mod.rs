@@ -69,6 +69,7 @@ pub fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
         ssh_public_key:
             "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGv1cYB4mWc3JqVqXfTb0nq0mQwWbYQ3Xb2P0x2vB1bq test"
                 .into(),
+        user_data: None,
         slots,
         network: Default::default(),
         fabric: Default::default(),

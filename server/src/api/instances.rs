@@ -69,6 +69,13 @@ pub struct NewInstance {
     #[serde(default)]
     #[schema(schema_with = port_list)]
     pub published_ports: Vec<u16>,
+    /// Cloud-init user data for the VM: a `#cloud-config` document or a `#!` script, at most
+    /// 16 KiB, for images that accept it (`accepts_user_data` in `/images`). It runs inside
+    /// the VM after the platform's own set-up (user, SSH keys, network), which it can add to
+    /// but not replace.
+    #[serde(default)]
+    #[schema(max_length = 16384, pattern = r"^(#cloud-config|#!)")]
+    pub user_data: Option<String>,
 }
 
 /// At most 7 TCP ports.
@@ -220,6 +227,7 @@ pub async fn launch(
         lifetime_hours: new.lifetime_hours,
         published_ports: new.published_ports,
         tags: new.tags,
+        user_data: new.user_data,
     };
     let launched = caller
         .acting(cp.launch(&who, &req, Some(&id.0)))

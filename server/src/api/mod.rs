@@ -4,6 +4,7 @@
 //! read and bound the request, call the control plane, return its read model.
 
 pub mod auth;
+pub mod images;
 pub mod instances;
 pub mod offers;
 pub mod organization;
@@ -32,6 +33,7 @@ use problem::{ApiError, Problem};
     servers((url = "/api/v1")),
     paths(
         offers::list,
+        images::list,
         instances::launch,
         instances::list,
         instances::get,
@@ -40,15 +42,18 @@ use problem::{ApiError, Problem};
         ssh_keys::add,
         ssh_keys::delete,
         organization::projects,
+        organization::members,
+        organization::project_audit,
+        organization::audit,
         organization::usage,
         organization::invoices
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
     tags(
-        (name = "catalog", description = "What is for sale, where, and what could launch now."),
+        (name = "catalog", description = "What is for sale, where, and what could launch now; the images a project may launch."),
         (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
-        (name = "organization", description = "The token's organization: its projects, and for billing tokens this month's spend and the invoices."),
+        (name = "organization", description = "The token's organization: its projects, their members and audit trails, the audit log for admins, and for billing tokens this month's spend and the invoices."),
         (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
     )
 )]
@@ -80,6 +85,7 @@ impl utoipa::Modify for BearerAuth {
 pub fn routes() -> Router<ControlPlane> {
     Router::new()
         .route("/offers", get(offers::list))
+        .route("/images", get(images::list))
         .route("/instances", get(instances::list).post(instances::launch))
         .route(
             "/instances/{id}",
@@ -88,6 +94,9 @@ pub fn routes() -> Router<ControlPlane> {
         .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
         .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
         .route("/projects", get(organization::projects))
+        .route("/projects/{id}/members", get(organization::members))
+        .route("/projects/{id}/audit", get(organization::project_audit))
+        .route("/audit", get(organization::audit))
         .route("/usage", get(organization::usage))
         .route("/invoices", get(organization::invoices))
         .route("/openapi.json", get(openapi))
