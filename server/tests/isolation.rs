@@ -1332,8 +1332,9 @@ async fn every_api_operation_answers_every_caller_as_its_rule_says() {
     use std::io::Write as _;
     let _ = writeln!(
         std::io::stderr(),
-        "API isolation matrix: {} operations x {} callers = {calls} calls; {refused} refused \
-         (each checked to change nothing); {} allowed; {copies} calls on a copy of their own",
+        "API isolation matrix: {} calls (the document's operations, some with a project and \
+         without) x {} callers = {calls} calls; {refused} refused (each checked to change \
+         nothing); {} allowed; {copies} calls on a copy of their own",
         entries.len(),
         callers.len(),
         calls - refused

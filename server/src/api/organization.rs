@@ -257,10 +257,10 @@ pub struct AuditQuery {
     #[param(pattern = r"^[a-z0-9._-]{0,64}$", max_length = 64)]
     pub action: Option<String>,
     /// The actor's email.
-    #[param(pattern = r"^[^\u0000-\u001f\u007f]{0,254}$", max_length = 254)]
+    #[param(pattern = r"^[^\u0000-\u001f\u007f-\u009f]{0,254}$", max_length = 254)]
     pub actor: Option<String>,
     /// A part of the resource's canonical name (a project's or an allocation's id, say).
-    #[param(pattern = r"^[^\u0000-\u001f\u007f]{0,200}$", max_length = 200)]
+    #[param(pattern = r"^[^\u0000-\u001f\u007f-\u009f]{0,200}$", max_length = 200)]
     pub resource: Option<String>,
 }
 
