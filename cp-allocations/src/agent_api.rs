@@ -368,7 +368,7 @@ impl AgentApi for ControlPlane {
         lock_node(&mut tx, agent.id).await?;
         let row = sqlx::query!(
             r#"SELECT state, kind, spec, allocation_id AS "allocation_id: AllocationId"
-               FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR UPDATE"#,
+               FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR NO KEY UPDATE"#,
             task as AgentTaskId,
             agent.id as NodeId
         )

@@ -1483,3 +1483,71 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     .unwrap();
     assert_eq!(ew.0["east_west"], true);
 }
+
+/// The dispatcher holds an allocation's row and then queues a task naming its node (a foreign
+/// key, so the node's row is share-locked for the key); an agent's result holds its node's row
+/// and then changes the allocation. While `lock_node` took the node `FOR UPDATE`, the task's
+/// key check waited for the result and the result for the allocation: a deadlock, which the
+/// dispatch benchmark hit at 100 launches/s (a release dispatched while its provision was
+/// being answered). The node's lock is `FOR NO KEY UPDATE` now: it still orders every change to
+/// a node's claims, and a foreign-key check doesn't wait for it.
+#[tokio::test]
+async fn an_agents_result_and_a_dispatch_of_the_same_allocation_never_deadlock() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.1x", "race").await.unwrap();
+    let (task, spec) = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the provision");
+
+    // A dispatch of this allocation, as `dispatch_one` does it: its row first.
+    let mut dispatch = cp.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '10s'")
+        .execute(&mut *dispatch)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM allocations WHERE id = $1 FOR UPDATE")
+        .bind(id.0)
+        .execute(&mut *dispatch)
+        .await
+        .unwrap();
+    // The agent's answer takes the node, then waits for the allocation.
+    let finishing = tokio::spawn({
+        let (cp, agent) = (cp.clone(), agent.clone());
+        async move { cp.finish_task(&agent, task, &provisioned(&spec)).await }
+    });
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiting().await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then the dispatch queues a task on that node: its key check must not wait for the
+    // result's node lock.
+    let queued = sqlx::query(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec)
+         VALUES (gen_random_uuid(), $1, 'slice.topology_discover', '{\"kind\": \"slice.topology_discover\"}')",
+    )
+    .bind(node.0)
+    .execute(&mut *dispatch)
+    .await;
+    assert!(queued.is_ok(), "the dispatch's task: {queued:?}");
+    dispatch.rollback().await.unwrap();
+    let finished = finishing.await.unwrap();
+    assert!(finished.is_ok(), "the agent's result: {finished:?}");
+    assert_eq!(state(&cp, id).await.0, "running");
+}

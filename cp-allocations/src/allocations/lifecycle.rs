@@ -244,7 +244,7 @@ async fn dispatch_one(
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
                 JOIN projects p ON p.id = a.project_id
-           WHERE a.id = $1 FOR UPDATE OF a"#,
+           WHERE a.id = $1 FOR NO KEY UPDATE OF a"#,
         id as AllocationId
     )
     .fetch_one(&mut *conn)
@@ -440,7 +440,7 @@ async fn end_claims(conn: &mut PgConnection, id: AllocationId) -> Result<()> {
 /// The allocation's state, locked, if nobody else holds it (a replica's reaper skips it).
 async fn lock_state(conn: &mut PgConnection, id: AllocationId) -> Result<Option<String>> {
     Ok(sqlx::query_scalar!(
-        "SELECT state FROM allocations WHERE id = $1 FOR UPDATE SKIP LOCKED",
+        "SELECT state FROM allocations WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED",
         id as AllocationId
     )
     .fetch_optional(conn)
@@ -489,7 +489,7 @@ pub(crate) async fn task_finished(
     outcome: &TaskOutcome,
 ) -> Result<()> {
     let state = sqlx::query_scalar!(
-        "SELECT state FROM allocations WHERE id = $1 FOR UPDATE",
+        "SELECT state FROM allocations WHERE id = $1 FOR NO KEY UPDATE",
         id as AllocationId
     )
     .fetch_one(&mut *conn)

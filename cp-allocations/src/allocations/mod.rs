@@ -427,7 +427,7 @@ impl AllocationsApi for ControlPlane {
         match allowed.lock() {
             Some(decide::LockScope::Project) => {
                 sqlx::query!(
-                    "SELECT 1 AS one FROM projects WHERE id = $1 FOR UPDATE",
+                    "SELECT 1 AS one FROM projects WHERE id = $1 FOR NO KEY UPDATE",
                     who.id() as ProjectId
                 )
                 .fetch_one(&mut *tx)
@@ -435,7 +435,7 @@ impl AllocationsApi for ControlPlane {
             }
             Some(decide::LockScope::Tenant) => {
                 sqlx::query!(
-                    "SELECT 1 AS one FROM tenants WHERE id = $1 FOR UPDATE",
+                    "SELECT 1 AS one FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
                     who.tenant() as TenantId
                 )
                 .fetch_one(&mut *tx)
@@ -568,7 +568,7 @@ impl AllocationsApi for ControlPlane {
         let user = who.user();
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
-            "SELECT state, region FROM allocations WHERE id = $1 AND project_id = $2 FOR UPDATE",
+            "SELECT state, region FROM allocations WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE",
             id as AllocationId,
             who.id() as ProjectId
         )
@@ -610,7 +610,7 @@ impl AllocationsApi for ControlPlane {
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
             r#"SELECT state, region, published_ports AS "published_ports: Vec<Option<i32>>"
-               FROM allocations WHERE id = $1 AND project_id = $2 FOR UPDATE"#,
+               FROM allocations WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE"#,
             id as AllocationId,
             who.id() as ProjectId
         )

@@ -962,7 +962,12 @@ pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<V
 }
 
 /// A node's row, locked for the rest of the transaction: every change to a node, its
-/// proposals or its slots takes this lock first, so they serialise per node.
+/// proposals or its slots takes this lock first, so they serialise per node. The lock is
+/// `FOR NO KEY UPDATE`: it excludes every other holder (and placement's `SKIP LOCKED`), but
+/// not the share lock a foreign-key check takes on the node, so a transaction that holds an
+/// allocation and queues a task naming its node never waits for a transaction that holds the
+/// node and waits for that allocation (the deadlock of
+/// `an_agents_result_and_a_dispatch_of_the_same_allocation_never_deadlock`).
 pub struct LockedNode {
     pub hostname: String,
     pub region: String,
@@ -972,7 +977,7 @@ pub struct LockedNode {
 pub async fn lock_node(tx: &mut sqlx::PgConnection, node: NodeId) -> Result<LockedNode> {
     sqlx::query_as!(
         LockedNode,
-        "SELECT hostname, region, admin_state FROM nodes WHERE id = $1 FOR UPDATE",
+        "SELECT hostname, region, admin_state FROM nodes WHERE id = $1 FOR NO KEY UPDATE",
         node as NodeId
     )
     .fetch_optional(tx)

@@ -4,7 +4,7 @@
 //! joined with `node_sells` (admin state, health, heartbeat, shape): best fit first, the node
 //! with the fewest free slots that still has a block of the requested size. On each candidate
 //! [`choose::NodeView::choose`] picks the slots (partitions, NUMA, packing); the chosen slots
-//! are locked with `FOR UPDATE SKIP LOCKED`, and if someone else has them, or the database
+//! are locked with `FOR NO KEY UPDATE SKIP LOCKED`, and if someone else has them, or the database
 //! refuses the claim, the next candidate is tried. No fit is `sku_unavailable` with
 //! [`explain`]'s answer.
 
@@ -211,7 +211,7 @@ pub trait Reserve {
 pub use cp_base::CONTENTION_DEADLINE;
 
 /// Places `sku` within `regions` on the caller's transaction. Each candidate node's row is
-/// locked with `FOR UPDATE SKIP LOCKED` (a node someone else is placing on right now is
+/// locked with `FOR NO KEY UPDATE SKIP LOCKED` (a node someone else is placing on right now is
 /// skipped, which spreads concurrent launches), its free slots are read under that lock, and
 /// the chosen slots are locked too. `reserve` runs in a savepoint; a refusal by the database
 /// moves on to the next candidate. While some candidate was busy, it looks again, with a short
@@ -231,7 +231,7 @@ pub async fn place(
         busy = 0;
         for candidate in candidates(&mut *conn, sku, regions).await? {
             let locked = sqlx::query_scalar!(
-                "SELECT 1 AS one FROM nodes WHERE id = $1 FOR UPDATE SKIP LOCKED",
+                "SELECT 1 AS one FROM nodes WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED",
                 candidate.node_id as NodeId
             )
             .fetch_optional(&mut *conn)
@@ -246,7 +246,7 @@ pub async fn place(
             };
             if !placement.slots.is_empty() {
                 sqlx::query!(
-                    "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR UPDATE",
+                    "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
                     &placement.slots.iter().map(|s| s.0).collect::<Vec<_>>()
                 )
                 .fetch_all(&mut *conn)
