@@ -225,6 +225,9 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     await form.getByRole('button', { name: 'Save draft' }).click();
     await page.locator('#new-listing-image_sha256-error').filter({ hasText: /^Give the SHA-256 of the image file/ }).waitFor();
     await form.getByLabel('Image SHA-256').fill(TRITON_SHA256);
+    // Tenants may bring their own user data to this one; the review shows it.
+    await form.getByLabel(/Tenants may add their own cloud-init user data/).check();
+    await shot(page, 'marketplace-publish-form');
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
     const row = page.locator(`#my-versions tr[data-version="${slug} 24.10"]`);
@@ -249,6 +252,7 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     assert.equal(await fields.locator('tr[data-field="Image SHA-256"] td').innerText(), TRITON_SHA256);
     assert.match(await fields.locator('tr[data-field="Cloud-init"] td').innerText(), /"final_message": "Triton listens on port 8000\."/);
     assert.equal(await fields.locator('tr[data-field="Hourly fee"] td').innerText(), '0.30 USD');
+    assert.equal(await fields.locator('tr[data-field="Tenant user data"] td').innerText(), 'accepted');
     assert.match(await ops.page.locator('#version-diff').innerText(), /The first version of this listing/);
     await curate(ops.page, `${slug} 24.10`, 'approve');
     await curate(ops.page, `${slug} 24.10`, 'publish');
