@@ -3,7 +3,6 @@
 //! data, and the SKUs it runs on, under the policies of the project (or organization) asked
 //! about, so a script can choose before it launches instead of learning from a refusal.
 
-use app::error::AppError;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -18,7 +17,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::RequestId;
 use super::auth::{Caller, TokenRefusals};
-use super::problem::{ApiError, Problem};
+use super::problem::{ApiError, Problem, bad_query};
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -63,7 +62,7 @@ pub async fn list(
     query: Result<Query<ImageQuery>, QueryRejection>,
 ) -> Result<Json<ImageList>, ApiError> {
     caller.require(TokenScope::Read, &id)?;
-    let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
+    let Query(q) = query.map_err(bad_query)?;
     let project = match q.project.or(caller.0.project) {
         Some(p) => Some(
             caller

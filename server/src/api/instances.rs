@@ -25,7 +25,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::RequestId;
 use super::auth::{Caller, TokenRefusals};
-use super::problem::{ApiError, Problem, bad_body, renamed};
+use super::problem::{ApiError, Problem, bad_body, bad_query, renamed};
 
 /// What to launch.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -317,7 +317,7 @@ pub async fn list(
     query: Result<Query<InstanceQuery>, QueryRejection>,
 ) -> Result<Json<InstanceList>, ApiError> {
     caller.require(TokenScope::Read, &id)?;
-    let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
+    let Query(q) = query.map_err(bad_query)?;
     let projects = match q.project {
         Some(p) => vec![caller.project::<ProjectViewers>(&cp, Some(p), &id).await?],
         None => caller.projects(&cp, &id).await?,
@@ -389,7 +389,7 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     caller.require(TokenScope::Read, &id)?;
     let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
-    let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
+    let Query(q) = query.map_err(bad_query)?;
     let wait = match q.wait {
         None | Some(0) => None,
         Some(s) if s <= MAX_WAIT_S => Some(Duration::from_secs(s)),

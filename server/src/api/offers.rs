@@ -11,7 +11,7 @@ use portal_types::catalog::{Offer, offers};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::problem::{ApiError, Problem};
+use super::problem::{ApiError, Problem, bad_query};
 use super::{ClientAddr, RequestId};
 
 /// Filters; each is optional.
@@ -85,7 +85,7 @@ pub async fn list(
             retry_after_secs: wait.as_secs().max(1),
         }));
     }
-    let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
+    let Query(q) = query.map_err(bad_query)?;
     let region = check_filter("region", q.region)?;
     let gpu_model = check_filter("gpu_model", q.gpu_model)?;
     let catalog = cp.catalog().await.map_err(|e| id.refused(e))?;

@@ -21,7 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::RequestId;
 use super::auth::{Caller, TokenRefusals};
-use super::problem::{ApiError, Problem};
+use super::problem::{ApiError, Problem, bad_query};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ProjectList {
@@ -303,7 +303,7 @@ pub async fn audit(
 ) -> Result<Json<AuditList>, ApiError> {
     use control_plane::audit_log::{AuditFilter, AuditScope};
     caller.require(TokenScope::Read, &id)?;
-    let Query(q) = query.map_err(|e| ApiError(AppError::BadRequest(e.body_text())))?;
+    let Query(q) = query.map_err(bad_query)?;
     let action = audit_filter("action", q.action, 64)?;
     if !action
         .chars()

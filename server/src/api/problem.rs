@@ -88,6 +88,11 @@ pub fn bad_body(e: axum::extract::rejection::JsonRejection) -> ApiError {
     ApiError(AppError::BadRequest(e.body_text()))
 }
 
+/// A query string that could not be read, likewise.
+pub fn bad_query(e: axum::extract::rejection::QueryRejection) -> ApiError {
+    ApiError(AppError::BadRequest(e.body_text()))
+}
+
 /// A control-plane refusal of field `from` (its name on the portal's form), as this API's
 /// body calls that input.
 pub fn renamed(e: control_plane::Error, from: &str, to: &'static str) -> control_plane::Error {
