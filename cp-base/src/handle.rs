@@ -6,7 +6,7 @@ use sqlx::PgPool;
 
 use crate::ids::NodeId;
 use crate::naming::Naming;
-use crate::{MIGRATOR, Result, dns, egress, health, ratelimit, secrets};
+use crate::{MIGRATOR, Result, dns, egress, health, ratelimit, reasons, secrets};
 
 /// How long a launch keeps trying while the nodes that could take it are being reserved by
 /// other launches, by default.
@@ -40,6 +40,8 @@ pub struct ControlPlane {
     public_api_calls: std::sync::Arc<ratelimit::Limiter>,
     /// How long a launch waits for candidate nodes other launches are reserving.
     contention_deadline: std::time::Duration,
+    /// The last explanation of a refusal per SKU and regions (see [`reasons`]).
+    reasons: std::sync::Arc<reasons::RefusalReasons>,
     /// Password hashes (argon2, 19 MiB each) computed at once; see [`ControlPlane::hashing`].
     hashing: std::sync::Arc<tokio::sync::Semaphore>,
     /// A hash of a random password, verified against when an email is unknown.
@@ -112,6 +114,7 @@ impl ControlPlane {
                 std::time::Duration::from_secs(60),
             )),
             contention_deadline: CONTENTION_DEADLINE,
+            reasons: std::sync::Arc::new(reasons::RefusalReasons::new(reasons::REASONS_TTL)),
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_HASHES)),
             dummy_hash: Default::default(),
         }
@@ -129,6 +132,13 @@ impl ControlPlane {
     /// by other launches ([`CONTENTION_DEADLINE`] unless set).
     pub fn with_contention_deadline(mut self, deadline: std::time::Duration) -> Self {
         self.contention_deadline = deadline;
+        self
+    }
+
+    /// Reuses the explanation of a refusal for `ttl` ([`reasons::REASONS_TTL`] unless set;
+    /// zero recomputes it every time).
+    pub fn with_refusal_reasons_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.reasons = std::sync::Arc::new(reasons::RefusalReasons::new(ttl));
         self
     }
 
@@ -171,6 +181,11 @@ impl ControlPlane {
 
     pub fn http(&self) -> &egress::Egress {
         &self.http
+    }
+
+    /// Recent explanations of refusals, shared by placement and the catalog.
+    pub fn refusal_reasons(&self) -> &reasons::RefusalReasons {
+        &self.reasons
     }
 
     /// How long a launch waits for candidate nodes other launches are reserving.

@@ -16,6 +16,7 @@ mod handle;
 pub mod health;
 pub mod naming;
 pub mod ratelimit;
+pub mod reasons;
 pub mod resource_name;
 pub mod secrets;
 pub mod stripe_link;

@@ -46,7 +46,15 @@ impl CatalogApi for ControlPlane {
                 })
                 .collect();
             let unavailable_because = if availability.iter().all(|a| a.launchable == 0) {
-                Some(crate::placement::explain(&mut conn, &sku, &sku.regions).await?)
+                Some(
+                    crate::placement::explain_recent(
+                        &mut conn,
+                        self.refusal_reasons(),
+                        &sku,
+                        &sku.regions,
+                    )
+                    .await?,
+                )
             } else {
                 None
             };

@@ -210,8 +210,14 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert_eq!(availability(&cp, "h100.8x").await, 0);
     assert_eq!(availability(&cp, "h100.8x.metal").await, 0);
 
-    // Launch dispatched its own outbox row at once: one provision task, and nothing left for
-    // the dispatcher, however often it runs.
+    // Launch wrote the provision task in its own transaction: no outbox row at all, and
+    // nothing for the dispatcher, however often it runs.
+    let outbox: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE allocation_id = $1")
+        .bind(id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(outbox, 0);
     assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
     assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
     assert_eq!(state(&cp, id).await.0, "provisioning");

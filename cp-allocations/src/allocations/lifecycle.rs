@@ -11,7 +11,7 @@ use agent_protocol::{
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use super::projected;
 use crate::ControlPlane;
@@ -26,8 +26,51 @@ use portal_types::Money;
 /// The phase of a release during which the allocation counts as `cleaning`.
 pub const WIPE_PHASE: &str = "wipe_nvme";
 
-/// Marks an allocation for release and queues the release; cancels a provision the agent
-/// hasn't started. `failure` records why, when the release is a failure branch.
+/// Queues the agent task `kind` for the allocation in the caller's transaction, so the agent
+/// can claim it the moment that transaction commits (no dispatcher round, no second commit):
+/// wake the returned node after the commit. When the task can't be written now (its plan is
+/// refused), the savepoint is rolled back and an outbox row makes the dispatcher retry it, as
+/// [`queue_later`] does.
+pub(crate) async fn queue_now(
+    conn: &mut PgConnection,
+    kind: &str,
+    id: AllocationId,
+) -> Result<Option<NodeId>> {
+    let mut sp = conn.begin().await?;
+    match dispatch_one(&mut sp, kind, id).await {
+        Ok(node) => {
+            sp.commit().await?;
+            Ok(node)
+        }
+        Err(e) => {
+            sp.rollback().await?;
+            tracing::warn!(allocation.id = %id, outbox.kind = kind, error.cause = %e, "task not queued with the change; the dispatcher will retry");
+            queue_later(conn, kind, id).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Queues the agent task `kind` for the allocation through the outbox: the dispatcher writes
+/// it after the caller's transaction commits (for changes made where no one waits on them).
+pub(crate) async fn queue_later(
+    conn: &mut PgConnection,
+    kind: &str,
+    id: AllocationId,
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO outbox (kind, allocation_id) VALUES ($1, $2)",
+        kind,
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks an allocation for release and cancels a provision the agent hasn't started; the
+/// caller queues the release ([`queue_now`] or [`queue_later`]). `failure` records why, when
+/// the release is a failure branch.
 pub(crate) async fn begin_release(
     conn: &mut PgConnection,
     id: AllocationId,
@@ -47,12 +90,6 @@ pub(crate) async fn begin_release(
                 error = 'cancelled: the allocation was released before the agent started it'
          WHERE allocation_id = $1 AND state = 'queued'
            AND kind IN ('slice.vm_provision', 'baremetal.provision')",
-        id as AllocationId
-    )
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query!(
-        "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.release', $1)",
         id as AllocationId
     )
     .execute(&mut *conn)
@@ -521,6 +558,7 @@ pub(crate) async fn task_finished(
             if state == "provisioning" {
                 // The host may have written to the slot: clean it like any release.
                 begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
+                queue_later(&mut *conn, "allocation.release", id).await?;
             }
             ("failed", Some(error.clone()))
         }
@@ -799,6 +837,7 @@ impl LifecycleApi for ControlPlane {
                 continue;
             }
             begin_release(&mut tx, a.id, None).await?;
+            queue_later(&mut tx, "allocation.release", a.id).await?;
             audit::record(
                 &mut tx,
                 AuditEntry {
@@ -886,22 +925,11 @@ impl LifecycleApi for ControlPlane {
 /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
 #[allow(async_fn_in_trait)]
 pub(crate) trait LifecycleInternal {
-    /// Right after a launch or release commits: its own outbox row, at once, so that the
-    /// agent need not wait for a dispatcher. Best effort: if this fails or the process dies,
-    /// the row is still there for the dispatchers.
-    async fn dispatch_now(&self, allocation: AllocationId);
-
     /// Handles one due outbox row (of `only` that allocation, if given); false when none.
     async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool>;
 }
 
 impl LifecycleInternal for ControlPlane {
-    async fn dispatch_now(&self, allocation: AllocationId) {
-        if let Err(e) = self.dispatch_row(Some(allocation)).await {
-            tracing::warn!(allocation.id = %allocation, error.cause = %e, "immediate dispatch failed; the dispatcher will retry");
-        }
-    }
-
     async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let Some(row) = sqlx::query!(

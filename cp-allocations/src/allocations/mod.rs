@@ -2,7 +2,6 @@
 //! idempotency key), release, and what the allocation pages read. The lifecycle after launch
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
-use crate::allocations::lifecycle::LifecycleInternal;
 use crate::tenancy::TenancyApi;
 
 mod decide;
@@ -512,6 +511,7 @@ impl AllocationsApi for ControlPlane {
             &regions,
             &mut reservation,
             self.contention_deadline(),
+            self.refusal_reasons(),
         )
         .await?;
         if !valid.published_ports.is_empty() {
@@ -527,12 +527,7 @@ impl AllocationsApi for ControlPlane {
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query!(
-            "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.provision', $1)",
-            id as AllocationId
-        )
-        .execute(&mut *tx)
-        .await?;
+        let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
         audit::record(
             &mut tx,
             AuditEntry {
@@ -554,7 +549,9 @@ impl AllocationsApi for ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.dispatch_now(id).await;
+        if let Some(node) = node {
+            self.wakeups().task_queued(node);
+        }
         Ok(Launched { id, created: true })
     }
 
@@ -579,6 +576,7 @@ impl AllocationsApi for ControlPlane {
             return Ok(());
         }
         lifecycle::begin_release(&mut tx, id, None).await?;
+        let node = lifecycle::queue_now(&mut tx, "allocation.release", id).await?;
         audit::record(
             &mut tx,
             AuditEntry {
@@ -594,7 +592,9 @@ impl AllocationsApi for ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.dispatch_now(id).await;
+        if let Some(node) = node {
+            self.wakeups().task_queued(node);
+        }
         Ok(())
     }
 
@@ -636,12 +636,7 @@ impl AllocationsApi for ControlPlane {
         )
         .execute(&mut *tx)
         .await?;
-        sqlx::query!(
-            "INSERT INTO outbox (kind, allocation_id) VALUES ('allocation.network_update', $1)",
-            id as AllocationId
-        )
-        .execute(&mut *tx)
-        .await?;
+        let node = lifecycle::queue_now(&mut tx, "allocation.network_update", id).await?;
         audit::record(
             &mut tx,
             AuditEntry {
@@ -657,7 +652,9 @@ impl AllocationsApi for ControlPlane {
         )
         .await?;
         tx.commit().await?;
-        self.dispatch_now(id).await;
+        if let Some(node) = node {
+            self.wakeups().task_queued(node);
+        }
         Ok(())
     }
 

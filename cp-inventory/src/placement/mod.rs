@@ -17,6 +17,7 @@ use crate::ControlPlane;
 use crate::auth::{Platform, PlatformOperators};
 use crate::error::{Error, Result};
 use crate::ids::{NodeId, SlotId};
+use crate::reasons::RefusalReasons;
 use crate::skus::{Shape, Sku, sku_by_name};
 use choose::{FreeSlot, NodeView, Partition};
 
@@ -224,6 +225,7 @@ pub async fn place(
     regions: &[String],
     reserve: &mut impl Reserve,
     patience: std::time::Duration,
+    reasons: &RefusalReasons,
 ) -> Result<Placement> {
     let deadline = std::time::Instant::now() + patience;
     let mut busy = 0;
@@ -273,7 +275,7 @@ pub async fn place(
         }
         tokio::time::sleep(backoff(round)).await;
     }
-    let mut why = explain(conn, sku, regions).await?;
+    let mut why = explain_recent(conn, reasons, sku, regions).await?;
     if busy > 0 {
         why.push_str(&format!(
             ". {busy} node(s) that could take it were being reserved by other launches for \
@@ -335,6 +337,23 @@ async fn plan_on(
             })
         }
     })
+}
+
+/// [`explain`], or its answer for the same SKU and regions from less than
+/// [`crate::reasons::REASONS_TTL`] ago (it counts the whole fleet; see [`crate::reasons`]).
+pub async fn explain_recent(
+    conn: &mut PgConnection,
+    reasons: &RefusalReasons,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<String> {
+    let key = format!("{}|{}", sku.id, regions.join(","));
+    if let Some(why) = reasons.get(&key) {
+        return Ok(why);
+    }
+    let why = explain(conn, sku, regions).await?;
+    reasons.put(key, why.clone());
+    Ok(why)
 }
 
 /// Why `sku` can't be placed within `regions`: which constraint ruled out how many nodes,
@@ -556,6 +575,7 @@ impl PlacementApi for ControlPlane {
             &regions,
             &mut DryRun,
             self.contention_deadline(),
+            self.refusal_reasons(),
         )
         .await;
         tx.rollback().await?;
