@@ -117,6 +117,8 @@ pub async fn main() {
     .await
     .unwrap();
     tx.commit().await.unwrap();
+    // Planner statistics, as autovacuum keeps them on a live database.
+    sqlx::query("ANALYZE").execute(&pool).await.unwrap();
     let (intervals, periods): (i64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(ceil(extract(epoch FROM ended_at - date_trunc('hour', started_at, 'UTC')) / 3600)), 0)::bigint
          FROM usage_intervals",
