@@ -44,7 +44,9 @@ pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
         .await?;
     // The batch's cost estimate is over the JIT threshold, and compiling it took ~60 ms of
     // every ~280 ms batch for nothing: the plan runs once.
-    sqlx::query!("SET LOCAL jit = off").execute(&mut *tx).await?;
+    sqlx::query!("SET LOCAL jit = off")
+        .execute(&mut *tx)
+        .await?;
     let row = sqlx::query!(
         r#"
 WITH cand AS (
