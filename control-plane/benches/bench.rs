@@ -1,5 +1,5 @@
 //! The benchmarks, in one binary so that they compile and link once:
-//! `bench placement|dispatch|ledger [flags]`, each described in its module. `cargo xtask bench
+//! `bench placement|dispatch|ledger|pages-seed [flags]`, each described in its module. `cargo xtask bench
 //! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
 //! runs each at smoke size.
 
@@ -9,6 +9,8 @@ mod common;
 mod dispatch;
 #[path = "bench/ledger.rs"]
 mod ledger;
+#[path = "bench/pages_seed.rs"]
+mod pages_seed;
 #[path = "bench/placement.rs"]
 mod placement;
 
@@ -18,8 +20,9 @@ fn main() {
         Some("placement") => placement::main(),
         Some("dispatch") => dispatch::main(),
         Some("ledger") => ledger::main(),
+        Some("pages-seed") => pages_seed::main(),
         other => {
-            eprintln!("usage: bench placement|dispatch|ledger [flags] (got {other:?})");
+            eprintln!("usage: bench placement|dispatch|ledger|pages-seed [flags] (got {other:?})");
             std::process::exit(2);
         }
     }

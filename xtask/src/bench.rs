@@ -3,16 +3,18 @@
 //! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]`: the benchmarks in
 //! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
+//! `cargo xtask bench pages [--clients N] [--seconds S]`: the portal's release build serving
+//! signed-in users (see [`pages`]).
 
 use std::process::Command;
 
 use pgcluster::{Durability, PgCluster, StopOnDrop};
 
-use crate::proc::run as run_cmd;
+use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
-use crate::{Result, root, step};
+use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]\n       cargo xtask bench pages [--clients N] [--seconds S]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -27,11 +29,12 @@ pub fn run(args: &[String]) -> Result {
             &["--tenants", "--runs", "--hours", "--batch"],
             &args[1..],
         ),
+        Some("pages") => pages(&args[1..]),
         _ => Err(USAGE.into()),
     }
 }
 
-fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
+fn checked_flags(flags: &[&str], args: &[String]) -> Result {
     for pair in args.chunks(2) {
         let ok = flags.contains(&pair[0].as_str())
             && pair
@@ -41,6 +44,117 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
             return Err(format!("bad argument {:?}\n{USAGE}", pair.join(" ")));
         }
     }
+    Ok(())
+}
+
+fn flag_value(args: &[String], name: &str, default: &str) -> String {
+    args.chunks(2)
+        .find(|p| p[0] == name)
+        .and_then(|p| p.get(1).cloned())
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// The page-load benchmark: the site and the server built for release, a durable cluster, the
+/// demo identity provider, the server with the demo data plus `bench pages-seed`'s (400
+/// allocations in mixed states, a month of rated usage), then `end2end/bench/pages.mjs`:
+/// sessions signed in through SSO in Chromium, keep-alive page loads, the bundle's size and
+/// the launch page's time to interactive.
+fn pages(args: &[String]) -> Result {
+    checked_flags(&["--clients", "--seconds"], args)?;
+    tools::ensure_all(Needs {
+        postgres: true,
+        chromium: true,
+        npm: true,
+        host_tools: false,
+    })?;
+    step("the site and the server, as shipped (cargo leptos build --release; minutes when cold)");
+    run_cmd(
+        Command::new("cargo")
+            .args(["leptos", "build", "--release"])
+            .current_dir(root()),
+    )?;
+    step("starting PostgreSQL with durable commits");
+    let dir = std::env::temp_dir().join(format!("portal-pg-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pg = StopOnDrop(PgCluster::init(&dir, Durability::Durable).map_err(|e| e.to_string())?);
+    pg.start().map_err(|e| e.to_string())?;
+    pg.ensure_database("pages").map_err(|e| e.to_string())?;
+    let port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let idp_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let idp_secret = portal::random_password()?;
+    let artifacts = root().join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
+    let log = |name: &str| {
+        std::fs::File::create(artifacts.join(name))
+            .map_err(|e| format!("creating test-artifacts/{name}: {e}"))
+    };
+    step("starting the demo identity provider and the release server");
+    let (mut idp, issuer) = portal::start_demo_idp(
+        idp_port,
+        &format!("http://127.0.0.1:{port}"),
+        &idp_secret,
+        Some(log("bench-idp.log")?),
+    )?;
+    let launch = portal::Launch {
+        binary: target_dir().join("release/server"),
+        database_url: pg.url("pages"),
+        addr: format!("127.0.0.1:{port}"),
+        site_root: target_dir().join("site"),
+        site_env: "prod",
+        admin_password: portal::random_password()?,
+        demo_idp: Some((issuer, idp_secret)),
+        stripe: None,
+        dns_resolver: None,
+        secret_keys: portal::random_keyring("bench")?,
+        log: Some(log("bench-server.log")?),
+    };
+    let mut server = match launch.start() {
+        Ok(s) => s,
+        Err(e) => {
+            terminate(&mut idp, std::time::Duration::from_secs(5));
+            return Err(e);
+        }
+    };
+    let result = wait_ready(&mut server, port, std::time::Duration::from_secs(60))
+        .and_then(|()| {
+            step("the benchmark's data (bench pages-seed, release)");
+            run_cmd(
+                Command::new("cargo")
+                    .args([
+                        "bench",
+                        "--package",
+                        "control-plane",
+                        "--bench",
+                        "bench",
+                        "--",
+                    ])
+                    .arg("pages-seed")
+                    .env("DATABASE_URL", pg.url("pages"))
+                    .env("SQLX_OFFLINE", "true")
+                    .current_dir(root()),
+            )
+        })
+        .and_then(|()| {
+            step("signing in and loading pages (end2end/bench/pages.mjs)");
+            run_cmd(
+                Command::new("node")
+                    .arg("end2end/bench/pages.mjs")
+                    .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
+                    .env("PAGES_CLIENTS", flag_value(args, "--clients", "64"))
+                    .env("PAGES_SECONDS", flag_value(args, "--seconds", "20"))
+                    .env("SITE_PKG", target_dir().join("site/pkg"))
+                    .current_dir(root()),
+            )
+        });
+    terminate(&mut server, std::time::Duration::from_secs(10));
+    terminate(&mut idp, std::time::Duration::from_secs(5));
+    drop(pg);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
+    checked_flags(flags, args)?;
     tools::ensure_all(Needs {
         postgres: true,
         chromium: false,

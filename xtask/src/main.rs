@@ -32,6 +32,9 @@ usage: cargo xtask <command>
                  launch → agent acknowledgement and release → claimable latency
   bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]
                  usage rows rated per second, and a month's invoices for N tenants
+  bench pages [--clients N] [--seconds S]
+                 the release server: N signed-in sessions (default 64) loading pages, the
+                 hydration bundle's size, and the launch page's time to interactive
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";

@@ -158,7 +158,13 @@ async fn phase(
 
 /// The synthetic fleet, in bulk SQL: nodes with a fresh heartbeat, an approved generation,
 /// 8 approved slots each, and NVLink partitions on the HGX nodes.
-async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::Error> {
+pub async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i bigint) RETURNS uuid LANGUAGE sql IMMUTABLE AS
+         $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
+    )
+    .execute(pool)
+    .await?;
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, admin_state,
@@ -279,13 +285,6 @@ pub async fn main() {
     let seconds: u64 = flag("--seconds", 10);
     let nodes: usize = flag("--nodes", 10_000);
     let (pool, cp) = crate::common::seeded(clients as u32 + 4).await;
-    sqlx::query(
-        "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i bigint) RETURNS uuid LANGUAGE sql IMMUTABLE AS
-         $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
-    )
-    .execute(&pool)
-    .await
-    .expect("helper");
     let sync: String = sqlx::query_scalar(
         "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
     )

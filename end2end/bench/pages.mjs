@@ -1,0 +1,180 @@
+// `cargo xtask bench pages`: signed-in page loads against a release server.
+//
+// Signs in CLIENTS sessions (default 64) through the real sign-in path (the portal's SSO
+// form, the demo identity provider, the callback), each in its own Chromium context, then
+// runs one keep-alive HTTP connection per session for SECONDS (default 20), each fetching in
+// turn the allocation list, an allocation's page, the catalog and the billing page. Prints
+// pages/s and p50/p99/max per page and the errors, the hydration bundle's size (raw and gzip),
+// and, from Chromium, how long the launch page takes to become interactive (navigation start
+// until hydration) on loopback. Ends with `RESULT pages …`.
+//
+// Environment: PORTAL_URL, PAGES_CLIENTS, PAGES_SECONDS, SITE_PKG (the built site's pkg dir).
+import http from 'node:http';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
+import { chromium } from 'playwright-core';
+import { BASE } from '../support.mjs';
+import { providerLogin } from '../support-sso.mjs';
+
+const CLIENTS = Number(process.env.PAGES_CLIENTS ?? 64);
+const SECONDS = Number(process.env.PAGES_SECONDS ?? 20);
+const USER = 'alice@acme.example';
+const url = new URL(BASE);
+
+/** The SSO round trip for `email`. The portal allows 30 sign-in starts a minute per address,
+ *  then one every 2 s (it says so on the form): wait as it asks and try again. */
+async function signIn(page, email) {
+  for (let attempt = 0; ; attempt++) {
+    await page.goto(`${BASE}/login`);
+    const form = page.locator('#sso-form');
+    await form.getByLabel('Work email').fill(email);
+    await form.getByRole('button', { name: 'Continue' }).click();
+    const away = page.waitForURL((u) => !u.href.startsWith(BASE)).then(() => true);
+    const refused = page.getByText(/Too many attempts/).waitFor().then(() => false);
+    if (await Promise.race([away, refused])) break;
+    if (attempt > 60) throw new Error('sign-in kept being refused');
+    await page.waitForTimeout(2200);
+  }
+  await providerLogin(page, email);
+  await page.waitForURL((u) => u.href.startsWith(BASE));
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run'],
+});
+
+// 1. Sessions, each through the whole sign-in round trip.
+const started = Date.now();
+const cookies = [];
+for (let i = 0; i < CLIENTS; i++) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await signIn(page, USER);
+  const session = (await context.cookies(BASE)).find((c) => c.name === 'portal_session');
+  if (!session) throw new Error(`sign-in ${i + 1} left no portal_session cookie`);
+  cookies.push(`portal_session=${session.value}`);
+  await context.close();
+}
+console.log(`signed in ${CLIENTS} sessions as ${USER} through SSO in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+
+/** GET `path` on `agent`'s connection; resolves to [status, body length]. */
+function get(agent, cookie, path) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: url.hostname, port: url.port, path, agent, headers: { cookie, accept: 'text/html' } },
+      (res) => {
+        let n = 0;
+        let body = '';
+        res.on('data', (c) => {
+          n += c.length;
+          if (body.length < 200_000) body += c;
+        });
+        res.on('end', () => resolve([res.statusCode, n, body]));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+// An allocation's page to fetch: the first one the list links to.
+const probe = new http.Agent({ keepAlive: true, maxSockets: 1 });
+const [listStatus, , list] = await get(probe, cookies[0], '/allocations');
+const found = list.match(/href="(\/allocations\/[0-9a-f-]{36})"/);
+if (listStatus !== 200 || !found) throw new Error(`the allocation list (${listStatus}) links to no allocation`);
+const PAGES = [
+  ['allocation list', '/allocations'],
+  ['allocation page', found[1]],
+  ['catalog', '/catalog'],
+  ['billing', '/billing'],
+];
+
+// 2. Load: one connection per session, pages in turn, for SECONDS.
+const lat = PAGES.map(() => []);
+const bytes = PAGES.map(() => 0);
+let errors = 0;
+let firstError = '';
+const until = Date.now() + SECONDS * 1000;
+const t0 = process.hrtime.bigint();
+await Promise.all(
+  cookies.map(async (cookie, i) => {
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    for (let k = i; Date.now() < until; k++) {
+      const p = k % PAGES.length;
+      const s = process.hrtime.bigint();
+      try {
+        const [status, n] = await get(agent, cookie, PAGES[p][1]);
+        lat[p].push(Number(process.hrtime.bigint() - s) / 1e6);
+        bytes[p] = n;
+        if (status !== 200) {
+          errors++;
+          firstError ||= `${PAGES[p][1]}: HTTP ${status}`;
+        }
+      } catch (e) {
+        errors++;
+        firstError ||= `${PAGES[p][1]}: ${e.message}`;
+      }
+    }
+    agent.destroy();
+  }),
+);
+const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+const q = (v, p) => (v.length ? v[Math.min(v.length - 1, Math.ceil(v.length * p) - 1)] : NaN);
+const all = lat.flat().sort((a, b) => a - b);
+console.log(`\n${CLIENTS} signed-in sessions, keep-alive, ${secs.toFixed(1)} s\n`);
+console.log('page               count   pages/s   p50 ms   p99 ms   max ms   size');
+PAGES.forEach(([name], p) => {
+  const v = lat[p].sort((a, b) => a - b);
+  console.log(
+    `${name.padEnd(17)} ${String(v.length).padStart(6)} ${(v.length / secs).toFixed(0).padStart(9)} ${q(v, 0.5).toFixed(1).padStart(8)} ${q(v, 0.99).toFixed(1).padStart(8)} ${(v.at(-1) ?? NaN).toFixed(1).padStart(8)}   ${(bytes[p] / 1024).toFixed(0)} KiB`,
+  );
+});
+const rate = all.length / secs;
+console.log(
+  `${'all'.padEnd(17)} ${String(all.length).padStart(6)} ${rate.toFixed(0).padStart(9)} ${q(all, 0.5).toFixed(1).padStart(8)} ${q(all, 0.99).toFixed(1).padStart(8)} ${(all.at(-1) ?? NaN).toFixed(1).padStart(8)}`,
+);
+console.log(`errors: ${errors}${firstError ? ` (first: ${firstError})` : ''}`);
+console.log('targets: >= 2000 pages/s, p99 <= 30 ms, 0 errors');
+
+// 3. The hydration bundle.
+const pkg = process.env.SITE_PKG ?? 'target/site/pkg';
+let raw = 0;
+let gz = 0;
+for (const f of readdirSync(pkg)) {
+  if (!/\.(wasm|js)$/.test(f)) continue;
+  raw += statSync(join(pkg, f)).size;
+  gz += gzipSync(readFileSync(join(pkg, f)), { level: 9 }).length;
+}
+console.log(`\nhydration bundle (${pkg}: wasm + js): ${(raw / 1024).toFixed(0)} KiB raw, ${(gz / 1024).toFixed(0)} KiB gzip`);
+
+// 4. The launch page, until interactive (navigation start until hydrated): with the browser's
+// cache cleared (the wasm fetched and compiled) and warm, 5 of each, medians.
+const cold = [];
+const warm = [];
+{
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await signIn(page, USER);
+  const cdp = await context.newCDPSession(page);
+  for (const [cache, into] of [['cold', cold], ['warm', warm]]) {
+    for (let i = 0; i < 5; i++) {
+      if (cache === 'cold') await cdp.send('Network.clearBrowserCache');
+      const s = Date.now();
+      await page.goto(`${BASE}/launch`, { waitUntil: 'commit' });
+      await page.waitForSelector('body[data-hydrated="true"]', { timeout: 20_000 });
+      into.push(Date.now() - s);
+    }
+    into.sort((x, y) => x - y);
+  }
+  await context.close();
+}
+console.log(`launch page interactive (navigation until hydrated, loopback): cold cache median ${cold[2]} ms, warm median ${warm[2]} ms (5 each)`);
+await browser.close();
+
+console.log(
+  `RESULT pages pages_per_s=${rate.toFixed(0)} p99_ms=${q(all, 0.99).toFixed(1)} errors=${errors} clients=${CLIENTS} bundle_kib=${(raw / 1024).toFixed(0)} bundle_gzip_kib=${(gz / 1024).toFixed(0)} launch_interactive_ms=${cold[2]} launch_interactive_warm_ms=${warm[2]}`,
+);
+process.exit(errors === 0 ? 0 : 1);
