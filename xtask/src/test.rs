@@ -178,6 +178,7 @@ fn browser_tests(pg: Throwaway) -> Result {
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
         .and_then(|()| api_conformance(&launch, port))
+        .and_then(|()| pages_smoke(&pg, port))
     });
     terminate(&mut server, Duration::from_secs(10));
     terminate(&mut idp, Duration::from_secs(5));
@@ -187,6 +188,33 @@ fn browser_tests(pg: Throwaway) -> Result {
 
     eprintln!("\n\x1b[1mall checks passed\x1b[0m");
     Ok(())
+}
+
+/// `cargo xtask bench pages` at smoke size, after the browser tests and against their (debug)
+/// server and database: 10 allocations a project, 2 sessions, 2 seconds. It must keep running
+/// (the seed through the control plane, the sign-in, the pages it loads); its figures mean
+/// nothing here.
+fn pages_smoke(pg: &PgCluster, port: u16) -> Result {
+    step("the pages benchmark at smoke size (`cargo xtask bench pages` measures)");
+    sh(cargo(&[
+        "test",
+        "--package",
+        "control-plane",
+        "--bench",
+        "bench",
+        "--",
+        "pages-seed",
+        "--per-project",
+        "10",
+    ])
+    .env("DATABASE_URL", pg.url("e2e")))?;
+    sh(Command::new("node")
+        .arg("end2end/bench/pages.mjs")
+        .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
+        .env("PAGES_CLIENTS", "2")
+        .env("PAGES_SECONDS", "2")
+        .env("SITE_PKG", target_dir().join("site/pkg"))
+        .current_dir(root()))
 }
 
 /// The schemathesis release the API is checked with, from PyPI.
