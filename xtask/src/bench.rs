@@ -118,21 +118,7 @@ fn pages(args: &[String]) -> Result {
     let result = wait_ready(&mut server, port, std::time::Duration::from_secs(60))
         .and_then(|()| {
             step("the benchmark's data (bench pages-seed, release)");
-            run_cmd(
-                Command::new("cargo")
-                    .args([
-                        "bench",
-                        "--package",
-                        "control-plane",
-                        "--bench",
-                        "bench",
-                        "--",
-                    ])
-                    .arg("pages-seed")
-                    .env("DATABASE_URL", pg.url("pages"))
-                    .env("SQLX_OFFLINE", "true")
-                    .current_dir(root()),
-            )
+            run_cmd(&mut bench_binary("pages-seed", &pg.url("pages")))
         })
         .and_then(|()| {
             step("signing in and loading pages (end2end/bench/pages.mjs)");
@@ -153,6 +139,25 @@ fn pages(args: &[String]) -> Result {
     result
 }
 
+/// `cargo bench` of control-plane's one benchmark binary, running `name` on `database_url`
+/// (release; the queries' metadata from `.sqlx/`).
+fn bench_binary(name: &str, database_url: &str) -> Command {
+    let mut c = Command::new("cargo");
+    c.args([
+        "bench",
+        "--package",
+        "control-plane",
+        "--bench",
+        "bench",
+        "--",
+        name,
+    ])
+    .env("DATABASE_URL", database_url)
+    .env("SQLX_OFFLINE", "true")
+    .current_dir(root());
+    c
+}
+
 fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     checked_flags(flags, args)?;
     tools::ensure_all(Needs {
@@ -170,22 +175,7 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
     step(&format!(
         "building and running the {name} benchmark (release)"
     ));
-    let result = run_cmd(
-        Command::new("cargo")
-            .args([
-                "bench",
-                "--package",
-                "control-plane",
-                "--bench",
-                "bench",
-                "--",
-                name,
-            ])
-            .args(args)
-            .env("DATABASE_URL", pg.url("bench"))
-            .env("SQLX_OFFLINE", "true")
-            .current_dir(root()),
-    );
+    let result = run_cmd(bench_binary(name, &pg.url("bench")).args(args));
     drop(pg);
     let _ = std::fs::remove_dir_all(&dir);
     result

@@ -3,10 +3,33 @@
 
 use std::time::Duration;
 
+use control_plane::allocations::LaunchRequest;
 use control_plane::prelude::*;
-use control_plane::{ControlPlane, Naming};
+use control_plane::{ControlPlane, Naming, UserId};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+
+/// The demo's alice, who operates Acme's projects.
+pub const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
+pub const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
+
+/// A launch of `sku` with the platform's Ubuntu image, any region, the bench key.
+pub fn launch_request(sku: &str, name: String, idempotency_key: String) -> LaunchRequest {
+    LaunchRequest {
+        sku: sku.into(),
+        region: String::new(),
+        listing: "ubuntu-24.04-cuda".into(),
+        version: String::new(),
+        ssh_public_key: KEY.into(),
+        name,
+        idempotency_key,
+        lifetime_hours: None,
+        published_ports: Vec::new(),
+        tags: Default::default(),
+        user_data: None,
+    }
+}
 
 /// A control plane on `DATABASE_URL` (an empty database) with up to `connections`, migrated
 /// and seeded with the demo data.

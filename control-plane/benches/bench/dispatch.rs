@@ -20,18 +20,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_protocol::{PhaseReport, PhaseStatus, Provisioned, TaskOutcome, TaskOutput, TaskSpec};
-use control_plane::UserId;
-use control_plane::allocations::LaunchRequest;
+
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::ProjectOperators;
 
 use test_db::fixtures as support;
 
-use crate::common::{flag, pct};
-
-const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
-const KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
+use crate::common::{ALICE, flag, launch_request, pct};
 
 #[derive(Default)]
 struct Clock {
@@ -178,19 +173,11 @@ pub async fn main() {
         let (cp, who, clock) = (cp.clone(), who.clone(), clock.clone());
         let hold = Duration::from_millis(200 + (n * 7919 % 800));
         launches.push(tokio::spawn(async move {
-            let req = LaunchRequest {
-                sku: "h100.1x".into(),
-                region: String::new(),
-                listing: "ubuntu-24.04-cuda".into(),
-                version: String::new(),
-                ssh_public_key: KEY.into(),
-                name: format!("d-{n}"),
-                idempotency_key: uuid::Uuid::new_v4().to_string(),
-                lifetime_hours: None,
-                published_ports: Vec::new(),
-                tags: Default::default(),
-                user_data: None,
-            };
+            let req = launch_request(
+                "h100.1x",
+                format!("d-{n}"),
+                uuid::Uuid::new_v4().to_string(),
+            );
             let t0 = Instant::now();
             let launched = cp.launch(&who, &req, None).await;
             let took = t0.elapsed();

@@ -9,18 +9,14 @@ use control_plane::prelude::*;
 
 use std::time::Instant;
 
-use control_plane::allocations::LaunchRequest;
+use control_plane::AllocationId;
 use control_plane::billing::history::{ImportedRun, import_run};
 use control_plane::billing::rating::rate_until;
 use control_plane::demo::{ACME, ACME_INFERENCE, ACME_RESEARCH};
 use control_plane::tenancy::ProjectOperators;
-use control_plane::{AllocationId, UserId};
 
-use crate::common::flag;
+use crate::common::{ALICE, flag, launch_request};
 
-const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
-const KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
 const SKUS: [&str; 3] = ["h100.1x", "h100.2x", "h100.4x"];
 
 #[tokio::main(flavor = "multi_thread")]
@@ -40,19 +36,11 @@ pub async fn main() {
             .await
             .expect("alice operates both projects");
         for n in 0..per_project {
-            let req = LaunchRequest {
-                sku: SKUS[n % SKUS.len()].into(),
-                region: String::new(),
-                listing: "ubuntu-24.04-cuda".into(),
-                version: String::new(),
-                ssh_public_key: KEY.into(),
-                name: format!("pages-{n}"),
-                idempotency_key: format!("pages-{project}-{n}"),
-                lifetime_hours: None,
-                published_ports: Vec::new(),
-                tags: Default::default(),
-                user_data: None,
-            };
+            let req = launch_request(
+                SKUS[n % SKUS.len()],
+                format!("pages-{n}"),
+                format!("pages-{project}-{n}"),
+            );
             // A project's policies may refuse some (the smoke run seeds the browser tests'
             // database, whose projects have policies by then): counted, not fatal.
             let id = match cp.launch(&who, &req, None).await {

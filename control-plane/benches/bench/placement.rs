@@ -15,16 +15,12 @@ use control_plane::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use control_plane::allocations::LaunchRequest;
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::{Project, ProjectOperators};
-use control_plane::{AllocationId, ControlPlane, Error, UserId};
+use control_plane::{AllocationId, ControlPlane, Error};
 
-use crate::common::{flag, ms, pct};
+use crate::common::{ALICE, flag, launch_request, ms, pct};
 
-const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
-const KEY: &str =
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bench";
 /// `(SKU, weight, label)`.
 const MIX: &[(&str, u32, &str)] = &[
     ("h100.1x", 40, "1 GPU"),
@@ -102,19 +98,11 @@ async fn client(
             })
             .unwrap_or(0);
         n += 1;
-        let req = LaunchRequest {
-            sku: MIX[which].0.into(),
-            region: String::new(),
-            listing: "ubuntu-24.04-cuda".into(),
-            version: String::new(),
-            ssh_public_key: KEY.into(),
-            name: format!("{phase}-{me}-{n}"),
-            idempotency_key: format!("bench-{phase}-{me}-{n}"),
-            lifetime_hours: None,
-            published_ports: Vec::new(),
-            tags: Default::default(),
-            user_data: None,
-        };
+        let req = launch_request(
+            MIX[which].0,
+            format!("{phase}-{me}-{n}"),
+            format!("bench-{phase}-{me}-{n}"),
+        );
         let started = Instant::now();
         match cp.launch(&who, &req, None).await {
             Ok(l) => {

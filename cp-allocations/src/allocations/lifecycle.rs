@@ -752,7 +752,7 @@ impl LifecycleApi for ControlPlane {
     #[tracing::instrument(skip_all)]
     async fn dispatch_outbox(&self, max: usize) -> Result<usize> {
         let mut handled = 0;
-        while handled < max && self.dispatch_row(None).await? {
+        while handled < max && self.dispatch_row().await? {
             handled += 1;
         }
         Ok(handled)
@@ -925,19 +925,17 @@ impl LifecycleApi for ControlPlane {
 /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
 #[allow(async_fn_in_trait)]
 pub(crate) trait LifecycleInternal {
-    /// Handles one due outbox row (of `only` that allocation, if given); false when none.
-    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool>;
+    /// Handles one due outbox row; false when none.
+    async fn dispatch_row(&self) -> Result<bool>;
 }
 
 impl LifecycleInternal for ControlPlane {
-    async fn dispatch_row(&self, only: Option<AllocationId>) -> Result<bool> {
+    async fn dispatch_row(&self) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let Some(row) = sqlx::query!(
             r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
                FROM outbox WHERE done_at IS NULL AND available_at <= now()
-                 AND ($1::uuid IS NULL OR allocation_id = $1)
-               ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#,
-            only as Option<AllocationId>
+               ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#
         )
         .fetch_optional(&mut *tx)
         .await?
