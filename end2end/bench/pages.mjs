@@ -155,9 +155,14 @@ console.log(`\nhydration bundle (${pkg}: wasm + js): ${(raw / 1024).toFixed(0)} 
 
 // 4. The launch page, until interactive (navigation start until hydrated): with the browser's
 // cache cleared (the wasm fetched and compiled) and warm, 5 of each, medians.
+// PAGES_INTERACTIVE=0 skips it (the smoke run inside `cargo xtask test` does: there the
+// debug server shares two cores with the test harness, and one of its ten navigations once
+// waited past 20 s for hydration, which measures the machine, not the page).
 const cold = [];
 const warm = [];
-{
+if (process.env.PAGES_INTERACTIVE === '0') {
+  console.log('launch page interactive: SKIPPED (PAGES_INTERACTIVE=0, the smoke run)');
+} else {
   const context = await browser.newContext();
   const page = await context.newPage();
   await signIn(page, USER);
@@ -174,10 +179,12 @@ const warm = [];
   }
   await context.close();
 }
-console.log(`launch page interactive (navigation until hydrated, loopback): cold cache median ${cold[2]} ms, warm median ${warm[2]} ms (5 each)`);
+if (cold.length) {
+  console.log(`launch page interactive (navigation until hydrated, loopback): cold cache median ${cold[2]} ms, warm median ${warm[2]} ms (5 each)`);
+}
 await browser.close();
 
 console.log(
-  `RESULT pages pages_per_s=${rate.toFixed(0)} p99_ms=${q(all, 0.99).toFixed(1)} errors=${errors} clients=${CLIENTS} bundle_kib=${(raw / 1024).toFixed(0)} bundle_gzip_kib=${(gz / 1024).toFixed(0)} launch_interactive_ms=${cold[2]} launch_interactive_warm_ms=${warm[2]}`,
+  `RESULT pages pages_per_s=${rate.toFixed(0)} p99_ms=${q(all, 0.99).toFixed(1)} errors=${errors} clients=${CLIENTS} bundle_kib=${(raw / 1024).toFixed(0)} bundle_gzip_kib=${(gz / 1024).toFixed(0)} launch_interactive_ms=${cold[2] ?? "skipped"} launch_interactive_warm_ms=${warm[2] ?? "skipped"}`,
 );
 process.exit(errors === 0 ? 0 : 1);

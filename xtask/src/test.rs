@@ -191,7 +191,8 @@ fn browser_tests(pg: Throwaway) -> Result {
 }
 
 /// `cargo xtask bench pages` at smoke size, after the browser tests and against their (debug)
-/// server and database: 10 allocations a project, 2 sessions, 2 seconds. It must keep running
+/// server and database: 10 allocations a project, 2 sessions, 2 seconds, no launch-page
+/// timing (`cargo xtask bench pages` measures that on the release build). It must keep running
 /// (the seed through the control plane, the sign-in, the pages it loads); its figures mean
 /// nothing here.
 fn pages_smoke(pg: &PgCluster, port: u16) -> Result {
@@ -213,6 +214,7 @@ fn pages_smoke(pg: &PgCluster, port: u16) -> Result {
         .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
         .env("PAGES_CLIENTS", "2")
         .env("PAGES_SECONDS", "2")
+        .env("PAGES_INTERACTIVE", "0")
         .env("SITE_PKG", target_dir().join("site/pkg"))
         .current_dir(root()))
 }
