@@ -161,6 +161,49 @@ pub struct Heartbeat {
     /// What guests reported to the node's telemetry sink since the last heartbeat.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub utilisation: Vec<GpuUtilisation>,
+    /// GPU health events the control plane has not acknowledged yet (each is resent with every
+    /// heartbeat until one is answered; the control plane records an event id once). Added
+    /// without a version bump: an older agent sends none, and the field is optional.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_events: Vec<GpuEvent>,
+}
+
+/// What went wrong with one GPU, as the agent saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuEvent {
+    /// The agent's id for the event, stable across resends: `[A-Za-z0-9_-]{1,64}`.
+    pub id: String,
+    /// The GPU's PCI address in sysfs form (`0000:3b:00.0`).
+    pub gpu_pci_address: String,
+    pub kind: GpuEventKind,
+    /// The XID number, for [`GpuEventKind::Xid`] only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+    /// What the driver said, for people (at most 500 characters, no control characters).
+    pub detail: String,
+    /// When the agent saw it (Unix seconds).
+    pub observed_at: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuEventKind {
+    /// An XID error from the NVIDIA driver (the kernel log's `NVRM: Xid`).
+    Xid,
+    /// The GPU's uncorrectable ECC error count went up.
+    EccUncorrectable,
+    /// Hardware thermal slowdown began.
+    Thermal,
+}
+
+impl GpuEventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuEventKind::Xid => "xid",
+            GpuEventKind::EccUncorrectable => "ecc_uncorrectable",
+            GpuEventKind::Thermal => "thermal",
+        }
+    }
 }
 
 /// One allocation's GPU utilisation, aggregated by the agent from its guest's reports.

@@ -997,6 +997,17 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
         <Title text=a.name.clone() />
         <h1>{a.name.clone()} " " <span class=format!("state state-{}", a.projected) data-testid="projected-state">{a.projected.clone()}</span></h1>
         <p class="hint"><code>{a.canonical_name}</code></p>
+        {(!a.gpu_health.is_empty()).then(|| {
+            let out = a.gpu_health.iter().any(|n| n.out_of_service);
+            view! {
+                <section class=if out { "card notice budget-exceeded" } else { "card notice" } role="alert" aria-labelledby="gpu-health" data-testid="gpu-health">
+                    <h2 id="gpu-health">{if out { "A GPU of this allocation is out of service" } else { "GPU health events" }}</h2>
+                    <ul class="plain">
+                        {a.gpu_health.iter().map(|n| view! { <li>{n.sentence()}</li> }).collect_view()}
+                    </ul>
+                </section>
+            }
+        })}
         <section class="card" aria-labelledby="state">
             <h2 id="state">"State"</h2>
             <dl class="facts">

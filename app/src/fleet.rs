@@ -9,7 +9,9 @@ use agent_protocol::SlotSpec;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-use portal_types::fleet::{Enrolment, FleetView, NodeDetail, ProposalView, SlotRow};
+use portal_types::fleet::{
+    Enrolment, FleetView, GpuHealthEvent, GpuHealthPolicy, NodeDetail, ProposalView, SlotRow,
+};
 use portal_types::utc;
 use serde::{Deserialize, Serialize};
 
@@ -260,6 +262,48 @@ pub async fn clear_blocked_slot(slot: String, reason: String) -> Result<(), AppE
     Ok(())
 }
 
+/// An operator puts a slot a GPU health event took out of service back into placement.
+#[server]
+pub async fn return_slot_to_service(slot: String, reason: String) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let slot = crate::server::id(&slot)?;
+    cp.return_slot_to_service(&ops, slot, &reason, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+/// The fleet's GPU health policy, and whether the viewer may change it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthPolicyView {
+    pub can_operate: bool,
+    pub policy: GpuHealthPolicy,
+}
+
+#[server]
+pub async fn get_gpu_health_policy() -> Result<HealthPolicyView, AppError> {
+    use control_plane::auth::{PlatformOperators, PlatformStaff};
+    let (cp, principal) = crate::server::signed_in().await?;
+    let staff = principal.platform::<PlatformStaff>()?;
+    Ok(HealthPolicyView {
+        can_operate: principal.platform::<PlatformOperators>().is_ok(),
+        policy: cp.gpu_health_policy(&staff).await?,
+    })
+}
+
+#[server]
+pub async fn set_gpu_health_policy(
+    #[server(flatten)] policy: portal_types::GpuHealthPolicyInput,
+) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    cp.set_gpu_health_policy(&ops, &policy, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
 #[component]
 pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
@@ -371,7 +415,61 @@ fn FleetBody(
                 }.into_any()
             }}
         </section>
+        <HealthPolicy />
         {can_operate.then(|| view! { <EnrolForm enrol /> })}
+    }
+}
+
+/// Which GPU health events take a slot out of service: shown to staff, edited by operators.
+#[component]
+fn HealthPolicy() -> impl IntoView {
+    let save = ServerAction::<SetGpuHealthPolicy>::new();
+    let policy = Resource::new(move || save.version().get(), |_| get_gpu_health_policy());
+    view! {
+        <section class="card" aria-labelledby="gpu-health-policy">
+            <h2 id="gpu-health-policy">"GPU health policy"</h2>
+            <p class="hint">"Agents report XID errors, uncorrectable ECC errors and thermal slowdown with their heartbeats. The events chosen here take the GPU's slot out of service: nothing new is placed on it until an operator returns it on the node's page. The tenant using it is told on their allocation's page."</p>
+            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+                {move || Suspend::new(async move {
+                    match policy.await {
+                        Ok(HealthPolicyView { can_operate, policy }) => {
+                            let changed = match &policy.updated_by {
+                                Some(who) => format!("Changed by {who} at {}.", utc(policy.updated_at)),
+                                None => "The defaults: the XIDs NVIDIA says need a reset or worse (48, 63, 64, 74, 79), and uncorrectable ECC errors.".into(),
+                            };
+                            if can_operate {
+                                view! {
+                                    <ActionForm action=save attr:class="form-grid" attr:id="health-policy">
+                                        <label>"XID errors that take a slot out of service"
+                                            <input name="xid_codes" value=policy.xid_list() autocomplete="off" aria-describedby="xid-hint xid-error" aria-invalid=field_invalid(save.value(), "xid_codes") />
+                                            <span class="hint" id="xid-hint">"XID numbers, separated by commas; empty: none."</span>
+                                            {field_error(save.value(), "xid_codes", "xid-error")}
+                                        </label>
+                                        <label class="check"><input type="checkbox" name="ecc_uncorrectable" value="true" checked=policy.ecc_uncorrectable />
+                                            " Uncorrectable ECC errors"</label>
+                                        <label class="check"><input type="checkbox" name="thermal" value="true" checked=policy.thermal />
+                                            " Hardware thermal slowdown"</label>
+                                        <div class="form-actions"><button type="submit">"Save policy"</button></div>
+                                    </ActionForm>
+                                    {outcome(save.value(), |_| Some("Saved; it applies to events from now on.".into()))}
+                                    <p class="hint" data-testid="policy-changed">{changed}</p>
+                                }.into_any()
+                            } else {
+                                view! {
+                                    <dl class="facts" data-testid="health-policy">
+                                        <dt>"XID errors"</dt><dd>{Some(policy.xid_list()).filter(|l| !l.is_empty()).unwrap_or_else(|| "none".into())}</dd>
+                                        <dt>"Uncorrectable ECC"</dt><dd>{if policy.ecc_uncorrectable { "out of service" } else { "recorded only" }}</dd>
+                                        <dt>"Thermal slowdown"</dt><dd>{if policy.thermal { "out of service" } else { "recorded only" }}</dd>
+                                    </dl>
+                                    <p class="hint" data-testid="policy-changed">{changed}</p>
+                                }.into_any()
+                            }
+                        }
+                        Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
+                    }
+                })}
+            </Suspense>
+        </section>
     }
 }
 
@@ -433,6 +531,7 @@ pub fn NodePage() -> impl IntoView {
     let reject = ServerAction::<RejectSlotMap>::new();
     let reissue = ServerAction::<ReissueNodeToken>::new();
     let clear = ServerAction::<ClearBlockedSlot>::new();
+    let restore = ServerAction::<ReturnSlotToService>::new();
     let network = ServerAction::<SetNodeNetwork>::new();
     let page = Resource::new(
         move || {
@@ -444,6 +543,7 @@ pub fn NodePage() -> impl IntoView {
                 reject.version().get(),
                 reissue.version().get(),
                 clear.version().get(),
+                restore.version().get(),
                 network.version().get(),
             )
         },
@@ -456,6 +556,7 @@ pub fn NodePage() -> impl IntoView {
         reject,
         reissue,
         clear,
+        restore,
         network,
     };
     view! {
@@ -478,6 +579,7 @@ struct NodeActions {
     reject: ServerAction<RejectSlotMap>,
     reissue: ServerAction<ReissueNodeToken>,
     clear: ServerAction<ClearBlockedSlot>,
+    restore: ServerAction<ReturnSlotToService>,
     network: ServerAction<SetNodeNetwork>,
 }
 
@@ -570,9 +672,11 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
             {if page.slots.is_empty() {
                 view! { <p>"No approved slots: nothing on this node can be scheduled yet."</p> }.into_any()
             } else {
-                view! { <SlotTable slots=page.slots.clone() clear=can.then_some(actions.clear) /> }.into_any()
+                view! { <SlotTable slots=page.slots.clone() clear=can.then_some(actions.clear) restore=can.then_some(actions.restore) /> }.into_any()
             }}
+            {outcome(actions.restore.value(), |_| Some("Back in service: placement may use the slot again.".into()))}
         </section>
+        <GpuEvents events=page.gpu_events.clone() />
         <section class="card" aria-labelledby="tasks">
             <h2 id="tasks">"Agent tasks"</h2>
             <ul class="plain">
@@ -601,7 +705,11 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
 }
 
 #[component]
-fn SlotTable(slots: Vec<SlotRow>, clear: Option<ServerAction<ClearBlockedSlot>>) -> impl IntoView {
+fn SlotTable(
+    slots: Vec<SlotRow>,
+    clear: Option<ServerAction<ClearBlockedSlot>>,
+    restore: Option<ServerAction<ReturnSlotToService>>,
+) -> impl IntoView {
     view! {
         <div class="table-scroll">
         <table class="data" data-testid="slots">
@@ -613,7 +721,9 @@ fn SlotTable(slots: Vec<SlotRow>, clear: Option<ServerAction<ClearBlockedSlot>>)
                 {slots.into_iter().map(|s| {
                     let state = s.state.clone();
                     let blocked = s.state == "cleanup blocked";
+                    let out = s.out_of_service.is_some();
                     let id = s.id.to_string();
+                    let rid = id.clone();
                     let nvme = s.nvme();
                     view! {
                     <tr data-slot-state=state>
@@ -627,6 +737,14 @@ fn SlotTable(slots: Vec<SlotRow>, clear: Option<ServerAction<ClearBlockedSlot>>)
                         <td>{s.wipe_policy}</td>
                         <td>{s.state}{s.drift.map(|d| view! { <br/><small class="form-error">{d}</small> })}
                             {s.cleanup_detail.map(|d| view! { <br/><small>{d}</small> })}
+                            {s.out_of_service.map(|d| view! { <br/><small class="form-error" data-testid="out-of-service">{d}</small> })}
+                            {restore.filter(|_| out).map(|restore| view! {
+                                <ActionForm action=restore attr:class="inline">
+                                    <input type="hidden" name="slot" value=rid.clone() />
+                                    <input name="reason" required placeholder="what you checked" aria-label="What you checked on this GPU" />
+                                    <button type="submit">"Return to service"</button>
+                                </ActionForm>
+                            })}
                             {clear.filter(|_| blocked).map(|clear| view! {
                                 <ActionForm action=clear attr:class="inline">
                                     <input type="hidden" name="slot" value=id.clone() />
@@ -640,6 +758,38 @@ fn SlotTable(slots: Vec<SlotRow>, clear: Option<ServerAction<ClearBlockedSlot>>)
             </tbody>
         </table>
         </div>
+    }
+}
+
+/// The node's latest GPU health events.
+#[component]
+fn GpuEvents(events: Vec<GpuHealthEvent>) -> impl IntoView {
+    view! {
+        <section class="card" aria-labelledby="gpu-health">
+            <h2 id="gpu-health">"GPU health"</h2>
+            {if events.is_empty() {
+                view! { <p>"No GPU health events reported."</p> }.into_any()
+            } else {
+                view! {
+                    <div class="table-scroll">
+                    <table class="data" data-testid="gpu-events">
+                        <thead><tr><th>"Seen"</th><th>"GPU"</th><th>"Slot"</th><th>"Event"</th><th>"Action"</th></tr></thead>
+                        <tbody>
+                            {events.into_iter().map(|e| view! {
+                                <tr data-kind=e.kind.clone()>
+                                    <td>{utc(e.observed_at)}</td>
+                                    <td>{e.gpu_pci_address}</td>
+                                    <td>{e.slot_index.map_or_else(|| "—".to_string(), |i| i.to_string())}</td>
+                                    <td>{e.detail}</td>
+                                    <td>{if e.took_out_of_service { "took the slot out of service" } else { "recorded" }}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                    </div>
+                }.into_any()
+            }}
+        </section>
     }
 }
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use agent_protocol::{
-    Discovery, GpuUtilisation, HealthStatus, PhaseReport, PhaseStatus, ReconcileResponse, Task,
-    TaskOutcome, TaskOutput, TaskSpec,
+    Discovery, GpuEvent, GpuUtilisation, HealthStatus, PhaseReport, PhaseStatus, ReconcileResponse,
+    Task, TaskOutcome, TaskOutput, TaskSpec,
 };
 use serde_json::json;
 
@@ -62,6 +62,10 @@ pub trait AgentApi {
         detail: Option<&str>,
         utilisation: &[GpuUtilisation],
     ) -> Result<()>;
+
+    /// Records the GPU health events a heartbeat carried (each once) and takes slots out of
+    /// service as the fleet's policy says; how many were new.
+    async fn gpu_events(&self, agent: &NodeAgent, events: &[GpuEvent]) -> Result<usize>;
 
     /// What this node should hold, for an agent checking a plan or restarting: its live
     /// approved slots (as plans name them), its claimed and unfinished tasks, and the
@@ -230,6 +234,11 @@ impl AgentApi for ControlPlane {
         self.record_utilisation(agent, utilisation).await
     }
 
+    async fn gpu_events(&self, agent: &NodeAgent, events: &[GpuEvent]) -> Result<usize> {
+        use crate::internal::GpuHealthInternal;
+        self.record_gpu_events(agent.id, events).await
+    }
+
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
     async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse> {
         let mut conn = self.pool().acquire().await?;
@@ -289,12 +298,15 @@ impl AgentApi for ControlPlane {
                    WHERE id = (SELECT id FROM agent_tasks
                                WHERE node_id = $1 AND state = 'queued'
                                ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-                   RETURNING id AS "id: AgentTaskId", spec"#,
+                   RETURNING id AS "id: AgentTaskId", spec,
+                             (extract(epoch FROM claimed_at - created_at))::float8 AS "waited_s!""#,
                 agent.id as NodeId
             )
             .fetch_optional(self.pool())
             .await?;
             if let Some(row) = row {
+                self.metrics()
+                    .task_claimed(Duration::from_secs_f64(row.waited_s.max(0.0)));
                 let spec: TaskSpec = serde_json::from_value(row.spec)
                     .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
                 return Ok(Some((row.id, spec)));
@@ -381,6 +393,8 @@ impl AgentApi for ControlPlane {
                 row.state
             )));
         }
+        self.metrics()
+            .task_finished(&row.kind, matches!(outcome, TaskOutcome::Succeeded { .. }));
         if let Some(allocation) = row.allocation_id {
             crate::allocations::lifecycle::task_finished(
                 &mut tx, agent.id, task, &row.kind, allocation, row.spec, outcome,

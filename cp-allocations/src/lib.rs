@@ -4,12 +4,14 @@
 
 pub mod agent_api;
 pub mod allocations;
+pub mod ops;
 
 /// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
     pub use crate::agent_api::AgentApi;
     pub use crate::allocations::AllocationsApi;
     pub use crate::allocations::lifecycle::LifecycleApi;
+    pub use crate::ops::OpsApi;
     pub use cp_billing::prelude::*;
 }
 

@@ -46,6 +46,8 @@ pub struct ControlPlane {
     hashing: std::sync::Arc<tokio::sync::Semaphore>,
     /// A hash of a random password, verified against when an email is unknown.
     dummy_hash: std::sync::Arc<tokio::sync::OnceCell<String>>,
+    /// What the control plane counts (launches, dispatch lag, tasks, Stripe), for `/metrics`.
+    metrics: crate::metrics::Metrics,
 }
 
 /// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once per
@@ -117,6 +119,7 @@ impl ControlPlane {
             reasons: std::sync::Arc::new(reasons::RefusalReasons::new(reasons::REASONS_TTL)),
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_HASHES)),
             dummy_hash: Default::default(),
+            metrics: Default::default(),
         }
     }
 
@@ -181,6 +184,11 @@ impl ControlPlane {
 
     pub fn http(&self) -> &egress::Egress {
         &self.http
+    }
+
+    /// The counters `/metrics` serves.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
     }
 
     /// Recent explanations of refusals, shared by placement and the catalog.

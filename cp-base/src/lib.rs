@@ -14,6 +14,7 @@ pub mod egress;
 pub mod error;
 mod handle;
 pub mod health;
+pub mod metrics;
 pub mod naming;
 pub mod ratelimit;
 pub mod reasons;

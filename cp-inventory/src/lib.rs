@@ -11,6 +11,7 @@ pub mod skus;
 pub mod prelude {
     pub use crate::catalog::CatalogApi;
     pub use crate::fleet::FleetApi;
+    pub use crate::fleet::gpu_health::GpuHealthApi;
     pub use crate::placement::PlacementApi;
     pub use crate::skus::SkusApi;
     pub use cp_identity::prelude::*;
@@ -20,6 +21,7 @@ pub mod prelude {
 /// the API (the `control-plane` facade leaves it out, and they depend only on the facade).
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::fleet::gpu_health::hidden::GpuHealthInternal;
     pub use crate::skus::hidden::SkusInternal;
     pub use cp_identity::internal::*;
 }

@@ -8,6 +8,7 @@
 //! libvirt_uri = "qemu:///system"
 //! telemetry_listen = "10.100.0.1:9400"
 //! heartbeat_s = 15
+//! metrics_listen = "127.0.0.1:9401"  # Prometheus; "off" for none
 //! uplink = "eth0"                    # manage the slot network (bridge, nftables, dnsmasq)
 //! public_address = "203.0.113.7"     # where tenants' public ports arrive
 //! ```
@@ -56,6 +57,13 @@ pub struct Settings {
     pub fabric_partitions_cmd: Option<String>,
     #[arg(long)]
     pub heartbeat_s: Option<u64>,
+    /// Where `/metrics` (Prometheus) listens: default `127.0.0.1:9401`; `off` for none.
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
+    /// A scrape token: callers other than loopback must send `Authorization: Bearer` with it
+    /// (without one, only loopback may scrape).
+    #[arg(long, env = "NODE_AGENT_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// The host's uplink interface: guests leave through it (NAT) and their published ports
     /// arrive on it. Set on a real host to manage the slot network (bridge, nftables,
     /// dnsmasq); without it the network is only rendered into the state directory.
@@ -111,6 +119,8 @@ impl Settings {
             phase_ms: self.phase_ms.or(file.phase_ms),
             fabric_partitions_cmd: self.fabric_partitions_cmd.or(file.fabric_partitions_cmd),
             heartbeat_s: self.heartbeat_s.or(file.heartbeat_s),
+            metrics_listen: self.metrics_listen.or(file.metrics_listen),
+            metrics_token: self.metrics_token.or(file.metrics_token),
             uplink: self.uplink.or(file.uplink),
             public_address: self.public_address.or(file.public_address),
             blocked_egress: self.blocked_egress.or(file.blocked_egress),

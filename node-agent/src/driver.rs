@@ -16,6 +16,7 @@ use agent_protocol::{Discovery, ImageRef, PhaseReport, PhaseStatus, PlannedSlot}
 use sha2::{Digest, Sha256};
 
 use crate::discover;
+use crate::gpu_health::{GpuSample, SMI_HEALTH_QUERY, parse_health_csv};
 use crate::image;
 use crate::tools::{FixtureTools, HostTools, Tools};
 pub use crate::virsh::DomainState;
@@ -27,6 +28,12 @@ pub trait Driver: Send + Sync {
     fn describe(&self) -> String;
     /// What the next heartbeat reports.
     fn health(&self) -> agent_protocol::Health;
+    /// Each GPU's health figures now (`nvidia-smi`); empty where there is no tool.
+    fn gpu_samples(&self, warnings: &mut Vec<String>) -> Vec<GpuSample>;
+    /// Kernel log records written since the last call (the first call: what the log holds).
+    fn kernel_log(&self) -> Vec<String>;
+    /// This boot's id, so event ids made from the kernel log's sequence numbers don't repeat.
+    fn boot_id(&self) -> String;
     /// `slice.topology_discover`; every phase is passed to `report` as it starts and ends.
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String>;
     /// Every PCI function on the host (a plan naming another is refused).
@@ -89,6 +96,8 @@ pub struct LibvirtDriver {
     /// Where this host keeps images ([`agent_protocol::IMAGE_DIR`] unless configured); an
     /// image source names a file directly in it.
     pub image_dir: PathBuf,
+    /// `/dev/kmsg`, opened on first use and read without blocking from then on.
+    kmsg: std::sync::Mutex<Option<fs::File>>,
 }
 
 impl LibvirtDriver {
@@ -101,6 +110,7 @@ impl LibvirtDriver {
             file_disk_bytes: 64 << 20,
             guest_ready: GuestReady::Ssh,
             image_dir: PathBuf::from(agent_protocol::IMAGE_DIR),
+            kmsg: Default::default(),
         }
     }
 
@@ -125,6 +135,55 @@ impl Driver for LibvirtDriver {
     }
     fn health(&self) -> agent_protocol::Health {
         discover::host_health(&self.root)
+    }
+    fn gpu_samples(&self, warnings: &mut Vec<String>) -> Vec<GpuSample> {
+        match std::process::Command::new("nvidia-smi")
+            .args([SMI_HEALTH_QUERY, "--format=csv,noheader,nounits"])
+            .output()
+        {
+            Ok(o) if o.status.success() => {
+                parse_health_csv(&String::from_utf8_lossy(&o.stdout), warnings)
+            }
+            Ok(o) => {
+                warnings.push(format!("nvidia-smi failed ({})", o.status));
+                Vec::new()
+            }
+            Err(_) => Vec::new(),
+        }
+    }
+    fn kernel_log(&self) -> Vec<String> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut kmsg = self.kmsg.lock().unwrap_or_else(|p| p.into_inner());
+        if kmsg.is_none() {
+            // O_NONBLOCK (the same value on every Linux architecture the agent runs on).
+            *kmsg = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(0o4000)
+                .open("/dev/kmsg")
+                .ok();
+        }
+        let Some(f) = kmsg.as_mut() else {
+            return Vec::new();
+        };
+        // One record per read; EAGAIN when there is none left.
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 8192];
+        for _ in 0..10_000 {
+            match f.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.push(String::from_utf8_lossy(&buf[..n]).trim_end().to_string()),
+                // EPIPE: records were overwritten before we read them; go on with the rest.
+                Err(e) if e.raw_os_error() == Some(32) => continue,
+                Err(_) => break,
+            }
+        }
+        out
+    }
+    fn boot_id(&self) -> String {
+        fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
     }
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         discover_with_phases(&self.root, &self.tools, Duration::ZERO, report)
@@ -296,6 +355,8 @@ pub struct SimulatedDriver {
     /// How long a simulated phase takes (image writes and wipes take longer).
     pub phase_time: Duration,
     pub disk_bytes: u64,
+    /// How far `sim/kmsg` has been read.
+    kmsg_read: std::sync::Mutex<u64>,
 }
 
 impl SimulatedDriver {
@@ -305,6 +366,7 @@ impl SimulatedDriver {
             sim_dir: state_dir.join("sim"),
             phase_time: Duration::from_millis(300),
             disk_bytes: 16 << 20,
+            kmsg_read: Default::default(),
         }
     }
 
@@ -326,6 +388,49 @@ impl Driver for SimulatedDriver {
     }
     fn health(&self) -> agent_protocol::Health {
         discover::host_health(&self.fixture)
+    }
+    /// `sim/nvidia-smi-health.csv` when a test wrote one; otherwise every GPU of the fixture
+    /// idle and cool, with no ECC errors.
+    fn gpu_samples(&self, warnings: &mut Vec<String>) -> Vec<GpuSample> {
+        if let Ok(text) = fs::read_to_string(self.sim_dir.join("nvidia-smi-health.csv")) {
+            return parse_health_csv(&text, warnings);
+        }
+        let tools = FixtureTools {
+            dir: self.fixture.join("tools"),
+        };
+        tools
+            .nvidia_smi_gpus(warnings)
+            .into_iter()
+            .map(|g| GpuSample {
+                pci_address: g.pci_address,
+                utilization_pct: Some(0.0),
+                memory_used_mib: Some(0.0),
+                temperature_c: Some(34.0),
+                power_w: Some(68.0),
+                ecc_corrected: Some(0),
+                ecc_uncorrected: Some(0),
+                thermal_slowdown: Some(false),
+            })
+            .collect()
+    }
+    /// The lines appended to `sim/kmsg` since the last call (records in `/dev/kmsg`'s form).
+    fn kernel_log(&self) -> Vec<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut read = self.kmsg_read.lock().unwrap_or_else(|p| p.into_inner());
+        let Ok(mut f) = fs::File::open(self.sim_dir.join("kmsg")) else {
+            return Vec::new();
+        };
+        let mut text = String::new();
+        if f.seek(SeekFrom::Start(*read)).is_err() || f.read_to_string(&mut text).is_err() {
+            return Vec::new();
+        }
+        // Only whole lines; a line still being written is read next time.
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        *read += whole as u64;
+        text[..whole].lines().map(String::from).collect()
+    }
+    fn boot_id(&self) -> String {
+        "sim".into()
     }
     fn topology_discover(&self, report: &mut dyn FnMut(PhaseReport)) -> Result<Discovery, String> {
         let tools = FixtureTools {

@@ -356,36 +356,95 @@ async fn run(settings: Settings) -> Result<(), String> {
         }
     };
 
+    // GPU health is read with every heartbeat; its events ride on the heartbeat until answered.
+    let watch = Arc::new(node_agent::gpu_health::Watch::default());
     let beats = {
         let client = client.clone();
         let driver = driver.clone();
         let totals = totals.clone();
+        let watch = watch.clone();
         let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
         tokio::spawn(async move {
             loop {
+                let (d, w) = (driver.clone(), watch.clone());
+                let _ = tokio::task::spawn_blocking(move || {
+                    let mut warnings = Vec::new();
+                    let samples = d.gpu_samples(&mut warnings);
+                    let records = d.kernel_log();
+                    w.observe(
+                        samples,
+                        &records,
+                        &d.boot_id(),
+                        node_agent::lease::now_s() as i64,
+                    );
+                    for warning in warnings {
+                        eprintln!("gpu health: {warning}");
+                    }
+                })
+                .await;
+                let gpu_events = watch.pending();
                 let beat = Heartbeat {
                     hello: hello(),
                     health: driver.health(),
                     utilisation: totals.drain(),
+                    gpu_events,
                 };
-                if let Err(e) = client.heartbeat(&beat).await {
-                    eprintln!("heartbeat failed: {e}");
+                match client.heartbeat(&beat).await {
+                    Ok(_) => watch.acknowledged(&beat.gpu_events),
+                    Err(e) => eprintln!("heartbeat failed: {e}"),
                 }
                 tokio::time::sleep(every).await;
             }
         })
     };
 
+    // Prometheus.
+    let agent_metrics = node_agent::metrics::AgentMetrics::default();
+    let metrics_server = match settings
+        .metrics_listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:9401")
+    {
+        "off" => None,
+        addr => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => {
+                if let Ok(a) = l.local_addr() {
+                    eprintln!("metrics listening on http://{a}/metrics");
+                }
+                let app = node_agent::metrics::router(node_agent::metrics::Scrape {
+                    agent: agent.clone(),
+                    metrics: agent_metrics.clone(),
+                    health: watch.clone(),
+                    token: settings.metrics_token.clone(),
+                });
+                Some(tokio::spawn(async move {
+                    let _ = axum::serve(
+                        l,
+                        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                    )
+                    .await;
+                }))
+            }
+            Err(e) => {
+                eprintln!("metrics not served: binding {addr}: {e}");
+                None
+            }
+        },
+    };
+
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let result = tokio::select! {
-        r = work(&client, &agent, &state_dir) => r,
+        r = work(&client, &agent, &state_dir, &agent_metrics) => r,
         () = &mut shutdown => Ok(()),
     };
     if result.is_ok() {
         eprintln!("node-agent: stopped");
     }
     beats.abort();
+    if let Some(m) = metrics_server {
+        m.abort();
+    }
     if let Some((served, guests)) = sink {
         served.abort();
         if let Some(g) = guests {
@@ -407,7 +466,12 @@ async fn shutdown_signal() {
 
 /// Recovery first, then the claim loop. Cancelled at an await point on shutdown; a task in
 /// progress runs on a blocking thread, which [`run_task`] stops at its next phase.
-async fn work(client: &Client, agent: &Arc<Agent>, state_dir: &Path) -> Result<(), String> {
+async fn work(
+    client: &Client,
+    agent: &Arc<Agent>,
+    state_dir: &Path,
+    metrics: &node_agent::metrics::AgentMetrics,
+) -> Result<(), String> {
     let view = loop {
         match client.reconcile().await {
             Ok(v) => break v,
@@ -432,13 +496,13 @@ async fn work(client: &Client, agent: &Arc<Agent>, state_dir: &Path) -> Result<(
             task.task_id,
             task.spec.kind()
         );
-        run_task(client, agent, state_dir, task).await;
+        run_task(client, agent, state_dir, task, metrics).await;
     }
     loop {
         match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
             Ok(answer) => {
                 if let Some(task) = answer.task {
-                    run_task(client, agent, state_dir, task).await;
+                    run_task(client, agent, state_dir, task, metrics).await;
                 }
             }
             Err(e) => {
@@ -475,7 +539,13 @@ impl Drop for StopOnDrop {
     }
 }
 
-async fn run_task(client: &Client, agent: &Arc<Agent>, state_dir: &Path, task: Task) {
+async fn run_task(
+    client: &Client,
+    agent: &Arc<Agent>,
+    state_dir: &Path,
+    task: Task,
+    metrics: &node_agent::metrics::AgentMetrics,
+) {
     eprintln!("task {}: {}", task.task_id, task.spec.kind());
     let mut guard = StopOnDrop(agent.clone(), false);
     // Plans are checked against what the control plane approved for this node, now.
@@ -511,6 +581,13 @@ async fn run_task(client: &Client, agent: &Arc<Agent>, state_dir: &Path, task: T
         })
     };
     while let Some(report) = rx.recv().await {
+        if report.status != agent_protocol::PhaseStatus::Started {
+            metrics.phase_ended(
+                &report.phase,
+                report.status == agent_protocol::PhaseStatus::Succeeded,
+                report.elapsed_ms as f64 / 1000.0,
+            );
+        }
         if let Err(e) = client.phase(&task.task_id, &report).await {
             eprintln!("task {}: phase report failed: {e}", task.task_id);
         }
@@ -530,6 +607,9 @@ async fn run_task(client: &Client, agent: &Arc<Agent>, state_dir: &Path, task: T
         },
     };
     guard.1 = true;
+    if matches!(outcome, TaskOutcome::Failed { .. }) {
+        metrics.task_failed(task.spec.kind());
+    }
     journal(state_dir, &task, &outcome);
     let result = TaskResult { outcome };
     // Results matter: retry until the control plane has it.

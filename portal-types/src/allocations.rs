@@ -107,6 +107,41 @@ pub struct GpuUtilisation {
     pub at: OffsetDateTime,
 }
 
+/// A GPU health event on one of the allocation's GPUs while it held them, as its tenant sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GpuHealthNotice {
+    /// The slot of the GPU (as in `slot_indexes`).
+    pub slot_index: i32,
+    /// What the driver reported, e.g. "XID 79: GPU has fallen off the bus."
+    pub detail: String,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub observed_at: OffsetDateTime,
+    /// Whether the fleet's policy took the GPU out of service for it: nothing new is placed on
+    /// it until an operator has looked.
+    pub out_of_service: bool,
+}
+
+impl GpuHealthNotice {
+    /// "GPU in slot 3 reported XID 79: … at 2026-11-26 12:00 UTC. It is out of service: …"
+    pub fn sentence(&self) -> String {
+        let mut s = format!(
+            "The GPU in slot {} reported {} at {}.",
+            self.slot_index,
+            self.detail,
+            crate::utc(self.observed_at)
+        );
+        if self.out_of_service {
+            s.push_str(
+                " It is out of service: work on it may fail. Release this allocation and launch \
+                 again to get a healthy GPU.",
+            );
+        }
+        s
+    }
+}
+
 /// An allocation's page: what it is, where, its state on both sides, how to reach it, and
 /// its history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,6 +179,8 @@ pub struct AllocationDetail {
     /// The published guest ports, once running.
     pub published: Vec<PortAddress>,
     pub gpu_utilisation: Option<GpuUtilisation>,
+    /// GPU health events on its GPUs since it was placed, newest first.
+    pub gpu_health: Vec<GpuHealthNotice>,
     #[serde(with = "time::serde::rfc3339")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,

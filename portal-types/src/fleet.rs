@@ -99,6 +99,8 @@ pub struct SlotRow {
     pub drift: Option<String>,
     /// Why the slot waits for cleaning or is blocked.
     pub cleanup_detail: Option<String>,
+    /// The GPU health event that took the slot out of service, while it is out.
+    pub out_of_service: Option<String>,
 }
 
 impl SlotRow {
@@ -211,7 +213,47 @@ pub struct NodeDetail {
     /// The latest proposal (pending or decided).
     pub proposal: Option<ProposalView>,
     pub tasks: Vec<TaskRow>,
+    /// The latest GPU health events of the node, newest first.
+    pub gpu_events: Vec<GpuHealthEvent>,
     pub audit: Vec<AuditLine>,
+}
+
+/// A GPU health event an agent reported, as operators see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHealthEvent {
+    pub gpu_pci_address: String,
+    /// The live slot of that GPU when the event arrived.
+    pub slot_index: Option<i32>,
+    /// `xid`, `ecc_uncorrectable` or `thermal`.
+    pub kind: String,
+    pub xid: Option<i32>,
+    pub detail: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub observed_at: OffsetDateTime,
+    pub took_out_of_service: bool,
+}
+
+/// The fleet's GPU health policy: which events take a GPU's slot out of service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHealthPolicy {
+    pub xid_codes: Vec<u32>,
+    pub ecc_uncorrectable: bool,
+    pub thermal: bool,
+    /// Who changed it last (none: the defaults).
+    pub updated_by: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub updated_at: OffsetDateTime,
+}
+
+impl GpuHealthPolicy {
+    /// "48, 63, 64, 74, 79"
+    pub fn xid_list(&self) -> String {
+        self.xid_codes
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl NodeDetail {

@@ -153,3 +153,14 @@ impl TokenInput {
         })
     }
 }
+
+/// The fleet's GPU health policy form. A checkbox left unticked is absent, hence `default`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuHealthPolicyInput {
+    /// XID numbers that take a slot out of service, separated by commas or spaces.
+    pub xid_codes: String,
+    #[serde(default)]
+    pub ecc_uncorrectable: bool,
+    #[serde(default)]
+    pub thermal: bool,
+}

@@ -17,6 +17,7 @@ mod forms;
 mod ids;
 pub mod marketplace;
 mod money;
+pub mod ops;
 mod policy;
 pub mod projects;
 mod roles;
@@ -25,7 +26,8 @@ pub mod tokens;
 
 pub use allocations::{day, utc};
 pub use forms::{
-    EnrolmentInput, LaunchInput, SkuInput, SsoSettingsInput, TokenInput, VersionDraft,
+    EnrolmentInput, GpuHealthPolicyInput, LaunchInput, SkuInput, SsoSettingsInput, TokenInput,
+    VersionDraft,
 };
 pub use ids::{
     AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,

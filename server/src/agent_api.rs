@@ -177,6 +177,7 @@ async fn heartbeat(
         &beat.utilisation,
     )
     .await?;
+    cp.gpu_events(&agent, &beat.gpu_events).await?;
     Ok(json(HeartbeatAck {
         heartbeat_interval_s: HEARTBEAT_INTERVAL_S,
     }))

@@ -246,6 +246,16 @@ pub struct Config {
     #[arg(long, env = "PORTAL_DEV_LOOPBACK_IDP", default_value_t = false, action = clap::ArgAction::Set)]
     pub dev_loopback_idp: bool,
 
+    /// Where `/metrics` (Prometheus) listens: loopback by default; `off` for nowhere. Callers
+    /// off loopback must send the scrape token.
+    #[arg(long, env = "PORTAL_METRICS_ADDR", default_value = "127.0.0.1:9464")]
+    pub metrics_addr: String,
+
+    /// The scrape token (`Authorization: Bearer …`): needed off loopback on the metrics
+    /// listener, and on the public listener, which serves `/metrics` to nobody without it.
+    #[arg(long, env = "PORTAL_METRICS_TOKEN")]
+    pub metrics_token: Option<Secret>,
+
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
@@ -288,6 +298,16 @@ impl Config {
 
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_secs(self.db_acquire_timeout_secs)
+    }
+
+    /// The metrics listener's address, or `None` for `off`.
+    pub fn metrics_listen(&self) -> Result<Option<SocketAddr>, String> {
+        match self.metrics_addr.trim() {
+            "off" => Ok(None),
+            a => a.parse().map(Some).map_err(|e| {
+                format!("PORTAL_METRICS_ADDR {a:?}: {e} (an address like 127.0.0.1:9464, or off)")
+            }),
+        }
     }
 
     pub fn shutdown_grace(&self) -> Duration {

@@ -10,6 +10,7 @@ pub mod error_status;
 pub mod headers;
 pub mod health;
 pub mod marketplace;
+pub mod metrics;
 pub mod origin;
 pub mod sso;
 pub mod telemetry;
@@ -45,6 +46,7 @@ pub struct AppState {
     pub leptos: LeptosOptions,
     pub cp: ControlPlane,
     pub web: WebSettings,
+    pub metrics: metrics::ServerMetrics,
 }
 
 /// Browser-facing settings, checked once at start-up.
@@ -73,9 +75,14 @@ impl WebSettings {
 
 /// Everything [`router`] needs, from the configuration.
 pub fn app_state(config: &Config) -> Result<AppState, ServerError> {
+    let cp = control_plane(config)?;
     Ok(AppState {
         leptos: leptos_options(config),
-        cp: control_plane(config)?,
+        metrics: metrics::ServerMetrics::new(
+            cp.clone(),
+            config.metrics_token.as_ref().map(|t| t.expose()),
+        ),
+        cp,
         web: WebSettings::from_config(config)?,
     })
 }
@@ -152,6 +159,7 @@ pub fn router(state: AppState) -> Router {
     };
     let leptos = state.leptos.clone();
     let web = state.web.clone();
+    let metrics = state.metrics.clone();
     let sessions = SessionManagerLayer::new(PostgresStore::new(state.cp.pool().clone()))
         .with_name("portal_session")
         .with_http_only(true)
@@ -164,6 +172,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route(
+            "/metrics",
+            get(metrics::public).with_state(state.metrics.clone()),
+        )
         .route("/auth/callback", get(sso::callback))
         .merge(agent_api::routes().with_state(state.cp.clone()))
         .nest("/api/v1", api::routes().with_state(state.cp.clone()))
@@ -188,6 +200,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             headers::Https(web.public_origin.starts_with("https://")),
             headers::security_headers,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            metrics::record,
         ))
         .layer(
             ServiceBuilder::new()
@@ -232,6 +248,21 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
             .continuously_delete_expired(std::time::Duration::from_secs(3600))
     });
     let workers = tokio::spawn(workers::run(state.cp.clone()));
+    // Prometheus, on its own (loopback by default) listener.
+    let scrapes = match config.metrics_listen().map_err(ServerError::Config)? {
+        None => None,
+        Some(addr) => {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServerError::Bind { addr, source })?;
+            tracing::info!(metrics.addr = %addr, "metrics on http://{addr}/metrics");
+            let app = metrics::listener_router(state.metrics.clone())
+                .into_make_service_with_connect_info::<std::net::SocketAddr>();
+            Some(tokio::spawn(async move {
+                let _ = axum::serve(l, app).await;
+            }))
+        }
+    };
     // Connection info: sign-in limits are per client address.
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
@@ -250,6 +281,9 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
     guard.abort();
     sweeper.abort();
     workers.abort();
+    if let Some(s) = scrapes {
+        s.abort();
+    }
     tracing::info!("portal stopped");
     Ok(())
 }

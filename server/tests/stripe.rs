@@ -78,6 +78,7 @@ async fn portal() -> Portal {
         leptos: leptos_options(&config),
         cp: cp.clone(),
         web: WebSettings::from_config(&config).unwrap(),
+        metrics: server::metrics::ServerMetrics::new(cp.clone(), None),
     };
     tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
 

@@ -991,3 +991,202 @@ async fn the_demo_fleet_is_enrolled_by_token_and_approved_by_the_operator() {
         .unwrap();
     assert_eq!(cred.node_id, node);
 }
+
+fn gpu_event(
+    id: &str,
+    gpu: &str,
+    kind: agent_protocol::GpuEventKind,
+    xid: Option<u32>,
+    detail: &str,
+) -> agent_protocol::GpuEvent {
+    agent_protocol::GpuEvent {
+        id: id.into(),
+        gpu_pci_address: gpu.into(),
+        kind,
+        xid,
+        detail: detail.into(),
+        observed_at: time::OffsetDateTime::now_utc().unix_timestamp(),
+    }
+}
+
+async fn free_slots(cp: &ControlPlane, node: NodeId) -> i32 {
+    sqlx::query_scalar(
+        "SELECT free_slots FROM node_free_blocks WHERE node_id = $1 AND block_size = 1",
+    )
+    .bind(node.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_gpu_that_falls_off_the_bus_leaves_placement_until_an_operator_returns_it() {
+    use agent_protocol::GpuEventKind::{Thermal, Xid};
+    use control_plane::fleet::gpu_health::GpuHealthPolicyInput;
+    let db = crate::support::empty_db().await;
+    let cp = db.control_plane();
+    let ops = operator(&cp, "o@platform.example").await;
+    let staff = staff(&cp, &ops).await;
+    let (node, agent) = approved_hgx(&cp, &ops, "gpu-hgx-01").await;
+    assert_eq!(free_slots(&cp, node).await, 8);
+    let slot3 = cp.node_detail(&staff, node).await.unwrap().slots[3].clone();
+    let gpu = slot3.gpu_pci_address.clone();
+
+    // The defaults: XID 79 takes the slot out; thermal slowdown is recorded only.
+    let xid = gpu_event(
+        "xid-b00t-77",
+        &gpu,
+        Xid,
+        Some(79),
+        "XID 79: GPU has fallen off the bus.",
+    );
+    let hot = gpu_event(
+        "ev-1",
+        &gpu,
+        Thermal,
+        None,
+        "hardware thermal slowdown at 91 °C",
+    );
+    assert_eq!(cp.gpu_events(&agent, &[xid.clone(), hot]).await.unwrap(), 2);
+    // A heartbeat resent after a lost answer records nothing twice.
+    assert_eq!(cp.gpu_events(&agent, &[xid.clone()]).await.unwrap(), 0);
+    assert_eq!(
+        free_slots(&cp, node).await,
+        7,
+        "placement no longer sees it"
+    );
+    let detail = cp.node_detail(&staff, node).await.unwrap();
+    assert_eq!(detail.node.schedulable_slots, 7);
+    assert_eq!(detail.slots[3].state, "out of service");
+    let why = detail.slots[3].out_of_service.clone().unwrap();
+    assert!(
+        why.starts_with("XID 79: GPU has fallen off the bus. (since "),
+        "{why}"
+    );
+    let mut events: Vec<_> = detail
+        .gpu_events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.xid, e.slot_index, e.took_out_of_service))
+        .collect();
+    events.sort();
+    assert_eq!(
+        events,
+        [
+            ("thermal", None, Some(3), false),
+            ("xid", Some(79), Some(3), true)
+        ]
+    );
+    let audited: Vec<_> = detail
+        .audit
+        .iter()
+        .map(|a| (a.actor.as_str(), a.action.as_str()))
+        .collect();
+    assert!(
+        audited
+            .iter()
+            .any(|(_, a)| *a == "node.slot.out_of_service"),
+        "{audited:?}"
+    );
+
+    // A bad event refuses the heartbeat's events whole, naming the field; nothing is written.
+    let bad = gpu_event("ev-2", "../../etc", Xid, Some(79), "x");
+    let ok = gpu_event("ev-3", &gpu, Xid, Some(13), "XID 13");
+    assert!(
+        refusal(cp.gpu_events(&agent, &[ok, bad]))
+            .await
+            .contains("gpu_pci_address")
+    );
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM gpu_health_events")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(stored, 2);
+
+    // The database keeps the evidence and the link between a slot and its own event.
+    assert_db_refuses(
+        &cp,
+        "UPDATE gpu_health_events SET detail = 'nothing happened'",
+        "append-only",
+    )
+    .await;
+    assert_db_refuses(
+        &cp,
+        "UPDATE node_resource_slots SET out_of_service_event = (SELECT id FROM gpu_health_events WHERE kind = 'xid'),
+                                        out_of_service_at = now()
+         WHERE slot_index = 0",
+        "slot_out_of_service_event",
+    )
+    .await;
+
+    // An operator returns it, saying what was checked; audited, and placement has it again.
+    assert!(
+        refusal(cp.return_slot_to_service(&ops, slot3.id, " ", None))
+            .await
+            .contains("say what you checked")
+    );
+    cp.return_slot_to_service(
+        &ops,
+        slot3.id,
+        "reseated the GPU; dcgmi diag -r 3 passed",
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(free_slots(&cp, node).await, 8);
+    assert_eq!(
+        refusal(cp.return_slot_to_service(&ops, slot3.id, "again", None)).await,
+        "slot 3 is in service"
+    );
+    let detail = cp.node_detail(&staff, node).await.unwrap();
+    assert_eq!(detail.slots[3].state, "schedulable");
+    assert!(
+        detail
+            .audit
+            .iter()
+            .any(|a| a.action == "node.slot.return_to_service")
+    );
+
+    // The policy is the operators' to change (audited): now thermal slowdown takes slots out too,
+    // and XID 79 no longer does.
+    let input = |codes: &str| GpuHealthPolicyInput {
+        xid_codes: codes.into(),
+        ecc_uncorrectable: true,
+        thermal: true,
+    };
+    assert!(
+        refusal(cp.set_gpu_health_policy(&ops, &input("48, x"), None))
+            .await
+            .contains("\"x\" is not an XID number")
+    );
+    cp.set_gpu_health_policy(&ops, &input("48 63"), None)
+        .await
+        .unwrap();
+    let policy = cp.gpu_health_policy(&staff).await.unwrap();
+    assert_eq!(
+        (policy.xid_codes.as_slice(), policy.thermal),
+        (&[48, 63][..], true)
+    );
+    assert_eq!(policy.updated_by.as_deref(), Some("o@platform.example"));
+    let slot5 = detail.slots[5].gpu_pci_address.clone();
+    let events = [
+        gpu_event("xid-b00t-90", &gpu, Xid, Some(79), "XID 79"),
+        gpu_event(
+            "ev-4",
+            &slot5,
+            Thermal,
+            None,
+            "hardware thermal slowdown at 95 °C",
+        ),
+    ];
+    assert_eq!(cp.gpu_events(&agent, &events).await.unwrap(), 2);
+    let detail = cp.node_detail(&staff, node).await.unwrap();
+    assert_eq!(detail.slots[3].state, "schedulable");
+    assert_eq!(detail.slots[5].state, "out of service");
+    let changed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'fleet.gpu_health_policy.update'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(changed, 1);
+}

@@ -975,7 +975,7 @@ impl LifecycleInternal for ControlPlane {
 }
 
 pub use portal_types::allocations::{
-    AllocationDetail, Certificate, GpuUtilisation, Phase, PortAddress, Transition,
+    AllocationDetail, Certificate, GpuHealthNotice, GpuUtilisation, Phase, PortAddress, Transition,
 };
 
 /// What a tenant types to reach the guest.
@@ -1128,6 +1128,28 @@ pub(crate) async fn detail(
         percent: u.gpu_util_pct,
         at: u.at,
     });
+    let gpu_health = sqlx::query!(
+        r#"SELECT s.slot_index, e.detail, e.observed_at, e.took_out_of_service
+           FROM resource_claims c
+           JOIN gpu_health_events e
+             ON e.node_id = c.node_id AND (c.slot_id IS NULL OR e.slot_id = c.slot_id)
+            AND e.recorded_at >= c.claimed_at
+            AND (c.released_at IS NULL OR e.recorded_at <= c.released_at)
+           JOIN node_resource_slots s ON s.id = e.slot_id
+           WHERE c.allocation_id = $1
+           ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20"#,
+        id as AllocationId
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|e| GpuHealthNotice {
+        slot_index: e.slot_index,
+        detail: e.detail,
+        observed_at: e.observed_at,
+        out_of_service: e.took_out_of_service,
+    })
+    .collect();
     let slot_indexes: Vec<i32> = a
         .placement
         .get("slot_indexes")
@@ -1141,6 +1163,7 @@ pub(crate) async fn detail(
             .to_string(),
         project_id: who.id(),
         gpu_utilisation,
+        gpu_health,
         projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
         ssh: match (&a.ssh_host, a.ssh_port, &a.ssh_user) {
             (Some(h), Some(p), Some(u)) if a.state == "running" => Some(ssh_command(u, h, p)),

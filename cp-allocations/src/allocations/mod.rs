@@ -360,199 +360,11 @@ impl AllocationsApi for ControlPlane {
         req: &LaunchRequest,
         request_id: Option<&str>,
     ) -> Result<Launched> {
-        let requested_at = OffsetDateTime::now_utc();
-        let user = who.user();
-        let valid = decide::ValidLaunch::check(req)?;
-        let (name, key, fingerprint) = (
-            valid.name.as_str(),
-            valid.idempotency_key.as_str(),
-            valid.fingerprint.as_str(),
-        );
-        let ssh_public_key = valid.ssh_public_key.as_str();
-        let mut tx = self.pool().begin().await?;
-        // Requests with the same key wait for each other here, so the second sees the first.
-        sqlx::query!(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, 7)) AS locked",
-            format!("{}:{key}", who.id())
-        )
-        .fetch_one(&mut *tx)
-        .await?;
-        if let Some(found) = existing(&mut tx, who.id(), key, fingerprint).await? {
-            return Ok(found);
-        }
-        let sku = match sku_by_name(&mut tx, &req.sku).await {
-            Err(Error::NotFound { .. }) => {
-                return Err(invalid(
-                    "sku",
-                    format!("there is no SKU {:?}", req.sku.trim()),
-                ));
-            }
-            other => other?,
-        };
-        if sku.state != "active" {
-            return Err(invalid(
-                "sku",
-                format!("{} is not for sale ({})", sku.name, sku.state),
-            ));
-        }
-        let software =
-            crate::marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
-        if let Some(why) = software.compatibility.why_not(&sku) {
-            return Err(invalid(
-                "sku",
-                format!("{} doesn't fit {}: {why}", software.label, sku.name),
-            ));
-        }
-        if valid.user_data.is_some() && !software.accepts_user_data {
-            return Err(invalid(
-                "user_data",
-                format!(
-                    "{} doesn't accept user data; launch it without, or choose an image that \
-                     accepts it (the images list says which)",
-                    software.label
-                ),
-            ));
-        }
-        let fee = software
-            .compatibility
-            .fee
-            .as_ref()
-            .map_or(0, |f| f.amount_minor);
-        let regions = decide::regions(&sku, &valid.region)?;
-
-        // The policy chain, in this transaction; limits are counted under the scope's lock.
-        let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
-        let allowed = decide::allowed(&policies, &sku, &software.slug, &valid.region, regions)?;
-        match allowed.lock() {
-            Some(decide::LockScope::Project) => {
-                sqlx::query!(
-                    "SELECT 1 AS one FROM projects WHERE id = $1 FOR NO KEY UPDATE",
-                    who.id() as ProjectId
-                )
-                .fetch_one(&mut *tx)
-                .await?;
-            }
-            Some(decide::LockScope::Tenant) => {
-                sqlx::query!(
-                    "SELECT 1 AS one FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
-                    who.tenant() as TenantId
-                )
-                .fetch_one(&mut *tx)
-                .await?;
-            }
-            None => {}
-        }
-        if let Some(quota) = allowed.max_gpus {
-            let in_use = sqlx::query_scalar!(
-                r#"SELECT coalesce(sum(gpu_count), 0)::bigint AS "n!" FROM allocations
-                   WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
-                     AND state <> 'released'"#,
-                who.tenant() as TenantId,
-                counts_in_project(quota.1).then_some(who.id().0),
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            decide::within_gpu_quota(quota, in_use, &sku)?;
-        }
-        if let Some(budget) = allowed.budget {
-            decide::budget_currency(budget, &sku)?;
-            // The ledger's month-to-date (rated charges plus what runs unrated), in this
-            // transaction.
-            let spent = crate::billing::reports::spent_this_month(
-                &mut tx,
-                who.tenant(),
-                counts_in_project(budget.1).then_some(who.id()),
-                &budget.0.currency,
-                time::OffsetDateTime::now_utc(),
-            )
-            .await?
-            .ceil_to_minor();
-            decide::within_budget(budget, spent, &sku, fee, &software.label)?;
-        }
-        let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
-        decide::within_published_ports(&policies, &valid.published_ports)?;
-        let regions = allowed.regions;
-        let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
-
-        let taken = sqlx::query_scalar!(
-            "SELECT 1 AS one FROM allocations WHERE project_id = $1 AND name = $2 AND state <> 'released'",
-            who.id() as ProjectId,
-            name
-        )
-        .fetch_optional(&mut *tx)
-        .await?;
-        if taken.is_some() {
-            return Err(invalid(
-                "name",
-                format!("{name} is the name of a live allocation in this project"),
-            ));
-        }
-
-        let id = AllocationId::new_random();
-        let mut reservation = Reservation {
-            id,
-            tenant: who.tenant(),
-            project: who.id(),
-            user,
-            name,
-            sku: &sku,
-            listing_version: software.id,
-            ssh_public_key,
-            tags: &valid.tags,
-            user_data: valid.user_data.as_deref(),
-            idempotency_key: key,
-            fingerprint,
-            requested_at,
-            expires_at,
-        };
-        let placed = placement::place(
-            &mut tx,
-            &sku,
-            &regions,
-            &mut reservation,
-            self.contention_deadline(),
-            self.refusal_reasons(),
-        )
-        .await?;
-        if !valid.published_ports.is_empty() {
-            sqlx::query!(
-                "UPDATE allocations SET published_ports = $2 WHERE id = $1",
-                id as AllocationId,
-                &valid
-                    .published_ports
-                    .iter()
-                    .map(|&p| i32::from(p))
-                    .collect::<Vec<_>>(),
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
-        audit::record(
-            &mut tx,
-            AuditEntry {
-                actor: Actor::User(user),
-                action: "allocation.launch",
-                resource: &self
-                    .naming()
-                    .allocation(&placed.region, who.tenant(), who.id(), id)?,
-                before: None,
-                after: Some(json!({
-                    "name": name, "sku": sku.name, "node": placed.hostname,
-                    "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
-                    "user_data_bytes": valid.user_data.as_ref().map(String::len),
-                    "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
-                    "why": placed.why,
-                })),
-                request_id,
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        if let Some(node) = node {
-            self.wakeups().task_queued(node);
-        }
-        Ok(Launched { id, created: true })
+        let started = std::time::Instant::now();
+        let launched = launch_once(self, who, req, request_id).await;
+        self.metrics()
+            .launch_decided(&launched.as_ref().map(|l| l.created), started.elapsed());
+        launched
     }
 
     #[tracing::instrument(skip_all, fields(allocation.id = %id))]
@@ -824,6 +636,207 @@ impl AllocationsApi for ControlPlane {
             .is_ok();
         lifecycle::detail(self, &who, id, can_release).await
     }
+}
+
+/// One launch: its transaction, from the idempotency key to the commit (see `AllocationsApi::launch`).
+async fn launch_once(
+    cp: &ControlPlane,
+    who: &Project<ProjectOperators>,
+    req: &LaunchRequest,
+    request_id: Option<&str>,
+) -> Result<Launched> {
+    let requested_at = OffsetDateTime::now_utc();
+    let user = who.user();
+    let valid = decide::ValidLaunch::check(req)?;
+    let (name, key, fingerprint) = (
+        valid.name.as_str(),
+        valid.idempotency_key.as_str(),
+        valid.fingerprint.as_str(),
+    );
+    let ssh_public_key = valid.ssh_public_key.as_str();
+    let mut tx = cp.pool().begin().await?;
+    // Requests with the same key wait for each other here, so the second sees the first.
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 7)) AS locked",
+        format!("{}:{key}", who.id())
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Some(found) = existing(&mut tx, who.id(), key, fingerprint).await? {
+        return Ok(found);
+    }
+    let sku = match sku_by_name(&mut tx, &req.sku).await {
+        Err(Error::NotFound { .. }) => {
+            return Err(invalid(
+                "sku",
+                format!("there is no SKU {:?}", req.sku.trim()),
+            ));
+        }
+        other => other?,
+    };
+    if sku.state != "active" {
+        return Err(invalid(
+            "sku",
+            format!("{} is not for sale ({})", sku.name, sku.state),
+        ));
+    }
+    let software = crate::marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
+    if let Some(why) = software.compatibility.why_not(&sku) {
+        return Err(invalid(
+            "sku",
+            format!("{} doesn't fit {}: {why}", software.label, sku.name),
+        ));
+    }
+    if valid.user_data.is_some() && !software.accepts_user_data {
+        return Err(invalid(
+            "user_data",
+            format!(
+                "{} doesn't accept user data; launch it without, or choose an image that \
+                 accepts it (the images list says which)",
+                software.label
+            ),
+        ));
+    }
+    let fee = software
+        .compatibility
+        .fee
+        .as_ref()
+        .map_or(0, |f| f.amount_minor);
+    let regions = decide::regions(&sku, &valid.region)?;
+
+    // The policy chain, in this transaction; limits are counted under the scope's lock.
+    let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
+    let allowed = decide::allowed(&policies, &sku, &software.slug, &valid.region, regions)?;
+    match allowed.lock() {
+        Some(decide::LockScope::Project) => {
+            sqlx::query!(
+                "SELECT 1 AS one FROM projects WHERE id = $1 FOR NO KEY UPDATE",
+                who.id() as ProjectId
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+        }
+        Some(decide::LockScope::Tenant) => {
+            sqlx::query!(
+                "SELECT 1 AS one FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
+                who.tenant() as TenantId
+            )
+            .fetch_one(&mut *tx)
+            .await?;
+        }
+        None => {}
+    }
+    if let Some(quota) = allowed.max_gpus {
+        let in_use = sqlx::query_scalar!(
+            r#"SELECT coalesce(sum(gpu_count), 0)::bigint AS "n!" FROM allocations
+               WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
+                 AND state <> 'released'"#,
+            who.tenant() as TenantId,
+            counts_in_project(quota.1).then_some(who.id().0),
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        decide::within_gpu_quota(quota, in_use, &sku)?;
+    }
+    if let Some(budget) = allowed.budget {
+        decide::budget_currency(budget, &sku)?;
+        // The ledger's month-to-date (rated charges plus what runs unrated), in this
+        // transaction.
+        let spent = crate::billing::reports::spent_this_month(
+            &mut tx,
+            who.tenant(),
+            counts_in_project(budget.1).then_some(who.id()),
+            &budget.0.currency,
+            time::OffsetDateTime::now_utc(),
+        )
+        .await?
+        .ceil_to_minor();
+        decide::within_budget(budget, spent, &sku, fee, &software.label)?;
+    }
+    let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
+    decide::within_published_ports(&policies, &valid.published_ports)?;
+    let regions = allowed.regions;
+    let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
+
+    let taken = sqlx::query_scalar!(
+        "SELECT 1 AS one FROM allocations WHERE project_id = $1 AND name = $2 AND state <> 'released'",
+        who.id() as ProjectId,
+        name
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    if taken.is_some() {
+        return Err(invalid(
+            "name",
+            format!("{name} is the name of a live allocation in this project"),
+        ));
+    }
+
+    let id = AllocationId::new_random();
+    let mut reservation = Reservation {
+        id,
+        tenant: who.tenant(),
+        project: who.id(),
+        user,
+        name,
+        sku: &sku,
+        listing_version: software.id,
+        ssh_public_key,
+        tags: &valid.tags,
+        user_data: valid.user_data.as_deref(),
+        idempotency_key: key,
+        fingerprint,
+        requested_at,
+        expires_at,
+    };
+    let placed = placement::place(
+        &mut tx,
+        &sku,
+        &regions,
+        &mut reservation,
+        cp.contention_deadline(),
+        cp.refusal_reasons(),
+    )
+    .await?;
+    if !valid.published_ports.is_empty() {
+        sqlx::query!(
+            "UPDATE allocations SET published_ports = $2 WHERE id = $1",
+            id as AllocationId,
+            &valid
+                .published_ports
+                .iter()
+                .map(|&p| i32::from(p))
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *tx)
+        .await?;
+    }
+    let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
+    audit::record(
+        &mut tx,
+        AuditEntry {
+            actor: Actor::User(user),
+            action: "allocation.launch",
+            resource: &cp
+                .naming()
+                .allocation(&placed.region, who.tenant(), who.id(), id)?,
+            before: None,
+            after: Some(json!({
+                "name": name, "sku": sku.name, "node": placed.hostname,
+                "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
+                "user_data_bytes": valid.user_data.as_ref().map(String::len),
+                "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
+                "why": placed.why,
+            })),
+            request_id,
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    if let Some(node) = node {
+        cp.wakeups().task_queued(node);
+    }
+    Ok(Launched { id, created: true })
 }
 
 /// The allocation an idempotency key already made, if any; a different request with the

@@ -136,6 +136,7 @@ impl StripeApi for ControlPlane {
                     done += 1;
                 }
                 Err(e) => {
+                    self.metrics().stripe_call_failed();
                     tracing::warn!(invoice.id = %row.invoice_id, outbox.attempts = row.attempts, error = %e, "Stripe sync will be retried");
                     sqlx::query!(
                         "UPDATE billing_outbox SET last_error = $2 WHERE id = $1",
@@ -387,6 +388,7 @@ impl StripeApi for ControlPlane {
         )
         .fetch_optional(self.pool())
         .await?;
+        self.metrics().webhook_event(event.type_.as_str());
         if inserted.is_none() {
             tracing::info!(stripe.event = %event.id.as_str(), "duplicate delivery; nothing to do");
             return Ok(WebhookOutcome {

@@ -9,6 +9,7 @@
 
 use crate::internal::AuditLogInternal;
 
+pub mod gpu_health;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -826,6 +827,26 @@ impl FleetApi for ControlPlane {
                 phases: serde_json::from_value(t.phases).unwrap_or_default(),
             })
             .collect();
+        let gpu_events = sqlx::query!(
+            r#"SELECT e.gpu_pci_address, s.slot_index AS "slot_index?", e.kind, e.xid, e.detail,
+                      e.observed_at, e.took_out_of_service
+               FROM gpu_health_events e LEFT JOIN node_resource_slots s ON s.id = e.slot_id
+               WHERE e.node_id = $1 ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20"#,
+            node as NodeId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|e| gpu_health::GpuHealthEvent {
+            gpu_pci_address: e.gpu_pci_address,
+            slot_index: e.slot_index,
+            kind: e.kind,
+            xid: e.xid,
+            detail: e.detail,
+            observed_at: e.observed_at,
+            took_out_of_service: e.took_out_of_service,
+        })
+        .collect();
         let name = self.naming().node(&summary.region, node)?;
         let audit = self.platform_trail(name.to_string()).await?;
         let base = u16::try_from(facts.public_port_base)
@@ -850,6 +871,7 @@ impl FleetApi for ControlPlane {
             slots,
             proposal,
             tasks,
+            gpu_events,
             audit,
         })
     }
@@ -918,6 +940,8 @@ pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<V
                       s.numa_node, s.nvme_pci_address, s.nvme_serial, s.nvme_namespace,
                       s.ib_vf_pci_address, s.cpu_set, s.memory_mib, s.capacity_metadata,
                       s.approved_generation, s.drift, s.cleanup_state, s.cleanup_detail,
+                      (SELECT e.detail || ' (since ' || to_char(s.out_of_service_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') || ' UTC)'
+                       FROM gpu_health_events e WHERE e.id = s.out_of_service_event) AS out_of_service,
                       EXISTS (SELECT 1 FROM resource_claims c
                               WHERE c.slot_id = s.id AND c.released_at IS NULL) AS "claimed!"
                FROM node_resource_slots s
@@ -930,7 +954,9 @@ pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<V
     Ok(rows
         .into_iter()
         .map(|r| SlotRow {
-            state: if r.cleanup_state == "blocked" {
+            state: if r.out_of_service.is_some() {
+                "out of service".into()
+            } else if r.cleanup_state == "blocked" {
                 "cleanup blocked".into()
             } else if r.cleanup_state == "cleaning" {
                 "cleaning".into()
@@ -957,6 +983,7 @@ pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<V
             approved_generation: r.approved_generation,
             drift: r.drift,
             cleanup_detail: r.cleanup_detail,
+            out_of_service: r.out_of_service,
         })
         .collect())
 }

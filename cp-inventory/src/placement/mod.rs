@@ -165,7 +165,7 @@ async fn node_view(conn: &mut PgConnection, node: NodeId, model: &str) -> Result
         r#"SELECT s.id AS "id: SlotId", s.slot_index, s.numa_node
            FROM node_resource_slots s
            WHERE s.node_id = $1 AND s.gpu_model = $2 AND s.retired_at IS NULL
-             AND s.drift IS NULL AND s.cleanup_state = 'clean'
+             AND s.drift IS NULL AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
              AND NOT EXISTS (SELECT 1 FROM resource_claims c
                              WHERE c.node_id = $1 AND c.released_at IS NULL
                                AND (c.slot_id = s.id OR c.kind = 'baremetal'))"#,

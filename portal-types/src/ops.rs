@@ -1,0 +1,36 @@
+//! What the people who run the cloud watch: the fleet's queues, slots, agents and billing
+//! health in numbers. `/metrics` serves them to Prometheus; the operations panel shows them.
+
+use serde::{Deserialize, Serialize};
+
+/// The state of the whole system, read from the database in one go.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpsGauges {
+    /// Outbox rows not yet dispatched, and how long the oldest has waited (seconds).
+    pub outbox_pending: i64,
+    pub outbox_oldest_s: f64,
+    /// Agent tasks waiting for their agent, and the oldest wait (seconds).
+    pub tasks_queued: i64,
+    pub tasks_queued_oldest_s: f64,
+    /// Agent tasks an agent has claimed and not finished.
+    pub tasks_running: i64,
+    /// Running tasks claimed more than 30 minutes ago (longer than any phase's timeout).
+    pub tasks_stuck: i64,
+    /// Allocations not yet released, by state.
+    pub allocations: Vec<(String, i64)>,
+    /// Approved slots by state: `free`, `claimed`, `cleaning`, `blocked`, `out_of_service`,
+    /// `drifted`.
+    pub slots: Vec<(String, i64)>,
+    /// Seconds since each enrolled node's agent was last heard from, by hostname.
+    pub heartbeat_age_s: Vec<(String, f64)>,
+    /// How long the oldest period that is over has waited to be rated (seconds; 0: none).
+    pub rating_lag_s: f64,
+    /// Stripe syncs waiting, of which failing (their last try failed), and the oldest wait.
+    pub stripe_pending: i64,
+    pub stripe_failing: i64,
+    pub stripe_oldest_s: f64,
+    /// Stripe webhook events received and not yet applied.
+    pub webhook_backlog: i64,
+    /// Slots out of service because of a GPU health event.
+    pub gpu_out_of_service: i64,
+}
