@@ -100,10 +100,11 @@ export async function waitForProposal(page, nodeUrl) {
 /**
  * Enrols `host` (PCIe L40S, in `region`) as the platform admin, runs a simulated node agent for
  * it with its state in `state`, and approves its slot map. Returns the agent process (kill it
- * when done) and the node's page. A node whose agent was stopped still counts as live for a
+ * when done) and the node's page. `extraArgs` go to `node-agent run` (by default its /metrics on
+ * a port of its own). A node whose agent was stopped still counts as live for a
  * minute, so tests that must land on their own node use a region of their own.
  */
-export async function enrolApprovedNode(state, host, region = 'us-east-1') {
+export async function enrolApprovedNode(state, host, region = 'us-east-1', extraArgs = ['--metrics-listen', '127.0.0.1:0']) {
   const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
   const b = await openBrowser();
   try {
@@ -124,7 +125,7 @@ export async function enrolApprovedNode(state, host, region = 'us-east-1') {
     });
     assert.equal(enrolled.status, 0, enrolled.stderr);
     const agent = spawn(AGENT, ['run', '--state-dir', state, '--driver', 'simulated', '--fixture', 'node-agent/fixtures/pcie-l40s-4x',
-      '--heartbeat-s', '2', '--telemetry-listen', '127.0.0.1:0'], {
+      '--heartbeat-s', '2', '--telemetry-listen', '127.0.0.1:0', ...extraArgs], {
       stdio: ['ignore', 'inherit', 'inherit'],
     });
     await enrol.getByRole('link', { name: host }).click();

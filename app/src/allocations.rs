@@ -509,6 +509,50 @@ pub async fn get_allocation(id: String) -> Result<AllocationDetail, AppError> {
     Ok(cp.allocation(&principal, id).await?)
 }
 
+/// The guest's GPU utilisation over the last day as an ECharts line (5-minute means), or
+/// `None` before its first report.
+#[server]
+pub async fn get_gpu_history(id: String) -> Result<Option<String>, AppError> {
+    use charming::Chart;
+    use charming::component::{Axis, Grid};
+    use charming::element::{AxisType, Tooltip, Trigger};
+    use charming::series::Line;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id = crate::server::id(&id)?;
+    let points = cp.gpu_utilisation_history(&principal, id).await?;
+    if points.is_empty() {
+        return Ok(None);
+    }
+    let chart = Chart::new()
+        .tooltip(Tooltip::new().trigger(Trigger::Axis))
+        .grid(
+            Grid::new()
+                .left("3%")
+                .right("3%")
+                .top("10%")
+                .bottom("8%")
+                .contain_label(true),
+        )
+        .x_axis(
+            Axis::new().type_(AxisType::Category).data(
+                points
+                    .iter()
+                    .map(|p| format!("{:02}:{:02}", p.at.hour(), p.at.minute()))
+                    .collect::<Vec<_>>(),
+            ),
+        )
+        .y_axis(Axis::new().type_(AxisType::Value).min(0).max(100).name("%"))
+        .series(
+            Line::new().name("GPU utilisation").data(
+                points
+                    .iter()
+                    .map(|p| i64::from(p.percent))
+                    .collect::<Vec<_>>(),
+            ),
+        );
+    Ok(Some(chart.to_string()))
+}
+
 /// "placed → provisioning", or the first state alone.
 fn transition_label(t: &Transition) -> String {
     match &t.from {
@@ -942,6 +986,7 @@ pub fn AllocationPage() -> impl IntoView {
         },
         |(id, ..)| get_allocation(id),
     );
+    let history = Resource::new(id, get_gpu_history);
     view! {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
@@ -951,6 +996,20 @@ pub fn AllocationPage() -> impl IntoView {
                 }
             })}
         </Transition>
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                match history.await {
+                    Ok(Some(option)) => view! {
+                        <section class="card" aria-labelledby="gpu-history">
+                            <h2 id="gpu-history">"GPU utilisation, last 24 hours"</h2>
+                            <div class="chart chart-small" role="img" aria-label="GPU utilisation reported by the guest, 5-minute means" data-testid="gpu-history" data-option=option></div>
+                            <p class="hint">"Reported by the guest's agent through the node; 5-minute means, UTC. Reload the page for the latest."</p>
+                        </section>
+                    }.into_any(),
+                    _ => ().into_any(),
+                }
+            })}
+        </Suspense>
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
                 match form.await {

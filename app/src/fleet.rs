@@ -23,6 +23,8 @@ use crate::error::AppError;
 pub struct Fleet {
     pub can_operate: bool,
     pub fleet: FleetView,
+    /// Which GPU health events take a slot out of service.
+    pub health_policy: GpuHealthPolicy,
 }
 
 /// An enrolment's one-time answer, with the address the agent should connect to.
@@ -92,6 +94,7 @@ pub async fn fleet_overview(
     Ok(Fleet {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
         fleet: cp.fleet(&staff, &filter).await?,
+        health_policy: cp.gpu_health_policy(&staff).await?,
     })
 }
 
@@ -274,24 +277,6 @@ pub async fn return_slot_to_service(slot: String, reason: String) -> Result<(), 
     Ok(())
 }
 
-/// The fleet's GPU health policy, and whether the viewer may change it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HealthPolicyView {
-    pub can_operate: bool,
-    pub policy: GpuHealthPolicy,
-}
-
-#[server]
-pub async fn get_gpu_health_policy() -> Result<HealthPolicyView, AppError> {
-    use control_plane::auth::{PlatformOperators, PlatformStaff};
-    let (cp, principal) = crate::server::signed_in().await?;
-    let staff = principal.platform::<PlatformStaff>()?;
-    Ok(HealthPolicyView {
-        can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        policy: cp.gpu_health_policy(&staff).await?,
-    })
-}
-
 #[server]
 pub async fn set_gpu_health_policy(
     #[server(flatten)] policy: portal_types::GpuHealthPolicyInput,
@@ -308,10 +293,11 @@ pub async fn set_gpu_health_policy(
 pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
     let enrol = ServerAction::<EnrolNode>::new();
+    let save_policy = ServerAction::<SetGpuHealthPolicy>::new();
     let filter = move || query.with(|q| (q.get("region"), q.get("posture"), q.get("model")));
     let fleet = Resource::new(
-        move || (filter(), enrol.version().get()),
-        |((region, posture, model), _)| fleet_overview(region, posture, model),
+        move || (filter(), enrol.version().get(), save_policy.version().get()),
+        |((region, posture, model), ..)| fleet_overview(region, posture, model),
     );
     view! {
         <Title text="Fleet" />
@@ -319,7 +305,7 @@ pub fn FleetPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match fleet.await {
-                    Ok(f) => view! { <FleetBody fleet=f filter=filter() enrol /> }.into_any(),
+                    Ok(f) => view! { <FleetBody fleet=f filter=filter() enrol save_policy /> }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }
             })}
@@ -332,10 +318,15 @@ fn FleetBody(
     fleet: Fleet,
     filter: (Option<String>, Option<String>, Option<String>),
     enrol: ServerAction<EnrolNode>,
+    save_policy: ServerAction<SetGpuHealthPolicy>,
 ) -> impl IntoView {
     let (region, posture, model) = filter;
     let selected = |current: &Option<String>, value: &str| current.as_deref() == Some(value);
-    let Fleet { can_operate, fleet } = fleet;
+    let Fleet {
+        can_operate,
+        fleet,
+        health_policy,
+    } = fleet;
     // The filter offers every posture, in the control plane's order and words.
     let postures: Vec<(String, String)> = fleet
         .by_posture
@@ -415,60 +406,52 @@ fn FleetBody(
                 }.into_any()
             }}
         </section>
-        <HealthPolicy />
+        <HealthPolicy policy=health_policy can_operate save=save_policy />
         {can_operate.then(|| view! { <EnrolForm enrol /> })}
     }
 }
 
 /// Which GPU health events take a slot out of service: shown to staff, edited by operators.
 #[component]
-fn HealthPolicy() -> impl IntoView {
-    let save = ServerAction::<SetGpuHealthPolicy>::new();
-    let policy = Resource::new(move || save.version().get(), |_| get_gpu_health_policy());
+fn HealthPolicy(
+    policy: GpuHealthPolicy,
+    can_operate: bool,
+    save: ServerAction<SetGpuHealthPolicy>,
+) -> impl IntoView {
+    let changed = match &policy.updated_by {
+        Some(who) => format!("Changed by {who} at {}.", utc(policy.updated_at)),
+        None => "The defaults: the XIDs NVIDIA says need a reset or worse (48, 63, 64, 74, 79), and uncorrectable ECC errors.".into(),
+    };
     view! {
         <section class="card" aria-labelledby="gpu-health-policy">
             <h2 id="gpu-health-policy">"GPU health policy"</h2>
             <p class="hint">"Agents report XID errors, uncorrectable ECC errors and thermal slowdown with their heartbeats. The events chosen here take the GPU's slot out of service: nothing new is placed on it until an operator returns it on the node's page. The tenant using it is told on their allocation's page."</p>
-            <Suspense fallback=|| view! { <p>"Loading…"</p> }>
-                {move || Suspend::new(async move {
-                    match policy.await {
-                        Ok(HealthPolicyView { can_operate, policy }) => {
-                            let changed = match &policy.updated_by {
-                                Some(who) => format!("Changed by {who} at {}.", utc(policy.updated_at)),
-                                None => "The defaults: the XIDs NVIDIA says need a reset or worse (48, 63, 64, 74, 79), and uncorrectable ECC errors.".into(),
-                            };
-                            if can_operate {
-                                view! {
-                                    <ActionForm action=save attr:class="form-grid" attr:id="health-policy">
-                                        <label>"XID errors that take a slot out of service"
-                                            <input name="xid_codes" value=policy.xid_list() autocomplete="off" aria-describedby="xid-hint xid-error" aria-invalid=field_invalid(save.value(), "xid_codes") />
-                                            <span class="hint" id="xid-hint">"XID numbers, separated by commas; empty: none."</span>
-                                            {field_error(save.value(), "xid_codes", "xid-error")}
-                                        </label>
-                                        <label class="check"><input type="checkbox" name="ecc_uncorrectable" value="true" checked=policy.ecc_uncorrectable />
-                                            " Uncorrectable ECC errors"</label>
-                                        <label class="check"><input type="checkbox" name="thermal" value="true" checked=policy.thermal />
-                                            " Hardware thermal slowdown"</label>
-                                        <div class="form-actions"><button type="submit">"Save policy"</button></div>
-                                    </ActionForm>
-                                    {outcome(save.value(), |_| Some("Saved; it applies to events from now on.".into()))}
-                                    <p class="hint" data-testid="policy-changed">{changed}</p>
-                                }.into_any()
-                            } else {
-                                view! {
-                                    <dl class="facts" data-testid="health-policy">
-                                        <dt>"XID errors"</dt><dd>{Some(policy.xid_list()).filter(|l| !l.is_empty()).unwrap_or_else(|| "none".into())}</dd>
-                                        <dt>"Uncorrectable ECC"</dt><dd>{if policy.ecc_uncorrectable { "out of service" } else { "recorded only" }}</dd>
-                                        <dt>"Thermal slowdown"</dt><dd>{if policy.thermal { "out of service" } else { "recorded only" }}</dd>
-                                    </dl>
-                                    <p class="hint" data-testid="policy-changed">{changed}</p>
-                                }.into_any()
-                            }
-                        }
-                        Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
-                    }
-                })}
-            </Suspense>
+            {if can_operate {
+                view! {
+                    <ActionForm action=save attr:class="form-grid" attr:id="health-policy">
+                        <label>"XID errors that take a slot out of service"
+                            <input name="xid_codes" value=policy.xid_list() autocomplete="off" aria-describedby="xid-hint xid-error" aria-invalid=field_invalid(save.value(), "xid_codes") />
+                            <span class="hint" id="xid-hint">"XID numbers, separated by commas; empty: none."</span>
+                            {field_error(save.value(), "xid_codes", "xid-error")}
+                        </label>
+                        <label class="check"><input type="checkbox" name="ecc_uncorrectable" value="true" checked=policy.ecc_uncorrectable />
+                            " Uncorrectable ECC errors"</label>
+                        <label class="check"><input type="checkbox" name="thermal" value="true" checked=policy.thermal />
+                            " Hardware thermal slowdown"</label>
+                        <div class="form-actions"><button type="submit">"Save policy"</button></div>
+                    </ActionForm>
+                    {outcome(save.value(), |_| Some("Saved; it applies to events from now on.".into()))}
+                }.into_any()
+            } else {
+                view! {
+                    <dl class="facts" data-testid="health-policy">
+                        <dt>"XID errors"</dt><dd>{Some(policy.xid_list()).filter(|l| !l.is_empty()).unwrap_or_else(|| "none".into())}</dd>
+                        <dt>"Uncorrectable ECC"</dt><dd>{if policy.ecc_uncorrectable { "out of service" } else { "recorded only" }}</dd>
+                        <dt>"Thermal slowdown"</dt><dd>{if policy.thermal { "out of service" } else { "recorded only" }}</dd>
+                    </dl>
+                }.into_any()
+            }}
+            <p class="hint" data-testid="policy-changed">{changed}</p>
         </section>
     }
 }

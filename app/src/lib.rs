@@ -21,6 +21,7 @@ pub mod csp;
 pub mod error;
 pub mod fleet;
 pub mod marketplace;
+pub mod ops;
 pub mod pages;
 pub mod policies;
 pub mod projects;
@@ -141,6 +142,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("billing") view=billing::BillingPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("billing"), StaticSegment("invoices"), ParamSegment("id")) view=billing::InvoicePage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("billing")) view=billing::PlatformBillingPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("admin"), StaticSegment("ops")) view=ops::OpsPanel ssr=SsrMode::Async />
                 </Routes>
             </main>
             <footer class="footer">

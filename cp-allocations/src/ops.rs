@@ -3,8 +3,10 @@
 //! reads them at scrape time; the operations panel shows them.
 
 use crate::ControlPlane;
+use crate::auth::{Platform, PlatformStaff};
 use crate::error::Result;
-pub use portal_types::ops::OpsGauges;
+use crate::ids::{AllocationId, NodeId};
+pub use portal_types::ops::{Attention, Failure, OpsGauges, OpsOverview};
 
 /// How long a claimed task may run before it counts as stuck (longer than any phase timeout).
 pub const STUCK_AFTER_S: f64 = 1800.0;
@@ -14,6 +16,10 @@ pub trait OpsApi {
     /// The system's state in numbers: aggregate counts, ages, and node hostnames; nothing of
     /// any tenant. For `/metrics`, whose listener decides who may read it.
     async fn ops_gauges(&self) -> Result<OpsGauges>;
+
+    /// The operations panel: the gauges, what needs attention on which node (GPUs out of
+    /// service, cleanup-blocked slots, silent agents, stuck tasks), and the latest failures.
+    async fn ops_overview(&self, who: &Platform<PlatformStaff>) -> Result<OpsOverview>;
 }
 
 impl OpsApi for ControlPlane {
@@ -107,6 +113,106 @@ impl OpsApi for ControlPlane {
             stripe_oldest_s: q.stripe_oldest_s.max(0.0),
             webhook_backlog: q.webhook_backlog,
             gpu_out_of_service,
+        })
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn ops_overview(&self, _who: &Platform<PlatformStaff>) -> Result<OpsOverview> {
+        let gauges = self.ops_gauges().await?;
+        let mut conn = self.pool().acquire().await?;
+        let counts = sqlx::query!(
+            r#"SELECT (SELECT count(*) FROM nodes WHERE last_heartbeat_at IS NOT NULL) AS "reporting!",
+                      (SELECT count(*) FROM gpu_health_events
+                       WHERE recorded_at > now() - interval '24 hours') AS "events!""#
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let attention = sqlx::query!(
+            r#"SELECT kind AS "kind!", node_id AS "node_id!: NodeId", hostname AS "hostname!",
+                      detail AS "detail!", since AS "since!"
+               FROM (
+                 SELECT 'out_of_service' AS kind, n.id AS node_id, n.hostname,
+                        'slot ' || s.slot_index || ' (' || s.gpu_pci_address || '): ' || e.detail AS detail,
+                        s.out_of_service_at AS since
+                 FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+                 JOIN gpu_health_events e ON e.id = s.out_of_service_event
+                 WHERE s.retired_at IS NULL
+                 UNION ALL
+                 SELECT 'cleanup_blocked', n.id, n.hostname,
+                        'slot ' || s.slot_index || ': ' || coalesce(s.cleanup_detail, 'no cleanup proof'),
+                        coalesce((SELECT max(c.released_at) FROM resource_claims c WHERE c.slot_id = s.id),
+                                 s.approved_at)
+                 FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id
+                 WHERE s.retired_at IS NULL AND s.cleanup_state = 'blocked'
+                 UNION ALL
+                 SELECT 'agent_silent', n.id, n.hostname,
+                        'no heartbeat since ' || to_char(n.last_heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || ' UTC',
+                        n.last_heartbeat_at
+                 FROM nodes n
+                 WHERE n.last_heartbeat_at < now() - interval '60 seconds' AND n.admin_state <> 'cordoned'
+                 UNION ALL
+                 SELECT 'task_stuck', n.id, n.hostname, t.kind || ' claimed and not finished', t.claimed_at
+                 FROM agent_tasks t JOIN nodes n ON n.id = t.node_id
+                 WHERE t.state = 'running' AND t.claimed_at < now() - make_interval(secs => $1)
+               ) a
+               ORDER BY since, hostname LIMIT 100"#,
+            STUCK_AFTER_S
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| Attention {
+            kind: r.kind,
+            node_id: r.node_id,
+            hostname: r.hostname,
+            detail: r.detail,
+            since: r.since,
+        })
+        .collect();
+        let mut failures: Vec<Failure> = sqlx::query!(
+            r#"SELECT t.finished_at AS "at!", t.kind, t.node_id AS "node_id: NodeId", n.hostname,
+                      t.allocation_id AS "allocation_id: AllocationId", t.error AS "error!"
+               FROM agent_tasks t JOIN nodes n ON n.id = t.node_id
+               WHERE t.state = 'failed'
+               ORDER BY t.finished_at DESC LIMIT 10"#
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| Failure {
+            at: r.at,
+            what: r.kind,
+            node_id: Some(r.node_id),
+            hostname: Some(r.hostname),
+            allocation_id: r.allocation_id,
+            detail: r.error,
+        })
+        .collect();
+        failures.extend(
+            sqlx::query!(
+                r#"SELECT coalesce(available_at, created_at) AS "at!", last_error AS "error!"
+                   FROM billing_outbox WHERE done_at IS NULL AND last_error IS NOT NULL
+                   ORDER BY created_at DESC LIMIT 5"#
+            )
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|r| Failure {
+                at: r.at,
+                what: "stripe.sync".into(),
+                node_id: None,
+                hostname: None,
+                allocation_id: None,
+                detail: r.error,
+            }),
+        );
+        failures.sort_by_key(|f| std::cmp::Reverse(f.at));
+        Ok(OpsOverview {
+            gauges,
+            nodes_reporting: counts.reporting,
+            gpu_events_24h: counts.events,
+            attention,
+            failures,
         })
     }
 }

@@ -96,8 +96,15 @@ pub fn parse_xid(record: &str) -> Option<Xid> {
         [d, b, dev] if !dev.contains('.') => normalize_bus_id(&format!("{d}:{b}:{dev}.0")),
         _ => normalize_bus_id(&bus),
     };
+    // Newer drivers begin with the process (`pid=…, name=…, `): the GPU's trouble is the rest.
+    let mut detail = detail.trim();
+    while let Some((head, rest)) = detail.split_once(", ") {
+        if !(head.starts_with("pid=") || head.starts_with("name=")) {
+            break;
+        }
+        detail = rest.trim();
+    }
     let detail: String = detail
-        .trim()
         .chars()
         .filter(|c| !c.is_control())
         .take(400)
@@ -316,7 +323,7 @@ mod tests {
         assert_eq!(x.seq, Some(5512));
         assert_eq!(x.pci_address, "0000:3b:00.0");
         assert_eq!(x.code, 79);
-        assert!(x.detail.contains("fallen off the bus"), "{}", x.detail);
+        assert_eq!(x.detail, "GPU has fallen off the bus.");
         let y =
             parse_xid("[ 812.1] NVRM: Xid (PCI:0000:2A:00): 48, An uncorrectable double bit error")
                 .unwrap();

@@ -124,14 +124,15 @@ pub struct GpuHealthNotice {
 }
 
 impl GpuHealthNotice {
-    /// "GPU in slot 3 reported XID 79: … at 2026-11-26 12:00 UTC. It is out of service: …"
+    /// "At 2026-11-26 12:00 UTC the GPU in slot 3 reported XID 79: … It is out of service: …"
     pub fn sentence(&self) -> String {
         let mut s = format!(
-            "The GPU in slot {} reported {} at {}.",
+            "At {} the GPU in slot {} reported {}",
+            crate::utc(self.observed_at),
             self.slot_index,
-            self.detail,
-            crate::utc(self.observed_at)
+            self.detail.trim_end_matches('.'),
         );
+        s.push('.');
         if self.out_of_service {
             s.push_str(
                 " It is out of service: work on it may fail. Release this allocation and launch \

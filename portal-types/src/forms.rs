@@ -154,13 +154,21 @@ impl TokenInput {
     }
 }
 
-/// The fleet's GPU health policy form. A checkbox left unticked is absent, hence `default`.
+/// The fleet's GPU health policy form. Plain strings like every form here (a flattened form
+/// arrives as strings): a ticked box sends `true`, an unticked one nothing.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuHealthPolicyInput {
     /// XID numbers that take a slot out of service, separated by commas or spaces.
     pub xid_codes: String,
     #[serde(default)]
-    pub ecc_uncorrectable: bool,
+    pub ecc_uncorrectable: Option<String>,
     #[serde(default)]
-    pub thermal: bool,
+    pub thermal: Option<String>,
+}
+
+impl GpuHealthPolicyInput {
+    /// Whether a box was ticked.
+    pub fn ticked(value: &Option<String>) -> bool {
+        matches!(value.as_deref(), Some("true" | "on"))
+    }
 }

@@ -2,6 +2,9 @@
 //! health in numbers. `/metrics` serves them to Prometheus; the operations panel shows them.
 
 use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::{AllocationId, NodeId};
 
 /// The state of the whole system, read from the database in one go.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -33,4 +36,54 @@ pub struct OpsGauges {
     pub webhook_backlog: i64,
     /// Slots out of service because of a GPU health event.
     pub gpu_out_of_service: i64,
+}
+
+/// Something an operator should look at now, on one node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attention {
+    /// `out_of_service`, `cleanup_blocked`, `agent_silent` or `task_stuck`.
+    pub kind: String,
+    pub node_id: NodeId,
+    pub hostname: String,
+    pub detail: String,
+    /// Since when (the event, the release that left the slot blocked, the last heartbeat, the
+    /// claim).
+    #[serde(with = "time::serde::rfc3339")]
+    pub since: OffsetDateTime,
+}
+
+impl Attention {
+    pub fn label(&self) -> &'static str {
+        match self.kind.as_str() {
+            "out_of_service" => "GPU out of service",
+            "cleanup_blocked" => "Cleanup blocked",
+            "agent_silent" => "Agent silent",
+            "task_stuck" => "Task stuck",
+            _ => "Other",
+        }
+    }
+}
+
+/// A recent failure: an agent task, or a Stripe sync.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    #[serde(with = "time::serde::rfc3339")]
+    pub at: OffsetDateTime,
+    /// The task's kind, or `stripe.sync`.
+    pub what: String,
+    pub node_id: Option<NodeId>,
+    pub hostname: Option<String>,
+    pub allocation_id: Option<AllocationId>,
+    pub detail: String,
+}
+
+/// The operations panel: the numbers, what needs attention, the latest failures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OpsOverview {
+    pub gauges: OpsGauges,
+    /// Enrolled nodes whose agent has reported, and GPU health events in the last 24 hours.
+    pub nodes_reporting: i64,
+    pub gpu_events_24h: i64,
+    pub attention: Vec<Attention>,
+    pub failures: Vec<Failure>,
 }

@@ -106,6 +106,8 @@ fn pages(args: &[String]) -> Result {
         stripe: None,
         dns_resolver: None,
         secret_keys: portal::random_keyring("bench")?,
+        metrics_addr: "off".into(),
+        metrics_token: None,
         log: Some(log("bench-server.log")?),
     };
     let mut server = match launch.start() {

@@ -113,6 +113,8 @@ pub fn run(args: &[String]) -> Result {
         stripe: Some((stripe_api, webhook_secret)),
         dns_resolver: None,
         secret_keys: portal::dev_value("secret-keys", || portal::random_keyring("dev"))?,
+        metrics_addr: "127.0.0.1:9464".into(),
+        metrics_token: None,
         log: None,
     };
     let mut server = launch.start().inspect_err(|_| {

@@ -82,7 +82,9 @@ pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<
         )?;
     }
     let mut children = Vec::new();
-    for (h, _) in &hosts {
+    // Each agent's /metrics on the ports after the portal's (none when the portal has none).
+    let metrics = launch.metrics_port();
+    for (i, (h, _)) in hosts.iter().enumerate() {
         let dir = agents.join(&h.hostname);
         let log = std::fs::File::create(agents.join(format!("{}.log", h.hostname)))
             .map_err(|e| format!("creating the agent log: {e}"))?;
@@ -94,7 +96,11 @@ pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<
                 "simulated",
                 "--telemetry-listen",
                 "127.0.0.1:0",
+                "--metrics-listen",
             ])
+            .arg(metrics.map_or("off".to_string(), |p| {
+                format!("127.0.0.1:{}", usize::from(p) + 1 + i)
+            }))
             .arg("--state-dir")
             .arg(&dir)
             .arg("--fixture")

@@ -28,6 +28,10 @@ pub struct Launch {
     pub dns_resolver: Option<String>,
     /// `PORTAL_SECRET_KEYS`: the keys that seal stored secrets.
     pub secret_keys: String,
+    /// `PORTAL_METRICS_ADDR`: where `/metrics` listens (`off` for nowhere).
+    pub metrics_addr: String,
+    /// `PORTAL_METRICS_TOKEN`, when scrapers off loopback are to be let in.
+    pub metrics_token: Option<String>,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
 }
@@ -44,8 +48,17 @@ impl Launch {
             .env("PORTAL_COOKIE_SECURE", "false")
             // The demo identity provider is plain HTTP on loopback too.
             .env("PORTAL_DEV_LOOPBACK_IDP", "true")
+            .env("PORTAL_METRICS_ADDR", &self.metrics_addr)
             .current_dir(root());
+        if let Some(token) = &self.metrics_token {
+            c.env("PORTAL_METRICS_TOKEN", token);
+        }
         c
+    }
+
+    /// The port `/metrics` listens on, when it listens.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.metrics_addr.rsplit_once(':')?.1.parse().ok()
     }
 
     /// Runs a server subcommand and returns its standard output.

@@ -93,6 +93,18 @@ pub fn run(args: &[String]) -> Result {
     step("the benchmarks at smoke size (they must keep running; `cargo xtask bench` measures)");
     crate::bench::smoke(&pg, || cargo(&["test"]))?;
 
+    step("deploy/: alert rules, their unit tests and the scrape configuration (promtool)");
+    let prom = root().join("deploy/prometheus");
+    sh(Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(prom.join("alerts.yml")))?;
+    sh(Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(prom.join("alerts.test.yml")))?;
+    sh(Command::new("promtool")
+        .args(["check", "config", "--syntax-only"])
+        .arg(prom.join("prometheus.yml")))?;
+
     // The local Stripe test server, for the browser tests (a debug build is plenty).
     sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
     browser_tests(pg)
@@ -147,6 +159,8 @@ fn browser_tests(pg: Throwaway) -> Result {
     };
     // The browser tests start `dnsmasq` on this port when they need DNS (domain proofs).
     let dns_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let metrics_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let metrics_token = portal::random_password()?;
     let (launch, mut server) = match start_test_server(
         &pg.url("e2e"),
         port,
@@ -154,6 +168,7 @@ fn browser_tests(pg: Throwaway) -> Result {
         (issuer.clone(), idp_secret),
         (stripe_api.clone(), webhook_secret),
         dns_port,
+        (metrics_port, &metrics_token),
     ) {
         Ok(s) => s,
         Err(e) => {
@@ -165,8 +180,11 @@ fn browser_tests(pg: Throwaway) -> Result {
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
         let artifacts = root().join("test-artifacts");
         std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
+        // `E2E_TESTS="end2end/tests/ops.test.mjs …"` runs only those files (for iterating).
+        let files = std::env::var("E2E_TESTS").unwrap_or_else(|_| "end2end/tests/".into());
         sh(Command::new("node")
-            .args(["--test", "--test-concurrency=1", "end2end/tests/"])
+            .args(["--test", "--test-concurrency=1"])
+            .args(files.split_whitespace())
             .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
             .env("ARTIFACTS_DIR", &artifacts)
             .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
@@ -174,6 +192,17 @@ fn browser_tests(pg: Throwaway) -> Result {
             .env("PORTAL_IDP_ISSUER", &issuer)
             .env("STRIPE_API", &stripe_api)
             .env("PORTAL_DNS_PORT", dns_port.to_string())
+            // The operations panel's figures are checked against the database itself.
+            .env("PORTAL_TEST_DATABASE_URL", pg.url("e2e"))
+            .env(
+                "PORTAL_TEST_PSQL",
+                pgcluster::find_bin_dir()
+                    .map_err(|e| e.to_string())?
+                    .join("psql"),
+            )
+            // The server's own /metrics listener (on every address) and its scrape token.
+            .env("PORTAL_METRICS_PORT", metrics_port.to_string())
+            .env("PORTAL_METRICS_TOKEN", &metrics_token)
             // Built by the test step above (node-agent has integration tests).
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
@@ -380,6 +409,7 @@ fn start_test_server(
     demo_idp: (String, String),
     stripe: (String, String),
     dns_port: u16,
+    (metrics_port, metrics_token): (u16, &str),
 ) -> Result<(portal::Launch, Child)> {
     let dir = root().join("test-artifacts");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -396,6 +426,10 @@ fn start_test_server(
         stripe: Some(stripe),
         dns_resolver: Some(format!("127.0.0.1:{dns_port}")),
         secret_keys: portal::random_keyring("test")?,
+        // On every address, so the metrics test can check that a caller off loopback needs
+        // the token.
+        metrics_addr: format!("0.0.0.0:{metrics_port}"),
+        metrics_token: Some(metrics_token.to_string()),
         log: Some(log),
     };
     let child = launch.start()?;

@@ -20,8 +20,8 @@ pub struct Needs {
     pub npm: bool,
     /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
     /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query),
-    /// `ip` and `nft` for the slot network, and busybox (the guests' DHCP client, ping and
-    /// arping in the network tests).
+    /// `ip` and `nft` for the slot network, busybox (the guests' DHCP client, ping and
+    /// arping in the network tests), and Prometheus with promtool (the metrics tests).
     pub host_tools: bool,
 }
 
@@ -37,7 +37,7 @@ impl Needs {
 }
 
 /// The node agent's host tools, by the Debian package that ships each.
-const HOST_TOOLS: [(&str, &str); 10] = [
+const HOST_TOOLS: [(&str, &str); 12] = [
     ("/usr/bin/qemu-img", "qemu-utils"),
     ("/usr/bin/xorriso", "xorriso"),
     ("/usr/bin/virsh", "libvirt-clients"),
@@ -48,6 +48,10 @@ const HOST_TOOLS: [(&str, &str); 10] = [
     ("/usr/sbin/ip", "iproute2"),
     ("/usr/sbin/nft", "nftables"),
     ("/usr/bin/busybox", "busybox"),
+    // The metrics tests scrape a running server and agent with a real Prometheus, and check
+    // deploy/'s rules and both /metrics endpoints with promtool.
+    ("/usr/bin/prometheus", "prometheus"),
+    ("/usr/bin/promtool", "prometheus"),
 ];
 
 pub fn ensure_all(needs: Needs) -> Result {

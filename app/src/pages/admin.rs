@@ -68,7 +68,8 @@ pub fn AdminPage() -> impl IntoView {
                         <p class="signed-in-as">
                             "Signed in as " <strong>{v.display_name}</strong> " (" {v.role} ")."
                         </p>
-                        <p><a href="/audit">"Audit log (all organizations)"</a>
+                        <p><a href="/admin/ops">"Operations"</a>
+                           " · " <a href="/audit">"Audit log (all organizations)"</a>
                            " · " <a href="/admin/billing">"Billing (all organizations)"</a>
                            " · " <a href="/admin/marketplace">"Marketplace review"</a>
                            " · " <a href="/catalog/manage">"SKUs"</a></p>

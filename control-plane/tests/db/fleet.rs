@@ -1049,7 +1049,12 @@ async fn a_gpu_that_falls_off_the_bus_leaves_placement_until_an_operator_returns
     );
     assert_eq!(cp.gpu_events(&agent, &[xid.clone(), hot]).await.unwrap(), 2);
     // A heartbeat resent after a lost answer records nothing twice.
-    assert_eq!(cp.gpu_events(&agent, &[xid.clone()]).await.unwrap(), 0);
+    assert_eq!(
+        cp.gpu_events(&agent, std::slice::from_ref(&xid))
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(
         free_slots(&cp, node).await,
         7,
@@ -1150,8 +1155,8 @@ async fn a_gpu_that_falls_off_the_bus_leaves_placement_until_an_operator_returns
     // and XID 79 no longer does.
     let input = |codes: &str| GpuHealthPolicyInput {
         xid_codes: codes.into(),
-        ecc_uncorrectable: true,
-        thermal: true,
+        ecc_uncorrectable: Some("true".into()),
+        thermal: Some("true".into()),
     };
     assert!(
         refusal(cp.set_gpu_health_policy(&ops, &input("48, x"), None))

@@ -307,6 +307,14 @@ pub trait AllocationsApi {
         principal: &crate::auth::Principal,
         id: AllocationId,
     ) -> Result<AllocationDetail>;
+
+    /// The guest's GPU utilisation over the last 24 hours, as 5-minute means, oldest first.
+    /// Viewers of its project only.
+    async fn gpu_utilisation_history(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<Vec<GpuUtilisation>>;
 }
 
 impl AllocationsApi for ControlPlane {
@@ -635,6 +643,32 @@ impl AllocationsApi for ControlPlane {
             .await
             .is_ok();
         lifecycle::detail(self, &who, id, can_release).await
+    }
+
+    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    async fn gpu_utilisation_history(
+        &self,
+        principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<Vec<GpuUtilisation>> {
+        self.allocation_access::<ProjectViewers>(principal, id)
+            .await?;
+        Ok(sqlx::query!(
+            r#"SELECT date_bin('5 minutes', at, '2000-01-01') AS "at!",
+                      round(avg(gpu_util_pct))::int2 AS "percent!"
+               FROM allocation_gpu_utilisation
+               WHERE allocation_id = $1 AND at > now() - interval '24 hours'
+               GROUP BY 1 ORDER BY 1"#,
+            id as AllocationId
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|r| GpuUtilisation {
+            percent: r.percent,
+            at: r.at,
+        })
+        .collect())
     }
 }
 

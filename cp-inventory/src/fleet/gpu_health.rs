@@ -69,8 +69,8 @@ pub fn parse_policy(input: &GpuHealthPolicyInput) -> Result<Policy> {
     codes.sort_unstable();
     Ok(Policy {
         xid_codes: codes,
-        ecc_uncorrectable: input.ecc_uncorrectable,
-        thermal: input.thermal,
+        ecc_uncorrectable: GpuHealthPolicyInput::ticked(&input.ecc_uncorrectable),
+        thermal: GpuHealthPolicyInput::ticked(&input.thermal),
     })
 }
 
@@ -437,8 +437,8 @@ mod tests {
     fn input(codes: &str) -> GpuHealthPolicyInput {
         GpuHealthPolicyInput {
             xid_codes: codes.into(),
-            ecc_uncorrectable: true,
-            thermal: false,
+            ecc_uncorrectable: Some("true".into()),
+            thermal: None,
         }
     }
 
