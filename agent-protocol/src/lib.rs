@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 pub mod identity;
 pub mod ranges;
+pub mod scrape;
 pub mod topology;
 
 pub use topology::{

@@ -158,7 +158,7 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
                         <dt>{s.replace('_', " ")}</dt><dd data-state=s>{count_of(&g.slots, s)}</dd>
                     }).collect_view()}
                 </dl>
-                <p class="hint">{format!("{} nodes reporting, {} silent; {} GPU health events in 24 hours.", o.nodes_reporting, silent, o.gpu_events_24h)}</p>
+                <p class="hint" data-testid="fleet-line">{format!("Agents reporting: {}, silent: {}. GPU health events in the last 24 hours: {}.", o.nodes_reporting, silent, o.gpu_events_24h)}</p>
             </section>
             <section class="card" aria-labelledby="ops-allocations">
                 <h2 id="ops-allocations">"Allocations"</h2>

@@ -221,26 +221,16 @@ pub fn render(s: &Scrape) -> String {
     out
 }
 
-/// Whether a caller may scrape: loopback always; anyone else with the token (compared in
-/// constant time), and nobody else when no token is configured.
+/// Whether a caller may scrape: loopback always; anyone else with the token, and nobody else
+/// when no token is configured.
 pub fn scrape_allowed(peer: std::net::IpAddr, headers: &HeaderMap, token: Option<&str>) -> bool {
     if peer.is_loopback() {
         return true;
     }
-    let Some(token) = token.filter(|t| !t.is_empty()) else {
-        return false;
-    };
     let sent = headers
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    sent.len() == token.len()
-        && sent
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0
+        .and_then(|v| v.to_str().ok());
+    token.is_some_and(|t| agent_protocol::scrape::bearer_matches(sent, t))
 }
 
 async fn metrics(

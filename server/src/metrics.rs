@@ -60,22 +60,14 @@ impl ServerMetrics {
         }
     }
 
-    /// Whether the request carries the scrape token (compared in constant time).
+    /// Whether the request carries the scrape token.
     fn has_token(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = self.token.as_deref() else {
-            return false;
-        };
         let sent = headers
             .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        sent.len() == token.len()
-            && sent
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+            .and_then(|v| v.to_str().ok());
+        self.token
+            .as_deref()
+            .is_some_and(|t| agent_protocol::scrape::bearer_matches(sent, t))
     }
 
     /// The whole exposition, as of now.

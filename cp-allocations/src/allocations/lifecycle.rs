@@ -868,13 +868,7 @@ impl LifecycleApi for ControlPlane {
         reason: &str,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let reason = reason.trim();
-        if reason.is_empty() || reason.chars().count() > 1000 {
-            return Err(Error::Invalid {
-                field: "reason",
-                reason: "say what you checked (up to 1000 characters)".into(),
-            });
-        }
+        let reason = crate::fleet::checked_reason(reason)?;
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
             r#"SELECT node_id AS "node: NodeId", slot_index, cleanup_state, cleanup_detail

@@ -270,13 +270,7 @@ impl GpuHealthApi for ControlPlane {
         reason: &str,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let reason = reason.trim();
-        if reason.is_empty() || reason.chars().count() > 1000 {
-            return Err(Error::Invalid {
-                field: "reason",
-                reason: "say what you checked (up to 1000 characters)".into(),
-            });
-        }
+        let reason = crate::fleet::checked_reason(reason)?;
         let node = sqlx::query_scalar!(
             r#"SELECT node_id AS "node: NodeId" FROM node_resource_slots
                WHERE id = $1 AND retired_at IS NULL"#,

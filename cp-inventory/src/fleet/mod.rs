@@ -988,6 +988,19 @@ pub async fn live_slots(conn: &mut sqlx::PgConnection, node: NodeId) -> Result<V
         .collect())
 }
 
+/// What an operator says they checked before putting a slot back (a blocked slot marked clean,
+/// a slot returned to service): 1–1000 characters.
+pub fn checked_reason(reason: &str) -> Result<&str> {
+    let reason = reason.trim();
+    if reason.is_empty() || reason.chars().count() > 1000 {
+        return Err(Error::Invalid {
+            field: "reason",
+            reason: "say what you checked (up to 1000 characters)".into(),
+        });
+    }
+    Ok(reason)
+}
+
 /// A node's row, locked for the rest of the transaction: every change to a node, its
 /// proposals or its slots takes this lock first, so they serialise per node. The lock is
 /// `FOR NO KEY UPDATE`: it excludes every other holder (and placement's `SKIP LOCKED`), but
