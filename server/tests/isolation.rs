@@ -34,7 +34,7 @@ use tower_sessions_sqlx_store::PostgresStore;
 
 use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
 use app::allocations::{
-    GetAllocation, GetLaunchForm, LaunchAllocation, ListAllocations, PublishPorts,
+    GetAllocation, GetGpuHistory, GetLaunchForm, LaunchAllocation, ListAllocations, PublishPorts,
     ReleaseAllocation,
 };
 use app::audit::SearchAudit;
@@ -43,12 +43,14 @@ use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, Issu
 use app::catalog::{DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
-    ReissueNodeToken, RejectSlotMap, SetNodeNetwork, SetNodeState,
+    ReissueNodeToken, RejectSlotMap, ReturnSlotToService, SetGpuHealthPolicy, SetNodeNetwork,
+    SetNodeState,
 };
 use app::marketplace::{
     ApplyToPublish, BrowseListings, CreateListing, CreateVersion, CurateVersion, DecidePublisher,
     GetListing, GetMarketplaceAdmin, GetPublisherArea, GetVersionReview, SubmitVersion,
 };
+use app::ops::GetOps;
 use app::pages::admin::{AdminOverview, UnlockBreakGlass};
 use app::pages::home::GetPlatformHealth;
 use app::policies::SetPolicy;
@@ -375,6 +377,12 @@ fn matrix(w: &World) -> Vec<Entry> {
             &[("id", ALLOCATION)],
         ),
         entry(
+            GetGpuHistory::PATH,
+            research(Need::See),
+            false,
+            &[("id", ALLOCATION)],
+        ),
+        entry(
             LaunchAllocation::PATH,
             research(Need::Operate),
             true,
@@ -642,6 +650,19 @@ fn matrix(w: &World) -> Vec<Entry> {
             true,
             &[("slot", NODE), ("reason", "looked at it")],
         ),
+        entry(
+            ReturnSlotToService::PATH,
+            platform_not_found(OPERATORS),
+            true,
+            &[("slot", NODE), ("reason", "looked at it")],
+        ),
+        entry(
+            SetGpuHealthPolicy::PATH,
+            platform(OPERATORS),
+            true,
+            &[("xid_codes", "48, 79"), ("ecc_uncorrectable", "true")],
+        ),
+        entry(GetOps::PATH, platform(STAFF), false, &[]),
         entry(GetSkuAdmin::PATH, platform(STAFF), false, &[]),
         entry(
             SaveSku::PATH,
