@@ -873,6 +873,9 @@ fn show(out: &mut dyn Write, d: &AllocationDetail) {
     if let Some(f) = &d.failure {
         lines.push(("failure", f.clone()));
     }
+    for n in &d.gpu_health {
+        lines.push(("gpu", n.sentence()));
+    }
     for p in &d.phases {
         lines.push((
             "phase",
