@@ -93,10 +93,6 @@ impl OpsApi for ControlPlane {
         .into_iter()
         .map(|r| (r.hostname, r.age.max(0.0)))
         .collect();
-        let gpu_out_of_service = slots
-            .iter()
-            .find(|(s, _)| s == "out_of_service")
-            .map_or(0, |(_, n)| *n);
         Ok(OpsGauges {
             outbox_pending: q.outbox_pending,
             outbox_oldest_s: q.outbox_oldest_s.max(0.0),
@@ -112,7 +108,6 @@ impl OpsApi for ControlPlane {
             stripe_failing: q.stripe_failing,
             stripe_oldest_s: q.stripe_oldest_s.max(0.0),
             webhook_backlog: q.webhook_backlog,
-            gpu_out_of_service,
         })
     }
 
@@ -190,7 +185,7 @@ impl OpsApi for ControlPlane {
         .collect();
         failures.extend(
             sqlx::query!(
-                r#"SELECT coalesce(available_at, created_at) AS "at!", last_error AS "error!"
+                r#"SELECT available_at AS at, last_error AS "error!"
                    FROM billing_outbox WHERE done_at IS NULL AND last_error IS NOT NULL
                    ORDER BY created_at DESC LIMIT 5"#
             )

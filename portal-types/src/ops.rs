@@ -34,8 +34,6 @@ pub struct OpsGauges {
     pub stripe_oldest_s: f64,
     /// Stripe webhook events received and not yet applied.
     pub webhook_backlog: i64,
-    /// Slots out of service because of a GPU health event.
-    pub gpu_out_of_service: i64,
 }
 
 /// Something an operator should look at now, on one node.
