@@ -13,6 +13,9 @@
 //! | `POST /agent/v1/tasks/{task_id}/phases` | [`PhaseReport`] | 204 |
 //! | `POST /agent/v1/tasks/{task_id}/result` | [`TaskResult`] | 204 |
 //! | `POST /agent/v1/reconcile` | `{}` | [`ReconcileResponse`] |
+//!
+//! A task's reports may carry its [`TraceParent`] as the `traceparent` header (W3C trace
+//! context): the server files them in the launch's trace.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -21,11 +24,13 @@ pub mod identity;
 pub mod ranges;
 pub mod scrape;
 pub mod topology;
+pub mod trace;
 
 pub use topology::{
     Discovery, FabricPartition, Gpu, HostTopology, IbDevice, NumaNode, NvmeController,
     NvmeNamespace, PciDevice, SlotGpu, SlotNvme, SlotSpec,
 };
+pub use trace::{TRACEPARENT, TraceParent};
 
 /// The protocol version this build speaks. The server refuses any other.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -248,6 +253,11 @@ pub struct ClaimResponse {
 pub struct Task {
     pub task_id: String,
     pub spec: TaskSpec,
+    /// The trace the task belongs to (the launch or release that queued it), when the control
+    /// plane exports traces; the agent parents its task and phase spans on it and sends it
+    /// back as the `traceparent` header of the task's reports. Older agents ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<TraceParent>,
 }
 
 /// The bounded host primitives an agent executes. Never a shell.
@@ -543,10 +553,21 @@ mod tests {
         let task = Task {
             task_id: "t1".into(),
             spec: TaskSpec::TopologyDiscover {},
+            traceparent: None,
         };
         assert_eq!(
             serde_json::to_string(&task).unwrap(),
             r#"{"task_id":"t1","spec":{"kind":"slice.topology_discover"}}"#
+        );
+        // The trace context is optional both ways, and checked when present.
+        let traced = r#"{"task_id":"t1","spec":{"kind":"slice.topology_discover"},"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}"#;
+        let back: Task = serde_json::from_str(traced).unwrap();
+        assert_eq!(back.traceparent.unwrap().span_id(), "00f067aa0ba902b7");
+        assert!(
+            serde_json::from_str::<Task>(
+                r#"{"task_id":"t1","spec":{"kind":"slice.topology_discover"},"traceparent":"junk"}"#
+            )
+            .is_err()
         );
         let failed = TaskResult {
             outcome: TaskOutcome::Failed {

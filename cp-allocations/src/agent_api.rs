@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agent_protocol::{
     Discovery, GpuEvent, GpuUtilisation, HealthStatus, PhaseReport, PhaseStatus, ReconcileResponse,
-    Task, TaskOutcome, TaskOutput, TaskSpec,
+    Task, TaskOutcome, TaskOutput, TaskSpec, TraceParent,
 };
 use serde_json::json;
 
@@ -39,6 +39,24 @@ pub struct NodeCredential {
 }
 
 /// What the control plane offers for what node agents may do.
+/// A task an agent has claimed: what to do, and the trace it continues.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimedTask {
+    pub id: AgentTaskId,
+    pub spec: TaskSpec,
+    pub traceparent: Option<TraceParent>,
+}
+
+impl From<ClaimedTask> for Task {
+    fn from(t: ClaimedTask) -> Task {
+        Task {
+            task_id: t.id.to_string(),
+            spec: t.spec,
+            traceparent: t.traceparent,
+        }
+    }
+}
+
 #[allow(async_fn_in_trait)]
 pub trait AgentApi {
     /// Exchanges a one-time bootstrap token for the node's credential. The token must be
@@ -73,12 +91,9 @@ pub trait AgentApi {
     async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse>;
 
     /// The oldest queued task for this node, marked running; waits up to `wait` for one
-    /// (polling, so that any server replica may answer).
-    async fn claim_task(
-        &self,
-        agent: &NodeAgent,
-        wait: Duration,
-    ) -> Result<Option<(AgentTaskId, TaskSpec)>>;
+    /// (polling, so that any server replica may answer). The task carries on the trace of the
+    /// change that queued it.
+    async fn claim_task(&self, agent: &NodeAgent, wait: Duration) -> Result<Option<ClaimedTask>>;
 
     async fn report_phase(
         &self,
@@ -245,7 +260,7 @@ impl AgentApi for ControlPlane {
         let approved_slots =
             crate::allocations::lifecycle::planned_slots(&mut conn, None, agent.id).await?;
         let tasks = sqlx::query!(
-            r#"SELECT id AS "id: AgentTaskId", spec FROM agent_tasks
+            r#"SELECT id AS "id: AgentTaskId", spec, traceparent FROM agent_tasks
                WHERE node_id = $1 AND state = 'running' ORDER BY created_at"#,
             agent.id as NodeId
         )
@@ -258,6 +273,7 @@ impl AgentApi for ControlPlane {
                     .map(|spec| Task {
                         task_id: t.id.to_string(),
                         spec,
+                        traceparent: t.traceparent.and_then(|p| TraceParent::parse(&p).ok()),
                     })
                     .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", t.id)))
             })
@@ -281,11 +297,7 @@ impl AgentApi for ControlPlane {
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
-    async fn claim_task(
-        &self,
-        agent: &NodeAgent,
-        wait: Duration,
-    ) -> Result<Option<(AgentTaskId, TaskSpec)>> {
+    async fn claim_task(&self, agent: &NodeAgent, wait: Duration) -> Result<Option<ClaimedTask>> {
         let deadline = tokio::time::Instant::now() + wait;
         let wake = self.wakeups().tasks_for(agent.id);
         loop {
@@ -298,7 +310,7 @@ impl AgentApi for ControlPlane {
                    WHERE id = (SELECT id FROM agent_tasks
                                WHERE node_id = $1 AND state = 'queued'
                                ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
-                   RETURNING id AS "id: AgentTaskId", spec,
+                   RETURNING id AS "id: AgentTaskId", kind, spec, traceparent,
                              (extract(epoch FROM claimed_at - created_at))::float8 AS "waited_s!""#,
                 agent.id as NodeId
             )
@@ -309,7 +321,27 @@ impl AgentApi for ControlPlane {
                     .task_claimed(Duration::from_secs_f64(row.waited_s.max(0.0)));
                 let spec: TaskSpec = serde_json::from_value(row.spec)
                     .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
-                return Ok(Some((row.id, spec)));
+                // The hand-over is a span of the launch's trace; the agent's spans are its
+                // children. (No stored context, or no exporter here: the agent gets whatever
+                // was stored.)
+                let stored = row.traceparent.and_then(|t| TraceParent::parse(&t).ok());
+                let handed = crate::trace_context::follow(
+                    tracing::info_span!(
+                        "agent_task.dispatch",
+                        otel.kind = "producer",
+                        task.id = %row.id,
+                        task.kind = %row.kind,
+                        node.id = %agent.id,
+                        dispatch.wait_s = row.waited_s,
+                    ),
+                    stored.as_ref(),
+                );
+                let traceparent = crate::trace_context::of(&handed).or(stored);
+                return Ok(Some(ClaimedTask {
+                    id: row.id,
+                    spec,
+                    traceparent,
+                }));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);

@@ -21,6 +21,7 @@ pub mod reasons;
 pub mod resource_name;
 pub mod secrets;
 pub mod stripe_link;
+pub mod trace_context;
 
 pub use error::{Error, Result};
 pub use handle::{CONTENTION_DEADLINE, ControlPlane, Wakeups};

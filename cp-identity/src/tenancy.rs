@@ -468,10 +468,11 @@ impl TenancyApi for ControlPlane {
         .await?;
         // Running guests get the new rule too: their agents re-render the host's ruleset.
         sqlx::query!(
-            "INSERT INTO outbox (kind, allocation_id)
-             SELECT 'allocation.network_update', id FROM allocations
+            "INSERT INTO outbox (kind, allocation_id, traceparent)
+             SELECT 'allocation.network_update', id, $2 FROM allocations
              WHERE project_id = $1 AND state = 'running'",
-            who.project as ProjectId
+            who.project as ProjectId,
+            crate::trace_context::current().map(String::from),
         )
         .execute(&mut *tx)
         .await?;

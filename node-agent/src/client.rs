@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_protocol::{
     API_PREFIX, AgentHello, ApiError, ClaimRequest, ClaimResponse, EnrollRequest, EnrollResponse,
     Heartbeat, HeartbeatAck, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, ReconcileResponse,
-    TaskResult,
+    TRACEPARENT, TaskResult, TraceParent,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -58,6 +58,16 @@ impl Client {
         path: &str,
         body: &B,
     ) -> Result<Option<R>, ClientError> {
+        self.post_traced(path, body, None).await
+    }
+
+    /// A POST that belongs to the trace `trace` (a task's report).
+    async fn post_traced<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        trace: Option<&TraceParent>,
+    ) -> Result<Option<R>, ClientError> {
         let mut req = self
             .http
             .post(format!("{}{path}", self.base))
@@ -66,6 +76,9 @@ impl Client {
             .body(serde_json::to_vec(body).expect("protocol types serialize"));
         if let Some(c) = &self.credential {
             req = req.bearer_auth(c);
+        }
+        if let Some(t) = trace {
+            req = req.header(TRACEPARENT, t.as_str());
         }
         let resp = req.send().await?;
         let status = resp.status();
@@ -114,14 +127,24 @@ impl Client {
         Self::expect(self.post("/tasks/claim", &ClaimRequest { wait_s }).await?)
     }
 
-    pub async fn phase(&self, task_id: &str, report: &PhaseReport) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>(&format!("/tasks/{task_id}/phases"), report)
+    pub async fn phase(
+        &self,
+        task_id: &str,
+        report: &PhaseReport,
+        trace: Option<&TraceParent>,
+    ) -> Result<(), ClientError> {
+        self.post_traced::<_, serde_json::Value>(&format!("/tasks/{task_id}/phases"), report, trace)
             .await
             .map(|_| ())
     }
 
-    pub async fn result(&self, task_id: &str, result: &TaskResult) -> Result<(), ClientError> {
-        self.post::<_, serde_json::Value>(&format!("/tasks/{task_id}/result"), result)
+    pub async fn result(
+        &self,
+        task_id: &str,
+        result: &TaskResult,
+        trace: Option<&TraceParent>,
+    ) -> Result<(), ClientError> {
+        self.post_traced::<_, serde_json::Value>(&format!("/tasks/{task_id}/result"), result, trace)
             .await
             .map(|_| ())
     }

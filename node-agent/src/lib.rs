@@ -18,6 +18,7 @@ pub mod proof;
 pub mod state;
 pub mod telemetry;
 pub mod tools;
+pub mod traces;
 pub mod virsh;
 pub mod wipe;
 

@@ -15,6 +15,7 @@ use node_agent::driver::{Driver, GuestReady, LibvirtDriver, SimulatedDriver};
 use node_agent::state::{NodeFile, State};
 use node_agent::telemetry::Aggregator;
 use node_agent::tools::HostTools;
+use node_agent::traces::{TaskTrace, Tracing};
 
 #[derive(Parser)]
 #[command(
@@ -287,6 +288,18 @@ async fn run(settings: Settings) -> Result<(), String> {
     let (node, credential) = State::new(&state_dir).load()?;
     let driver = build_driver(&settings)?;
     let client = Client::new(&node.server, Some(credential.clone()));
+    let traces = otel::export::Traces::from_env()?;
+    let tracing = Arc::new(
+        tokio::task::spawn_blocking({
+            let node = node.node_id.clone();
+            move || node_agent::traces::Tracing::new(&traces, &node)
+        })
+        .await
+        .map_err(|e| format!("starting the trace exporter: {e}"))??,
+    );
+    if tracing.is_on() {
+        eprintln!("exporting traces over OTLP (OTEL_* environment)");
+    }
     let listen = settings
         .telemetry_listen
         .clone()
@@ -435,12 +448,14 @@ async fn run(settings: Settings) -> Result<(), String> {
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     let result = tokio::select! {
-        r = work(&client, &agent, &state_dir, &agent_metrics) => r,
+        r = work(&client, &agent, &state_dir, &agent_metrics, &tracing) => r,
         () = &mut shutdown => Ok(()),
     };
     if result.is_ok() {
         eprintln!("node-agent: stopped");
     }
+    // The exporter's client blocks: flush off the runtime's threads.
+    let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
     beats.abort();
     if let Some(m) = metrics_server {
         m.abort();
@@ -471,6 +486,7 @@ async fn work(
     agent: &Arc<Agent>,
     state_dir: &Path,
     metrics: &node_agent::metrics::AgentMetrics,
+    tracing: &Tracing,
 ) -> Result<(), String> {
     let view = loop {
         match client.reconcile().await {
@@ -496,13 +512,15 @@ async fn work(
             task.task_id,
             task.spec.kind()
         );
-        run_task(client, agent, state_dir, task, metrics).await;
+        let trace = tracing.task(&task, true);
+        run_task(client, agent, state_dir, task, metrics, trace).await;
     }
     loop {
         match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
             Ok(answer) => {
                 if let Some(task) = answer.task {
-                    run_task(client, agent, state_dir, task, metrics).await;
+                    let trace = tracing.task(&task, false);
+                    run_task(client, agent, state_dir, task, metrics, trace).await;
                 }
             }
             Err(e) => {
@@ -545,6 +563,7 @@ async fn run_task(
     state_dir: &Path,
     task: Task,
     metrics: &node_agent::metrics::AgentMetrics,
+    trace: TaskTrace<'_>,
 ) {
     eprintln!("task {}: {}", task.task_id, task.spec.kind());
     let mut guard = StopOnDrop(agent.clone(), false);
@@ -588,7 +607,11 @@ async fn run_task(
                 report.elapsed_ms as f64 / 1000.0,
             );
         }
-        if let Err(e) = client.phase(&task.task_id, &report).await {
+        trace.phase(&report);
+        if let Err(e) = client
+            .phase(&task.task_id, &report, trace.traceparent())
+            .await
+        {
             eprintln!("task {}: phase report failed: {e}", task.task_id);
         }
     }
@@ -600,6 +623,7 @@ async fn run_task(
                 "task {}: interrupted by shutdown; the next start resumes it",
                 task.task_id
             );
+            trace.finish(None);
             return;
         }
         Err(e) => TaskOutcome::Failed {
@@ -614,7 +638,10 @@ async fn run_task(
     let result = TaskResult { outcome };
     // Results matter: retry until the control plane has it.
     for attempt in 0.. {
-        match client.result(&task.task_id, &result).await {
+        match client
+            .result(&task.task_id, &result, trace.traceparent())
+            .await
+        {
             Ok(()) => break,
             Err(ClientError::Api(e)) => {
                 eprintln!("task {}: result refused: {e:?}", task.task_id);
@@ -629,6 +656,7 @@ async fn run_task(
             }
         }
     }
+    trace.finish(Some(&result.outcome));
 }
 
 /// One line per finished task in `{state_dir}/tasks.log`, for `node-agent status`.

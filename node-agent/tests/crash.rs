@@ -7,164 +7,26 @@
 
 use control_plane::prelude::*;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
 
 use control_plane::allocations::LaunchRequest;
 use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::{Project, ProjectOperators};
-use control_plane::{AllocationId, ControlPlane, Naming, NodeId, UserId};
+use control_plane::{AllocationId, ControlPlane, Naming, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-use test_db::fixtures as support;
+mod support;
+
+use support::cluster::{Host, state, stop, until, wait_exit, write_state};
+use support::{PROVISION, RELEASE};
+use test_db::fixtures;
 
 const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
-
-const PROVISION: [&str; 10] = [
-    "validate_plan",
-    "take_leases",
-    "write_image",
-    "cloud_init",
-    "define_domain",
-    "connect_network",
-    "join_ib_partition",
-    "activate_nvlink",
-    "start_vm",
-    "wait_ssh",
-];
-const RELEASE: [&str; 11] = [
-    "validate_plan",
-    "disconnect_network",
-    "stop_vm",
-    "destroy_domain",
-    "leave_ib_partition",
-    "deactivate_nvlink",
-    "wipe_nvme",
-    "verify_wipe",
-    "reset_gpu",
-    "check_firmware",
-    "release_leases",
-];
-
-struct Host {
-    state: PathBuf,
-    fixture: PathBuf,
-}
-
-impl Host {
-    fn agent(&self, crash_at: Option<&str>) -> Running {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_node-agent"));
-        c.args([
-            "run",
-            "--driver",
-            "simulated",
-            "--phase-ms",
-            "20",
-            "--heartbeat-s",
-            "2",
-        ])
-        .arg("--state-dir")
-        .arg(&self.state)
-        .arg("--fixture")
-        .arg(&self.fixture)
-        .args(["--telemetry-listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-        if let Some(p) = crash_at {
-            c.args(["--crash-at", p]);
-        }
-        Running(c.spawn().expect("the node-agent binary runs"))
-    }
-
-    fn domains(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.state.join("sim/domains"))
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        e.file_name()
-                            .to_str()?
-                            .strip_suffix(".xml")
-                            .map(String::from)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        names.sort();
-        names
-    }
-
-    /// The simulated InfiniBand fabric's membership: (partition key, member count).
-    fn ib(&self) -> Vec<(u16, usize)> {
-        node_agent::fabric::SimulatedIb::new(&self.state)
-            .membership()
-            .unwrap()
-            .into_iter()
-            .map(|(k, g)| (k, g.len()))
-            .collect()
-    }
-
-    fn leases(&self) -> usize {
-        node_agent::lease::LeaseStore::new(&self.state)
-            .all()
-            .unwrap()
-            .len()
-    }
-}
-
-/// A running agent, killed if the test fails first.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Waits without blocking the runtime (the control plane runs on it).
-async fn wait_exit(child: &mut Running, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "the agent did not exit");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn stop(mut child: Running) {
-    let _ = Command::new("kill").arg(child.0.id().to_string()).status();
-    let status = wait_exit(&mut child, Duration::from_secs(20)).await;
-    assert!(status.success(), "SIGTERM is a clean exit: {status}");
-}
-
-async fn state(pool: &PgPool, id: AllocationId) -> String {
-    sqlx::query_scalar("SELECT state FROM allocations WHERE id = $1")
-        .bind(id.0)
-        .fetch_one(pool)
-        .await
-        .unwrap()
-}
-
-async fn until(pool: &PgPool, id: AllocationId, want: &str, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let s = state(pool, id).await;
-        if s == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: allocation is {s}, never became {want}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
 
 /// No claim, no unclean slot, and one certificate per slot the allocation had.
 async fn assert_released_clean(pool: &PgPool, id: AllocationId, slots: i64, what: &str) {
@@ -207,28 +69,16 @@ async fn acme_pkey(pool: &PgPool) -> u16 {
     k as u16
 }
 
-fn write_state(dir: &Path, node: NodeId, server: &str, credential: &str) {
-    let s = node_agent::state::State::new(dir);
-    s.save(
-        &node_agent::state::NodeFile {
-            node_id: node.to_string(),
-            server: server.into(),
-        },
-        credential,
-    )
-    .unwrap();
-}
-
 #[tokio::test]
 async fn allocations_converge_after_a_crash_at_every_phase() {
     let db = test_db::demo().await;
     let pool = db.pool().clone();
     let cp = ControlPlane::new(pool.clone(), Naming::default());
-    let ops = support::operator(&cp, "ops@platform.example").await;
-    let (node, _agent, credential) = support::approved(
+    let ops = fixtures::operator(&cp, "ops@platform.example").await;
+    let (node, _agent, credential) = fixtures::approved(
         &cp,
         &ops,
-        support::node("gpu-crash-01", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
+        fixtures::node("gpu-crash-01", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
         "pcie-l40s-4x",
         "overwrite-verify",
     )

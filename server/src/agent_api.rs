@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use agent_protocol::{
     API_PREFIX, ApiError, ClaimRequest, ClaimResponse, EnrollRequest, EnrollResponse, Heartbeat,
-    HeartbeatAck, MAX_CLAIM_WAIT_S, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, Task,
-    TaskResult, codes,
+    HeartbeatAck, MAX_CLAIM_WAIT_S, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, TaskResult,
+    codes,
 };
 use axum::Router;
 use axum::body::Bytes;
@@ -199,10 +199,7 @@ async fn claim(
     let agent = node(&cp, &headers).await?;
     let req: ClaimRequest = parse(&body)?;
     let wait = Duration::from_secs(u64::from(req.wait_s.min(MAX_CLAIM_WAIT_S)));
-    let task = cp.claim_task(&agent, wait).await?.map(|(id, spec)| Task {
-        task_id: id.to_string(),
-        spec,
-    });
+    let task = cp.claim_task(&agent, wait).await?.map(Into::into);
     Ok(json(ClaimResponse { task }))
 }
 

@@ -218,19 +218,38 @@ pub fn router(state: AppState) -> Router {
         )
 }
 
-/// The span every line logged while serving a request sits in.
+/// The span every line logged while serving a request sits in, and the root of the request's
+/// trace. A node agent's report continues its task's trace (the `traceparent` header, taken
+/// on the agent API only: a browser or API client can't file spans into someone's trace).
 fn request_span(req: &Request<Body>) -> tracing::Span {
     let id = req
         .headers()
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-");
-    tracing::info_span!(
+    let (method, route) = metrics::method_and_route(req);
+    let span = tracing::info_span!(
         "request",
+        otel.name = %format!("{method} {route}"),
+        otel.kind = "server",
         request.id = %id,
         http.method = %req.method(),
         http.path = %req.uri().path(),
-    )
+        trace_id = tracing::field::Empty,
+    );
+    let parent = req
+        .uri()
+        .path()
+        .starts_with(agent_protocol::API_PREFIX)
+        .then(|| req.headers().get(agent_protocol::TRACEPARENT))
+        .flatten()
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| agent_protocol::TraceParent::parse(v).ok());
+    let span = control_plane::trace_context::follow(span, parent.as_ref());
+    if let Some(t) = control_plane::trace_context::of(&span) {
+        span.record("trace_id", t.trace_id());
+    }
+    span
 }
 
 /// Serves until Ctrl-C or SIGTERM, then lets in-flight requests finish (up to the grace).

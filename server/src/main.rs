@@ -73,18 +73,27 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = telemetry::init(&cli.config) {
-        eprintln!("server: {e}");
-        return ExitCode::from(2);
+    let telemetry = match telemetry::init(&cli.config) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if telemetry.traces_on() {
+        tracing::info!("exporting traces over OTLP (OTEL_* environment)");
     }
-    match run(cli).await {
+    let code = match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "server exiting");
             eprintln!("server: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    // The exporter's client blocks: flush off the runtime's threads.
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+    code
 }
 
 async fn run(cli: Cli) -> Result<(), ServerError> {

@@ -259,9 +259,10 @@ fn state_gauges(r: &mut Registry, g: &control_plane::ops::OpsGauges) {
     );
 }
 
-/// The middleware that times every request of the public router.
-pub async fn record(State(m): State<ServerMetrics>, req: Request<Body>, next: Next) -> Response {
-    let started = Instant::now();
+/// A request's method and route template as labels and span names: a bounded set (the
+/// methods HTTP names, `_OTHER` for the rest; the router's templates, `unmatched` for the
+/// rest), never the path a client typed.
+pub fn method_and_route<B>(req: &Request<B>) -> (&'static str, String) {
     let method = match req.method().as_str() {
         "GET" => "GET",
         "POST" => "POST",
@@ -276,6 +277,13 @@ pub async fn record(State(m): State<ServerMetrics>, req: Request<Body>, next: Ne
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    (method, route)
+}
+
+/// The middleware that times every request of the public router.
+pub async fn record(State(m): State<ServerMetrics>, req: Request<Body>, next: Next) -> Response {
+    let started = Instant::now();
+    let (method, route) = method_and_route(&req);
     let res = next.run(req).await;
     m.http
         .get_or_create(&HttpLabels {

@@ -90,10 +90,10 @@ pub async fn discover(
             cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap()
         }
     };
-    assert_eq!(task.1, TaskSpec::TopologyDiscover {});
+    assert_eq!(task.spec, TaskSpec::TopologyDiscover {});
     cp.finish_task(
         agent,
-        task.0,
+        task.id,
         &TaskOutcome::Succeeded {
             output: TaskOutput::TopologyDiscovered(Box::new(d.clone())),
         },
@@ -276,7 +276,7 @@ pub async fn answer(
     phases: &[&str],
     outcome: impl FnOnce(&TaskSpec) -> TaskOutcome,
 ) -> TaskSpec {
-    let (task, spec) = cp
+    let control_plane::agent_api::ClaimedTask { id: task, spec, .. } = cp
         .claim_task(agent, Duration::ZERO)
         .await
         .unwrap()
@@ -322,4 +322,31 @@ pub fn provisioned(spec: &TaskSpec) -> TaskOutcome {
             ssh_user: "ubuntu".into(),
         }),
     }
+}
+
+/// An API token made by `maker` in `tenant`, for `project` or the whole organization (as the
+/// tokens page makes them); its secret and id.
+pub async fn api_token(
+    cp: &ControlPlane,
+    maker: &str,
+    tenant: control_plane::TenantId,
+    project: Option<control_plane::ProjectId>,
+    scopes: &[control_plane::api_tokens::TokenScope],
+) -> (String, control_plane::ApiTokenId) {
+    let maker = principal(cp, maker).await;
+    let made = cp
+        .create_api_token(
+            &maker,
+            tenant,
+            &control_plane::api_tokens::NewToken {
+                name: format!("test {scopes:?}"),
+                project,
+                scopes: scopes.to_vec(),
+                days: 1,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    (made.secret, made.token.id)
 }

@@ -15,6 +15,8 @@ const LAYERS: &[(&str, u8)] = &[
     ("stripe-test-server", 0),
     // The portal's vocabulary (its fleet read models carry the agent contract's slot specs).
     ("portal-types", 1),
+    // Trace context and the OTLP exporter, shared by the control plane and the host agent.
+    ("otel", 1),
     // What every area of the domain stands on; the host agent (which never links the domain).
     ("cp-base", 2),
     ("node-agent", 2),

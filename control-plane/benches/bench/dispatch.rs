@@ -86,7 +86,7 @@ pub async fn main() {
         let (cp, clock, stop) = (cp.clone(), clock.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let Some((task, spec)) = cp
+                let Some(control_plane::agent_api::ClaimedTask { id: task, spec, .. }) = cp
                     .claim_task(&agent, Duration::from_secs(1))
                     .await
                     .expect("claims")

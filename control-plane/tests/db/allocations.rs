@@ -276,7 +276,7 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     cp.release_allocation(&bob, id, None).await.unwrap();
     cp.release_allocation(&bob, id, None).await.unwrap();
     assert_eq!(cp.dispatch_outbox(10).await.unwrap(), 0);
-    let (task, spec) = cp
+    let control_plane::agent_api::ClaimedTask { id: task, spec, .. } = cp
         .claim_task(&agent, Duration::ZERO)
         .await
         .unwrap()
@@ -898,7 +898,7 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = launch(&cp, &bob, "h100.2x", "lost").await.unwrap();
     cp.dispatch_outbox(10).await.unwrap();
-    let (task, _) = cp
+    let control_plane::agent_api::ClaimedTask { id: task, .. } = cp
         .claim_task(&agent, Duration::ZERO)
         .await
         .unwrap()
@@ -1503,7 +1503,7 @@ async fn an_agents_result_and_a_dispatch_of_the_same_allocation_never_deadlock()
     let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = launch(&cp, &bob, "h100.1x", "race").await.unwrap();
-    let (task, spec) = cp
+    let control_plane::agent_api::ClaimedTask { id: task, spec, .. } = cp
         .claim_task(&agent, Duration::ZERO)
         .await
         .unwrap()

@@ -426,7 +426,7 @@ async fn approval_refuses_problems_then_creates_eight_schedulable_slots() {
     // The agent can't skip approval.
     let mut sneaky = discovery("hgx-h100-8x");
     sneaky.approval_required = false;
-    let (task, _) = cp
+    let control_plane::agent_api::ClaimedTask { id: task, .. } = cp
         .claim_task(&agent, Duration::ZERO)
         .await
         .unwrap()

@@ -6,12 +6,13 @@
 
 use agent_protocol::{
     CleanupProof, FabricPlan, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort,
-    ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, identity,
+    ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, TraceParent, identity,
 };
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 use sqlx::{Connection, PgConnection};
+use tracing::Instrument;
 
 use super::projected;
 use crate::ControlPlane;
@@ -59,9 +60,10 @@ pub(crate) async fn queue_later(
     id: AllocationId,
 ) -> Result<()> {
     sqlx::query!(
-        "INSERT INTO outbox (kind, allocation_id) VALUES ($1, $2)",
+        "INSERT INTO outbox (kind, allocation_id, traceparent) VALUES ($1, $2, $3)",
         kind,
-        id as AllocationId
+        id as AllocationId,
+        crate::trace_context::current().map(String::from),
     )
     .execute(&mut *conn)
     .await?;
@@ -244,8 +246,8 @@ async fn queue_task(
     spec: &TaskSpec,
 ) -> Result<()> {
     sqlx::query!(
-        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id)
-         VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (allocation_id, kind)
              WHERE allocation_id IS NOT NULL AND state <> 'failed'
                AND kind <> 'allocation.network_update'
@@ -255,6 +257,7 @@ async fn queue_task(
         spec.kind(),
         serde_json::to_value(spec).expect("a task spec serializes"),
         allocation as AllocationId,
+        crate::trace_context::current().map(String::from),
     )
     .execute(&mut *conn)
     .await?;
@@ -378,13 +381,14 @@ async fn dispatch_one(
             .await?;
             if replaced.rows_affected() == 0 {
                 sqlx::query!(
-                    "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id)
-                     VALUES ($1, $2, $3, $4, $5)",
+                    "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+                     VALUES ($1, $2, $3, $4, $5, $6)",
                     AgentTaskId::new_random() as AgentTaskId,
                     a.node_id as NodeId,
                     spec.kind(),
                     serde_json::to_value(&spec).expect("a task spec serializes"),
                     id as AllocationId,
+                    crate::trace_context::current().map(String::from),
                 )
                 .execute(&mut *conn)
                 .await?;
@@ -927,7 +931,7 @@ impl LifecycleInternal for ControlPlane {
     async fn dispatch_row(&self) -> Result<bool> {
         let mut tx = self.pool().begin().await?;
         let Some(row) = sqlx::query!(
-            r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId"
+            r#"SELECT id, kind, allocation_id AS "allocation_id: AllocationId", traceparent
                FROM outbox WHERE done_at IS NULL AND available_at <= now()
                ORDER BY available_at, id LIMIT 1 FOR UPDATE SKIP LOCKED"#
         )
@@ -936,7 +940,22 @@ impl LifecycleInternal for ControlPlane {
         else {
             return Ok(false);
         };
-        match dispatch_one(&mut tx, &row.kind, row.allocation_id).await {
+        // The row continues the trace of the change that wrote it (a stored context that no
+        // longer parses is only a lost trace, never a stuck row).
+        let parent = row.traceparent.and_then(|t| TraceParent::parse(&t).ok());
+        let span = crate::trace_context::follow(
+            tracing::info_span!(
+                "outbox.dispatch",
+                outbox.id = row.id,
+                outbox.kind = %row.kind,
+                allocation.id = %row.allocation_id,
+            ),
+            parent.as_ref(),
+        );
+        let dispatched = dispatch_one(&mut tx, &row.kind, row.allocation_id)
+            .instrument(span)
+            .await;
+        match dispatched {
             Ok(node) => {
                 sqlx::query!(
                     "UPDATE outbox SET done_at = now(), attempts = attempts + 1, last_error = NULL

@@ -1354,13 +1354,14 @@ pub async fn queue_discovery(
 ) -> Result<bool> {
     let spec = serde_json::to_value(TaskSpec::TopologyDiscover {}).expect("serializes");
     let queued = sqlx::query!(
-        r#"INSERT INTO agent_tasks (id, node_id, kind, spec, requested_by)
-           VALUES ($1, $2, 'slice.topology_discover', $3, $4)
+        r#"INSERT INTO agent_tasks (id, node_id, kind, spec, requested_by, traceparent)
+           VALUES ($1, $2, 'slice.topology_discover', $3, $4, $5)
            ON CONFLICT DO NOTHING"#,
         AgentTaskId::new_random() as AgentTaskId,
         node as NodeId,
         spec,
         requested_by as Option<UserId>,
+        crate::trace_context::current().map(String::from),
     )
     .execute(&mut *tx)
     .await?;

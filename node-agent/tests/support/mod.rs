@@ -2,12 +2,41 @@
 //! as the control plane approves them, a plan, and an agent on a simulated host.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agent_protocol::{Discovery, ImageRef, PlannedSlot, ProvisionPlan, identity};
 use node_agent::agent::Agent;
 use node_agent::driver::SimulatedDriver;
+
+/// The phases of a provision and of a release, in the order the agent runs them.
+pub const PROVISION: [&str; 10] = [
+    "validate_plan",
+    "take_leases",
+    "write_image",
+    "cloud_init",
+    "define_domain",
+    "connect_network",
+    "join_ib_partition",
+    "activate_nvlink",
+    "start_vm",
+    "wait_ssh",
+];
+pub const RELEASE: [&str; 11] = [
+    "validate_plan",
+    "disconnect_network",
+    "stop_vm",
+    "destroy_domain",
+    "leave_ib_partition",
+    "deactivate_nvlink",
+    "wipe_nvme",
+    "verify_wipe",
+    "reset_gpu",
+    "check_firmware",
+    "release_leases",
+];
 
 pub const NODE: &str = "6f1c2d3e-0000-4000-8000-00000000abcd";
 

@@ -109,28 +109,5 @@ pub async fn demo_with_node(
 
 /// An API token made by `maker` in `tenant`, for `project` or the whole organization; its
 /// secret and id.
-pub async fn api_token(
-    cp: &control_plane::ControlPlane,
-    maker: &str,
-    tenant: control_plane::TenantId,
-    project: Option<control_plane::ProjectId>,
-    scopes: &[control_plane::api_tokens::TokenScope],
-) -> (String, control_plane::ApiTokenId) {
-    use control_plane::prelude::*;
-    let maker = test_db::fixtures::principal(cp, maker).await;
-    let made = cp
-        .create_api_token(
-            &maker,
-            tenant,
-            &control_plane::api_tokens::NewToken {
-                name: format!("test {scopes:?}"),
-                project,
-                scopes: scopes.to_vec(),
-                days: 1,
-            },
-            None,
-        )
-        .await
-        .unwrap();
-    (made.secret, made.token.id)
-}
+#[allow(unused_imports)]
+pub use test_db::fixtures::api_token;
