@@ -12,6 +12,9 @@
 //! uplink = "eth0"                    # manage the slot network (bridge, nftables, dnsmasq)
 //! public_address = "203.0.113.7"     # where tenants' public ports arrive
 //! ```
+//!
+//! Traces are configured as every OpenTelemetry SDK is, by the environment
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT`, …; see `otel::export`), and are off without it.
 
 use std::path::{Path, PathBuf};
 
