@@ -172,6 +172,29 @@ pub struct Heartbeat {
     /// without a version bump: an older agent sends none, and the field is optional.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_events: Vec<GpuEvent>,
+    /// What the host holds now, for the control plane's reconciliation (a VM with no
+    /// allocation, an allocation whose VM is gone). Optional, without a version bump: an older
+    /// agent sends none and is not reconciled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holding: Option<Holding>,
+}
+
+/// The leases and VMs on a host, as its agent reads them at a heartbeat.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holding {
+    /// Every slot lease: (slot, allocation).
+    pub leases: Vec<HeldLease>,
+    /// The allocation of every VM (domain) defined on the host.
+    pub vms: Vec<String>,
+}
+
+/// The most a [`Holding`] may list of each (a host has at most a few dozen slots).
+pub const MAX_HOLDING: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    pub slot_id: String,
+    pub allocation_id: String,
 }
 
 /// What went wrong with one GPU, as the agent saw it.

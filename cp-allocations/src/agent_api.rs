@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use agent_protocol::{
-    Discovery, GpuEvent, GpuUtilisation, HealthStatus, PhaseReport, PhaseStatus, ReconcileResponse,
-    Task, TaskOutcome, TaskOutput, TaskSpec, TraceParent,
+    Discovery, GpuEvent, GpuUtilisation, HealthStatus, Holding, PhaseReport, PhaseStatus,
+    ReconcileResponse, Task, TaskOutcome, TaskOutput, TaskSpec, TraceParent,
 };
 use serde_json::json;
 
@@ -84,6 +84,11 @@ pub trait AgentApi {
     /// Records the GPU health events a heartbeat carried (each once) and takes slots out of
     /// service as the fleet's policy says; how many were new.
     async fn gpu_events(&self, agent: &NodeAgent, events: &[GpuEvent]) -> Result<usize>;
+
+    /// Records what the host holds now (its leases and VMs), for reconciliation. Refused
+    /// whole when it lists more than [`agent_protocol::MAX_HOLDING`] of either, or an id that
+    /// isn't one.
+    async fn record_holding(&self, agent: &NodeAgent, holding: &Holding) -> Result<()>;
 
     /// What this node should hold, for an agent checking a plan or restarting: its live
     /// approved slots (as plans name them), its claimed and unfinished tasks, and the
@@ -252,6 +257,50 @@ impl AgentApi for ControlPlane {
     async fn gpu_events(&self, agent: &NodeAgent, events: &[GpuEvent]) -> Result<usize> {
         use crate::internal::GpuHealthInternal;
         self.record_gpu_events(agent.id, events).await
+    }
+
+    async fn record_holding(&self, agent: &NodeAgent, holding: &Holding) -> Result<()> {
+        let invalid = |reason: String| Error::Invalid {
+            field: "holding",
+            reason,
+        };
+        if holding.leases.len() > agent_protocol::MAX_HOLDING
+            || holding.vms.len() > agent_protocol::MAX_HOLDING
+        {
+            return Err(invalid(format!(
+                "at most {} leases and {} VMs",
+                agent_protocol::MAX_HOLDING,
+                agent_protocol::MAX_HOLDING
+            )));
+        }
+        let id = |s: &str| {
+            s.parse::<uuid::Uuid>().map_err(|_| {
+                invalid(format!(
+                    "{:?} is not an id",
+                    s.chars().take(64).collect::<String>()
+                ))
+            })
+        };
+        let leases = holding
+            .leases
+            .iter()
+            .map(|l| {
+                Ok(json!({ "slot_id": id(&l.slot_id)?, "allocation_id": id(&l.allocation_id)? }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let vms = holding
+            .vms
+            .iter()
+            .map(|v| id(v))
+            .collect::<Result<Vec<_>>>()?;
+        sqlx::query!(
+            "UPDATE nodes SET holding = $2, holding_at = now() WHERE id = $1",
+            agent.id as NodeId,
+            json!({ "leases": leases, "vms": vms }),
+        )
+        .execute(self.pool())
+        .await?;
+        Ok(())
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]

@@ -5,6 +5,7 @@
 pub mod agent_api;
 pub mod allocations;
 pub mod ops;
+pub mod reconcile;
 
 /// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
@@ -12,6 +13,7 @@ pub mod prelude {
     pub use crate::allocations::AllocationsApi;
     pub use crate::allocations::lifecycle::LifecycleApi;
     pub use crate::ops::OpsApi;
+    pub use crate::reconcile::ReconcileApi;
     pub use cp_billing::prelude::*;
 }
 

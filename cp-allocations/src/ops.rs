@@ -93,7 +93,17 @@ impl OpsApi for ControlPlane {
         .into_iter()
         .map(|r| (r.hostname, r.age.max(0.0)))
         .collect();
+        let reconciliation_open = sqlx::query!(
+            r#"SELECT kind, count(*) AS "n!" FROM reconciliation_findings
+               WHERE cleared_at IS NULL GROUP BY kind ORDER BY kind"#
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|r| (r.kind, r.n))
+        .collect();
         Ok(OpsGauges {
+            reconciliation_open,
             outbox_pending: q.outbox_pending,
             outbox_oldest_s: q.outbox_oldest_s.max(0.0),
             tasks_queued: q.tasks_queued,
@@ -149,6 +159,10 @@ impl OpsApi for ControlPlane {
                  SELECT 'task_stuck', n.id, n.hostname, t.kind || ' claimed and not finished', t.claimed_at
                  FROM agent_tasks t JOIN nodes n ON n.id = t.node_id
                  WHERE t.state = 'running' AND t.claimed_at < now() - make_interval(secs => $1)
+                 UNION ALL
+                 SELECT f.kind, n.id, n.hostname, f.evidence ->> 'summary', f.found_at
+                 FROM reconciliation_findings f JOIN nodes n ON n.id = f.node_id
+                 WHERE f.cleared_at IS NULL
                ) a
                ORDER BY since, hostname LIMIT 100"#,
             STUCK_AFTER_S

@@ -658,6 +658,29 @@ impl Agent {
         })
     }
 
+    /// What this host holds now (every slot lease, every VM the agent made), for the control
+    /// plane's reconciliation.
+    pub fn holding(&self) -> Result<agent_protocol::Holding, String> {
+        let leases = self
+            .leases
+            .all()?
+            .into_iter()
+            .map(|l| agent_protocol::HeldLease {
+                slot_id: l.slot_id,
+                allocation_id: l.allocation_id,
+            })
+            .take(agent_protocol::MAX_HOLDING)
+            .collect();
+        let vms = self
+            .driver
+            .domains()?
+            .iter()
+            .filter_map(|d| d.strip_prefix("gpuaas-").map(String::from))
+            .take(agent_protocol::MAX_HOLDING)
+            .collect();
+        Ok(agent_protocol::Holding { leases, vms })
+    }
+
     /// After a (re)start: leases whose allocation the control plane no longer runs and that
     /// no unfinished task covers are stale. Their domains are stopped and removed and the
     /// leases dropped (the control plane keeps such slots blocked until an operator clears

@@ -376,6 +376,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         let driver = driver.clone();
         let totals = totals.clone();
         let watch = watch.clone();
+        let held = agent.clone();
         let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
         tokio::spawn(async move {
             loop {
@@ -396,11 +397,19 @@ async fn run(settings: Settings) -> Result<(), String> {
                 })
                 .await;
                 let gpu_events = watch.pending();
+                let holding = {
+                    let a = held.clone();
+                    tokio::task::spawn_blocking(move || a.holding())
+                        .await
+                        .ok()
+                        .and_then(|h| h.map_err(|e| eprintln!("holding not read: {e}")).ok())
+                };
                 let beat = Heartbeat {
                     hello: hello(),
                     health: driver.health(),
                     utilisation: totals.drain(),
                     gpu_events,
+                    holding,
                 };
                 match client.heartbeat(&beat).await {
                     Ok(_) => watch.acknowledged(&beat.gpu_events),

@@ -34,12 +34,15 @@ pub struct OpsGauges {
     pub stripe_oldest_s: f64,
     /// Stripe webhook events received and not yet applied.
     pub webhook_backlog: i64,
+    /// Open reconciliation findings, by kind (`orphan_vm`, `missing_vm`, `ledger_gap`).
+    pub reconciliation_open: Vec<(String, i64)>,
 }
 
 /// Something an operator should look at now, on one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attention {
-    /// `out_of_service`, `cleanup_blocked`, `agent_silent` or `task_stuck`.
+    /// `out_of_service`, `cleanup_blocked`, `agent_silent`, `task_stuck`, or a reconciliation
+    /// finding's kind (`orphan_vm`, `missing_vm`, `ledger_gap`).
     pub kind: String,
     pub node_id: NodeId,
     pub hostname: String,
@@ -57,6 +60,9 @@ impl Attention {
             "cleanup_blocked" => "Cleanup blocked",
             "agent_silent" => "Agent silent",
             "task_stuck" => "Task stuck",
+            "orphan_vm" => "Host holds an unknown VM",
+            "missing_vm" => "VM missing on its host",
+            "ledger_gap" => "Ledger differs from usage",
             _ => "Other",
         }
     }

@@ -178,6 +178,16 @@ async fn heartbeat(
     )
     .await?;
     cp.gpu_events(&agent, &beat.gpu_events).await?;
+    // A report reconciliation can't read costs the node its reconciliation, not its
+    // heartbeat (which the line above recorded).
+    if let Some(holding) = &beat.holding {
+        match cp.record_holding(&agent, holding).await {
+            Err(control_plane::Error::Invalid { reason, .. }) => {
+                tracing::warn!(node.id = %agent.node_id(), error.cause = %reason, "holding report refused");
+            }
+            other => other?,
+        }
+    }
     Ok(json(HeartbeatAck {
         heartbeat_interval_s: HEARTBEAT_INTERVAL_S,
     }))

@@ -259,6 +259,12 @@ pub struct Config {
     /// Seconds in-flight requests get to finish after SIGTERM/Ctrl-C.
     #[arg(long, env = "PORTAL_SHUTDOWN_GRACE_SECS", default_value_t = 20)]
     pub shutdown_grace_secs: u64,
+
+    /// Seconds between SIGTERM/Ctrl-C and no longer accepting connections, during which
+    /// `/readyz` answers 503 `shutting_down` (so load balancers stop sending new requests)
+    /// while everything is still served.
+    #[arg(long, env = "PORTAL_SHUTDOWN_DRAIN_SECS", default_value_t = 5)]
+    pub shutdown_drain_secs: u64,
 }
 
 impl Config {
@@ -312,6 +318,10 @@ impl Config {
 
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs)
+    }
+
+    pub fn shutdown_drain(&self) -> Duration {
+        Duration::from_secs(self.shutdown_drain_secs)
     }
 }
 

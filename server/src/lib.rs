@@ -47,6 +47,7 @@ pub struct AppState {
     pub cp: ControlPlane,
     pub web: WebSettings,
     pub metrics: metrics::ServerMetrics,
+    pub draining: health::Draining,
 }
 
 /// Browser-facing settings, checked once at start-up.
@@ -84,6 +85,7 @@ pub fn app_state(config: &Config) -> Result<AppState, ServerError> {
         ),
         cp,
         web: WebSettings::from_config(config)?,
+        draining: health::Draining::default(),
     })
 }
 
@@ -260,6 +262,8 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         .map_err(|source| ServerError::Bind { addr, source })?;
     tracing::info!(http.addr = %addr, "portal listening on http://{addr}");
     let grace = config.shutdown_grace();
+    let drain = config.shutdown_drain();
+    let draining = state.draining.clone();
     // Expired sessions are deleted hourly; any replica may do it, the DELETE is idempotent.
     let sweeper = tokio::spawn({
         use tower_sessions::ExpiredDeletion;
@@ -284,16 +288,26 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
     };
     // Connection info: sign-in limits are per client address.
     let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(shutdown_signal());
-    // Once the signal arrives, in-flight requests get `grace` to finish.
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    // On the signal: not ready (load balancers stop sending) but serving, for `drain`; then
+    // no new connections, and in-flight requests get `grace` to finish.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let guard = tokio::spawn(async move {
         shutdown_signal().await;
-        let _ = tx.send(());
+        draining.start();
+        tracing::info!(
+            shutdown.drain_secs = drain.as_secs(),
+            "readiness off; draining"
+        );
+        tokio::time::sleep(drain).await;
+        let _ = stop_tx.send(true);
     });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(stopped(stop_rx.clone()));
     tokio::select! {
         result = server => result.map_err(ServerError::Serve)?,
-        _ = async { let _ = rx.await; tokio::time::sleep(grace).await } => {
+        _ = async { stopped(stop_rx).await; tokio::time::sleep(grace).await } => {
             tracing::warn!(shutdown.grace_secs = grace.as_secs(), "grace period over; closing remaining connections");
         }
     }

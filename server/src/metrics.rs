@@ -119,6 +119,11 @@ struct StateLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NodeLabel {
     node: String,
 }
@@ -200,6 +205,22 @@ fn state_gauges(r: &mut Registry, g: &control_plane::ops::OpsGauges) {
             "releasing",
             "cleaning",
         ],
+    );
+    let findings = Family::<KindLabel, Gauge>::default();
+    for kind in ["orphan_vm", "missing_vm", "ledger_gap"] {
+        findings
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .set(0);
+    }
+    for (kind, n) in &g.reconciliation_open {
+        findings
+            .get_or_create(&KindLabel { kind: kind.clone() })
+            .set(*n);
+    }
+    r.register(
+        "gpuaas_reconciliation_findings",
+        "Open reconciliation findings (differences the control plane could not explain), by kind",
+        findings,
     );
     by_state(
         r,

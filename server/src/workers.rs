@@ -1,6 +1,7 @@
 //! Background workers every replica runs: outbox dispatchers (every 250 ms, for the rows a
 //! launch or release did not dispatch itself), the allocation reaper (every 5 s) and billing
-//! (rating, month close, Stripe sync; every 10 s). All are safe to run on any number of replicas at once
+//! (rating, month close, Stripe sync; every 10 s) and reconciliation (every 30 s;
+//! `control_plane::reconcile`). All are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
 use control_plane::prelude::*;
@@ -21,12 +22,34 @@ pub async fn run(cp: ControlPlane) {
         dispatchers.spawn(async move { cp.dispatcher().await });
     }
     dispatchers.spawn(billing(cp.clone()));
+    dispatchers.spawn(reconciliation(cp.clone()));
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = cp.reap_allocations().await {
             tracing::error!(error.cause = %e, "allocation reaper failed");
+        }
+    }
+}
+
+/// Reconciliation, every 30 s (one replica at a time; the others skip the round).
+async fn reconciliation(cp: ControlPlane) {
+    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match cp.reconcile_once().await {
+            Ok(run) if run.new > 0 || run.cleared > 0 => {
+                tracing::info!(
+                    reconciliation.new = run.new,
+                    reconciliation.cleared = run.cleared,
+                    reconciliation.quarantined = run.quarantined,
+                    "reconciliation run"
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::error!(error.cause = %e, "reconciliation failed"),
         }
     }
 }

@@ -51,6 +51,7 @@ async fn readyz_follows_the_database_down_and_back() {
     let cfg = config(&pg.url("portal"));
     let state = app_state(&cfg).unwrap();
     let cp = state.cp.clone();
+    let draining = state.draining.clone();
     let app = router(state);
 
     // Not started yet: the server is alive but not ready.
@@ -86,6 +87,19 @@ async fn readyz_follows_the_database_down_and_back() {
     pg.start().unwrap();
     let (status, _, body) = get(&app, "/readyz").await;
     assert_eq!(status, StatusCode::OK, "{body}");
+
+    // A shutdown begins (what SIGTERM does first): not ready, while everything is served.
+    draining.start();
+    let (status, _, body) = get(&app, "/readyz").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"status":"shutting_down"}"#
+        )
+    );
+    assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
+    assert_eq!(get(&app, "/api/v1/offers").await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -619,10 +633,44 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
 
     let cred = Some(credential.as_str());
-    let (s, ack) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, beat).await;
+    let (s, ack) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, beat.clone()).await;
     assert_eq!(
         (s, ack["heartbeat_interval_s"].as_u64()),
         (StatusCode::OK, Some(15))
+    );
+    // What the host holds rides on the heartbeat; a report reconciliation can't read is
+    // dropped (and logged) without costing the node its heartbeat.
+    let mut holding = beat.clone();
+    holding["holding"] = serde_json::json!({"leases": [], "vms": ["not-an-id"]});
+    let (s, _) = agent_post(
+        &app,
+        "/agent/v1/heartbeat",
+        Some("1"),
+        cred,
+        holding.clone(),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    let recorded: Option<serde_json::Value> =
+        sqlx::query_scalar("SELECT holding FROM nodes WHERE id = $1")
+            .bind(enrolment.node_id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(recorded, None);
+    let vm = uuid::Uuid::new_v4().to_string();
+    holding["holding"] = serde_json::json!({"leases": [], "vms": [vm]});
+    let (s, _) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, holding).await;
+    assert_eq!(s, StatusCode::OK);
+    let recorded: Option<serde_json::Value> =
+        sqlx::query_scalar("SELECT holding FROM nodes WHERE id = $1")
+            .bind(enrolment.node_id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        recorded,
+        Some(serde_json::json!({"leases": [], "vms": [vm]}))
     );
     let (s, claim) = agent_post(
         &app,

@@ -79,6 +79,7 @@ async fn portal() -> Portal {
         cp: cp.clone(),
         web: WebSettings::from_config(&config).unwrap(),
         metrics: server::metrics::ServerMetrics::new(cp.clone(), None),
+        draining: Default::default(),
     };
     tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
 

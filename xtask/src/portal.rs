@@ -49,6 +49,8 @@ impl Launch {
             // The demo identity provider is plain HTTP on loopback too.
             .env("PORTAL_DEV_LOOPBACK_IDP", "true")
             .env("PORTAL_METRICS_ADDR", &self.metrics_addr)
+            // No load balancer to drain on one machine: stop at once on Ctrl-C.
+            .env("PORTAL_SHUTDOWN_DRAIN_SECS", "0")
             .current_dir(root());
         if let Some(token) = &self.metrics_token {
             c.env("PORTAL_METRICS_TOKEN", token);

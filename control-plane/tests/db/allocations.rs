@@ -23,21 +23,21 @@ use uuid::uuid;
 use crate::support::{answer, approved, node, operator, provisioned, refusal};
 
 const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
-const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
+pub(crate) const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
 
 /// A copy of the demo database (kept alive by the returned handle), a control plane on it,
 /// and a platform operator.
-async fn setup() -> (test_db::TestDb, ControlPlane, Platform<PlatformOperators>) {
+pub(crate) async fn setup() -> (test_db::TestDb, ControlPlane, Platform<PlatformOperators>) {
     let db = crate::support::demo_db().await;
     let cp = db.control_plane();
     let ops = operator(&cp, "ops@platform.example").await;
     (db, cp, ops)
 }
 
-async fn member(
+pub(crate) async fn member(
     cp: &ControlPlane,
     user: UserId,
     project: control_plane::ProjectId,
@@ -62,7 +62,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
     }
 }
 
-async fn hgx(
+pub(crate) async fn hgx(
     cp: &ControlPlane,
     ops: &Platform<PlatformOperators>,
     host: &str,
@@ -97,7 +97,7 @@ async fn research_policy(cp: &ControlPlane, value: PolicyValue) {
         .unwrap();
 }
 
-async fn launch(
+pub(crate) async fn launch(
     cp: &ControlPlane,
     who: &Project<ProjectOperators>,
     sku: &str,
@@ -186,8 +186,8 @@ fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
     }
 }
 
-const PROVISION: &[&str] = &["validate_plan", "write_image", "start_vm"];
-const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
+pub(crate) const PROVISION: &[&str] = &["validate_plan", "write_image", "start_vm"];
+pub(crate) const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
 
 #[tokio::test]
 async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof() {

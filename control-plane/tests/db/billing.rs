@@ -25,7 +25,7 @@ async fn setup() -> (test_db::TestDb, ControlPlane) {
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn run(
+pub(crate) async fn run(
     cp: &ControlPlane,
     tenant: TenantId,
     project: ProjectId,

@@ -14,5 +14,6 @@ mod id_token;
 mod marketplace;
 mod policy;
 mod projects;
+mod reconcile;
 mod sso;
 mod tenancy;
