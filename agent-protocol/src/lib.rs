@@ -265,6 +265,12 @@ pub struct ClaimRequest {
     /// How long to hold the request open when no task is queued (capped at
     /// [`MAX_CLAIM_WAIT_S`]).
     pub wait_s: u32,
+    /// The agent runs no task now. A task the control plane has as running on this node is
+    /// then one whose claim answer was lost on the way (a dropped connection, a server killed
+    /// after its commit): it is sent again, and the agent resumes it as after a restart.
+    /// Optional: an older agent sends none and gets only queued tasks.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -100,6 +100,11 @@ pub trait AgentApi {
     /// change that queued it.
     async fn claim_task(&self, agent: &NodeAgent, wait: Duration) -> Result<Option<ClaimedTask>>;
 
+    /// For an agent that says it runs no task: the oldest task this node has as running, whose
+    /// claim answer never reached it. The task is not claimed again (it stays running, with
+    /// its phases); the agent resumes it.
+    async fn resend_running_task(&self, agent: &NodeAgent) -> Result<Option<ClaimedTask>>;
+
     async fn report_phase(
         &self,
         agent: &NodeAgent,
@@ -398,6 +403,29 @@ impl AgentApi for ControlPlane {
             // Woken at once when this replica queues a task; polls for other replicas'.
             let _ = tokio::time::timeout(Duration::from_millis(250).min(wait), queued).await;
         }
+    }
+
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
+    async fn resend_running_task(&self, agent: &NodeAgent) -> Result<Option<ClaimedTask>> {
+        let Some(row) = sqlx::query!(
+            r#"SELECT id AS "id: AgentTaskId", kind, spec, traceparent FROM agent_tasks
+               WHERE node_id = $1 AND state = 'running' ORDER BY claimed_at, created_at LIMIT 1"#,
+            agent.id as NodeId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        tracing::warn!(task.id = %row.id, task.kind = %row.kind,
+                       "sending a running task again: its agent is idle, so the claim's answer was lost");
+        let spec: TaskSpec = serde_json::from_value(row.spec)
+            .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
+        Ok(Some(ClaimedTask {
+            id: row.id,
+            spec,
+            traceparent: row.traceparent.and_then(|t| TraceParent::parse(&t).ok()),
+        }))
     }
 
     async fn report_phase(

@@ -124,7 +124,11 @@ impl Client {
     }
 
     pub async fn claim(&self, wait_s: u32) -> Result<ClaimResponse, ClientError> {
-        Self::expect(self.post("/tasks/claim", &ClaimRequest { wait_s }).await?)
+        // The agent claims only between tasks: it is idle whenever it asks.
+        Self::expect(
+            self.post("/tasks/claim", &ClaimRequest { wait_s, idle: true })
+                .await?,
+        )
     }
 
     pub async fn phase(

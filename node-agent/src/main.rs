@@ -524,12 +524,29 @@ async fn work(
         let trace = tracing.task(&task, true);
         run_task(client, agent, state_dir, task, metrics, trace).await;
     }
+    // Tasks this agent ran to the end (their result delivered or refused). The control plane
+    // sends a running task again when the agent claims while idle (its first answer was lost);
+    // one whose result was refused must not run again and again.
+    let mut done: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     loop {
         match client.claim(agent_protocol::MAX_CLAIM_WAIT_S).await {
             Ok(answer) => {
                 if let Some(task) = answer.task {
+                    if done.contains(&task.task_id) {
+                        eprintln!(
+                            "task {}: sent again after it ran here to the end; waiting 30 s",
+                            task.task_id
+                        );
+                        tokio::time::sleep(Duration::from_secs(30)).await;
+                        continue;
+                    }
+                    let id = task.task_id.clone();
                     let trace = tracing.task(&task, false);
                     run_task(client, agent, state_dir, task, metrics, trace).await;
+                    done.push_back(id);
+                    if done.len() > 256 {
+                        done.pop_front();
+                    }
                 }
             }
             Err(e) => {

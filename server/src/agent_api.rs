@@ -209,6 +209,13 @@ async fn claim(
     let agent = node(&cp, &headers).await?;
     let req: ClaimRequest = parse(&body)?;
     let wait = Duration::from_secs(u64::from(req.wait_s.min(MAX_CLAIM_WAIT_S)));
+    if req.idle
+        && let Some(lost) = cp.resend_running_task(&agent).await?
+    {
+        return Ok(json(ClaimResponse {
+            task: Some(lost.into()),
+        }));
+    }
     let task = cp.claim_task(&agent, wait).await?.map(Into::into);
     Ok(json(ClaimResponse { task }))
 }

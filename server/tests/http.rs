@@ -695,6 +695,31 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
         (s, e["code"].as_str()),
         (StatusCode::BAD_REQUEST, Some("invalid"))
     );
+    // Suppose that answer never arrived: the task is running and no agent runs it. A claim
+    // that doesn't say the agent is idle can't tell and gets nothing; an idle agent's claim
+    // gets the same task again, to resume.
+    let (s, again) = agent_post(
+        &app,
+        "/agent/v1/tasks/claim",
+        Some("1"),
+        cred,
+        serde_json::json!({"wait_s": 0}),
+    )
+    .await;
+    assert_eq!(
+        (s, &again["task"]),
+        (StatusCode::OK, &serde_json::Value::Null)
+    );
+    let (s, again) = agent_post(
+        &app,
+        "/agent/v1/tasks/claim",
+        Some("1"),
+        cred,
+        serde_json::json!({"wait_s": 0, "idle": true}),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(again["task"]["task_id"], task, "the lost task, sent again");
 
     let phase = serde_json::json!({"phase": "read_host", "status": "succeeded", "elapsed_ms": 412});
     let (s, _) = agent_post(
