@@ -162,7 +162,11 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
             </section>
             <section class="card" aria-labelledby="ops-allocations">
                 <h2 id="ops-allocations">"Allocations"</h2>
-                <div class="chart chart-small" role="img" aria-label="Allocations by state" data-testid="allocations-chart" data-option=allocations_chart></div>
+                {if g.allocations.iter().any(|(s, n)| *n > 0 && allocation_states.contains(&s.as_str())) {
+                    view! { <div class="chart chart-small" role="img" aria-label="Allocations by state" data-testid="allocations-chart" data-option=allocations_chart></div> }.into_any()
+                } else {
+                    view! { <p class="hint" data-testid="no-allocations">"No allocation is in flight."</p> }.into_any()
+                }}
                 <dl class="facts" data-testid="allocation-counts">
                     {allocation_states.into_iter().map(|s| view! {
                         <dt>{s}</dt><dd data-state=s>{count_of(&g.allocations, s)}</dd>

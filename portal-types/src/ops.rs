@@ -60,7 +60,7 @@ impl Attention {
             "cleanup_blocked" => "Cleanup blocked",
             "agent_silent" => "Agent silent",
             "task_stuck" => "Task stuck",
-            "orphan_vm" => "Host holds an unknown VM",
+            "orphan_vm" => "Host holds an unknown allocation",
             "missing_vm" => "VM missing on its host",
             "ledger_gap" => "Ledger differs from usage",
             _ => "Other",

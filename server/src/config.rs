@@ -265,6 +265,12 @@ pub struct Config {
     /// while everything is still served.
     #[arg(long, env = "PORTAL_SHUTDOWN_DRAIN_SECS", default_value_t = 5)]
     pub shutdown_drain_secs: u64,
+
+    /// Seconds between reconciliation runs (hosts against allocations, usage against the
+    /// ledger); at least 1.
+    #[arg(long, env = "PORTAL_RECONCILE_EVERY_SECS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub reconcile_every_secs: u64,
 }
 
 impl Config {
@@ -322,6 +328,10 @@ impl Config {
 
     pub fn shutdown_drain(&self) -> Duration {
         Duration::from_secs(self.shutdown_drain_secs)
+    }
+
+    pub fn reconcile_every(&self) -> Duration {
+        Duration::from_secs(self.reconcile_every_secs)
     }
 }
 

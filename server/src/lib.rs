@@ -270,7 +270,10 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         PostgresStore::new(state.cp.pool().clone())
             .continuously_delete_expired(std::time::Duration::from_secs(3600))
     });
-    let workers = tokio::spawn(workers::run(state.cp.clone()));
+    let workers = tokio::spawn(workers::run_with(
+        state.cp.clone(),
+        config.reconcile_every(),
+    ));
     // Prometheus, on its own (loopback by default) listener.
     let scrapes = match config.metrics_listen().map_err(ServerError::Config)? {
         None => None,

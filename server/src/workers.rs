@@ -13,16 +13,24 @@ use control_plane::ControlPlane;
 /// Concurrent dispatchers per replica (each outbox row is its own short transaction).
 const DISPATCHERS: usize = 2;
 
-/// Runs until aborted (which also stops the dispatchers). Errors are logged and the loops
-/// go on.
+/// How often reconciliation runs unless configured (`PORTAL_RECONCILE_EVERY_SECS`).
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(30);
+
+/// Runs until aborted (which also stops the dispatchers), reconciling every
+/// [`RECONCILE_EVERY`]. Errors are logged and the loops go on.
 pub async fn run(cp: ControlPlane) {
+    run_with(cp, RECONCILE_EVERY).await
+}
+
+/// [`run`], reconciling every `reconcile_every`.
+pub async fn run_with(cp: ControlPlane, reconcile_every: Duration) {
     let mut dispatchers = tokio::task::JoinSet::new();
     for _ in 0..DISPATCHERS {
         let cp = cp.clone();
         dispatchers.spawn(async move { cp.dispatcher().await });
     }
     dispatchers.spawn(billing(cp.clone()));
-    dispatchers.spawn(reconciliation(cp.clone()));
+    dispatchers.spawn(reconciliation(cp.clone(), reconcile_every));
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -33,9 +41,9 @@ pub async fn run(cp: ControlPlane) {
     }
 }
 
-/// Reconciliation, every 30 s (one replica at a time; the others skip the round).
-async fn reconciliation(cp: ControlPlane) {
-    let mut tick = tokio::time::interval(Duration::from_secs(30));
+/// Reconciliation, every `every` (one replica at a time; the others skip the round).
+async fn reconciliation(cp: ControlPlane, every: Duration) {
+    let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

@@ -51,6 +51,8 @@ impl Launch {
             .env("PORTAL_METRICS_ADDR", &self.metrics_addr)
             // No load balancer to drain on one machine: stop at once on Ctrl-C.
             .env("PORTAL_SHUTDOWN_DRAIN_SECS", "0")
+            // Findings show up within seconds in the demo and the browser tests.
+            .env("PORTAL_RECONCILE_EVERY_SECS", "5")
             .current_dir(root());
         if let Some(token) = &self.metrics_token {
             c.env("PORTAL_METRICS_TOKEN", token);
