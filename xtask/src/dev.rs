@@ -1,6 +1,9 @@
 //! `cargo xtask dev`: the portal on http://127.0.0.1:3000 with a private, persistent
 //! PostgreSQL under `.data/postgres` (or `DATABASE_URL`'s database), migrated and seeded.
-//! Ctrl-C stops everything this command started.
+//! `--replicas 2` adds a second server process on :3001 sharing that database (sessions,
+//! workers and the agents' API are all shared; sign in on :3000, since the demo identity
+//! provider knows that address, and the session works on both). Ctrl-C stops everything this
+//! command started.
 
 use std::process::Command;
 use std::sync::Arc;
@@ -17,10 +20,27 @@ pub const ADDR: &str = "127.0.0.1:3000";
 const IDP_PORT: u16 = 3002;
 const STRIPE_PORT: u16 = 12111;
 
-pub fn run(args: &[String]) -> Result {
-    if let Some(a) = args.first() {
-        return Err(format!("`cargo xtask dev` takes no arguments (got `{a}`)"));
+/// The most replicas `--replicas` starts (3002 is the identity provider's port).
+const MAX_REPLICAS: u16 = 2;
+
+fn replicas(args: &[String]) -> Result<u16> {
+    match args {
+        [] => Ok(1),
+        [flag, n] if flag == "--replicas" => match n.parse::<u16>() {
+            Ok(n) if (1..=MAX_REPLICAS).contains(&n) => Ok(n),
+            _ => Err(format!(
+                "`--replicas {n}`: give a number from 1 to {MAX_REPLICAS}"
+            )),
+        },
+        _ => Err(format!(
+            "`cargo xtask dev` takes nothing, or `--replicas N` (got `{}`)",
+            args.join(" ")
+        )),
     }
+}
+
+pub fn run(args: &[String]) -> Result {
+    let replicas = replicas(args)?;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
@@ -132,16 +152,69 @@ pub fn run(args: &[String]) -> Result {
         terminate(&mut stripe, Duration::from_secs(5));
         return Err(e);
     }
+    // More replicas on the next ports: the same database, secrets, Stripe and identity
+    // provider; their own metrics off (the first replica's /metrics has the shared gauges).
+    let mut more = Vec::new();
+    for i in 1..replicas {
+        let addr = format!("127.0.0.1:{}", port + i);
+        step(&format!("starting replica {} on http://{addr}", i + 1));
+        let replica = portal::Launch {
+            addr: addr.clone(),
+            metrics_addr: "off".into(),
+            binary: launch.binary.clone(),
+            database_url: launch.database_url.clone(),
+            site_root: launch.site_root.clone(),
+            site_env: launch.site_env,
+            admin_password: launch.admin_password.clone(),
+            demo_idp: launch.demo_idp.clone(),
+            stripe: launch.stripe.clone(),
+            dns_resolver: launch.dns_resolver.clone(),
+            secret_keys: launch.secret_keys.clone(),
+            metrics_token: None,
+            log: None,
+        };
+        let started = replica.start_replica().and_then(|mut child| {
+            match wait_ready(&mut child, port + i, Duration::from_secs(60)) {
+                Ok(()) => Ok(child),
+                Err(e) => {
+                    terminate(&mut child, Duration::from_secs(5));
+                    Err(e)
+                }
+            }
+        });
+        match started {
+            Ok(child) => more.push(child),
+            Err(e) => {
+                for r in &mut more {
+                    terminate(r, Duration::from_secs(5));
+                }
+                terminate(&mut server, Duration::from_secs(5));
+                terminate(&mut idp, Duration::from_secs(5));
+                terminate(&mut stripe, Duration::from_secs(5));
+                return Err(e);
+            }
+        }
+    }
     step("starting the demo fleet (simulated node agents)");
     let mut agents = match fleet::start(&launch, &format!("http://{ADDR}")) {
         Ok(a) => a,
         Err(e) => {
+            for r in &mut more {
+                terminate(r, Duration::from_secs(5));
+            }
             terminate(&mut server, Duration::from_secs(5));
             terminate(&mut idp, Duration::from_secs(5));
             terminate(&mut stripe, Duration::from_secs(5));
             return Err(e);
         }
     };
+    for i in 1..replicas {
+        eprintln!(
+            "Replica {} at http://127.0.0.1:{} (same database; sign in on :{port}, then use either)",
+            i + 1,
+            port + i
+        );
+    }
     eprintln!(
         "\n\x1b[1mThe portal is up at http://{ADDR}\x1b[0m  (Ctrl-C stops the server{})",
         if cluster.is_some() {
@@ -164,15 +237,34 @@ pub fn run(args: &[String]) -> Result {
             for a in &mut agents {
                 terminate(a, Duration::from_secs(10));
             }
+            for r in &mut more {
+                terminate(r, Duration::from_secs(25));
+            }
             terminate(&mut server, Duration::from_secs(25));
             terminate(&mut idp, Duration::from_secs(5));
             terminate(&mut stripe, Duration::from_secs(5));
             break;
         }
-        if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
+        let exited = match server.try_wait().map_err(|e| e.to_string())? {
+            Some(status) => Some(status),
+            None => {
+                let mut found = None;
+                for r in &mut more {
+                    if let Some(s) = r.try_wait().map_err(|e| e.to_string())? {
+                        found = Some(s);
+                    }
+                }
+                found
+            }
+        };
+        if let Some(status) = exited {
             for a in &mut agents {
                 terminate(a, Duration::from_secs(10));
             }
+            for r in &mut more {
+                terminate(r, Duration::from_secs(10));
+            }
+            terminate(&mut server, Duration::from_secs(10));
             terminate(&mut idp, Duration::from_secs(5));
             terminate(&mut stripe, Duration::from_secs(5));
             drop(cluster);

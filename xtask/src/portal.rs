@@ -123,13 +123,26 @@ impl Launch {
             ],
             Some(&self.admin_password),
         )?;
-        let mut cmd = self.command();
-        cmd.args(["serve", "--seed-demo"])
-            .env("PORTAL_SECRET_KEYS", &self.secret_keys);
+        let mut cmd = self.serve_command(&["serve", "--seed-demo"])?;
         if let Some((issuer, secret)) = &self.demo_idp {
             cmd.env("PORTAL_DEMO_IDP_ISSUER", issuer)
                 .env("PORTAL_DEMO_IDP_CLIENT_SECRET", secret);
         }
+        cmd.spawn().map_err(|e| format!("starting the server: {e}"))
+    }
+
+    /// Another replica on the same database (already migrated and seeded by [`Launch::start`]):
+    /// serves at once.
+    pub fn start_replica(&self) -> Result<Child> {
+        self.serve_command(&["serve"])?
+            .spawn()
+            .map_err(|e| format!("starting the replica on {}: {e}", self.addr))
+    }
+
+    /// `server <args>` with the secrets, Stripe, DNS and log settings.
+    fn serve_command(&self, args: &[&str]) -> Result<Command> {
+        let mut cmd = self.command();
+        cmd.args(args).env("PORTAL_SECRET_KEYS", &self.secret_keys);
         if let Some((api_base, webhook_secret)) = &self.stripe {
             cmd.env("STRIPE_API_BASE", api_base)
                 .env("STRIPE_SECRET_KEY", "sk_test_local_stripe_test_server")
@@ -143,7 +156,7 @@ impl Launch {
             let err = log.try_clone().map_err(|e| e.to_string())?;
             cmd.stdout(out).stderr(err);
         }
-        cmd.spawn().map_err(|e| format!("starting the server: {e}"))
+        Ok(cmd)
     }
 }
 
