@@ -177,7 +177,30 @@ fn browser_tests(pg: Throwaway) -> Result {
             return Err(e);
         }
     };
+    // A second replica on the same database: `end2end/tests/replicas.test.mjs` launches on
+    // one and releases on the other.
+    let replica_port = pgcluster::free_port().map_err(|e| e.to_string())?;
+    let mut replica: Option<std::process::Child> = None;
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
+        let log = std::fs::File::create(root().join("test-artifacts/server-2.log"))
+            .map_err(|e| format!("creating test-artifacts/server-2.log: {e}"))?;
+        let second = portal::Launch {
+            addr: format!("127.0.0.1:{replica_port}"),
+            metrics_addr: "off".into(),
+            metrics_token: None,
+            log: Some(log),
+            binary: launch.binary.clone(),
+            database_url: launch.database_url.clone(),
+            site_root: launch.site_root.clone(),
+            site_env: launch.site_env,
+            admin_password: launch.admin_password.clone(),
+            demo_idp: launch.demo_idp.clone(),
+            stripe: launch.stripe.clone(),
+            dns_resolver: launch.dns_resolver.clone(),
+            secret_keys: launch.secret_keys.clone(),
+        };
+        let child = replica.insert(second.start_replica()?);
+        wait_ready(child, replica_port, Duration::from_secs(60))?;
         let artifacts = root().join("test-artifacts");
         std::fs::create_dir_all(&artifacts).map_err(|e| e.to_string())?;
         // `E2E_TESTS="end2end/tests/ops.test.mjs …"` runs only those files (for iterating).
@@ -186,6 +209,10 @@ fn browser_tests(pg: Throwaway) -> Result {
             .args(["--test", "--test-concurrency=1"])
             .args(files.split_whitespace())
             .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
+            .env(
+                "PORTAL_URL_REPLICA",
+                format!("http://127.0.0.1:{replica_port}"),
+            )
             .env("ARTIFACTS_DIR", &artifacts)
             .env("PORTAL_ADMIN_EMAIL", portal::ADMIN_EMAIL)
             .env("PORTAL_ADMIN_PASSWORD", &admin_password)
@@ -209,6 +236,9 @@ fn browser_tests(pg: Throwaway) -> Result {
         .and_then(|()| api_conformance(&launch, port))
         .and_then(|()| pages_smoke(&pg, port))
     });
+    if let Some(r) = &mut replica {
+        terminate(r, Duration::from_secs(10));
+    }
     terminate(&mut server, Duration::from_secs(10));
     terminate(&mut idp, Duration::from_secs(5));
     terminate(&mut stripe, Duration::from_secs(5));
