@@ -186,3 +186,38 @@ export async function startDns(records) {
     },
   };
 }
+
+/** Polls `check` (4 times a second) until it returns true; fails naming `what` and the last
+ *  answer after `seconds`. */
+export async function until(what, check, seconds = 40) {
+  let last;
+  for (let i = 0; i < seconds * 4; i++) {
+    last = await check().catch((e) => e);
+    if (last === true) return;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  assert.fail(`${what} never happened (last: ${last})`);
+}
+
+/** One answer from the browser tests' database (cargo xtask test gives its URL and psql), to
+ *  check what a page shows against the database itself. */
+export function sql(query) {
+  const r = spawnSync(process.env.PORTAL_TEST_PSQL, [process.env.PORTAL_TEST_DATABASE_URL, '-AtX', '-c', query], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+}
+
+/** bob's launch form, filled and sent on `base` (either replica): a slice of `sku` in `region`
+ *  named `name`; waits for the allocation's page and returns its URL. */
+export async function launchSlice(page, base, { sku, region, name, key }) {
+  await page.goto(`${base}/launch?sku=${sku}`);
+  await hydrated(page);
+  const form = page.locator('#launch');
+  await form.getByLabel('Region').selectOption(region);
+  await form.locator('select[name="listing"]').selectOption('ubuntu-24.04-cuda');
+  await form.getByLabel('Name').fill(name);
+  await form.locator('textarea[name="ssh_public_key"]').fill(key);
+  await form.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(new RegExp(`^${base}/allocations/[0-9a-f-]{36}$`));
+  return page.url();
+}

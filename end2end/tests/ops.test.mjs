@@ -13,7 +13,7 @@ import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSyn
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, until } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -45,28 +45,11 @@ function outsideAddress() {
   return null;
 }
 
-async function until(what, check, seconds = 40) {
-  let last;
-  for (let i = 0; i < seconds * 4; i++) {
-    last = await check().catch((e) => e);
-    if (last === true) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  assert.fail(`${what} never happened (last: ${last})`);
-}
-
 async function query(prom, q) {
   const r = await fetch(`${prom}/api/v1/query?query=${encodeURIComponent(q)}`);
   const body = await r.json();
   assert.equal(body.status, 'success', `${q}: ${JSON.stringify(body)}`);
   return body.data.result;
-}
-
-/** One number from the browser tests' database (what the operations panel must show). */
-function sql(query) {
-  const r = spawnSync(process.env.PORTAL_TEST_PSQL, [process.env.PORTAL_TEST_DATABASE_URL, '-AtX', '-c', query], { encoding: 'utf8' });
-  assert.equal(r.status, 0, r.stderr);
-  return r.stdout.trim();
 }
 
 function promtoolCheck(text, what) {
@@ -125,16 +108,7 @@ test('an XID 79 takes a GPU out of service: bob, the node page, the audit trail 
     try {
       const { page } = b;
       await ssoSignIn(page, 'bob@acme.example');
-      await page.goto(`${BASE}/launch?sku=l40s.1x`);
-      await hydrated(page);
-      const form = page.locator('#launch');
-      await form.getByLabel('Region').selectOption('eu-west-1');
-      await form.locator('select[name="listing"]').selectOption('ubuntu-24.04-cuda');
-      await form.getByLabel('Name').fill(`xid-${RUN}`);
-      await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
-      await form.getByRole('button', { name: 'Launch' }).click();
-      await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
-      const allocation = page.url();
+      const allocation = await launchSlice(page, BASE, { sku: 'l40s.1x', region: 'eu-west-1', name: `xid-${RUN}`, key: KEY });
       await until('the allocation running', async () => {
         await page.goto(allocation);
         return (await page.locator('[data-testid="state"]').innerText()) === 'running';

@@ -7,31 +7,14 @@
 // checked.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot, sql, until } from '../support.mjs';
 
 const RUN = Date.now().toString(36);
 const HOST = `gpu-recon-${RUN}`;
-
-function sql(query) {
-  const r = spawnSync(process.env.PORTAL_TEST_PSQL, [process.env.PORTAL_TEST_DATABASE_URL, '-AtX', '-c', query], { encoding: 'utf8' });
-  assert.equal(r.status, 0, r.stderr);
-  return r.stdout.trim();
-}
-
-async function until(what, check, seconds = 40) {
-  let last;
-  for (let i = 0; i < seconds * 4; i++) {
-    last = await check().catch((e) => e);
-    if (last === true) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  assert.fail(`${what} never happened (last: ${last})`);
-}
 
 test('a host holding what no allocation owns is found, shown, quarantined, and cleared by an operator', async (t) => {
   if (!process.env.PORTAL_TEST_PSQL || !process.env.PORTAL_TEST_DATABASE_URL) return t.skip('SKIPPED: PORTAL_TEST_PSQL/DATABASE_URL are not set (cargo xtask test sets them)');

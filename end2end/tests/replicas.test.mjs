@@ -7,23 +7,13 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, enrolApprovedNode, hydrated, openBrowser, shot } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, until } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
 const HOST = `gpu-replicas-${RUN}`;
 const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
 const SECOND = process.env.PORTAL_URL_REPLICA;
-
-async function until(what, check, seconds = 40) {
-  let last;
-  for (let i = 0; i < seconds * 4; i++) {
-    last = await check().catch((e) => e);
-    if (last === true) return;
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  assert.fail(`${what} never happened (last: ${last})`);
-}
 
 test('launched on one replica, released on the other: both see the whole lifecycle', async (t) => {
   if (!SECOND) return t.skip('SKIPPED: PORTAL_URL_REPLICA is not set (cargo xtask test starts a second replica)');
@@ -46,16 +36,7 @@ test('launched on one replica, released on the other: both see the whole lifecyc
 
     // Signed in on the first replica; the session is the database's, so the second knows bob.
     await ssoSignIn(page, 'bob@acme.example');
-    await page.goto(`${SECOND}/launch?sku=l40s.1x`);
-    await hydrated(page);
-    const form = page.locator('#launch');
-    await form.getByLabel('Region').selectOption('us-east-1');
-    await form.locator('select[name="listing"]').selectOption('ubuntu-24.04-cuda');
-    await form.getByLabel('Name').fill(`replicas-${RUN}`);
-    await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
-    await form.getByRole('button', { name: 'Launch' }).click();
-    await page.waitForURL(new RegExp(`^${SECOND}/allocations/[0-9a-f-]{36}$`));
-    const path = new URL(page.url()).pathname;
+    const path = new URL(await launchSlice(page, SECOND, { sku: 'l40s.1x', region: 'us-east-1', name: `replicas-${RUN}`, key: KEY })).pathname;
 
     // The second replica queued the task; the agent, talking to the first, runs it.
     await until('running, on the second replica', async () => {

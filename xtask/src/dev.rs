@@ -152,27 +152,12 @@ pub fn run(args: &[String]) -> Result {
         terminate(&mut stripe, Duration::from_secs(5));
         return Err(e);
     }
-    // More replicas on the next ports: the same database, secrets, Stripe and identity
-    // provider; their own metrics off (the first replica's /metrics has the shared gauges).
+    // More replicas on the next ports (`Launch::replica`).
     let mut more = Vec::new();
     for i in 1..replicas {
         let addr = format!("127.0.0.1:{}", port + i);
         step(&format!("starting replica {} on http://{addr}", i + 1));
-        let replica = portal::Launch {
-            addr: addr.clone(),
-            metrics_addr: "off".into(),
-            binary: launch.binary.clone(),
-            database_url: launch.database_url.clone(),
-            site_root: launch.site_root.clone(),
-            site_env: launch.site_env,
-            admin_password: launch.admin_password.clone(),
-            demo_idp: launch.demo_idp.clone(),
-            stripe: launch.stripe.clone(),
-            dns_resolver: launch.dns_resolver.clone(),
-            secret_keys: launch.secret_keys.clone(),
-            metrics_token: None,
-            log: None,
-        };
+        let replica = launch.replica(addr.clone(), None);
         let started = replica.start_replica().and_then(|mut child| {
             match wait_ready(&mut child, port + i, Duration::from_secs(60)) {
                 Ok(()) => Ok(child),

@@ -131,6 +131,27 @@ impl Launch {
         cmd.spawn().map_err(|e| format!("starting the server: {e}"))
     }
 
+    /// The same portal as another replica on `addr`: the same database, secrets, Stripe and
+    /// identity provider; no metrics listener of its own (the first one's has the shared
+    /// gauges).
+    pub fn replica(&self, addr: String, log: Option<File>) -> Launch {
+        Launch {
+            addr,
+            metrics_addr: "off".into(),
+            metrics_token: None,
+            log,
+            binary: self.binary.clone(),
+            database_url: self.database_url.clone(),
+            site_root: self.site_root.clone(),
+            site_env: self.site_env,
+            admin_password: self.admin_password.clone(),
+            demo_idp: self.demo_idp.clone(),
+            stripe: self.stripe.clone(),
+            dns_resolver: self.dns_resolver.clone(),
+            secret_keys: self.secret_keys.clone(),
+        }
+    }
+
     /// Another replica on the same database (already migrated and seeded by [`Launch::start`]):
     /// serves at once.
     pub fn start_replica(&self) -> Result<Child> {

@@ -184,21 +184,7 @@ fn browser_tests(pg: Throwaway) -> Result {
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
         let log = std::fs::File::create(root().join("test-artifacts/server-2.log"))
             .map_err(|e| format!("creating test-artifacts/server-2.log: {e}"))?;
-        let second = portal::Launch {
-            addr: format!("127.0.0.1:{replica_port}"),
-            metrics_addr: "off".into(),
-            metrics_token: None,
-            log: Some(log),
-            binary: launch.binary.clone(),
-            database_url: launch.database_url.clone(),
-            site_root: launch.site_root.clone(),
-            site_env: launch.site_env,
-            admin_password: launch.admin_password.clone(),
-            demo_idp: launch.demo_idp.clone(),
-            stripe: launch.stripe.clone(),
-            dns_resolver: launch.dns_resolver.clone(),
-            secret_keys: launch.secret_keys.clone(),
-        };
+        let second = launch.replica(format!("127.0.0.1:{replica_port}"), Some(log));
         let child = replica.insert(second.start_replica()?);
         wait_ready(child, replica_port, Duration::from_secs(60))?;
         let artifacts = root().join("test-artifacts");
