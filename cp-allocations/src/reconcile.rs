@@ -148,10 +148,15 @@ async fn orphans(conn: &mut PgConnection) -> Result<Vec<Observation>> {
                WHERE n.holding_at > now() - make_interval(secs => $1)
            )
            SELECT h.node_id AS "node!: NodeId", h.allocation_id AS "allocation!",
-                  array_remove(array_agg(DISTINCT h.slot_id), NULL) AS "slots!: Vec<SlotId>",
+                  array_remove(array_agg(DISTINCT h.slot_id), NULL) AS "leased!: Vec<uuid::Uuid>",
+                  array_remove(array_agg(DISTINCT s.id), NULL) AS "slots!: Vec<SlotId>",
                   bool_or(h.slot_id IS NULL) AS "vm!",
                   a.state AS "state?", a.node_id AS "on_node?: NodeId"
            FROM held h LEFT JOIN allocations a ON a.id = h.allocation_id
+                -- Only this node's own slots are recorded and quarantined: a report naming
+                -- any other id is evidence, not a slot to act on.
+                LEFT JOIN node_resource_slots s
+                       ON s.id = h.slot_id AND s.node_id = h.node_id AND s.retired_at IS NULL
            WHERE (a.id IS NULL OR a.node_id <> h.node_id
                   OR a.state NOT IN ('placed', 'provisioning', 'running', 'releasing', 'cleaning'))
              AND NOT EXISTS (SELECT 1 FROM allocation_transitions t
@@ -172,7 +177,7 @@ async fn orphans(conn: &mut PgConnection) -> Result<Vec<Observation>> {
                 (Some(s), Some(n)) if n != r.node => format!("the allocation is {s} on another node"),
                 (Some(s), _) => format!("the allocation is {s}"),
             };
-            let holds = match (r.vm, r.slots.len()) {
+            let holds = match (r.vm, r.leased.len()) {
                 (true, 0) => "a VM".to_string(),
                 (true, n) => format!("a VM and {n} slot lease(s)"),
                 (false, n) => format!("{n} slot lease(s)"),
@@ -185,7 +190,7 @@ async fn orphans(conn: &mut PgConnection) -> Result<Vec<Observation>> {
                 evidence: json!({
                     "summary": format!("the host holds {holds} for allocation {}; {believed}", r.allocation),
                     "vm": r.vm,
-                    "leased_slots": r.slots,
+                    "leased_slots": r.leased,
                     "allocation_state": r.state,
                 }),
                 slots: r.slots,

@@ -97,12 +97,19 @@ async fn a_host_holding_what_no_allocation_owns_is_found_and_its_slot_quarantine
             .unwrap();
     assert_eq!(none, None);
 
-    // The host holds slot 3 and a VM for an allocation this control plane never made.
+    // The host holds slot 3 and a VM for an allocation this control plane never made (and,
+    // a hostile or broken agent, a lease on a slot that isn't this node's: evidence only).
     let holds = Holding {
-        leases: vec![HeldLease {
-            slot_id: slot3.to_string(),
-            allocation_id: stranger.to_string(),
-        }],
+        leases: vec![
+            HeldLease {
+                slot_id: slot3.to_string(),
+                allocation_id: stranger.to_string(),
+            },
+            HeldLease {
+                slot_id: uuid::Uuid::new_v4().to_string(),
+                allocation_id: stranger.to_string(),
+            },
+        ],
         vms: vec![stranger.to_string()],
     };
     cp.record_holding(&agent, &holds).await.unwrap();
@@ -119,7 +126,7 @@ async fn a_host_holding_what_no_allocation_owns_is_found_and_its_slot_quarantine
     assert_eq!(
         summary,
         &format!(
-            "the host holds a VM and 1 slot lease(s) for allocation {stranger}; no such allocation"
+            "the host holds a VM and 2 slot lease(s) for allocation {stranger}; no such allocation"
         )
     );
     // Out of placement, with the reason, audited; shown and counted.
