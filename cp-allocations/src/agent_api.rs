@@ -250,9 +250,9 @@ impl AgentApi for ControlPlane {
                               health_detail = $4
              WHERE id = $1",
             agent.id as NodeId,
-            agent_version.chars().take(64).collect::<String>(),
+            printable(agent_version, 64),
             health,
-            detail.map(|d| d.chars().take(500).collect::<String>()),
+            detail.map(|d| printable(d, 500)),
         )
         .execute(self.pool())
         .await?;
@@ -739,4 +739,10 @@ impl AgentInternal for ControlPlane {
         }
         Ok(generation)
     }
+}
+
+/// What an agent says for people, kept to `max` characters with control characters dropped:
+/// a driver's odd message never costs the node its heartbeat.
+fn printable(s: &str, max: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(max).collect()
 }

@@ -47,7 +47,7 @@ pub enum Error {
     Sso(#[from] SsoError),
     /// Anything the database says that is not one of the above: a bug or an outage.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// Data that breaks an assumption the schema should guarantee, or a failed internal task.
@@ -66,6 +66,21 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<sqlx::Error> for Error {
+    /// A database error is ours, except text the database cannot store at all (a NUL
+    /// character, in `text` or in `jsonb`): that came from the caller, whatever the path, and
+    /// is refused as such rather than answered with a 500.
+    fn from(e: sqlx::Error) -> Self {
+        match e.as_database_error().and_then(|d| d.code()).as_deref() {
+            Some("22021" | "22P05") => Error::Invalid {
+                field: "text",
+                reason: "contains a NUL character (U+0000), which can't be stored".into(),
+            },
+            _ => Error::Database(e),
+        }
+    }
+}
 
 impl From<portal_types::Invalid> for Error {
     fn from(e: portal_types::Invalid) -> Self {
