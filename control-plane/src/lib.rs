@@ -17,7 +17,7 @@ pub mod prelude {
 }
 
 // Every area, under the paths it always had.
-pub use cp_allocations::{agent_api, allocations, ops};
+pub use cp_allocations::{agent_api, allocations, ops, reconcile};
 pub use cp_billing::billing;
 pub use cp_identity::{account, api_tokens, audit_log, auth, policy, sso, tenancy};
 pub use cp_inventory::{catalog, fleet, placement, skus};

@@ -38,13 +38,29 @@ pub struct NodeCredential {
     pub credential: String,
 }
 
-/// What the control plane offers for what node agents may do.
 /// A task an agent has claimed: what to do, and the trace it continues.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClaimedTask {
     pub id: AgentTaskId,
     pub spec: TaskSpec,
     pub traceparent: Option<TraceParent>,
+}
+
+impl ClaimedTask {
+    /// From a task row: its spec as stored (a spec that doesn't parse is corruption), and its
+    /// stored trace context (one that doesn't parse is only a lost trace).
+    fn from_row(
+        id: AgentTaskId,
+        spec: serde_json::Value,
+        traceparent: Option<String>,
+    ) -> Result<Self> {
+        Ok(Self {
+            spec: serde_json::from_value(spec)
+                .map_err(|e| Error::Corrupt(format!("task {id} spec: {e}")))?,
+            traceparent: traceparent.and_then(|t| TraceParent::parse(&t).ok()),
+            id,
+        })
+    }
 }
 
 impl From<ClaimedTask> for Task {
@@ -57,6 +73,7 @@ impl From<ClaimedTask> for Task {
     }
 }
 
+/// What the control plane offers for what node agents may do.
 #[allow(async_fn_in_trait)]
 pub trait AgentApi {
     /// Exchanges a one-time bootstrap token for the node's credential. The token must be
@@ -322,15 +339,7 @@ impl AgentApi for ControlPlane {
         .await?;
         let running_tasks = tasks
             .into_iter()
-            .map(|t| {
-                serde_json::from_value(t.spec)
-                    .map(|spec| Task {
-                        task_id: t.id.to_string(),
-                        spec,
-                        traceparent: t.traceparent.and_then(|p| TraceParent::parse(&p).ok()),
-                    })
-                    .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", t.id)))
-            })
+            .map(|t| ClaimedTask::from_row(t.id, t.spec, t.traceparent).map(Task::from))
             .collect::<Result<Vec<_>>>()?;
         let active_allocations = sqlx::query_scalar!(
             r#"SELECT id AS "id: AllocationId" FROM allocations
@@ -373,12 +382,10 @@ impl AgentApi for ControlPlane {
             if let Some(row) = row {
                 self.metrics()
                     .task_claimed(Duration::from_secs_f64(row.waited_s.max(0.0)));
-                let spec: TaskSpec = serde_json::from_value(row.spec)
-                    .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
+                let mut task = ClaimedTask::from_row(row.id, row.spec, row.traceparent)?;
                 // The hand-over is a span of the launch's trace; the agent's spans are its
                 // children. (No stored context, or no exporter here: the agent gets whatever
                 // was stored.)
-                let stored = row.traceparent.and_then(|t| TraceParent::parse(&t).ok());
                 let handed = crate::trace_context::follow(
                     tracing::info_span!(
                         "agent_task.dispatch",
@@ -388,14 +395,12 @@ impl AgentApi for ControlPlane {
                         node.id = %agent.id,
                         dispatch.wait_s = row.waited_s,
                     ),
-                    stored.as_ref(),
+                    task.traceparent.as_ref(),
                 );
-                let traceparent = crate::trace_context::of(&handed).or(stored);
-                return Ok(Some(ClaimedTask {
-                    id: row.id,
-                    spec,
-                    traceparent,
-                }));
+                if let Some(t) = crate::trace_context::of(&handed) {
+                    task.traceparent = Some(t);
+                }
+                return Ok(Some(task));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
@@ -419,13 +424,7 @@ impl AgentApi for ControlPlane {
         };
         tracing::warn!(task.id = %row.id, task.kind = %row.kind,
                        "sending a running task again: its agent is idle, so the claim's answer was lost");
-        let spec: TaskSpec = serde_json::from_value(row.spec)
-            .map_err(|e| Error::Corrupt(format!("task {} spec: {e}", row.id)))?;
-        Ok(Some(ClaimedTask {
-            id: row.id,
-            spec,
-            traceparent: row.traceparent.and_then(|t| TraceParent::parse(&t).ok()),
-        }))
+        ClaimedTask::from_row(row.id, row.spec, row.traceparent).map(Some)
     }
 
     async fn report_phase(

@@ -22,6 +22,9 @@ use crate::audit::{self, Actor, AuditEntry};
 use crate::error::{Error, Result};
 use crate::ids::{AllocationId, NodeId, SlotId};
 
+/// Every kind of finding (the table's CHECK says the same).
+pub const FINDING_KINDS: [&str; 3] = ["orphan_vm", "missing_vm", "ledger_gap"];
+
 /// How old a host's report may be and still count.
 pub const HOLDING_FRESH_S: f64 = 120.0;
 /// How long after an allocation's last change its host's report may disagree with it.

@@ -35,15 +35,6 @@ impl Tracing {
         })
     }
 
-    /// No exporter.
-    pub fn off() -> Self {
-        Self {
-            provider: None,
-            tracer: None,
-            node_id: String::new(),
-        }
-    }
-
     pub fn is_on(&self) -> bool {
         self.tracer.is_some()
     }

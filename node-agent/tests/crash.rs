@@ -20,7 +20,7 @@ use uuid::uuid;
 
 mod support;
 
-use support::cluster::{Host, state, stop, until, wait_exit, write_state};
+use support::cluster::{Host, control_plane, state, stop, until, wait_exit, write_state};
 use support::{PROVISION, RELEASE};
 use test_db::fixtures;
 
@@ -84,11 +84,7 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
     )
     .await;
     // The control plane: the agent API on loopback and the workers.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = server::agent_api::routes().with_state(cp.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    tokio::spawn(server::workers::run(cp.clone()));
+    let url = control_plane(server::agent_api::routes().with_state(cp.clone()), &cp).await;
 
     let dir = std::env::temp_dir().join(format!("agent-crash-{}", uuid::Uuid::new_v4()));
     let host = Host {

@@ -26,7 +26,7 @@ use prost::Message;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use support::PROVISION;
-use support::cluster::{Host, stop, until, write_state};
+use support::cluster::{Host, control_plane, stop, until, write_state};
 use test_db::fixtures;
 
 const KEY: &str =
@@ -186,11 +186,7 @@ async fn one_launch_is_one_trace_from_the_api_to_the_agents_phases() {
         "overwrite-verify",
     )
     .await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = server::router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    tokio::spawn(server::workers::run(cp.clone()));
+    let url = control_plane(server::router(state), &cp).await;
 
     let dir = std::env::temp_dir().join(format!("agent-trace-{}", uuid::Uuid::new_v4()));
     let host = Host {

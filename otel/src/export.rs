@@ -34,7 +34,11 @@ pub enum Traces {
 impl Traces {
     /// From the process's environment.
     pub fn from_env() -> Result<Self, String> {
-        Self::from_vars(&std::env::vars().collect())
+        // `vars_os`: a variable that isn't UTF-8 is none of ours, and must not panic.
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Self::from_vars(&vars)
     }
 
     /// From `vars` (the environment, or a test's).

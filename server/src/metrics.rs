@@ -207,7 +207,7 @@ fn state_gauges(r: &mut Registry, g: &control_plane::ops::OpsGauges) {
         ],
     );
     let findings = Family::<KindLabel, Gauge>::default();
-    for kind in ["orphan_vm", "missing_vm", "ledger_gap"] {
+    for kind in control_plane::reconcile::FINDING_KINDS {
         findings
             .get_or_create(&KindLabel { kind: kind.into() })
             .set(0);

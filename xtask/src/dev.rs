@@ -5,7 +5,7 @@
 //! provider knows that address, and the session works on both). Ctrl-C stops everything this
 //! command started.
 
-use std::process::Command;
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -101,14 +101,18 @@ pub fn run(args: &[String]) -> Result {
         return Ok(());
     }
 
+    // Everything started from here on is stopped when `started` is dropped: on any error, and
+    // after Ctrl-C.
+    let mut started = Started::default();
     step("starting the demo identity provider (oidc-provider) on 127.0.0.1:3002");
     let idp_secret = portal::dev_secret("idp-client-secret")?;
-    let (mut idp, issuer) =
+    let (idp, issuer) =
         portal::start_demo_idp(IDP_PORT, &format!("http://{ADDR}"), &idp_secret, None)?;
+    started.helpers.push(idp);
 
     step("starting the local Stripe test server on 127.0.0.1:12111");
     let webhook_secret = format!("whsec_{}", portal::dev_secret("stripe-webhook-secret")?);
-    let (mut stripe, stripe_api) = portal::start_stripe(
+    let (stripe, stripe_api) = portal::start_stripe(
         &target_dir().join("debug/stripe-test-server"),
         STRIPE_PORT,
         &format!("http://{ADDR}"),
@@ -117,8 +121,8 @@ pub fn run(args: &[String]) -> Result {
             std::fs::File::create(root().join(".data/stripe.log"))
                 .map_err(|e| format!("creating .data/stripe.log: {e}"))?,
         ),
-    )
-    .inspect_err(|_| terminate(&mut idp, Duration::from_secs(5)))?;
+    )?;
+    started.helpers.push(stripe);
 
     step("starting the server");
     let admin_password = portal::dev_secret("admin-password")?;
@@ -137,62 +141,25 @@ pub fn run(args: &[String]) -> Result {
         metrics_token: None,
         log: None,
     };
-    let mut server = launch.start().inspect_err(|_| {
-        terminate(&mut idp, Duration::from_secs(5));
-        terminate(&mut stripe, Duration::from_secs(5));
-    })?;
     let port: u16 = ADDR
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
-    if let Err(e) = wait_ready(&mut server, port, Duration::from_secs(60)) {
-        terminate(&mut server, Duration::from_secs(5));
-        terminate(&mut idp, Duration::from_secs(5));
-        terminate(&mut stripe, Duration::from_secs(5));
-        return Err(e);
-    }
-    // More replicas on the next ports (`Launch::replica`).
-    let mut more = Vec::new();
-    for i in 1..replicas {
+    // The server, and with `--replicas` more on the next ports (`Launch::replica`).
+    for i in 0..replicas {
         let addr = format!("127.0.0.1:{}", port + i);
-        step(&format!("starting replica {} on http://{addr}", i + 1));
-        let replica = launch.replica(addr.clone(), None);
-        let started = replica.start_replica().and_then(|mut child| {
-            match wait_ready(&mut child, port + i, Duration::from_secs(60)) {
-                Ok(()) => Ok(child),
-                Err(e) => {
-                    terminate(&mut child, Duration::from_secs(5));
-                    Err(e)
-                }
-            }
-        });
-        match started {
-            Ok(child) => more.push(child),
-            Err(e) => {
-                for r in &mut more {
-                    terminate(r, Duration::from_secs(5));
-                }
-                terminate(&mut server, Duration::from_secs(5));
-                terminate(&mut idp, Duration::from_secs(5));
-                terminate(&mut stripe, Duration::from_secs(5));
-                return Err(e);
-            }
-        }
+        let child = if i == 0 {
+            launch.start()?
+        } else {
+            step(&format!("starting replica {} on http://{addr}", i + 1));
+            launch.replica(addr, None).start_replica()?
+        };
+        let child = started.servers.push_mut(child);
+        wait_ready(child, port + i, Duration::from_secs(60))?;
     }
     step("starting the demo fleet (simulated node agents)");
-    let mut agents = match fleet::start(&launch, &format!("http://{ADDR}")) {
-        Ok(a) => a,
-        Err(e) => {
-            for r in &mut more {
-                terminate(r, Duration::from_secs(5));
-            }
-            terminate(&mut server, Duration::from_secs(5));
-            terminate(&mut idp, Duration::from_secs(5));
-            terminate(&mut stripe, Duration::from_secs(5));
-            return Err(e);
-        }
-    };
+    started.agents = fleet::start(&launch, &format!("http://{ADDR}"))?;
     for i in 1..replicas {
         eprintln!(
             "Replica {} at http://127.0.0.1:{} (same database; sign in on :{port}, then use either)",
@@ -219,45 +186,40 @@ pub fn run(args: &[String]) -> Result {
     loop {
         if stop.load(Ordering::SeqCst) {
             step("stopping");
-            for a in &mut agents {
-                terminate(a, Duration::from_secs(10));
-            }
-            for r in &mut more {
-                terminate(r, Duration::from_secs(25));
-            }
-            terminate(&mut server, Duration::from_secs(25));
-            terminate(&mut idp, Duration::from_secs(5));
-            terminate(&mut stripe, Duration::from_secs(5));
             break;
         }
-        let exited = match server.try_wait().map_err(|e| e.to_string())? {
-            Some(status) => Some(status),
-            None => {
-                let mut found = None;
-                for r in &mut more {
-                    if let Some(s) = r.try_wait().map_err(|e| e.to_string())? {
-                        found = Some(s);
-                    }
-                }
-                found
+        for server in &mut started.servers {
+            if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
+                return Err(format!("a server stopped ({status})"));
             }
-        };
-        if let Some(status) = exited {
-            for a in &mut agents {
-                terminate(a, Duration::from_secs(10));
-            }
-            for r in &mut more {
-                terminate(r, Duration::from_secs(10));
-            }
-            terminate(&mut server, Duration::from_secs(10));
-            terminate(&mut idp, Duration::from_secs(5));
-            terminate(&mut stripe, Duration::from_secs(5));
-            drop(cluster);
-            return Err(format!("the server stopped ({status})"));
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    drop(started);
     drop(cluster);
     eprintln!("stopped.");
     Ok(())
+}
+
+/// The processes `cargo xtask dev` started, stopped when dropped: agents first, then the
+/// servers (which finish in-flight requests), then the identity provider and Stripe.
+#[derive(Default)]
+struct Started {
+    agents: Vec<Child>,
+    servers: Vec<Child>,
+    helpers: Vec<Child>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        for a in &mut self.agents {
+            terminate(a, Duration::from_secs(10));
+        }
+        for s in &mut self.servers {
+            terminate(s, Duration::from_secs(25));
+        }
+        for h in &mut self.helpers {
+            terminate(h, Duration::from_secs(5));
+        }
+    }
 }

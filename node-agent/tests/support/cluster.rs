@@ -144,3 +144,14 @@ pub fn write_state(dir: &Path, node: NodeId, server: &str, credential: &str) {
     )
     .unwrap();
 }
+
+/// Serves `app` on a loopback port (with the peer address, as the server binary does) and
+/// runs the control plane's workers; the URL agents are given.
+pub async fn control_plane(app: axum::Router, cp: &control_plane::ControlPlane) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    tokio::spawn(server::workers::run(cp.clone()));
+    url
+}
