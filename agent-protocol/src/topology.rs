@@ -34,6 +34,19 @@ pub struct HostTopology {
     pub fabric_partitions: Vec<FabricPartition>,
 }
 
+impl HostTopology {
+    /// The NUMA node a device is local to. The kernel says -1 (read as `None`) when the
+    /// firmware gives no affinity: on a host with one NUMA node that can only mean that node
+    /// (single-socket servers and VMs report it so); on a larger host it stays unknown.
+    pub fn numa_of(&self, reported: Option<u32>) -> Option<u32> {
+        match (reported, self.numa_nodes.as_slice()) {
+            (Some(n), _) => Some(n),
+            (None, [only]) => Some(only.id),
+            (None, _) => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaNode {
     pub id: u32,

@@ -336,17 +336,30 @@ pub fn propose_slots(host: &HostTopology, warnings: &mut Vec<String>) -> Vec<Slo
     let mut share_index: BTreeMap<Option<u32>, usize> = BTreeMap::new();
 
     for (index, gpu) in host.gpus.iter().enumerate() {
-        let numa = gpu.numa_node;
+        let numa = host.numa_of(gpu.numa_node);
+        if gpu.numa_node.is_none() && numa.is_none() {
+            warnings.push(format!(
+                "GPU {} reports no NUMA node on a host with {} NUMA nodes: its slot gets no CPUs or memory",
+                gpu.pci_address,
+                host.numa_nodes.len()
+            ));
+        }
+        if gpu.iommu_group.is_none() {
+            warnings.push(format!(
+                "GPU {} has no IOMMU group, so it can't be passed through to a VM: enable the IOMMU (intel_iommu=on or amd_iommu=on) and VT-d/AMD-Vi in the firmware",
+                gpu.pci_address
+            ));
+        }
 
         let nvme = pick(&host.nvme, &mut used_nvme, numa, |c| {
-            (&c.pci_address, c.numa_node)
+            (&c.pci_address, host.numa_of(c.numa_node))
         });
         if nvme.is_none() {
             warnings.push(format!(
                 "GPU {} has no free NVMe controller",
                 gpu.pci_address
             ));
-        } else if nvme.is_some_and(|c| c.numa_node != numa) {
+        } else if nvme.is_some_and(|c| host.numa_of(c.numa_node) != numa) {
             warnings.push(format!(
                 "GPU {} got an NVMe from another NUMA node: none left on its own",
                 gpu.pci_address
@@ -362,7 +375,9 @@ pub fn propose_slots(host: &HostTopology, warnings: &mut Vec<String>) -> Vec<Slo
             })
         });
 
-        let vf = pick(&vfs, &mut used_vf, numa, |d| (&d.pci_address, d.numa_node));
+        let vf = pick(&vfs, &mut used_vf, numa, |d| {
+            (&d.pci_address, host.numa_of(d.numa_node))
+        });
         if vf.is_none() {
             warnings.push(format!(
                 "GPU {} has no free InfiniBand virtual function",
@@ -370,10 +385,22 @@ pub fn propose_slots(host: &HostTopology, warnings: &mut Vec<String>) -> Vec<Slo
             ));
         }
 
-        let peers = host.gpus.iter().filter(|g| g.numa_node == numa).count();
+        let peers = host
+            .gpus
+            .iter()
+            .filter(|g| host.numa_of(g.numa_node) == numa)
+            .count();
         let share = share_index.entry(numa).or_default();
         let (cpu_set, memory_mib) = host_share(host, numa, peers, *share);
         *share += 1;
+        if numa.is_some() && memory_mib == 0 {
+            warnings.push(format!(
+                "GPU {}: NUMA node {} has no memory left after the host's {} MiB reserve",
+                gpu.pci_address,
+                numa.unwrap_or_default(),
+                HOST_RESERVED_MIB_PER_NUMA
+            ));
+        }
 
         let mut capacity_metadata = BTreeMap::new();
         capacity_metadata.insert(metadata::STORAGE_OWNERSHIP.to_string(), "slice".to_string());

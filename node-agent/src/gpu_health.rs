@@ -314,6 +314,56 @@ mod tests {
         assert_eq!(w.len(), 1, "{w:?}");
     }
 
+    /// What a real H200 (driver 580.159.04) answered to [`SMI_HEALTH_QUERY`], idle (the
+    /// captured fixture) and three seconds into an 8192² matmul loop. The driver still takes
+    /// the older `clocks_throttle_reasons.*` name (renamed `clocks_event_reasons.*` in 535).
+    #[test]
+    fn a_real_h200_answer_is_read_idle_and_under_load() {
+        let idle = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/fixtures/h200-vm-guest/tools/nvidia-smi-health.csv"
+        ))
+        .unwrap();
+        let loaded = "00000000:00:06.0, 100, 1395, 58, 684.33, 0, 0, Not Active\n";
+        let mut w = Vec::new();
+        let s = parse_health_csv(&(idle + loaded), &mut w);
+        assert!(w.is_empty(), "{w:?}");
+        let read = |g: &GpuSample| {
+            (
+                g.pci_address.clone(),
+                g.utilization_pct,
+                g.memory_used_mib,
+                g.temperature_c,
+                g.ecc_uncorrected,
+                g.thermal_slowdown,
+            )
+        };
+        assert_eq!(
+            read(&s[0]),
+            (
+                "0000:00:06.0".to_string(),
+                Some(0.0),
+                Some(0.0),
+                Some(36.0),
+                Some(0),
+                Some(false)
+            )
+        );
+        assert_eq!(s[0].power_w, Some(79.81));
+        assert_eq!(
+            read(&s[1]),
+            (
+                "0000:00:06.0".to_string(),
+                Some(100.0),
+                Some(1395.0),
+                Some(58.0),
+                Some(0),
+                Some(false)
+            )
+        );
+        assert_eq!(s[1].power_w, Some(684.33));
+    }
+
     #[test]
     fn xids_are_read_from_kmsg_records_and_dmesg_lines() {
         let x = parse_xid(

@@ -305,3 +305,64 @@ fn a_missing_sysfs_root_is_an_error_that_names_the_path() {
         "reading /nonexistent/host/proc/sys/kernel/hostname: No such file or directory (os error 2)"
     );
 }
+
+/// A real capture (`fixtures/capture.sh` on a lent GPU machine, 2026-11-27): an H200 passed
+/// through to a Firecracker VM, driver 580.159.04. What such a guest shows a host agent: the
+/// GPU bound to `nvidia`, no IOMMU (so no VFIO for a guest of its own), NUMA affinity -1, no
+/// NVMe or InfiniBand. Discovery reads it and names every reason it can't be sold; the
+/// control plane's validation refuses the slot (control-plane tests).
+#[test]
+fn a_real_h200_vm_guest_is_read_and_every_gap_is_named() {
+    let d = discover("h200-vm-guest");
+    assert_eq!(d.host.hostname, "device-h200");
+    assert_eq!(d.host.pci_devices.len(), 7);
+    let gpu = &d.host.gpus[..];
+    assert_eq!(gpu.len(), 1);
+    assert_eq!(gpu[0].pci_address, "0000:00:06.0");
+    assert_eq!(gpu[0].model, "NVIDIA H200", "nvidia-smi's name");
+    assert_eq!(
+        gpu[0].uuid.as_deref(),
+        Some("GPU-dbece784-0e04-dbd7-4404-08010393a1aa")
+    );
+    assert_eq!((gpu[0].numa_node, gpu[0].iommu_group), (None, None));
+    let pci = d
+        .host
+        .pci_devices
+        .iter()
+        .find(|p| p.address == "0000:00:06.0")
+        .unwrap();
+    assert_eq!(
+        (pci.device_id.as_str(), pci.driver.as_deref()),
+        ("0x2335", Some("nvidia"))
+    );
+    assert!(d.host.nvme.is_empty() && d.host.infiniband.is_empty());
+    // One NUMA node, so the GPU's -1 means node 0: the slot gets node 0's CPUs after the
+    // host's two. The node's memory (5,979 MiB at capture; the VM's is hot-plugged later) is
+    // under the host's reserve, which is said rather than silently proposing nothing.
+    assert_eq!(
+        summary(&d),
+        [(
+            "0000:00:06.0".to_string(),
+            Some(0),
+            None,
+            None,
+            "2-15".to_string(),
+            0
+        )]
+    );
+    assert_eq!(
+        d.warnings,
+        [
+            "GPU 0000:00:06.0 has no IOMMU group, so it can't be passed through to a VM: enable the IOMMU (intel_iommu=on or amd_iommu=on) and VT-d/AMD-Vi in the firmware",
+            "GPU 0000:00:06.0 has no free NVMe controller",
+            "GPU 0000:00:06.0 has no free InfiniBand virtual function",
+            "GPU 0000:00:06.0: NUMA node 0 has no memory left after the host's 8192 MiB reserve",
+        ]
+    );
+    let health = node_agent::discover::host_health(&fixture("h200-vm-guest"));
+    assert_eq!(health.status, agent_protocol::HealthStatus::Degraded);
+    assert!(
+        health.detail.unwrap().starts_with("no IOMMU groups under"),
+        "the heartbeat says why this host can't run slots"
+    );
+}

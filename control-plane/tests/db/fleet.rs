@@ -71,6 +71,22 @@ fn shared_iommu_group_is_named_on_its_slot() {
     );
 }
 
+/// The real capture of an H200 passed through to a VM: approval refuses its one slot and
+/// says every reason, so an operator who enrols such a machine learns why it sells nothing.
+#[test]
+fn a_real_h200_vm_guest_is_refused_for_every_reason_it_has() {
+    let d = with_wipe(discovery("h200-vm-guest"), "overwrite-verify");
+    assert_eq!(
+        problems(&d),
+        [
+            "slot 0: fabric_vf_pci_address is empty: no InfiniBand virtual function for this slot",
+            "slot 0: no dedicated NVMe drive",
+            "slot 0: the GPU has no IOMMU group: is the IOMMU enabled?",
+            "slot 0: no memory is left for this slot on its NUMA node",
+        ]
+    );
+}
+
 #[test]
 fn numa_mismatch_duplicates_and_bad_metadata_are_each_named() {
     let mut d = with_wipe(discovery("hgx-h100-8x"), "nvme-format-crypto");

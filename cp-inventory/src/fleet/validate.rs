@@ -149,9 +149,8 @@ pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProb
         }
 
         // One NUMA node for GPU, NVMe and VF.
-        let gpu_numa = pci
-            .get(slot.gpu.pci_address.as_str())
-            .and_then(|d| d.numa_node);
+        let numa_of = |address: &str| host.numa_of(pci.get(address).and_then(|d| d.numa_node));
+        let gpu_numa = numa_of(&slot.gpu.pci_address);
         match gpu_numa {
             None => say(format!(
                 "GPU {} has no NUMA node in sysfs, so locality can't be checked",
@@ -159,7 +158,7 @@ pub fn validate_slots(discovery: &Discovery, slots: &[SlotSpec]) -> Vec<SlotProb
             )),
             Some(n) => {
                 let mut check = |what: &str, address: &str| {
-                    if let Some(other) = pci.get(address).and_then(|d| d.numa_node)
+                    if let Some(other) = numa_of(address)
                         && other != n
                     {
                         say(format!(
