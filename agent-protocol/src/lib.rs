@@ -126,6 +126,8 @@ pub mod codes {
     pub const NOT_FOUND: &str = "not_found";
     pub const CONFLICT: &str = "conflict";
     pub const INTERNAL: &str = "internal";
+    /// The control plane is briefly unavailable (its database restarting): retry.
+    pub const UNAVAILABLE: &str = "unavailable";
 }
 
 /// Exchanges a one-time bootstrap token for the node's own credential.

@@ -44,10 +44,18 @@ pub enum AppError {
         "Something went wrong on our side. If it keeps happening, quote request id {request_id}."
     )]
     Internal { request_id: String },
+    /// Ours, and passing (the database is restarting or out of connections): try again soon.
+    #[error(
+        "The service is briefly unavailable. Try again in a few seconds (request id {request_id})."
+    )]
+    Outage { request_id: String },
     /// Transport and encoding failures raised by the server-function machinery itself.
     #[error("{0}")]
     ServerFn(ServerFnErrorErr),
 }
+
+/// What `Retry-After` says during a database outage: PostgreSQL restarts in seconds.
+pub const OUTAGE_RETRY_AFTER_SECS: u64 = 2;
 
 /// "use lowercase …" → "Use lowercase …": a reason shown on its own, under its field.
 pub fn capitalised(s: &str) -> String {
@@ -72,6 +80,7 @@ impl AppError {
             AppError::PolicyDenied { .. } => 403,
             AppError::RateLimited { .. } => 429,
             AppError::Internal { .. } => 500,
+            AppError::Outage { .. } => 503,
             AppError::ServerFn(e) => match e {
                 // The caller sent arguments we could not read, or called no such function.
                 ServerFnErrorErr::Args(_)
@@ -107,8 +116,18 @@ impl AppError {
             AppError::SignInRefused(_) => "sign_in_refused",
             AppError::RateLimited { .. } => "rate_limited",
             AppError::Internal { .. } => "internal",
+            AppError::Outage { .. } => "unavailable",
             AppError::ServerFn(_) if self.status() < 500 => "bad_request",
             AppError::ServerFn(_) => "internal",
+        }
+    }
+
+    /// How long the caller should wait before trying again (`Retry-After`), where it should.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            AppError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            AppError::Outage { .. } => Some(OUTAGE_RETRY_AFTER_SECS),
+            _ => None,
         }
     }
 
@@ -212,6 +231,11 @@ mod ssr {
                 E::InvalidCredentials => {
                     AppError::SignInRefused("Email or password is wrong.".into())
                 }
+                e @ E::Outage(_) => {
+                    let request_id = request_id();
+                    tracing::warn!(error.cause = %e, request.id = %request_id, "database unavailable");
+                    AppError::Outage { request_id }
+                }
                 e @ (E::Database(_) | E::Migrate(_) | E::Corrupt(_)) => {
                     AppError::internal_as(e, request_id())
                 }
@@ -245,6 +269,12 @@ mod tests {
             (
                 AppError::Forbidden("Only tenant admins may do this.".into()),
                 403,
+            ),
+            (
+                AppError::Outage {
+                    request_id: "r".into(),
+                },
+                503,
             ),
             (AppError::NotFound, 404),
             (

@@ -1,8 +1,10 @@
 //! The benchmarks, in one binary so that they compile and link once:
-//! `bench placement|dispatch|ledger|pages-seed [flags]`, each described in its module. `cargo xtask bench
+//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit [flags]`, each described in its module. `cargo xtask bench
 //! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
 //! runs each at smoke size.
 
+#[path = "bench/chaos.rs"]
+mod chaos;
 #[path = "bench/common.rs"]
 mod common;
 #[path = "bench/dispatch.rs"]
@@ -21,8 +23,12 @@ fn main() {
         Some("dispatch") => dispatch::main(),
         Some("ledger") => ledger::main(),
         Some("pages-seed") => pages_seed::main(),
+        Some("chaos-load") => chaos::load(),
+        Some("chaos-audit") => chaos::audit(),
         other => {
-            eprintln!("usage: bench placement|dispatch|ledger|pages-seed [flags] (got {other:?})");
+            eprintln!(
+                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit [flags] (got {other:?})"
+            );
             std::process::exit(2);
         }
     }

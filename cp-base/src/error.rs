@@ -45,7 +45,12 @@ pub enum Error {
     /// Single sign-on failed; the variant says how.
     #[error("sign-in failed: {0}")]
     Sso(#[from] SsoError),
-    /// Anything the database says that is not one of the above: a bug or an outage.
+    /// The database can't be reached or is restarting (the connection dropped, none could be
+    /// had in time, it is shutting down or refusing connections): ours, and passing; the
+    /// caller may retry (a launch with its `Idempotency-Key` finds what a first try did).
+    #[error("database unavailable: {0}")]
+    Outage(sqlx::Error),
+    /// Anything else the database says that is not one of the above: a bug.
     #[error("database error: {0}")]
     Database(sqlx::Error),
     #[error("migration error: {0}")]
@@ -60,8 +65,25 @@ impl Error {
     pub fn is_internal(&self) -> bool {
         matches!(
             self,
-            Error::Database(_) | Error::Migrate(_) | Error::Corrupt(_)
+            Error::Outage(_) | Error::Database(_) | Error::Migrate(_) | Error::Corrupt(_)
         )
+    }
+}
+
+/// Whether a database error means the database is unreachable or restarting, rather than that
+/// a statement is wrong: no connection (I/O, pool timeout, a closed pool), or PostgreSQL's
+/// connection exceptions (class 08), too many connections (53300), and shutting down, crashed
+/// or not yet accepting connections (57P01–57P03).
+pub fn is_outage(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            c.starts_with("08") || matches!(c.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
     }
 }
 
@@ -77,6 +99,7 @@ impl From<sqlx::Error> for Error {
                 field: "text",
                 reason: "contains a NUL character (U+0000), which can't be stored".into(),
             },
+            _ if is_outage(&e) => Error::Outage(e),
             _ => Error::Database(e),
         }
     }
@@ -285,5 +308,31 @@ impl SsoError {
             SsoError::EmailNotAllowed { .. } => "email_not_allowed",
             SsoError::AccountElsewhere { .. } => "account_elsewhere",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_database_is_an_outage_and_a_bad_statement_is_not() {
+        let io = sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "expected to read 5 bytes, got 0 bytes at EOF",
+        ));
+        assert!(matches!(Error::from(io), Error::Outage(_)));
+        assert!(matches!(
+            Error::from(sqlx::Error::PoolTimedOut),
+            Error::Outage(_)
+        ));
+        assert!(matches!(
+            Error::from(sqlx::Error::RowNotFound),
+            Error::Database(_)
+        ));
+        assert!(matches!(
+            Error::from(sqlx::Error::Protocol("unexpected message".into())),
+            Error::Database(_)
+        ));
     }
 }

@@ -735,7 +735,7 @@ fn last_admin_error(e: sqlx::Error) -> Error {
         Some("project_keeps_an_admin") => Error::Conflict(
             "a project must keep at least one admin: make someone else admin first".into(),
         ),
-        _ => Error::Database(e),
+        _ => e.into(),
     }
 }
 

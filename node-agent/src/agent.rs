@@ -471,7 +471,11 @@ impl Agent {
         }
         let seen = self.driver.gpu_firmware(pci)?;
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        std::fs::write(&path, &seen).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Whole or not at all: an empty baseline after a crash would block the slot.
+        let tmp = dir.join(format!(".{}.tmp", pci.replace(':', "_")));
+        std::fs::write(&tmp, &seen)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(seen)
     }
 
@@ -507,6 +511,14 @@ impl Agent {
             .iter()
             .map(|s| self.leases.get(&s.slot_id).map(|l| l.is_none()))
             .collect::<Result<_, _>>()?;
+        // That baseline is recorded now, before this release's leases: once they exist, a
+        // restarted agent can no longer tell that no tenant had the GPU (the chaos run found
+        // a release killed at `check_firmware` that then blocked a never-used slot).
+        for (s, untouched) in slots.iter().zip(&untouched) {
+            if *untouched {
+                self.firmware_baseline(&s.gpu_pci_address, true)?;
+            }
+        }
         self.take_leases(
             task_id,
             alloc,

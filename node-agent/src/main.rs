@@ -558,6 +558,11 @@ async fn work(
     }
 }
 
+/// An answer that says the control plane failed, not that it refuses: worth sending again.
+fn passing(e: &agent_protocol::ApiError) -> bool {
+    e.code == agent_protocol::codes::UNAVAILABLE || e.code == agent_protocol::codes::INTERNAL
+}
+
 /// The errors that no retry will fix.
 fn fatal(e: &ClientError) -> Result<(), String> {
     match e {
@@ -669,7 +674,9 @@ async fn run_task(
             .await
         {
             Ok(()) => break,
-            Err(ClientError::Api(e)) => {
+            // A refusal stands; the control plane's own failure (its database restarting)
+            // passes, and the result is sent again like after a dropped connection.
+            Err(ClientError::Api(e)) if !passing(&e) => {
                 eprintln!("task {}: result refused: {e:?}", task.task_id);
                 break;
             }

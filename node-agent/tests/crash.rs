@@ -156,6 +156,26 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
         stop(agent).await;
     }
 
+    // A release of slots no tenant reached (released before the agent took the provision),
+    // on a host with no firmware baseline for the GPU yet: a crash at any phase still ends
+    // clean. The chaos run found this one: the baseline was recorded only at
+    // `check_firmware`, and an agent restarted after the release took its leases no longer
+    // knew the slot was untouched, so it blocked a slot no one had used.
+    for phase in RELEASE {
+        let what = format!("crash at phase {phase} of an untouched slot's release");
+        let _ = std::fs::remove_dir_all(host.state.join("gpu-firmware"));
+        let id = launch(&cp, &bob, &format!("u-{}", phase.replace('_', "-"))).await;
+        cp.release_allocation(&bob, id, None).await.unwrap();
+        let mut crashing = host.agent(Some(phase));
+        let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+        let agent = host.agent(None);
+        until(&pool, id, "released", &what).await;
+        assert_released_clean(&pool, id, 1, &what).await;
+        assert_eq!(host.leases(), 0, "{what}: no lease left");
+        stop(agent).await;
+    }
+
     // `status` shows the host's view without the control plane.
     let out = Command::new(env!("CARGO_BIN_EXE_node-agent"))
         .args(["status", "--driver", "simulated"])

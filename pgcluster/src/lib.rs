@@ -57,6 +57,15 @@ pub enum Durability {
     Throwaway,
 }
 
+/// How [`PgCluster::stop_with`] shuts the server down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopMode {
+    /// Disconnects clients, checkpoints, exits.
+    Fast,
+    /// Exits at once, as after a crash: the next start replays the WAL.
+    Immediate,
+}
+
 #[derive(Debug)]
 pub struct PgCluster {
     bin_dir: PathBuf,
@@ -171,24 +180,32 @@ impl PgCluster {
 
     /// Fast shutdown; waits until the server is gone. Idempotent.
     pub fn stop(&self) -> Result<()> {
+        self.stop_with(StopMode::Fast)
+    }
+
+    /// Shuts down the way `mode` says; waits until the server is gone. Idempotent.
+    pub fn stop_with(&self, mode: StopMode) -> Result<()> {
         if !self.is_running() {
             return Ok(());
         }
         let data = self.root.join("data");
+        let mode = match mode {
+            StopMode::Fast => "fast",
+            StopMode::Immediate => "immediate",
+        };
         self.run(
             "pg_ctl",
-            &[
-                "-w",
-                "-t",
-                "60",
-                "stop",
-                "-m",
-                "fast",
-                "-D",
-                path_str(&data)?,
-            ],
+            &["-w", "-t", "60", "stop", "-m", mode, "-D", path_str(&data)?],
         )?;
         Ok(())
+    }
+
+    /// `psql` against `database` on this cluster, as the superuser (not started).
+    pub fn psql(&self, database: &str) -> Command {
+        let mut cmd = Command::new(self.bin_dir.join("psql"));
+        cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(self.url(database));
+        cmd
     }
 
     /// Creates `name` unless it exists.

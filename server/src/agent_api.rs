@@ -51,6 +51,15 @@ impl From<control_plane::Error> for Refusal {
             E::NotFound { .. } => refuse(StatusCode::NOT_FOUND, codes::NOT_FOUND, e.to_string()),
             E::Invalid { .. } => refuse(StatusCode::BAD_REQUEST, codes::INVALID, e.to_string()),
             E::Conflict(m) => refuse(StatusCode::CONFLICT, codes::CONFLICT, m),
+            E::Outage(e) => {
+                // The agent retries with backoff; what it reports is kept until it is heard.
+                tracing::warn!(error = %e, "agent API: database unavailable");
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    codes::UNAVAILABLE,
+                    "the control plane's database is briefly unavailable; try again",
+                )
+            }
             other => {
                 tracing::error!(error = %other, "agent API request failed");
                 refuse(

@@ -34,10 +34,10 @@ pub async fn status_from_app_error(req: Request, next: Next) -> Response {
     if let Ok(error) = serde_json::from_slice::<AppError>(&bytes) {
         let status = StatusCode::from_u16(error.status()).unwrap_or(parts.status);
         parts.status = status;
-        if let AppError::RateLimited { retry_after_secs } = &error {
+        if let Some(secs) = error.retry_after_secs() {
             parts
                 .headers
-                .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if error.is_refusal() {
             tracing::info!(http.status = status.as_u16(), refusal = %error, "refused");
@@ -51,9 +51,9 @@ pub async fn status_from_app_error(req: Request, next: Next) -> Response {
 pub fn plain_response(error: &AppError) -> Response {
     let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut res = (status, error.to_string()).into_response();
-    if let AppError::RateLimited { retry_after_secs } = error {
+    if let Some(secs) = error.retry_after_secs() {
         res.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     res
 }

@@ -82,6 +82,14 @@ async fn readyz_follows_the_database_down_and_back() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body, r#"{"status":"database_unavailable"}"#);
     assert_eq!(get(&app, "/healthz").await.0, StatusCode::OK);
+    // A request that needs it is told the truth: briefly unavailable, try again (503 with
+    // Retry-After), not an internal error.
+    let (status, headers, body) = get(&app, "/api/v1/offers").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(headers["retry-after"], "2");
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["code"], "unavailable", "{body}");
+    assert!(problem["request_id"].is_string(), "{body}");
 
     // It comes back: the same pool recovers without a restart.
     pg.start().unwrap();

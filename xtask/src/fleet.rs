@@ -4,7 +4,7 @@
 //! real bootstrap-token exchange and their discovered slot maps approved by the platform admin
 //! (audited), so a newcomer can launch at once.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use crate::portal::{ADMIN_EMAIL, Launch};
@@ -59,6 +59,57 @@ pub fn start(launch: &Launch, portal_url: &str) -> Result<Vec<Child>> {
 
 /// [`start`], with the agents' state directories and logs under `agents`.
 pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<Child>> {
+    Ok(start_agents(launch, portal_url, agents)?
+        .into_iter()
+        .map(|(_, child)| child)
+        .collect())
+}
+
+/// One simulated agent of the demo fleet, as started: [`Agent::spawn`] starts it again (with
+/// the same state directory, so it resumes what it was doing, as after a crash).
+pub struct Agent {
+    pub hostname: String,
+    dir: PathBuf,
+    fixture: PathBuf,
+    metrics: String,
+    log: PathBuf,
+}
+
+impl Agent {
+    pub fn spawn(&self) -> Result<Child> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("opening {}: {e}", self.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        Command::new(target_dir().join("debug/node-agent"))
+            .args([
+                "run",
+                "--driver",
+                "simulated",
+                "--telemetry-listen",
+                "127.0.0.1:0",
+                "--metrics-listen",
+                &self.metrics,
+            ])
+            .arg("--state-dir")
+            .arg(&self.dir)
+            .arg("--fixture")
+            .arg(&self.fixture)
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting the {} agent: {e}", self.hostname))
+    }
+}
+
+/// [`start_in`], keeping what it takes to start each agent again.
+pub fn start_agents(
+    launch: &Launch,
+    portal_url: &str,
+    agents: &Path,
+) -> Result<Vec<(Agent, Child)>> {
     std::fs::create_dir_all(agents).map_err(|e| format!("{}: {e}", agents.display()))?;
     let binary = target_dir().join("debug/node-agent");
     // A state directory from an older database (or none) is enrolled again.
@@ -81,35 +132,24 @@ pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<
                 .stdout(Stdio::null()),
         )?;
     }
-    let mut children = Vec::new();
+    let mut started = Vec::new();
     // Each agent's /metrics on the ports after the portal's (none when the portal has none).
     let metrics = launch.metrics_port();
     for (i, (h, _)) in hosts.iter().enumerate() {
-        let dir = agents.join(&h.hostname);
-        let log = std::fs::File::create(agents.join(format!("{}.log", h.hostname)))
-            .map_err(|e| format!("creating the agent log: {e}"))?;
-        let err = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(&binary)
-            .args([
-                "run",
-                "--driver",
-                "simulated",
-                "--telemetry-listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-            ])
-            .arg(metrics.map_or("off".to_string(), |p| {
+        let log = agents.join(format!("{}.log", h.hostname));
+        // A fresh log per start of the fleet; restarts append.
+        std::fs::File::create(&log).map_err(|e| format!("creating the agent log: {e}"))?;
+        let agent = Agent {
+            hostname: h.hostname.clone(),
+            dir: agents.join(&h.hostname),
+            fixture: root().join("node-agent/fixtures").join(&h.fixture),
+            metrics: metrics.map_or("off".to_string(), |p| {
                 format!("127.0.0.1:{}", usize::from(p) + 1 + i)
-            }))
-            .arg("--state-dir")
-            .arg(&dir)
-            .arg("--fixture")
-            .arg(root().join("node-agent/fixtures").join(&h.fixture))
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .map_err(|e| format!("starting the {} agent: {e}", h.hostname))?;
-        children.push(child);
+            }),
+            log,
+        };
+        let child = agent.spawn()?;
+        started.push((agent, child));
     }
     let out = launch.output(&[
         "demo-fleet-approve",
@@ -127,5 +167,5 @@ pub fn start_in(launch: &Launch, portal_url: &str, agents: &Path) -> Result<Vec<
             agents.join(format!("{}.log", h.hostname)).display()
         );
     }
-    Ok(children)
+    Ok(started)
 }

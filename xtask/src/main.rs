@@ -3,6 +3,7 @@
 //! crate builds in seconds on a fresh machine.
 
 mod bench;
+mod chaos;
 mod dev;
 mod fleet;
 mod layers;
@@ -35,6 +36,9 @@ usage: cargo xtask <command>
   bench pages [--clients N] [--seconds S]
                  the release server: N signed-in sessions (default 64) loading pages, the
                  hydration bundle's size, and the launch page's time to interactive
+  chaos [--seconds S] [--seed N]
+                 the whole system (two replicas, PostgreSQL, Stripe, simulated agents) under
+                 launches and releases while seeded faults are injected, then an audit
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("dev") => dev::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("chaos") => chaos::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some("sqlx-prepare") => test::sqlx_prepare(),
         Some("setup") => tools::ensure_all(tools::Needs::everything()),

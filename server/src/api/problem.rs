@@ -76,7 +76,9 @@ impl ApiError {
                 _ => None,
             },
             request_id: match e {
-                AppError::Internal { request_id } => Some(request_id.clone()),
+                AppError::Internal { request_id } | AppError::Outage { request_id } => {
+                    Some(request_id.clone())
+                }
                 _ => None,
             },
         }
@@ -117,6 +119,7 @@ fn title(code: &str) -> &'static str {
         "unauthenticated" | "sign_in_refused" => "Not authenticated",
         "forbidden" => "Forbidden",
         "rate_limited" => "Too many requests",
+        "unavailable" => "Briefly unavailable",
         _ => "Internal error",
     }
 }
@@ -132,17 +135,14 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        match self.0 {
-            AppError::RateLimited { retry_after_secs } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
-            }
-            AppError::Unauthenticated => {
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"api\""),
-                );
-            }
-            _ => {}
+        if let Some(secs) = self.0.retry_after_secs() {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if matches!(self.0, AppError::Unauthenticated) {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"api\""),
+            );
         }
         res
     }

@@ -1,0 +1,730 @@
+//! The two halves of `cargo xtask chaos` that speak HTTP and SQL (xtask, std-only, starts the
+//! processes and injects the faults):
+//!
+//! - `chaos-load`: clients that launch and release over the public API the way a program
+//!   does (an `Idempotency-Key` per intended launch, retried on the other replica when a
+//!   connection drops or a 5xx comes back), for `--seconds`; every answer is written to
+//!   `--answers` (time, call, status, replica) for the audit.
+//! - `chaos-audit`: once the faults have stopped, releases whatever the run left live
+//!   (through the API), waits for the system to settle, and checks what the issue names:
+//!   double-bookings, leaked slots, unconverged allocations, lost or duplicated tasks, the
+//!   ledger against the allocations' intervals, invoices against Stripe, open reconciliation
+//!   findings, and 500s outside the injected faults' windows (`--faults`). Prints a table
+//!   and `RESULT chaos …`; exits 1 when a check fails.
+//!
+//! Flags: `--urls A,B` (the replicas), `--tokens-file F` (API tokens, one per line),
+//! `--project ID`, `--seconds S`, `--seed N`, `--clients N`, `--answers F`, `--faults F`,
+//! `--since-ms T` (the run's start, Unix ms), `--stripe URL`, `--settle-s S`. The audit reads
+//! `DATABASE_URL`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use control_plane::ControlPlane;
+use control_plane::Naming;
+use control_plane::reconcile::ReconcileApi;
+use serde_json::{Value, json};
+use sqlx::postgres::PgPoolOptions;
+
+use crate::common::{KEY, flag};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// splitmix64: the run's choices follow from `--seed`.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.below(hi - lo + 1))
+    }
+}
+
+/// Every answer the clients got.
+#[derive(Default)]
+struct Answers(Mutex<Vec<String>>);
+impl Answers {
+    fn record(&self, call: &str, status: u16, replica: usize, code: &str) {
+        let line = format!("{}\t{call}\t{status}\t{replica}\t{code}", now_ms());
+        self.0.lock().unwrap().push(line);
+    }
+}
+
+/// One API call: what, where, with what, and how the answers file names it.
+struct Req<'a> {
+    method: reqwest::Method,
+    path: &'a str,
+    body: Option<&'a Value>,
+    key: Option<&'a str>,
+    label: &'a str,
+}
+
+struct Api {
+    http: reqwest::Client,
+    urls: Vec<String>,
+    answers: Answers,
+}
+
+impl Api {
+    fn new(urls: Vec<String>) -> Api {
+        Api {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("an HTTP client"),
+            urls,
+            answers: Answers::default(),
+        }
+    }
+
+    /// One call; status 0 when no answer came (refused, reset, timed out).
+    async fn call(&self, replica: usize, token: &str, req: Req<'_>) -> (u16, Value) {
+        let Req {
+            method,
+            path,
+            body,
+            key,
+            label,
+        } = req;
+        let url = format!("{}/api/v1{path}", self.urls[replica % self.urls.len()]);
+        let mut req = self.http.request(method, url).bearer_auth(token);
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(b).expect("serializes"));
+        }
+        if let Some(k) = key {
+            req = req.header("Idempotency-Key", k);
+        }
+        let (status, value) = match req.send().await {
+            Ok(r) => {
+                let status = r.status().as_u16();
+                let bytes = r.bytes().await.unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                )
+            }
+            Err(_) => (0, Value::Null),
+        };
+        // A refusal's machine-readable code (`sku_unavailable`, `rate_limited`, …).
+        let code = value["code"].as_str().unwrap_or("-");
+        self.answers
+            .record(label, status, replica % self.urls.len(), code);
+        (status, value)
+    }
+}
+
+fn list_flag(name: &str) -> Vec<String> {
+    flag::<String>(name, String::new())
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn tokens() -> Vec<String> {
+    let path: String = flag("--tokens-file", String::new());
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("--tokens-file {path}: {e}"))
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("gpk_"))
+        .map(String::from)
+        .collect()
+}
+
+fn retryable(status: u16) -> bool {
+    status == 0 || status == 429 || status >= 500
+}
+
+/// `bench chaos-load`
+pub fn load() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    rt.block_on(load_async());
+}
+
+async fn load_async() {
+    let urls = list_flag("--urls");
+    let tokens = tokens();
+    assert!(
+        !urls.is_empty() && !tokens.is_empty(),
+        "--urls and --tokens-file"
+    );
+    let project: String = flag("--project", String::new());
+    let seconds: u64 = flag("--seconds", 60);
+    let seed: u64 = flag("--seed", 1);
+    let clients: usize = flag("--clients", 6);
+    let out: String = flag("--answers", "chaos-answers.tsv".to_string());
+    let api = Arc::new(Api::new(urls));
+
+    // What can be launched: the 1-GPU offers, as a program would look them up.
+    let (status, offers) = api
+        .call(
+            0,
+            &tokens[0],
+            Req {
+                method: reqwest::Method::GET,
+                path: "/offers",
+                body: None,
+                key: None,
+                label: "offers",
+            },
+        )
+        .await;
+    let offers: Vec<(String, String)> = offers["offers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|o| o["gpu_count"] == 1 && o["launchable"].as_i64().unwrap_or(0) > 0)
+        .map(|o| {
+            (
+                o["sku"].as_str().unwrap_or_default().to_string(),
+                o["region"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        !offers.is_empty(),
+        "no 1-GPU offer can launch (GET /offers: {status})"
+    );
+    eprintln!("chaos-load: {clients} clients for {seconds} s over {offers:?}");
+
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let api = api.clone();
+        let token = tokens[c % tokens.len()].clone();
+        let offers = offers.clone();
+        let project = project.clone();
+        tasks.push(tokio::spawn(async move {
+            client(c, &api, &token, &project, &offers, seed, deadline).await
+        }));
+    }
+    let mut totals = Tally::default();
+    for t in tasks {
+        totals.add(&t.await.expect("a client ran"));
+    }
+    let lines = api.answers.0.lock().unwrap().join("\n");
+    std::fs::write(&out, lines + "\n").unwrap_or_else(|e| panic!("{out}: {e}"));
+    println!(
+        "chaos-load: launched={} refused={} released={} gave_up={}",
+        totals.launched, totals.refused, totals.released, totals.gave_up
+    );
+}
+
+#[derive(Default)]
+struct Tally {
+    launched: u64,
+    refused: u64,
+    released: u64,
+    gave_up: u64,
+}
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.launched += o.launched;
+        self.refused += o.refused;
+        self.released += o.released;
+        self.gave_up += o.gave_up;
+    }
+}
+
+async fn client(
+    c: usize,
+    api: &Api,
+    token: &str,
+    project: &str,
+    offers: &[(String, String)],
+    seed: u64,
+    deadline: Instant,
+) -> Tally {
+    let mut rng = Rng(seed ^ ((c as u64 + 1) << 32));
+    let mut tally = Tally::default();
+    let mut n = 0;
+    while Instant::now() < deadline {
+        n += 1;
+        let (sku, region) = &offers[rng.below(offers.len() as u64) as usize];
+        let body = json!({
+            "project": project, "sku": sku, "region": region, "image": "ubuntu-24.04-cuda",
+            "name": format!("chaos-{c}-{n}"), "ssh_public_keys": [KEY],
+        });
+        let key = uuid::Uuid::new_v4().to_string();
+        // The same key on every try: a retry after a lost answer finds the first launch.
+        let mut replica = rng.below(api.urls.len() as u64) as usize;
+        let tried_until = Instant::now() + Duration::from_secs(45);
+        let id = loop {
+            let (status, v) = api
+                .call(
+                    replica,
+                    token,
+                    Req {
+                        method: reqwest::Method::POST,
+                        path: "/instances",
+                        body: Some(&body),
+                        key: Some(&key),
+                        label: "launch",
+                    },
+                )
+                .await;
+            if status == 201 {
+                break v["id"].as_str().map(String::from);
+            }
+            if !retryable(status) || Instant::now() > tried_until {
+                break None;
+            }
+            replica += 1;
+            tokio::time::sleep(rng.millis(300, 1200)).await;
+        };
+        let Some(id) = id else {
+            tally.refused += 1;
+            tokio::time::sleep(rng.millis(300, 1500)).await;
+            continue;
+        };
+        tally.launched += 1;
+        tokio::time::sleep(rng.millis(500, 3000)).await;
+        if release(api, token, &id, &mut rng, Duration::from_secs(60)).await {
+            tally.released += 1;
+        } else {
+            tally.gave_up += 1;
+        }
+    }
+    tally
+}
+
+/// Asks for the release until it is accepted (or the instance is already gone).
+async fn release(api: &Api, token: &str, id: &str, rng: &mut Rng, patience: Duration) -> bool {
+    let until = Instant::now() + patience;
+    let mut replica = rng.below(api.urls.len() as u64) as usize;
+    loop {
+        let (status, _) = api
+            .call(
+                replica,
+                token,
+                Req {
+                    method: reqwest::Method::DELETE,
+                    path: &format!("/instances/{id}"),
+                    body: None,
+                    key: None,
+                    label: "release",
+                },
+            )
+            .await;
+        if (200..300).contains(&status) {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        replica += 1;
+        tokio::time::sleep(rng.millis(300, 1200)).await;
+    }
+}
+
+/// A fault's window as xtask wrote it: `start_ms end_ms kind detail`.
+struct Window {
+    start: u64,
+    end: u64,
+}
+
+/// After a fault ends, how long answers may still show it (a restarted replica's first
+/// requests, a pool refilling after PostgreSQL came back).
+const AFTERMATH_MS: u64 = 5_000;
+
+/// `bench chaos-audit`
+pub fn audit() {
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let failed = rt.block_on(audit_async());
+    if failed {
+        std::process::exit(1);
+    }
+}
+
+struct Check {
+    name: &'static str,
+    value: i64,
+    ok: bool,
+    detail: String,
+}
+
+async fn audit_async() -> bool {
+    let urls = list_flag("--urls");
+    let tokens = tokens();
+    let project: String = flag("--project", String::new());
+    let project_id: uuid::Uuid = project.parse().expect("--project is a UUID");
+    let since_ms: i64 = flag("--since-ms", 0);
+    let settle_s: u64 = flag("--settle-s", 240);
+    let stripe: String = flag("--stripe", String::new());
+    let answers: String = flag("--answers", "chaos-answers.tsv".to_string());
+    let faults: String = flag("--faults", "chaos-faults.tsv".to_string());
+    let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
+    let pool = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&url)
+        .await
+        .expect("connects");
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    let since = time::OffsetDateTime::from_unix_timestamp_nanos(since_ms as i128 * 1_000_000)
+        .expect("--since-ms is a time");
+    let api = Api::new(urls);
+
+    // 1. Release what the run left live (a launch whose answer was lost, a release that gave
+    //    up), the way its owner would: through the API.
+    let live: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM allocations WHERE project_id = $1 AND created_at >= $2
+           AND desired_state = 'running'",
+    )
+    .bind(project_id)
+    .bind(since)
+    .fetch_all(&pool)
+    .await
+    .expect("reads");
+    let mut rng = Rng(7);
+    for id in &live {
+        release(
+            &api,
+            &tokens[0],
+            &id.to_string(),
+            &mut rng,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+    println!(
+        "audit: released {} allocations the run left live",
+        live.len()
+    );
+
+    // 2. Settle: every allocation of the run released and fully rated, no task waiting.
+    let started = Instant::now();
+    let mut waiting;
+    loop {
+        waiting = sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT (SELECT count(*) FROM allocations
+                     WHERE project_id = $1 AND created_at >= $2 AND state <> 'released'),
+                    (SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
+                     WHERE a.project_id = $1 AND a.created_at >= $2 AND t.state IN ('queued', 'running')),
+                    (SELECT count(*) FROM usage_intervals i JOIN allocations a ON a.id = i.allocation_id
+                     WHERE a.project_id = $1 AND a.created_at >= $2 AND NOT i.fully_rated)",
+        )
+        .bind(project_id)
+        .bind(since)
+        .fetch_one(&pool)
+        .await
+        .expect("reads");
+        if waiting == (0, 0, 0) || started.elapsed() > Duration::from_secs(settle_s) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!(
+        "audit: settled in {:.0} s (unreleased, unfinished tasks, unrated: {waiting:?})",
+        started.elapsed().as_secs_f64()
+    );
+    // The hosts' reports must be fresh and the run's last changes older than reconciliation's
+    // settling time before a run can judge them.
+    tokio::time::sleep(Duration::from_secs_f64(
+        control_plane::reconcile::SETTLE_S + 2.0,
+    ))
+    .await;
+    let run = cp.reconcile_once().await.expect("reconciles");
+
+    let mut checks = Vec::new();
+    let mut scalar = |name: &'static str, value: i64, detail: String| {
+        checks.push(Check {
+            name,
+            value,
+            ok: value == 0,
+            detail,
+        })
+    };
+    let q = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .bind(project_id)
+                .bind(since)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        }
+    };
+    // Over the whole fleet, not only the run's project.
+    let g = |sql: &'static str| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        }
+    };
+    let launches =
+        q("SELECT count(*) FROM allocations WHERE project_id = $1 AND created_at >= $2").await;
+    scalar(
+        "double_bookings",
+        g("SELECT count(*) FROM (SELECT slot_id FROM resource_claims
+             WHERE released_at IS NULL AND slot_id IS NOT NULL
+             GROUP BY slot_id HAVING count(*) > 1) d")
+        .await,
+        "slots with two live claims".into(),
+    );
+    scalar(
+        "leaked_slots",
+        g("SELECT count(*) FROM node_resource_slots s
+           WHERE s.retired_at IS NULL
+             AND NOT (s.cleanup_state = 'blocked' AND s.cleanup_detail IS NOT NULL)
+             AND (s.cleanup_state = 'cleaning'
+                  OR EXISTS (SELECT 1 FROM resource_claims c JOIN allocations a ON a.id = c.allocation_id
+                             WHERE c.slot_id = s.id AND c.released_at IS NULL AND a.state = 'released'))")
+        .await,
+        "slots neither free, held by a live allocation, nor blocked with a reason".into(),
+    );
+    let blocked = g("SELECT count(*) FROM node_resource_slots
+                     WHERE cleanup_state = 'blocked' AND retired_at IS NULL")
+    .await;
+    scalar(
+        "unconverged",
+        q("SELECT count(*) FROM allocations a WHERE a.project_id = $1 AND a.created_at >= $2 AND (
+             a.state <> 'released'
+             OR EXISTS (SELECT 1 FROM resource_claims c WHERE c.allocation_id = a.id AND c.slot_id IS NOT NULL
+                          AND NOT EXISTS (SELECT 1 FROM cleanup_certificates z
+                                          WHERE z.allocation_id = a.id AND z.slot_id = c.slot_id)))")
+        .await,
+        "not released, or a slot released without a verified certificate".into(),
+    );
+    scalar(
+        "lost_tasks",
+        q(
+            "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
+           WHERE a.project_id = $1 AND a.created_at >= $2 AND t.state IN ('queued', 'running')",
+        )
+        .await,
+        "tasks still queued or running after the settle".into(),
+    );
+    scalar(
+        "duplicated_tasks",
+        q(
+            "SELECT count(*) FROM (SELECT t.allocation_id, t.kind FROM agent_tasks t
+             JOIN allocations a ON a.id = t.allocation_id
+             WHERE a.project_id = $1 AND a.created_at >= $2 AND t.state = 'succeeded'
+               AND t.kind NOT LIKE '%network%'
+             GROUP BY t.allocation_id, t.kind HAVING count(*) > 1) d",
+        )
+        .await,
+        "an allocation's provision or release done twice".into(),
+    );
+    // The ledger: every interval of the run charged for exactly its time, at its price.
+    let ledger = sqlx::query_as::<_, (i64, i64, f64)>(
+        "SELECT coalesce(sum(abs(extract(epoch FROM i.ended_at - i.started_at) * 1000000
+                                 - coalesce(c.us, 0)))::bigint, 0),
+                count(*) FILTER (WHERE (extract(epoch FROM i.ended_at - i.started_at) * 1000000)::bigint
+                                       <> coalesce(c.us, 0)),
+                coalesce(sum(abs(extract(epoch FROM i.ended_at - i.started_at) * 1000000
+                                 * i.price_per_hour_minor / 3600.0 - coalesce(c.micro, 0))) / 1e6, 0)::float8
+         FROM usage_intervals i JOIN allocations a ON a.id = i.allocation_id
+         LEFT JOIN (SELECT allocation_id, sum(rated_us) AS us, sum(amount_micro) AS micro
+                    FROM usage_charges GROUP BY allocation_id) c ON c.allocation_id = i.allocation_id
+         WHERE a.project_id = $1 AND a.created_at >= $2",
+    )
+    .bind(project_id)
+    .bind(since)
+    .fetch_one(&pool)
+    .await
+    .expect("reads the ledger");
+    let (gap_us, gap_intervals, diff_minor) = ledger;
+    checks.push(Check {
+        name: "ledger_diff_minor",
+        value: diff_minor.round() as i64,
+        // Each hourly charge rounds down to a micro-unit: under one minor unit in all.
+        ok: gap_intervals == 0 && diff_minor < 1.0,
+        detail: format!(
+            "{gap_intervals} intervals whose charges don't cover their time ({gap_us} µs); money off by {diff_minor:.6} minor units"
+        ),
+    });
+    let (mismatched, compared) = invoices_against_stripe(&pool, &stripe).await;
+    checks.push(Check {
+        name: "invoice_mismatches",
+        value: mismatched,
+        ok: mismatched == 0,
+        detail: format!("{compared} invoices with a Stripe id compared (total, status)"),
+    });
+    let stripe_left = sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM billing_outbox WHERE done_at IS NULL AND last_error IS NOT NULL",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("reads");
+    checks.push(Check {
+        name: "stripe_sync_failing",
+        value: stripe_left,
+        ok: stripe_left == 0,
+        detail: "Stripe syncs whose last try failed, after the settle".into(),
+    });
+    let findings = sqlx::query_as::<_, (String, String)>(
+        "SELECT kind, evidence->>'summary' FROM reconciliation_findings
+         WHERE cleared_at IS NULL AND found_at >= $1 ORDER BY kind",
+    )
+    .bind(since)
+    .fetch_all(&pool)
+    .await
+    .expect("reads findings");
+    checks.push(Check {
+        name: "reconciliation_findings",
+        value: findings.len() as i64,
+        ok: findings.is_empty(),
+        detail: format!(
+            "open findings since the run began (the last run: {} seen, {} new){}",
+            run.seen,
+            run.new,
+            findings
+                .iter()
+                .map(|(k, s)| format!("\n      {k}: {s}"))
+                .collect::<String>()
+        ),
+    });
+
+    // 500s, and when they came: inside a fault's window (or its aftermath) they are the
+    // fault showing; outside, they are ours.
+    let windows: Vec<Window> = std::fs::read_to_string(&faults)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            Some(Window {
+                start: f.first()?.parse().ok()?,
+                end: f.get(1)?.parse().ok()?,
+            })
+        })
+        .collect();
+    let mut by_status: BTreeMap<(String, u16, String), u64> = BTreeMap::new();
+    let mut errors_500 = 0;
+    let mut during_faults = 0;
+    for l in std::fs::read_to_string(&answers)
+        .unwrap_or_default()
+        .lines()
+    {
+        let f: Vec<&str> = l.split('\t').collect();
+        let (Some(t), Some(call), Some(status)) = (
+            f.first().and_then(|v| v.parse::<u64>().ok()),
+            f.get(1),
+            f.get(2).and_then(|v| v.parse::<u16>().ok()),
+        ) else {
+            continue;
+        };
+        let code = f.get(4).unwrap_or(&"-").to_string();
+        *by_status
+            .entry((call.to_string(), status, code))
+            .or_default() += 1;
+        if status >= 500 {
+            if windows
+                .iter()
+                .any(|w| t + 1_000 >= w.start && t <= w.end + AFTERMATH_MS)
+            {
+                during_faults += 1;
+            } else {
+                errors_500 += 1;
+            }
+        }
+    }
+    checks.push(Check {
+        name: "errors_500",
+        value: errors_500,
+        ok: errors_500 == 0,
+        detail: format!("5xx answers outside every fault's window ({during_faults} inside one)"),
+    });
+
+    println!("\nanswers the clients got (call, status, code: count; status 0 = no answer):");
+    for ((call, status, code), n) in &by_status {
+        println!("  {call:<8} {status:>3} {code:<18} {n}");
+    }
+    println!("\n{:<24} {:>8}  result  what", "check", "value");
+    for c in &checks {
+        println!(
+            "{:<24} {:>8}  {:<6}  {}",
+            c.name,
+            c.value,
+            if c.ok { "ok" } else { "FAILED" },
+            c.detail
+        );
+    }
+    println!(
+        "{:<24} {:>8}  {:<6}  slots blocked with a reason (not leaked; an operator looks)",
+        "blocked_slots", blocked, "-"
+    );
+    let value = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .map_or(0, |c| c.value)
+    };
+    println!(
+        "RESULT chaos launches={launches} faults={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
+        windows.len(),
+        value("double_bookings"),
+        value("leaked_slots"),
+        value("unconverged"),
+        value("lost_tasks"),
+        value("duplicated_tasks"),
+        value("ledger_diff_minor"),
+        value("invoice_mismatches"),
+        value("reconciliation_findings"),
+        value("errors_500"),
+    );
+    let _ = std::io::stdout().flush();
+    checks.iter().any(|c| !c.ok)
+}
+
+/// Every invoice Stripe holds, compared with ours: (mismatched, compared).
+async fn invoices_against_stripe(pool: &sqlx::PgPool, stripe: &str) -> (i64, i64) {
+    if stripe.is_empty() {
+        return (0, 0);
+    }
+    let ours = sqlx::query_as::<_, (String, i64, String)>(
+        "SELECT stripe_invoice_id, total_minor, status FROM invoices
+         WHERE stripe_invoice_id IS NOT NULL ORDER BY stripe_invoice_id",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("reads invoices");
+    let http = reqwest::Client::new();
+    let mut mismatched = 0;
+    for (id, total, status) in &ours {
+        let theirs: Value = match http
+            .get(format!("{stripe}/v1/invoices/{id}"))
+            .bearer_auth("sk_test_local_stripe_test_server")
+            .send()
+            .await
+        {
+            Ok(r) => {
+                serde_json::from_slice(&r.bytes().await.unwrap_or_default()).unwrap_or(Value::Null)
+            }
+            Err(_) => Value::Null,
+        };
+        let same_total = theirs["total"].as_i64() == Some(*total);
+        let same_status = theirs["status"].as_str() == Some(status.as_str())
+            || (status == "draft" && theirs["status"] == "draft");
+        if !(same_total && same_status) {
+            mismatched += 1;
+            println!(
+                "  invoice {id}: ours {total} {status}, Stripe's {} {}",
+                theirs["total"], theirs["status"]
+            );
+        }
+    }
+    (mismatched, ours.len() as i64)
+}
