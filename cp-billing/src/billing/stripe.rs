@@ -350,6 +350,19 @@ impl StripeApi for ControlPlane {
     #[tracing::instrument(skip_all)]
     async fn stripe_webhook(&self, payload: &str, signature: &str) -> Result<WebhookOutcome> {
         let link = self.stripe()?;
+        // Read as JSON first: a body that is not an event object is refused saying so, in
+        // serde_json's words, before async-stripe's reader sees it.
+        let payload_json: serde_json::Value =
+            serde_json::from_str(payload).map_err(|e| Error::Invalid {
+                field: "payload",
+                reason: e.to_string(),
+            })?;
+        if !payload_json.is_object() {
+            return Err(Error::Invalid {
+                field: "payload",
+                reason: "an event is a JSON object".into(),
+            });
+        }
         let event =
             Webhook::construct_event(payload, signature, link.webhook_secret()).map_err(|e| {
                 Error::Invalid {
@@ -357,6 +370,14 @@ impl StripeApi for ControlPlane {
                     reason: e.to_string(),
                 }
             })?;
+        // Signed, so from Stripe (or whoever holds the secret); still checked as the table
+        // checks it, so that an odd id is a refusal that names it rather than a failure.
+        if !is_event_id(event.id.as_str()) {
+            return Err(Error::Invalid {
+                field: "id",
+                reason: "a Stripe event id is `evt_` then up to 200 letters, digits or `_`".into(),
+            });
+        }
         let invoice = match &event.data.object {
             EventObject::InvoicePaid(i)
             | EventObject::InvoicePaymentFailed(i)
@@ -370,11 +391,6 @@ impl StripeApi for ControlPlane {
                 reason: "not a time".into(),
             }
         })?;
-        let payload_json: serde_json::Value =
-            serde_json::from_str(payload).map_err(|e| Error::Invalid {
-                field: "payload",
-                reason: e.to_string(),
-            })?;
         let inserted = sqlx::query_scalar!(
             "INSERT INTO stripe_events (id, type, stripe_invoice_id, created, payload, processed_at, outcome)
              VALUES ($1, $2, $3, $4, $5, CASE WHEN $3::text IS NULL THEN now() END,
@@ -576,4 +592,12 @@ impl StripeInternal for ControlPlane {
 pub struct WebhookOutcome {
     pub event: String,
     pub duplicate: bool,
+}
+
+/// `evt_…`, as `stripe_events.id`'s CHECK has it.
+fn is_event_id(id: &str) -> bool {
+    id.strip_prefix("evt_").is_some_and(|rest| {
+        (1..=200).contains(&rest.len())
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    })
 }
