@@ -215,6 +215,26 @@ impl OpsApi for ControlPlane {
                 detail: r.error,
             }),
         );
+        // Invoices Stripe holds otherwise (reconciliation): about money, not a host.
+        failures.extend(
+            sqlx::query!(
+                r#"SELECT found_at AS at, evidence ->> 'summary' AS "summary!"
+                   FROM reconciliation_findings
+                   WHERE kind = 'invoice_mismatch' AND cleared_at IS NULL
+                   ORDER BY found_at DESC LIMIT 5"#
+            )
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|r| Failure {
+                at: r.at,
+                what: "invoice_mismatch".into(),
+                node_id: None,
+                hostname: None,
+                allocation_id: None,
+                detail: r.summary,
+            }),
+        );
         failures.sort_by_key(|f| std::cmp::Reverse(f.at));
         Ok(OpsOverview {
             gauges,

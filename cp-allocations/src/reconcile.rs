@@ -6,24 +6,26 @@
 //! | `orphan_vm` | a host's leases and VMs (its heartbeat's `holding`) against the allocations live on it | recorded; each slot the host holds that is free here is blocked until an operator clears it |
 //! | `missing_vm` | each running allocation against its host's leases and VMs | recorded |
 //! | `ledger_gap` | each usage interval's metered time (start to what rating has reached) against the time its charges cover | recorded; no money moves |
+//! | `invoice_mismatch` | each of the latest finalised invoices against what Stripe holds for it (total, status), read before the run's transaction | recorded; no money moves |
 //!
-//! A run holds a transaction-scoped advisory lock, so with any number of replicas one run
-//! happens at a time and the others skip. A finding is noted again by each run that still sees
+//! A run holds an advisory lock, so with any number of replicas one run happens at a time and
+//! the others skip. A finding is noted again by each run that still sees
 //! it and cleared (not deleted) by the first that doesn't; a blocked slot stays blocked until an
 //! operator looks (the node page's "mark clean", audited). Host reports are used only while
 //! fresh, and never about an allocation whose state changed in the last half minute (a report
 //! read before a release finished is not an orphan).
 
 use serde_json::json;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
+use crate::billing::stripe::{StripeApi, StripeInvoiceView};
 use crate::error::{Error, Result};
 use crate::ids::{AllocationId, NodeId, SlotId};
 
 /// Every kind of finding (the table's CHECK says the same).
-pub const FINDING_KINDS: [&str; 3] = ["orphan_vm", "missing_vm", "ledger_gap"];
+pub const FINDING_KINDS: [&str; 4] = ["orphan_vm", "missing_vm", "ledger_gap", "invoice_mismatch"];
 
 /// How old a host's report may be and still count.
 pub const HOLDING_FRESH_S: f64 = 120.0;
@@ -52,7 +54,8 @@ pub struct ReconcileRun {
 struct Observation {
     kind: &'static str,
     subject: String,
-    node: NodeId,
+    /// The host it is about (none for an invoice).
+    node: Option<NodeId>,
     allocation: Option<uuid::Uuid>,
     /// Slots the host holds that should be taken out of placement.
     slots: Vec<SlotId>,
@@ -68,73 +71,98 @@ pub trait ReconcileApi {
 impl ReconcileApi for ControlPlane {
     #[tracing::instrument(skip_all)]
     async fn reconcile_once(&self) -> Result<ReconcileRun> {
-        let mut tx = self.pool().begin().await?;
-        let locked = sqlx::query_scalar!(
-            r#"SELECT pg_try_advisory_xact_lock($1) AS "locked!""#,
-            RUN_LOCK
-        )
-        .fetch_one(&mut *tx)
-        .await?;
+        // A session lock on a connection of its own, held through Stripe's answers (read with
+        // no transaction open) and the transaction that records the run; a replica that dies
+        // drops the connection and with it the lock.
+        let mut conn = self.pool().acquire().await?;
+        let locked =
+            sqlx::query_scalar!(r#"SELECT pg_try_advisory_lock($1) AS "locked!""#, RUN_LOCK)
+                .fetch_one(&mut *conn)
+                .await?;
         if !locked {
             return Ok(ReconcileRun::default());
         }
-        let run_started = sqlx::query_scalar!(r#"SELECT now() AS "now!""#)
-            .fetch_one(&mut *tx)
-            .await?;
-        let mut seen = orphans(&mut tx).await?;
-        seen.extend(missing(&mut tx).await?);
-        seen.extend(ledger_gaps(&mut tx).await?);
-        let mut run = ReconcileRun {
-            ran: true,
-            seen: seen.len(),
-            ..ReconcileRun::default()
-        };
-        for o in &seen {
-            let row = sqlx::query!(
-                r#"INSERT INTO reconciliation_findings
-                       (kind, subject, node_id, allocation_id, slot_id, evidence)
-                   VALUES ($1, $2, $3, $4, $5, $6)
-                   ON CONFLICT (kind, subject) WHERE cleared_at IS NULL
-                   DO UPDATE SET last_seen_at = now(), evidence = EXCLUDED.evidence
-                   RETURNING id, (xmax = 0) AS "inserted!", quarantined"#,
-                o.kind,
-                o.subject,
-                o.node as NodeId,
-                o.allocation,
-                o.slots.first().copied() as Option<SlotId>,
-                o.evidence,
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            if row.inserted {
-                run.new += 1;
-                tracing::warn!(reconciliation.kind = o.kind, reconciliation.subject = %o.subject,
-                               node.id = %o.node, evidence = %o.evidence, "reconciliation finding");
-            }
-            if !o.slots.is_empty() && !row.quarantined {
-                let blocked = quarantine(&mut tx, self, o).await?;
-                if blocked > 0 {
-                    run.quarantined += blocked;
-                    sqlx::query!(
-                        "UPDATE reconciliation_findings SET quarantined = true WHERE id = $1",
-                        row.id
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                }
+        let run = reconcile_locked(self, &mut conn).await;
+        let unlocked =
+            sqlx::query_scalar!(r#"SELECT pg_advisory_unlock($1) AS "unlocked!""#, RUN_LOCK)
+                .fetch_one(&mut *conn)
+                .await;
+        if !matches!(unlocked, Ok(true)) {
+            // Never back into the pool holding the lock.
+            let _ = conn.close().await;
+        }
+        run
+    }
+}
+
+/// How many of the latest finalised invoices each run compares with Stripe.
+pub const INVOICES_PER_RUN: i64 = 100;
+
+/// One run, under the lock: Stripe's invoices first, then one transaction.
+async fn reconcile_locked(cp: &ControlPlane, conn: &mut PgConnection) -> Result<ReconcileRun> {
+    let views = cp.stripe_invoice_views(INVOICES_PER_RUN).await?;
+    let mut tx = conn.begin().await?;
+    let run_started = sqlx::query_scalar!(r#"SELECT now() AS "now!""#)
+        .fetch_one(&mut *tx)
+        .await?;
+    let mut seen = orphans(&mut tx).await?;
+    seen.extend(missing(&mut tx).await?);
+    seen.extend(ledger_gaps(&mut tx).await?);
+    seen.extend(invoice_mismatches(&mut tx, &views).await?);
+    let mut run = ReconcileRun {
+        ran: true,
+        seen: seen.len(),
+        ..ReconcileRun::default()
+    };
+    for o in &seen {
+        let row = sqlx::query!(
+            r#"INSERT INTO reconciliation_findings
+                   (kind, subject, node_id, allocation_id, slot_id, evidence)
+               VALUES ($1, $2, $3, $4, $5, $6)
+               ON CONFLICT (kind, subject) WHERE cleared_at IS NULL
+               DO UPDATE SET last_seen_at = now(), evidence = EXCLUDED.evidence
+               RETURNING id, (xmax = 0) AS "inserted!", quarantined"#,
+            o.kind,
+            o.subject,
+            o.node as Option<NodeId>,
+            o.allocation,
+            o.slots.first().copied() as Option<SlotId>,
+            o.evidence,
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if row.inserted {
+            run.new += 1;
+            tracing::warn!(reconciliation.kind = o.kind, reconciliation.subject = %o.subject,
+                           node.id = ?o.node, evidence = %o.evidence, "reconciliation finding");
+        }
+        if !o.slots.is_empty() && !row.quarantined {
+            let blocked = quarantine(&mut tx, cp, o).await?;
+            if blocked > 0 {
+                run.quarantined += blocked;
+                sqlx::query!(
+                    "UPDATE reconciliation_findings SET quarantined = true WHERE id = $1",
+                    row.id
+                )
+                .execute(&mut *tx)
+                .await?;
             }
         }
-        run.cleared = sqlx::query!(
-            "UPDATE reconciliation_findings SET cleared_at = now()
-             WHERE cleared_at IS NULL AND last_seen_at < $1",
-            run_started
-        )
-        .execute(&mut *tx)
-        .await?
-        .rows_affected() as usize;
-        tx.commit().await?;
-        Ok(run)
     }
+    // An invoice Stripe wasn't asked about this run is neither seen nor cleared.
+    let compared: Vec<String> = views.iter().map(|v| v.invoice.to_string()).collect();
+    run.cleared = sqlx::query!(
+        "UPDATE reconciliation_findings SET cleared_at = now()
+         WHERE cleared_at IS NULL AND last_seen_at < $1
+           AND (kind <> 'invoice_mismatch' OR subject = ANY($2))",
+        run_started,
+        &compared
+    )
+    .execute(&mut *tx)
+    .await?
+    .rows_affected() as usize;
+    tx.commit().await?;
+    Ok(run)
 }
 
 /// Leases and VMs a host holds for an allocation that isn't live on it.
@@ -188,7 +216,7 @@ async fn orphans(conn: &mut PgConnection) -> Result<Vec<Observation>> {
             Observation {
                 kind: "orphan_vm",
                 subject: format!("{}:{}", r.node, r.allocation),
-                node: r.node,
+                node: Some(r.node),
                 allocation: Some(r.allocation),
                 evidence: json!({
                     "summary": format!("the host holds {holds} for allocation {}; {believed}", r.allocation),
@@ -234,7 +262,7 @@ async fn missing(conn: &mut PgConnection) -> Result<Vec<Observation>> {
             Observation {
                 kind: "missing_vm",
                 subject: r.id.to_string(),
-                node: r.node,
+                node: Some(r.node),
                 allocation: Some(r.id.0),
                 slots: Vec::new(),
                 evidence: json!({
@@ -274,7 +302,7 @@ async fn ledger_gaps(conn: &mut PgConnection) -> Result<Vec<Observation>> {
             Ok(Observation {
                 kind: "ledger_gap",
                 subject: r.id.to_string(),
-                node,
+                node: Some(node),
                 allocation: Some(r.id.0),
                 slots: Vec::new(),
                 evidence: json!({
@@ -293,9 +321,65 @@ async fn ledger_gaps(conn: &mut PgConnection) -> Result<Vec<Observation>> {
         .collect()
 }
 
+/// Finalised invoices whose total or status Stripe holds otherwise. A status Stripe changed in
+/// the last half minute, or whose webhook is still to be applied, is not a difference yet.
+async fn invoice_mismatches(
+    conn: &mut PgConnection,
+    views: &[StripeInvoiceView],
+) -> Result<Vec<Observation>> {
+    if views.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<uuid::Uuid> = views.iter().map(|v| v.invoice).collect();
+    let ours = sqlx::query!(
+        r#"SELECT i.id, i.number AS "number!", i.total_minor, i.status, i.currency,
+                  EXISTS (SELECT 1 FROM stripe_events e
+                          WHERE e.stripe_invoice_id = i.stripe_invoice_id
+                            AND e.processed_at IS NULL) AS "pending!",
+                  extract(epoch FROM now())::bigint AS "now!"
+           FROM invoices i WHERE i.id = ANY($1) AND i.status <> 'draft'"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::new();
+    for r in ours {
+        let Some(v) = views.iter().find(|v| v.invoice == r.id) else {
+            continue;
+        };
+        let settled = !r.pending && v.changed_at.is_none_or(|t| (r.now - t) as f64 >= SETTLE_S);
+        let status_differs = settled && v.status.as_deref() != Some(r.status.as_str());
+        if v.total_minor == r.total_minor && !status_differs {
+            continue;
+        }
+        let theirs = v.status.as_deref().unwrap_or("(none)");
+        out.push(Observation {
+            kind: "invoice_mismatch",
+            subject: r.id.to_string(),
+            node: None,
+            allocation: None,
+            slots: Vec::new(),
+            evidence: json!({
+                "summary": format!(
+                    "invoice {}: ours {} {} {}, Stripe's {} {} {theirs} ({})",
+                    r.number, r.total_minor, r.currency, r.status,
+                    v.total_minor, r.currency, v.stripe_invoice
+                ),
+                "stripe_invoice": v.stripe_invoice,
+                "ours": {"total_minor": r.total_minor, "status": r.status},
+                "stripe": {"total_minor": v.total_minor, "status": v.status},
+            }),
+        });
+    }
+    Ok(out)
+}
+
 /// Blocks the slots of `o` that are free here (clean, unclaimed), so placement can't put a
 /// tenant where the host still holds something; audited as the system. How many it blocked.
 async fn quarantine(tx: &mut PgConnection, cp: &ControlPlane, o: &Observation) -> Result<usize> {
+    let Some(node) = o.node else {
+        return Ok(0);
+    };
     let detail = format!(
         "reconciliation: {}",
         o.evidence["summary"]
@@ -311,7 +395,7 @@ async fn quarantine(tx: &mut PgConnection, cp: &ControlPlane, o: &Observation) -
                                AND (c.slot_id = s.id OR c.kind = 'baremetal'))
            RETURNING s.slot_index"#,
         &o.slots.iter().map(|s| s.0).collect::<Vec<_>>(),
-        o.node as NodeId,
+        node as NodeId,
         detail.chars().take(1000).collect::<String>(),
     )
     .fetch_all(&mut *tx)
@@ -319,7 +403,7 @@ async fn quarantine(tx: &mut PgConnection, cp: &ControlPlane, o: &Observation) -
     if blocked.is_empty() {
         return Ok(0);
     }
-    let region = sqlx::query_scalar!("SELECT region FROM nodes WHERE id = $1", o.node as NodeId)
+    let region = sqlx::query_scalar!("SELECT region FROM nodes WHERE id = $1", node as NodeId)
         .fetch_one(&mut *tx)
         .await?;
     let slots: Vec<i32> = blocked.iter().map(|b| b.slot_index).collect();
@@ -328,7 +412,7 @@ async fn quarantine(tx: &mut PgConnection, cp: &ControlPlane, o: &Observation) -
         AuditEntry {
             actor: Actor::System,
             action: "node.slot.quarantine",
-            resource: &cp.naming().node(&region, o.node)?,
+            resource: &cp.naming().node(&region, node)?,
             before: Some(json!({ "slots": slots, "cleanup_state": "clean" })),
             after: Some(json!({ "slots": slots, "cleanup_state": "blocked", "reason": detail })),
             request_id: None,

@@ -504,3 +504,100 @@ async fn a_stripe_outage_is_retried_and_nothing_is_duplicated() {
         .unwrap();
     assert_eq!(attempts, 2);
 }
+
+/// Reconciliation compares finalised invoices with what Stripe holds (read outside its
+/// transaction): a difference is recorded with both sides, shown on the operations panel and
+/// counted, and no money moves; an invoice Stripe can't be asked about keeps its finding; the
+/// difference gone, the finding clears.
+#[tokio::test]
+async fn reconciliation_compares_invoices_with_stripe_and_moves_no_money() {
+    use control_plane::ops::OpsApi;
+    use control_plane::reconcile::ReconcileApi;
+    let p = portal().await;
+    assert_eq!(sync(&p).await, 1);
+    let sid = local(&p).await.stripe_invoice_id.expect("linked to Stripe");
+    let open_findings = || async {
+        sqlx::query!(
+            r#"SELECT subject, evidence ->> 'summary' AS "summary!" FROM reconciliation_findings
+               WHERE kind = 'invoice_mismatch' AND cleared_at IS NULL"#
+        )
+        .fetch_all(p.cp.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.subject, r.summary))
+        .collect::<Vec<_>>()
+    };
+    p.cp.reconcile_once().await.unwrap();
+    assert!(open_findings().await.is_empty(), "Stripe agrees");
+
+    // Someone voids it in Stripe's dashboard, and its total is changed, long ago: no event.
+    let long_ago = now() - 3600;
+    assert!(p.stripe.edit_invoice(&sid, |i| {
+        i["total"] = serde_json::json!(4_000);
+        i["status"] = serde_json::json!("void");
+        i["status_transitions"]["voided_at"] = serde_json::json!(long_ago);
+    }));
+    let before = (local(&p).await, cash_postings(&p).await);
+    let run = p.cp.reconcile_once().await.unwrap();
+    assert!(run.ran && run.new >= 1, "{run:?}");
+    let found = open_findings().await;
+    let number: String = sqlx::query_scalar!(
+        "SELECT number AS \"n!\" FROM invoices WHERE id = $1",
+        p.invoice.0
+    )
+    .fetch_one(p.cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        found,
+        [(
+            p.invoice.to_string(),
+            format!("invoice {number}: ours 4784 USD open, Stripe's 4000 USD void ({sid})")
+        )]
+    );
+    assert_eq!(
+        (local(&p).await, cash_postings(&p).await),
+        before,
+        "no money moves, our invoice is as it was"
+    );
+    let gauges = p.cp.ops_gauges().await.unwrap();
+    assert!(
+        gauges
+            .reconciliation_open
+            .contains(&("invoice_mismatch".to_string(), 1)),
+        "{:?}",
+        gauges.reconciliation_open
+    );
+    // The operations panel lists it among what failed (it is about money, not a host).
+    let ops = test_db::fixtures::operator(&p.cp, "ops@platform.example").await;
+    let staff = test_db::fixtures::staff(&p.cp, &ops).await;
+    let overview = p.cp.ops_overview(&staff).await.unwrap();
+    assert!(
+        overview
+            .failures
+            .iter()
+            .any(|f| f.what == "invoice_mismatch" && f.detail == found[0].1 && f.node_id.is_none()),
+        "{:?}",
+        overview.failures
+    );
+
+    // Stripe can't be asked now: the finding stands, neither seen again nor cleared.
+    p.stripe.set_faults(Faults {
+        fail_for_ms: 60_000,
+        ..Default::default()
+    });
+    p.cp.reconcile_once().await.unwrap();
+    assert_eq!(open_findings().await.len(), 1);
+
+    // Put right in Stripe: the next run clears it.
+    p.stripe.set_faults(Faults::default());
+    assert!(p.stripe.edit_invoice(&sid, |i| {
+        i["total"] = serde_json::json!(4_784);
+        i["status"] = serde_json::json!("open");
+        i["status_transitions"]["voided_at"] = serde_json::Value::Null;
+    }));
+    let run = p.cp.reconcile_once().await.unwrap();
+    assert_eq!(run.cleared, 1, "{run:?}");
+    assert!(open_findings().await.is_empty());
+}

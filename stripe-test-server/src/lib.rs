@@ -132,6 +132,12 @@ impl Handle {
     pub fn set_faults(&self, f: Faults) {
         set_faults(&self.inner, f);
     }
+    /// Changes an invoice behind the platform's back, sending no event (someone editing it in
+    /// Stripe's dashboard): what reconciliation must notice. False when there is no such invoice.
+    pub fn edit_invoice(&self, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
+        let mut s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        s.invoices.get_mut(id).map(edit).is_some()
+    }
     pub async fn flush(&self) {
         flush(&self.inner).await;
     }

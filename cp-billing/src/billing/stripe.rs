@@ -100,6 +100,24 @@ pub trait StripeApi {
     /// Applies a linked invoice's unprocessed events, oldest first (by Stripe's `created`).
     /// Status only moves forward, so an event that arrives after a later one changes nothing.
     async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize>;
+
+    /// What Stripe holds now for our `limit` latest finalised invoices, for reconciliation:
+    /// one read per invoice, made outside any transaction; an invoice Stripe can't be asked
+    /// about now is left out (Stripe down is not a mismatch). Empty without Stripe.
+    async fn stripe_invoice_views(&self, limit: i64) -> Result<Vec<StripeInvoiceView>>;
+}
+
+/// One invoice as Stripe holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StripeInvoiceView {
+    /// Ours.
+    pub invoice: Uuid,
+    pub stripe_invoice: String,
+    pub total_minor: i64,
+    /// `open`, `paid`, `void`, `uncollectible` (or `draft`).
+    pub status: Option<String>,
+    /// The latest of Stripe's status transitions (Unix seconds).
+    pub changed_at: Option<i64>,
 }
 
 impl StripeApi for ControlPlane {
@@ -419,6 +437,49 @@ impl StripeApi for ControlPlane {
             event: event.id.to_string(),
             duplicate: false,
         })
+    }
+
+    #[tracing::instrument(skip(self))]
+    async fn stripe_invoice_views(&self, limit: i64) -> Result<Vec<StripeInvoiceView>> {
+        let Some(link) = self.stripe_link() else {
+            return Ok(Vec::new());
+        };
+        let ours = sqlx::query!(
+            r#"SELECT id, stripe_invoice_id AS "stripe_invoice_id!" FROM invoices
+               WHERE stripe_invoice_id IS NOT NULL AND status <> 'draft'
+               ORDER BY finalized_at DESC, id LIMIT $1"#,
+            limit
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut views = Vec::with_capacity(ours.len());
+        for row in ours {
+            let req = stripe_billing::invoice::RetrieveInvoice::new(row.stripe_invoice_id.as_str());
+            match with_retries("retrieve invoice", || req.send(link.client())).await {
+                Ok(theirs) => {
+                    let t = &theirs.status_transitions;
+                    views.push(StripeInvoiceView {
+                        invoice: row.id,
+                        stripe_invoice: row.stripe_invoice_id,
+                        total_minor: theirs.total,
+                        status: theirs.status.as_ref().map(|s| s.as_str().to_string()),
+                        changed_at: [
+                            t.finalized_at,
+                            t.paid_at,
+                            t.voided_at,
+                            t.marked_uncollectible_at,
+                        ]
+                        .into_iter()
+                        .flatten()
+                        .max(),
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(stripe.invoice = %row.stripe_invoice_id, error = %e, "reconciliation: Stripe not asked about this invoice now");
+                }
+            }
+        }
+        Ok(views)
     }
 
     async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize> {
