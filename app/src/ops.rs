@@ -152,7 +152,11 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
         <div class="grid-2">
             <section class="card" aria-labelledby="ops-slots">
                 <h2 id="ops-slots">"Slots"</h2>
-                <div class="chart chart-small" role="img" aria-label="Approved slots by state" data-testid="slots-chart" data-option=slots_chart></div>
+                {if g.slots.iter().any(|(_, n)| *n > 0) {
+                    view! { <div class="chart chart-small" role="img" aria-label="Approved slots by state" data-testid="slots-chart" data-option=slots_chart></div> }.into_any()
+                } else {
+                    view! { <p class="hint" data-testid="no-slots">"No slot is approved yet: approve a host's slot map on its fleet page."</p> }.into_any()
+                }}
                 <dl class="facts" data-testid="slot-counts">
                     {slot_states.into_iter().map(|s| view! {
                         <dt>{s.replace('_', " ")}</dt><dd data-state=s>{count_of(&g.slots, s)}</dd>
@@ -190,6 +194,7 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
                     <dt>"Rating lag"</dt><dd data-testid="rating-lag">{if g.rating_lag_s > 0.0 { age(g.rating_lag_s) } else { "none".into() }}</dd>
                     <dt>"Stripe syncs"</dt><dd data-testid="stripe">{format!("{} pending, {} failing", g.stripe_pending, g.stripe_failing)}{(g.stripe_pending > 0).then(|| format!(", oldest {}", age(g.stripe_oldest_s)))}</dd>
                     <dt>"Webhook events unapplied"</dt><dd data-testid="webhooks">{g.webhook_backlog}</dd>
+                    <dt>"Invoices unlike Stripe's"</dt><dd data-testid="invoice-mismatches">{g.reconciliation_open.iter().find(|(k, _)| k == "invoice_mismatch").map_or(0, |(_, n)| *n)}</dd>
                 </dl>
             </section>
         </div>

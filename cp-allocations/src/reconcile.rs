@@ -23,6 +23,7 @@ use crate::audit::{self, Actor, AuditEntry};
 use crate::billing::stripe::{StripeApi, StripeInvoiceView};
 use crate::error::{Error, Result};
 use crate::ids::{AllocationId, NodeId, SlotId};
+use portal_types::Money;
 
 /// Every kind of finding (the table's CHECK says the same).
 pub const FINDING_KINDS: [&str; 4] = ["orphan_vm", "missing_vm", "ledger_gap", "invoice_mismatch"];
@@ -361,9 +362,12 @@ async fn invoice_mismatches(
             slots: Vec::new(),
             evidence: json!({
                 "summary": format!(
-                    "invoice {}: ours {} {} {}, Stripe's {} {} {theirs} ({})",
-                    r.number, r.total_minor, r.currency, r.status,
-                    v.total_minor, r.currency, v.stripe_invoice
+                    "invoice {}: ours {} {}, Stripe's {} {theirs} ({})",
+                    r.number,
+                    Money::new(r.total_minor, r.currency.as_str()),
+                    r.status,
+                    Money::new(v.total_minor, r.currency.as_str()),
+                    v.stripe_invoice
                 ),
                 "stripe_invoice": v.stripe_invoice,
                 "ours": {"total_minor": r.total_minor, "status": r.status},

@@ -553,7 +553,7 @@ async fn reconciliation_compares_invoices_with_stripe_and_moves_no_money() {
         found,
         [(
             p.invoice.to_string(),
-            format!("invoice {number}: ours 4784 USD open, Stripe's 4000 USD void ({sid})")
+            format!("invoice {number}: ours 47.84 USD open, Stripe's 40.00 USD void ({sid})")
         )]
     );
     assert_eq!(

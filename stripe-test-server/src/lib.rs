@@ -15,6 +15,8 @@
 //! made: the client retries with its key); decline the next N payments; send every event
 //! twice; hold events and then deliver them in reverse order (`POST /_test/flush`).
 //! `GET /_test/events` lists every event made, for looking at what a run sent.
+//! `POST /_test/invoices/{id}` merges a JSON object into an invoice (a JSON merge patch),
+//! sending no event: someone changing it in Stripe's dashboard.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -135,8 +137,7 @@ impl Handle {
     /// Changes an invoice behind the platform's back, sending no event (someone editing it in
     /// Stripe's dashboard): what reconciliation must notice. False when there is no such invoice.
     pub fn edit_invoice(&self, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
-        let mut s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
-        s.invoices.get_mut(id).map(edit).is_some()
+        edit_invoice(&self.inner, id, edit)
     }
     pub async fn flush(&self) {
         flush(&self.inner).await;
@@ -187,6 +188,7 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
         .route("/v1/credit_notes", post(create_credit_note))
         .route("/hosted/{id}", get(hosted_page).post(hosted_pay))
         .route("/_test/faults", post(faults))
+        .route("/_test/invoices/{id}", post(edit_invoice_route))
         .route("/_test/flush", post(flush_route))
         .route("/_test/events", get(events_route))
         .with_state(inner.clone());
@@ -931,6 +933,42 @@ async fn hosted_page(State(inner): Shared, Path(id): Path<String>) -> Response {
 async fn hosted_pay(State(inner): Shared, Path(id): Path<String>) -> Response {
     let _ = pay(&inner, &id);
     axum::response::Redirect::to(&format!("/hosted/{id}")).into_response()
+}
+
+fn edit_invoice(inner: &Inner, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
+    let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    s.invoices.get_mut(id).map(edit).is_some()
+}
+
+/// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+async fn edit_invoice_route(State(inner): Shared, Path(id): Path<String>, body: Bytes) -> Response {
+    let patch = match serde_json::from_slice::<Value>(&body) {
+        Ok(p @ Value::Object(_)) => p,
+        Ok(_) => {
+            return (StatusCode::BAD_REQUEST, "a merge patch is a JSON object").into_response();
+        }
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("patch: {e}")).into_response(),
+    };
+    if edit_invoice(&inner, &id, |i| merge_patch(i, &patch)) {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        (StatusCode::NOT_FOUND, format!("no invoice {id}")).into_response()
+    }
 }
 
 async fn faults(State(inner): Shared, body: Bytes) -> Response {

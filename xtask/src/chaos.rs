@@ -25,6 +25,7 @@ use pgcluster::{Durability, PgCluster, StopMode, StopOnDrop};
 use crate::fleet::{self, Agent};
 use crate::portal::{self, Launch};
 use crate::proc::{http_post, terminate, wait_ready};
+use crate::test::cargo;
 use crate::tools::{self, Needs};
 use crate::{Result, root, step, target_dir};
 
@@ -100,14 +101,6 @@ pub fn run(args: &[String]) -> Result {
         "stripe-test-server",
     ]))?;
     chaos(seconds, seed)
-}
-
-fn cargo(args: &[&str]) -> Command {
-    let mut c = Command::new("cargo");
-    c.args(args)
-        .current_dir(root())
-        .env("RUSTFLAGS", "--cfg erase_components");
-    c
 }
 
 /// The bench binary's `chaos-load` / `chaos-audit` with `args`.

@@ -40,33 +40,30 @@ pub fn show(cmd: &Command) -> String {
 
 /// GET `http://127.0.0.1:{port}{path}` and return the status code.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
-    let mut stream =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
-            .ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    http(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"),
     )
-    .ok()?;
-    let mut buf = [0u8; 64];
-    let n = stream.read(&mut buf).ok()?;
-    let head = std::str::from_utf8(&buf[..n]).ok()?;
-    head.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// POST a JSON `body` to `http://127.0.0.1:{port}{path}` and return the status code.
 pub fn http_post(port: u16, path: &str, body: &str) -> Option<u16> {
+    http(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+/// Sends one request on a fresh loopback connection; the answer's status code.
+fn http(port: u16, request: &str) -> Option<u16> {
     let mut stream =
         TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
             .ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
     let mut buf = [0u8; 64];
     let n = stream.read(&mut buf).ok()?;
     let head = std::str::from_utf8(&buf[..n]).ok()?;

@@ -17,7 +17,7 @@ use crate::{Result, layers, portal, root, standalone, step, target_dir};
 /// Debug builds share artifacts with `cargo leptos build`, which adds this flag.
 const DEBUG_RUSTFLAGS: &str = "--cfg erase_components";
 
-fn cargo(args: &[&str]) -> Command {
+pub(crate) fn cargo(args: &[&str]) -> Command {
     let mut c = Command::new("cargo");
     c.args(args).current_dir(root());
     c.env("RUSTFLAGS", DEBUG_RUSTFLAGS);
