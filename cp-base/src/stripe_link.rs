@@ -13,6 +13,13 @@ pub struct StripeSettings {
     pub secret_key: String,
     /// The endpoint's `whsec_…` signing secret.
     pub webhook_secret: String,
+    /// How long one call may take before it is given up (and retried with the same
+    /// idempotency key): [`StripeSettings::TIMEOUT`] unless a test wants it shorter.
+    pub timeout: Duration,
+}
+
+impl StripeSettings {
+    pub const TIMEOUT: Duration = Duration::from_secs(20);
 }
 
 #[derive(Clone)]
@@ -35,7 +42,7 @@ impl StripeLink {
         }
         let client = stripe::ClientBuilder::new(settings.secret_key.clone())
             .url(base)
-            .timeout(Duration::from_secs(20))
+            .timeout(settings.timeout)
             .build()
             .map_err(|e| Error::Invalid {
                 field: "stripe",

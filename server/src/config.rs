@@ -297,6 +297,7 @@ impl Config {
             api_base: self.stripe_api_base.clone(),
             secret_key: self.stripe_secret_key.as_ref()?.expose().to_string(),
             webhook_secret: self.stripe_webhook_secret.as_ref()?.expose().to_string(),
+            timeout: control_plane::billing::stripe::StripeSettings::TIMEOUT,
         })
     }
 

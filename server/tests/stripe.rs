@@ -71,6 +71,8 @@ async fn portal() -> Portal {
             api_base: stripe.base_url(),
             secret_key: "sk_test_portal".into(),
             webhook_secret: SECRET.into(),
+            // Short, so that a Stripe that doesn't answer in time costs the tests little.
+            timeout: Duration::from_secs(1),
         })
         .unwrap();
     cp.migrate().await.unwrap();
@@ -600,4 +602,26 @@ async fn reconciliation_compares_invoices_with_stripe_and_moves_no_money() {
     let run = p.cp.reconcile_once().await.unwrap();
     assert_eq!(run.cleared, 1, "{run:?}");
     assert!(open_findings().await.is_empty());
+}
+
+/// Stripe answering too slowly (it did the work, the answer is late): each call gives up at the
+/// client's timeout and is retried with the same idempotency key, which Stripe answers from
+/// what it did. One customer, one invoice, one item per line, and the sync finishes.
+#[tokio::test]
+async fn a_stripe_that_times_out_is_retried_and_nothing_is_duplicated() {
+    let p = portal().await;
+    p.stripe.set_faults(Faults {
+        delay_requests: 3,
+        delay_ms: 1_500,
+        ..Default::default()
+    });
+    assert_eq!(sync(&p).await, 1, "done despite three calls that timed out");
+    let sid = local(&p).await.stripe_invoice_id.expect("linked to Stripe");
+    // The client gave up and retried: those retries were answered from what was done.
+    assert!(p.stripe.replays() >= 3, "{} replays", p.stripe.replays());
+    assert_eq!(p.stripe.created("customer"), 1);
+    assert_eq!(p.stripe.created("invoice"), 1);
+    assert_eq!(p.stripe.created("invoiceitem"), 2);
+    assert_eq!(p.stripe.invoice(&sid).unwrap()["amount_due"], 4_784);
+    assert_eq!(sync(&p).await, 0, "nothing left to sync");
 }

@@ -13,7 +13,8 @@
 //! Fault knobs (`POST /_test/faults`): fail the next N API requests with 503, or all of them
 //! for a while; process the next N requests but lose the answer (500 after the object is
 //! made: the client retries with its key); decline the next N payments; send every event
-//! twice; hold events and then deliver them in reverse order (`POST /_test/flush`).
+//! twice; hold events and then deliver them in reverse order (`POST /_test/flush`); carry out
+//! the next N requests but answer them only after a delay (a client's timeout, then its retry).
 //! `GET /_test/events` lists every event made, for looking at what a run sent.
 //! `POST /_test/invoices/{id}` merges a JSON object into an invoice (a JSON merge patch),
 //! sending no event: someone changing it in Stripe's dashboard.
@@ -81,6 +82,10 @@ pub struct Faults {
     pub duplicate_events: bool,
     /// Keep events until `POST /_test/flush`, which delivers them newest first.
     pub hold_events: bool,
+    /// The next N API requests are carried out at once but answered only after `delay_ms`:
+    /// a client with a shorter timeout gives up and retries with the same key.
+    pub delay_requests: u32,
+    pub delay_ms: u64,
 }
 
 #[derive(Default)]
@@ -99,6 +104,8 @@ struct Store {
     /// Objects created per kind (what a test checks for duplicates).
     created: HashMap<&'static str, u32>,
     seq: u64,
+    /// Requests answered from the idempotency store (a retry of one already carried out).
+    replays: u64,
     last_event_created: i64,
 }
 
@@ -122,6 +129,14 @@ impl Handle {
     pub fn created(&self, kind: &str) -> u32 {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
         s.created.get(kind).copied().unwrap_or(0)
+    }
+    /// How many requests were answered as replays of an earlier one with the same key.
+    pub fn replays(&self) -> u64 {
+        self.inner
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replays
     }
     pub fn customer(&self, id: &str) -> Option<Value> {
         let s = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -186,6 +201,7 @@ pub async fn start(config: Config, listen: SocketAddr) -> std::io::Result<Handle
         .route("/v1/invoices/{id}/{action}", post(invoice_action))
         .route("/v1/invoiceitems", post(create_item))
         .route("/v1/credit_notes", post(create_credit_note))
+        .route_layer(axum::middleware::from_fn_with_state(inner.clone(), slow))
         .route("/hosted/{id}", get(hosted_page).post(hosted_pay))
         .route("/_test/faults", post(faults))
         .route("/_test/invoices/{id}", post(edit_invoice_route))
@@ -300,9 +316,11 @@ fn api(
                 );
                 return (st, axum::Json(b)).into_response();
             }
+            let (status, body) = (*status, body.clone());
+            s.replays += 1;
             let mut r = (
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::OK),
-                axum::Json(body.clone()),
+                StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+                axum::Json(body),
             )
                 .into_response();
             r.headers_mut()
@@ -933,6 +951,27 @@ async fn hosted_page(State(inner): Shared, Path(id): Path<String>) -> Response {
 async fn hosted_pay(State(inner): Shared, Path(id): Path<String>) -> Response {
     let _ = pay(&inner, &id);
     axum::response::Redirect::to(&format!("/hosted/{id}")).into_response()
+}
+
+/// The `delay_requests` fault, in front of every API route.
+async fn slow(
+    State(inner): Shared,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let delay = {
+        let mut s = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        (s.faults.delay_requests > 0).then(|| {
+            s.faults.delay_requests -= 1;
+            Duration::from_millis(s.faults.delay_ms)
+        })
+    };
+    // Carried out at once, answered late: the client that gives up must not make it twice.
+    let answer = next.run(req).await;
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    answer
 }
 
 fn edit_invoice(inner: &Inner, id: &str, edit: impl FnOnce(&mut Value)) -> bool {
