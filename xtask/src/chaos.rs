@@ -9,7 +9,7 @@
 //! | `agent_kill` | `kill -9` of an agent (at whatever phase it is in), restarted after 1–4 s |
 //! | `pg_restart_fast`, `pg_restart_immediate` | PostgreSQL stopped (`-m fast` / `-m immediate`, i.e. a crash and WAL replay) and started again |
 //! | `pool_exhaustion` | every free connection slot of PostgreSQL held by sessions sleeping 3–6 s |
-//! | `stripe_faults` | the Stripe test server answers 503 for 4 s, loses two answers, and sends the held webhooks twice and newest first |
+//! | `stripe_faults` | the Stripe test server answers 503 for 4 s, loses two answers, answers two only after the client's 20 s timeout, and sends the held webhooks twice and newest first |
 //! | `agent_cutoff` | an agent stopped (`SIGSTOP`) past the heartbeat timeout, then continued (runs of 150 s and more) |
 //!
 //! Then it stops injecting, restores anything down, and `bench chaos-audit` releases what is
@@ -506,13 +506,13 @@ fn one_fault(kind: &str, sys: &mut System, pg: &PgCluster, rng: &mut Rng) -> Res
                     .ok_or_else(|| format!("the Stripe test server refused faults {body}"))
             };
             set(
-                r#"{"fail_for_ms": 4000, "lose_responses": 2, "duplicate_events": true, "hold_events": true}"#,
+                r#"{"fail_for_ms": 4000, "lose_responses": 2, "delay_requests": 2, "delay_ms": 21000, "duplicate_events": true, "hold_events": true}"#,
             )?;
             std::thread::sleep(Duration::from_secs(6));
             // Held events go out twice, newest first; then back to normal.
             let _ = http_post(port, "/_test/flush", "{}");
             set("{}")?;
-            "503s for 4 s, 2 lost answers, webhooks twice and reversed".into()
+            "503s for 4 s, 2 lost answers, 2 answers past the client's timeout, webhooks twice and reversed".into()
         }
         other => return Err(format!("unknown fault {other}")),
     })
