@@ -11,32 +11,40 @@ use serde::{Deserialize, Serialize};
 pub enum AppError {
     /// The input is wrong; the message names the field and the rule.
     #[error("{0}")]
-    BadRequest(String),
+    BadRequest(#[serde(serialize_with = "ser_bounded")] String),
     /// One field of a form is wrong: `field` is the control plane's name for it (a form shows
     /// `reason`, capitalised, under that field, and the whole sentence in its summary).
     #[error("Invalid {field}: {reason}")]
-    Invalid { field: String, reason: String },
+    Invalid {
+        field: String,
+        #[serde(serialize_with = "ser_bounded")]
+        reason: String,
+    },
     /// Absent, or not visible to this user (the two are deliberately indistinguishable).
     #[error("Not found.")]
     NotFound,
     #[error("{0}")]
-    Conflict(String),
+    Conflict(#[serde(serialize_with = "ser_bounded")] String),
     /// Nothing could be placed: the message is placement's explanation.
     #[error("{0}")]
-    Unavailable(String),
+    Unavailable(#[serde(serialize_with = "ser_bounded")] String),
     /// A policy refused it: `key` is the policy (`max_gpus_in_use`, …), `message` the sentence.
     #[error("{message}")]
-    PolicyDenied { key: String, message: String },
+    PolicyDenied {
+        key: String,
+        #[serde(serialize_with = "ser_bounded")]
+        message: String,
+    },
     /// Not signed in, or the session has ended.
     #[error("Please sign in to continue.")]
     Unauthenticated,
     /// Signed in, but not allowed; the message says who may.
     #[error("{0}")]
-    Forbidden(String),
+    Forbidden(#[serde(serialize_with = "ser_bounded")] String),
     /// A sign-in attempt that was refused (wrong password, say); the message is deliberately
     /// vague about which part was wrong.
     #[error("{0}")]
-    SignInRefused(String),
+    SignInRefused(#[serde(serialize_with = "ser_bounded")] String),
     /// Too many attempts; the caller may try again after this many seconds.
     #[error("Too many attempts. Try again in {retry_after_secs} seconds.")]
     RateLimited { retry_after_secs: u64 },
@@ -141,7 +149,33 @@ impl FromServerFnError for AppError {
     type Encoder = JsonEncoding;
 
     fn from_server_fn_error(value: ServerFnErrorErr) -> Self {
-        AppError::ServerFn(value)
+        // The machinery's messages may quote what was sent (an argument of 100 KB, say).
+        use ServerFnErrorErr as S;
+        AppError::ServerFn(match value {
+            S::Args(m) => S::Args(bounded(&m)),
+            S::MissingArg(m) => S::MissingArg(bounded(&m)),
+            S::Deserialization(m) => S::Deserialization(bounded(&m)),
+            S::Registration(m) => S::Registration(bounded(&m)),
+            other => other,
+        })
+    }
+}
+
+/// The longest message an error carries: a refusal that quotes its input says what was wrong
+/// in the first few hundred characters, and an answer stays small whatever was sent.
+pub const MAX_MESSAGE_CHARS: usize = 500;
+
+/// Every message is written out bounded, however it was made (a refusal that quotes a 100 KB
+/// argument, say): in the JSON a fetch gets and in the URL a plain form post is sent back to.
+fn ser_bounded<S: serde::Serializer>(m: &str, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&bounded(m))
+}
+
+/// `m`, cut to [`MAX_MESSAGE_CHARS`] with an ellipsis.
+pub fn bounded(m: &str) -> String {
+    match m.char_indices().nth(MAX_MESSAGE_CHARS) {
+        None => m.to_owned(),
+        Some((at, _)) => format!("{}…", &m[..at]),
     }
 }
 
@@ -167,9 +201,10 @@ mod ssr {
         full_stop(&super::capitalised(m))
     }
 
-    /// Ends it with a full stop, unless it ends a sentence already.
+    /// Ends it with a full stop, unless it ends a sentence already (and is never longer than
+    /// [`super::MAX_MESSAGE_CHARS`]).
     fn full_stop(m: &str) -> String {
-        let mut out = m.to_owned();
+        let mut out = super::bounded(m);
         if !out.is_empty() && !out.ends_with(['.', '!', '?']) {
             out.push('.');
         }
@@ -214,7 +249,7 @@ mod ssr {
                     reason: full_stop(&reason),
                 },
                 E::ResourceName(_) => AppError::BadRequest(sentence(&e.to_string())),
-                E::Sso(sso) => AppError::BadRequest(format!("Sign-in failed: {sso}.")),
+                E::Sso(sso) => AppError::BadRequest(full_stop(&format!("Sign-in failed: {sso}"))),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
                 e @ E::SkuUnavailable(_) => AppError::Unavailable(format!("{e}.")),
                 E::PolicyDenied(d) => AppError::PolicyDenied {

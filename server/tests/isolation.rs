@@ -21,7 +21,7 @@
 
 use control_plane::prelude::*;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use control_plane::{ControlPlane, UserId, demo};
@@ -1360,6 +1360,84 @@ async fn every_api_operation_answers_every_caller_as_its_rule_says() {
     assert!(
         problems.is_empty(),
         "{} of {calls} answers were wrong:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// Bad input on every server function, from a caller it allows (so the input, not access, is
+/// what is tested): each argument in turn replaced by an odd value (empty, a NUL, 100 KB, huge
+/// and negative numbers, bidi and CJK text, a nil UUID, JSON, a path), an argument left out,
+/// an unknown one added, one given twice, an empty body and bytes that aren't UTF-8. Never a
+/// 5xx: the caller's mistake is a 4xx that says so.
+#[tokio::test]
+async fn every_server_function_answers_bad_input_without_a_5xx() {
+    let (_db, app, world) = copy().await;
+    let odd: [String; 12] = [
+        String::new(),
+        "\u{0}".into(),
+        "x".repeat(100_000),
+        "-1".into(),
+        "99999999999999999999999".into(),
+        "1e309".into(),
+        "\u{202e}é漢字\t\n".into(),
+        "00000000-0000-0000-0000-000000000000".into(),
+        "true".into(),
+        "{\"a\":[1,2]}".into(),
+        "../../etc/passwd".into(),
+        "NaN".into(),
+    ];
+    let entries = matrix(&world);
+    let (mut calls, mut by_status) = (0, BTreeMap::<u16, usize>::new());
+    let mut problems = Vec::new();
+    for e in &entries {
+        let caller = callers()
+            .into_iter()
+            .find(|c| (e.rule)(*c) == Allowed)
+            .unwrap_or(Caller::Anonymous);
+        let cookie = caller.email().map(|m| world.cookies[&m].clone());
+        let mut bodies: Vec<String> = Vec::new();
+        for (i, value) in odd.iter().enumerate() {
+            let mut args = e.args.clone();
+            if !args.is_empty() {
+                let at = i % args.len();
+                args[at].1 = value.clone();
+            }
+            bodies.push(support::form(&args));
+        }
+        if let Some((_, rest)) = e.args.split_first() {
+            bodies.push(support::form(rest));
+            let mut twice = e.args.clone();
+            twice.push(e.args[0].clone());
+            bodies.push(support::form(&twice));
+        }
+        let mut unknown = e.args.clone();
+        unknown.push(("unexpected_field", "1".into()));
+        bodies.push(support::form(&unknown));
+        bodies.push(String::new());
+        bodies.push("%FF%FE%80=%C3%28".into());
+        for body in bodies {
+            calls += 1;
+            let (status, _, text) = support::call(&app, e.path, cookie.as_deref(), &body).await;
+            *by_status.entry(status.as_u16()).or_default() += 1;
+            if status.is_server_error() {
+                problems.push(format!(
+                    "{} as {caller:?}: {status} for {:?}: {text}",
+                    e.path,
+                    &body[..body.len().min(200)]
+                ));
+            }
+        }
+    }
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "bad input: {} server functions, {calls} calls: {by_status:?}",
+        entries.len()
+    );
+    assert!(
+        problems.is_empty(),
+        "{} of {calls} answers were 5xx:\n{}",
         problems.len(),
         problems.join("\n")
     );
