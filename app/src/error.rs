@@ -161,9 +161,10 @@ impl FromServerFnError for AppError {
     }
 }
 
-/// The longest message an error carries: a refusal that quotes its input says what was wrong
-/// in the first few hundred characters, and an answer stays small whatever was sent.
-pub const MAX_MESSAGE_CHARS: usize = 500;
+/// The longest message an error carries: long enough for every problem of an 8-slot map
+/// (about 1,100 characters), short enough that an answer stays small (and within what the
+/// status layer reads) whatever input a refusal quotes.
+pub const MAX_MESSAGE_CHARS: usize = 8_000;
 
 /// Every message is written out bounded, however it was made (a refusal that quotes a 100 KB
 /// argument, say): in the JSON a fetch gets and in the URL a plain form post is sent back to.
