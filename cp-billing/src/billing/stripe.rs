@@ -102,8 +102,8 @@ pub trait StripeApi {
     async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize>;
 
     /// What Stripe holds now for our `limit` latest finalised invoices, for reconciliation:
-    /// one read per invoice, made outside any transaction; an invoice Stripe can't be asked
-    /// about now is left out (Stripe down is not a mismatch). Empty without Stripe.
+    /// one read per invoice, made outside any transaction; once a read fails the rest are left
+    /// out this run (Stripe down is not a mismatch). Empty without Stripe.
     async fn stripe_invoice_views(&self, limit: i64) -> Result<Vec<StripeInvoiceView>>;
 }
 
@@ -475,7 +475,10 @@ impl StripeApi for ControlPlane {
                     });
                 }
                 Err(e) => {
-                    tracing::warn!(stripe.invoice = %row.stripe_invoice_id, error = %e, "reconciliation: Stripe not asked about this invoice now");
+                    // Stripe is failing: the rest waits for the next run rather than holding
+                    // the run (and its lock) through a timeout per invoice.
+                    tracing::warn!(stripe.invoice = %row.stripe_invoice_id, error = %e, "reconciliation: Stripe not asked about invoices this run");
+                    break;
                 }
             }
         }
