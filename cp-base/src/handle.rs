@@ -48,6 +48,9 @@ pub struct ControlPlane {
     dummy_hash: std::sync::Arc<tokio::sync::OnceCell<String>>,
     /// What the control plane counts (launches, dispatch lag, tasks, Stripe), for `/metrics`.
     metrics: crate::metrics::Metrics,
+    /// State a domain crate keeps per handle, shared by its clones (cp-allocations keeps the
+    /// launches waiting to be placed together here); see [`ControlPlane::shared`].
+    shared: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<dyn std::any::Any + Send + Sync>>>>,
 }
 
 /// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once per
@@ -120,7 +123,22 @@ impl ControlPlane {
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_HASHES)),
             dummy_hash: Default::default(),
             metrics: Default::default(),
+            shared: Default::default(),
         }
+    }
+
+    /// The handle's one `T`, made with `T::default()` on first use and shared by every clone
+    /// of this handle (not by other handles on the same pool: each is its own server). For
+    /// state a crate above this one keeps per server process without this crate knowing its
+    /// type.
+    pub fn shared<T: Default + Send + Sync + 'static>(&self) -> std::sync::Arc<T> {
+        let mut all = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(found) = all.iter().find_map(|a| a.clone().downcast::<T>().ok()) {
+            return found;
+        }
+        let made = std::sync::Arc::new(T::default());
+        all.push(made.clone());
+        made
     }
 
     /// Connects billing to Stripe (or the local Stripe test server).

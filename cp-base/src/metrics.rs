@@ -54,6 +54,9 @@ pub struct EventTypeLabel {
 pub struct Metrics {
     launches: Family<LaunchLabels, Counter>,
     launch_seconds: Family<OutcomeLabel, Histogram>,
+    launch_groups: Histogram,
+    /// The most launches one group transaction has placed (for tests and the benchmark).
+    largest_group: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     dispatch_lag: Histogram,
     tasks: Family<TaskLabels, Counter>,
     stripe_failures: Counter,
@@ -74,6 +77,8 @@ impl Default for Metrics {
         Self {
             launches: Family::default(),
             launch_seconds: Family::new_with_constructor(|| Histogram::new(FAST)),
+            launch_groups: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+            largest_group: Default::default(),
             dispatch_lag: Histogram::new(FAST),
             tasks: Family::default(),
             stripe_failures: Counter::default(),
@@ -135,6 +140,11 @@ impl Metrics {
             Unit::Seconds,
             self.launch_seconds.clone(),
         );
+        registry.register(
+            "gpuaas_launch_group_size",
+            "Launches placed together by one transaction of group placement",
+            self.launch_groups.clone(),
+        );
         registry.register_with_unit(
             "gpuaas_dispatch_lag",
             "From a task being queued to its agent claiming it",
@@ -185,6 +195,19 @@ impl Metrics {
             })
             .observe(took.as_secs_f64());
         self.launches.get_or_create(&labels).inc();
+    }
+
+    /// One group transaction placed `placed` launches together.
+    pub fn launch_group(&self, placed: usize) {
+        self.launch_groups.observe(placed as f64);
+        self.largest_group
+            .fetch_max(placed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The most launches one group transaction of this handle has placed so far.
+    pub fn largest_launch_group(&self) -> usize {
+        self.largest_group
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// A task reached its agent `waited` after it was queued.

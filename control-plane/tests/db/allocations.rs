@@ -759,6 +759,85 @@ async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed
     assert!(!err.contains("being reserved by other launches"), "{err}");
 }
 
+/// Two servers (two handles, each with its own pool and its own group placement) launch at
+/// once onto one database with 32 free GPUs: exactly 32 of 48 one-GPU launches are placed,
+/// the rest refused as unavailable, no slot is booked twice, and launches really were placed
+/// in groups.
+#[tokio::test]
+async fn two_servers_placing_in_groups_place_exactly_the_free_gpus_and_never_double_book() {
+    let (_db, cp, ops) = setup().await;
+    for i in 0..4 {
+        hgx(&cp, &ops, &format!("gpu-{i}")).await;
+    }
+    assert_eq!(availability(&cp, "h100.1x").await, 32);
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(12)
+            .connect_with(cp.pool().connect_options().as_ref().clone())
+            .await
+            .unwrap();
+        servers.push(
+            ControlPlane::new(pool, Naming::default())
+                .with_contention_deadline(Duration::from_secs(20)),
+        );
+    }
+    let bob = std::sync::Arc::new(member(&cp, BOB, ACME_RESEARCH).await);
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(48));
+    let mut tasks = Vec::new();
+    for i in 0..48 {
+        let server = servers[i % 2].clone();
+        let bob = bob.clone();
+        let start = start.clone();
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            launch(&server, &bob, "h100.1x", &format!("two-{i}")).await
+        }));
+    }
+    let (mut placed, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => placed += 1,
+            Err(Error::SkuUnavailable(_)) => refused += 1,
+            Err(e) => panic!("a launch failed with {e}, not sku_unavailable"),
+        }
+    }
+    assert_eq!((placed, refused), (32, 16));
+    assert_eq!(double_bookings(&cp).await, 0);
+    assert_eq!(availability(&cp, "h100.1x").await, 0);
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocations WHERE name LIKE 'two-%' AND state = 'provisioning'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        live, 32,
+        "every placed launch has its provision task queued"
+    );
+    let tasks: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
+         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_provision'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(tasks, 32);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_log WHERE action = 'allocation.launch' AND after ->> 'name' LIKE 'two-%'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, 32);
+    let largest = servers
+        .iter()
+        .map(|s| s.metrics().largest_launch_group())
+        .max()
+        .unwrap();
+    assert!(largest > 1, "no two launches were placed together");
+}
+
 async fn running(
     cp: &ControlPlane,
     bob: &Project<ProjectOperators>,

@@ -188,57 +188,6 @@ pub(crate) fn network_plan(
     })
 }
 
-/// The tenant's InfiniBand partition key (assigned on first use and kept), and the NVLink
-/// partition that holds exactly the allocation's slots where the node has one (a 2-, 4- or
-/// 8-GPU slice on an NVSwitch host, or the whole node).
-async fn fabric_plan(
-    conn: &mut PgConnection,
-    tenant: TenantId,
-    node: NodeId,
-    slots: &[PlannedSlot],
-) -> Result<FabricPlan> {
-    sqlx::query!(
-        "INSERT INTO tenant_ib_partitions (tenant_id) VALUES ($1) ON CONFLICT (tenant_id) DO NOTHING",
-        tenant as TenantId
-    )
-    .execute(&mut *conn)
-    .await?;
-    let pkey = sqlx::query_scalar!(
-        "SELECT pkey FROM tenant_ib_partitions WHERE tenant_id = $1",
-        tenant as TenantId
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    let ids = slots
-        .iter()
-        .map(|s| {
-            s.slot_id
-                .parse::<uuid::Uuid>()
-                .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let partition = if ids.len() >= 2 {
-        sqlx::query_scalar!(
-            "SELECT partition_id FROM node_fabric_partitions
-             WHERE node_id = $1 AND slot_ids @> $2::uuid[] AND slot_ids <@ $2::uuid[]",
-            node as NodeId,
-            &ids
-        )
-        .fetch_optional(&mut *conn)
-        .await?
-    } else {
-        None
-    };
-    Ok(FabricPlan {
-        ib_pkey: Some(
-            u16::try_from(pkey).map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
-        ),
-        nvlink_partition: partition
-            .map(|p| u32::try_from(p).map_err(|_| Error::Corrupt(format!("partition {p}"))))
-            .transpose()?,
-    })
-}
-
 async fn queue_task(
     conn: &mut PgConnection,
     node: NodeId,
@@ -262,6 +211,210 @@ async fn queue_task(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Queues the provision task of each placed allocation in `ids` (with the trace context its
+/// launch ran in) and moves it to `provisioning`, with a statement per step for all of them:
+/// the allocations (locked), their slots, their tenants' InfiniBand partition keys (assigned on
+/// first use and kept), the nodes' NVLink partitions (the one holding exactly an allocation's
+/// slots, for a 2-, 4- or 8-GPU slice on an NVSwitch host or the whole node), the tasks, the
+/// state. An allocation no longer placed, or no longer wanted, is skipped. Returns the nodes to
+/// wake, one per task queued.
+pub(crate) async fn queue_provisions(
+    conn: &mut PgConnection,
+    ids: &[(AllocationId, Option<String>)],
+) -> Result<Vec<NodeId>> {
+    let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
+                  a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
+                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data,
+                  a.published_ports AS "published_ports: Vec<Option<i32>>",
+                  coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
+                  n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
+                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
+           FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
+                JOIN listings l ON l.id = v.listing_id
+                JOIN nodes n ON n.id = a.node_id
+                JOIN projects p ON p.id = a.project_id
+           WHERE a.id = ANY($1) AND a.state = 'placed' AND a.desired_state = 'running'
+           ORDER BY a.id
+           FOR NO KEY UPDATE OF a"#,
+        &wanted
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids_found: Vec<uuid::Uuid> = rows.iter().map(|r| r.id.0).collect();
+    let slots = sqlx::query!(
+        r#"SELECT c.allocation_id AS "allocation_id!: AllocationId", s.id AS "id: SlotId",
+                  s.slot_index, s.gpu_pci_address, s.nvme_pci_address,
+                  s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes, s.ib_vf_pci_address,
+                  s.cpu_set, s.numa_node, s.memory_mib,
+                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
+           FROM resource_claims c
+                JOIN node_resource_slots s
+                  ON s.node_id = c.node_id AND (c.slot_id = s.id OR c.kind = 'baremetal')
+           WHERE c.allocation_id = ANY($1) AND s.retired_at IS NULL
+           ORDER BY c.allocation_id, s.slot_index"#,
+        &ids_found
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut tenants: Vec<uuid::Uuid> = rows.iter().map(|r| r.tenant_id.0).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    sqlx::query!(
+        "INSERT INTO tenant_ib_partitions (tenant_id) SELECT unnest($1::uuid[]) ORDER BY 1
+         ON CONFLICT (tenant_id) DO NOTHING",
+        &tenants
+    )
+    .execute(&mut *conn)
+    .await?;
+    let pkeys = sqlx::query!(
+        r#"SELECT tenant_id AS "tenant_id: TenantId", pkey FROM tenant_ib_partitions
+           WHERE tenant_id = ANY($1)"#,
+        &tenants
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut nodes: Vec<uuid::Uuid> = rows.iter().map(|r| r.node_id.0).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let partitions = sqlx::query!(
+        r#"SELECT node_id AS "node_id: NodeId", partition_id,
+                  slot_ids AS "slot_ids: Vec<uuid::Uuid>"
+           FROM node_fabric_partitions WHERE node_id = ANY($1)"#,
+        &nodes
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+
+    let mut task_ids = Vec::with_capacity(rows.len());
+    let mut task_nodes = Vec::with_capacity(rows.len());
+    let mut kinds = Vec::with_capacity(rows.len());
+    let mut specs = Vec::with_capacity(rows.len());
+    let mut allocations = Vec::with_capacity(rows.len());
+    let mut traces = Vec::with_capacity(rows.len());
+    for a in rows {
+        let node = a.node_id.to_string();
+        let mine: Vec<_> = slots.iter().filter(|s| s.allocation_id == a.id).collect();
+        let planned: Vec<PlannedSlot> = mine
+            .iter()
+            .map(|r| PlannedSlot {
+                slot_id: r.id.to_string(),
+                slot_index: r.slot_index as u32,
+                gpu_pci_address: r.gpu_pci_address.clone(),
+                nvme_pci_address: r.nvme_pci_address.clone(),
+                nvme_serial: r.nvme_serial.clone(),
+                nvme_namespace: r.nvme_namespace.clone(),
+                ib_vf_pci_address: r.ib_vf_pci_address.clone(),
+                cpu_set: r.cpu_set.clone(),
+                numa_node: r.numa_node as u32,
+                memory_mib: r.memory_mib as u64,
+                nvme_size_bytes: r.nvme_size_bytes as u64,
+                wipe_policy: r.wipe.clone(),
+                mac_address: identity::mac_address(&node, r.slot_index as u32),
+                ip_address: identity::ip_address(r.slot_index as u32),
+            })
+            .collect();
+        let network = network_plan(
+            &planned,
+            a.public_host,
+            a.public_port_base,
+            &a.published_ports,
+            a.east_west_group,
+        )?;
+        let pkey = pkeys
+            .iter()
+            .find(|p| p.tenant_id == a.tenant_id)
+            .map(|p| p.pkey)
+            .ok_or_else(|| Error::Corrupt(format!("no IB partition key for {}", a.tenant_id)))?;
+        let nvlink_partition = if mine.len() >= 2 {
+            partitions
+                .iter()
+                .find(|p| {
+                    p.node_id == a.node_id
+                        && p.slot_ids.len() == mine.len()
+                        && mine.iter().all(|s| p.slot_ids.contains(&s.id.0))
+                })
+                .map(|p| {
+                    u32::try_from(p.partition_id)
+                        .map_err(|_| Error::Corrupt(format!("partition {}", p.partition_id)))
+                })
+                .transpose()?
+        } else {
+            None
+        };
+        let fabric = FabricPlan {
+            ib_pkey: Some(
+                u16::try_from(pkey)
+                    .map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
+            ),
+            nvlink_partition,
+        };
+        let plan = ProvisionPlan {
+            allocation_id: a.id.to_string(),
+            name: a.name,
+            image: ImageRef {
+                name: a.image,
+                source: a.image_source,
+                sha256: a.image_sha256,
+                ssh_user: a.ssh_user,
+                cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
+                    String::new()
+                } else {
+                    a.cloud_init.to_string()
+                },
+            },
+            ssh_public_key: a.ssh_public_key,
+            user_data: a.user_data,
+            slots: planned,
+            network,
+            fabric,
+        };
+        let spec = if a.shape == "baremetal" {
+            TaskSpec::BaremetalProvision(plan)
+        } else {
+            TaskSpec::VmProvision(plan)
+        };
+        task_ids.push(AgentTaskId::new_random().0);
+        task_nodes.push(a.node_id.0);
+        kinds.push(spec.kind().to_string());
+        specs.push(serde_json::to_value(&spec).expect("a task spec serializes"));
+        traces.push(
+            ids.iter()
+                .find(|(id, _)| *id == a.id)
+                .and_then(|(_, t)| t.clone()),
+        );
+        allocations.push(a.id.0);
+    }
+    sqlx::query!(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
+         ON CONFLICT (allocation_id, kind)
+             WHERE allocation_id IS NOT NULL AND state <> 'failed'
+               AND kind <> 'allocation.network_update'
+         DO NOTHING",
+        &task_ids,
+        &task_nodes,
+        &kinds,
+        &specs,
+        &allocations,
+        &traces as &[Option<String>],
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
+         WHERE id = ANY($1)",
+        &allocations
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(task_nodes.into_iter().map(NodeId).collect())
 }
 
 /// Turns one outbox row into a node task. Idempotent: a row seen twice queues one task (the
@@ -295,48 +448,8 @@ async fn dispatch_one(
             if a.state != "placed" || a.desired_state != "running" {
                 return Ok(None);
             }
-            let slots = planned_slots(&mut *conn, Some(id), a.node_id).await?;
-            let network = network_plan(
-                &slots,
-                a.public_host,
-                a.public_port_base,
-                &a.published_ports,
-                a.east_west_group,
-            )?;
-            let fabric = fabric_plan(&mut *conn, a.tenant_id, a.node_id, &slots).await?;
-            let plan = ProvisionPlan {
-                allocation_id: id.to_string(),
-                name: a.name,
-                image: ImageRef {
-                    name: a.image,
-                    source: a.image_source,
-                    sha256: a.image_sha256,
-                    ssh_user: a.ssh_user,
-                    cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
-                        String::new()
-                    } else {
-                        a.cloud_init.to_string()
-                    },
-                },
-                ssh_public_key: a.ssh_public_key,
-                user_data: a.user_data,
-                slots,
-                network,
-                fabric,
-            };
-            let spec = if baremetal {
-                TaskSpec::BaremetalProvision(plan)
-            } else {
-                TaskSpec::VmProvision(plan)
-            };
-            queue_task(&mut *conn, a.node_id, id, &spec).await?;
-            sqlx::query!(
-                "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
-                 WHERE id = $1",
-                id as AllocationId
-            )
-            .execute(&mut *conn)
-            .await?;
+            let trace = crate::trace_context::current().map(String::from);
+            return Ok(queue_provisions(&mut *conn, &[(id, trace)]).await?.pop());
         }
         "allocation.release" => {
             if !matches!(a.state.as_str(), "releasing" | "cleaning") {

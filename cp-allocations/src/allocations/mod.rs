@@ -5,6 +5,7 @@
 use crate::tenancy::TenancyApi;
 
 mod decide;
+mod group;
 pub mod lifecycle;
 
 use serde::{Deserialize, Serialize};
@@ -369,7 +370,28 @@ impl AllocationsApi for ControlPlane {
         request_id: Option<&str>,
     ) -> Result<Launched> {
         let started = std::time::Instant::now();
-        let launched = launch_once(self, who, req, request_id).await;
+        // Most launches are placed together with the others waiting now (see [`group`]);
+        // a launch the group can't decide, and one with published ports, is decided alone.
+        let launched = match decide::ValidLaunch::check(req) {
+            Err(e) => Err(e),
+            Ok(valid) if valid.published_ports.is_empty() => {
+                match group::join(
+                    self,
+                    who.user(),
+                    who.tenant(),
+                    who.id(),
+                    req,
+                    valid,
+                    request_id,
+                )
+                .await
+                {
+                    group::Answer::Placed(id) => Ok(Launched { id, created: true }),
+                    group::Answer::Alone => launch_once(self, who, req, request_id).await,
+                }
+            }
+            Ok(_) => launch_once(self, who, req, request_id).await,
+        };
         self.metrics()
             .launch_decided(&launched.as_ref().map(|l| l.created), started.elapsed());
         launched

@@ -286,6 +286,153 @@ pub async fn place(
     Err(Error::SkuUnavailable(why))
 }
 
+/// Places up to `count` launches of `sku` within `regions` together, on the caller's
+/// transaction, against one read of the free blocks: the best-fit candidates, as many of
+/// them locked at once (`FOR NO KEY UPDATE SKIP LOCKED`, one statement) as the launches need,
+/// their free slots and partitions read at once, the slots chosen in memory one launch after
+/// another (each taking its slots out of the node's view), and every chosen slot locked with
+/// one statement. Returns the placements made, best fit first: fewer than `count` when the
+/// locked nodes ran out (the caller places the rest one by one with [`place`], which waits for
+/// busy nodes and explains a refusal). Nothing is written: the caller writes the claims, and
+/// the database still refuses any double-booking.
+#[tracing::instrument(skip_all, fields(sku = %sku.name, count))]
+pub async fn place_group(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+    count: usize,
+) -> Result<Vec<Placement>> {
+    let found = candidates(&mut *conn, sku, regions).await?;
+    // Enough nodes for every launch as the free blocks count them, and one more.
+    let per = usize::try_from(sku.gpu_count).unwrap_or(1).max(1);
+    let mut room = 0;
+    let wanted: Vec<uuid::Uuid> = found
+        .iter()
+        .take_while(|c| {
+            let more = room < count;
+            room += match sku.shape {
+                Shape::Baremetal => 1,
+                Shape::GpuSlice => (usize::try_from(c.free_slots).unwrap_or(0) / per).max(1),
+            };
+            more
+        })
+        .map(|c| c.node_id.0)
+        .collect();
+    let locked: Vec<uuid::Uuid> = sqlx::query_scalar!(
+        "SELECT id FROM nodes WHERE id = ANY($1) FOR NO KEY UPDATE SKIP LOCKED",
+        &wanted
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut nodes: Vec<(&Candidate, NodeView)> = found
+        .iter()
+        .filter(|c| locked.contains(&c.node_id.0))
+        .map(|c| (c, NodeView::default()))
+        .collect();
+    if sku.shape == Shape::GpuSlice && !nodes.is_empty() {
+        let free = sqlx::query!(
+            r#"SELECT s.node_id AS "node_id: NodeId", s.id AS "id: SlotId", s.slot_index, s.numa_node
+               FROM node_resource_slots s
+               WHERE s.node_id = ANY($1) AND s.gpu_model = $2 AND s.retired_at IS NULL
+                 AND s.drift IS NULL AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
+                 AND NOT EXISTS (SELECT 1 FROM resource_claims c
+                                 WHERE c.node_id = s.node_id AND c.released_at IS NULL
+                                   AND (c.slot_id = s.id OR c.kind = 'baremetal'))"#,
+            &locked,
+            sku.gpu_model
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let partitions = sqlx::query!(
+            r#"SELECT node_id AS "node_id: NodeId", partition_id, slot_ids AS "slot_ids: Vec<uuid::Uuid>"
+               FROM node_fabric_partitions WHERE node_id = ANY($1)"#,
+            &locked
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        for (c, view) in &mut nodes {
+            view.free = free
+                .iter()
+                .filter(|r| r.node_id == c.node_id)
+                .map(|r| FreeSlot {
+                    id: r.id,
+                    index: r.slot_index,
+                    numa: r.numa_node,
+                })
+                .collect();
+            view.partitions = partitions
+                .iter()
+                .filter(|r| r.node_id == c.node_id)
+                .map(|r| Partition {
+                    id: r.partition_id,
+                    slots: r.slot_ids.iter().copied().map(SlotId).collect(),
+                })
+                .collect();
+        }
+    }
+    let mut placed = Vec::new();
+    let mut whole_taken = Vec::new();
+    'launch: for _ in 0..count {
+        for (c, view) in &mut nodes {
+            let base = |slots: Vec<SlotId>, slot_indexes: Vec<i32>, why: String| Placement {
+                node_id: c.node_id,
+                hostname: c.hostname.clone(),
+                region: c.region.clone(),
+                slots,
+                slot_indexes,
+                why,
+            };
+            match sku.shape {
+                Shape::Baremetal => {
+                    if whole_taken.contains(&c.node_id) {
+                        continue;
+                    }
+                    whole_taken.push(c.node_id);
+                    placed.push(base(
+                        vec![],
+                        vec![],
+                        format!(
+                            "the whole node {} ({} GPUs, no claims): the smallest free node that fits",
+                            c.hostname, c.free_slots
+                        ),
+                    ));
+                    continue 'launch;
+                }
+                Shape::GpuSlice => {
+                    let free_before = view.free.len();
+                    if let Some(choice) = view.choose(per) {
+                        let indexes = choice.slots.iter().map(|id| view.index_of(*id)).collect();
+                        view.take(&choice.slots);
+                        placed.push(base(
+                            choice.slots,
+                            indexes,
+                            format!(
+                                "{} on {} ({free_before} free slots: best fit)",
+                                choice.why, c.hostname
+                            ),
+                        ));
+                        continue 'launch;
+                    }
+                }
+            }
+        }
+        break;
+    }
+    let slots: Vec<uuid::Uuid> = placed
+        .iter()
+        .flat_map(|p| p.slots.iter().map(|s| s.0))
+        .collect();
+    if !slots.is_empty() {
+        sqlx::query!(
+            "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
+            &slots
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    Ok(placed)
+}
+
 /// 1, 2, 4, 8, 16, then 20 ms, with up to half of it again as jitter so that launches that
 /// collided once don't collide again in lockstep.
 fn backoff(round: u32) -> std::time::Duration {

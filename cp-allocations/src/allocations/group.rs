@@ -1,0 +1,524 @@
+//! Group placement: the launches waiting at one moment in this server process are placed
+//! together, in one transaction with one commit and about fifteen statements for the whole
+//! group, instead of a transaction of about twenty-five statements each.
+//!
+//! A launch joins the process's queue and waits for one of [`TURNS`] turns. Whoever gets a
+//! turn takes every launch queued by then (its own, unless another turn took it already) and
+//! runs them as a group in a task of its own, so a caller that goes away doesn't take the
+//! others' answers with it. Under load a group is everything that queued while the previous
+//! group ran: no timer, no added wait when the process is idle (a lone launch is a group of
+//! one).
+//!
+//! The group makes the same decisions [`super::launch_once`] makes, reading once per SKU,
+//! listing version and project what each launch would have read, in the same transaction as
+//! the writes: the idempotency keys' advisory locks (in one order, so groups never deadlock),
+//! the policy chain, the name, placement ([`placement::place_group`]: one read of the free
+//! blocks per SKU, nodes locked with `SKIP LOCKED`, so two replicas' groups take different
+//! nodes), the allocations, claims, provision tasks and audit records (one statement each).
+//! The database refuses a double-booking exactly as before.
+//!
+//! Anything out of the ordinary is answered "alone": the caller runs the one-launch path
+//! ([`super::launch_once`]), which decides it with its own transaction and says why in words.
+//! That is: a repeated idempotency key, published ports, a policy that needs its scope locked
+//! (a GPU quota or a monthly budget), anything the group's checks refuse (the one-launch path
+//! refuses it again, with the same sentence), a launch the group's nodes had no room for
+//! (the one-launch path waits for busy nodes and explains a refusal), and every member of a
+//! group whose transaction failed.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::json;
+use sqlx::{Connection, PgConnection};
+use time::OffsetDateTime;
+use tokio::sync::{Semaphore, oneshot};
+
+use super::decide::{self, ValidLaunch};
+use super::{LaunchRequest, lifecycle};
+use crate::ControlPlane;
+use crate::audit::{self, Actor, AuditEntry};
+use crate::error::Result;
+use crate::ids::{AllocationId, ApiTokenId, NodeId, ProjectId, TenantId, UserId};
+use crate::placement::{self, Placement};
+use crate::policy::{Resolved, resolve_policies_on};
+use crate::skus::{Shape, Sku, sku_by_name};
+
+/// Groups in flight at once per process: one being written while the next is decided.
+pub const TURNS: usize = 2;
+
+/// The most launches one group takes; more wait for the next turn.
+pub const MAX_GROUP: usize = 64;
+
+/// What a launch gets back from its group.
+#[derive(Debug)]
+pub(super) enum Answer {
+    Placed(AllocationId),
+    /// Decide it on the one-launch path.
+    Alone,
+}
+
+/// A launch waiting for its group, with what the group needs to decide and record it.
+struct Member {
+    user: UserId,
+    tenant: TenantId,
+    project: ProjectId,
+    req: LaunchRequest,
+    valid: ValidLaunch,
+    request_id: Option<String>,
+    /// The API token the launch came through, for its audit record.
+    token: Option<ApiTokenId>,
+    /// The launch's trace context, for its provision task.
+    trace: Option<String>,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The process's queue of launches and its turns ([`ControlPlane::shared`]).
+pub(super) struct Queue {
+    waiting: Mutex<Vec<Member>>,
+    turns: std::sync::Arc<Semaphore>,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self {
+            waiting: Mutex::new(Vec::new()),
+            turns: std::sync::Arc::new(Semaphore::new(TURNS)),
+        }
+    }
+}
+
+/// Queues a checked launch for the next group and waits for its answer.
+pub(super) async fn join(
+    cp: &ControlPlane,
+    user: UserId,
+    tenant: TenantId,
+    project: ProjectId,
+    req: &LaunchRequest,
+    valid: ValidLaunch,
+    request_id: Option<&str>,
+) -> Answer {
+    let queue = cp.shared::<Queue>();
+    let (tx, mut rx) = oneshot::channel();
+    queue
+        .waiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(Member {
+            user,
+            tenant,
+            project,
+            req: req.clone(),
+            valid,
+            request_id: request_id.map(str::to_owned),
+            token: audit::current_token(),
+            trace: crate::trace_context::current().map(String::from),
+            answer: tx,
+        });
+    let Ok(mut turn) = queue.turns.clone().acquire_owned().await else {
+        return Answer::Alone;
+    };
+    // With the turn: run groups until ours has been answered (a group takes at most
+    // MAX_GROUP, so ours may be in the next one), or until none waits (ours is in a group
+    // the other turn is running).
+    loop {
+        if let Ok(answer) = rx.try_recv() {
+            return answer;
+        }
+        let group: Vec<Member> = {
+            let mut waiting = queue.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            let n = waiting.len().min(MAX_GROUP);
+            waiting.drain(..n).collect()
+        };
+        if group.is_empty() {
+            drop(turn);
+            return rx.await.unwrap_or(Answer::Alone);
+        }
+        // In a task of its own, holding the turn: a caller that goes away leaves it running.
+        let cp = cp.clone();
+        match tokio::spawn(async move {
+            run(&cp, group).await;
+            turn
+        })
+        .await
+        {
+            Ok(t) => turn = t,
+            Err(_) => return rx.await.unwrap_or(Answer::Alone),
+        }
+    }
+}
+
+/// Runs one group and answers each member (every one `Alone` when the transaction failed).
+#[tracing::instrument(skip_all, fields(launches = group.len()))]
+async fn run(cp: &ControlPlane, group: Vec<Member>) {
+    let answers = match decide_and_write(cp, &group).await {
+        Ok((answers, wake)) => {
+            for node in wake {
+                cp.wakeups().task_queued(node);
+            }
+            answers
+        }
+        Err(e) => {
+            tracing::warn!(error.cause = %e, launches = group.len(), "group placement failed; each launch is decided alone");
+            group.iter().map(|_| None).collect()
+        }
+    };
+    let placed = answers.iter().filter(|a| a.is_some()).count();
+    if placed > 0 {
+        cp.metrics().launch_group(placed);
+    }
+    for (m, a) in group.into_iter().zip(answers) {
+        let _ = m.answer.send(a.map_or(Answer::Alone, Answer::Placed));
+    }
+}
+
+/// What the group read once per project.
+struct ProjectFacts {
+    policies: Vec<Resolved>,
+}
+
+/// One launch the group will place: its member, SKU, listing version and checked values.
+struct Decided<'a> {
+    at: usize,
+    m: &'a Member,
+    sku: std::sync::Arc<Sku>,
+    software: std::sync::Arc<crate::marketplace::LaunchVersion>,
+    regions: Vec<String>,
+    expires_at: Option<OffsetDateTime>,
+    id: AllocationId,
+}
+
+/// The group's transaction. Returns, per member, the allocation placed for it (`None`:
+/// alone), and the nodes to wake.
+async fn decide_and_write(
+    cp: &ControlPlane,
+    group: &[Member],
+) -> Result<(Vec<Option<AllocationId>>, Vec<NodeId>)> {
+    let now = OffsetDateTime::now_utc();
+    let mut answers: Vec<Option<AllocationId>> = vec![None; group.len()];
+    let mut tx = cp.pool().begin().await?;
+
+    // Launches with the same key (or name) as an earlier one in the group go alone, so
+    // each key and name is decided once here.
+    let mut seen_keys = std::collections::HashSet::new();
+    let mut seen_names = std::collections::HashSet::new();
+    let mut candidates: Vec<usize> = Vec::new();
+    for (i, m) in group.iter().enumerate() {
+        let key_new = seen_keys.insert((m.project, m.valid.idempotency_key.clone()));
+        let name_new = seen_names.insert((m.project, m.valid.name.clone()));
+        if key_new && name_new && m.valid.published_ports.is_empty() {
+            candidates.push(i);
+        }
+    }
+    let keys: Vec<String> = candidates
+        .iter()
+        .map(|&i| format!("{}:{}", group[i].project, group[i].valid.idempotency_key))
+        .collect();
+    // The same lock `launch_once` takes per key, all of them in one order.
+    sqlx::query!(
+        r#"SELECT count(*) AS "n!" FROM (
+               SELECT pg_advisory_xact_lock(h) FROM (
+                   SELECT DISTINCT hashtextextended(k, 7) AS h FROM unnest($1::text[]) AS k
+                   ORDER BY h) ordered) locked"#,
+        &keys
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    let projects: Vec<uuid::Uuid> = candidates.iter().map(|&i| group[i].project.0).collect();
+    let names: Vec<String> = candidates
+        .iter()
+        .map(|&i| group[i].valid.name.clone())
+        .collect();
+    let key_only: Vec<String> = candidates
+        .iter()
+        .map(|&i| group[i].valid.idempotency_key.clone())
+        .collect();
+    // A key seen before, or a name a live allocation has: the one-launch path answers both.
+    let taken = sqlx::query_scalar!(
+        r#"SELECT k.n AS "n!" FROM unnest($1::uuid[], $2::text[], $3::text[])
+                WITH ORDINALITY AS k(project, name, key, n)
+           WHERE EXISTS (SELECT 1 FROM allocations a
+                         WHERE a.project_id = k.project AND a.idempotency_key = k.key)
+              OR EXISTS (SELECT 1 FROM allocations a
+                         WHERE a.project_id = k.project AND a.name = k.name
+                           AND a.state <> 'released')"#,
+        &projects,
+        &names,
+        &key_only
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let candidates: Vec<usize> = candidates
+        .into_iter()
+        .enumerate()
+        .filter(|(k, _)| !taken.contains(&(*k as i64 + 1)))
+        .map(|(_, i)| i)
+        .collect();
+
+    // Read once per SKU, listing version and project; a refusal sends the launch alone.
+    let mut skus: HashMap<String, Option<std::sync::Arc<Sku>>> = HashMap::new();
+    let mut versions: HashMap<
+        (String, String),
+        Option<std::sync::Arc<crate::marketplace::LaunchVersion>>,
+    > = HashMap::new();
+    let mut facts: HashMap<ProjectId, ProjectFacts> = HashMap::new();
+    let mut decided: Vec<Decided> = Vec::new();
+    for i in candidates {
+        let m = &group[i];
+        if !skus.contains_key(&m.req.sku) {
+            let sku = sku_by_name(&mut tx, &m.req.sku)
+                .await
+                .ok()
+                .filter(|s| s.state == "active")
+                .map(std::sync::Arc::new);
+            skus.insert(m.req.sku.clone(), sku);
+        }
+        let Some(sku) = skus[&m.req.sku].clone() else {
+            continue;
+        };
+        let vkey = (m.req.listing.clone(), m.req.version.clone());
+        if !versions.contains_key(&vkey) {
+            let v = crate::marketplace::launch_version(&mut tx, &vkey.0, &vkey.1)
+                .await
+                .ok()
+                .map(std::sync::Arc::new);
+            versions.insert(vkey.clone(), v);
+        }
+        let Some(software) = versions[&vkey].clone() else {
+            continue;
+        };
+        if software.compatibility.why_not(&sku).is_some()
+            || (m.valid.user_data.is_some() && !software.accepts_user_data)
+        {
+            continue;
+        }
+        let Ok(regions) = decide::regions(&sku, &m.valid.region) else {
+            continue;
+        };
+        if !facts.contains_key(&m.project) {
+            let policies = resolve_policies_on(&mut tx, Some(m.tenant), Some(m.project)).await?;
+            facts.insert(m.project, ProjectFacts { policies });
+        }
+        let policies = &facts[&m.project].policies;
+        let Ok(allowed) = decide::allowed(policies, &sku, &software.slug, &m.valid.region, regions)
+        else {
+            continue;
+        };
+        if allowed.lock().is_some() {
+            continue;
+        }
+        let Ok(hours) = decide::lifetime(policies, m.valid.lifetime_hours) else {
+            continue;
+        };
+        decided.push(Decided {
+            at: i,
+            m,
+            regions: allowed.regions,
+            sku,
+            software,
+            expires_at: hours.map(|h| now + time::Duration::hours(i64::from(h))),
+            id: AllocationId::new_random(),
+        });
+    }
+
+    // Placement, one SKU and region set at a time; each writes its allocations and claims
+    // before the next reads the free blocks, in a savepoint, so a refusal by the database
+    // sends only that part alone.
+    let mut by_sku: Vec<(uuid::Uuid, Vec<String>, Vec<usize>)> = Vec::new();
+    for (k, d) in decided.iter().enumerate() {
+        match by_sku
+            .iter_mut()
+            .find(|(s, r, _)| *s == d.sku.id.0 && *r == d.regions)
+        {
+            Some((_, _, members)) => members.push(k),
+            None => by_sku.push((d.sku.id.0, d.regions.clone(), vec![k])),
+        }
+    }
+    let mut placed: Vec<(usize, Placement)> = Vec::new();
+    for (_, regions, members) in by_sku {
+        let sku = decided[members[0]].sku.clone();
+        let mut sp = tx.begin().await?;
+        let places = placement::place_group(&mut sp, &sku, &regions, members.len()).await?;
+        let these: Vec<(usize, Placement)> = members.iter().copied().zip(places).collect();
+        if these.is_empty() {
+            sp.rollback().await?;
+            continue;
+        }
+        match reserve(&mut sp, &decided, &these, now).await {
+            Ok(()) => {
+                sp.commit().await?;
+                placed.extend(these);
+            }
+            Err(crate::error::Error::Database(sqlx::Error::Database(e)))
+                if matches!(e.code().as_deref(), Some("23505" | "23P01" | "23514")) =>
+            {
+                tracing::debug!(db.error = %e, "group reservation refused; those launches go alone");
+                sp.rollback().await?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if placed.is_empty() {
+        tx.rollback().await?;
+        return Ok((answers, Vec::new()));
+    }
+
+    let provisions: Vec<(AllocationId, Option<String>)> = placed
+        .iter()
+        .map(|(k, _)| (decided[*k].id, decided[*k].m.trace.clone()))
+        .collect();
+    let wake = lifecycle::queue_provisions(&mut tx, &provisions).await?;
+    let mut resources = Vec::with_capacity(placed.len());
+    for (k, p) in &placed {
+        let d = &decided[*k];
+        resources.push(
+            cp.naming()
+                .allocation(&p.region, d.m.tenant, d.m.project, d.id)?,
+        );
+    }
+    let entries: Vec<(AuditEntry, Option<ApiTokenId>)> = placed
+        .iter()
+        .zip(&resources)
+        .map(|((k, p), resource)| {
+            let d = &decided[*k];
+            let fee = d
+                .software
+                .compatibility
+                .fee
+                .as_ref()
+                .map_or(0, |f| f.amount_minor);
+            (
+                AuditEntry {
+                    actor: Actor::User(d.m.user),
+                    action: "allocation.launch",
+                    resource,
+                    before: None,
+                    after: Some(json!({
+                        "name": d.m.valid.name, "sku": d.sku.name, "node": p.hostname,
+                        "software": d.software.label, "published_ports": d.m.valid.published_ports,
+                        "tags": d.m.valid.tags,
+                        "user_data_bytes": d.m.valid.user_data.as_ref().map(String::len),
+                        "slots": p.slot_indexes, "price_per_hour": d.sku.price.to_string(),
+                        "fee_per_hour": fee, "why": p.why,
+                    })),
+                    request_id: d.m.request_id.as_deref(),
+                },
+                d.m.token,
+            )
+        })
+        .collect();
+    audit::record_many(&mut tx, &entries).await?;
+    tx.commit().await?;
+    for (k, _) in &placed {
+        answers[decided[*k].at] = Some(decided[*k].id);
+    }
+    Ok((answers, wake))
+}
+
+/// Writes the allocations and claims of one SKU's placements, a statement each.
+async fn reserve(
+    conn: &mut PgConnection,
+    decided: &[Decided<'_>],
+    placed: &[(usize, Placement)],
+    now: OffsetDateTime,
+) -> Result<()> {
+    let n = placed.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut tenants = Vec::with_capacity(n);
+    let mut projects = Vec::with_capacity(n);
+    let mut names = Vec::with_capacity(n);
+    let mut nodes = Vec::with_capacity(n);
+    let mut regions = Vec::with_capacity(n);
+    let mut versions = Vec::with_capacity(n);
+    let mut keys_ssh = Vec::with_capacity(n);
+    let mut idempotency = Vec::with_capacity(n);
+    let mut fingerprints = Vec::with_capacity(n);
+    let mut users = Vec::with_capacity(n);
+    let mut placements = Vec::with_capacity(n);
+    let mut expires = Vec::with_capacity(n);
+    let mut tags = Vec::with_capacity(n);
+    let mut user_data = Vec::with_capacity(n);
+    let (mut claim_allocations, mut claim_nodes, mut claim_slots) = (vec![], vec![], vec![]);
+    let sku = &decided[placed[0].0].sku;
+    for (k, p) in placed {
+        let d = &decided[*k];
+        ids.push(d.id.0);
+        tenants.push(d.m.tenant.0);
+        projects.push(d.m.project.0);
+        names.push(d.m.valid.name.clone());
+        nodes.push(p.node_id.0);
+        regions.push(p.region.clone());
+        versions.push(d.software.id.0);
+        keys_ssh.push(d.m.valid.ssh_public_key.clone());
+        idempotency.push(d.m.valid.idempotency_key.clone());
+        fingerprints.push(d.m.valid.fingerprint.clone());
+        users.push(d.m.user.0);
+        placements
+            .push(json!({ "why": p.why, "hostname": p.hostname, "slot_indexes": p.slot_indexes }));
+        expires.push(d.expires_at);
+        tags.push(serde_json::to_value(&d.m.valid.tags).unwrap_or_default());
+        user_data.push(d.m.valid.user_data.clone());
+        match sku.shape {
+            Shape::GpuSlice => {
+                for s in &p.slots {
+                    claim_allocations.push(d.id.0);
+                    claim_nodes.push(p.node_id.0);
+                    claim_slots.push(Some(s.0));
+                }
+            }
+            Shape::Baremetal => {
+                claim_allocations.push(d.id.0);
+                claim_nodes.push(p.node_id.0);
+                claim_slots.push(None);
+            }
+        }
+    }
+    sqlx::query!(
+        r#"INSERT INTO allocations
+               (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
+                request_fingerprint, requested_by, placement, state, requested_at, expires_at,
+                tags, user_data)
+           SELECT id, tenant, project, name, $16, $17, $18, region, node, version, ssh, $19, $20,
+                  key, fingerprint, requested_by, placement, 'placed', $21, expires, tags, user_data
+           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::uuid[],
+                       $7::uuid[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::jsonb[],
+                       $13::timestamptz[], $14::jsonb[], $15::text[])
+                AS a(id, tenant, project, name, region, node, version, ssh, key, fingerprint,
+                     requested_by, placement, expires, tags, user_data)"#,
+        &ids,
+        &tenants,
+        &projects,
+        &names,
+        &regions,
+        &nodes,
+        &versions,
+        &keys_ssh,
+        &idempotency,
+        &fingerprints,
+        &users,
+        &placements,
+        &expires as &[Option<OffsetDateTime>],
+        &tags,
+        &user_data as &[Option<String>],
+        sku.id.0,
+        sku.shape.as_str(),
+        sku.gpu_count,
+        sku.price.amount_minor,
+        sku.price.currency.as_str(),
+        now,
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        r#"INSERT INTO resource_claims (id, node_id, slot_id, kind, allocation_id)
+           SELECT gen_random_uuid(), node, slot, $4, allocation
+           FROM unnest($1::uuid[], $2::uuid[], $3::uuid[]) AS c(allocation, node, slot)"#,
+        &claim_allocations,
+        &claim_nodes,
+        &claim_slots as &[Option<uuid::Uuid>],
+        sku.shape.as_str(),
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
