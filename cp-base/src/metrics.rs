@@ -57,6 +57,8 @@ pub struct Metrics {
     launch_groups: Histogram,
     /// The most launches one group transaction has placed (for tests and the benchmark).
     largest_group: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Group transactions that placed something, and the launches they placed.
+    groups: std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>,
     dispatch_lag: Histogram,
     tasks: Family<TaskLabels, Counter>,
     stripe_failures: Counter,
@@ -79,6 +81,7 @@ impl Default for Metrics {
             launch_seconds: Family::new_with_constructor(|| Histogram::new(FAST)),
             launch_groups: Histogram::new([1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
             largest_group: Default::default(),
+            groups: Default::default(),
             dispatch_lag: Histogram::new(FAST),
             tasks: Family::default(),
             stripe_failures: Counter::default(),
@@ -202,6 +205,16 @@ impl Metrics {
         self.launch_groups.observe(placed as f64);
         self.largest_group
             .fetch_max(placed, std::sync::atomic::Ordering::Relaxed);
+        self.groups[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.groups[1].fetch_add(placed, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Group transactions that placed something so far, and the launches they placed.
+    pub fn launch_groups(&self) -> (usize, usize) {
+        (
+            self.groups[0].load(std::sync::atomic::Ordering::Relaxed),
+            self.groups[1].load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// The most launches one group transaction of this handle has placed so far.

@@ -7,7 +7,7 @@
 //! 99% full. Prints a table, the catalog-availability query's latency, and, last, the audit
 //! line `double_bookings=N`.
 //!
-//! Flags: `--clients N`, `--seconds S` (per phase), `--nodes N`. Needs `DATABASE_URL`
+//! Flags: `--clients N`, `--seconds S` (per phase), `--nodes N`, `--servers N` (handles with pools of their own, as server processes would be; clients take turns). Needs `DATABASE_URL`
 //! (an empty database; `cargo xtask bench placement` starts a durable cluster for it).
 
 use control_plane::prelude::*;
@@ -125,8 +125,9 @@ async fn client(
     t
 }
 
+/// Client `i` launches through server `i % servers.len()`.
 async fn phase(
-    cp: &ControlPlane,
+    servers: &[ControlPlane],
     who: &Arc<Project<ProjectOperators>>,
     name: &'static str,
     clients: usize,
@@ -135,7 +136,10 @@ async fn phase(
     let started = Instant::now();
     let until = started + Duration::from_secs(seconds);
     let tasks: Vec<_> = (0..clients)
-        .map(|i| tokio::spawn(client(cp.clone(), who.clone(), i, name, until)))
+        .map(|i| {
+            let cp = servers[i % servers.len()].clone();
+            tokio::spawn(client(cp, who.clone(), i, name, until))
+        })
         .collect();
     let mut all = Tally::new();
     for task in tasks {
@@ -272,7 +276,25 @@ pub async fn main() {
     let clients: usize = flag("--clients", 32);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: usize = flag("--nodes", 10_000);
+    let replicas: usize = flag("--servers", 1);
     let (pool, cp) = crate::common::seeded(clients as u32 + 4).await;
+    // Each further server is a handle of its own (its own pool and group placement), as a
+    // second server process would be.
+    let mut servers = vec![cp.clone()];
+    for _ in 1..replicas {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(clients as u32 + 4)
+            .connect_with(pool.connect_options().as_ref().clone())
+            .await
+            .expect("a second pool");
+        servers.push(ControlPlane::new(pool, control_plane::Naming::default()));
+    }
+    let groups = |servers: &[ControlPlane]| {
+        servers
+            .iter()
+            .map(|s| s.metrics().launch_groups())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    };
     let sync: String = sqlx::query_scalar(
         "SELECT current_setting('fsync') || '/' || current_setting('synchronous_commit')",
     )
@@ -308,8 +330,10 @@ pub async fn main() {
 
     println!();
     println!("phase              clients  seconds  committed  committed/s  unavailable  released");
-    let (empty, empty_took) = phase(&cp, &who, "empty", clients, seconds).await;
+    let (empty, empty_took) = phase(&servers, &who, "empty", clients, seconds).await;
     report("empty fleet", &empty, empty_took, clients);
+    let (group_count, grouped) = groups(&servers);
+    let mean_group = grouped as f64 / group_count.max(1) as f64;
     let free: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM node_resource_slots s WHERE s.cleanup_state = 'clean'
            AND NOT EXISTS (SELECT 1 FROM resource_claims c WHERE c.node_id = s.node_id AND c.released_at IS NULL
@@ -329,7 +353,7 @@ pub async fn main() {
         .execute(&pool)
         .await
         .expect("analyze");
-    let (full, full_took) = phase(&cp, &who, "full", clients, seconds).await;
+    let (full, full_took) = phase(&servers, &who, "full", clients, seconds).await;
     report("99% full fleet", &full, full_took, clients);
 
     println!();
@@ -380,6 +404,15 @@ pub async fn main() {
         pct(&lat, 0.99),
         lat.last().map(|d| ms(*d)).unwrap_or(f64::NAN)
     );
+    println!(
+        "group placement, empty fleet: {grouped} of {} placed in {group_count} group transactions (mean {mean_group:.1}, largest {}) on {replicas} server(s); the rest alone",
+        empty.committed(),
+        servers
+            .iter()
+            .map(|s| s.metrics().largest_launch_group())
+            .max()
+            .unwrap_or(0),
+    );
     let errors: Vec<&String> = empty.errors.iter().chain(&full.errors).collect();
     if !errors.is_empty() {
         println!("errors ({}): first: {}", errors.len(), errors[0]);
@@ -420,7 +453,7 @@ pub async fn main() {
         pct(&full_all, 0.99)
     );
     println!(
-        "RESULT placement placements_per_s={empty_rate:.0} p99_ms={:.1} full_ratio={:.2} full_p99_ms={:.1} availability_p99_ms={:.2} double_bookings={doubles} errors={} clients={clients} nodes={nodes}",
+        "RESULT placement placements_per_s={empty_rate:.0} p99_ms={:.1} full_ratio={:.2} full_p99_ms={:.1} availability_p99_ms={:.2} double_bookings={doubles} errors={} clients={clients} nodes={nodes} servers={replicas} mean_group={mean_group:.1}",
         pct(&all, 0.99),
         full_answers / empty_rate.max(1e-9),
         pct(&full_all, 0.99),

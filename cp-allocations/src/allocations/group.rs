@@ -17,13 +17,14 @@
 //! nodes), the allocations, claims, provision tasks and audit records (one statement each).
 //! The database refuses a double-booking exactly as before.
 //!
-//! Anything out of the ordinary is answered "alone": the caller runs the one-launch path
-//! ([`super::launch_once`]), which decides it with its own transaction and says why in words.
-//! That is: a repeated idempotency key, published ports, a policy that needs its scope locked
-//! (a GPU quota or a monthly budget), anything the group's checks refuse (the one-launch path
-//! refuses it again, with the same sentence), a launch the group's nodes had no room for
-//! (the one-launch path waits for busy nodes and explains a refusal), and every member of a
-//! group whose transaction failed.
+//! A launch no node has room for at all is refused by the group with placement's own
+//! explanation. Anything else out of the ordinary is answered "alone": the caller runs the
+//! one-launch path ([`super::launch_once`]), which decides it with its own transaction and
+//! says why in words. That is: a repeated idempotency key, published ports, a policy that
+//! needs its scope locked (a GPU quota or a monthly budget), anything the group's checks
+//! refuse (the one-launch path refuses it again, with the same sentence), a launch the group's
+//! nodes had no room for while other nodes were busy (the one-launch path waits for them), and
+//! every member of a group whose transaction failed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -53,6 +54,9 @@ pub const MAX_GROUP: usize = 64;
 #[derive(Debug)]
 pub(super) enum Answer {
     Placed(AllocationId),
+    /// `sku_unavailable`: no node has room for it at all (the words [`placement::place`]
+    /// would have said).
+    Unavailable(String),
     /// Decide it on the one-launch path.
     Alone,
 }
@@ -159,15 +163,18 @@ async fn run(cp: &ControlPlane, group: Vec<Member>) {
         }
         Err(e) => {
             tracing::warn!(error.cause = %e, launches = group.len(), "group placement failed; each launch is decided alone");
-            group.iter().map(|_| None).collect()
+            group.iter().map(|_| Answer::Alone).collect()
         }
     };
-    let placed = answers.iter().filter(|a| a.is_some()).count();
+    let placed = answers
+        .iter()
+        .filter(|a| matches!(a, Answer::Placed(_)))
+        .count();
     if placed > 0 {
         cp.metrics().launch_group(placed);
     }
     for (m, a) in group.into_iter().zip(answers) {
-        let _ = m.answer.send(a.map_or(Answer::Alone, Answer::Placed));
+        let _ = m.answer.send(a);
     }
 }
 
@@ -187,14 +194,13 @@ struct Decided<'a> {
     id: AllocationId,
 }
 
-/// The group's transaction. Returns, per member, the allocation placed for it (`None`:
-/// alone), and the nodes to wake.
+/// The group's transaction. Returns each member's answer, and the nodes to wake.
 async fn decide_and_write(
     cp: &ControlPlane,
     group: &[Member],
-) -> Result<(Vec<Option<AllocationId>>, Vec<NodeId>)> {
+) -> Result<(Vec<Answer>, Vec<NodeId>)> {
     let now = OffsetDateTime::now_utc();
-    let mut answers: Vec<Option<AllocationId>> = vec![None; group.len()];
+    let mut answers: Vec<Answer> = group.iter().map(|_| Answer::Alone).collect();
     let mut tx = cp.pool().begin().await?;
 
     // Launches with the same key (or name) as an earlier one in the group go alone, so
@@ -337,7 +343,25 @@ async fn decide_and_write(
     for (_, regions, members) in by_sku {
         let sku = decided[members[0]].sku.clone();
         let mut sp = tx.begin().await?;
-        let places = placement::place_group(&mut sp, &sku, &regions, members.len()).await?;
+        let places = match placement::place_group(
+            &mut sp,
+            &sku,
+            &regions,
+            members.len(),
+            cp.refusal_reasons(),
+        )
+        .await
+        {
+            Err(crate::error::Error::SkuUnavailable(why)) => {
+                // Decided: refusals need no commit, and the rest of the group goes on.
+                for k in &members {
+                    answers[decided[*k].at] = Answer::Unavailable(why.clone());
+                }
+                sp.rollback().await?;
+                continue;
+            }
+            other => other?,
+        };
         let these: Vec<(usize, Placement)> = members.iter().copied().zip(places).collect();
         if these.is_empty() {
             sp.rollback().await?;
@@ -409,7 +433,7 @@ async fn decide_and_write(
     audit::record_many(&mut tx, &entries).await?;
     tx.commit().await?;
     for (k, _) in &placed {
-        answers[decided[*k].at] = Some(decided[*k].id);
+        answers[decided[*k].at] = Answer::Placed(decided[*k].id);
     }
     Ok((answers, wake))
 }

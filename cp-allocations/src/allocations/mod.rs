@@ -387,6 +387,7 @@ impl AllocationsApi for ControlPlane {
                 .await
                 {
                     group::Answer::Placed(id) => Ok(Launched { id, created: true }),
+                    group::Answer::Unavailable(why) => Err(Error::SkuUnavailable(why)),
                     group::Answer::Alone => launch_once(self, who, req, request_id).await,
                 }
             }

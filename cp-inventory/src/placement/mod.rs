@@ -293,34 +293,33 @@ pub async fn place(
 /// another (each taking its slots out of the node's view), and every chosen slot locked with
 /// one statement. Returns the placements made, best fit first: fewer than `count` when the
 /// locked nodes ran out (the caller places the rest one by one with [`place`], which waits for
-/// busy nodes and explains a refusal). Nothing is written: the caller writes the claims, and
-/// the database still refuses any double-booking.
+/// busy nodes and explains a refusal); or, when no node in `regions` has room for `sku` at
+/// all, the refusal [`place`] would answer (nothing busy, so nothing to wait for). Nothing is
+/// written: the caller writes the claims, and the database still refuses any double-booking.
 #[tracing::instrument(skip_all, fields(sku = %sku.name, count))]
 pub async fn place_group(
     conn: &mut PgConnection,
     sku: &Sku,
     regions: &[String],
     count: usize,
+    reasons: &RefusalReasons,
 ) -> Result<Vec<Placement>> {
     let found = candidates(&mut *conn, sku, regions).await?;
-    // Enough nodes for every launch as the free blocks count them, and one more.
-    let per = usize::try_from(sku.gpu_count).unwrap_or(1).max(1);
-    let mut room = 0;
-    let wanted: Vec<uuid::Uuid> = found
-        .iter()
-        .take_while(|c| {
-            let more = room < count;
-            room += match sku.shape {
-                Shape::Baremetal => 1,
-                Shape::GpuSlice => (usize::try_from(c.free_slots).unwrap_or(0) / per).max(1),
-            };
-            more
-        })
-        .map(|c| c.node_id.0)
-        .collect();
+    if found.is_empty() {
+        let why = explain_recent(conn, reasons, sku, regions).await?;
+        return Err(Error::SkuUnavailable(why));
+    }
+    // Every candidate has room for at least one launch (it has a free block of the size), so
+    // `count` nodes are enough, and one more for a node whose room another group just took.
+    // In best-fit order, skipping nodes another launch or group holds (another replica's
+    // group takes the next ones).
+    let ordered: Vec<uuid::Uuid> = found.iter().map(|c| c.node_id.0).collect();
     let locked: Vec<uuid::Uuid> = sqlx::query_scalar!(
-        "SELECT id FROM nodes WHERE id = ANY($1) FOR NO KEY UPDATE SKIP LOCKED",
-        &wanted
+        r#"SELECT id AS "id!" FROM nodes WHERE id = ANY($1)
+           ORDER BY array_position($1, id) LIMIT $2
+           FOR NO KEY UPDATE SKIP LOCKED"#,
+        &ordered,
+        i64::try_from(count).unwrap_or(i64::MAX).saturating_add(1)
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -400,6 +399,7 @@ pub async fn place_group(
                 }
                 Shape::GpuSlice => {
                     let free_before = view.free.len();
+                    let per = usize::try_from(sku.gpu_count).unwrap_or(1);
                     if let Some(choice) = view.choose(per) {
                         let indexes = choice.slots.iter().map(|id| view.index_of(*id)).collect();
                         view.take(&choice.slots);
