@@ -762,9 +762,11 @@ async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed
 /// Two servers (two handles, each with its own pool and its own group placement) launch at
 /// once onto one database with 32 free GPUs: exactly 32 of 48 one-GPU launches are placed,
 /// the rest refused as unavailable, no slot is booked twice, and launches really were placed
-/// in groups.
+/// in groups. Then every allocation is released twice at once through both, beside a release
+/// of an allocation that doesn't exist.
 #[tokio::test]
-async fn two_servers_placing_in_groups_place_exactly_the_free_gpus_and_never_double_book() {
+async fn two_servers_placing_and_releasing_in_groups_place_exactly_the_free_gpus_and_never_double_book()
+ {
     let (_db, cp, ops) = setup().await;
     for i in 0..4 {
         hgx(&cp, &ops, &format!("gpu-{i}")).await;
@@ -794,15 +796,15 @@ async fn two_servers_placing_in_groups_place_exactly_the_free_gpus_and_never_dou
             launch(&server, &bob, "h100.1x", &format!("two-{i}")).await
         }));
     }
-    let (mut placed, mut refused) = (0, 0);
+    let (mut placed, mut refused) = (Vec::new(), 0);
     for t in tasks {
         match t.await.unwrap() {
-            Ok(_) => placed += 1,
+            Ok(id) => placed.push(id),
             Err(Error::SkuUnavailable(_)) => refused += 1,
             Err(e) => panic!("a launch failed with {e}, not sku_unavailable"),
         }
     }
-    assert_eq!((placed, refused), (32, 16));
+    assert_eq!((placed.len(), refused), (32, 16));
     assert_eq!(double_bookings(&cp).await, 0);
     assert_eq!(availability(&cp, "h100.1x").await, 0);
     let live: i64 = sqlx::query_scalar(
@@ -836,6 +838,63 @@ async fn two_servers_placing_in_groups_place_exactly_the_free_gpus_and_never_dou
         .max()
         .unwrap();
     assert!(largest > 1, "no two launches were placed together");
+
+    // Released at once through both servers, each twice, and one that isn't the project's:
+    // every allocation releasing with one release task and one audit record.
+    let start = std::sync::Arc::new(tokio::sync::Barrier::new(65));
+    let mut tasks = Vec::new();
+    for (i, id) in placed.iter().chain(&placed).enumerate() {
+        let (server, bob, start, id) = (servers[i % 2].clone(), bob.clone(), start.clone(), *id);
+        tasks.push(tokio::spawn(async move {
+            start.wait().await;
+            server.release_allocation(&bob, id, None).await
+        }));
+    }
+    let stranger = AllocationId::new_random();
+    let (server, who, gate) = (servers[0].clone(), bob.clone(), start.clone());
+    let foreign = tokio::spawn(async move {
+        gate.wait().await;
+        server.release_allocation(&who, stranger, None).await
+    });
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    assert!(matches!(
+        foreign.await.unwrap(),
+        Err(Error::NotFound { what: "allocation" })
+    ));
+    let releasing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocations WHERE name LIKE 'two-%' AND state = 'releasing'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(releasing, 32);
+    let release_tasks: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
+         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_release'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(release_tasks, 32);
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'allocation.release'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(audited, 32, "a repeated release records nothing");
+    let cancelled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
+         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_provision' AND t.state = 'failed'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        cancelled, 32,
+        "the provisions no agent started are cancelled"
+    );
 }
 
 async fn running(

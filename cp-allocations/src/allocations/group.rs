@@ -76,17 +76,72 @@ struct Member {
     answer: oneshot::Sender<Answer>,
 }
 
-/// The process's queue of launches and its turns ([`ControlPlane::shared`]).
-pub(super) struct Queue {
-    waiting: Mutex<Vec<Member>>,
+/// A process's queue of one kind of work (launches, releases) and its turns, kept per
+/// handle ([`ControlPlane::shared`]).
+pub(super) struct Queue<M> {
+    waiting: Mutex<Vec<M>>,
     turns: std::sync::Arc<Semaphore>,
 }
 
-impl Default for Queue {
+impl<M> Default for Queue<M> {
     fn default() -> Self {
         Self {
             waiting: Mutex::new(Vec::new()),
             turns: std::sync::Arc::new(Semaphore::new(TURNS)),
+        }
+    }
+}
+
+/// Queues `member` (which carries the sender of `rx`) and waits for its answer; whoever holds
+/// a turn runs the waiting members as groups with `run`, which answers each. `gone` is the
+/// answer when a group ended without answering (its task panicked).
+async fn combine<M, A, F, Fut>(
+    cp: &ControlPlane,
+    member: M,
+    mut rx: oneshot::Receiver<A>,
+    gone: impl Fn() -> A,
+    run: F,
+) -> A
+where
+    M: Send + 'static,
+    F: Fn(ControlPlane, Vec<M>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let queue = cp.shared::<Queue<M>>();
+    queue
+        .waiting
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(member);
+    let Ok(mut turn) = queue.turns.clone().acquire_owned().await else {
+        return gone();
+    };
+    // With the turn: run groups until ours has been answered (a group takes at most
+    // MAX_GROUP, so ours may be in the next one), or until none waits (ours is in a group
+    // the other turn is running).
+    loop {
+        if let Ok(answer) = rx.try_recv() {
+            return answer;
+        }
+        let group: Vec<M> = {
+            let mut waiting = queue.waiting.lock().unwrap_or_else(|p| p.into_inner());
+            let n = waiting.len().min(MAX_GROUP);
+            waiting.drain(..n).collect()
+        };
+        if group.is_empty() {
+            drop(turn);
+            return rx.await.unwrap_or_else(|_| gone());
+        }
+        // In a task of its own, holding the turn: a caller that goes away leaves it running.
+        let work = run(cp.clone(), group);
+        match tokio::spawn(async move {
+            work.await;
+            turn
+        })
+        .await
+        {
+            Ok(t) => turn = t,
+            Err(_) => return rx.await.unwrap_or_else(|_| gone()),
         }
     }
 }
@@ -101,54 +156,26 @@ pub(super) async fn join(
     valid: ValidLaunch,
     request_id: Option<&str>,
 ) -> Answer {
-    let queue = cp.shared::<Queue>();
-    let (tx, mut rx) = oneshot::channel();
-    queue
-        .waiting
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(Member {
-            user,
-            tenant,
-            project,
-            req: req.clone(),
-            valid,
-            request_id: request_id.map(str::to_owned),
-            token: audit::current_token(),
-            trace: crate::trace_context::current().map(String::from),
-            answer: tx,
-        });
-    let Ok(mut turn) = queue.turns.clone().acquire_owned().await else {
-        return Answer::Alone;
+    let (tx, rx) = oneshot::channel();
+    let member = Member {
+        user,
+        tenant,
+        project,
+        req: req.clone(),
+        valid,
+        request_id: request_id.map(str::to_owned),
+        token: audit::current_token(),
+        trace: crate::trace_context::current().map(String::from),
+        answer: tx,
     };
-    // With the turn: run groups until ours has been answered (a group takes at most
-    // MAX_GROUP, so ours may be in the next one), or until none waits (ours is in a group
-    // the other turn is running).
-    loop {
-        if let Ok(answer) = rx.try_recv() {
-            return answer;
-        }
-        let group: Vec<Member> = {
-            let mut waiting = queue.waiting.lock().unwrap_or_else(|p| p.into_inner());
-            let n = waiting.len().min(MAX_GROUP);
-            waiting.drain(..n).collect()
-        };
-        if group.is_empty() {
-            drop(turn);
-            return rx.await.unwrap_or(Answer::Alone);
-        }
-        // In a task of its own, holding the turn: a caller that goes away leaves it running.
-        let cp = cp.clone();
-        match tokio::spawn(async move {
-            run(&cp, group).await;
-            turn
-        })
-        .await
-        {
-            Ok(t) => turn = t,
-            Err(_) => return rx.await.unwrap_or(Answer::Alone),
-        }
-    }
+    combine(
+        cp,
+        member,
+        rx,
+        || Answer::Alone,
+        |cp, group| async move { run(&cp, group).await },
+    )
+    .await
 }
 
 /// Runs one group and answers each member (every one `Alone` when the transaction failed).
@@ -300,9 +327,9 @@ async fn decide_and_write(
         let Ok(regions) = decide::regions(&sku, &m.valid.region) else {
             continue;
         };
-        if !facts.contains_key(&m.project) {
+        if let std::collections::hash_map::Entry::Vacant(e) = facts.entry(m.project) {
             let policies = resolve_policies_on(&mut tx, Some(m.tenant), Some(m.project)).await?;
-            facts.insert(m.project, ProjectFacts { policies });
+            e.insert(ProjectFacts { policies });
         }
         let policies = &facts[&m.project].policies;
         let Ok(allowed) = decide::allowed(policies, &sku, &software.slug, &m.valid.region, regions)
@@ -545,4 +572,163 @@ async fn reserve(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A release waiting for its group.
+pub(super) struct Release {
+    user: UserId,
+    tenant: TenantId,
+    project: ProjectId,
+    id: AllocationId,
+    request_id: Option<String>,
+    token: Option<ApiTokenId>,
+    trace: Option<String>,
+    answer: oneshot::Sender<Option<Result<()>>>,
+}
+
+/// Releases an allocation of the caller's project together with the other releases waiting
+/// now, as [`super::AllocationsApi::release_allocation`] does one: the allocations locked (in
+/// id order, so groups never deadlock), marked for release with a provision the agent hasn't
+/// started cancelled, their release tasks queued, audited, in one transaction. `None`: the
+/// group failed; release it alone.
+pub(super) async fn release(
+    cp: &ControlPlane,
+    user: UserId,
+    tenant: TenantId,
+    project: ProjectId,
+    id: AllocationId,
+    request_id: Option<&str>,
+) -> Option<Result<()>> {
+    let (tx, rx) = oneshot::channel();
+    let member = Release {
+        user,
+        tenant,
+        project,
+        id,
+        request_id: request_id.map(str::to_owned),
+        token: audit::current_token(),
+        trace: crate::trace_context::current().map(String::from),
+        answer: tx,
+    };
+    combine(
+        cp,
+        member,
+        rx,
+        || None,
+        |cp, group| async move { release_group(&cp, group).await },
+    )
+    .await
+}
+
+#[tracing::instrument(skip_all, fields(releases = group.len()))]
+async fn release_group(cp: &ControlPlane, group: Vec<Release>) {
+    match release_together(cp, &group).await {
+        Ok((answers, wake)) => {
+            for node in wake {
+                cp.wakeups().task_queued(node);
+            }
+            for (m, a) in group.into_iter().zip(answers) {
+                let _ = m.answer.send(Some(a));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error.cause = %e, releases = group.len(), "group release failed; each is released alone");
+            for m in group {
+                let _ = m.answer.send(None);
+            }
+        }
+    }
+}
+
+async fn release_together(
+    cp: &ControlPlane,
+    group: &[Release],
+) -> Result<(Vec<Result<()>>, Vec<NodeId>)> {
+    let ids: Vec<uuid::Uuid> = group.iter().map(|m| m.id.0).collect();
+    let projects: Vec<uuid::Uuid> = group.iter().map(|m| m.project.0).collect();
+    let mut tx = cp.pool().begin().await?;
+    let found = sqlx::query!(
+        r#"SELECT a.id AS "id: AllocationId", a.project_id AS "project_id: ProjectId", a.state,
+                  a.region
+           FROM allocations a
+           WHERE a.id = ANY($1)
+             AND EXISTS (SELECT 1 FROM unnest($1::uuid[], $2::uuid[]) AS k(id, project)
+                         WHERE k.id = a.id AND k.project = a.project_id)
+           ORDER BY a.id
+           FOR NO KEY UPDATE OF a"#,
+        &ids,
+        &projects
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut answers = Vec::with_capacity(group.len());
+    let mut releasing: Vec<uuid::Uuid> = Vec::new();
+    let mut entries_for: Vec<(usize, String, String)> = Vec::new();
+    for (i, m) in group.iter().enumerate() {
+        match found
+            .iter()
+            .find(|r| r.id == m.id && r.project_id == m.project)
+        {
+            None => answers.push(Err(crate::error::Error::NotFound { what: "allocation" })),
+            Some(r) => {
+                answers.push(Ok(()));
+                let done = matches!(r.state.as_str(), "releasing" | "cleaning" | "released");
+                if !done && !releasing.contains(&m.id.0) {
+                    releasing.push(m.id.0);
+                    entries_for.push((i, r.state.clone(), r.region.clone()));
+                }
+            }
+        }
+    }
+    if releasing.is_empty() {
+        tx.rollback().await?;
+        return Ok((answers, Vec::new()));
+    }
+    sqlx::query!(
+        "UPDATE allocations SET desired_state = 'released', state = 'releasing'
+         WHERE id = ANY($1) AND state IN ('placed', 'provisioning', 'running')",
+        &releasing
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "UPDATE agent_tasks SET state = 'failed', claimed_at = now(), finished_at = now(),
+                error = 'cancelled: the allocation was released before the agent started it'
+         WHERE allocation_id = ANY($1) AND state = 'queued'
+           AND kind IN ('slice.vm_provision', 'baremetal.provision')",
+        &releasing
+    )
+    .execute(&mut *tx)
+    .await?;
+    let traces: Vec<(AllocationId, Option<String>)> = entries_for
+        .iter()
+        .map(|(i, ..)| (group[*i].id, group[*i].trace.clone()))
+        .collect();
+    let wake = lifecycle::queue_releases(&mut tx, &traces).await?;
+    let mut resources = Vec::with_capacity(entries_for.len());
+    for (i, _, region) in &entries_for {
+        let m = &group[*i];
+        resources.push(cp.naming().allocation(region, m.tenant, m.project, m.id)?);
+    }
+    let entries: Vec<(AuditEntry, Option<ApiTokenId>)> = entries_for
+        .iter()
+        .zip(&resources)
+        .map(|((i, state, _), resource)| {
+            let m = &group[*i];
+            (
+                AuditEntry {
+                    actor: Actor::User(m.user),
+                    action: "allocation.release",
+                    resource,
+                    before: Some(json!({ "state": state })),
+                    after: Some(json!({ "state": "releasing" })),
+                    request_id: m.request_id.as_deref(),
+                },
+                m.token,
+            )
+        })
+        .collect();
+    audit::record_many(&mut tx, &entries).await?;
+    tx.commit().await?;
+    Ok((answers, wake))
 }

@@ -188,31 +188,6 @@ pub(crate) fn network_plan(
     })
 }
 
-async fn queue_task(
-    conn: &mut PgConnection,
-    node: NodeId,
-    allocation: AllocationId,
-    spec: &TaskSpec,
-) -> Result<()> {
-    sqlx::query!(
-        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
-         VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (allocation_id, kind)
-             WHERE allocation_id IS NOT NULL AND state <> 'failed'
-               AND kind <> 'allocation.network_update'
-         DO NOTHING",
-        AgentTaskId::new_random() as AgentTaskId,
-        node as NodeId,
-        spec.kind(),
-        serde_json::to_value(spec).expect("a task spec serializes"),
-        allocation as AllocationId,
-        crate::trace_context::current().map(String::from),
-    )
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// Queues the provision task of each placed allocation in `ids` (with the trace context its
 /// launch ran in) and moves it to `provisioning`, with a statement per step for all of them:
 /// the allocations (locked), their slots, their tenants' InfiniBand partition keys (assigned on
@@ -247,22 +222,8 @@ pub(crate) async fn queue_provisions(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
-    let ids_found: Vec<uuid::Uuid> = rows.iter().map(|r| r.id.0).collect();
-    let slots = sqlx::query!(
-        r#"SELECT c.allocation_id AS "allocation_id!: AllocationId", s.id AS "id: SlotId",
-                  s.slot_index, s.gpu_pci_address, s.nvme_pci_address,
-                  s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes, s.ib_vf_pci_address,
-                  s.cpu_set, s.numa_node, s.memory_mib,
-                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
-           FROM resource_claims c
-                JOIN node_resource_slots s
-                  ON s.node_id = c.node_id AND (c.slot_id = s.id OR c.kind = 'baremetal')
-           WHERE c.allocation_id = ANY($1) AND s.retired_at IS NULL
-           ORDER BY c.allocation_id, s.slot_index"#,
-        &ids_found
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+    let ids_found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
+    let slots = planned_slots_of(&mut *conn, &ids_found).await?;
     let mut tenants: Vec<uuid::Uuid> = rows.iter().map(|r| r.tenant_id.0).collect();
     tenants.sort_unstable();
     tenants.dedup();
@@ -299,26 +260,10 @@ pub(crate) async fn queue_provisions(
     let mut allocations = Vec::with_capacity(rows.len());
     let mut traces = Vec::with_capacity(rows.len());
     for a in rows {
-        let node = a.node_id.to_string();
-        let mine: Vec<_> = slots.iter().filter(|s| s.allocation_id == a.id).collect();
-        let planned: Vec<PlannedSlot> = mine
+        let planned: Vec<PlannedSlot> = slots
             .iter()
-            .map(|r| PlannedSlot {
-                slot_id: r.id.to_string(),
-                slot_index: r.slot_index as u32,
-                gpu_pci_address: r.gpu_pci_address.clone(),
-                nvme_pci_address: r.nvme_pci_address.clone(),
-                nvme_serial: r.nvme_serial.clone(),
-                nvme_namespace: r.nvme_namespace.clone(),
-                ib_vf_pci_address: r.ib_vf_pci_address.clone(),
-                cpu_set: r.cpu_set.clone(),
-                numa_node: r.numa_node as u32,
-                memory_mib: r.memory_mib as u64,
-                nvme_size_bytes: r.nvme_size_bytes as u64,
-                wipe_policy: r.wipe.clone(),
-                mac_address: identity::mac_address(&node, r.slot_index as u32),
-                ip_address: identity::ip_address(r.slot_index as u32),
-            })
+            .filter(|(id, _)| *id == a.id)
+            .map(|(_, s)| s.clone())
             .collect();
         let network = network_plan(
             &planned,
@@ -332,13 +277,21 @@ pub(crate) async fn queue_provisions(
             .find(|p| p.tenant_id == a.tenant_id)
             .map(|p| p.pkey)
             .ok_or_else(|| Error::Corrupt(format!("no IB partition key for {}", a.tenant_id)))?;
+        let mine: Vec<uuid::Uuid> = planned
+            .iter()
+            .map(|s| {
+                s.slot_id
+                    .parse()
+                    .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
+            })
+            .collect::<Result<_>>()?;
         let nvlink_partition = if mine.len() >= 2 {
             partitions
                 .iter()
                 .find(|p| {
                     p.node_id == a.node_id
                         && p.slot_ids.len() == mine.len()
-                        && mine.iter().all(|s| p.slot_ids.contains(&s.id.0))
+                        && mine.iter().all(|s| p.slot_ids.contains(s))
                 })
                 .map(|p| {
                     u32::try_from(p.partition_id)
@@ -417,6 +370,130 @@ pub(crate) async fn queue_provisions(
     Ok(task_nodes.into_iter().map(NodeId).collect())
 }
 
+/// The planned slots of each allocation in `ids` (every live slot of the node for bare
+/// metal), in slot order, with one statement.
+async fn planned_slots_of(
+    conn: &mut PgConnection,
+    ids: &[AllocationId],
+) -> Result<Vec<(AllocationId, PlannedSlot)>> {
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT c.allocation_id AS "allocation_id!: AllocationId", s.id AS "id: SlotId",
+                  s.node_id AS "node_id: NodeId", s.slot_index, s.gpu_pci_address,
+                  s.nvme_pci_address, s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes,
+                  s.ib_vf_pci_address, s.cpu_set, s.numa_node, s.memory_mib,
+                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
+           FROM resource_claims c
+                JOIN node_resource_slots s
+                  ON s.node_id = c.node_id AND (c.slot_id = s.id OR c.kind = 'baremetal')
+           WHERE c.allocation_id = ANY($1) AND s.retired_at IS NULL
+           ORDER BY c.allocation_id, s.slot_index"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let node = r.node_id.to_string();
+            (
+                r.allocation_id,
+                PlannedSlot {
+                    slot_id: r.id.to_string(),
+                    slot_index: r.slot_index as u32,
+                    gpu_pci_address: r.gpu_pci_address,
+                    nvme_pci_address: r.nvme_pci_address,
+                    nvme_serial: r.nvme_serial,
+                    nvme_namespace: r.nvme_namespace,
+                    ib_vf_pci_address: r.ib_vf_pci_address,
+                    cpu_set: r.cpu_set,
+                    numa_node: r.numa_node as u32,
+                    memory_mib: r.memory_mib as u64,
+                    nvme_size_bytes: r.nvme_size_bytes as u64,
+                    wipe_policy: r.wipe,
+                    mac_address: identity::mac_address(&node, r.slot_index as u32),
+                    ip_address: identity::ip_address(r.slot_index as u32),
+                },
+            )
+        })
+        .collect())
+}
+
+/// Queues the release task of each allocation in `ids` that is releasing or cleaning (with
+/// the trace context its release ran in), a statement per step for all of them. Returns the
+/// nodes to wake, one per allocation.
+pub(crate) async fn queue_releases(
+    conn: &mut PgConnection,
+    ids: &[(AllocationId, Option<String>)],
+) -> Result<Vec<NodeId>> {
+    let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: AllocationId", shape, node_id AS "node_id: NodeId", state
+           FROM allocations
+           WHERE id = ANY($1)
+           ORDER BY id
+           FOR NO KEY UPDATE"#,
+        &wanted
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    // The state is checked here, not in the query: with it there, the planner intersects the
+    // primary key with the index of live allocations, thousands of entries, for a few rows.
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| matches!(r.state.as_str(), "releasing" | "cleaning"))
+        .collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
+    let slots = planned_slots_of(&mut *conn, &found).await?;
+    let (mut task_ids, mut nodes, mut kinds, mut specs, mut allocations, mut traces) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for a in rows {
+        let plan = ReleasePlan {
+            allocation_id: a.id.to_string(),
+            slots: slots
+                .iter()
+                .filter(|(id, _)| *id == a.id)
+                .map(|(_, s)| s.clone())
+                .collect(),
+        };
+        let spec = if a.shape == "baremetal" {
+            TaskSpec::BaremetalRelease(plan)
+        } else {
+            TaskSpec::VmRelease(plan)
+        };
+        task_ids.push(AgentTaskId::new_random().0);
+        nodes.push(a.node_id.0);
+        kinds.push(spec.kind().to_string());
+        specs.push(serde_json::to_value(&spec).expect("a task spec serializes"));
+        allocations.push(a.id.0);
+        traces.push(
+            ids.iter()
+                .find(|(id, _)| *id == a.id)
+                .and_then(|(_, t)| t.clone()),
+        );
+    }
+    sqlx::query!(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
+         ON CONFLICT (allocation_id, kind)
+             WHERE allocation_id IS NOT NULL AND state <> 'failed'
+               AND kind <> 'allocation.network_update'
+         DO NOTHING",
+        &task_ids,
+        &nodes,
+        &kinds,
+        &specs,
+        &allocations,
+        &traces as &[Option<String>],
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(nodes.into_iter().map(NodeId).collect())
+}
+
 /// Turns one outbox row into a node task. Idempotent: a row seen twice queues one task (the
 /// unique index), and an allocation that moved on is left alone.
 /// Returns the node a task was queued for, if one was.
@@ -426,23 +503,18 @@ async fn dispatch_one(
     id: AllocationId,
 ) -> Result<Option<NodeId>> {
     let a = sqlx::query!(
-        r#"SELECT a.state, a.desired_state, a.shape, a.node_id AS "node_id: NodeId", a.name,
-                  a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data,
+        r#"SELECT a.state, a.desired_state, a.node_id AS "node_id: NodeId",
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
-                  n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
+                  n.public_port_base,
                   CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
-           FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
-                JOIN listings l ON l.id = v.listing_id
-                JOIN nodes n ON n.id = a.node_id
+           FROM allocations a JOIN nodes n ON n.id = a.node_id
                 JOIN projects p ON p.id = a.project_id
            WHERE a.id = $1 FOR NO KEY UPDATE OF a"#,
         id as AllocationId
     )
     .fetch_one(&mut *conn)
     .await?;
-    let baremetal = a.shape == "baremetal";
     match kind {
         "allocation.provision" => {
             if a.state != "placed" || a.desired_state != "running" {
@@ -455,16 +527,8 @@ async fn dispatch_one(
             if !matches!(a.state.as_str(), "releasing" | "cleaning") {
                 return Ok(None);
             }
-            let plan = ReleasePlan {
-                allocation_id: id.to_string(),
-                slots: planned_slots(&mut *conn, Some(id), a.node_id).await?,
-            };
-            let spec = if baremetal {
-                TaskSpec::BaremetalRelease(plan)
-            } else {
-                TaskSpec::VmRelease(plan)
-            };
-            queue_task(&mut *conn, a.node_id, id, &spec).await?;
+            let trace = crate::trace_context::current().map(String::from);
+            return Ok(queue_releases(&mut *conn, &[(id, trace)]).await?.pop());
         }
         "allocation.network_update" => {
             if a.state != "running" {

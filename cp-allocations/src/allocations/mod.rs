@@ -405,6 +405,12 @@ impl AllocationsApi for ControlPlane {
         id: AllocationId,
         request_id: Option<&str>,
     ) -> Result<()> {
+        // With the other releases waiting now (see [`group`]); alone if that group failed.
+        if let Some(done) =
+            group::release(self, who.user(), who.tenant(), who.id(), id, request_id).await
+        {
+            return done;
+        }
         let user = who.user();
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(

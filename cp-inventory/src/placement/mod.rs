@@ -40,6 +40,8 @@ struct Candidate {
     hostname: String,
     region: String,
     free_slots: i32,
+    /// How many launches of the size it could take (1 for a whole node).
+    free_blocks: i32,
 }
 
 /// Live availability of `sku` per region: the number of launches that could succeed now.
@@ -118,7 +120,8 @@ async fn best_fit(
         Shape::GpuSlice => {
             sqlx::query_as!(
                 Candidate,
-                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots
+                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots,
+                          b.free_blocks
                FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
                WHERE b.gpu_model = $1 AND b.block_size = $2 AND b.free_blocks > 0
                  AND b.min_vcpus >= $3 AND b.min_memory_mib >= $4 AND b.min_nvme_bytes >= $5
@@ -140,7 +143,8 @@ async fn best_fit(
         Shape::Baremetal => {
             sqlx::query_as!(
                 Candidate,
-                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots
+                r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, n.region, b.free_slots,
+                          1 AS "free_blocks!"
                FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
                WHERE b.gpu_model = $1 AND b.block_size = 1 AND b.whole_node_free
                  AND b.live_slots >= $2
@@ -309,17 +313,26 @@ pub async fn place_group(
         let why = explain_recent(conn, reasons, sku, regions).await?;
         return Err(Error::SkuUnavailable(why));
     }
-    // Every candidate has room for at least one launch (it has a free block of the size), so
-    // `count` nodes are enough, and one more for a node whose room another group just took.
-    // In best-fit order, skipping nodes another launch or group holds (another replica's
-    // group takes the next ones).
+    // As many nodes as the free blocks say the launches need, and one more for room another
+    // group took meanwhile: in best-fit order, skipping nodes another launch or group holds
+    // (another replica's group takes the next ones). Every node locked here waits for this
+    // group's commit, agents' results for it included, so no more than that.
+    let mut room = 0;
+    let needed = found
+        .iter()
+        .take_while(|c| {
+            let more = room < count;
+            room += usize::try_from(c.free_blocks).unwrap_or(0).max(1);
+            more
+        })
+        .count();
     let ordered: Vec<uuid::Uuid> = found.iter().map(|c| c.node_id.0).collect();
     let locked: Vec<uuid::Uuid> = sqlx::query_scalar!(
         r#"SELECT id AS "id!" FROM nodes WHERE id = ANY($1)
            ORDER BY array_position($1, id) LIMIT $2
            FOR NO KEY UPDATE SKIP LOCKED"#,
         &ordered,
-        i64::try_from(count).unwrap_or(i64::MAX).saturating_add(1)
+        i64::try_from(needed).unwrap_or(i64::MAX).saturating_add(1)
     )
     .fetch_all(&mut *conn)
     .await?;
