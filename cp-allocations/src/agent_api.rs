@@ -329,7 +329,7 @@ impl AgentApi for ControlPlane {
     async fn reconcile_view(&self, agent: &NodeAgent) -> Result<ReconcileResponse> {
         let mut conn = self.pool().acquire().await?;
         let approved_slots =
-            crate::allocations::lifecycle::planned_slots(&mut conn, None, agent.id).await?;
+            crate::allocations::lifecycle::planned_slots(&mut conn, agent.id).await?;
         let tasks = sqlx::query!(
             r#"SELECT id AS "id: AgentTaskId", spec, traceparent FROM agent_tasks
                WHERE node_id = $1 AND state = 'running' ORDER BY created_at"#,

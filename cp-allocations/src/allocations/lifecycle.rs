@@ -99,51 +99,67 @@ pub(crate) async fn begin_release(
     Ok(())
 }
 
-/// The slots an allocation holds (every live slot of the node for bare metal), as a plan;
-/// with no allocation, every live approved slot of the node (what the agent checks plans
+/// A slot as a plan names it, as [`planned_slots`] and [`planned_slots_of`] read it.
+struct SlotRow {
+    allocation_id: Option<AllocationId>,
+    id: SlotId,
+    node_id: NodeId,
+    slot_index: i32,
+    gpu_pci_address: String,
+    nvme_pci_address: String,
+    nvme_serial: String,
+    nvme_namespace: String,
+    nvme_size_bytes: i64,
+    ib_vf_pci_address: String,
+    cpu_set: String,
+    numa_node: i32,
+    memory_mib: i64,
+    wipe: String,
+}
+
+impl SlotRow {
+    fn planned(self) -> PlannedSlot {
+        let node = self.node_id.to_string();
+        PlannedSlot {
+            slot_id: self.id.to_string(),
+            slot_index: self.slot_index as u32,
+            gpu_pci_address: self.gpu_pci_address,
+            nvme_pci_address: self.nvme_pci_address,
+            nvme_serial: self.nvme_serial,
+            nvme_namespace: self.nvme_namespace,
+            ib_vf_pci_address: self.ib_vf_pci_address,
+            cpu_set: self.cpu_set,
+            numa_node: self.numa_node as u32,
+            memory_mib: self.memory_mib as u64,
+            nvme_size_bytes: self.nvme_size_bytes as u64,
+            wipe_policy: self.wipe,
+            mac_address: identity::mac_address(&node, self.slot_index as u32),
+            ip_address: identity::ip_address(self.slot_index as u32),
+        }
+    }
+}
+
+/// Every live approved slot of the node, as a plan names it (what the agent checks plans
 /// against).
 pub(crate) async fn planned_slots(
     conn: &mut PgConnection,
-    id: Option<AllocationId>,
     node: NodeId,
 ) -> Result<Vec<PlannedSlot>> {
-    let rows = sqlx::query!(
-        r#"SELECT s.id AS "id: SlotId", s.slot_index, s.gpu_pci_address, s.nvme_pci_address,
-                  s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes, s.ib_vf_pci_address,
-                  s.cpu_set, s.numa_node, s.memory_mib,
+    let rows = sqlx::query_as!(
+        SlotRow,
+        r#"SELECT NULL::uuid AS "allocation_id: AllocationId", s.id AS "id: SlotId",
+                  s.node_id AS "node_id: NodeId", s.slot_index, s.gpu_pci_address,
+                  s.nvme_pci_address, s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes,
+                  s.ib_vf_pci_address, s.cpu_set, s.numa_node, s.memory_mib,
                   s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
            FROM node_resource_slots s
-           WHERE s.node_id = $2 AND s.retired_at IS NULL
-             AND ($1::uuid IS NULL
-                  OR EXISTS (SELECT 1 FROM resource_claims c
-                             WHERE c.allocation_id = $1
-                               AND (c.slot_id = s.id OR c.kind = 'baremetal')))
+           WHERE s.node_id = $1 AND s.retired_at IS NULL
            ORDER BY s.slot_index"#,
-        id as Option<AllocationId>,
         node as NodeId
     )
     .fetch_all(&mut *conn)
     .await?;
-    let node = node.to_string();
-    Ok(rows
-        .into_iter()
-        .map(|r| PlannedSlot {
-            slot_id: r.id.to_string(),
-            slot_index: r.slot_index as u32,
-            gpu_pci_address: r.gpu_pci_address,
-            nvme_pci_address: r.nvme_pci_address,
-            nvme_serial: r.nvme_serial,
-            nvme_namespace: r.nvme_namespace,
-            ib_vf_pci_address: r.ib_vf_pci_address,
-            cpu_set: r.cpu_set,
-            numa_node: r.numa_node as u32,
-            memory_mib: r.memory_mib as u64,
-            nvme_size_bytes: r.nvme_size_bytes as u64,
-            wipe_policy: r.wipe,
-            mac_address: identity::mac_address(&node, r.slot_index as u32),
-            ip_address: identity::ip_address(r.slot_index as u32),
-        })
-        .collect())
+    Ok(rows.into_iter().map(SlotRow::planned).collect())
 }
 
 /// Where the allocation is reached: the node's public address, its first slot's block of
@@ -377,8 +393,9 @@ async fn planned_slots_of(
     ids: &[AllocationId],
 ) -> Result<Vec<(AllocationId, PlannedSlot)>> {
     let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
-    let rows = sqlx::query!(
-        r#"SELECT c.allocation_id AS "allocation_id!: AllocationId", s.id AS "id: SlotId",
+    let rows = sqlx::query_as!(
+        SlotRow,
+        r#"SELECT c.allocation_id AS "allocation_id: AllocationId", s.id AS "id: SlotId",
                   s.node_id AS "node_id: NodeId", s.slot_index, s.gpu_pci_address,
                   s.nvme_pci_address, s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes,
                   s.ib_vf_pci_address, s.cpu_set, s.numa_node, s.memory_mib,
@@ -394,28 +411,7 @@ async fn planned_slots_of(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|r| {
-            let node = r.node_id.to_string();
-            (
-                r.allocation_id,
-                PlannedSlot {
-                    slot_id: r.id.to_string(),
-                    slot_index: r.slot_index as u32,
-                    gpu_pci_address: r.gpu_pci_address,
-                    nvme_pci_address: r.nvme_pci_address,
-                    nvme_serial: r.nvme_serial,
-                    nvme_namespace: r.nvme_namespace,
-                    ib_vf_pci_address: r.ib_vf_pci_address,
-                    cpu_set: r.cpu_set,
-                    numa_node: r.numa_node as u32,
-                    memory_mib: r.memory_mib as u64,
-                    nvme_size_bytes: r.nvme_size_bytes as u64,
-                    wipe_policy: r.wipe,
-                    mac_address: identity::mac_address(&node, r.slot_index as u32),
-                    ip_address: identity::ip_address(r.slot_index as u32),
-                },
-            )
-        })
+        .filter_map(|r| Some((r.allocation_id?, r.planned())))
         .collect())
 }
 
@@ -534,7 +530,11 @@ async fn dispatch_one(
             if a.state != "running" {
                 return Ok(None);
             }
-            let slots = planned_slots(&mut *conn, Some(id), a.node_id).await?;
+            let slots: Vec<PlannedSlot> = planned_slots_of(&mut *conn, &[id])
+                .await?
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
             let network = network_plan(
                 &slots,
                 a.public_host,
