@@ -46,6 +46,7 @@ impl Tracing {
                 tracer: None,
                 cx: None,
                 passed_on: task.traceparent.clone(),
+                started: Default::default(),
             };
         };
         let parent = match &task.traceparent {
@@ -67,6 +68,7 @@ impl Tracing {
             passed_on: otel::traceparent(cx.span().span_context()),
             tracer: Some(tracer),
             cx: Some(cx),
+            started: Default::default(),
         }
     }
 
@@ -85,6 +87,8 @@ pub struct TaskTrace<'a> {
     tracer: Option<&'a SdkTracer>,
     cx: Option<Context>,
     passed_on: Option<TraceParent>,
+    /// When each phase's `started` report was seen, for its span's start.
+    started: std::cell::RefCell<std::collections::HashMap<String, SystemTime>>,
 }
 
 impl TaskTrace<'_> {
@@ -94,19 +98,28 @@ impl TaskTrace<'_> {
         self.passed_on.as_ref()
     }
 
-    /// Records a phase once it has ended (its report says how long it took); a `started`
-    /// report records nothing.
+    /// Records a phase once it has ended: from when its `started` report was seen, for as
+    /// long as its report says it took (never past now). Reports are seen in order, each
+    /// after the previous one was sent to the control plane, so a slow send delays what
+    /// follows it; anchoring each span at its own `started` report keeps the phases in their
+    /// order (working back from when the end was seen did not: a delayed end put a short
+    /// phase's start after the next, longer one's).
     pub fn phase(&self, report: &PhaseReport) {
         let (Some(tracer), Some(cx)) = (self.tracer, &self.cx) else {
             return;
         };
+        let now = SystemTime::now();
         if report.status == PhaseStatus::Started {
+            self.started.borrow_mut().insert(report.phase.clone(), now);
             return;
         }
-        let end = SystemTime::now();
-        let start = end
-            .checked_sub(Duration::from_millis(report.elapsed_ms))
-            .unwrap_or(end);
+        let took = Duration::from_millis(report.elapsed_ms);
+        let start = self
+            .started
+            .borrow_mut()
+            .remove(&report.phase)
+            .unwrap_or_else(|| now.checked_sub(took).unwrap_or(now));
+        let end = (start + took).min(now);
         let mut span = tracer
             .span_builder(report.phase.clone())
             .with_kind(SpanKind::Internal)
