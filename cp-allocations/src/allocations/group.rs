@@ -113,6 +113,9 @@ where
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .push(member);
+    // Let the other callers ready to run now queue theirs first, so that they join this
+    // group rather than each waiting for the next (one scheduler hop).
+    tokio::task::yield_now().await;
     let Ok(mut turn) = queue.turns.clone().acquire_owned().await else {
         return gone();
     };

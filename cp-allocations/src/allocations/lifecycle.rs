@@ -360,21 +360,15 @@ pub(crate) async fn queue_provisions(
         );
         allocations.push(a.id.0);
     }
-    sqlx::query!(
-        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
-         ON CONFLICT (allocation_id, kind)
-             WHERE allocation_id IS NOT NULL AND state <> 'failed'
-               AND kind <> 'allocation.network_update'
-         DO NOTHING",
+    insert_tasks(
+        &mut *conn,
         &task_ids,
         &task_nodes,
         &kinds,
         &specs,
         &allocations,
-        &traces as &[Option<String>],
+        &traces,
     )
-    .execute(&mut *conn)
     .await?;
     sqlx::query!(
         "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
@@ -413,6 +407,36 @@ async fn planned_slots_of(
         .into_iter()
         .filter_map(|r| Some((r.allocation_id?, r.planned())))
         .collect())
+}
+
+/// Writes agent tasks, one per allocation (the arrays side by side), with one statement; a
+/// task the allocation already has (not failed) is left as it is.
+async fn insert_tasks(
+    conn: &mut PgConnection,
+    ids: &[uuid::Uuid],
+    nodes: &[uuid::Uuid],
+    kinds: &[String],
+    specs: &[serde_json::Value],
+    allocations: &[uuid::Uuid],
+    traces: &[Option<String>],
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
+         ON CONFLICT (allocation_id, kind)
+             WHERE allocation_id IS NOT NULL AND state <> 'failed'
+               AND kind <> 'allocation.network_update'
+         DO NOTHING",
+        ids,
+        nodes,
+        kinds,
+        specs,
+        allocations,
+        traces as &[Option<String>],
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
 }
 
 /// Queues the release task of each allocation in `ids` that is releasing or cleaning (with
@@ -471,21 +495,15 @@ pub(crate) async fn queue_releases(
                 .and_then(|(_, t)| t.clone()),
         );
     }
-    sqlx::query!(
-        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
-         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
-         ON CONFLICT (allocation_id, kind)
-             WHERE allocation_id IS NOT NULL AND state <> 'failed'
-               AND kind <> 'allocation.network_update'
-         DO NOTHING",
+    insert_tasks(
+        &mut *conn,
         &task_ids,
         &nodes,
         &kinds,
         &specs,
         &allocations,
-        &traces as &[Option<String>],
+        &traces,
     )
-    .execute(&mut *conn)
     .await?;
     Ok(nodes.into_iter().map(NodeId).collect())
 }
