@@ -1,9 +1,9 @@
 //! Launching and running allocations: the launch form (project, SKU, region, marketplace
 //! listing (preselected from a listing page, with only the SKUs it fits), SSH key,
 //! name; a fresh idempotency key per form, so a double submit makes one allocation), a
-//! project's allocations with state filters, and the allocation page with its phases and
-//! timings (refreshed every second while it changes), SSH details, release, and the cleanup
-//! certificate.
+//! project's allocations with state filters (newest first, a page at a time), and the
+//! allocation page with its phases and timings (refreshed every second while it changes), SSH
+//! details, release, and the cleanup certificate.
 
 // The launch form has ten fields; its server function takes them as arguments, and the
 // `#[server]` macro copies that signature into code an item-level allow does not reach.
@@ -12,6 +12,7 @@
 use control_plane::prelude::*;
 
 use leptos::prelude::*;
+use leptos::reactive::computed::ScopedFuture;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use portal_types::allocations::{
@@ -190,7 +191,16 @@ pub struct AllocationsView {
     pub project: Option<String>,
     pub state: String,
     pub rows: Vec<AllocationSummary>,
+    /// This page starts after an earlier one (the cursor it was asked with).
+    pub after: Option<String>,
+    /// Where the next (older) page starts; none after the last.
+    pub next: Option<String>,
+    /// The page size asked for in the address (`limit`, as the API's), if not the default.
+    pub limit: Option<u32>,
 }
+
+/// How many allocations the list shows at a time.
+pub const LIST_PAGE: u32 = 50;
 
 pub const STATE_FILTERS: &[&str] = &[
     "active",
@@ -467,7 +477,10 @@ fn parse_ports(input: &str) -> Result<Vec<u16>, AppError> {
 pub async fn list_allocations(
     project: Option<String>,
     state: Option<String>,
+    after: Option<String>,
+    limit: Option<String>,
 ) -> Result<AllocationsView, AppError> {
+    use control_plane::allocations::AllocationFilter;
     use control_plane::tenancy::{ProjectViewers, TenantMembers};
     let (cp, principal) = crate::server::signed_in().await?;
     let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
@@ -486,12 +499,30 @@ pub async fn list_allocations(
     let state = state
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "active".into());
-    let rows = match &project {
-        None => vec![],
+    let after = after.filter(|a| !a.is_empty());
+    let limit = match limit.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
+        None => None,
+        Some(l) => Some(l.parse::<u32>().map_err(|_| AppError::Invalid {
+            field: "limit".into(),
+            reason: format!(
+                "{:?} is not a number of allocations",
+                l.chars().take(20).collect::<String>()
+            ),
+        })?),
+    };
+    let (rows, next) = match &project {
+        None => (vec![], None),
         Some(p) => {
             let id = crate::server::id(p)?;
             let who = cp.project_access::<ProjectViewers>(&principal, id).await?;
-            cp.allocations(&who, Some(&state)).await?
+            let filter = AllocationFilter {
+                state: Some(state.clone()),
+                tag: None,
+                after: after.clone(),
+                limit: limit.unwrap_or(LIST_PAGE),
+            };
+            let page = cp.allocation_page(&[who], &filter).await?;
+            (page.items, page.next)
         }
     };
     Ok(AllocationsView {
@@ -499,6 +530,9 @@ pub async fn list_allocations(
         project,
         state,
         rows,
+        after,
+        next,
+        limit,
     })
 }
 
@@ -872,8 +906,17 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
 #[component]
 pub fn AllocationsPage() -> impl IntoView {
     let query = use_query_map();
-    let filter = move || query.with(|q| (q.get("project"), q.get("state")));
-    let list = Resource::new(filter, |(p, s)| list_allocations(p, s));
+    let filter = move || {
+        query.with(|q| {
+            (
+                q.get("project"),
+                q.get("state"),
+                q.get("after"),
+                q.get("limit"),
+            )
+        })
+    };
+    let list = Resource::new(filter, |(p, s, a, l)| list_allocations(p, s, a, l));
     view! {
         <Title text="Allocations" />
         <h1>"Allocations"</h1>
@@ -893,6 +936,27 @@ pub fn AllocationsPage() -> impl IntoView {
 fn AllocationsBody(v: AllocationsView) -> impl IntoView {
     let project = v.project.clone();
     let state = v.state.clone();
+    let href = {
+        let (project, state, limit) = (project.clone(), state.clone(), v.limit);
+        move |after: Option<&str>| list_href(project.as_deref(), &state, after, limit)
+    };
+    let pager = (v.after.is_some() || v.next.is_some()).then(|| {
+        let newest = v.after.is_some().then(|| href(None));
+        let older = v.next.as_deref().map(|n| href(Some(n)));
+        let shown = match (v.after.is_some(), v.rows.len()) {
+            (true, 1) => "1 older allocation".to_owned(),
+            (true, n) => format!("{n} older allocations"),
+            (false, 1) => "The newest allocation".to_owned(),
+            (false, n) => format!("The {n} newest allocations"),
+        };
+        view! {
+            <nav class="pager" aria-label="Pages of allocations">
+                <span class="hint" data-testid="page-shown">{shown}</span>
+                {newest.map(|h| view! { <a class="button secondary" href=h rel="first">"← Newest"</a> })}
+                {older.map(|h| view! { <a class="button secondary" href=h rel="next">"Older →"</a> })}
+            </nav>
+        }
+    });
     view! {
         <form method="get" action="/allocations" class="filters">
             <label>"Project "
@@ -905,6 +969,7 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                     {STATE_FILTERS.iter().map(|f| view! { <option value=*f selected=state == *f>{*f}</option> }).collect_view()}
                 </select>
             </label>
+            {v.limit.map(|l| view! { <input type="hidden" name="limit" value=l.to_string() /> })}
             <button type="submit">"Filter"</button>
         </form>
         {if v.rows.is_empty() {
@@ -934,7 +999,31 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                 </div>
             }.into_any()
         }}
+        {pager}
     }
+}
+
+/// The list's address for a filter, from its first page or after `after`. The values are
+/// ids, a state from the list above and a cursor (digits, `_` and an id), so they need no
+/// escaping beyond what the attribute gets.
+fn list_href(
+    project: Option<&str>,
+    state: &str,
+    after: Option<&str>,
+    limit: Option<u32>,
+) -> String {
+    let mut q = vec![];
+    if let Some(p) = project {
+        q.push(format!("project={p}"));
+    }
+    q.push(format!("state={state}"));
+    if let Some(a) = after {
+        q.push(format!("after={a}"));
+    }
+    if let Some(l) = limit {
+        q.push(format!("limit={l}"));
+    }
+    format!("/allocations?{}", q.join("&"))
 }
 
 #[component]
@@ -968,24 +1057,23 @@ pub fn AllocationPage() -> impl IntoView {
         |(id, ..)| get_allocation(id),
     );
     // The ports form is outside the live part, so that what is being typed is not replaced
-    // every second; it follows the live state, so it appears when a page opened during
-    // provisioning sees the allocation running (and goes when it stops).
-    let live_state = Memo::new(move |_| {
-        page.get()
-            .and_then(|r| r.ok())
-            .map(|a| (a.state, a.can_release))
+    // every second: it follows only what it shows (the ports, while the allocation runs and
+    // may be released), so it appears when a page opened during provisioning sees the
+    // allocation running, goes when it stops, and is rebuilt after a publish. It waits for the
+    // page's first answer without following it (the same answer: no second fetch).
+    let ports = Memo::new(move |_| {
+        page.get().and_then(Result::ok).and_then(|a| {
+            (a.can_release && a.state == "running").then(|| {
+                let current = a
+                    .published
+                    .iter()
+                    .map(|p| p.guest_port.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                (a.id.to_string(), current)
+            })
+        })
     });
-    let form = Resource::new(
-        move || {
-            (
-                id(),
-                release.version().get(),
-                publish.version().get(),
-                live_state.get(),
-            )
-        },
-        |(id, ..)| get_allocation(id),
-    );
     let history = Resource::new(id, get_gpu_history);
     view! {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
@@ -1012,10 +1100,8 @@ pub fn AllocationPage() -> impl IntoView {
         </Suspense>
         <Suspense fallback=|| ()>
             {move || Suspend::new(async move {
-                match form.await {
-                    Ok(a) if a.can_release && a.state == "running" => view! { <PortsForm a publish /> }.into_any(),
-                    _ => ().into_any(),
-                }
+                let _ = ScopedFuture::new_untracked(page.into_future()).await;
+                move || ports.get().map(|(id, current)| view! { <PortsForm id current publish /> })
             })}
         </Suspense>
     }
@@ -1023,18 +1109,12 @@ pub fn AllocationPage() -> impl IntoView {
 
 /// Published ports of a running allocation, changed in place.
 #[component]
-fn PortsForm(a: AllocationDetail, publish: ServerAction<PublishPorts>) -> impl IntoView {
-    let current = a
-        .published
-        .iter()
-        .map(|p| p.guest_port.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+fn PortsForm(id: String, current: String, publish: ServerAction<PublishPorts>) -> impl IntoView {
     view! {
         <section class="card" aria-labelledby="ports-h">
             <h2 id="ports-h">"Published ports"</h2>
             <ActionForm action=publish attr:id="publish-ports" attr:class="form-grid">
-                <input type="hidden" name="id" value=a.id.to_string() />
+                <input type="hidden" name="id" value=id />
                 <label>"Guest TCP ports"
                     <input name="published_ports" value=current inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="ports-hint ports-error" aria-invalid=field_invalid(publish.value(), "published_ports") />
                     <span class="hint" id="ports-hint">"Reached from the internet besides SSH, each on its own public port of the node; empty: none."</span>

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, openBrowser, shot, hydrated } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, openBrowser, shot, hydrated, sql } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -190,5 +190,81 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
   } finally {
     if (agent) agent.kill('SIGTERM');
     rmSync(state, { recursive: true, force: true });
+  }
+});
+
+test('bob pages through a project\'s allocations, newest first, none missing or repeated, and back to the newest', async () => {
+  const RESEARCH = '0a0e0000-0000-4000-8001-000000000001';
+  // Every allocation of Research ever (the demo's imported history and the launches above),
+  // in the list's order.
+  const want = sql(`SELECT string_agg(id::text, ',' ORDER BY created_at DESC, id DESC) FROM allocations WHERE project_id = '${RESEARCH}'`).split(',');
+  assert.ok(want.length >= 3, `Research has ${want.length} allocations; the demo history alone has more`);
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await ssoSignIn(page, 'bob@acme.example');
+    const ids = async () =>
+      (await page.locator('#allocations tbody tr a').evaluateAll((as) => as.map((a) => a.getAttribute('href')))).map((h) => h.split('/').pop());
+
+    // Two a page (the address takes the API's `limit`; 50 when left out).
+    await page.goto(`${BASE}/allocations?project=${RESEARCH}&state=all&limit=2`);
+    await hydrated(page);
+    assert.equal(await page.getByTestId('page-shown').innerText(), 'The 2 newest allocations');
+    assert.equal(await page.getByRole('link', { name: '← Newest' }).count(), 0, 'the first page has no way back');
+    const first = await ids();
+    assert.deepEqual(first, want.slice(0, 2));
+    await shot(page, 'allocations-paged');
+
+    // Older, page after page (in the hydrated app, so each is the router's own navigation),
+    // until there is no older one.
+    const seen = [...first];
+    for (let pages = 1; ; pages++) {
+      const older = page.getByRole('link', { name: 'Older →' });
+      if ((await older.count()) === 0) break;
+      assert.ok(pages <= want.length, 'the pages end');
+      await older.click();
+      await page.getByTestId('page-shown').filter({ hasText: /^(1 older allocation|2 older allocations)$/ }).waitFor();
+      await page.waitForFunction((prev) => {
+        const a = document.querySelector('#allocations tbody tr a');
+        return a && !prev.includes(a.getAttribute('href').split('/').pop());
+      }, seen);
+      const got = await ids();
+      assert.ok(got.length >= 1 && got.length <= 2, `a page of ${got.length}`);
+      assert.match(page.url(), /[?&]after=\d+_[0-9a-f-]{36}/);
+      assert.match(page.url(), /[?&]limit=2(&|$)/, 'the page size is kept');
+      seen.push(...got);
+    }
+    assert.deepEqual(seen, want, 'every allocation once, newest first');
+
+    // A later page on a phone, in the dark theme, then back to the newest by keyboard.
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await shot(page, 'allocations-paged-phone-dark');
+    await page.getByRole('link', { name: '← Newest' }).focus();
+    await page.keyboard.press('Enter');
+    await page.getByTestId('page-shown').filter({ hasText: 'The 2 newest allocations' }).waitFor();
+    assert.deepEqual(await ids(), want.slice(0, 2));
+    await page.emulateMedia({ colorScheme: 'light' });
+    await page.setViewportSize({ width: 1280, height: 800 });
+
+    // Filtering keeps the page size and starts from the newest again.
+    await page.locator('form.filters').getByLabel('State').selectOption('released');
+    await page.locator('form.filters').getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/state=released/);
+    assert.match(page.url(), /limit=2/);
+    assert.doesNotMatch(page.url(), /after=/);
+    const released = sql(`SELECT string_agg(id::text, ',' ORDER BY created_at DESC, id DESC) FROM (SELECT id, created_at FROM allocations WHERE project_id = '${RESEARCH}' AND state = 'released' ORDER BY created_at DESC, id DESC LIMIT 2) r`).split(',');
+    await page.waitForFunction((w) => document.querySelector('#allocations tbody tr a')?.getAttribute('href').endsWith(w), released[0]);
+    assert.deepEqual(await ids(), released);
+
+    // A page size or a cursor that isn't one is refused, saying which.
+    await page.goto(`${BASE}/allocations?project=${RESEARCH}&limit=lots`);
+    assert.match(await page.getByRole('alert').innerText(), /limit.*"lots" is not a number of allocations/i);
+    await page.goto(`${BASE}/allocations?project=${RESEARCH}&limit=501`);
+    assert.match(await page.getByRole('alert').innerText(), /limit.*501: ask for 1 to 500 at a time/i);
+    await page.goto(`${BASE}/allocations?project=${RESEARCH}&after=yesterday`);
+    assert.match(await page.getByRole('alert').innerText(), /cursor: pass back the next cursor of the previous page/i);
+  } finally {
+    await b.close();
   }
 });

@@ -158,6 +158,12 @@ impl PgCluster {
         if self.durability == Durability::Throwaway {
             opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
         }
+        // For profiling a benchmark (docs/PERFORMANCE.md): e.g. `-c
+        // shared_preload_libraries=pg_stat_statements`.
+        if let Ok(extra) = std::env::var("PGCLUSTER_OPTIONS") {
+            opts.push(' ');
+            opts.push_str(&extra);
+        }
         let data = self.root.join("data");
         let log = self.root.join("server.log");
         self.run(

@@ -1517,10 +1517,15 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
         .project_access::<control_plane::tenancy::ProjectViewers>(&bob_p, ACME_RESEARCH)
         .await
         .unwrap();
+    let filter = control_plane::allocations::AllocationFilter {
+        limit: 50,
+        ..Default::default()
+    };
     let row = cp
-        .allocations(&viewer, None)
+        .allocation_page(&[viewer], &filter)
         .await
         .unwrap()
+        .items
         .into_iter()
         .find(|a| a.id == id)
         .unwrap();

@@ -206,6 +206,20 @@ async fn rating_is_exact_balanced_and_idempotent() {
     .await
     .unwrap();
     assert_eq!(mismatched, 0);
+    // So do the daily totals the billing page's chart reads, per project, SKU and UTC day.
+    let (days, mismatched) = sqlx::query_as::<_, (i64, i64)>(
+        "SELECT (SELECT count(*) FROM usage_day_totals), count(*) FROM (
+             SELECT tenant_id, (period_start AT TIME ZONE 'UTC')::date AS day, project_id, sku_id,
+                    currency, sum(amount_micro)::bigint AS micro
+             FROM usage_charges GROUP BY 1, 2, 3, 4, 5) c
+           FULL JOIN usage_day_totals t USING (tenant_id, day, project_id, sku_id, currency)
+           WHERE c.micro IS DISTINCT FROM t.amount_micro",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert!(days > 10, "the histories span days: {days} day totals");
+    assert_eq!(mismatched, 0);
 
     let before = ledger_rows(&cp).await;
     let again = rate_until(cp.pool(), until, 1000).await.unwrap();
@@ -815,6 +829,20 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         (95, "warning", "47.84 USD".into())
     );
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
+    // The daily chart: the same two hours, under the UTC day(s) they ran in.
+    assert!(
+        o.daily
+            .iter()
+            .all(|d| d.project == "research" && d.sku == "h100.8x"),
+        "{:?}",
+        o.daily
+    );
+    assert_eq!(o.daily.iter().map(|d| d.amount_minor).sum::<i64>(), 4784);
+    assert_eq!(o.daily[0].day, start.date().to_string());
+    assert_eq!(
+        o.daily.last().unwrap().day,
+        (start + time::Duration::hours(1)).date().to_string()
+    );
 }
 
 #[tokio::test]

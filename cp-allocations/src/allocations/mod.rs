@@ -279,13 +279,6 @@ pub trait AllocationsApi {
         request_id: Option<&str>,
     ) -> Result<()>;
 
-    /// A project's allocations, newest first; `state` filters (`active` = not released).
-    async fn allocations(
-        &self,
-        who: &Project<ProjectViewers>,
-        state: Option<&str>,
-    ) -> Result<Vec<AllocationSummary>>;
-
     /// One page of the allocations in `projects`, newest first, filtered; the cursor in the
     /// answer continues where it stopped.
     async fn allocation_page(
@@ -505,22 +498,6 @@ impl AllocationsApi for ControlPlane {
             self.wakeups().task_queued(node);
         }
         Ok(())
-    }
-
-    async fn allocations(
-        &self,
-        who: &Project<ProjectViewers>,
-        state: Option<&str>,
-    ) -> Result<Vec<AllocationSummary>> {
-        let filter = AllocationFilter {
-            state: state.map(str::to_owned),
-            limit: MAX_PAGE,
-            ..AllocationFilter::default()
-        };
-        Ok(self
-            .allocation_page(std::slice::from_ref(who), &filter)
-            .await?
-            .items)
     }
 
     #[tracing::instrument(skip_all, fields(projects = projects.len()))]

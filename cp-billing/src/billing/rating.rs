@@ -95,7 +95,15 @@ WITH cand AS (
             - div(b.price_per_hour_minor::numeric * b.from_us, 360000))::bigint,
            e.id
     FROM billable b JOIN ent e USING (tenant_id, currency)
-    RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro
+    RETURNING entry_id, tenant_id, project_id, sku_id, currency, period_start, amount_micro
+), days AS (
+    INSERT INTO usage_day_totals AS t (tenant_id, day, project_id, sku_id, currency, amount_micro)
+    SELECT tenant_id, (period_start AT TIME ZONE 'UTC')::date, project_id, sku_id, currency,
+           sum(amount_micro)::bigint
+    FROM ch GROUP BY 1, 2, 3, 4, 5
+    ON CONFLICT (tenant_id, day, project_id, sku_id, currency)
+        DO UPDATE SET amount_micro = t.amount_micro + EXCLUDED.amount_micro
+    RETURNING 1
 ), fee AS (
     INSERT INTO fee_charges (allocation_id, period_start, tenant_id, project_id,
                              listing_version_id, publisher_id, fee_per_hour_minor, currency,

@@ -227,11 +227,13 @@ impl BillingReportsApi for ControlPlane {
         }
 
         let daily = sqlx::query!(
-            r#"SELECT to_char(date_trunc('day', c.period_start, 'UTC') AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS "day!",
-                      p.slug AS project, s.name AS sku, sum(c.amount_micro)::bigint AS "micro!"
-               FROM usage_charges c JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
-               WHERE c.tenant_id = $1 AND c.currency = $2 AND c.period_start >= $3 AND c.period_start < $4
-               GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"#,
+            r#"SELECT to_char(d.day, 'YYYY-MM-DD') AS "day!", p.slug AS project, s.name AS sku,
+                      d.amount_micro AS micro
+               FROM usage_day_totals d JOIN projects p ON p.id = d.project_id JOIN skus s ON s.id = d.sku_id
+               WHERE d.tenant_id = $1 AND d.currency = $2
+                 AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
+                 AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
+               ORDER BY d.day, p.slug, s.name"#,
             tenant as TenantId,
             currency,
             start,
