@@ -3,7 +3,7 @@
 // Signs in CLIENTS sessions (default 64) through the real sign-in path (the portal's SSO
 // form, the demo identity provider, the callback), each in its own Chromium context, then
 // runs one keep-alive HTTP connection per session for SECONDS (default 20), each fetching in
-// turn the allocation list (Research's 200), an allocation's page, the catalog and the billing page. Prints
+// turn the allocation list (the newest 50 of Research's 200), an allocation's page, the catalog and the billing page. Prints
 // pages/s and p50/p99/max per page and the errors, the hydration bundle's size (raw and gzip),
 // and, from Chromium, how long the launch page takes to become interactive (navigation start
 // until hydration) on loopback. Ends with `RESULT pages …`.
