@@ -219,8 +219,7 @@ async fn launchable_projects(
     principal: &control_plane::auth::Principal,
 ) -> Result<Vec<(String, String)>, AppError> {
     use control_plane::tenancy::{ProjectOperators, ProjectRequirement, TenantMembers};
-    let (tenant, _) = crate::server::home_tenant(cp, principal).await?;
-    let who = cp.tenant_access::<TenantMembers>(principal, tenant).await?;
+    let (who, _) = crate::server::home_tenant::<TenantMembers>(cp, principal).await?;
     Ok(cp
         .list_projects(&who)
         .await?
@@ -483,10 +482,7 @@ pub async fn list_allocations(
     use control_plane::allocations::AllocationFilter;
     use control_plane::tenancy::{ProjectViewers, TenantMembers};
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-    let member = cp
-        .tenant_access::<TenantMembers>(&principal, tenant)
-        .await?;
+    let (member, _) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
     let projects: Vec<(String, String)> = cp
         .list_projects(&member)
         .await?

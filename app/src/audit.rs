@@ -37,8 +37,7 @@ pub async fn search_audit(
     let (scope, label) = match principal.platform::<PlatformAdmin>() {
         Ok(admin) => (AuditScope::all(&admin), "All organizations".to_string()),
         Err(_) => {
-            let (tenant, name) = crate::server::home_tenant(&cp, &principal).await?;
-            let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+            let (who, name) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
             (AuditScope::tenant(&who), name)
         }
     };

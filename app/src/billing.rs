@@ -105,10 +105,7 @@ pub async fn get_billing() -> Result<BillingView, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp
-        .tenant_access::<TenantFinance>(&principal, tenant)
-        .await?;
+    let (who, organization) = crate::server::home_tenant::<TenantFinance>(&cp, &principal).await?;
     let overview = cp.billing_overview(&who).await?;
     Ok(BillingView {
         organization,
@@ -130,10 +127,7 @@ pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
     let (d, can_credit) = match principal.platform::<PlatformFinance>() {
         Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
         Err(_) => {
-            let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-            let who = cp
-                .tenant_access::<TenantFinance>(&principal, tenant)
-                .await?;
+            let (who, _) = crate::server::home_tenant::<TenantFinance>(&cp, &principal).await?;
             (cp.tenant_invoice(&who, id).await?, false)
         }
     };

@@ -247,8 +247,7 @@ async fn publisher_actor(
     if let Ok(ops) = principal.platform::<PlatformOperators>() {
         return Ok(Some(PublisherActor::platform(&ops)));
     }
-    let (tenant, _) = crate::server::home_tenant(cp, principal).await?;
-    let admins = cp.tenant_access::<TenantAdmins>(principal, tenant).await?;
+    let (admins, _) = crate::server::home_tenant::<TenantAdmins>(cp, principal).await?;
     match cp.tenant_publisher(&admins).await {
         Ok(a) => Ok(Some(a)),
         Err(control_plane::Error::NotFound { .. }) => Ok(None),
@@ -275,9 +274,10 @@ pub async fn get_publisher_area() -> Result<PublisherArea, AppError> {
                 None,
             )
         } else {
-            let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+            let (member, _) =
+        crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal).await?;
             let p = cp
-                .publisher_of_tenant(tenant)
+                .publisher_of_tenant(member.id())
                 .await?
                 .ok_or(AppError::NotFound)?;
             (
@@ -298,8 +298,7 @@ pub async fn get_publisher_area() -> Result<PublisherArea, AppError> {
 pub async fn apply_to_publish(display_name: String) -> Result<(), AppError> {
     use control_plane::tenancy::TenantAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-    let admins = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let (admins, _) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
     cp.apply_to_publish(&admins, &display_name, Some(&crate::error::request_id()))
         .await?;
     Ok(())

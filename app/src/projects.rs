@@ -50,10 +50,8 @@ mod ssr {
 pub async fn list_projects() -> Result<ProjectsView, AppError> {
     use control_plane::tenancy::{TenantAdmins, TenantMembers, TenantRequirement};
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, tenant_name) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp
-        .tenant_access::<TenantMembers>(&principal, tenant)
-        .await?;
+    let (who, tenant_name) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
+    let tenant = who.id();
     let projects = cp.list_projects(&who).await?;
     let policies = crate::policies::load(
         &cp,
@@ -73,8 +71,7 @@ pub async fn list_projects() -> Result<ProjectsView, AppError> {
 pub async fn create_project(slug: String, name: String) -> Result<(), AppError> {
     use control_plane::tenancy::TenantAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let (who, _) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
     let id = cp
         .create_project(&who, &slug, &name, Some(&crate::error::request_id()))
         .await?;

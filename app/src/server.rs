@@ -155,6 +155,7 @@ pub async fn sign_out(
         .await
         .map_err(AppError::internal)?;
     session.flush().await.map_err(AppError::internal)?;
+    RequestPrincipal::forget().await;
     let Some(sso) = signed_in.and_then(|s| s.sso) else {
         return Ok("/".into());
     };
@@ -216,6 +217,7 @@ pub async fn sign_in(
 /// Every sign-in goes through here. The session id is replaced first, so an id planted
 /// before sign-in (session fixation) is worthless afterwards.
 async fn begin_session(session: &Session, signed_in: SignedIn) -> Result<(), AppError> {
+    RequestPrincipal::forget().await;
     session.cycle_id().await.map_err(AppError::internal)?;
     session
         .insert(SIGNED_IN, signed_in)
@@ -283,12 +285,38 @@ pub async fn session() -> Result<Session, AppError> {
         .map_err(AppError::internal)
 }
 
+/// Who the current request is signed in as, once looked up. A page's server functions all run
+/// in the request that renders it on the server, and each asks who is signed in (the header's
+/// user menu too); this keeps the first answer, so the session's user is read from the
+/// database once per request instead of once per server function. The server provides a new
+/// one to every request; signing in or out forgets it.
+#[derive(Clone, Default)]
+pub struct RequestPrincipal(std::sync::Arc<tokio::sync::Mutex<Option<Option<Principal>>>>);
+
+impl RequestPrincipal {
+    async fn forget() {
+        if let Some(known) = use_context::<RequestPrincipal>() {
+            *known.0.lock().await = None;
+        }
+    }
+}
+
 /// The signed-in principal of the current request, if any.
 pub async fn current_principal() -> Result<Option<Principal>, AppError> {
     let cp = control_plane()?;
     let policy = use_context::<SessionPolicy>()
         .ok_or_else(|| AppError::internal("SessionPolicy missing from the request context"))?;
-    principal_of(&session().await?, &cp, &policy).await
+    let Some(known) = use_context::<RequestPrincipal>() else {
+        return principal_of(&session().await?, &cp, &policy).await;
+    };
+    // Held while looking up, so server functions that ask at once wait for one answer.
+    let mut known = known.0.lock().await;
+    if let Some(principal) = &*known {
+        return Ok(principal.clone());
+    }
+    let principal = principal_of(&session().await?, &cp, &policy).await?;
+    *known = Some(principal.clone());
+    Ok(principal)
 }
 
 /// The signed-in principal, or [`AppError::Unauthenticated`].
@@ -302,21 +330,17 @@ pub async fn signed_in() -> Result<(ControlPlane, Principal), AppError> {
     Ok((control_plane()?, principal))
 }
 
-/// The organization the user works in: their first (usually only) tenant membership.
-/// Platform staff without one get a clear refusal.
-pub async fn home_tenant(
+/// The organization the user works in (their first, usually only, tenant membership) and
+/// their access to it as `R`, in one statement. Platform staff without one get a clear
+/// refusal; a member without the role `R` needs, the domain's `Forbidden`.
+pub async fn home_tenant<R: control_plane::tenancy::TenantRequirement>(
     cp: &ControlPlane,
     principal: &Principal,
-) -> Result<(control_plane::TenantId, String), AppError> {
-    cp.tenants_of(principal)
-        .await?
-        .into_iter()
-        .next()
-        .map(|(id, name, _)| (id, name))
-        .ok_or_else(|| {
-            AppError::Forbidden(
-                "You don't belong to an organization; sign in with your organization's account."
-                    .into(),
-            )
-        })
+) -> Result<(control_plane::tenancy::Tenant<R>, String), AppError> {
+    cp.home_tenant_access::<R>(principal).await?.ok_or_else(|| {
+        AppError::Forbidden(
+            "You don't belong to an organization; sign in with your organization's account."
+                .into(),
+        )
+    })
 }

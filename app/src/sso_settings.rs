@@ -42,8 +42,7 @@ pub struct DomainClaimView {
 pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
     use control_plane::tenancy::TenantAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let (who, organization) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
     let callback_url = crate::server::public_origin()?.callback_url();
     Ok(match cp.provider_settings(&who).await? {
         Some(s) => SsoSettingsView {
@@ -110,8 +109,7 @@ pub async fn save_sso_settings(
     use control_plane::sso::ProviderUpdate;
     use control_plane::tenancy::{TenantAdmins, TenantRole};
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let (who, _) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
     let mut parsed = Vec::new();
     for (n, line) in mappings
         .lines()
@@ -145,8 +143,7 @@ pub async fn save_sso_settings(
 pub async fn verify_sso_domain(domain: String) -> Result<(), AppError> {
     use control_plane::tenancy::TenantAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp.tenant_access::<TenantAdmins>(&principal, tenant).await?;
+    let (who, _) = crate::server::home_tenant::<TenantAdmins>(&cp, &principal).await?;
     Ok(cp
         .verify_domain(&who, &domain, Some(&crate::error::request_id()))
         .await?)

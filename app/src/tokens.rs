@@ -34,10 +34,7 @@ pub async fn list_api_tokens() -> Result<TokensView, AppError> {
         ProjectAdmins, ProjectRequirement, TenantAdmins, TenantMembers, TenantRequirement,
     };
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, organization) = crate::server::home_tenant(&cp, &principal).await?;
-    let who = cp
-        .tenant_access::<TenantMembers>(&principal, tenant)
-        .await?;
+    let (who, organization) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
     Ok(TokensView {
         organization,
         org_admin: TenantAdmins::ROLES.contains(&who.role()),
@@ -48,7 +45,7 @@ pub async fn list_api_tokens() -> Result<TokensView, AppError> {
             .filter(|p| ProjectAdmins::ROLES.contains(&p.my_role))
             .map(|p| (p.id, p.slug))
             .collect(),
-        tokens: cp.api_tokens(&principal, tenant).await?,
+        tokens: cp.api_tokens(&principal, who.id()).await?,
         api_base: format!("{}/api/v1", crate::server::public_origin()?.0),
     })
 }
@@ -59,7 +56,9 @@ pub async fn create_api_token(
 ) -> Result<CreatedToken, AppError> {
     use control_plane::api_tokens::NewToken;
     let (cp, principal) = crate::server::signed_in().await?;
-    let (tenant, _) = crate::server::home_tenant(&cp, &principal).await?;
+    let (member, _) =
+        crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal).await?;
+    let tenant = member.id();
     let project = match input.project.trim() {
         "" => None,
         id => Some(crate::server::id(id)?),

@@ -12,7 +12,7 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Principal, check_display_name, email_domain, normalize_email};
 use crate::error::{Error, Result};
-use crate::ids::{ProjectId, TenantId, UserId};
+use crate::ids::{AllocationId, ProjectId, TenantId, UserId};
 
 pub use portal_types::{ProjectRole, TenantRole};
 
@@ -152,6 +152,31 @@ fn strongest(a: Option<ProjectRole>, b: Option<ProjectRole>) -> Option<ProjectRo
     }
 }
 
+/// The principal's access to `project` as `R`, from their tenant role and their own project
+/// role as stored. Neither gives them a role there: `NotFound { what }` (they may not see it);
+/// a role too weak for `R`: `Forbidden`.
+fn project_role<R: ProjectRequirement>(
+    principal: &Principal,
+    (tenant, project): (TenantId, ProjectId),
+    tenant_role: &str,
+    own_role: Option<&str>,
+    what: &'static str,
+) -> Result<Project<R>> {
+    let implied = implied_project_role(TenantRole::parse(tenant_role)?);
+    let own = own_role.map(ProjectRole::parse).transpose()?;
+    let role = strongest(implied, own).ok_or(Error::NotFound { what })?;
+    if !R::ROLES.contains(&role) {
+        return Err(Error::Forbidden { needed: R::WHO });
+    }
+    Ok(Project {
+        user: principal.user_id,
+        tenant,
+        project,
+        role,
+        _requirement: PhantomData,
+    })
+}
+
 /// What the control plane offers for tenants, projects and their members.
 #[allow(async_fn_in_trait)]
 pub trait TenancyApi {
@@ -160,6 +185,14 @@ pub trait TenancyApi {
         &self,
         principal: &Principal,
     ) -> Result<Vec<(TenantId, String, TenantRole)>>;
+
+    /// The principal's home organization (their oldest membership, the first of
+    /// [`tenants_of`](Self::tenants_of)) with its name, and their role in it checked against
+    /// `R`, in one statement. None if they belong to no organization.
+    async fn home_tenant_access<R: TenantRequirement>(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<(Tenant<R>, String)>>;
 
     /// Checks the principal's role in `tenant`. Not a member: `NotFound`.
     async fn tenant_access<R: TenantRequirement>(
@@ -175,6 +208,15 @@ pub trait TenancyApi {
         &self,
         principal: &Principal,
         project: ProjectId,
+    ) -> Result<Project<R>>;
+
+    /// [`project_access`](Self::project_access) to the project `allocation` belongs to, in
+    /// one statement. An allocation that doesn't exist, or in a project the principal can't
+    /// see: `NotFound`.
+    async fn allocation_project_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        allocation: AllocationId,
     ) -> Result<Project<R>>;
 
     /// The projects of `tenant` the caller can see, with their effective role.
@@ -253,6 +295,34 @@ impl TenancyApi for ControlPlane {
             .collect()
     }
 
+    async fn home_tenant_access<R: TenantRequirement>(
+        &self,
+        principal: &Principal,
+    ) -> Result<Option<(Tenant<R>, String)>> {
+        let Some(row) = sqlx::query!(
+            r#"SELECT t.id AS "id: TenantId", t.display_name, m.role
+               FROM tenant_memberships m JOIN tenants t ON t.id = m.tenant_id
+               WHERE m.user_id = $1 ORDER BY m.created_at, t.display_name LIMIT 1"#,
+            principal.user_id as UserId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        let role = TenantRole::parse(&row.role)?;
+        if !R::ROLES.contains(&role) {
+            return Err(Error::Forbidden { needed: R::WHO });
+        }
+        let access = Tenant {
+            user: principal.user_id,
+            tenant: row.id,
+            role,
+            _requirement: PhantomData,
+        };
+        Ok(Some((access, row.display_name)))
+    }
+
     async fn tenant_access<R: TenantRequirement>(
         &self,
         principal: &Principal,
@@ -298,23 +368,41 @@ impl TenancyApi for ControlPlane {
         .fetch_optional(self.pool())
         .await?
         .ok_or(Error::NotFound { what: "project" })?;
-        let implied = implied_project_role(TenantRole::parse(&row.tenant_role)?);
-        let own = row
-            .project_role
-            .as_deref()
-            .map(ProjectRole::parse)
-            .transpose()?;
-        let role = strongest(implied, own).ok_or(Error::NotFound { what: "project" })?;
-        if !R::ROLES.contains(&role) {
-            return Err(Error::Forbidden { needed: R::WHO });
-        }
-        Ok(Project {
-            user: principal.user_id,
-            tenant: row.tenant,
-            project,
-            role,
-            _requirement: PhantomData,
-        })
+        project_role(
+            principal,
+            (row.tenant, project),
+            &row.tenant_role,
+            row.project_role.as_deref(),
+            "project",
+        )
+    }
+
+    async fn allocation_project_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        allocation: AllocationId,
+    ) -> Result<Project<R>> {
+        let row = sqlx::query!(
+            r#"SELECT p.id AS "project: ProjectId", p.tenant_id AS "tenant: TenantId",
+                      tm.role AS tenant_role, pm.role AS "project_role?"
+               FROM allocations a
+               JOIN projects p ON p.id = a.project_id
+               JOIN tenant_memberships tm ON tm.tenant_id = p.tenant_id AND tm.user_id = $2
+               LEFT JOIN project_memberships pm ON pm.project_id = p.id AND pm.user_id = $2
+               WHERE a.id = $1"#,
+            allocation as AllocationId,
+            principal.user_id as UserId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "allocation" })?;
+        project_role(
+            principal,
+            (row.tenant, row.project),
+            &row.tenant_role,
+            row.project_role.as_deref(),
+            "allocation",
+        )
     }
 
     async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>> {

@@ -158,6 +158,7 @@ pub fn router(state: AppState) -> Router {
         provide_context(cp.clone());
         provide_context(policy);
         provide_context(origin.clone());
+        provide_context(app::server::RequestPrincipal::default());
     };
     let leptos = state.leptos.clone();
     let web = state.web.clone();

@@ -7,6 +7,7 @@ use crate::support::{in_project, in_tenant};
 use crate::support::{principal, refusal};
 use control_plane::tenancy::{
     InviteOutcome, ProjectAdmins, ProjectRole, ProjectViewers, TenantAdmins, TenantMembers,
+    TenantRole,
 };
 use control_plane::{ControlPlane, Error, demo};
 
@@ -46,6 +47,75 @@ async fn another_tenant_gets_not_found_never_forbidden() {
         .err()
         .unwrap();
     assert!(matches!(err, Error::NotFound { .. }));
+}
+
+#[tokio::test]
+async fn the_home_organization_is_the_oldest_membership_with_its_role_checked() {
+    let (db, cp) = setup().await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let (member, name) = cp
+        .home_tenant_access::<TenantMembers>(&bob)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((member.id(), name.as_str()), (demo::ACME, "Acme Corp"));
+    assert_eq!(member.role(), TenantRole::Member);
+    // The role is checked in the same answer: bob is no admin of it.
+    let err = cp
+        .home_tenant_access::<TenantAdmins>(&bob)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.to_string(), "only organization admins may do this");
+    let alice = principal(&cp, "alice@acme.example").await;
+    let (admin, _) = cp
+        .home_tenant_access::<TenantAdmins>(&alice)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(admin.id(), demo::ACME);
+
+    // A second, newer membership changes nothing; an older one is the home.
+    sqlx::query("INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, 'admin')")
+        .bind(demo::GLOBEX.0)
+        .bind(bob.user_id.0)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (home, _) = cp
+        .home_tenant_access::<TenantMembers>(&bob)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(home.id(), demo::ACME);
+    sqlx::query(
+        "UPDATE tenant_memberships SET created_at = created_at - interval '10 years'
+         WHERE tenant_id = $1 AND user_id = $2",
+    )
+    .bind(demo::GLOBEX.0)
+    .bind(bob.user_id.0)
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let (home, name) = cp
+        .home_tenant_access::<TenantAdmins>(&bob)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((home.id(), name.as_str()), (demo::GLOBEX, "Globex"));
+
+    // Platform staff without a membership have no home organization.
+    let admin = cp
+        .set_break_glass_password("root@platform.example", "Root", "correct horse battery staple")
+        .await
+        .unwrap();
+    let admin = cp.principal(admin).await.unwrap().unwrap();
+    assert!(
+        cp.home_tenant_access::<TenantMembers>(&admin)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test]

@@ -1228,14 +1228,77 @@ pub(crate) async fn detail(
     id: AllocationId,
     can_release: bool,
 ) -> Result<AllocationDetail> {
-    let mut conn = cp.pool().acquire().await?;
+    use sqlx::types::Json;
+    /// The allocation's latest agent task, for the one-line summary.
+    #[derive(Debug, serde::Deserialize)]
+    struct Execution {
+        kind: String,
+        state: String,
+        error: Option<String>,
+        last_phase: Option<String>,
+    }
+    // One statement: the allocation with its history, phases, latest task, certificates and
+    // GPU reports as JSON beside it (a page shows all of them; each was a round trip).
     let a = sqlx::query!(
         r#"SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
                   l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
                   a.price_per_hour_minor, a.currency, a.desired_state,
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
                   a.ssh_user, a.created_at, a.expires_at, n.public_port_base, a.tags,
-                  a.published_ports AS "published_ports: Vec<Option<i32>>"
+                  a.published_ports AS "published_ports: Vec<Option<i32>>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'from', t.from_state, 'to', t.to_state, 'at', t.at,
+                              'after_ms', t.after_ms, 'detail', t.detail) ORDER BY t.id), '[]')
+                   FROM (SELECT id, from_state, to_state, at, detail,
+                                coalesce((extract(epoch FROM at - lag(at) OVER (ORDER BY id))
+                                          * 1000)::bigint, 0) AS after_ms
+                         FROM allocation_transitions WHERE allocation_id = a.id) t
+                  ) AS "transitions!: Json<Vec<Transition>>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'task', t.kind, 'phase', p.phase, 'status', p.status,
+                              'elapsed_ms', p.elapsed_ms, 'detail', p.detail) ORDER BY p.id), '[]')
+                   FROM agent_task_phases p JOIN agent_tasks t ON t.id = p.task_id
+                   WHERE t.allocation_id = a.id AND p.status <> 'started'
+                  ) AS "phases!: Json<Vec<Phase>>",
+                  (SELECT json_build_object(
+                              'kind', t.kind, 'state', t.state, 'error', t.error,
+                              'last_phase', (SELECT p.phase || ' ' || p.status
+                                             FROM agent_task_phases p
+                                             WHERE p.task_id = t.id ORDER BY p.id DESC LIMIT 1))
+                   FROM agent_tasks t WHERE t.allocation_id = a.id
+                   ORDER BY t.created_at DESC LIMIT 1
+                  ) AS "execution: Json<Execution>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'slot_index', s.slot_index, 'nvme_serial', c.nvme_serial,
+                              'wipe_method', c.wipe_method, 'wipe_verified', c.wipe_verified,
+                              'gpu_reset', c.gpu_reset, 'firmware_ok', c.firmware_ok,
+                              'wipe_ms', c.wipe_ms, 'verified_samples', c.verified_samples,
+                              'gpu_firmware', c.gpu_firmware, 'signature', c.signature,
+                              'received_at', c.received_at) ORDER BY s.slot_index), '[]')
+                   FROM cleanup_certificates c JOIN node_resource_slots s ON s.id = c.slot_id
+                   WHERE c.allocation_id = a.id
+                  ) AS "certificates!: Json<Vec<Certificate>>",
+                  (SELECT json_build_object('percent', u.gpu_util_pct, 'at', u.at)
+                   FROM allocation_gpu_utilisation u
+                   WHERE u.allocation_id = a.id ORDER BY u.at DESC LIMIT 1
+                  ) AS "gpu_utilisation: Json<GpuUtilisation>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'slot_index', h.slot_index, 'detail', h.detail,
+                              'observed_at', h.observed_at,
+                              'out_of_service', h.took_out_of_service)
+                              ORDER BY h.recorded_at DESC, h.observed_at DESC), '[]')
+                   FROM (SELECT s.slot_index, e.detail, e.observed_at, e.took_out_of_service,
+                                e.recorded_at
+                         FROM resource_claims c
+                         JOIN gpu_health_events e
+                           ON e.node_id = c.node_id
+                          AND (c.slot_id IS NULL OR e.slot_id = c.slot_id)
+                          AND e.recorded_at >= c.claimed_at
+                          AND (c.released_at IS NULL OR e.recorded_at <= c.released_at)
+                         JOIN node_resource_slots s ON s.id = e.slot_id
+                         WHERE c.allocation_id = a.id
+                         ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20) h
+                  ) AS "gpu_health!: Json<Vec<GpuHealthNotice>>"
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
                 JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
@@ -1243,54 +1306,15 @@ pub(crate) async fn detail(
         id as AllocationId,
         who.id() as ProjectId
     )
-    .fetch_optional(&mut *conn)
+    .fetch_optional(cp.pool())
     .await?
     .ok_or(Error::NotFound { what: "allocation" })?;
-    let transitions = sqlx::query!(
-        r#"SELECT from_state, to_state, at, detail,
-                  (extract(epoch FROM at - lag(at) OVER (ORDER BY id)) * 1000)::bigint AS after_ms
-           FROM allocation_transitions WHERE allocation_id = $1 ORDER BY id"#,
-        id as AllocationId
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|t| Transition {
-        from: t.from_state,
-        to: t.to_state,
-        at: t.at,
-        after_ms: t.after_ms.unwrap_or(0),
-        detail: t.detail,
-    })
-    .collect();
-    let phases: Vec<Phase> = sqlx::query!(
-        r#"SELECT t.kind, p.phase, p.status, p.elapsed_ms, p.detail
-           FROM agent_task_phases p JOIN agent_tasks t ON t.id = p.task_id
-           WHERE t.allocation_id = $1 AND p.status <> 'started'
-           ORDER BY p.id"#,
-        id as AllocationId
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|p| Phase {
-        task: p.kind,
-        phase: p.phase,
-        status: p.status,
-        elapsed_ms: p.elapsed_ms,
-        detail: p.detail,
-    })
-    .collect();
-    let execution = sqlx::query!(
-        r#"SELECT t.kind, t.state, t.error,
-                  (SELECT p.phase || ' ' || p.status FROM agent_task_phases p
-                   WHERE p.task_id = t.id ORDER BY p.id DESC LIMIT 1) AS last_phase
-           FROM agent_tasks t WHERE t.allocation_id = $1 ORDER BY t.created_at DESC LIMIT 1"#,
-        id as AllocationId
-    )
-    .fetch_optional(&mut *conn)
-    .await?
-    .map(|t| {
+    let transitions = a.transitions.0;
+    let phases = a.phases.0;
+    let certificates = a.certificates.0;
+    let gpu_utilisation = a.gpu_utilisation.map(|u| u.0);
+    let gpu_health = a.gpu_health.0;
+    let execution = a.execution.map(|Json(t)| {
         let mut s = format!("{} {}", t.kind, t.state);
         if let Some(p) = t.last_phase {
             s.push_str(&format!(" (last phase: {p})"));
@@ -1300,64 +1324,6 @@ pub(crate) async fn detail(
         }
         s
     });
-    let certificates = sqlx::query!(
-        r#"SELECT s.slot_index, c.nvme_serial, c.wipe_method, c.wipe_verified, c.gpu_reset,
-                  c.firmware_ok, c.signature, c.received_at, c.wipe_ms, c.verified_samples,
-                  c.gpu_firmware
-           FROM cleanup_certificates c JOIN node_resource_slots s ON s.id = c.slot_id
-           WHERE c.allocation_id = $1 ORDER BY s.slot_index"#,
-        id as AllocationId
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|c| Certificate {
-        slot_index: c.slot_index,
-        nvme_serial: c.nvme_serial,
-        wipe_method: c.wipe_method,
-        wipe_verified: c.wipe_verified,
-        gpu_reset: c.gpu_reset,
-        firmware_ok: c.firmware_ok,
-        wipe_ms: c.wipe_ms,
-        verified_samples: c.verified_samples,
-        gpu_firmware: c.gpu_firmware,
-        signature: c.signature,
-        received_at: c.received_at,
-    })
-    .collect();
-    let gpu_utilisation = sqlx::query!(
-        "SELECT gpu_util_pct, at FROM allocation_gpu_utilisation
-         WHERE allocation_id = $1 ORDER BY at DESC LIMIT 1",
-        id as AllocationId
-    )
-    .fetch_optional(&mut *conn)
-    .await?
-    .map(|u| GpuUtilisation {
-        percent: u.gpu_util_pct,
-        at: u.at,
-    });
-    let gpu_health = sqlx::query!(
-        r#"SELECT s.slot_index, e.detail, e.observed_at, e.took_out_of_service
-           FROM resource_claims c
-           JOIN gpu_health_events e
-             ON e.node_id = c.node_id AND (c.slot_id IS NULL OR e.slot_id = c.slot_id)
-            AND e.recorded_at >= c.claimed_at
-            AND (c.released_at IS NULL OR e.recorded_at <= c.released_at)
-           JOIN node_resource_slots s ON s.id = e.slot_id
-           WHERE c.allocation_id = $1
-           ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20"#,
-        id as AllocationId
-    )
-    .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .map(|e| GpuHealthNotice {
-        slot_index: e.slot_index,
-        detail: e.detail,
-        observed_at: e.observed_at,
-        out_of_service: e.took_out_of_service,
-    })
-    .collect();
     let slot_indexes: Vec<i32> = a
         .placement
         .get("slot_indexes")

@@ -626,14 +626,7 @@ impl AllocationsApi for ControlPlane {
         principal: &crate::auth::Principal,
         id: AllocationId,
     ) -> Result<Project<R>> {
-        let project = sqlx::query_scalar!(
-            r#"SELECT project_id AS "p: ProjectId" FROM allocations WHERE id = $1"#,
-            id as AllocationId
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(Error::NotFound { what: "allocation" })?;
-        self.project_access::<R>(principal, project).await
+        self.allocation_project_access::<R>(principal, id).await
     }
 
     async fn allocation(
@@ -644,10 +637,7 @@ impl AllocationsApi for ControlPlane {
         let who = self
             .allocation_access::<ProjectViewers>(principal, id)
             .await?;
-        let can_release = self
-            .project_access::<ProjectOperators>(principal, who.id())
-            .await
-            .is_ok();
+        let can_release = ProjectOperators::ROLES.contains(&who.role());
         lifecycle::detail(self, &who, id, can_release).await
     }
 
