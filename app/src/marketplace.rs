@@ -266,26 +266,28 @@ pub async fn get_publisher_area() -> Result<PublisherArea, AppError> {
             listings: Vec::new(),
         });
     };
-    let (name, status, share) =
-        if actor.publisher() == control_plane::marketplace::PLATFORM_PUBLISHER {
-            (
-                "GPU Cloud (the platform)".to_string(),
-                "approved".to_string(),
-                None,
-            )
-        } else {
-            let (member, _) =
-        crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal).await?;
-            let p = cp
-                .publisher_of_tenant(member.id())
-                .await?
-                .ok_or(AppError::NotFound)?;
-            (
-                p.display_name,
-                p.status,
-                Some(format!("{}%", p.revenue_share_bps as f64 / 100.0)),
-            )
-        };
+    let (name, status, share) = if actor.publisher()
+        == control_plane::marketplace::PLATFORM_PUBLISHER
+    {
+        (
+            "GPU Cloud (the platform)".to_string(),
+            "approved".to_string(),
+            None,
+        )
+    } else {
+        let (member, _) =
+            crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal)
+                .await?;
+        let p = cp
+            .publisher_of_tenant(member.id())
+            .await?
+            .ok_or(AppError::NotFound)?;
+        (
+            p.display_name,
+            p.status,
+            Some(format!("{}%", p.revenue_share_bps as f64 / 100.0)),
+        )
+    };
     Ok(PublisherArea {
         publisher: Some(name),
         status: Some(status),

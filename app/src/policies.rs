@@ -49,7 +49,12 @@ mod ssr {
     ) -> Result<Target, AppError> {
         match scope {
             "global" => Ok(Target::Global),
-            "organization" => Ok(Target::Tenant(crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(cp, p).await?.0.id())),
+            "organization" => Ok(Target::Tenant(
+                crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(cp, p)
+                    .await?
+                    .0
+                    .id(),
+            )),
             "project" => Ok(Target::Project(crate::server::id(project)?)),
             other => Err(AppError::BadRequest(format!(
                 "Unknown policy level {other:?}: use global, organization or project."

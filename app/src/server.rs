@@ -339,8 +339,7 @@ pub async fn home_tenant<R: control_plane::tenancy::TenantRequirement>(
 ) -> Result<(control_plane::tenancy::Tenant<R>, String), AppError> {
     cp.home_tenant_access::<R>(principal).await?.ok_or_else(|| {
         AppError::Forbidden(
-            "You don't belong to an organization; sign in with your organization's account."
-                .into(),
+            "You don't belong to an organization; sign in with your organization's account.".into(),
         )
     })
 }

@@ -57,7 +57,8 @@ pub async fn create_api_token(
     use control_plane::api_tokens::NewToken;
     let (cp, principal) = crate::server::signed_in().await?;
     let (member, _) =
-        crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal).await?;
+        crate::server::home_tenant::<control_plane::tenancy::TenantMembers>(&cp, &principal)
+            .await?;
     let tenant = member.id();
     let project = match input.project.trim() {
         "" => None,

@@ -76,12 +76,14 @@ async fn the_home_organization_is_the_oldest_membership_with_its_role_checked() 
     assert_eq!(admin.id(), demo::ACME);
 
     // A second, newer membership changes nothing; an older one is the home.
-    sqlx::query("INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, 'admin')")
-        .bind(demo::GLOBEX.0)
-        .bind(bob.user_id.0)
-        .execute(db.pool())
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, 'admin')",
+    )
+    .bind(demo::GLOBEX.0)
+    .bind(bob.user_id.0)
+    .execute(db.pool())
+    .await
+    .unwrap();
     let (home, _) = cp
         .home_tenant_access::<TenantMembers>(&bob)
         .await
@@ -106,7 +108,11 @@ async fn the_home_organization_is_the_oldest_membership_with_its_role_checked() 
 
     // Platform staff without a membership have no home organization.
     let admin = cp
-        .set_break_glass_password("root@platform.example", "Root", "correct horse battery staple")
+        .set_break_glass_password(
+            "root@platform.example",
+            "Root",
+            "correct horse battery staple",
+        )
         .await
         .unwrap();
     let admin = cp.principal(admin).await.unwrap().unwrap();
