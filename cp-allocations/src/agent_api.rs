@@ -264,7 +264,7 @@ impl AgentApi for ControlPlane {
         };
         sqlx::query!(
             "UPDATE nodes SET last_heartbeat_at = now(), agent_version = $2, health = $3,
-                              health_detail = $4
+                              health_detail = $4, heartbeat_lapsed = false
              WHERE id = $1",
             agent.id as NodeId,
             printable(agent_version, 64),

@@ -64,6 +64,7 @@ pub struct Metrics {
     stripe_failures: Counter,
     webhook_events: Family<EventTypeLabel, Counter>,
     gpu_events: Family<GpuEventLabels, Counter>,
+    availability_corrected: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -87,6 +88,7 @@ impl Default for Metrics {
             stripe_failures: Counter::default(),
             webhook_events: Family::default(),
             gpu_events: Family::default(),
+            availability_corrected: Counter::default(),
         }
     }
 }
@@ -174,6 +176,22 @@ impl Metrics {
             "GPU health events reported by agents, by kind and whether the slot left service",
             self.gpu_events.clone(),
         );
+        registry.register(
+            "gpuaas_availability_corrections",
+            "Launches by which the catalog's kept availability count differed from a recount of \
+             the nodes (corrected when found; anything above 0 is a bug to report)",
+            self.availability_corrected.clone(),
+        );
+    }
+
+    /// Launches by which recounts found the kept availability count off, since start.
+    pub fn availability_corrections(&self) -> u64 {
+        self.availability_corrected.get()
+    }
+
+    /// A recount of availability found the kept count off by `off` launches (and fixed it).
+    pub fn availability_recounted(&self, off: i64) {
+        self.availability_corrected.inc_by(off.max(0) as u64);
     }
 
     /// Counts one launch's outcome: `Ok(true)` placed, `Ok(false)` an idempotent replay.

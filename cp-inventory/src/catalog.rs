@@ -7,6 +7,7 @@ use crate::ControlPlane;
 use crate::error::Result;
 pub use crate::skus::{PerGpu, Shape, Sku, SkuInput, estimate};
 
+pub use crate::placement::AvailabilityUpkeep;
 pub use portal_types::catalog::{CatalogEntry, RegionAvailability};
 
 /// What the control plane offers for the public catalog.
@@ -19,6 +20,15 @@ pub trait CatalogApi {
     /// The public catalog: every active SKU with what could launch now in each of its
     /// regions (the same query placement uses), and why not when nothing could.
     async fn catalog(&self) -> Result<Vec<CatalogEntry>>;
+
+    /// Keeps the count the catalog reads current: marks nodes whose heartbeat lapsed and folds
+    /// the log of availability changes. Every replica runs it every second.
+    async fn keep_availability(&self) -> Result<AvailabilityUpkeep>;
+
+    /// Recounts availability from the nodes themselves and returns by how many launches the
+    /// kept count was off (`None`: another replica holds the count at the moment). O(fleet);
+    /// every minute.
+    async fn rebase_availability(&self) -> Result<Option<i64>>;
 }
 
 impl CatalogApi for ControlPlane {
@@ -65,5 +75,23 @@ impl CatalogApi for ControlPlane {
             });
         }
         Ok(out)
+    }
+
+    async fn keep_availability(&self) -> Result<AvailabilityUpkeep> {
+        crate::placement::sweep_and_compact(self.pool()).await
+    }
+
+    async fn rebase_availability(&self) -> Result<Option<i64>> {
+        let off = crate::placement::rebase(self.pool()).await?;
+        if let Some(off) = off {
+            self.metrics().availability_recounted(off);
+            if off != 0 {
+                tracing::warn!(
+                    availability.off_by = off,
+                    "the kept availability count differed from a recount of the nodes; corrected"
+                );
+            }
+        }
+        Ok(off)
     }
 }

@@ -1,7 +1,8 @@
 //! Background workers every replica runs: outbox dispatchers (every 250 ms, for the rows a
 //! launch or release did not dispatch itself), the allocation reaper (every 5 s) and billing
 //! (rating, month close, Stripe sync; every 10 s) and reconciliation (every 30 s;
-//! `control_plane::reconcile`). All are safe to run on any number of replicas at once
+//! `control_plane::reconcile`), and the catalog's availability count (lapsed heartbeats and
+//! compaction every second, a recount every minute). All are safe to run on any number of replicas at once
 //! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
 
 use control_plane::prelude::*;
@@ -31,12 +32,34 @@ pub async fn run_with(cp: ControlPlane, reconcile_every: Duration) {
     }
     dispatchers.spawn(billing(cp.clone()));
     dispatchers.spawn(reconciliation(cp.clone(), reconcile_every));
+    dispatchers.spawn(availability(cp.clone()));
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = cp.reap_allocations().await {
             tracing::error!(error.cause = %e, "allocation reaper failed");
+        }
+    }
+}
+
+/// The count the catalog reads: lapsed heartbeats and compaction every second, a recount
+/// from the nodes every minute (which also says, as a metric and a warning, if the kept count
+/// was ever off).
+async fn availability(cp: ControlPlane) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rounds: u64 = 0;
+    loop {
+        tick.tick().await;
+        rounds += 1;
+        if let Err(e) = cp.keep_availability().await {
+            tracing::error!(error.cause = %e, "keeping the availability count failed");
+        }
+        if rounds.is_multiple_of(60)
+            && let Err(e) = cp.rebase_availability().await
+        {
+            tracing::error!(error.cause = %e, "recounting availability failed");
         }
     }
 }

@@ -149,7 +149,8 @@ async fn double_bookings(cp: &ControlPlane) -> i64 {
     .unwrap()
 }
 
-async fn availability(cp: &ControlPlane, sku: &str) -> i64 {
+/// What the catalog shows for `sku`, all regions together.
+async fn catalog_shows(cp: &ControlPlane, sku: &str) -> i64 {
     cp.catalog()
         .await
         .unwrap()
@@ -160,6 +161,18 @@ async fn availability(cp: &ControlPlane, sku: &str) -> i64 {
         .iter()
         .map(|a| a.launchable)
         .sum()
+}
+
+/// What the catalog shows for `sku`, all regions together; and, every time, that the count it
+/// read (kept by the database as capacity changes) is what a recount of the nodes finds.
+async fn availability(cp: &ControlPlane, sku: &str) -> i64 {
+    let shown = catalog_shows(cp, sku).await;
+    assert_eq!(
+        cp.rebase_availability().await.unwrap(),
+        Some(0),
+        "the kept availability count differs from a recount of the nodes"
+    );
+    shown
 }
 
 /// The agent claims the queued network update and applies it; what it was asked.
@@ -623,6 +636,87 @@ async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other() 
 }
 
 #[tokio::test]
+async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_it() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    assert_eq!(availability(&cp, "h100.8x").await, 1);
+    assert_eq!(availability(&cp, "h100.8x.metal").await, 1);
+    let heartbeat = |health| cp.heartbeat(&agent, "0.1.0", health, None, &[]);
+
+    // Silent: placement refuses it at once; the count lets go at the sweep.
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '2 minutes' WHERE id = $1")
+        .bind(node.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    let err = launch(&cp, &bob, "h100.8x", "silent").await.unwrap_err();
+    assert!(
+        err.to_string().contains("without a recent heartbeat"),
+        "{err}"
+    );
+    assert_eq!(cp.keep_availability().await.unwrap().lapsed, 1);
+    assert_eq!(cp.keep_availability().await.unwrap().lapsed, 0, "once");
+    assert_eq!(availability(&cp, "h100.8x").await, 0);
+    assert_eq!(availability(&cp, "h100.8x.metal").await, 0);
+    // Back with the next heartbeat, without waiting for a sweep.
+    heartbeat(agent_protocol::HealthStatus::Healthy)
+        .await
+        .unwrap();
+    assert_eq!(availability(&cp, "h100.8x").await, 1);
+    assert_eq!(availability(&cp, "h100.1x").await, 8);
+
+    // Unhealthy, then healthy again.
+    heartbeat(agent_protocol::HealthStatus::Degraded)
+        .await
+        .unwrap();
+    assert_eq!(availability(&cp, "h100.1x").await, 0);
+    heartbeat(agent_protocol::HealthStatus::Healthy)
+        .await
+        .unwrap();
+    assert_eq!(availability(&cp, "h100.1x").await, 8);
+
+    // Launches and releases log their changes; compaction folds them into one row per key
+    // without changing what the catalog shows.
+    let one = launch(&cp, &bob, "h100.1x", "one").await.unwrap();
+    let two = launch(&cp, &bob, "h100.1x", "two").await.unwrap();
+    cp.release_allocation(&bob, one, None).await.unwrap();
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM availability_changes")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap()
+    };
+    let before = rows().await;
+    let upkeep = cp.keep_availability().await.unwrap();
+    assert!(upkeep.folded > 0, "{upkeep:?}");
+    assert_eq!(rows().await, before - upkeep.folded);
+    assert_eq!(
+        availability(&cp, "h100.1x").await,
+        6,
+        "a released slot waits for its cleanup proof"
+    );
+    cp.release_allocation(&bob, two, None).await.unwrap();
+
+    // A log that went wrong (here by hand; in life a path that wrote no change) is put right
+    // by the recount, which says by how much, and counts it for operators.
+    sqlx::query(
+        "INSERT INTO availability_changes
+         SELECT shape, gpu_model, size, region, family, min_vcpus, min_memory_mib,
+                min_nvme_bytes, 5
+         FROM availability_changes WHERE shape = 'gpu_slice' AND size = 1 LIMIT 1",
+    )
+    .execute(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(catalog_shows(&cp, "h100.1x").await, 11);
+    assert_eq!(cp.rebase_availability().await.unwrap(), Some(5));
+    assert_eq!(catalog_shows(&cp, "h100.1x").await, 6);
+    assert_eq!(cp.metrics().availability_corrections(), 5);
+    assert_eq!(cp.rebase_availability().await.unwrap(), Some(0));
+}
+
+#[tokio::test]
 async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_counts_them() {
     let (_db, cp, ops) = setup().await;
     let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
@@ -636,6 +730,10 @@ async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_coun
         .execute(cp.pool())
         .await
         .unwrap();
+    // The catalog's count lets go of a silent node at the next sweep (every second in a
+    // server); placement never takes it, swept or not (below).
+    let swept = cp.keep_availability().await.unwrap();
+    assert_eq!(swept.lapsed, 1);
     sqlx::query("UPDATE node_resource_slots SET drift = 'GPU gone', drift_generation = approved_generation WHERE node_id = $1 AND slot_index = 3")
         .bind(c.0)
         .execute(cp.pool())

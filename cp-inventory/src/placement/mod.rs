@@ -45,16 +45,22 @@ struct Candidate {
 }
 
 /// Live availability of `sku` per region: the number of launches that could succeed now.
+///
+/// Read from `availability_changes`, which the database keeps beside `node_free_blocks`
+/// (migration 0029): a handful of rows per SKU however large the fleet. It follows what
+/// placement would do, except that a node whose heartbeat lapsed is counted until
+/// [`sweep_and_compact`] notices (at most a second in a running server); placement itself
+/// never takes it.
 pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(String, i64)>> {
     let per = sku.per_gpu();
     let rows = match sku.shape {
         Shape::GpuSlice => sqlx::query!(
-            r#"SELECT n.region, sum(b.free_blocks)::bigint AS "launchable!"
-               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
-               WHERE b.gpu_model = $1 AND b.block_size = $2 AND b.free_blocks > 0
-                 AND b.min_vcpus >= $3 AND b.min_memory_mib >= $4 AND b.min_nvme_bytes >= $5
-                 AND n.region = ANY($6) AND n.family = ANY($7) AND node_sells(n, 'gpu_slice')
-               GROUP BY n.region"#,
+            r#"SELECT region, sum(launchable)::bigint AS "launchable!"
+               FROM availability_changes
+               WHERE shape = 'gpu_slice' AND gpu_model = $1 AND size = $2
+                 AND min_vcpus >= $3 AND min_memory_mib >= $4 AND min_nvme_bytes >= $5
+                 AND region = ANY($6) AND family = ANY($7)
+               GROUP BY region HAVING sum(launchable) > 0"#,
             sku.gpu_model,
             sku.gpu_count,
             per.vcpus,
@@ -69,12 +75,11 @@ pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(Str
         .map(|r| (r.region, r.launchable))
         .collect(),
         Shape::Baremetal => sqlx::query!(
-            r#"SELECT n.region, count(*) AS "launchable!"
-               FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
-               WHERE b.gpu_model = $1 AND b.block_size = 1 AND b.whole_node_free
-                 AND b.live_slots >= $2
-                 AND n.region = ANY($3) AND n.family = ANY($4) AND node_sells(n, 'baremetal')
-               GROUP BY n.region"#,
+            r#"SELECT region, sum(launchable)::bigint AS "launchable!"
+               FROM availability_changes
+               WHERE shape = 'baremetal' AND gpu_model = $1 AND size >= $2
+                 AND region = ANY($3) AND family = ANY($4)
+               GROUP BY region HAVING sum(launchable) > 0"#,
             sku.gpu_model,
             sku.gpu_count,
             &sku.regions,
@@ -87,6 +92,97 @@ pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(Str
         .collect(),
     };
     Ok(rows)
+}
+
+/// What one round of [`sweep_and_compact`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AvailabilityUpkeep {
+    /// Nodes newly marked as having a lapsed heartbeat.
+    pub lapsed: i64,
+    /// Change rows folded away by compaction (0 when another replica was compacting).
+    pub folded: i64,
+}
+
+/// Marks nodes whose heartbeat lapsed (so the count stops offering them), then folds the log
+/// of availability changes into one row per key. Cheap (the sweep reads `nodes` once; the
+/// compaction only the rows since the last); every replica runs it every second.
+#[tracing::instrument(skip_all)]
+pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep> {
+    let lapsed = sqlx::query_scalar!(r#"SELECT sweep_lapsed_heartbeats() AS "n!""#)
+        .fetch_one(pool)
+        .await?;
+    let folded = sqlx::query_scalar!(r#"SELECT compact_availability_changes() AS "n!""#)
+        .fetch_one(pool)
+        .await?;
+    Ok(AvailabilityUpkeep { lapsed, folded })
+}
+
+/// Replaces the log of availability changes with a count made from the nodes themselves, and
+/// returns by how many launches (summed over every key) the log was off: 0 unless a path that
+/// changes capacity wrote no change, which is a bug worth an alarm. `None` when another
+/// replica is compacting or rebasing at the moment. O(fleet): run it rarely (every minute).
+///
+/// Correct beside concurrent writers: the count and the deletion share one snapshot
+/// (repeatable read), so a change committed after it keeps its own row on top of the count.
+#[tracing::instrument(skip_all)]
+pub async fn rebase(pool: &sqlx::PgPool) -> Result<Option<i64>> {
+    let mut conn = pool.acquire().await?;
+    // A session lock, taken before the snapshot (so a rebase never counts from a snapshot
+    // older than one that just finished); compaction takes the same key per transaction.
+    let locked = sqlx::query_scalar!(
+        r#"SELECT pg_try_advisory_lock(hashtext('availability_changes')) AS "locked!""#
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !locked {
+        return Ok(None);
+    }
+    let off = rebase_locked(&mut conn).await;
+    let unlocked =
+        sqlx::query_scalar!("SELECT pg_advisory_unlock(hashtext('availability_changes'))")
+            .fetch_one(&mut *conn)
+            .await;
+    if unlocked.is_err() {
+        // The lock lives as long as the session: never hand this connection back holding it.
+        conn.detach();
+    }
+    off.map(Some)
+}
+
+async fn rebase_locked(conn: &mut PgConnection) -> Result<i64> {
+    let mut tx = conn.begin().await?;
+    sqlx::query!("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        .execute(&mut *tx)
+        .await?;
+    // One statement, one snapshot: the deletion sees neither the rows it inserts nor any
+    // committed after the snapshot.
+    let off = sqlx::query_scalar!(
+        r#"WITH counted AS (
+               SELECT a.shape, a.gpu_model, a.size, a.region, a.family, a.min_vcpus,
+                      a.min_memory_mib, a.min_nvme_bytes, sum(a.launchable) AS launchable
+               FROM nodes n CROSS JOIN LATERAL node_availability(n) a
+               GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+           ), logged AS (
+               SELECT shape, gpu_model, size, region, family, min_vcpus, min_memory_mib,
+                      min_nvme_bytes, sum(launchable) AS launchable
+               FROM availability_changes
+               GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+           ), gone AS (
+               DELETE FROM availability_changes
+           ), fresh AS (
+               INSERT INTO availability_changes
+               SELECT * FROM counted WHERE launchable <> 0
+           )
+           SELECT coalesce(sum(abs(coalesce(c.launchable, 0) - coalesce(l.launchable, 0))), 0)::bigint
+                  AS "off!"
+           FROM counted c
+           FULL JOIN logged l USING (shape, gpu_model, size, region, family, min_vcpus,
+                                     min_memory_mib, min_nvme_bytes)"#
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(off)
 }
 
 /// Best fit first; among equally good nodes, a random rotation, so that concurrent launches
