@@ -42,44 +42,70 @@ CREATE TABLE availability_changes (
     launchable     bigint NOT NULL CHECK (launchable <> 0)
 );
 
--- What node `n` adds to the count now.
-CREATE FUNCTION node_availability(n nodes)
+-- What node `n` adds to the count with these free blocks (`node_free_blocks` rows of `n`).
+CREATE FUNCTION blocks_availability(n nodes, blocks node_free_blocks[])
 RETURNS TABLE (shape text, gpu_model text, size integer, region text, family text,
                min_vcpus integer, min_memory_mib bigint, min_nvme_bytes bigint,
                launchable bigint)
 LANGUAGE sql STABLE AS $$
     SELECT 'gpu_slice', b.gpu_model, b.block_size, n.region, n.family, b.min_vcpus,
            b.min_memory_mib, b.min_nvme_bytes, b.free_blocks::bigint
-    FROM node_free_blocks b
-    WHERE b.node_id = n.id AND b.free_blocks > 0 AND node_sells_stored(n, 'gpu_slice')
+    FROM unnest(blocks) AS b
+    WHERE b.free_blocks > 0 AND node_sells_stored(n, 'gpu_slice')
     UNION ALL
     SELECT 'baremetal', b.gpu_model, b.live_slots, n.region, n.family, 0, 0, 0, 1
-    FROM node_free_blocks b
-    WHERE b.node_id = n.id AND b.block_size = 1 AND b.whole_node_free
-      AND node_sells_stored(n, 'baremetal')
+    FROM unnest(blocks) AS b
+    WHERE b.block_size = 1 AND b.whole_node_free AND node_sells_stored(n, 'baremetal')
+$$;
+
+-- What node `n` adds to the count now.
+CREATE FUNCTION node_availability(n nodes)
+RETURNS TABLE (shape text, gpu_model text, size integer, region text, family text,
+               min_vcpus integer, min_memory_mib bigint, min_nvme_bytes bigint,
+               launchable bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM blocks_availability(
+        n, ARRAY(SELECT b FROM node_free_blocks b WHERE b.node_id = n.id))
+$$;
+
+-- A change in what `n` adds, from blocks `before` to blocks `after`, netted per key: the rows
+-- to log.
+CREATE FUNCTION availability_change(before_n nodes, before node_free_blocks[],
+                                    after_n nodes, after node_free_blocks[])
+RETURNS SETOF availability_changes
+LANGUAGE sql STABLE AS $$
+    SELECT c.shape, c.gpu_model, c.size, c.region, c.family, c.min_vcpus, c.min_memory_mib,
+           c.min_nvme_bytes, sum(c.launchable)::bigint
+    FROM (SELECT o.shape, o.gpu_model, o.size, o.region, o.family, o.min_vcpus,
+                 o.min_memory_mib, o.min_nvme_bytes, -o.launchable AS launchable
+          FROM blocks_availability(before_n, before) o
+          UNION ALL
+          SELECT * FROM blocks_availability(after_n, after)) AS c
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
+    HAVING sum(c.launchable) <> 0
 $$;
 
 -- The refresh, as in 20261126000024_gpu_health.sql, with the node's change in availability
--- logged beside it (netted: a refresh that changes nothing the catalog counts logs nothing).
+-- logged beside it, from the rows it deletes and the rows it writes (netted: a refresh that
+-- changes nothing the catalog counts logs nothing).
 CREATE OR REPLACE FUNCTION refresh_node_free_blocks(node uuid) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     partitioned boolean;
     whole boolean;
     n nodes;
-    before availability_changes[];
+    before node_free_blocks[];
+    after node_free_blocks[];
 BEGIN
     SELECT * INTO n FROM nodes WHERE id = node;
-    IF FOUND THEN
-        before := ARRAY(SELECT ROW(a.*)::availability_changes FROM node_availability(n) a);
-    END IF;
     partitioned := EXISTS (SELECT 1 FROM node_fabric_partitions WHERE node_id = node);
     whole := NOT EXISTS (SELECT 1 FROM resource_claims WHERE node_id = node AND released_at IS NULL)
          AND NOT EXISTS (SELECT 1 FROM node_resource_slots
                          WHERE node_id = node AND retired_at IS NULL
                            AND (drift IS NOT NULL OR cleanup_state <> 'clean'
                                 OR out_of_service_event IS NOT NULL));
-    DELETE FROM node_free_blocks WHERE node_id = node;
+    WITH gone AS (DELETE FROM node_free_blocks WHERE node_id = node RETURNING *)
+    SELECT array_agg(ROW(gone.*)::node_free_blocks) INTO before FROM gone;
     WITH live AS (
         SELECT s.id, s.gpu_model, s.cpu_set, s.memory_mib, s.nvme_size_bytes,
                (s.drift IS NULL AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
@@ -94,34 +120,30 @@ BEGIN
                min(cpu_count(cpu_set))::int AS min_vcpus, min(memory_mib) AS min_memory_mib,
                min(nvme_size_bytes) AS min_nvme_bytes
         FROM live GROUP BY gpu_model
+    ), made AS (
+        INSERT INTO node_free_blocks (node_id, gpu_model, block_size, free_blocks, free_slots,
+                                      live_slots, whole_node_free, min_vcpus, min_memory_mib,
+                                      min_nvme_bytes)
+        SELECT node, m.gpu_model, b.size,
+               CASE
+                   WHEN b.size = 1 THEN m.free_slots
+                   WHEN NOT partitioned THEN m.free_slots / b.size
+                   ELSE (SELECT count(*)::int FROM node_fabric_partitions p
+                         WHERE p.node_id = node AND cardinality(p.slot_ids) = b.size
+                           AND NOT EXISTS (SELECT 1 FROM unnest(p.slot_ids) AS ps (id)
+                                           WHERE NOT EXISTS (SELECT 1 FROM live l
+                                                             WHERE l.id = ps.id AND l.free
+                                                               AND l.gpu_model = m.gpu_model)))
+               END,
+               m.free_slots, m.live_slots, whole, m.min_vcpus, m.min_memory_mib, m.min_nvme_bytes
+        FROM per_model m CROSS JOIN (VALUES (1), (2), (4), (8)) AS b (size)
+        RETURNING *
     )
-    INSERT INTO node_free_blocks (node_id, gpu_model, block_size, free_blocks, free_slots,
-                                  live_slots, whole_node_free, min_vcpus, min_memory_mib,
-                                  min_nvme_bytes)
-    SELECT node, m.gpu_model, b.size,
-           CASE
-               WHEN b.size = 1 THEN m.free_slots
-               WHEN NOT partitioned THEN m.free_slots / b.size
-               ELSE (SELECT count(*)::int FROM node_fabric_partitions p
-                     WHERE p.node_id = node AND cardinality(p.slot_ids) = b.size
-                       AND NOT EXISTS (SELECT 1 FROM unnest(p.slot_ids) AS ps (id)
-                                       WHERE NOT EXISTS (SELECT 1 FROM live l
-                                                         WHERE l.id = ps.id AND l.free
-                                                           AND l.gpu_model = m.gpu_model)))
-           END,
-           m.free_slots, m.live_slots, whole, m.min_vcpus, m.min_memory_mib, m.min_nvme_bytes
-    FROM per_model m CROSS JOIN (VALUES (1), (2), (4), (8)) AS b (size);
-    IF n.id IS NOT NULL THEN
-        INSERT INTO availability_changes
-        SELECT c.shape, c.gpu_model, c.size, c.region, c.family, c.min_vcpus, c.min_memory_mib,
-               c.min_nvme_bytes, sum(c.launchable)
-        FROM (SELECT b.shape, b.gpu_model, b.size, b.region, b.family, b.min_vcpus,
-                     b.min_memory_mib, b.min_nvme_bytes, -b.launchable AS launchable
-              FROM unnest(before) AS b
-              UNION ALL
-              SELECT * FROM node_availability(n)) AS c
-        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
-        HAVING sum(c.launchable) <> 0;
+    SELECT array_agg(ROW(made.*)::node_free_blocks) INTO after FROM made;
+    -- A node that sells nothing now adds nothing before or after (what it sells changes
+    -- only through `nodes`, whose trigger moves its contribution).
+    IF node_sells_stored(n, 'gpu_slice') OR node_sells_stored(n, 'baremetal') THEN
+        INSERT INTO availability_changes SELECT * FROM availability_change(n, before, n, after);
     END IF;
 END;
 $$;
@@ -130,17 +152,10 @@ $$;
 -- or coming back) moves its whole contribution.
 CREATE FUNCTION nodes_availability_on_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    blocks node_free_blocks[] := ARRAY(SELECT b FROM node_free_blocks b WHERE b.node_id = NEW.id);
 BEGIN
-    INSERT INTO availability_changes
-    SELECT c.shape, c.gpu_model, c.size, c.region, c.family, c.min_vcpus, c.min_memory_mib,
-           c.min_nvme_bytes, sum(c.launchable)
-    FROM (SELECT o.shape, o.gpu_model, o.size, o.region, o.family, o.min_vcpus,
-                 o.min_memory_mib, o.min_nvme_bytes, -o.launchable AS launchable
-          FROM node_availability(OLD) o
-          UNION ALL
-          SELECT * FROM node_availability(NEW)) AS c
-    GROUP BY 1, 2, 3, 4, 5, 6, 7, 8
-    HAVING sum(c.launchable) <> 0;
+    INSERT INTO availability_changes SELECT * FROM availability_change(OLD, blocks, NEW, blocks);
     RETURN NULL;
 END;
 $$;
