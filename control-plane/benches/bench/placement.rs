@@ -152,6 +152,21 @@ async fn phase(
 /// The synthetic fleet, in bulk SQL: nodes with a fresh heartbeat, an approved generation,
 /// 8 approved slots each, and NVLink partitions on the HGX nodes.
 pub async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::Error> {
+    // In transactions of 10,000 nodes, each analyzed before the next: the free-block refresh
+    // plans its lookups once per session, and planned against tables the statistics still
+    // call empty, one transaction for 100,000 nodes scanned ever larger tables per node.
+    let nodes = nodes as i64;
+    let mut lo = 1;
+    while lo <= nodes {
+        let hi = (lo + 9_999).min(nodes);
+        build_nodes(pool, lo, hi).await?;
+        lo = hi + 1;
+    }
+    Ok(())
+}
+
+/// Nodes `bench-{lo}` to `bench-{hi}`, with their slots and partitions, in one transaction.
+async fn build_nodes(pool: &sqlx::PgPool, lo: i64, hi: i64) -> Result<(), sqlx::Error> {
     sqlx::query(
         "CREATE OR REPLACE FUNCTION uuid_generate_v5_like(i bigint) RETURNS uuid LANGUAGE sql IMMUTABLE AS
          $$ SELECT (lpad(to_hex(i), 8, '0') || '-0000-4000-8000-' || lpad(to_hex(i), 12, '0'))::uuid $$",
@@ -168,17 +183,21 @@ pub async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::
                 ARRAY['gpu_slice', 'baremetal'],
                 CASE WHEN i % 33 = 0 THEN 'draining' ELSE 'active' END,
                 $2, now(), 'bench', now() + interval '1 day', 'healthy'
-         FROM generate_series(1, $1) AS i",
+         FROM generate_series($1::bigint, $3::bigint) AS i",
     )
-    .bind(nodes as i64)
+    .bind(lo)
     .bind(ALICE.0)
+    .bind(hi)
     .execute(&mut *tx)
     .await?;
     sqlx::query(
         "INSERT INTO slot_map_proposals (node_id, generation, discovery, status, decided_by, decided_at)
-         SELECT id, 1, '{}', 'approved', $1, now() FROM nodes WHERE hostname LIKE 'bench-%'",
+         SELECT id, 1, '{}', 'approved', $1, now() FROM nodes
+         WHERE id IN (SELECT uuid_generate_v5_like(i) FROM generate_series($2::bigint, $3::bigint) AS i)",
     )
     .bind(ALICE.0)
+    .bind(lo)
+    .bind(hi)
     .execute(&mut *tx)
     .await?;
     sqlx::query(
@@ -199,9 +218,11 @@ pub async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::
                                    'destructive_wipe_policy', 'nvme-format-crypto'),
                 1, $1
          FROM nodes n CROSS JOIN generate_series(0, 7) AS s
-         WHERE n.hostname LIKE 'bench-%'",
+         WHERE n.id IN (SELECT uuid_generate_v5_like(i) FROM generate_series($2::bigint, $3::bigint) AS i)",
     )
     .bind(ALICE.0)
+    .bind(lo)
+    .bind(hi)
     .execute(&mut *tx)
     .await?;
     sqlx::query("ANALYZE nodes, node_resource_slots")
@@ -214,7 +235,15 @@ pub async fn build_fleet(pool: &sqlx::PgPool, nodes: usize) -> Result<(), sqlx::
                                AND s.slot_index = ANY(p.members))
          FROM nodes n CROSS JOIN (VALUES (0, ARRAY[0,1,2,3,4,5,6,7]), (1, ARRAY[0,1,2,3]), (2, ARRAY[4,5,6,7]),
                                          (3, ARRAY[0,2]), (4, ARRAY[1,3]), (5, ARRAY[4,6]), (6, ARRAY[5,7])) AS p (id, members)
-         WHERE n.hostname LIKE 'bench-%' AND n.family = 'hgx-h100-8x'",
+         WHERE n.id IN (SELECT uuid_generate_v5_like(i) FROM generate_series($1::bigint, $2::bigint) AS i)
+           AND n.family = 'hgx-h100-8x'",
+    )
+    .bind(lo)
+    .bind(hi)
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query(
+        "ANALYZE node_fabric_partitions, node_free_blocks, availability_changes, resource_claims",
     )
     .execute(&mut *tx)
     .await?;
