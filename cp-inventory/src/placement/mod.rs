@@ -114,8 +114,21 @@ pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep
     let folded = sqlx::query_scalar!(r#"SELECT compact_availability_changes() AS "n!""#)
         .fetch_one(pool)
         .await?;
+    // The rows folded away are dead, and the catalog's query reads the whole (small) table: a
+    // busy second leaves thousands of dead rows, and autovacuum looks at most once a minute.
+    // At 100,000 nodes, a log bloated to 4,600 pages made the query 12 ms at p50 instead of
+    // 0.1 ms. So a compaction that folded many rows is followed by a vacuum of the table
+    // (`SKIP_LOCKED`: if another replica is at it, that one will do).
+    if folded >= VACUUM_AFTER_FOLDING {
+        sqlx::raw_sql("VACUUM (SKIP_LOCKED) availability_changes")
+            .execute(pool)
+            .await?;
+    }
     Ok(AvailabilityUpkeep { lapsed, folded })
 }
+
+/// How many rows one compaction folds before the log is vacuumed at once.
+pub const VACUUM_AFTER_FOLDING: i64 = 1_000;
 
 /// Replaces the log of availability changes with a count made from the nodes themselves, and
 /// returns by how many launches (summed over every key) the log was off: 0 unless a path that
