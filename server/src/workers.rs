@@ -2,8 +2,8 @@
 //! launch or release did not dispatch itself), the allocation reaper (every 5 s) and billing
 //! (rating, month close, Stripe sync; every 10 s) and reconciliation (every 30 s;
 //! `control_plane::reconcile`), and the catalog's availability count (lapsed heartbeats and
-//! compaction every second, a recount every minute). All are safe to run on any number of replicas at once
-//! (`FOR UPDATE SKIP LOCKED`, idempotent consumers).
+//! compaction every second, a recount every minute). All are safe to run on any number of
+//! replicas at once (`FOR UPDATE SKIP LOCKED`, advisory locks, idempotent consumers).
 
 use control_plane::prelude::*;
 

@@ -128,7 +128,7 @@ pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep
 }
 
 /// How many rows one compaction folds before the log is vacuumed at once.
-pub const VACUUM_AFTER_FOLDING: i64 = 1_000;
+const VACUUM_AFTER_FOLDING: i64 = 1_000;
 
 /// Replaces the log of availability changes with a count made from the nodes themselves, and
 /// returns by how many launches (summed over every key) the log was off: 0 unless a path that
