@@ -101,6 +101,8 @@ pub struct AvailabilityUpkeep {
     pub lapsed: i64,
     /// Change rows folded away by compaction (0 when another replica was compacting).
     pub folded: i64,
+    /// Whether the log was vacuumed after a compaction that folded many rows.
+    pub vacuumed: bool,
 }
 
 /// Marks nodes whose heartbeat lapsed (so the count stops offering them), then folds the log
@@ -117,18 +119,51 @@ pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep
     // The rows folded away are dead, and the catalog's query reads the whole (small) table: a
     // busy second leaves thousands of dead rows, and autovacuum looks at most once a minute.
     // At 100,000 nodes, a log bloated to 4,600 pages made the query 12 ms at p50 instead of
-    // 0.1 ms. So a compaction that folded many rows is followed by a vacuum of the table
-    // (`SKIP_LOCKED`: if another replica is at it, that one will do).
-    if folded >= VACUUM_AFTER_FOLDING {
-        sqlx::raw_sql("VACUUM (SKIP_LOCKED) availability_changes")
-            .execute(pool)
-            .await?;
-    }
-    Ok(AvailabilityUpkeep { lapsed, folded })
+    // 0.1 ms. So a compaction that folded many rows is followed by a vacuum of the table.
+    let vacuumed = folded >= VACUUM_AFTER_FOLDING && vacuum_log(pool).await?;
+    Ok(AvailabilityUpkeep {
+        lapsed,
+        folded,
+        vacuumed,
+    })
 }
 
 /// How many rows one compaction folds before the log is vacuumed at once.
 const VACUUM_AFTER_FOLDING: i64 = 1_000;
+
+/// Vacuums the log, waiting at most [`VACUUM_LOCK_WAIT`] for the table. `false` when the wait
+/// ran out: another replica is vacuuming it, and that one will do.
+///
+/// Not `SKIP_LOCKED`: autovacuum takes the same lock after a busy second's inserts, and a skip
+/// then left the dead rows for a minute (CI saw 58 pages where 2 were expected). A waiting
+/// vacuum instead makes autovacuum yield after `deadlock_timeout` (1 s by default), which it
+/// does for anyone its lock blocks.
+async fn vacuum_log(pool: &sqlx::PgPool) -> Result<bool> {
+    let mut conn = pool.acquire().await?;
+    sqlx::raw_sql(VACUUM_LOCK_WAIT).execute(&mut *conn).await?;
+    let vacuumed: std::result::Result<bool, sqlx::Error> =
+        match sqlx::raw_sql("VACUUM availability_changes")
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+            Err(e) => Err(e),
+        };
+    if sqlx::raw_sql("RESET lock_timeout")
+        .execute(&mut *conn)
+        .await
+        .is_err()
+    {
+        // Never hand back a connection whose lock timeout would surprise its next user.
+        conn.detach();
+    }
+    Ok(vacuumed?)
+}
+
+/// Long enough for autovacuum to yield the table (after `deadlock_timeout`, 1 s by default),
+/// short enough that a replica never waits on another's vacuum for long.
+const VACUUM_LOCK_WAIT: &str = "SET lock_timeout = '3s'";
 
 /// Replaces the log of availability changes with a count made from the nodes themselves, and
 /// returns by how many launches (summed over every key) the log was off: 0 unless a path that
