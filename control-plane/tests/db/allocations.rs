@@ -722,16 +722,7 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
     // moment: so up to three busy seconds, each of which must vacuum.
     let mut pages = i64::MAX;
     for _ in 0..3 {
-        sqlx::query(
-            "INSERT INTO availability_changes
-             SELECT c.shape, c.gpu_model, c.size, c.region, c.family, c.min_vcpus,
-                    c.min_memory_mib, c.min_nvme_bytes, d.sign
-             FROM (SELECT * FROM availability_changes LIMIT 1) c,
-                  generate_series(1, 2000) AS i, (VALUES (1), (-1)) AS d (sign)",
-        )
-        .execute(cp.pool())
-        .await
-        .unwrap();
+        log_cancelling_changes(&cp, 2_000).await;
         let upkeep = cp.keep_availability().await.unwrap();
         assert!(upkeep.folded >= 4_000, "{upkeep:?}");
         assert!(upkeep.vacuumed, "{upkeep:?}");
@@ -744,7 +735,34 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
         }
     }
     assert!(pages <= 2, "{pages} pages after compaction and vacuum");
+
+    // While another replica vacuums the log (here, a transaction holding the lock a vacuum
+    // takes), the upkeep waits a moment, says it did not vacuum, and fails nothing.
+    let mut other = cp.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE availability_changes IN SHARE UPDATE EXCLUSIVE MODE")
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    log_cancelling_changes(&cp, 600).await;
+    let upkeep = cp.keep_availability().await.unwrap();
+    assert!(upkeep.folded >= 1_200 && !upkeep.vacuumed, "{upkeep:?}");
+    other.rollback().await.unwrap();
     assert_eq!(catalog_shows(&cp, "h100.1x").await, 6);
+}
+
+/// Logs `pairs` changes of +1 and −1 on one key of the log: a busy second that changes nothing.
+async fn log_cancelling_changes(cp: &ControlPlane, pairs: i32) {
+    sqlx::query(
+        "INSERT INTO availability_changes
+         SELECT c.shape, c.gpu_model, c.size, c.region, c.family, c.min_vcpus,
+                c.min_memory_mib, c.min_nvme_bytes, d.sign
+         FROM (SELECT * FROM availability_changes LIMIT 1) c,
+              generate_series(1, $1) AS i, (VALUES (1), (-1)) AS d (sign)",
+    )
+    .bind(pairs)
+    .execute(cp.pool())
+    .await
+    .unwrap();
 }
 
 #[tokio::test]

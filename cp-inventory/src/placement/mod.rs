@@ -140,17 +140,8 @@ const VACUUM_AFTER_FOLDING: i64 = 1_000;
 /// does for anyone its lock blocks.
 async fn vacuum_log(pool: &sqlx::PgPool) -> Result<bool> {
     let mut conn = pool.acquire().await?;
-    sqlx::raw_sql(VACUUM_LOCK_WAIT).execute(&mut *conn).await?;
-    let vacuumed: std::result::Result<bool, sqlx::Error> =
-        match sqlx::raw_sql("VACUUM availability_changes")
-            .execute(&mut *conn)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
-            Err(e) => Err(e),
-        };
-    if sqlx::raw_sql("RESET lock_timeout")
+    let vacuumed = vacuum_waiting(&mut conn).await;
+    if sqlx::query("RESET lock_timeout")
         .execute(&mut *conn)
         .await
         .is_err()
@@ -159,6 +150,18 @@ async fn vacuum_log(pool: &sqlx::PgPool) -> Result<bool> {
         conn.detach();
     }
     Ok(vacuumed?)
+}
+
+async fn vacuum_waiting(conn: &mut PgConnection) -> sqlx::Result<bool> {
+    sqlx::query(VACUUM_LOCK_WAIT).execute(&mut *conn).await?;
+    match sqlx::query("VACUUM availability_changes")
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("55P03") => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Long enough for autovacuum to yield the table (after `deadlock_timeout`, 1 s by default),
