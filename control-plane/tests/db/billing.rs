@@ -364,6 +364,7 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
         "DELETE FROM fee_charges",
         "TRUNCATE fee_charges",
         "DELETE FROM usage_intervals",
+        "TRUNCATE usage_intervals CASCADE",
         "UPDATE usage_intervals SET started_at = started_at - interval '1 hour'",
     ] {
         let err = sqlx::query(sql)
@@ -397,6 +398,29 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
         err.contains("does not balance: 1 postings summing to 5"),
         "{err}"
     );
+    // Postings that sum to zero across currencies do not balance either.
+    let mut tx = cp.pool().begin().await.unwrap();
+    let entry: i64 = sqlx::query_scalar(
+        "INSERT INTO journal_entries (kind, tenant_id, currency, memo) VALUES ('reversal', $1, 'USD', 'x') RETURNING id",
+    )
+    .bind(ACME.0)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO postings (entry_id, account_id, amount_micro)
+         VALUES ($1, ledger_account('platform_revenue', NULL, 'USD'), 5),
+                ($1, ledger_account('platform_revenue', NULL, 'EUR'), -5)",
+    )
+    .bind(entry)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let err = tx.commit().await.unwrap_err().to_string();
+    assert!(
+        err.contains("does not balance: 2 postings summing to 0 micro-units (1 in another currency)"),
+        "{err}"
+    );
     // A reversing entry is how a mistake is corrected: it balances and is accepted.
     let mut tx = cp.pool().begin().await.unwrap();
     let original: i64 = sqlx::query_scalar("SELECT min(id) FROM journal_entries")
@@ -419,6 +443,40 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
         .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(unbalanced_entries(&cp).await, 0);
+
+    // A charge or posting must name rows that exist (checked once per statement, over its
+    // new rows, rather than by a per-row key), and the refusal says which.
+    let orphans = [
+        (
+            "INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
+                 gpu_count, price_per_hour_minor, currency, rated_us, amount_micro, entry_id)
+             SELECT gen_random_uuid(), period_start + interval '1 day', tenant_id, project_id,
+                    sku_id, gpu_count, price_per_hour_minor, currency, rated_us, amount_micro,
+                    entry_id
+             FROM usage_charges LIMIT 1",
+            "which has no usage interval",
+        ),
+        (
+            "INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
+                 gpu_count, price_per_hour_minor, currency, rated_us, amount_micro, entry_id)
+             SELECT allocation_id, period_start + interval '1 day', tenant_id, project_id,
+                    sku_id, gpu_count, price_per_hour_minor, currency, rated_us, amount_micro,
+                    -1
+             FROM usage_charges LIMIT 1",
+            "names journal entry -1, which does not exist",
+        ),
+        (
+            "INSERT INTO postings (entry_id, account_id, amount_micro)
+             VALUES (-1, ledger_account('platform_revenue', NULL, 'USD'), 0)",
+            "a posting names journal entry -1, which does not exist",
+        ),
+    ];
+    for (sql, refusal) in orphans {
+        let err = sqlx::query(sql).execute(cp.pool()).await.unwrap_err();
+        let db = err.as_database_error().expect("refused by the database");
+        assert_eq!(db.code().as_deref(), Some("23503"), "{sql}: {db}");
+        assert!(db.message().contains(refusal), "{sql}: {db}");
+    }
 }
 
 /// One month, one tenant: the exact lines, rounding, credit and totals, and the ledger
