@@ -418,7 +418,9 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
     .unwrap();
     let err = tx.commit().await.unwrap_err().to_string();
     assert!(
-        err.contains("does not balance: 2 postings summing to 0 micro-units (1 in another currency)"),
+        err.contains(
+            "does not balance: 2 postings summing to 0 micro-units (1 in another currency)"
+        ),
         "{err}"
     );
     // A reversing entry is how a mistake is corrected: it balances and is accepted.
