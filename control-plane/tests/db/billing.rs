@@ -379,44 +379,25 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
             "{sql}: {err}"
         );
     }
-    // An unbalanced entry is refused at commit, with the numbers.
-    let mut tx = cp.pool().begin().await.unwrap();
-    let entry: i64 = sqlx::query_scalar(
-        "INSERT INTO journal_entries (kind, tenant_id, currency, memo) VALUES ('reversal', $1, 'USD', 'x') RETURNING id",
+    // An unbalanced entry is refused at commit, with the numbers; so are postings that sum
+    // to zero across currencies.
+    let err = commit_usd_entry(
+        &cp,
+        "VALUES ($1, ledger_account('platform_revenue', NULL, 'USD'), 5)",
     )
-    .bind(ACME.0)
-    .fetch_one(&mut *tx)
     .await
-    .unwrap();
-    sqlx::query("INSERT INTO postings (entry_id, account_id, amount_micro) VALUES ($1, ledger_account('platform_revenue', NULL, 'USD'), 5)")
-        .bind(entry)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    let err = tx.commit().await.unwrap_err().to_string();
+    .unwrap_err();
     assert!(
         err.contains("does not balance: 1 postings summing to 5"),
         "{err}"
     );
-    // Postings that sum to zero across currencies do not balance either.
-    let mut tx = cp.pool().begin().await.unwrap();
-    let entry: i64 = sqlx::query_scalar(
-        "INSERT INTO journal_entries (kind, tenant_id, currency, memo) VALUES ('reversal', $1, 'USD', 'x') RETURNING id",
-    )
-    .bind(ACME.0)
-    .fetch_one(&mut *tx)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO postings (entry_id, account_id, amount_micro)
-         VALUES ($1, ledger_account('platform_revenue', NULL, 'USD'), 5),
+    let err = commit_usd_entry(
+        &cp,
+        "VALUES ($1, ledger_account('platform_revenue', NULL, 'USD'), 5),
                 ($1, ledger_account('platform_revenue', NULL, 'EUR'), -5)",
     )
-    .bind(entry)
-    .execute(&mut *tx)
     .await
-    .unwrap();
-    let err = tx.commit().await.unwrap_err().to_string();
+    .unwrap_err();
     assert!(
         err.contains(
             "does not balance: 2 postings summing to 0 micro-units (1 in another currency)"
@@ -479,6 +460,27 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
         assert_eq!(db.code().as_deref(), Some("23503"), "{sql}: {db}");
         assert!(db.message().contains(refusal), "{sql}: {db}");
     }
+}
+
+/// Posts a USD journal entry for Acme with the postings `rows` gives (`$1` is the entry) and
+/// commits it: the error is what the deferred balance check said.
+async fn commit_usd_entry(cp: &ControlPlane, rows: &str) -> Result<(), String> {
+    let mut tx = cp.pool().begin().await.unwrap();
+    let entry: i64 = sqlx::query_scalar(
+        "INSERT INTO journal_entries (kind, tenant_id, currency, memo) VALUES ('reversal', $1, 'USD', 'x') RETURNING id",
+    )
+    .bind(ACME.0)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    sqlx::query(&format!(
+        "INSERT INTO postings (entry_id, account_id, amount_micro) {rows}"
+    ))
+    .bind(entry)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.map_err(|e| e.to_string())
 }
 
 /// One month, one tenant: the exact lines, rounding, credit and totals, and the ledger
