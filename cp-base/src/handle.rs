@@ -93,6 +93,8 @@ impl Wakeups {
 
 impl ControlPlane {
     pub fn new(pool: PgPool, naming: Naming) -> Self {
+        let reasons =
+            reasons::RefusalReasons::new(reasons::REASONS_TTL).refreshing_from(pool.clone());
         Self {
             pool,
             naming,
@@ -119,7 +121,7 @@ impl ControlPlane {
                 std::time::Duration::from_secs(60),
             )),
             contention_deadline: CONTENTION_DEADLINE,
-            reasons: std::sync::Arc::new(reasons::RefusalReasons::new(reasons::REASONS_TTL)),
+            reasons: std::sync::Arc::new(reasons),
             hashing: std::sync::Arc::new(tokio::sync::Semaphore::new(CONCURRENT_HASHES)),
             dummy_hash: Default::default(),
             metrics: Default::default(),
@@ -159,7 +161,9 @@ impl ControlPlane {
     /// Reuses the explanation of a refusal for `ttl` ([`reasons::REASONS_TTL`] unless set;
     /// zero recomputes it every time).
     pub fn with_refusal_reasons_ttl(mut self, ttl: std::time::Duration) -> Self {
-        self.reasons = std::sync::Arc::new(reasons::RefusalReasons::new(ttl));
+        self.reasons = std::sync::Arc::new(
+            reasons::RefusalReasons::new(ttl).refreshing_from(self.pool.clone()),
+        );
         self
     }
 

@@ -738,6 +738,14 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
     }
     assert!(pages <= 2, "{pages} pages after compaction and vacuum");
 
+    // Quieter seconds add up: two compactions of 600 rows each, and the second vacuums.
+    log_cancelling_changes(&cp, 300).await;
+    let upkeep = cp.keep_availability().await.unwrap();
+    assert!(upkeep.folded >= 600 && !upkeep.vacuumed, "{upkeep:?}");
+    log_cancelling_changes(&cp, 300).await;
+    let upkeep = cp.keep_availability().await.unwrap();
+    assert!(upkeep.folded >= 600 && upkeep.vacuumed, "{upkeep:?}");
+
     // While another replica vacuums the log (here, a transaction holding the lock a vacuum
     // takes), the upkeep waits a moment, says it did not vacuum, and fails nothing.
     let mut other = cp.pool().begin().await.unwrap();
@@ -749,6 +757,10 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
     let upkeep = cp.keep_availability().await.unwrap();
     assert!(upkeep.folded >= 1_200 && !upkeep.vacuumed, "{upkeep:?}");
     other.rollback().await.unwrap();
+    // The vacuum it gave way on is still owed: the next round pays it, however little it folds.
+    log_cancelling_changes(&cp, 5).await;
+    let upkeep = cp.keep_availability().await.unwrap();
+    assert!(upkeep.folded >= 10 && upkeep.vacuumed, "{upkeep:?}");
     assert_eq!(catalog_shows(&cp, "h100.1x").await, 6);
 }
 
@@ -818,6 +830,57 @@ async fn draining_drifted_and_silent_nodes_take_nothing_and_the_explanation_coun
         .await
         .unwrap();
     assert_eq!(claims, 4);
+}
+
+/// A refusal older than its TTL is answered at once, and counted again off the launch's path:
+/// the next refusals say what changed without any of them having waited for the count.
+#[tokio::test]
+async fn a_stale_explanation_is_answered_at_once_while_it_is_counted_again() {
+    let (_db, cp, ops) = setup().await;
+    let cp = cp.with_refusal_reasons_ttl(Duration::from_millis(200));
+    let (a, ..) = hgx(&cp, &ops, "gpu-a").await;
+    let (b, ..) = hgx(&cp, &ops, "gpu-b").await;
+    cp.set_admin_state(&ops, a, control_plane::fleet::AdminState::Draining, None)
+        .await
+        .unwrap();
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    launch(&cp, &bob, "h100.8x", "eight").await.unwrap();
+    let first = launch(&cp, &bob, "h100.8x", "nine")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        first.contains("1 draining, 1 with fewer than 8 free GPUs"),
+        "{first}"
+    );
+    // b falls silent: the count would now say so, but the kept one is answered until the
+    // background count is in.
+    sqlx::query("UPDATE nodes SET last_heartbeat_at = now() - interval '5 minutes' WHERE id = $1")
+        .bind(b.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let stale = launch(&cp, &bob, "h100.8x", "ten")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(stale.contains("1 with fewer than 8 free GPUs"), "{stale}");
+    let mut seen = stale;
+    for _ in 0..100 {
+        if seen.contains("1 without a recent heartbeat") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = launch(&cp, &bob, "h100.8x", "eleven")
+            .await
+            .unwrap_err()
+            .to_string();
+    }
+    assert!(
+        seen.contains("1 draining, 1 without a recent heartbeat or unhealthy"),
+        "the background count never landed: {seen}"
+    );
 }
 
 #[tokio::test]

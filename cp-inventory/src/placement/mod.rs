@@ -17,9 +17,10 @@ use crate::ControlPlane;
 use crate::auth::{Platform, PlatformOperators};
 use crate::error::{Error, Result};
 use crate::ids::{NodeId, SlotId};
-use crate::reasons::RefusalReasons;
+use crate::reasons::{Recent, RefusalReasons};
 use crate::skus::{Shape, Sku, sku_by_name};
 use choose::{FreeSlot, NodeView, Partition};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// How many candidates one placement looks at before giving up.
 const CANDIDATES: i64 = 64;
@@ -108,8 +109,15 @@ pub struct AvailabilityUpkeep {
 /// Marks nodes whose heartbeat lapsed (so the count stops offering them), then folds the log
 /// of availability changes into one row per key. Cheap (the sweep reads `nodes` once; the
 /// compaction only the rows since the last); every replica runs it every second.
+///
+/// `folded_since_vacuum` is this replica's count of rows folded since it last vacuumed the log
+/// (kept by the caller across rounds): once it reaches [`VACUUM_AFTER_FOLDING`], the log is
+/// vacuumed, and the count starts again only if the vacuum ran.
 #[tracing::instrument(skip_all)]
-pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep> {
+pub async fn sweep_and_compact(
+    pool: &sqlx::PgPool,
+    folded_since_vacuum: &AtomicI64,
+) -> Result<AvailabilityUpkeep> {
     let lapsed = sqlx::query_scalar!(r#"SELECT sweep_lapsed_heartbeats() AS "n!""#)
         .fetch_one(pool)
         .await?;
@@ -119,8 +127,14 @@ pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep
     // The rows folded away are dead, and the catalog's query reads the whole (small) table: a
     // busy second leaves thousands of dead rows, and autovacuum looks at most once a minute.
     // At 100,000 nodes, a log bloated to 4,600 pages made the query 12 ms at p50 instead of
-    // 0.1 ms. So a compaction that folded many rows is followed by a vacuum of the table.
-    let vacuumed = folded >= VACUUM_AFTER_FOLDING && vacuum_log(pool).await?;
+    // 0.1 ms. So once enough rows have been folded (in one busy second, or over several
+    // quieter ones, which autovacuum's thresholds would leave for minutes), the table is
+    // vacuumed.
+    let owed = folded_since_vacuum.fetch_add(folded, Ordering::Relaxed) + folded;
+    let vacuumed = owed >= VACUUM_AFTER_FOLDING && vacuum_log(pool).await?;
+    if vacuumed {
+        folded_since_vacuum.fetch_sub(owed, Ordering::Relaxed);
+    }
     Ok(AvailabilityUpkeep {
         lapsed,
         folded,
@@ -128,8 +142,12 @@ pub async fn sweep_and_compact(pool: &sqlx::PgPool) -> Result<AvailabilityUpkeep
     })
 }
 
-/// How many rows one compaction folds before the log is vacuumed at once.
-const VACUUM_AFTER_FOLDING: i64 = 1_000;
+/// How many rows compaction folds (in one round or over several) before the log is vacuumed.
+pub const VACUUM_AFTER_FOLDING: i64 = 1_000;
+
+/// Rows folded since the log was last vacuumed, per handle (see [`sweep_and_compact`]).
+#[derive(Debug, Default)]
+pub struct FoldedSinceVacuum(pub AtomicI64);
 
 /// Vacuums the log, waiting at most [`VACUUM_LOCK_WAIT`] for the table. `false` when the wait
 /// ran out: another replica is vacuuming it, and that one will do.
@@ -681,7 +699,9 @@ async fn plan_on(
 }
 
 /// [`explain`], or its answer for the same SKU and regions from less than
-/// [`crate::reasons::REASONS_TTL`] ago (it counts the whole fleet; see [`crate::reasons`]).
+/// [`crate::reasons::REASONS_TTL`] ago; or, once that has passed, the older answer while one
+/// caller counts again in a task of its own on a connection of its own, so that no launch (and
+/// no placement group's turn) waits for a count of the whole fleet. See [`crate::reasons`].
 pub async fn explain_recent(
     conn: &mut PgConnection,
     reasons: &RefusalReasons,
@@ -689,12 +709,57 @@ pub async fn explain_recent(
     regions: &[String],
 ) -> Result<String> {
     let key = format!("{}|{}", sku.id, regions.join(","));
-    if let Some(why) = reasons.get(&key) {
-        return Ok(why);
+    match reasons.recent(&key) {
+        Recent::Fresh(why) => return Ok(why),
+        Recent::Stale { why, refresh } => {
+            if refresh {
+                match reasons.pool() {
+                    Some(pool) => {
+                        tokio::spawn(refresh_explanation(
+                            pool.clone(),
+                            reasons.clone(),
+                            key,
+                            sku.clone(),
+                            regions.to_vec(),
+                        ));
+                    }
+                    None => {
+                        let why = explain(conn, sku, regions).await?;
+                        reasons.put(key, why.clone());
+                        return Ok(why);
+                    }
+                }
+            }
+            return Ok(why);
+        }
+        Recent::Missing => {}
     }
     let why = explain(conn, sku, regions).await?;
     reasons.put(key, why.clone());
     Ok(why)
+}
+
+/// Counts [`explain`] again for `key` and keeps it; on failure, lets the next caller try.
+#[tracing::instrument(skip_all, fields(sku = %sku.name))]
+async fn refresh_explanation(
+    pool: sqlx::PgPool,
+    reasons: RefusalReasons,
+    key: String,
+    sku: Sku,
+    regions: Vec<String>,
+) {
+    let counted = async {
+        let mut conn = pool.acquire().await?;
+        explain(&mut conn, &sku, &regions).await
+    }
+    .await;
+    match counted {
+        Ok(why) => reasons.put(key, why),
+        Err(e) => {
+            tracing::warn!(error = %e, "counting why a SKU is unavailable failed; kept the last answer");
+            reasons.refresh_failed(&key);
+        }
+    }
 }
 
 /// Why `sku` can't be placed within `regions`: which constraint ruled out how many nodes,
