@@ -78,8 +78,8 @@ impl CatalogApi for ControlPlane {
     }
 
     async fn keep_availability(&self) -> Result<AvailabilityUpkeep> {
-        let owed = self.shared::<crate::placement::FoldedSinceVacuum>();
-        crate::placement::sweep_and_compact(self.pool(), &owed.0).await
+        let owed = self.shared::<crate::placement::LogUpkeep>();
+        crate::placement::sweep_and_compact(self.pool(), &owed).await
     }
 
     async fn rebase_availability(&self) -> Result<Option<i64>> {

@@ -20,7 +20,7 @@ use crate::ids::{NodeId, SlotId};
 use crate::reasons::{Recent, RefusalReasons};
 use crate::skus::{Shape, Sku, sku_by_name};
 use choose::{FreeSlot, NodeView, Partition};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// How many candidates one placement looks at before giving up.
 const CANDIDATES: i64 = 64;
@@ -102,21 +102,38 @@ pub struct AvailabilityUpkeep {
     pub lapsed: i64,
     /// Change rows folded away by compaction (0 when another replica was compacting).
     pub folded: i64,
-    /// Whether the log was vacuumed after a compaction that folded many rows.
+    /// Whether the log was vacuumed after compactions that folded many rows.
     pub vacuumed: bool,
+    /// `false` while the log's file is owed a rewrite that could not get its lock yet (it is
+    /// tried again every round until it does).
+    pub compact: bool,
+}
+
+/// What a handle owes the availability log, across rounds of [`sweep_and_compact`].
+#[derive(Debug, Default)]
+pub struct LogUpkeep {
+    /// Rows folded since this handle last vacuumed the log.
+    folded_since_vacuum: AtomicI64,
+    /// A vacuum ran and the file may be far larger than its rows: rewrite it when possible.
+    rewrite_owed: AtomicBool,
 }
 
 /// Marks nodes whose heartbeat lapsed (so the count stops offering them), then folds the log
 /// of availability changes into one row per key. Cheap (the sweep reads `nodes` once; the
 /// compaction only the rows since the last); every replica runs it every second.
 ///
-/// `folded_since_vacuum` is this replica's count of rows folded since it last vacuumed the log
-/// (kept by the caller across rounds): once it reaches [`VACUUM_AFTER_FOLDING`], the log is
-/// vacuumed, and the count starts again only if the vacuum ran.
+/// The rows folded away are dead, and the catalog's query reads the whole (small) table: a
+/// busy second leaves thousands of dead rows, and autovacuum looks at most once a minute (at
+/// 100,000 nodes, a log bloated to 4,600 pages made the query 12 ms at p50 instead of 0.1 ms).
+/// So once this handle has folded [`VACUUM_AFTER_FOLDING`] rows (in one busy second, or over
+/// several quieter ones, which autovacuum's thresholds would leave for minutes), it vacuums the
+/// table; a vacuum that gave way to another is still owed next round. After a vacuum, a file
+/// still much larger than its rows is rewritten, and a rewrite that could not get its lock
+/// under load is tried again every round until it does.
 #[tracing::instrument(skip_all)]
 pub async fn sweep_and_compact(
     pool: &sqlx::PgPool,
-    folded_since_vacuum: &AtomicI64,
+    owed: &LogUpkeep,
 ) -> Result<AvailabilityUpkeep> {
     let lapsed = sqlx::query_scalar!(r#"SELECT sweep_lapsed_heartbeats() AS "n!""#)
         .fetch_one(pool)
@@ -124,41 +141,63 @@ pub async fn sweep_and_compact(
     let folded = sqlx::query_scalar!(r#"SELECT compact_availability_changes() AS "n!""#)
         .fetch_one(pool)
         .await?;
-    // The rows folded away are dead, and the catalog's query reads the whole (small) table: a
-    // busy second leaves thousands of dead rows, and autovacuum looks at most once a minute.
-    // At 100,000 nodes, a log bloated to 4,600 pages made the query 12 ms at p50 instead of
-    // 0.1 ms. So once enough rows have been folded (in one busy second, or over several
-    // quieter ones, which autovacuum's thresholds would leave for minutes), the table is
-    // vacuumed.
-    let owed = folded_since_vacuum.fetch_add(folded, Ordering::Relaxed) + folded;
-    let vacuumed = owed >= VACUUM_AFTER_FOLDING && vacuum_log(pool).await?;
-    if vacuumed {
-        folded_since_vacuum.fetch_sub(owed, Ordering::Relaxed);
+    let since = owed
+        .folded_since_vacuum
+        .fetch_add(folded, Ordering::Relaxed)
+        + folded;
+    let mut vacuumed = false;
+    if since >= VACUUM_AFTER_FOLDING {
+        vacuumed = with_lock_wait(pool, VACUUM_LOCK_WAIT, |conn| {
+            Box::pin(async move {
+                lock_or_give_way(
+                    sqlx::query("VACUUM availability_changes")
+                        .execute(&mut *conn)
+                        .await,
+                )
+            })
+        })
+        .await?;
+        if vacuumed {
+            owed.folded_since_vacuum.fetch_sub(since, Ordering::Relaxed);
+            owed.rewrite_owed.store(true, Ordering::Relaxed);
+        }
+    }
+    let mut compact = true;
+    if owed.rewrite_owed.load(Ordering::Relaxed) {
+        compact = with_lock_wait(pool, REWRITE_LOCK_WAIT, |conn| {
+            Box::pin(rewrite_if_sparse(conn))
+        })
+        .await?;
+        if compact {
+            owed.rewrite_owed.store(false, Ordering::Relaxed);
+        }
     }
     Ok(AvailabilityUpkeep {
         lapsed,
         folded,
         vacuumed,
+        compact,
     })
 }
 
 /// How many rows compaction folds (in one round or over several) before the log is vacuumed.
 pub const VACUUM_AFTER_FOLDING: i64 = 1_000;
 
-/// Rows folded since the log was last vacuumed, per handle (see [`sweep_and_compact`]).
-#[derive(Debug, Default)]
-pub struct FoldedSinceVacuum(pub AtomicI64);
-
-/// Vacuums the log, waiting at most [`VACUUM_LOCK_WAIT`] for the table. `false` when the wait
-/// ran out: another replica is vacuuming it, and that one will do.
-///
-/// Not `SKIP_LOCKED`: autovacuum takes the same lock after a busy second's inserts, and a skip
-/// then left the dead rows for a minute (CI saw 58 pages where 2 were expected). A waiting
-/// vacuum instead makes autovacuum yield after `deadlock_timeout` (1 s by default), which it
-/// does for anyone its lock blocks.
-async fn vacuum_log(pool: &sqlx::PgPool) -> Result<bool> {
+/// Runs `work` on a connection of its own with `lock_timeout` set by `wait`, and resets it
+/// after (a connection whose reset failed is not handed back).
+async fn with_lock_wait<F>(pool: &sqlx::PgPool, wait: &str, work: F) -> Result<bool>
+where
+    F: for<'c> FnOnce(
+        &'c mut PgConnection,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = sqlx::Result<bool>> + Send + 'c>,
+    >,
+{
     let mut conn = pool.acquire().await?;
-    let vacuumed = vacuum_waiting(&mut conn).await;
+    let done = match sqlx::query(wait).execute(&mut *conn).await {
+        Ok(_) => work(&mut conn).await,
+        Err(e) => Err(e),
+    };
     if sqlx::query("RESET lock_timeout")
         .execute(&mut *conn)
         .await
@@ -167,38 +206,29 @@ async fn vacuum_log(pool: &sqlx::PgPool) -> Result<bool> {
         // Never hand back a connection whose lock timeout would surprise its next user.
         conn.detach();
     }
-    Ok(vacuumed?)
+    Ok(done?)
 }
 
-async fn vacuum_waiting(conn: &mut PgConnection) -> sqlx::Result<bool> {
-    sqlx::query(VACUUM_LOCK_WAIT).execute(&mut *conn).await?;
-    if !lock_or_give_way(
-        sqlx::query("VACUUM availability_changes")
-            .execute(&mut *conn)
-            .await,
-    )? {
-        return Ok(false);
-    }
-    // A vacuum frees the dead rows but only cuts empty pages off the end of the file, and
-    // compaction writes its folded rows wherever the table ends: so after a big set-up the
-    // file kept ~6,000 pages (at 100,000 nodes) that the catalog's query read through. A
-    // file far larger than its few dozen rows is rewritten; that takes the table's exclusive
-    // lock for milliseconds, and waits for it at most [`REWRITE_LOCK_WAIT`] (everyone queues
-    // behind a waiting exclusive lock).
+/// Rewrites the log's file when it is far larger than its rows: a vacuum frees the dead rows
+/// but only cuts empty pages off the end of the file, and compaction writes its folded rows
+/// wherever the table ends, so after a big set-up the file kept ~6,000 pages (at 100,000
+/// nodes) that the catalog's query read through. The rewrite takes the table's exclusive lock
+/// for milliseconds and waits for it at most [`REWRITE_LOCK_WAIT`] (everyone queues behind a
+/// waiting exclusive lock). `false`: it gave way, and is still owed.
+async fn rewrite_if_sparse(conn: &mut PgConnection) -> sqlx::Result<bool> {
     let pages = sqlx::query_scalar!(
         r#"SELECT pg_relation_size('availability_changes') / 8192 AS "pages!""#
     )
     .fetch_one(&mut *conn)
     .await?;
-    if pages > REWRITE_ABOVE_PAGES {
-        sqlx::query(REWRITE_LOCK_WAIT).execute(&mut *conn).await?;
-        lock_or_give_way(
-            sqlx::query("VACUUM FULL availability_changes")
-                .execute(&mut *conn)
-                .await,
-        )?;
+    if pages <= REWRITE_ABOVE_PAGES {
+        return Ok(true);
     }
-    Ok(true)
+    lock_or_give_way(
+        sqlx::query("VACUUM FULL availability_changes")
+            .execute(&mut *conn)
+            .await,
+    )
 }
 
 /// `false` when a statement gave up waiting for its lock (`lock_not_available`).
@@ -216,8 +246,11 @@ const REWRITE_ABOVE_PAGES: i64 = 8;
 /// How long the rewrite waits for the table's exclusive lock before leaving it for next time.
 const REWRITE_LOCK_WAIT: &str = "SET lock_timeout = '50ms'";
 
-/// Long enough for autovacuum to yield the table (after `deadlock_timeout`, 1 s by default),
-/// short enough that a replica never waits on another's vacuum for long.
+/// How long the vacuum waits for the table. Long enough for autovacuum to yield it (after
+/// `deadlock_timeout`, 1 s by default, which it does for anyone its lock blocks), short enough
+/// that a replica never waits on another's vacuum for long. Not `SKIP_LOCKED`: autovacuum
+/// takes the same lock after a busy second's inserts, and a skip then left the dead rows for a
+/// minute (CI saw 58 pages where 2 were expected).
 const VACUUM_LOCK_WAIT: &str = "SET lock_timeout = '3s'";
 
 /// Replaces the log of availability changes with a count made from the nodes themselves, and
@@ -723,19 +756,27 @@ pub async fn explain_recent(
                             regions.to_vec(),
                         ));
                     }
-                    None => {
-                        let why = explain(conn, sku, regions).await?;
-                        reasons.put(key, why.clone());
-                        return Ok(why);
-                    }
+                    None => return explain_and_keep(conn, reasons, key, sku, regions).await,
                 }
             }
             return Ok(why);
         }
         Recent::Missing => {}
     }
+    explain_and_keep(conn, reasons, key, sku, regions).await
+}
+
+/// [`explain`], kept under `key` with what it took to count.
+async fn explain_and_keep(
+    conn: &mut PgConnection,
+    reasons: &RefusalReasons,
+    key: String,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<String> {
+    let began = std::time::Instant::now();
     let why = explain(conn, sku, regions).await?;
-    reasons.put(key, why.clone());
+    reasons.put(key, why.clone(), began.elapsed());
     Ok(why)
 }
 
@@ -750,11 +791,11 @@ async fn refresh_explanation(
 ) {
     let counted = async {
         let mut conn = pool.acquire().await?;
-        explain(&mut conn, &sku, &regions).await
+        explain_and_keep(&mut conn, &reasons, key.clone(), &sku, &regions).await
     }
     .await;
     match counted {
-        Ok(why) => reasons.put(key, why),
+        Ok(_) => {}
         Err(e) => {
             tracing::warn!(error = %e, "counting why a SKU is unavailable failed; kept the last answer");
             reasons.refresh_failed(&key);
