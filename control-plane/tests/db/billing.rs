@@ -901,9 +901,13 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
     );
     assert_eq!(o.daily.iter().map(|d| d.amount_minor).sum::<i64>(), 4784);
     assert_eq!(o.daily[0].day, start.date().to_string());
+    // The last day is the one the run's last instant fell in (between 01:00 and 02:00 UTC the
+    // run crosses midnight in its second hour).
     assert_eq!(
         o.daily.last().unwrap().day,
-        (start + time::Duration::hours(1)).date().to_string()
+        (start + time::Duration::hours(2) - time::Duration::nanoseconds(1))
+            .date()
+            .to_string()
     );
 }
 
