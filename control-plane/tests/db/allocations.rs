@@ -748,11 +748,7 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
 
     // While another replica vacuums the log (here, a transaction holding the lock a vacuum
     // takes), the upkeep waits a moment, says it did not vacuum, and fails nothing.
-    let mut other = cp.pool().begin().await.unwrap();
-    sqlx::query("LOCK TABLE availability_changes IN SHARE UPDATE EXCLUSIVE MODE")
-        .execute(&mut *other)
-        .await
-        .unwrap();
+    let other = lock_the_log(&cp, "SHARE UPDATE EXCLUSIVE").await;
     log_cancelling_changes(&cp, 600).await;
     let upkeep = cp.keep_availability().await.unwrap();
     assert!(upkeep.folded >= 1_200 && !upkeep.vacuumed, "{upkeep:?}");
@@ -766,11 +762,7 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
     // says the file is not compact, and the rewrite is tried every round until it gets it.
     // (A round needs the rewrite only when the folded rows landed at the end of the file,
     // which a vacuum can't cut off: up to ten busy seconds to see one.)
-    let mut reader = cp.pool().begin().await.unwrap();
-    sqlx::query("LOCK TABLE availability_changes IN ACCESS SHARE MODE")
-        .execute(&mut *reader)
-        .await
-        .unwrap();
+    let reader = lock_the_log(&cp, "ACCESS SHARE").await;
     let mut owed = None;
     for _ in 0..10 {
         log_cancelling_changes(&cp, 2_000).await;
@@ -796,6 +788,17 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
         .unwrap();
     assert!(pages <= 2, "{pages} pages after the owed rewrite");
     assert_eq!(catalog_shows(&cp, "h100.1x").await, 6);
+}
+
+/// A transaction holding `mode` on the availability log (as another replica's vacuum, or a
+/// reader, would), until it is rolled back.
+async fn lock_the_log(cp: &ControlPlane, mode: &str) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = cp.pool().begin().await.unwrap();
+    sqlx::query(&format!("LOCK TABLE availability_changes IN {mode} MODE"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
 }
 
 /// Logs `pairs` changes of +1 and −1 on one key of the log: a busy second that changes nothing.

@@ -145,32 +145,24 @@ pub async fn sweep_and_compact(
         .folded_since_vacuum
         .fetch_add(folded, Ordering::Relaxed)
         + folded;
-    let mut vacuumed = false;
-    if since >= VACUUM_AFTER_FOLDING {
-        vacuumed = with_lock_wait(pool, VACUUM_LOCK_WAIT, |conn| {
-            Box::pin(async move {
-                lock_or_give_way(
-                    sqlx::query("VACUUM availability_changes")
-                        .execute(&mut *conn)
-                        .await,
-                )
-            })
-        })
-        .await?;
-        if vacuumed {
-            owed.folded_since_vacuum.fetch_sub(since, Ordering::Relaxed);
-            owed.rewrite_owed.store(true, Ordering::Relaxed);
+    let vacuum = since >= VACUUM_AFTER_FOLDING;
+    let (vacuumed, compact) = if vacuum || owed.rewrite_owed.load(Ordering::Relaxed) {
+        let mut conn = pool.acquire().await?;
+        let tidied = tidy_log(&mut conn, vacuum, owed).await;
+        if sqlx::query("RESET lock_timeout")
+            .execute(&mut *conn)
+            .await
+            .is_err()
+        {
+            // Never hand back a connection whose lock timeout would surprise its next user.
+            conn.detach();
         }
-    }
-    let mut compact = true;
-    if owed.rewrite_owed.load(Ordering::Relaxed) {
-        compact = with_lock_wait(pool, REWRITE_LOCK_WAIT, |conn| {
-            Box::pin(rewrite_if_sparse(conn))
-        })
-        .await?;
-        if compact {
-            owed.rewrite_owed.store(false, Ordering::Relaxed);
-        }
+        tidied?
+    } else {
+        (false, true)
+    };
+    if vacuumed {
+        owed.folded_since_vacuum.fetch_sub(since, Ordering::Relaxed);
     }
     Ok(AvailabilityUpkeep {
         lapsed,
@@ -183,30 +175,36 @@ pub async fn sweep_and_compact(
 /// How many rows compaction folds (in one round or over several) before the log is vacuumed.
 pub const VACUUM_AFTER_FOLDING: i64 = 1_000;
 
-/// Runs `work` on a connection of its own with `lock_timeout` set by `wait`, and resets it
-/// after (a connection whose reset failed is not handed back).
-async fn with_lock_wait<F>(pool: &sqlx::PgPool, wait: &str, work: F) -> Result<bool>
-where
-    F: for<'c> FnOnce(
-        &'c mut PgConnection,
-    ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = sqlx::Result<bool>> + Send + 'c>,
-    >,
-{
-    let mut conn = pool.acquire().await?;
-    let done = match sqlx::query(wait).execute(&mut *conn).await {
-        Ok(_) => work(&mut conn).await,
-        Err(e) => Err(e),
-    };
-    if sqlx::query("RESET lock_timeout")
-        .execute(&mut *conn)
-        .await
-        .is_err()
-    {
-        // Never hand back a connection whose lock timeout would surprise its next user.
-        conn.detach();
+/// Vacuums the log if `vacuum` (waiting at most [`VACUUM_LOCK_WAIT`]; a vacuum that gave way
+/// is still owed), then rewrites its file if a vacuum ever left it sparse (waiting at most
+/// [`REWRITE_LOCK_WAIT`]; a rewrite that gave way is still owed). Returns whether it vacuumed
+/// and whether the file is compact. Sets `lock_timeout` on `conn`; the caller resets it.
+async fn tidy_log(
+    conn: &mut PgConnection,
+    vacuum: bool,
+    owed: &LogUpkeep,
+) -> sqlx::Result<(bool, bool)> {
+    let mut vacuumed = false;
+    if vacuum {
+        sqlx::query(VACUUM_LOCK_WAIT).execute(&mut *conn).await?;
+        vacuumed = lock_or_give_way(
+            sqlx::query("VACUUM availability_changes")
+                .execute(&mut *conn)
+                .await,
+        )?;
+        if vacuumed {
+            owed.rewrite_owed.store(true, Ordering::Relaxed);
+        }
     }
-    Ok(done?)
+    if !owed.rewrite_owed.load(Ordering::Relaxed) {
+        return Ok((vacuumed, true));
+    }
+    sqlx::query(REWRITE_LOCK_WAIT).execute(&mut *conn).await?;
+    let compact = rewrite_if_sparse(conn).await?;
+    if compact {
+        owed.rewrite_owed.store(false, Ordering::Relaxed);
+    }
+    Ok((vacuumed, compact))
 }
 
 /// Rewrites the log's file when it is far larger than its rows: a vacuum frees the dead rows
@@ -794,12 +792,9 @@ async fn refresh_explanation(
         explain_and_keep(&mut conn, &reasons, key.clone(), &sku, &regions).await
     }
     .await;
-    match counted {
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "counting why a SKU is unavailable failed; kept the last answer");
-            reasons.refresh_failed(&key);
-        }
+    if let Err(e) = counted {
+        tracing::warn!(error = %e, "counting why a SKU is unavailable failed; kept the last answer");
+        reasons.refresh_failed(&key);
     }
 }
 
