@@ -486,6 +486,10 @@ impl AgentApi for ControlPlane {
     ) -> Result<Option<i32>> {
         let mut tx = self.pool().begin().await?;
         lock_node(&mut tx, agent.id).await?;
+        // Then the task's allocation, before the task: a release holds the allocation and then
+        // cancels its queued tasks, so taking the task first would deadlock with it.
+        let allocation_state =
+            crate::allocations::lifecycle::lock_allocation_of(&mut tx, agent.id, task).await?;
         let row = sqlx::query!(
             r#"SELECT state, kind, spec, allocation_id AS "allocation_id: AllocationId"
                FROM agent_tasks WHERE id = $1 AND node_id = $2 FOR NO KEY UPDATE"#,
@@ -504,8 +508,11 @@ impl AgentApi for ControlPlane {
         self.metrics()
             .task_finished(&row.kind, matches!(outcome, TaskOutcome::Succeeded { .. }));
         if let Some(allocation) = row.allocation_id {
+            let state = allocation_state.ok_or_else(|| {
+                Error::Corrupt(format!("task {task}'s allocation {allocation} has no row"))
+            })?;
             crate::allocations::lifecycle::task_finished(
-                &mut tx, agent.id, task, &row.kind, allocation, row.spec, outcome,
+                &mut tx, agent.id, task, &row.kind, allocation, &state, row.spec, outcome,
             )
             .await?;
             tx.commit().await?;

@@ -1949,3 +1949,66 @@ async fn an_agents_result_and_a_dispatch_of_the_same_allocation_never_deadlock()
     assert!(finished.is_ok(), "the agent's result: {finished:?}");
     assert_eq!(state(&cp, id).await.0, "running");
 }
+
+/// A release holds the allocation's row and then cancels its queued provision; the dispatch
+/// benchmark (100 launches/s, 2026-11-28) caught it waiting there for a task row that an
+/// agent's result held while the result waited for the allocation: `deadlock detected`. (The
+/// provision had been claimed after the release's statement began, so the release followed
+/// the claimed row and waited for whoever locked it next.) An agent's result now takes the
+/// allocation before the task. Here the release's transaction holds the allocation, the result
+/// starts, and then the release touches the task row: before, that was the deadlock.
+#[tokio::test]
+async fn an_agents_result_and_a_release_of_the_same_allocation_never_deadlock() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.1x", "race").await.unwrap();
+    let control_plane::agent_api::ClaimedTask { id: task, spec, .. } = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("the provision");
+
+    // The release's order: the allocation's row first.
+    let mut release = cp.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '10s'")
+        .execute(&mut *release)
+        .await
+        .unwrap();
+    sqlx::query("SELECT 1 FROM allocations WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(id.0)
+        .execute(&mut *release)
+        .await
+        .unwrap();
+    let finishing = tokio::spawn({
+        let (cp, agent) = (cp.clone(), agent.clone());
+        async move { cp.finish_task(&agent, task, &provisioned(&spec)).await }
+    });
+    let waiting = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while waiting().await == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Then the release locks the task's row, as its cancel does when it follows a claim.
+    let touched = sqlx::query("SELECT 1 FROM agent_tasks WHERE id = $1 FOR NO KEY UPDATE")
+        .bind(task.0)
+        .execute(&mut *release)
+        .await;
+    assert!(touched.is_ok(), "the release's cancel: {touched:?}");
+    release.rollback().await.unwrap();
+    let finished = finishing.await.unwrap();
+    assert!(finished.is_ok(), "the agent's result: {finished:?}");
+    assert_eq!(state(&cp, id).await.0, "running");
+}

@@ -714,22 +714,38 @@ async fn end_blocked(
     Ok(())
 }
 
-/// Records an allocation task's result (called by `finish_task` in its transaction).
+/// The state of the allocation a node's task belongs to, its row locked; `None` for a task of
+/// no allocation (or no such task). An agent's result takes its node, then this, then the
+/// task: the order a release keeps too (the allocation, then its queued tasks).
+pub(crate) async fn lock_allocation_of(
+    conn: &mut PgConnection,
+    node: NodeId,
+    task: AgentTaskId,
+) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT a.state FROM allocations a
+         WHERE a.id = (SELECT allocation_id FROM agent_tasks WHERE id = $1 AND node_id = $2)
+         FOR NO KEY UPDATE OF a",
+        task as AgentTaskId,
+        node as NodeId
+    )
+    .fetch_optional(conn)
+    .await?)
+}
+
+/// Records an allocation task's result (called by `finish_task` in its transaction, which
+/// holds the allocation's row: `state` is its state, from [`lock_allocation_of`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn task_finished(
     conn: &mut PgConnection,
     node: NodeId,
     task: AgentTaskId,
     kind: &str,
     id: AllocationId,
+    state: &str,
     spec: serde_json::Value,
     outcome: &TaskOutcome,
 ) -> Result<()> {
-    let state = sqlx::query_scalar!(
-        "SELECT state FROM allocations WHERE id = $1 FOR NO KEY UPDATE",
-        id as AllocationId
-    )
-    .fetch_one(&mut *conn)
-    .await?;
     let (task_state, task_error) = match (kind, outcome) {
         ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Succeeded { output }) => {
             let TaskOutput::Provisioned(p) = output else {
