@@ -11,7 +11,8 @@
 //! Prints launch → agent acknowledges (the task is claimed) and release → slot claimable
 //! again (the proof is accepted and the slot is clean), as p50/p99 in milliseconds.
 //!
-//! Flags: `--rate N` (launches per second), `--seconds S`, `--nodes N`. Needs `DATABASE_URL`.
+//! Flags: `--rate N` (launches per second), `--seconds S`, `--nodes N`, `--connections N` (the
+//! pool, default 10 as the server's `PORTAL_DB_MAX_CONNECTIONS`). Needs `DATABASE_URL`.
 
 use control_plane::prelude::*;
 
@@ -48,7 +49,10 @@ pub async fn main() {
     let rate: u64 = flag("--rate", 200);
     let seconds: u64 = flag("--seconds", 10);
     let nodes: u64 = flag("--nodes", 40);
-    let (pool, cp) = crate::common::seeded(nodes as u32 + 40).await;
+    // The server's own default pool (`PORTAL_DB_MAX_CONNECTIONS`): an agent's long poll holds
+    // no connection while it waits.
+    let connections: u32 = flag("--connections", 10);
+    let (pool, cp) = crate::common::seeded(connections).await;
     let ops = support::operator(&cp, "bench-ops@platform.example").await;
 
     let t = Instant::now();
