@@ -588,6 +588,88 @@ async fn the_policy_chain_is_checked_with_the_reservation() {
     );
 }
 
+/// Runs an allocation's provision and release through the agent up to its wipe: the slots
+/// wait in `cleaning` for the proof. Returns the release task and its spec.
+async fn run_until_wiped(
+    cp: &ControlPlane,
+    agent: &NodeAgent,
+    who: &Project<ProjectOperators>,
+    id: AllocationId,
+) -> (control_plane::AgentTaskId, TaskSpec) {
+    let provision = cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap();
+    cp.finish_task(agent, provision.id, &provisioned(&provision.spec))
+        .await
+        .unwrap();
+    cp.release_allocation(who, id, None).await.unwrap();
+    let release = cp.claim_task(agent, Duration::ZERO).await.unwrap().unwrap();
+    let wipe = PhaseReport {
+        phase: "wipe_nvme".into(),
+        status: PhaseStatus::Started,
+        elapsed_ms: 0,
+        detail: None,
+    };
+    cp.report_phase(agent, release.id, &wipe).await.unwrap();
+    assert_eq!(state(cp, id).await.0, "cleaning");
+    (release.id, release.spec)
+}
+
+/// A slot is clean again only with the proof of its last claim, whether that was a slice of it
+/// or its whole node as bare metal (the database's trigger finds the later of the two; since
+/// migration 0032 from two index probes instead of the whole history of claims). Here the
+/// slot's own last claim has its proof, but the node's later bare-metal claim has none yet.
+#[tokio::test]
+async fn a_slot_is_clean_only_with_the_proof_of_its_last_claim_slice_or_bare_metal() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let mark_clean = || {
+        sqlx::query("UPDATE node_resource_slots SET cleanup_state = 'clean' WHERE node_id = $1")
+            .bind(node.0)
+            .execute(cp.pool())
+    };
+
+    let slice = launch(&cp, &bob, "h100.1x", "slice").await.unwrap();
+    let sliced: Vec<i32> = slot_indexes(&cp, slice).await;
+    let (task, spec) = run_until_wiped(&cp, &agent, &bob, slice).await;
+    let refused = mark_clean().await.unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("cleanup proof for allocation {slice}")),
+        "the slice's slot without its proof: {refused}"
+    );
+    cp.finish_task(&agent, task, &proof(node, &credential, &spec))
+        .await
+        .unwrap();
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+
+    let metal = launch(&cp, &bob, "h100.8x.metal", "metal").await.unwrap();
+    let (task, spec) = run_until_wiped(&cp, &agent, &bob, metal).await;
+    let refused = sqlx::query(
+        "UPDATE node_resource_slots SET cleanup_state = 'clean'
+          WHERE node_id = $1 AND slot_index = $2",
+    )
+    .bind(node.0)
+    .bind(sliced[0])
+    .execute(cp.pool())
+    .await
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains(&format!("cleanup proof for allocation {metal}")),
+        "the slot the slice had, after the node's bare-metal claim: {refused}"
+    );
+    cp.finish_task(&agent, task, &proof(node, &credential, &spec))
+        .await
+        .unwrap();
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+    assert_eq!(
+        state(&cp, metal).await,
+        ("released".into(), "released".into(), "absent".into())
+    );
+}
+
 #[tokio::test]
 async fn baremetal_takes_a_whole_node_and_slices_and_metal_exclude_each_other() {
     let (_db, cp, ops) = setup().await;
