@@ -156,15 +156,26 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
         stop(agent).await;
     }
 
-    // A release of slots no tenant reached (released before the agent took the provision),
-    // on a host with no firmware baseline for the GPU yet: a crash at any phase still ends
-    // clean. The chaos run found this one: the baseline was recorded only at
-    // `check_firmware`, and an agent restarted after the release took its leases no longer
-    // knew the slot was untouched, so it blocked a slot no one had used.
+    // A release of slots no tenant reached, on a host with no firmware baseline for the GPU
+    // yet: a crash at any phase still ends clean. The chaos run found this one: the baseline
+    // was recorded only at `check_firmware`, and an agent restarted after the release took its
+    // leases no longer knew the slot was untouched, so it blocked a slot no one had used.
+    // (A release before any agent claimed the provision needs no agent since migration 0033,
+    // so here the provision is one an agent claimed and never ran, as when a claim's answer
+    // is lost and the allocation released meanwhile.)
     for phase in RELEASE {
         let what = format!("crash at phase {phase} of an untouched slot's release");
         let _ = std::fs::remove_dir_all(host.state.join("gpu-firmware"));
         let id = launch(&cp, &bob, &format!("u-{}", phase.replace('_', "-"))).await;
+        sqlx::query(
+            "UPDATE agent_tasks SET state = 'failed', claimed_at = now(), finished_at = now(),
+                    error = 'claimed, never run'
+             WHERE allocation_id = $1 AND kind = 'slice.vm_provision' AND state = 'queued'",
+        )
+        .bind(id.0)
+        .execute(&pool)
+        .await
+        .unwrap();
         cp.release_allocation(&bob, id, None).await.unwrap();
         let mut crashing = host.agent(Some(phase));
         let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;

@@ -503,9 +503,12 @@ async fn audit_async() -> bool {
              a.state <> 'released'
              OR EXISTS (SELECT 1 FROM resource_claims c WHERE c.allocation_id = a.id AND c.slot_id IS NOT NULL
                           AND NOT EXISTS (SELECT 1 FROM cleanup_certificates z
-                                          WHERE z.allocation_id = a.id AND z.slot_id = c.slot_id)))")
+                                          WHERE z.allocation_id = a.id AND z.slot_id = c.slot_id)
+                          -- (an allocation no agent ever had a task of needs no wipe: 0033)
+                          AND EXISTS (SELECT 1 FROM agent_tasks t
+                                      WHERE t.allocation_id = a.id AND t.claimed_at IS NOT NULL)))")
         .await,
-        "not released, or a slot released without a verified certificate".into(),
+        "not released, or a slot some host had released without a verified certificate".into(),
     );
     scalar(
         "lost_tasks",

@@ -42,6 +42,8 @@ struct Clock {
     refused: usize,
     /// Agent calls the control plane refused (each one a bug).
     errors: usize,
+    /// Releases that ended at once: no agent had claimed the provision (no wipe needed).
+    ended_at_once: usize,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -174,7 +176,7 @@ pub async fn main() {
     while started.elapsed() < Duration::from_secs(seconds) {
         tick.tick().await;
         n += 1;
-        let (cp, who, clock) = (cp.clone(), who.clone(), clock.clone());
+        let (cp, who, clock, pool) = (cp.clone(), who.clone(), clock.clone(), pool.clone());
         let hold = Duration::from_millis(200 + (n * 7919 % 800));
         launches.push(tokio::spawn(async move {
             let req = launch_request(
@@ -198,14 +200,23 @@ pub async fn main() {
                 c.launched.insert(id.to_string(), t0);
             }
             tokio::time::sleep(hold).await;
-            clock
-                .lock()
-                .unwrap()
-                .released
-                .insert(id.to_string(), Instant::now());
+            let t0 = Instant::now();
+            clock.lock().unwrap().released.insert(id.to_string(), t0);
             cp.release_allocation(&who, id, None)
                 .await
                 .expect("releases");
+            // A release no host saw ends at once, with no agent's wipe: its slots are
+            // claimable when the call returns.
+            let state: String = sqlx::query_scalar("SELECT state FROM allocations WHERE id = $1")
+                .bind(id.0)
+                .fetch_one(&pool)
+                .await
+                .expect("reads the state");
+            if state == "released" {
+                let mut c = clock.lock().unwrap();
+                c.claimable.push(t0.elapsed());
+                c.ended_at_once += 1;
+            }
         }));
     }
     let offered = started.elapsed();
@@ -245,8 +256,9 @@ pub async fn main() {
     // ack was longer than its hold (0.2–1 s) and is missing from the percentiles below.
     let unclaimed = c.launch_calls.len() - c.ack.len();
     println!(
-        "{unclaimed} of {} placed launches were released before their agent claimed the provision (their ack > their hold; not in the ack percentiles)",
-        c.launch_calls.len()
+        "{unclaimed} of {} placed launches were released before their agent claimed the provision (their ack > their hold; not in the ack percentiles); {} releases ended at once (no host had the allocation)",
+        c.launch_calls.len(),
+        c.ended_at_once
     );
     println!("{:<36} {:>7} {:>9} {:>9}", "", "count", "p50 ms", "p99 ms");
     for (name, v, target) in [
@@ -270,12 +282,13 @@ pub async fn main() {
         );
     }
     println!(
-        "RESULT dispatch rate={:.0} ack_p99_ms={:.1} claimable_p99_ms={:.1} launch_p99_ms={:.1} launches={n} refused={} unclaimed={unclaimed} agent_errors={}",
+        "RESULT dispatch rate={:.0} ack_p99_ms={:.1} claimable_p99_ms={:.1} launch_p99_ms={:.1} launches={n} refused={} unclaimed={unclaimed} ended_at_once={} agent_errors={}",
         n as f64 / offered.as_secs_f64(),
         pct(&c.ack, 0.99),
         pct(&c.claimable, 0.99),
         pct(&c.launch_calls, 0.99),
         c.refused,
+        c.ended_at_once,
         c.errors
     );
     if c.errors != 0 || c.ack.is_empty() {

@@ -762,6 +762,13 @@ async fn the_catalog_count_follows_heartbeats_and_health_and_a_recount_repairs_i
     // without changing what the catalog shows.
     let one = launch(&cp, &bob, "h100.1x", "one").await.unwrap();
     let two = launch(&cp, &bob, "h100.1x", "two").await.unwrap();
+    // The agent has both (a release no host saw would end at once, with no wipe to wait for).
+    for _ in [one, two] {
+        cp.claim_task(&agent, Duration::ZERO)
+            .await
+            .unwrap()
+            .expect("a provision");
+    }
     cp.release_allocation(&bob, one, None).await.unwrap();
     let rows = || async {
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM availability_changes")
@@ -1194,21 +1201,34 @@ async fn two_servers_placing_and_releasing_in_groups_place_exactly_the_free_gpus
         foreign.await.unwrap(),
         Err(Error::NotFound { what: "allocation" })
     ));
-    let releasing: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM allocations WHERE name LIKE 'two-%' AND state = 'releasing'",
+    // No agent had claimed any of their provisions, so no host ever had them: each ended at
+    // once, its slots clean, its release task cancelled before any agent took it.
+    let released: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocations WHERE name LIKE 'two-%' AND state = 'released'",
     )
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    assert_eq!(releasing, 32);
+    assert_eq!(released, 32);
     let release_tasks: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
-         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_release'",
+         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_release'
+           AND t.state = 'failed' AND t.claimed_at IS NULL",
     )
     .fetch_one(cp.pool())
     .await
     .unwrap();
-    assert_eq!(release_tasks, 32);
+    assert_eq!(
+        release_tasks, 32,
+        "one release each, none of them for an agent"
+    );
+    let cleaning: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM node_resource_slots WHERE cleanup_state <> 'clean'",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(cleaning, 0);
     let audited: i64 =
         sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action = 'allocation.release'")
             .fetch_one(cp.pool())
@@ -1217,7 +1237,8 @@ async fn two_servers_placing_and_releasing_in_groups_place_exactly_the_free_gpus
     assert_eq!(audited, 32, "a repeated release records nothing");
     let cancelled: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
-         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_provision' AND t.state = 'failed'",
+         WHERE a.name LIKE 'two-%' AND t.kind = 'slice.vm_provision' AND t.state = 'failed'
+           AND t.claimed_at IS NULL",
     )
     .fetch_one(cp.pool())
     .await
@@ -1238,6 +1259,68 @@ async fn running(
     cp.dispatch_outbox(10).await.unwrap();
     answer(cp, agent, PROVISION, provisioned).await;
     id
+}
+
+/// A release that cancels a provision no agent had claimed ends at once: no host ever had the
+/// allocation, so its slots stay clean and no wipe is asked of the agent. The database keeps
+/// the rule: ending the claims of an allocation an agent had a task of still sends its slots
+/// to `cleaning`, to come back only with a proof.
+#[tokio::test]
+async fn releasing_before_the_agent_starts_ends_at_once_with_its_slots_clean() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    assert_eq!(availability(&cp, "h100.2x").await, 4);
+    let id = launch(&cp, &bob, "h100.2x", "quick").await.unwrap();
+    assert_eq!(availability(&cp, "h100.2x").await, 3);
+    cp.release_allocation(&bob, id, None).await.unwrap();
+    assert_eq!(
+        state(&cp, id).await,
+        ("released".into(), "released".into(), "absent".into())
+    );
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+    assert_eq!(availability(&cp, "h100.2x").await, 4);
+    assert!(
+        cp.claim_task(&agent, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing for the agent to do"
+    );
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let d = cp.allocation(&principal, id).await.unwrap();
+    let path: Vec<&str> = d.transitions.iter().map(|t| t.to.as_str()).collect();
+    assert_eq!(
+        path,
+        [
+            "requested",
+            "placed",
+            "provisioning",
+            "releasing",
+            "released"
+        ]
+    );
+    assert!(d.certificates.is_empty());
+
+    // An allocation whose provision the agent has: its claims' end asks for a wipe, whoever
+    // ends them.
+    let kept = launch(&cp, &bob, "h100.2x", "kept").await.unwrap();
+    cp.claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("its provision");
+    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
+        .bind(kept.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    let mut states = cleanup_states(&cp, node).await;
+    states.sort();
+    assert_eq!(
+        states,
+        [vec!["clean"; 6], vec!["cleaning"; 2]].concat(),
+        "the two slots an agent had are waiting for their proof"
+    );
 }
 
 #[tokio::test]
@@ -1400,27 +1483,6 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
             .await
             .unwrap();
     assert_eq!(claims, 0, "no slot leaks");
-}
-
-#[tokio::test]
-async fn releasing_before_the_agent_starts_cancels_the_provision() {
-    let (_db, cp, ops) = setup().await;
-    let (node, agent, credential) = hgx(&cp, &ops, "gpu-a").await;
-    let bob = member(&cp, BOB, ACME_RESEARCH).await;
-    let id = launch(&cp, &bob, "h100.2x", "quick").await.unwrap();
-    cp.dispatch_outbox(10).await.unwrap();
-    cp.release_allocation(&bob, id, None).await.unwrap();
-    cp.dispatch_outbox(10).await.unwrap();
-    // The only task the agent gets is the release.
-    let spec = answer(&cp, &agent, RELEASE, |s| proof(node, &credential, s)).await;
-    assert!(matches!(spec, TaskSpec::VmRelease(_)), "{spec:?}");
-    assert_eq!(state(&cp, id).await.0, "released");
-    assert!(
-        cp.claim_task(&agent, Duration::ZERO)
-            .await
-            .unwrap()
-            .is_none()
-    );
 }
 
 #[tokio::test]

@@ -626,7 +626,9 @@ pub(super) async fn release(
 #[tracing::instrument(skip_all, fields(releases = group.len()))]
 async fn release_group(cp: &ControlPlane, group: Vec<Release>) {
     match release_together(cp, &group).await {
-        Ok((answers, wake)) => {
+        Ok((answers, wake, unstarted)) => {
+            // Before the agents are woken, so that none starts a release that needs no wipe.
+            lifecycle::end_unstarted_or_log(cp.pool(), &unstarted).await;
             for node in wake {
                 cp.wakeups().task_queued(node);
             }
@@ -643,10 +645,12 @@ async fn release_group(cp: &ControlPlane, group: Vec<Release>) {
     }
 }
 
+/// The group's transaction. Returns each member's answer, the nodes to wake, and the
+/// allocations whose provision it cancelled unclaimed (for [`lifecycle::end_unstarted`]).
 async fn release_together(
     cp: &ControlPlane,
     group: &[Release],
-) -> Result<(Vec<Result<()>>, Vec<NodeId>)> {
+) -> Result<(Vec<Result<()>>, Vec<NodeId>, Vec<AllocationId>)> {
     let ids: Vec<uuid::Uuid> = group.iter().map(|m| m.id.0).collect();
     let projects: Vec<uuid::Uuid> = group.iter().map(|m| m.project.0).collect();
     let mut tx = cp.pool().begin().await?;
@@ -685,7 +689,7 @@ async fn release_together(
     }
     if releasing.is_empty() {
         tx.rollback().await?;
-        return Ok((answers, Vec::new()));
+        return Ok((answers, Vec::new(), Vec::new()));
     }
     sqlx::query!(
         "UPDATE allocations SET desired_state = 'released', state = 'releasing'
@@ -694,14 +698,17 @@ async fn release_together(
     )
     .execute(&mut *tx)
     .await?;
-    sqlx::query!(
-        "UPDATE agent_tasks SET state = 'failed', claimed_at = now(), finished_at = now(),
-                error = 'cancelled: the allocation was released before the agent started it'
-         WHERE allocation_id = ANY($1) AND state = 'queued'
-           AND kind IN ('slice.vm_provision', 'baremetal.provision')",
+    // Cancelled before any agent claimed them (`claimed_at` stays empty): these may end
+    // without a wipe once this commits.
+    let unstarted: Vec<AllocationId> = sqlx::query_scalar!(
+        r#"UPDATE agent_tasks SET state = 'failed', finished_at = now(),
+                  error = 'cancelled: the allocation was released before the agent started it'
+           WHERE allocation_id = ANY($1) AND state = 'queued'
+             AND kind IN ('slice.vm_provision', 'baremetal.provision')
+           RETURNING allocation_id AS "id!: AllocationId""#,
         &releasing
     )
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
     let traces: Vec<(AllocationId, Option<String>)> = entries_for
         .iter()
@@ -733,5 +740,5 @@ async fn release_together(
         .collect();
     audit::record_many(&mut tx, &entries).await?;
     tx.commit().await?;
-    Ok((answers, wake))
+    Ok((answers, wake, unstarted))
 }

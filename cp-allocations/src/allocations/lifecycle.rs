@@ -72,12 +72,14 @@ pub(crate) async fn queue_later(
 
 /// Marks an allocation for release and cancels a provision the agent hasn't started; the
 /// caller queues the release ([`queue_now`] or [`queue_later`]). `failure` records why, when
-/// the release is a failure branch.
+/// the release is a failure branch. Returns whether a provision was cancelled: then no host
+/// may ever have had the allocation, and once the release commits [`end_unstarted`] can end
+/// it without a wipe.
 pub(crate) async fn begin_release(
     conn: &mut PgConnection,
     id: AllocationId,
     failure: Option<&str>,
-) -> Result<()> {
+) -> Result<bool> {
     sqlx::query!(
         "UPDATE allocations SET desired_state = 'released', state = 'releasing',
                 failure = coalesce($2, failure)
@@ -87,16 +89,100 @@ pub(crate) async fn begin_release(
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query!(
-        "UPDATE agent_tasks SET state = 'failed', claimed_at = now(), finished_at = now(),
+    // Cancelled before any agent claimed it: `claimed_at` stays empty (migration 0033).
+    let cancelled = sqlx::query!(
+        "UPDATE agent_tasks SET state = 'failed', finished_at = now(),
                 error = 'cancelled: the allocation was released before the agent started it'
          WHERE allocation_id = $1 AND state = 'queued'
            AND kind IN ('slice.vm_provision', 'baremetal.provision')",
         id as AllocationId
     )
     .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(cancelled > 0)
+}
+
+/// [`end_unstarted`] after a release has committed: a failure leaves the ordinary release
+/// (the wipe) and is logged, since the release itself succeeded.
+pub(crate) async fn end_unstarted_or_log(pool: &sqlx::PgPool, ids: &[AllocationId]) {
+    if let Err(e) = end_unstarted(pool, ids).await {
+        tracing::warn!(error.cause = %e, allocations = ids.len(),
+                       "releases no host saw wait for their wipe: ending them at once failed");
+    }
+}
+
+/// Ends, without a wipe, the releasing allocations among `ids` that no agent ever had a task
+/// of (their provision was cancelled before any agent claimed it), and returns them. Called
+/// right after a release commits, in a transaction of its own: the release queued its release
+/// task as any other, and this cancels it if it is still queued, ends the claims (the
+/// database leaves the slots clean only for such an allocation: `resource_claims_release_cleans`)
+/// and marks the allocation released. An allocation whose release an agent already claimed, or
+/// that an agent had any task of, is left to its wipe; so is everything, if this never runs.
+/// Locks nodes, then allocations, then tasks, the order every lifecycle change takes.
+pub(crate) async fn end_unstarted(
+    pool: &sqlx::PgPool,
+    ids: &[AllocationId],
+) -> Result<Vec<AllocationId>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let wanted: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+    let mut tx = pool.begin().await?;
+    sqlx::query!(
+        "SELECT 1 AS one FROM nodes
+         WHERE id IN (SELECT node_id FROM allocations WHERE id = ANY($1))
+         ORDER BY id FOR NO KEY UPDATE",
+        &wanted
+    )
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(())
+    let releasing: Vec<uuid::Uuid> = sqlx::query_scalar!(
+        r#"SELECT id AS "id!" FROM allocations WHERE id = ANY($1) AND state = 'releasing'
+           ORDER BY id FOR NO KEY UPDATE"#,
+        &wanted
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    // An agent that claims the release first keeps it (its claim skips a row locked here, and
+    // this skips a task that is no longer queued).
+    sqlx::query!(
+        "UPDATE agent_tasks SET state = 'failed', finished_at = now(),
+                error = 'cancelled: the allocation ended before the agent started its release'
+         WHERE allocation_id = ANY($1) AND state = 'queued'
+           AND kind IN ('slice.vm_release', 'baremetal.release')",
+        &releasing
+    )
+    .execute(&mut *tx)
+    .await?;
+    let unstarted: Vec<uuid::Uuid> = sqlx::query_scalar!(
+        r#"SELECT a AS "id!" FROM unnest($1::uuid[]) AS a
+           WHERE NOT EXISTS (SELECT 1 FROM agent_tasks t
+                             WHERE t.allocation_id = a AND t.claimed_at IS NOT NULL)"#,
+        &releasing
+    )
+    .fetch_all(&mut *tx)
+    .await?;
+    if unstarted.is_empty() {
+        tx.rollback().await?;
+        return Ok(Vec::new());
+    }
+    sqlx::query!(
+        "UPDATE resource_claims SET released_at = now()
+         WHERE allocation_id = ANY($1) AND released_at IS NULL",
+        &unstarted
+    )
+    .execute(&mut *tx)
+    .await?;
+    sqlx::query!(
+        "UPDATE allocations SET state = 'released', released_at = now(), observed_state = 'absent'
+         WHERE id = ANY($1) AND state = 'releasing'",
+        &unstarted
+    )
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(unstarted.into_iter().map(AllocationId).collect())
 }
 
 /// A slot as a plan names it, as [`planned_slots`] and [`planned_slots_of`] read it.
@@ -772,6 +858,7 @@ pub(crate) async fn task_finished(
         ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Failed { error }) => {
             if state == "provisioning" {
                 // The host may have written to the slot: clean it like any release.
+                // The provision was claimed (this is its answer): nothing to cancel.
                 begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
                 queue_later(&mut *conn, "allocation.release", id).await?;
             }
@@ -1051,7 +1138,7 @@ impl LifecycleApi for ControlPlane {
             ) {
                 continue;
             }
-            begin_release(&mut tx, a.id, None).await?;
+            let unstarted = begin_release(&mut tx, a.id, None).await?;
             queue_later(&mut tx, "allocation.release", a.id).await?;
             audit::record(
                 &mut tx,
@@ -1070,6 +1157,9 @@ impl LifecycleApi for ControlPlane {
             )
             .await?;
             tx.commit().await?;
+            if unstarted {
+                end_unstarted_or_log(self.pool(), &[a.id]).await;
+            }
             handled += 1;
         }
         Ok(handled)

@@ -417,7 +417,7 @@ impl AllocationsApi for ControlPlane {
         if matches!(row.state.as_str(), "releasing" | "cleaning" | "released") {
             return Ok(());
         }
-        lifecycle::begin_release(&mut tx, id, None).await?;
+        let unstarted = lifecycle::begin_release(&mut tx, id, None).await?;
         let node = lifecycle::queue_now(&mut tx, "allocation.release", id).await?;
         audit::record(
             &mut tx,
@@ -434,6 +434,9 @@ impl AllocationsApi for ControlPlane {
         )
         .await?;
         tx.commit().await?;
+        if unstarted {
+            lifecycle::end_unstarted_or_log(self.pool(), &[id]).await;
+        }
         if let Some(node) = node {
             self.wakeups().task_queued(node);
         }
