@@ -1485,6 +1485,37 @@ async fn a_node_lost_during_provisioning_ends_the_allocation_and_blocks_its_slot
     assert_eq!(claims, 0, "no slot leaks");
 }
 
+/// The reaper's release of an allocation no agent had yet ends at once as well, and the
+/// release it left in the outbox then finds nothing to do.
+#[tokio::test]
+async fn an_expired_allocation_no_host_saw_ends_at_once() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    research_policy(&cp, PolicyValue::MaxAllocationLifetimeHours(2)).await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.2x", "never-ran").await.unwrap();
+    sqlx::query("UPDATE allocations SET expires_at = now() - interval '1 second' WHERE id = $1")
+        .bind(id.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(cp.reap_allocations().await.unwrap(), 1);
+    assert_eq!(
+        state(&cp, id).await,
+        ("released".into(), "released".into(), "absent".into())
+    );
+    cp.dispatch_outbox(10).await.unwrap();
+    assert!(
+        cp.claim_task(&agent, Duration::ZERO)
+            .await
+            .unwrap()
+            .is_none(),
+        "nothing for the agent to do"
+    );
+    assert_eq!(cleanup_states(&cp, node).await, vec!["clean"; 8]);
+    assert_eq!(availability(&cp, "h100.2x").await, 4);
+}
+
 #[tokio::test]
 async fn an_allocation_past_its_policy_lifetime_is_released_by_the_reaper() {
     let (_db, cp, ops) = setup().await;
