@@ -2057,6 +2057,48 @@ async fn published_ports_and_east_west_follow_the_project_and_the_node() {
     assert_eq!(ew.0["east_west"], true);
 }
 
+/// A transaction holding the allocation's row (`lock`: `FOR UPDATE` or `FOR NO KEY UPDATE`),
+/// giving up on any later lock after 10 s rather than hanging the test.
+async fn holding_the_allocation(
+    cp: &ControlPlane,
+    id: AllocationId,
+    lock: &str,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = cp.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL lock_timeout = '10s'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(&format!("SELECT 1 FROM allocations WHERE id = $1 {lock}"))
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx
+}
+
+/// Waits (at most 10 s) until some session of this database waits for a lock.
+async fn until_a_lock_is_waited_for(cp: &ControlPlane) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the result never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The dispatcher holds an allocation's row and then queues a task naming its node (a foreign
 /// key, so the node's row is share-locked for the key); an agent's result holds its node's row
 /// and then changes the allocation. While `lock_node` took the node `FOR UPDATE`, the task's
@@ -2077,38 +2119,13 @@ async fn an_agents_result_and_a_dispatch_of_the_same_allocation_never_deadlock()
         .expect("the provision");
 
     // A dispatch of this allocation, as `dispatch_one` does it: its row first.
-    let mut dispatch = cp.pool().begin().await.unwrap();
-    sqlx::query("SET LOCAL lock_timeout = '10s'")
-        .execute(&mut *dispatch)
-        .await
-        .unwrap();
-    sqlx::query("SELECT 1 FROM allocations WHERE id = $1 FOR UPDATE")
-        .bind(id.0)
-        .execute(&mut *dispatch)
-        .await
-        .unwrap();
+    let mut dispatch = holding_the_allocation(&cp, id, "FOR UPDATE").await;
     // The agent's answer takes the node, then waits for the allocation.
     let finishing = tokio::spawn({
         let (cp, agent) = (cp.clone(), agent.clone());
         async move { cp.finish_task(&agent, task, &provisioned(&spec)).await }
     });
-    let waiting = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(cp.pool())
-        .await
-        .unwrap()
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while waiting().await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the result never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_a_lock_is_waited_for(&cp).await;
     // Then the dispatch queues a task on that node: its key check must not wait for the
     // result's node lock.
     let queued = sqlx::query(
@@ -2145,37 +2162,12 @@ async fn an_agents_result_and_a_release_of_the_same_allocation_never_deadlock() 
         .expect("the provision");
 
     // The release's order: the allocation's row first.
-    let mut release = cp.pool().begin().await.unwrap();
-    sqlx::query("SET LOCAL lock_timeout = '10s'")
-        .execute(&mut *release)
-        .await
-        .unwrap();
-    sqlx::query("SELECT 1 FROM allocations WHERE id = $1 FOR NO KEY UPDATE")
-        .bind(id.0)
-        .execute(&mut *release)
-        .await
-        .unwrap();
+    let mut release = holding_the_allocation(&cp, id, "FOR NO KEY UPDATE").await;
     let finishing = tokio::spawn({
         let (cp, agent) = (cp.clone(), agent.clone());
         async move { cp.finish_task(&agent, task, &provisioned(&spec)).await }
     });
-    let waiting = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT count(*) FROM pg_stat_activity
-              WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(cp.pool())
-        .await
-        .unwrap()
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while waiting().await == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the result never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_a_lock_is_waited_for(&cp).await;
     // Then the release locks the task's row, as its cancel does when it follows a claim.
     let touched = sqlx::query("SELECT 1 FROM agent_tasks WHERE id = $1 FOR NO KEY UPDATE")
         .bind(task.0)
