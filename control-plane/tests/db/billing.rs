@@ -232,6 +232,110 @@ async fn rating_is_exact_balanced_and_idempotent() {
     );
 }
 
+/// Rating as it happens (the clock an hour at a time: one-hour charges) and rating after the
+/// fact (one charge per allocation and UTC day) give the same money to the micro-unit: the
+/// same totals, the same publisher share, and the same hourly lines in the usage export.
+#[tokio::test]
+async fn the_charges_grain_never_changes_the_money_or_the_export() {
+    let (_db, cp) = setup().await;
+    // vLLM (0.40 USD/h, 70 % to its publisher) on h100.1x from a start mid-hour, across two
+    // midnights, to an end mid-hour.
+    let start = datetime!(2026-10-01 07:20:00.5 UTC);
+    let end = datetime!(2026-10-03 05:10:00.25 UTC);
+    let (vllm, h100) = ("vllm", "h100.1x");
+    let hourly = run_listing(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        h100,
+        vllm,
+        "as-it-ran",
+        start,
+        end,
+    )
+    .await;
+    let mut clock = datetime!(2026-10-01 08:00 UTC);
+    while clock <= end + time::Duration::HOUR {
+        rate_until(cp.pool(), clock, 1000).await.unwrap();
+        clock += time::Duration::HOUR;
+    }
+    let later = run_listing(&cp, ACME, ACME_RESEARCH, h100, vllm, "after", start, end).await;
+    let rated = rate_until(cp.pool(), datetime!(2026-10-05 00:00 UTC), 1000)
+        .await
+        .unwrap();
+    // 07:00–24:00, the whole 2nd, 00:00–06:00: 17 + 24 + 6 hours in three charges.
+    assert_eq!((rated.charges, rated.hours), (3, 47));
+
+    let money = |id: control_plane::AllocationId| {
+        let pool = cp.pool().clone();
+        async move {
+            sqlx::query_as::<_, (i64, i64, i64, i64, i64, i64)>(
+                "SELECT count(*), sum(c.hours)::bigint, sum(c.rated_us)::bigint,
+                        sum(c.amount_micro)::bigint, sum(f.amount_micro)::bigint,
+                        sum(f.publisher_micro)::bigint
+                 FROM usage_charges c JOIN fee_charges f USING (allocation_id, period_start)
+                 WHERE c.allocation_id = $1",
+            )
+            .bind(id.0)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    let (as_it_ran, after) = (money(hourly).await, money(later).await);
+    assert_eq!((as_it_ran.0, as_it_ran.1), (47, 47), "one charge per hour");
+    assert_eq!(after.0, 3);
+    assert_eq!(
+        (
+            as_it_ran.1,
+            as_it_ran.2,
+            as_it_ran.3,
+            as_it_ran.4,
+            as_it_ran.5
+        ),
+        (after.1, after.2, after.3, after.4, after.5),
+        "hours, running time, usage, fee and the publisher's share"
+    );
+    let us = (end - start).whole_microseconds() as i64;
+    assert_eq!(after.2, us);
+    let price: i64 = sqlx::query_scalar(
+        "SELECT price_per_hour_minor FROM usage_intervals WHERE allocation_id = $1",
+    )
+    .bind(later.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(Micros(after.3), cost_micros(price, us));
+    assert_eq!(unbalanced_entries(&cp).await, 0);
+
+    // The export lists the same 47 hourly lines for both, but for their names and ids.
+    let fiona = cp
+        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
+        .await
+        .unwrap()
+        .unwrap();
+    let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
+    let csv = cp.usage_csv(&fin, "2026-10").await.unwrap();
+    let lines_of = |id: control_plane::AllocationId| -> Vec<String> {
+        csv.lines()
+            .filter(|l| l.contains(&id.to_string()))
+            .map(|l| {
+                let mut f: Vec<&str> = l.split(',').collect();
+                f.drain(3..5); // allocation name and id
+                f.join(",")
+            })
+            .collect()
+    };
+    let (a, b) = (lines_of(hourly), lines_of(later));
+    assert_eq!(a.len(), 47, "{csv}");
+    assert_eq!(a, b);
+    assert!(
+        a[0].starts_with("2026-10-01T07:00:00Z,research,h100.1x,1,2399.500000,"),
+        "the first hour from 07:20:00.5: {}",
+        a[0]
+    );
+}
+
 /// Finding 8: prices are bounded in the schema, and a row from before the bound (an hourly
 /// price whose charge overflows a bigint) is held back and reported while everyone else is
 /// rated. On the old code the whole batch failed, for every tenant, every round.
@@ -312,8 +416,9 @@ async fn money_is_bounded_and_one_bad_price_never_stops_rating_for_everyone() {
         .unwrap();
     assert_eq!(rated.held, vec![bad]);
     assert_eq!(
-        rated.charges, 10,
-        "five hours each of the two good allocations"
+        (rated.hours, rated.charges),
+        (10, 2),
+        "five hours each of the two good allocations, one charge each"
     );
     for (id, done) in [(acme, true), (globex, true), (bad, false)] {
         let fully: bool =
@@ -432,18 +537,18 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
     let orphans = [
         (
             "INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
-                 gpu_count, price_per_hour_minor, currency, rated_us, amount_micro, entry_id)
+                 gpu_count, price_per_hour_minor, currency, hours, rated_us, amount_micro, entry_id)
              SELECT gen_random_uuid(), period_start + interval '1 day', tenant_id, project_id,
-                    sku_id, gpu_count, price_per_hour_minor, currency, rated_us, amount_micro,
+                    sku_id, gpu_count, price_per_hour_minor, currency, hours, rated_us, amount_micro,
                     entry_id
              FROM usage_charges LIMIT 1",
             "which has no usage interval",
         ),
         (
             "INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
-                 gpu_count, price_per_hour_minor, currency, rated_us, amount_micro, entry_id)
+                 gpu_count, price_per_hour_minor, currency, hours, rated_us, amount_micro, entry_id)
              SELECT allocation_id, period_start + interval '1 day', tenant_id, project_id,
-                    sku_id, gpu_count, price_per_hour_minor, currency, rated_us, amount_micro,
+                    sku_id, gpu_count, price_per_hour_minor, currency, hours, rated_us, amount_micro,
                     -1
              FROM usage_charges LIMIT 1",
             "names journal entry -1, which does not exist",
@@ -460,6 +565,75 @@ async fn the_ledger_is_append_only_and_every_entry_balances() {
         assert_eq!(db.code().as_deref(), Some("23503"), "{sql}: {db}");
         assert!(db.message().contains(refusal), "{sql}: {db}");
     }
+
+    // The run was rated as one charge of three hours (midnight to 03:00). An hour is rated
+    // once: a charge that starts inside that span is refused, though its first hour is not
+    // the key; and a span never leaves its UTC day.
+    let (hours, charges): (i32, i64) =
+        sqlx::query_as("SELECT max(hours), count(*) FROM usage_charges")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!((hours, charges), (3, 1));
+    let copy = |start: &str, hours: &str| {
+        format!(
+            "INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
+                 gpu_count, price_per_hour_minor, currency, hours, rated_us, amount_micro, entry_id)
+             SELECT allocation_id, {start}, tenant_id, project_id, sku_id, gpu_count,
+                    price_per_hour_minor, currency, {hours}, 1, 0, entry_id
+             FROM usage_charges LIMIT 1"
+        )
+    };
+    let refused = [
+        (
+            copy("period_start + interval '2 hours'", "1"),
+            "23P01",
+            "overlaps time already rated",
+        ),
+        (
+            copy("period_start + interval '1 hour'", "5"),
+            "23P01",
+            "overlaps time already rated",
+        ),
+        (
+            copy("period_start + interval '23 hours'", "2"),
+            "23514",
+            "usage_charges_span_in_one_day",
+        ),
+        (
+            copy("period_start + interval '1 day'", "25"),
+            "23514",
+            "usage_charges_span_in_one_day",
+        ),
+    ];
+    for (sql, code, refusal) in refused {
+        let err = sqlx::query(&sql).execute(cp.pool()).await.unwrap_err();
+        let db = err.as_database_error().expect("refused by the database");
+        assert_eq!(db.code().as_deref(), Some(code), "{sql}: {db}");
+        assert!(db.message().contains(refusal), "{sql}: {db}");
+    }
+    // Right after the span is free, and a fee charge must cover its usage charge's span.
+    let mut tx = cp.pool().begin().await.unwrap();
+    sqlx::query(&copy("period_start + interval '3 hours'", "1"))
+        .execute(&mut *tx)
+        .await
+        .expect("the hour after the span is not rated yet");
+    let err = sqlx::query(
+        "INSERT INTO fee_charges (allocation_id, period_start, tenant_id, project_id,
+             listing_version_id, publisher_id, fee_per_hour_minor, currency, hours, rated_us,
+             amount_micro, publisher_micro, entry_id)
+         SELECT allocation_id, period_start + interval '3 hours', tenant_id, project_id,
+                listing_version_id, publisher_id, fee_per_hour_minor, currency, 2, 1, 0, 0, entry_id
+         FROM fee_charges LIMIT 1",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not cover its usage charge's span"),
+        "{err}"
+    );
 }
 
 /// Posts a USD journal entry for Acme with the postings `rows` gives (`$1` is the entry) and
@@ -941,14 +1115,14 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
     rate_until(cp.pool(), datetime!(2026-11-02 00:00 UTC), 1000)
         .await
         .unwrap();
-    // Per hour: 0.40 → 0.28 to Globex; the half hour 0.20 → 0.14.
+    // 2.5 h at 0.40 = 1.00, 0.70 of it to Globex (one charge: rated after the fact).
     let shares: Vec<(i64, i64)> = sqlx::query_as(
         "SELECT amount_micro, publisher_micro FROM fee_charges ORDER BY allocation_id, period_start",
     )
     .fetch_all(cp.pool())
     .await
     .unwrap();
-    assert!(shares.contains(&(400_000, 280_000)) && shares.contains(&(200_000, 140_000)));
+    assert!(shares.contains(&(1_000_000, 700_000)), "{shares:?}");
     assert!(
         shares.contains(&(187_500, 0)),
         "the platform's own fee is all revenue"

@@ -1,15 +1,20 @@
 //! Rating: running time → charges → balanced ledger entries.
 //!
-//! A period is one UTC hour. A period of an interval is rated once it is over for that
+//! Time is rated by the UTC hour. An hour of an interval is rated once it is over for that
 //! interval (the hour has passed, or the allocation stopped running inside it), and only up
 //! to a horizon a little behind the clock, so a lifecycle transaction that commits late can't
-//! end an interval inside time already rated. Each batch is one statement: candidate
-//! (allocation, hour) rows in allocation order, one `usage` entry per tenant and currency
-//! (receivable debited; revenue credited, and each publisher's payable with its share of the
-//! marketplace fees), the charges that make it up (SKU usage, and a fee charge beside it when
-//! the listing has a fee, telescoped the same way), the per-project monthly totals (fees
-//! included), and each interval's progress. Batches are serialised by an advisory lock; the primary key on
-//! (allocation, hour) makes a second rating of the same hour impossible.
+//! end an interval inside time already rated. A charge covers the consecutive hours of one
+//! allocation that are ready inside one UTC day (migration 0034): in steady state that is one
+//! hour, and when rating catches up it is up to a day in one row.
+//!
+//! Each batch is one statement: candidate (allocation, span) rows in allocation order, one
+//! `usage` entry per tenant and currency (receivable debited; revenue credited, and each
+//! publisher's payable with its share of the marketplace fees), the charges that make it up
+//! (SKU usage, and a fee charge beside it when the listing has a fee, telescoped the same
+//! way), the per-project daily and monthly totals (fees included in the monthly), and each
+//! interval's progress. Batches are serialised by an advisory lock; the primary key on
+//! (allocation, first hour) and `usage_charges_disjoint` make a second rating of an hour
+//! impossible.
 
 use serde::Serialize;
 use sqlx::PgPool;
@@ -24,8 +29,10 @@ const RATING_LOCK: i64 = 0x72_61_74_69_6e_67;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Rated {
-    /// Charges written: (allocation, hour) rows.
+    /// Charges written: one per allocation and UTC day at most, each a span of whole hours.
     pub charges: i64,
+    /// Allocation-hours those charges cover (an hour the allocation ran in for any part).
+    pub hours: i64,
     /// Journal entries posted (one per tenant and currency per batch).
     pub entries: i64,
     /// Intervals whose rating moved forward (zero: nothing was left to rate).
@@ -35,7 +42,7 @@ pub struct Rated {
     pub held: Vec<crate::AllocationId>,
 }
 
-/// Rates at most `batch` (allocation, hour) periods that are over by `until`.
+/// Rates at most `batch` (allocation, span) charges' worth of time that is over by `until`.
 #[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
 pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) -> Result<Rated> {
     let mut tx = pool.begin().await?;
@@ -50,52 +57,62 @@ pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
     let row = sqlx::query!(
         r#"
 WITH cand AS (
-    SELECT u.allocation_id, p.period_start, u.tenant_id, u.project_id, u.sku_id, u.gpu_count,
+    SELECT u.allocation_id, s.period_start, u.tenant_id, u.project_id, u.sku_id, u.gpu_count,
            u.price_per_hour_minor, u.currency, u.ended_at, u.listing_version_id,
            u.fee_per_hour_minor, u.publisher_id, u.publisher_share_bps,
-           (extract(epoch FROM greatest(p.period_start, u.started_at) - u.started_at)
+           ceil(extract(epoch FROM s.through - s.period_start) / 3600)::int AS hours,
+           (extract(epoch FROM greatest(s.period_start, u.started_at) - u.started_at)
                 * 1000000)::bigint AS from_us,
-           (extract(epoch FROM least(p.period_start + interval '1 hour', u.ended_at) - u.started_at)
-                * 1000000)::bigint AS to_us,
-           least(p.period_start + interval '1 hour', u.ended_at) AS through
+           (extract(epoch FROM s.through - u.started_at) * 1000000)::bigint AS to_us,
+           s.through
     FROM usage_intervals u
-    CROSS JOIN LATERAL generate_series(
-        date_trunc('hour', coalesce(u.rated_until, u.started_at), 'UTC'),
-        least(u.ended_at, $1::timestamptz),
-        interval '1 hour') AS p(period_start)
+    -- Rated from the first unrated hour up to `cap`: the allocation's end once it has ended
+    -- by `until`, else the last whole hour before `until` (an hour is rated once it is over).
+    CROSS JOIN LATERAL (
+        SELECT date_trunc('hour', coalesce(u.rated_until, u.started_at), 'UTC') AS first,
+               CASE WHEN u.ended_at <= $1::timestamptz THEN u.ended_at
+                    ELSE date_trunc('hour', $1::timestamptz, 'UTC') END AS cap
+    ) b
+    -- One span per UTC day: the first unrated hour (or midnight) up to the cap (or midnight).
+    CROSS JOIN LATERAL generate_series(date_trunc('day', b.first, 'UTC'), b.cap,
+                                       interval '1 day') AS d(day)
+    CROSS JOIN LATERAL (
+        SELECT greatest(d.day, b.first) AS period_start,
+               least(d.day + interval '1 day', b.cap) AS through
+    ) s
     WHERE NOT u.fully_rated
       -- Out of bounds (written before migration 0015): held back and reported, never allowed
       -- to fail the batch for everyone else.
       AND u.price_per_hour_minor <= $3 AND u.fee_per_hour_minor <= $3
-      AND least(p.period_start + interval '1 hour', u.ended_at) <= $1::timestamptz
-      AND (u.rated_until IS NULL OR p.period_start >= u.rated_until)
+      AND s.through > s.period_start
+      AND (u.rated_until IS NULL OR s.period_start >= u.rated_until)
       -- Not rated already: a probe of the primary key per candidate. (`OFFSET 0` keeps it a
       -- probe: as an anti-join the planner merged against every charge ever written, once
       -- per batch, which grew with the ledger.)
       AND NOT EXISTS (SELECT 1 FROM usage_charges c
-                      WHERE c.allocation_id = u.allocation_id AND c.period_start = p.period_start
+                      WHERE c.allocation_id = u.allocation_id AND c.period_start = s.period_start
                       OFFSET 0)
-    ORDER BY u.allocation_id, p.period_start
+    ORDER BY u.allocation_id, s.period_start
     LIMIT $2
 ), billable AS (
     SELECT * FROM cand WHERE to_us > from_us
 ), ent AS (
     INSERT INTO journal_entries (kind, tenant_id, currency, memo)
     SELECT 'usage', tenant_id, currency,
-           'usage: ' || count(*) || ' allocation-hours rated'
+           'usage: ' || sum(hours) || ' allocation-hours rated'
     FROM billable GROUP BY tenant_id, currency
     RETURNING id, tenant_id, currency
 ), ch AS (
     INSERT INTO usage_charges (allocation_id, period_start, tenant_id, project_id, sku_id,
-                               gpu_count, price_per_hour_minor, currency, rated_us,
+                               gpu_count, price_per_hour_minor, currency, hours, rated_us,
                                amount_micro, entry_id)
     SELECT b.allocation_id, b.period_start, b.tenant_id, b.project_id, b.sku_id, b.gpu_count,
-           b.price_per_hour_minor, b.currency, b.to_us - b.from_us,
+           b.price_per_hour_minor, b.currency, b.hours, b.to_us - b.from_us,
            (div(b.price_per_hour_minor::numeric * b.to_us, 360000)
             - div(b.price_per_hour_minor::numeric * b.from_us, 360000))::bigint,
            e.id
     FROM billable b JOIN ent e USING (tenant_id, currency)
-    RETURNING entry_id, tenant_id, project_id, sku_id, currency, period_start, amount_micro
+    RETURNING entry_id, tenant_id, project_id, sku_id, currency, period_start, hours, amount_micro
 ), days AS (
     INSERT INTO usage_day_totals AS t (tenant_id, day, project_id, sku_id, currency, amount_micro)
     SELECT tenant_id, (period_start AT TIME ZONE 'UTC')::date, project_id, sku_id, currency,
@@ -107,13 +124,18 @@ WITH cand AS (
 ), fee AS (
     INSERT INTO fee_charges (allocation_id, period_start, tenant_id, project_id,
                              listing_version_id, publisher_id, fee_per_hour_minor, currency,
-                             rated_us, amount_micro, publisher_micro, entry_id)
+                             hours, rated_us, amount_micro, publisher_micro, entry_id)
     SELECT f.allocation_id, f.period_start, f.tenant_id, f.project_id, f.listing_version_id,
-           f.publisher_id, f.fee_per_hour_minor, f.currency, f.rated_us, f.amount,
-           div(f.amount::numeric * f.publisher_share_bps, 10000)::bigint, f.entry_id
-    FROM (SELECT b.*, b.to_us - b.from_us AS rated_us, e.id AS entry_id,
-                 (div(b.fee_per_hour_minor::numeric * b.to_us, 360000)
-                  - div(b.fee_per_hour_minor::numeric * b.from_us, 360000))::bigint AS amount
+           f.publisher_id, f.fee_per_hour_minor, f.currency, f.hours, f.to_us - f.from_us,
+           (f.fee_to - f.fee_from)::bigint,
+           -- The publisher's part telescopes as the fee does: floored once per allocation,
+           -- whatever the spans.
+           (div(f.fee_to * f.publisher_share_bps, 10000)
+            - div(f.fee_from * f.publisher_share_bps, 10000))::bigint,
+           f.entry_id
+    FROM (SELECT b.*, e.id AS entry_id,
+                 div(b.fee_per_hour_minor::numeric * b.to_us, 360000) AS fee_to,
+                 div(b.fee_per_hour_minor::numeric * b.from_us, 360000) AS fee_from
           FROM billable b JOIN ent e USING (tenant_id, currency)
           WHERE b.fee_per_hour_minor > 0) f
     RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro,
@@ -156,7 +178,8 @@ WITH cand AS (
     WHERE u.allocation_id = pr.allocation_id
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "entries!",
+SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT coalesce(sum(hours), 0) FROM ch)::bigint AS "hours!",
+       (SELECT count(*) FROM ent) AS "entries!",
        (SELECT count(*) FROM posted) AS "postings!", (SELECT count(*) FROM progress) AS "progress!"
 "#,
         until,
@@ -168,6 +191,7 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT count(*) FROM ent) AS "e
     tx.commit().await?;
     Ok(Rated {
         charges: row.charges,
+        hours: row.hours,
         entries: row.entries,
         intervals: row.progress,
         held: Vec::new(),
@@ -180,6 +204,7 @@ pub async fn rate_until(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
     loop {
         let r = rate_batch(pool, until, batch).await?;
         total.charges += r.charges;
+        total.hours += r.hours;
         total.entries += r.entries;
         total.intervals += r.intervals;
         if r.intervals == 0 {

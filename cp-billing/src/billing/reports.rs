@@ -349,11 +349,33 @@ impl BillingReportsApi for ControlPlane {
     async fn usage_csv(&self, who: &Tenant<TenantFinance>, month: &str) -> Result<String> {
         let month = super::parse_month("month", month)?;
         let rows = sqlx::query!(
-            r#"SELECT c.period_start, p.slug AS project, s.name AS sku, a.name AS allocation,
-                      c.allocation_id, c.gpu_count, c.rated_us, c.price_per_hour_minor, c.currency, c.amount_micro,
+            // A charge may cover several hours of one day (migration 0034); the export lists
+            // each hour, its running time and amounts telescoped from the interval's start
+            // exactly as a one-hour charge's are, so the lines don't depend on the grain.
+            r#"SELECT h.hour AS "period_start!", p.slug AS project, s.name AS sku, a.name AS allocation,
+                      c.allocation_id, c.gpu_count, (h.to_us - h.from_us) AS "rated_us!",
+                      c.price_per_hour_minor, c.currency,
+                      (div(c.price_per_hour_minor::numeric * h.to_us, 360000)
+                       - div(c.price_per_hour_minor::numeric * h.from_us, 360000))::bigint AS "amount_micro!",
                       l.slug || ' ' || v.version AS "listing!", f.fee_per_hour_minor AS "fee_per_hour_minor?",
-                      f.amount_micro AS "fee_micro?"
+                      (div(f.fee_per_hour_minor::numeric * h.to_us, 360000)
+                       - div(f.fee_per_hour_minor::numeric * h.from_us, 360000))::bigint AS "fee_micro?"
                FROM usage_charges c
+               JOIN usage_intervals u ON u.allocation_id = c.allocation_id
+               CROSS JOIN LATERAL (
+                   SELECT (extract(epoch FROM greatest(c.period_start, u.started_at) - u.started_at)
+                           * 1000000)::bigint AS from_us
+               ) span
+               CROSS JOIN LATERAL (
+                   SELECT g.hour,
+                          greatest(span.from_us,
+                                   (extract(epoch FROM g.hour - u.started_at) * 1000000)::bigint) AS from_us,
+                          least(span.from_us + c.rated_us,
+                                (extract(epoch FROM g.hour + interval '1 hour' - u.started_at)
+                                 * 1000000)::bigint) AS to_us
+                   FROM generate_series(c.period_start, c.period_start + (c.hours - 1) * interval '1 hour',
+                                        interval '1 hour') AS g(hour)
+               ) h
                JOIN projects p ON p.id = c.project_id JOIN skus s ON s.id = c.sku_id
                JOIN allocations a ON a.id = c.allocation_id
                JOIN listing_versions v ON v.id = a.listing_version_id JOIN listings l ON l.id = v.listing_id
@@ -361,7 +383,8 @@ impl BillingReportsApi for ControlPlane {
                WHERE c.tenant_id = $1
                  AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
                  AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-               ORDER BY c.period_start, p.slug, a.name"#,
+                 AND h.to_us > h.from_us
+               ORDER BY h.hour, p.slug, a.name"#,
             who.id() as TenantId,
             month
         )
