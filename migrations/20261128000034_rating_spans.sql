@@ -40,21 +40,24 @@ ALTER TABLE fee_charges
     ADD CONSTRAINT fee_charges_rated_us_check
         CHECK (rated_us > 0 AND rated_us <= hours * 3600000000::bigint);
 
+-- Both checks below run once per statement and are planned each time (`EXECUTE`): a plan
+-- cached while the table was small scans it whole, per batch, until an ANALYZE.
 CREATE FUNCTION usage_charges_disjoint() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     twice record;
 BEGIN
-    SELECT n.allocation_id, n.period_start INTO twice
-    FROM new_charges n
-    WHERE EXISTS (SELECT 1 FROM usage_charges c
-                  WHERE c.allocation_id = n.allocation_id
-                    AND c.period_start > n.period_start - interval '1 day'
-                    AND c.period_start < n.period_start + n.hours * interval '1 hour'
-                    AND c.period_start <> n.period_start
-                    AND c.period_start + c.hours * interval '1 hour' > n.period_start)
-    LIMIT 1;
-    IF FOUND THEN
+    EXECUTE $q$
+        SELECT n.allocation_id, n.period_start
+        FROM new_charges n
+        WHERE EXISTS (SELECT 1 FROM usage_charges c
+                      WHERE c.allocation_id = n.allocation_id
+                        AND c.period_start > n.period_start - interval '1 day'
+                        AND c.period_start < n.period_start + n.hours * interval '1 hour'
+                        AND c.period_start <> n.period_start
+                        AND c.period_start + c.hours * interval '1 hour' > n.period_start)
+        LIMIT 1$q$ INTO twice;
+    IF twice.allocation_id IS NOT NULL THEN
         RAISE EXCEPTION 'usage of allocation % from % overlaps time already rated',
             twice.allocation_id, twice.period_start
             USING ERRCODE = 'exclusion_violation';
@@ -72,12 +75,13 @@ LANGUAGE plpgsql AS $$
 DECLARE
     odd record;
 BEGIN
-    SELECT f.allocation_id, f.period_start INTO odd
-    FROM new_fees f
-    JOIN usage_charges c USING (allocation_id, period_start)
-    WHERE c.hours <> f.hours OR c.rated_us <> f.rated_us
-    LIMIT 1;
-    IF FOUND THEN
+    EXECUTE $q$
+        SELECT f.allocation_id, f.period_start
+        FROM new_fees f
+        JOIN usage_charges c USING (allocation_id, period_start)
+        WHERE c.hours <> f.hours OR c.rated_us <> f.rated_us
+        LIMIT 1$q$ INTO odd;
+    IF odd.allocation_id IS NOT NULL THEN
         RAISE EXCEPTION 'the fee charge of allocation % from % does not cover its usage charge''s span',
             odd.allocation_id, odd.period_start
             USING ERRCODE = 'check_violation';

@@ -1,6 +1,6 @@
 //! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]` and
 //! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]` and
-//! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]`: the benchmarks in
+//! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]`: the benchmarks in
 //! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
 //! `cargo xtask bench pages [--clients N] [--seconds S]`: the portal's release build serving
@@ -14,7 +14,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]\n       cargo xtask bench pages [--clients N] [--seconds S]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -30,7 +30,7 @@ pub fn run(args: &[String]) -> Result {
         ),
         Some("ledger") => bench(
             "ledger",
-            &["--tenants", "--runs", "--hours", "--batch"],
+            &["--tenants", "--runs", "--hours", "--batch", "--step"],
             &args[1..],
         ),
         Some("pages") => pages(&args[1..]),

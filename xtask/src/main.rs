@@ -31,7 +31,7 @@ usage: cargo xtask <command>
                  launching and releasing, against PostgreSQL with durable commits
   bench dispatch [--rate N] [--seconds S] [--nodes N]
                  launch → agent acknowledgement and release → claimable latency
-  bench ledger [--tenants N] [--runs N] [--hours N] [--batch N]
+  bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]
                  usage rows rated per second, and a month's invoices for N tenants
   bench pages [--clients N] [--seconds S]
                  the release server: N signed-in sessions (default 64) loading pages, the

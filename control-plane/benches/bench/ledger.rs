@@ -6,13 +6,13 @@
 //!    ((allocation, hour) periods) rated per second (the target is ≥ 100,000/s) and charges
 //!    written per second. Since migration 0034 a charge covers an allocation's hours inside
 //!    one UTC day, so catching up on a month writes up to 24 times fewer rows than hours.
-//!    `--hourly` moves the clock an hour at a time instead, as the worker does in steady
-//!    state, where every charge is one hour;
+//!    `--step 1` moves the clock an hour at a time instead, as the worker does in steady
+//!    state, where every charge is one hour (`--step H`: H hours at a time);
 //! 2. closes October: one invoice per tenant with lines, credit, rounding entries and the
 //!    Stripe outbox row: prints the total time and per invoice;
 //! 3. checks every journal entry balances and the invoices agree with the charges.
 //!
-//! Flags: `--tenants N`, `--runs N`, `--hours N`, `--batch N`, `--hourly`. Needs `DATABASE_URL` (an
+//! Flags: `--tenants N`, `--runs N`, `--hours N`, `--batch N`, `--step H`. Needs `DATABASE_URL` (an
 //! empty database; `cargo xtask bench ledger` starts a durable cluster for it).
 
 use control_plane::prelude::*;
@@ -137,11 +137,11 @@ pub async fn main() {
 
     // 1. Rating.
     let until = datetime!(2026-11-02 00:00 UTC);
-    let hourly = std::env::args().any(|a| a == "--hourly");
+    let step: i64 = flag("--step", 0);
     let t = Instant::now();
     let (mut rows, mut charges, mut entries, mut batches) = (0i64, 0i64, 0i64, 0);
-    let mut clock = if hourly {
-        datetime!(2026-10-01 01:00 UTC)
+    let mut clock = if step > 0 {
+        datetime!(2026-10-01 00:00 UTC) + time::Duration::hours(step)
     } else {
         until
     };
@@ -156,7 +156,10 @@ pub async fn main() {
             entries += r.entries;
             batches += 1;
         }
-        clock += time::Duration::HOUR;
+        if clock == until {
+            break;
+        }
+        clock = (clock + time::Duration::hours(step.max(1))).min(until);
     }
     let secs = t.elapsed().as_secs_f64();
     let rows_per_s = rows as f64 / secs;
