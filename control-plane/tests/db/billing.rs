@@ -260,11 +260,46 @@ async fn the_charges_grain_never_changes_the_money_or_the_export() {
         clock += time::Duration::HOUR;
     }
     let later = run_listing(&cp, ACME, ACME_RESEARCH, h100, vllm, "after", start, end).await;
+    // And one that ran for no time at all, on the hour (left `running` in the transaction
+    // that entered it; the import refuses such a run, the schema does not): nothing to
+    // charge, but done.
+    let empty: uuid::Uuid = sqlx::query_scalar(
+        "WITH a AS (
+             INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count,
+                                      region, node_id, listing_version_id, ssh_public_key,
+                                      price_per_hour_minor, currency, idempotency_key,
+                                      request_fingerprint, requested_by, placement, state,
+                                      requested_at)
+             SELECT gen_random_uuid(), tenant_id, project_id, 'empty', sku_id, shape, gpu_count,
+                    region, node_id, listing_version_id, ssh_public_key, price_per_hour_minor,
+                    currency, 'import-empty-run', request_fingerprint, requested_by, placement, 'placed',
+                    requested_at
+             FROM allocations WHERE id = $1
+             RETURNING id
+         )
+         INSERT INTO usage_intervals (allocation_id, tenant_id, project_id, sku_id, gpu_count,
+                                      price_per_hour_minor, currency, started_at, ended_at)
+         SELECT a.id, u.tenant_id, u.project_id, u.sku_id, u.gpu_count, u.price_per_hour_minor,
+                u.currency, '2026-10-04 00:00Z', '2026-10-04 00:00Z'
+         FROM a, usage_intervals u WHERE u.allocation_id = $1
+         RETURNING allocation_id",
+    )
+    .bind(later.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
     let rated = rate_until(cp.pool(), datetime!(2026-10-05 00:00 UTC), 1000)
         .await
         .unwrap();
     // 07:00–24:00, the whole 2nd, 00:00–06:00: 17 + 24 + 6 hours in three charges.
     assert_eq!((rated.charges, rated.hours), (3, 47));
+    let done: bool =
+        sqlx::query_scalar("SELECT fully_rated FROM usage_intervals WHERE allocation_id = $1")
+            .bind(empty)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert!(done, "an interval of no time is rated (to nothing)");
 
     let money = |id: control_plane::AllocationId| {
         let pool = cp.pool().clone();

@@ -84,7 +84,9 @@ WITH cand AS (
       -- Out of bounds (written before migration 0015): held back and reported, never allowed
       -- to fail the batch for everyone else.
       AND u.price_per_hour_minor <= $3 AND u.fee_per_hour_minor <= $3
-      AND s.through > s.period_start
+      -- An empty span is kept only where the interval ends, so that an interval that ran for
+      -- no time at all (ended the microsecond it started, on the hour) is still marked done.
+      AND (s.through > s.period_start OR s.through = u.ended_at)
       AND (u.rated_until IS NULL OR s.period_start >= u.rated_until)
       -- Not rated already: a probe of the primary key per candidate. (`OFFSET 0` keeps it a
       -- probe: as an anti-join the planner merged against every charge ever written, once
