@@ -144,6 +144,21 @@ export async function enrolApprovedNode(state, host, region = 'us-east-1', extra
   }
 }
 
+/**
+ * Stops a node agent and removes its state directory once it has exited: removing it while the
+ * agent still writes there (a task it was finishing) fails with ENOTEMPTY. SIGKILL after 10 s.
+ */
+export async function stopAgent(agent, state) {
+  if (agent && agent.exitCode === null && agent.signalCode === null) {
+    const exited = new Promise((resolve) => agent.once('exit', resolve));
+    agent.kill('SIGTERM');
+    const timer = setTimeout(() => agent.kill('SIGKILL'), 10_000);
+    await exited;
+    clearTimeout(timer);
+  }
+  rmSync(state, { recursive: true, force: true });
+}
+
 const DNSMASQ = '/usr/sbin/dnsmasq';
 
 /** Why a DNS-backed test can't run here, or null. */

@@ -5,10 +5,10 @@
 // same slots.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, openBrowser, shot, hydrated, sql } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, openBrowser, shot, hydrated, sql, stopAgent } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -188,8 +188,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       await b.close();
     }
   } finally {
-    if (agent) agent.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
   }
 });
 

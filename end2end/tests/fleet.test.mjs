@@ -4,10 +4,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, openBrowser, shot, hydrated, waitForProposal } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, openBrowser, shot, hydrated, waitForProposal, stopAgent } from '../support.mjs';
 
 const AGENT = process.env.NODE_AGENT_BIN ?? 'target/debug/node-agent';
 const FIXTURE = 'node-agent/fixtures/hgx-h100-8x';
@@ -132,8 +132,7 @@ test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 sched
     await page.goto(`${BASE}/fleet?posture=fully_available`);
     assert.equal(await page.locator(`tr[data-node="${HOST}"]`).count(), 0);
   } finally {
-    if (agent) agent.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
     await b.close();
   }
 });

@@ -6,10 +6,10 @@
 // operator approves and publishes it, and it appears to everyone.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot } from '../support.mjs';
+import { BASE, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot, stopAgent } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -160,8 +160,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       await again.close();
     }
   } finally {
-    if (agent) agent.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
   }
 });
 

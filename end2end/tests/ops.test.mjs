@@ -13,7 +13,7 @@ import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSyn
 import { createServer } from 'node:net';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, until } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, until, stopAgent } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -275,9 +275,8 @@ test('an XID 79 takes a GPU out of service: bob, the node page, the audit trail 
       await admin.close();
     }
   } finally {
-    if (agent) agent.kill('SIGTERM');
     if (prom) prom.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
     rmSync(promDir, { recursive: true, force: true });
   }
 });

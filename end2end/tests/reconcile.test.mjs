@@ -7,11 +7,11 @@
 // checked.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot, sql, until } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, adminSignIn, enrolApprovedNode, hydrated, openBrowser, shot, sql, until, stopAgent } from '../support.mjs';
 
 const RUN = Date.now().toString(36);
 const HOST = `gpu-recon-${RUN}`;
@@ -86,7 +86,6 @@ test('a host holding what no allocation owns is found, shown, quarantined, and c
     });
   } finally {
     await admin.close();
-    if (agent) agent.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
   }
 });

@@ -4,10 +4,10 @@
 // Sessions, the task queue, the agents' reports and the pages are all shared.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, ADMIN_PASSWORD, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, until } from '../support.mjs';
+import { BASE, ADMIN_PASSWORD, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, until, stopAgent } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -59,7 +59,6 @@ test('launched on one replica, released on the other: both see the whole lifecyc
     await shot(page, 'allocation-released-on-replica');
   } finally {
     await b.close();
-    if (agent) agent.kill('SIGTERM');
-    rmSync(state, { recursive: true, force: true });
+    await stopAgent(agent, state);
   }
 });
