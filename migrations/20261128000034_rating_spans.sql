@@ -19,26 +19,35 @@
 --
 -- `hours` is added with a default so existing rows (all one hour) need no rewrite and the
 -- append-only rows are not updated; the default is then dropped, so rating must say.
-ALTER TABLE usage_charges ADD COLUMN hours integer NOT NULL DEFAULT 1;
-ALTER TABLE usage_charges ALTER COLUMN hours DROP DEFAULT;
-ALTER TABLE usage_charges
-    ADD CONSTRAINT usage_charges_span_in_one_day
-        CHECK (hours BETWEEN 1 AND 24
-               AND extract(epoch FROM period_start) % 86400 + hours * 3600 <= 86400),
-    DROP CONSTRAINT usage_charges_rated_us_check,
-    ADD CONSTRAINT usage_charges_rated_us_check
-        CHECK (rated_us > 0 AND rated_us <= hours * 3600000000::bigint);
+-- A fee charge sits beside its usage charge and covers the same span, so both tables get it.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['usage_charges', 'fee_charges'] LOOP
+        EXECUTE format('ALTER TABLE %I ADD COLUMN hours integer NOT NULL DEFAULT 1', t);
+        EXECUTE format('ALTER TABLE %I ALTER COLUMN hours DROP DEFAULT', t);
+        EXECUTE format($f$
+            ALTER TABLE %I
+                ADD CONSTRAINT %I
+                    CHECK (hours BETWEEN 1 AND 24
+                           AND extract(epoch FROM period_start) %% 86400 + hours * 3600 <= 86400),
+                DROP CONSTRAINT %I,
+                ADD CONSTRAINT %I
+                    CHECK (rated_us > 0 AND rated_us <= hours * 3600000000::bigint)$f$,
+            t, t || '_span_in_one_day', t || '_rated_us_check', t || '_rated_us_check');
+    END LOOP;
+END;
+$$;
 
--- A fee charge sits beside its usage charge and covers the same span.
-ALTER TABLE fee_charges ADD COLUMN hours integer NOT NULL DEFAULT 1;
-ALTER TABLE fee_charges ALTER COLUMN hours DROP DEFAULT;
-ALTER TABLE fee_charges
-    ADD CONSTRAINT fee_charges_span_in_one_day
-        CHECK (hours BETWEEN 1 AND 24
-               AND extract(epoch FROM period_start) % 86400 + hours * 3600 <= 86400),
-    DROP CONSTRAINT fee_charges_rated_us_check,
-    ADD CONSTRAINT fee_charges_rated_us_check
-        CHECK (rated_us > 0 AND rated_us <= hours * 3600000000::bigint);
+-- The rating rule in one place: what `per_hour_minor` costs, in micro-units, for the first `us`
+-- microseconds of an interval, floored. A piece of time from `a` to `b` costs
+-- `micro_until(p, b) - micro_until(p, a)`, so however the time is cut (hours, spans, the
+-- export's hourly lines), the pieces sum to the whole floored once. Inlined by the planner.
+CREATE FUNCTION micro_until(per_hour_minor bigint, us bigint) RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT div(per_hour_minor::numeric * us, 360000)
+$$;
 
 -- Both checks below run once per statement and are planned each time (`EXECUTE`): a plan
 -- cached while the table was small scans it whole, per batch, until an ANALYZE.

@@ -2,7 +2,7 @@
 
 use control_plane::prelude::*;
 
-use crate::support::in_tenant;
+use crate::support::{in_tenant, principal};
 
 use control_plane::billing::history::{ImportedRun, import_run};
 use control_plane::billing::invoices::{PlatformFinance, close_months};
@@ -344,11 +344,7 @@ async fn the_charges_grain_never_changes_the_money_or_the_export() {
     assert_eq!(unbalanced_entries(&cp).await, 0);
 
     // The export lists the same 47 hourly lines for both, but for their names and ids.
-    let fiona = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
-        .await
-        .unwrap()
-        .unwrap();
+    let fiona = principal(&cp, "fiona@acme.example").await;
     let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     let csv = cp.usage_csv(&fin, "2026-10").await.unwrap();
     let lines_of = |id: control_plane::AllocationId| -> Vec<String> {
@@ -935,11 +931,7 @@ async fn golden_invoice_for_one_month() {
     assert!(err.contains("after that month was invoiced"), "{err}");
 
     // Acme's finance person sees it; Globex's admin gets "not found", and bob (a member) is refused.
-    let fiona = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
-        .await
-        .unwrap()
-        .unwrap();
+    let fiona = principal(&cp, "fiona@acme.example").await;
     let fin_acme = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     assert_eq!(
         cp.tenant_invoice(&fin_acme, acme.invoice)
@@ -950,11 +942,7 @@ async fn golden_invoice_for_one_month() {
             .to_string(),
         "26.37 USD"
     );
-    let carol = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000004")))
-        .await
-        .unwrap()
-        .unwrap();
+    let carol = principal(&cp, "carol@globex.example").await;
     let globex = in_tenant::<TenantFinance>(&cp, &carol, GLOBEX).await;
     let err = cp.tenant_invoice(&globex, acme.invoice).await.unwrap_err();
     assert!(
@@ -1030,11 +1018,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         start + time::Duration::hours(2),
     )
     .await;
-    let alice = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000001")))
-        .await
-        .unwrap()
-        .unwrap();
+    let alice = principal(&cp, "alice@acme.example").await;
     let scope = cp
         .policy_scope(&alice, control_plane::policy::Target::Tenant(ACME))
         .await
@@ -1080,15 +1064,8 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
     let err2 = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(err, err2);
     // Alerts: 95 % of the budget is spent.
-    let fiona = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
-        .await
-        .unwrap()
-        .unwrap();
-    let fin = cp
-        .tenant_access::<control_plane::billing::reports::TenantFinance>(&fiona, ACME)
-        .await
-        .unwrap();
+    let fiona = principal(&cp, "fiona@acme.example").await;
+    let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     let o = cp.billing_overview(&fin).await.unwrap();
     let b = o
         .budgets
@@ -1218,11 +1195,7 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
     );
     assert_eq!(acme.total_minor, 748 + 89 + 19 + 100);
     // The invoice page shows fee lines with their listing and hours.
-    let fiona = cp
-        .principal(UserId(uuid!("0a0e0000-0000-4000-8002-000000000003")))
-        .await
-        .unwrap()
-        .unwrap();
+    let fiona = principal(&cp, "fiona@acme.example").await;
     let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
     let detail = cp.tenant_invoice(&fin, acme.invoice).await.unwrap();
     let fee = &detail.lines[3];

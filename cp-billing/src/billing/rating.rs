@@ -110,8 +110,8 @@ WITH cand AS (
                                amount_micro, entry_id)
     SELECT b.allocation_id, b.period_start, b.tenant_id, b.project_id, b.sku_id, b.gpu_count,
            b.price_per_hour_minor, b.currency, b.hours, b.to_us - b.from_us,
-           (div(b.price_per_hour_minor::numeric * b.to_us, 360000)
-            - div(b.price_per_hour_minor::numeric * b.from_us, 360000))::bigint,
+           (micro_until(b.price_per_hour_minor, b.to_us)
+            - micro_until(b.price_per_hour_minor, b.from_us))::bigint,
            e.id
     FROM billable b JOIN ent e USING (tenant_id, currency)
     RETURNING entry_id, tenant_id, project_id, sku_id, currency, period_start, hours, amount_micro
@@ -136,8 +136,8 @@ WITH cand AS (
             - div(f.fee_from * f.publisher_share_bps, 10000))::bigint,
            f.entry_id
     FROM (SELECT b.*, e.id AS entry_id,
-                 div(b.fee_per_hour_minor::numeric * b.to_us, 360000) AS fee_to,
-                 div(b.fee_per_hour_minor::numeric * b.from_us, 360000) AS fee_from
+                 micro_until(b.fee_per_hour_minor, b.to_us) AS fee_to,
+                 micro_until(b.fee_per_hour_minor, b.from_us) AS fee_from
           FROM billable b JOIN ent e USING (tenant_id, currency)
           WHERE b.fee_per_hour_minor > 0) f
     RETURNING entry_id, tenant_id, project_id, currency, period_start, amount_micro,

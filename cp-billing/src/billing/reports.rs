@@ -350,16 +350,16 @@ impl BillingReportsApi for ControlPlane {
         let month = super::parse_month("month", month)?;
         let rows = sqlx::query!(
             // A charge may cover several hours of one day (migration 0034); the export lists
-            // each hour, its running time and amounts telescoped from the interval's start
+            // each hour, its running time and amounts by rating's own rule (`micro_until`),
             // exactly as a one-hour charge's are, so the lines don't depend on the grain.
             r#"SELECT h.hour AS "period_start!", p.slug AS project, s.name AS sku, a.name AS allocation,
                       c.allocation_id, c.gpu_count, (h.to_us - h.from_us) AS "rated_us!",
                       c.price_per_hour_minor, c.currency,
-                      (div(c.price_per_hour_minor::numeric * h.to_us, 360000)
-                       - div(c.price_per_hour_minor::numeric * h.from_us, 360000))::bigint AS "amount_micro!",
+                      (micro_until(c.price_per_hour_minor, h.to_us)
+                       - micro_until(c.price_per_hour_minor, h.from_us))::bigint AS "amount_micro!",
                       l.slug || ' ' || v.version AS "listing!", f.fee_per_hour_minor AS "fee_per_hour_minor?",
-                      (div(f.fee_per_hour_minor::numeric * h.to_us, 360000)
-                       - div(f.fee_per_hour_minor::numeric * h.from_us, 360000))::bigint AS "fee_micro?"
+                      (micro_until(f.fee_per_hour_minor, h.to_us)
+                       - micro_until(f.fee_per_hour_minor, h.from_us))::bigint AS "fee_micro?"
                FROM usage_charges c
                JOIN usage_intervals u ON u.allocation_id = c.allocation_id
                CROSS JOIN LATERAL (
