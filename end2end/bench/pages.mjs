@@ -10,7 +10,7 @@
 //
 // Environment: PORTAL_URL, PAGES_CLIENTS, PAGES_SECONDS, SITE_PKG (the built site's pkg dir).
 import http from 'node:http';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
@@ -94,6 +94,16 @@ const PAGES = [
   ['catalog', '/catalog'],
   ['billing', '/billing'],
 ];
+// One body of each page, kept for reading (what a page is made of: markup against the data
+// it carries for hydration).
+const kept = process.env.PAGES_KEEP_DIR;
+if (kept) {
+  mkdirSync(kept, { recursive: true });
+  for (const [name, path] of PAGES) {
+    const [, , body] = await get(probe, cookies[0], path);
+    writeFileSync(join(kept, `${name.replaceAll(' ', '-')}.html`), body);
+  }
+}
 
 // 2. Load: one connection per session, pages in turn, for SECONDS.
 const lat = PAGES.map(() => []);

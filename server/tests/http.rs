@@ -110,6 +110,56 @@ async fn readyz_follows_the_database_down_and_back() {
     assert_eq!(get(&app, "/api/v1/offers").await.0, StatusCode::OK);
 }
 
+/// The pool checks a connection only when it sat idle (a round trip per statement otherwise):
+/// a connection the database dropped is replaced before use once idle that long, and one used
+/// just before costs at most the one statement that meets it.
+#[tokio::test]
+async fn the_pool_replaces_connections_the_database_dropped() {
+    let db = test_db::migrated().await;
+    let pool = server::pool(&config(&db.url())).unwrap();
+    let backend = || async {
+        sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await
+    };
+    let killer = db.pool();
+    let drop_backend = |pid: i32| async move {
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+            .bind(pid)
+            .fetch_one(killer)
+            .await
+            .unwrap();
+        assert!(ended, "backend {pid} ended");
+    };
+
+    // Idle past the threshold: checked on the way out, so the statement never sees it.
+    let first = backend().await.unwrap();
+    drop_backend(first).await;
+    tokio::time::sleep(server::CHECK_IF_IDLE_FOR + std::time::Duration::from_millis(200)).await;
+    let second = backend().await.expect("a checked, fresh connection");
+    assert_ne!(first, second);
+
+    // Used just before: not checked, so one statement may fail; the connection is not
+    // handed out again, and the next statement succeeds on a new one.
+    drop_backend(second).await;
+    let third = match backend().await {
+        Ok(pid) => pid,
+        Err(e) => {
+            assert!(
+                matches!(
+                    e,
+                    sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Database(_)
+                ),
+                "{e:?}"
+            );
+            backend()
+                .await
+                .expect("the next statement gets a new connection")
+        }
+    };
+    assert_ne!(second, third);
+}
+
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
     let _one = one_at_a_time().await;

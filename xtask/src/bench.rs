@@ -135,6 +135,7 @@ fn pages(args: &[String]) -> Result {
                     .env("PAGES_CLIENTS", flag_value(args, "--clients", "64"))
                     .env("PAGES_SECONDS", flag_value(args, "--seconds", "20"))
                     .env("SITE_PKG", target_dir().join("site/pkg"))
+                    .env("PAGES_KEEP_DIR", artifacts.join("bench-pages"))
                     .current_dir(root()),
             )
         });
