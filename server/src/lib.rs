@@ -106,33 +106,19 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 /// A pool that connects lazily: the server starts (and `/readyz` answers 503) while the
 /// database is down, and recovers by itself when it comes back.
 ///
-/// A connection that sat idle for [`CHECK_IF_IDLE_FOR`] or longer is checked with a round
-/// trip before it is handed out; one used more recently is not. sqlx checks every one by
-/// default, which under load is a round trip to PostgreSQL (and a wake-up of its backend) for
-/// every statement a request runs, on top of the one sqlx makes when a connection comes back.
-/// What that check catches, a connection the database dropped, is then caught on its use
-/// instead: the statement fails, and the connection is closed when it comes back (sqlx's own
-/// check on release). Only a connection used in the last second can meet that, so a restart
-/// of the database costs at most the requests that were running or just ran.
+/// sqlx checks every connection with a round trip before handing it out (and again when it
+/// comes back). Checking only connections idle for a second or more was tried on the page
+/// benchmark (docs/PERFORMANCE.md, 2026-11-28): it removed a third of the round trips' cost in
+/// the server's profile and did not move pages per second, while a statement on a connection
+/// the database dropped a moment before would fail instead of going to a new one. So the
+/// check stays.
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
     Ok(PgPoolOptions::new()
         .max_connections(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout())
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= CHECK_IF_IDLE_FOR {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
         .connect_lazy_with(options))
 }
-
-/// How long a pooled connection may sit idle before it is checked on its way out.
-pub const CHECK_IF_IDLE_FOR: std::time::Duration = std::time::Duration::from_secs(1);
 
 pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     let naming = Naming::new(&config.partition, &config.service)
