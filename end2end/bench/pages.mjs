@@ -8,7 +8,8 @@
 // and, from Chromium, how long the launch page takes to become interactive (navigation start
 // until hydration) on loopback. Ends with `RESULT pages …`.
 //
-// Environment: PORTAL_URL, PAGES_CLIENTS, PAGES_SECONDS, SITE_PKG (the built site's pkg dir).
+// Environment: PORTAL_URL, PAGES_CLIENTS, PAGES_SECONDS, SITE_PKG (the built site's pkg dir),
+// PAGES_KEEP_DIR (where to keep one body of each page; none kept without it).
 import http from 'node:http';
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
