@@ -427,18 +427,13 @@ impl AgentApi for ControlPlane {
         ClaimedTask::from_row(row.id, row.spec, row.traceparent).map(Some)
     }
 
+    #[tracing::instrument(skip_all, fields(node.id = %agent.id, task.id = %task))]
     async fn report_phase(
         &self,
         agent: &NodeAgent,
         task: AgentTaskId,
         report: &PhaseReport,
     ) -> Result<()> {
-        let state = self.running_task(agent, task).await?;
-        if state != "running" {
-            return Err(Error::Conflict(format!(
-                "task {task} is {state}, not running"
-            )));
-        }
         let phase = report.phase.trim();
         if phase.is_empty()
             || phase.len() > 63
@@ -457,6 +452,27 @@ impl AgentApi for ControlPlane {
             PhaseStatus::Succeeded => "succeeded",
             PhaseStatus::Failed => "failed",
         };
+        let wipe_starts = crate::allocations::lifecycle::phase_changes_claims(report);
+        // One transaction: the phase is recorded together with what it does, or not at all.
+        let mut tx = self.pool().begin().await?;
+        if wipe_starts {
+            // Every change to a node's claims holds its row first (placement, results, this),
+            // so that the free-block summaries of two releases on one node never interleave.
+            lock_node(&mut tx, agent.id).await?;
+        }
+        let state = sqlx::query_scalar!(
+            "SELECT state FROM agent_tasks WHERE id = $1 AND node_id = $2",
+            task as AgentTaskId,
+            agent.id as NodeId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "task" })?;
+        if state != "running" {
+            return Err(Error::Conflict(format!(
+                "task {task} is {state}, not running"
+            )));
+        }
         sqlx::query!(
             "INSERT INTO agent_task_phases (task_id, phase, status, elapsed_ms, detail)
              VALUES ($1, $2, $3, $4, $5)",
@@ -469,11 +485,12 @@ impl AgentApi for ControlPlane {
                 .as_deref()
                 .map(|d| d.chars().take(2000).collect::<String>()),
         )
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await?;
-        if report.status == PhaseStatus::Started {
-            crate::allocations::lifecycle::phase_started(self.pool(), task, phase).await?;
+        if wipe_starts {
+            crate::allocations::lifecycle::wipe_started(&mut tx, task).await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 
@@ -485,7 +502,21 @@ impl AgentApi for ControlPlane {
         outcome: &TaskOutcome,
     ) -> Result<Option<i32>> {
         let mut tx = self.pool().begin().await?;
-        lock_node(&mut tx, agent.id).await?;
+        // A task's kind never changes, so it is read before anything is locked.
+        let kind = sqlx::query_scalar!(
+            "SELECT kind FROM agent_tasks WHERE id = $1 AND node_id = $2",
+            task as AgentTaskId,
+            agent.id as NodeId
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "task" })?;
+        if crate::allocations::lifecycle::result_changes_claims(&kind) {
+            // Every change to a node's claims or slots holds the node's row first. A
+            // provision's result changes neither, and so does not queue behind a release's
+            // result on the same node.
+            lock_node(&mut tx, agent.id).await?;
+        }
         // Then the task's allocation, before the task: a release holds the allocation and then
         // cancels its queued tasks, so taking the task first would deadlock with it.
         let allocation_state =
@@ -585,8 +616,6 @@ pub(crate) trait AgentInternal {
         utilisation: &[GpuUtilisation],
     ) -> Result<()>;
 
-    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String>;
-
     async fn record_discovery(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -627,18 +656,6 @@ impl AgentInternal for ControlPlane {
             }
         }
         Ok(())
-    }
-
-    async fn running_task(&self, agent: &NodeAgent, task: AgentTaskId) -> Result<String> {
-        let state = sqlx::query_scalar!(
-            "SELECT state FROM agent_tasks WHERE id = $1 AND node_id = $2",
-            task as AgentTaskId,
-            agent.id as NodeId
-        )
-        .fetch_optional(self.pool())
-        .await?
-        .ok_or(Error::NotFound { what: "task" })?;
-        Ok(state)
     }
 
     async fn record_discovery(

@@ -2099,6 +2099,85 @@ async fn until_a_lock_is_waited_for(cp: &ControlPlane) {
     }
 }
 
+/// Only what changes a node's claims holds the node's row: a provision's result (it changes
+/// the allocation and the task) does not queue behind another result or a release holding the
+/// node, and the wipe's start (it ends the claims) does, with its phase written together with
+/// its effect.
+#[tokio::test]
+async fn a_provisions_result_does_not_wait_for_its_node_and_a_wipes_start_does() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.1x", "busy").await.unwrap();
+    let provision = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let holding_the_node = || async {
+        let mut tx = cp.pool().begin().await.unwrap();
+        sqlx::query("SELECT 1 FROM nodes WHERE id = $1 FOR NO KEY UPDATE")
+            .bind(node.0)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx
+    };
+    let holder = holding_the_node().await;
+    // Answered while the node is held (were it to wait, it would wait until the timeout).
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        cp.finish_task(&agent, provision.id, &provisioned(&provision.spec)),
+    )
+    .await
+    .expect("a provision's result waited for its node's row");
+    assert!(answered.is_ok(), "{answered:?}");
+    holder.rollback().await.unwrap();
+    assert_eq!(state(&cp, id).await.0, "running");
+
+    cp.release_allocation(&bob, id, None).await.unwrap();
+    let release = cp
+        .claim_task(&agent, Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
+    let holder = holding_the_node().await;
+    let wiping = tokio::spawn({
+        let (cp, agent) = (cp.clone(), agent.clone());
+        async move {
+            let wipe = PhaseReport {
+                phase: "wipe_nvme".into(),
+                status: PhaseStatus::Started,
+                elapsed_ms: 0,
+                detail: None,
+            };
+            cp.report_phase(&agent, release.id, &wipe).await
+        }
+    });
+    until_a_lock_is_waited_for(&cp).await;
+    // Nothing of the report is visible while it waits: not the phase, not its effect.
+    let phases: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM agent_task_phases WHERE task_id = $1")
+            .bind(release.id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(phases, 0);
+    assert_eq!(state(&cp, id).await.0, "releasing");
+    holder.rollback().await.unwrap();
+    let reported = wiping.await.unwrap();
+    assert!(reported.is_ok(), "{reported:?}");
+    assert_eq!(state(&cp, id).await.0, "cleaning");
+    let phases: Vec<String> =
+        sqlx::query_scalar("SELECT phase FROM agent_task_phases WHERE task_id = $1")
+            .bind(release.id.0)
+            .fetch_all(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(phases, ["wipe_nvme"]);
+}
+
 /// The dispatcher holds an allocation's row and then queues a task naming its node (a foreign
 /// key, so the node's row is share-locked for the key); an agent's result holds its node's row
 /// and then changes the allocation. While `lock_node` took the node `FOR UPDATE`, the task's

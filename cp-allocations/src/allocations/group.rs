@@ -420,7 +420,9 @@ async fn decide_and_write(
         .iter()
         .map(|(k, _)| (decided[*k].id, decided[*k].m.trace.clone()))
         .collect();
-    let wake = lifecycle::queue_provisions(&mut tx, &provisions).await?;
+    let wake =
+        lifecycle::queue_provisions(&mut tx, &provisions, lifecycle::Written::AsProvisioning)
+            .await?;
     let mut resources = Vec::with_capacity(placed.len());
     for (k, p) in &placed {
         let d = &decided[*k];
@@ -530,10 +532,11 @@ async fn reserve(
         r#"INSERT INTO allocations
                (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                 listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
-                request_fingerprint, requested_by, placement, state, requested_at, expires_at,
-                tags, user_data)
+                request_fingerprint, requested_by, placement, state, observed_state,
+                requested_at, expires_at, tags, user_data)
            SELECT id, tenant, project, name, $16, $17, $18, region, node, version, ssh, $19, $20,
-                  key, fingerprint, requested_by, placement, 'placed', $21, expires, tags, user_data
+                  key, fingerprint, requested_by, placement, 'provisioning', 'provisioning', $21,
+                  expires, tags, user_data
            FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[], $5::text[], $6::uuid[],
                        $7::uuid[], $8::text[], $9::text[], $10::text[], $11::uuid[], $12::jsonb[],
                        $13::timestamptz[], $14::jsonb[], $15::text[])

@@ -5,8 +5,9 @@
 //! never leaked.
 
 use agent_protocol::{
-    CleanupProof, FabricPlan, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort,
-    ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, TraceParent, identity,
+    CleanupProof, FabricPlan, ImageRef, NetworkPlan, PhaseReport, PhaseStatus, PlannedSlot,
+    ProvisionPlan, PublishedPort, ReleasePlan, TaskOutcome, TaskOutput, TaskSpec, TraceParent,
+    identity,
 };
 use hmac::{Hmac, Mac};
 use serde_json::json;
@@ -290,18 +291,34 @@ pub(crate) fn network_plan(
     })
 }
 
-/// Queues the provision task of each placed allocation in `ids` (with the trace context its
-/// launch ran in) and moves it to `provisioning`, with a statement per step for all of them:
-/// the allocations (locked), their slots, their tenants' InfiniBand partition keys (assigned on
-/// first use and kept), the nodes' NVLink partitions (the one holding exactly an allocation's
-/// slots, for a 2-, 4- or 8-GPU slice on an NVSwitch host or the whole node), the tasks, the
-/// state. An allocation no longer placed, or no longer wanted, is skipped. Returns the nodes to
-/// wake, one per task queued.
+/// How the allocations handed to [`queue_provisions`] stand.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// `placed`: queuing their provisions moves them to `provisioning`.
+    Placed,
+    /// Written as `provisioning` by the transaction that queues their provisions now (group
+    /// placement, migration 0035): no update follows.
+    AsProvisioning,
+}
+
+/// Queues the provision task of each allocation in `ids` (with the trace context its
+/// launch ran in) and, for [`Written::Placed`] ones, moves it to `provisioning`, with a
+/// statement per step for all of them: the allocations (locked), their slots, their tenants'
+/// InfiniBand partition keys (assigned on first use and kept), the nodes' NVLink partitions
+/// (the one holding exactly an allocation's slots, for a 2-, 4- or 8-GPU slice on an NVSwitch
+/// host or the whole node), the tasks, the state. An allocation no longer in the state
+/// `written` says, or no longer wanted, is skipped. Returns the nodes to wake, one per task
+/// queued.
 pub(crate) async fn queue_provisions(
     conn: &mut PgConnection,
     ids: &[(AllocationId, Option<String>)],
+    written: Written,
 ) -> Result<Vec<NodeId>> {
     let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    let expected = match written {
+        Written::Placed => "placed",
+        Written::AsProvisioning => "provisioning",
+    };
     let rows = sqlx::query!(
         r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
@@ -314,10 +331,11 @@ pub(crate) async fn queue_provisions(
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
                 JOIN projects p ON p.id = a.project_id
-           WHERE a.id = ANY($1) AND a.state = 'placed' AND a.desired_state = 'running'
+           WHERE a.id = ANY($1) AND a.state = $2 AND a.desired_state = 'running'
            ORDER BY a.id
            FOR NO KEY UPDATE OF a"#,
-        &wanted
+        &wanted,
+        expected
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -456,13 +474,15 @@ pub(crate) async fn queue_provisions(
         &traces,
     )
     .await?;
-    sqlx::query!(
-        "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
-         WHERE id = ANY($1)",
-        &allocations
-    )
-    .execute(&mut *conn)
-    .await?;
+    if written == Written::Placed {
+        sqlx::query!(
+            "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
+             WHERE id = ANY($1)",
+            &allocations
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
     Ok(task_nodes.into_iter().map(NodeId).collect())
 }
 
@@ -621,7 +641,11 @@ async fn dispatch_one(
                 return Ok(None);
             }
             let trace = crate::trace_context::current().map(String::from);
-            return Ok(queue_provisions(&mut *conn, &[(id, trace)]).await?.pop());
+            return Ok(
+                queue_provisions(&mut *conn, &[(id, trace)], Written::Placed)
+                    .await?
+                    .pop(),
+            );
         }
         "allocation.release" => {
             if !matches!(a.state.as_str(), "releasing" | "cleaning") {
@@ -800,6 +824,16 @@ async fn end_blocked(
     Ok(())
 }
 
+/// Whether an agent's result for a task of this kind may change its node's claims or slots,
+/// so that the result must hold the node's row first. Only the kinds known not to are named:
+/// a kind added later locks the node until it is listed here.
+pub(crate) fn result_changes_claims(kind: &str) -> bool {
+    !matches!(
+        kind,
+        "slice.vm_provision" | "baremetal.provision" | "allocation.network_update"
+    )
+}
+
 /// The state of the allocation a node's task belongs to, its row locked; `None` for a task of
 /// no allocation (or no such task). An agent's result takes its node, then this, then the
 /// task: the order a release keeps too (the allocation, then its queued tasks).
@@ -924,7 +958,11 @@ pub(crate) async fn task_finished(
                         .execute(&mut *conn)
                         .await?;
                     }
-                    end_claims(&mut *conn, id).await?;
+                    if state != "cleaning" {
+                        // A wipe that started ended the claims with the move to `cleaning`
+                        // ([`wipe_started`]); one reported without that phase ends them now.
+                        end_claims(&mut *conn, id).await?;
+                    }
                     sqlx::query!(
                         "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL
                          WHERE id = ANY(SELECT (s ->> 'slot_id')::uuid
@@ -983,26 +1021,16 @@ pub(crate) async fn task_finished(
     Ok(())
 }
 
+/// Whether a phase report changes the node's claims: the start of a release's wipe does
+/// ([`wipe_started`]); the caller then holds the node's row before anything else.
+pub(crate) fn phase_changes_claims(report: &PhaseReport) -> bool {
+    report.status == PhaseStatus::Started && report.phase.trim() == WIPE_PHASE
+}
+
 /// A release task's wipe has started: the VM is gone, so the allocation is now `cleaning`
-/// and its claims end; the slots wait in `cleaning` until the proof verifies.
-pub(crate) async fn phase_started(
-    pool: &sqlx::PgPool,
-    task: AgentTaskId,
-    phase: &str,
-) -> Result<()> {
-    if phase != WIPE_PHASE {
-        return Ok(());
-    }
-    let mut tx = pool.begin().await?;
-    // Every change to a node's claims holds its row first (placement, results, this), so that
-    // the free-block summary triggers of two releases on one node never interleave.
-    let node = sqlx::query_scalar!(
-        r#"SELECT node_id AS "node_id: NodeId" FROM agent_tasks WHERE id = $1"#,
-        task as AgentTaskId
-    )
-    .fetch_one(&mut *tx)
-    .await?;
-    lock_node(&mut tx, node).await?;
+/// and its claims end; the slots wait in `cleaning` until the proof verifies. Called in the
+/// phase report's transaction, which holds the node's row.
+pub(crate) async fn wipe_started(conn: &mut PgConnection, task: AgentTaskId) -> Result<()> {
     let moved = sqlx::query_scalar!(
         r#"UPDATE allocations SET state = 'cleaning', observed_state = 'absent'
            WHERE state = 'releasing'
@@ -1011,12 +1039,11 @@ pub(crate) async fn phase_started(
            RETURNING id AS "id: AllocationId""#,
         task as AgentTaskId
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
     if let Some(id) = moved {
-        end_claims(&mut tx, id).await?;
+        end_claims(&mut *conn, id).await?;
     }
-    tx.commit().await?;
     Ok(())
 }
 
