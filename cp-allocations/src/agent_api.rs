@@ -368,11 +368,18 @@ impl AgentApi for ControlPlane {
             let queued = wake.notified();
             tokio::pin!(queued);
             queued.as_mut().enable();
+            // Launches first, then the rest in the order queued. An agent runs one task at a
+            // time, and a tenant waits on a provision while a wipe only holds back capacity;
+            // no provision depends on a queued task (placement takes only clean slots, and a
+            // release cancels its allocation's queued provision), and at most a node's slots
+            // can be provisioning, so the rest never starve.
             let row = sqlx::query!(
                 r#"UPDATE agent_tasks SET state = 'running', claimed_at = now()
                    WHERE id = (SELECT id FROM agent_tasks
                                WHERE node_id = $1 AND state = 'queued'
-                               ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED)
+                               ORDER BY kind NOT IN ('slice.vm_provision', 'baremetal.provision'),
+                                        created_at
+                               LIMIT 1 FOR UPDATE SKIP LOCKED)
                    RETURNING id AS "id: AgentTaskId", kind, spec, traceparent,
                              (extract(epoch FROM claimed_at - created_at))::float8 AS "waited_s!""#,
                 agent.id as NodeId

@@ -1323,6 +1323,40 @@ async fn releasing_before_the_agent_starts_ends_at_once_with_its_slots_clean() {
     );
 }
 
+/// An agent runs one task at a time, and a tenant waits on a launch while a wipe only holds
+/// back capacity: a node's queued provisions are handed out before its other queued tasks,
+/// even ones queued earlier, and the rest follow in the order queued.
+#[tokio::test]
+async fn an_agent_is_handed_its_nodes_launches_before_earlier_releases() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let first = running(&cp, &bob, &agent, "first").await;
+    let second = running(&cp, &bob, &agent, "second").await;
+    cp.release_allocation(&bob, first, None).await.unwrap();
+    cp.release_allocation(&bob, second, None).await.unwrap();
+    let later = launch(&cp, &bob, "h100.2x", "later").await.unwrap();
+
+    let mut handed = Vec::new();
+    while let Some(task) = cp.claim_task(&agent, Duration::ZERO).await.unwrap() {
+        let allocation = match &task.spec {
+            TaskSpec::VmProvision(p) => p.allocation_id.clone(),
+            TaskSpec::VmRelease(p) => p.allocation_id.clone(),
+            other => panic!("unexpected task {other:?}"),
+        };
+        handed.push((task.spec.kind(), allocation));
+    }
+    assert_eq!(
+        handed,
+        [
+            ("slice.vm_provision", later.to_string()),
+            ("slice.vm_release", first.to_string()),
+            ("slice.vm_release", second.to_string()),
+        ],
+        "the launch first, then the releases in the order asked"
+    );
+}
+
 #[tokio::test]
 async fn a_failed_provision_is_cleaned_like_a_release() {
     let (_db, cp, ops) = setup().await;
