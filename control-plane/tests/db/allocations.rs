@@ -1357,6 +1357,59 @@ async fn an_agent_is_handed_its_nodes_launches_before_earlier_releases() {
     );
 }
 
+/// The free blocks the database keeps for a node, in key order.
+async fn free_blocks(conn: &mut sqlx::PgConnection, node: NodeId) -> Vec<(i32, i32, i32, bool)> {
+    sqlx::query_as(
+        "SELECT block_size, free_blocks, free_slots, whole_node_free FROM node_free_blocks
+         WHERE node_id = $1 ORDER BY gpu_model, block_size",
+    )
+    .bind(node.0)
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
+/// A release's claims end and their slots go to `cleaning` in one statement, and the node is
+/// refreshed once for both (migration 0036 skips the slots' own refresh for that one nested
+/// update). A later change to the node's slots in the same transaction is still counted.
+#[tokio::test]
+async fn a_release_refreshes_its_node_once_and_later_slot_changes_still_count() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = running(&cp, &bob, &agent, "held").await;
+    let mut tx = cp.pool().begin().await.unwrap();
+    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE node_resource_slots SET cleanup_state = 'blocked', cleanup_detail = 'held back'
+         WHERE id = (SELECT id FROM node_resource_slots
+                     WHERE node_id = $1 AND cleanup_state = 'clean' ORDER BY slot_index LIMIT 1)",
+    )
+    .bind(node.0)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let kept = free_blocks(&mut tx, node).await;
+    sqlx::query("SELECT refresh_node_free_blocks($1)")
+        .bind(node.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        free_blocks(&mut tx, node).await,
+        "what the triggers kept is what a refresh computes"
+    );
+    // Eight slots: two waiting for their proof, one blocked, five free.
+    assert_eq!(kept[0], (1, 5, 5, false));
+    tx.commit().await.unwrap();
+    assert_eq!(availability(&cp, "h100.1x").await, 5);
+}
+
 #[tokio::test]
 async fn a_failed_provision_is_cleaned_like_a_release() {
     let (_db, cp, ops) = setup().await;
