@@ -12,7 +12,9 @@
 --   - `cpu_count`, 2 calls at 0.12 ms, the same way: the slots' stored vCPU count is
 --     computed again on every update of a slot (its cleanup state, twice a cycle);
 --   - `usage_intervals_from_lifecycle`, 7 calls at 0.07 ms, one per transition, of which
---     only the two into and out of `running` do anything.
+--     only the two into and out of `running` do anything; likewise `resource_claims_exclusive`
+--     on a claim's end and `slots_clean_needs_proof` on a slot's way to `cleaning`, whose
+--     functions return at once.
 
 -- Same answers; PL/pgSQL keeps its plan for the session, and no ports is answered at once.
 CREATE OR REPLACE FUNCTION published_ports_ok(ports integer[]) RETURNS boolean
@@ -55,6 +57,18 @@ CREATE TRIGGER usage_intervals_from_lifecycle AFTER INSERT ON allocation_transit
     FOR EACH ROW
     WHEN (NEW.to_state = 'running' OR NEW.from_state = 'running')
     EXECUTE FUNCTION usage_intervals_from_lifecycle();
+
+DROP TRIGGER resource_claims_exclusive ON resource_claims;
+CREATE TRIGGER resource_claims_exclusive BEFORE INSERT OR UPDATE ON resource_claims
+    FOR EACH ROW
+    WHEN (NEW.released_at IS NULL)
+    EXECUTE FUNCTION resource_claims_exclusive();
+
+DROP TRIGGER slots_clean_needs_proof ON node_resource_slots;
+CREATE TRIGGER slots_clean_needs_proof BEFORE UPDATE OF cleanup_state ON node_resource_slots
+    FOR EACH ROW
+    WHEN (OLD.cleanup_state <> 'clean' AND NEW.cleanup_state = 'clean')
+    EXECUTE FUNCTION slots_clean_needs_proof();
 
 -- A release's claims end and, in the same statement, their slots go to `cleaning` (the row
 -- trigger below). The claims' statement trigger refreshes every node whose claims changed,
