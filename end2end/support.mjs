@@ -7,6 +7,7 @@ import { chromium } from 'playwright-core';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { after } from 'node:test';
 
 export const BASE = process.env.PORTAL_URL ?? 'http://127.0.0.1:3000';
 export const ARTIFACTS = process.env.ARTIFACTS_DIR ?? 'test-artifacts';
@@ -22,6 +23,19 @@ const FLAGS = [
   '--disable-component-update',
   '--disable-sync',
 ];
+
+/** Browsers open now. A test closes its own in a `finally`, but when one close() throws (it
+ *  reports the page's errors) the closes after it are skipped, and a browser left open keeps
+ *  the test file's process alive: the run would hang until CI's limit instead of failing. So
+ *  whatever is still open when a file's tests end is closed here. */
+const OPEN = new Set();
+after(async () => {
+  for (const b of OPEN) {
+    await b.context.close().catch(() => {});
+    rmSync(b.profile, { recursive: true, force: true });
+  }
+  OPEN.clear();
+});
 
 /** A browser context with its own empty profile; close() also removes the profile. */
 export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
@@ -47,6 +61,8 @@ export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
   };
   watch(page);
   context.on('page', watch);
+  const open = { context, profile };
+  OPEN.add(open);
   return {
     context,
     page,
@@ -55,6 +71,7 @@ export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
      *  hydration included) or broke the script policy, since a form's no-JS fallback could
      *  otherwise hide it. */
     async close() {
+      OPEN.delete(open);
       await context.close();
       rmSync(profile, { recursive: true, force: true });
       if (errors.length) {
