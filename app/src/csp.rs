@@ -5,12 +5,12 @@
 //! (`'strict-dynamic'`: the wasm bundle's JavaScript, ECharts). Injected markup can't run a
 //! script: it has no nonce, inline handlers and `javascript:` URLs are refused, and there are
 //! no plugins or `<base>` tricks. Any other answer (JSON, files, errors) runs no script at all.
-//! The nonce is the one `leptos_axum` makes for every render; the shell puts the policy on the
-//! response ([`set_page_policy`]), and the server's header layer gives every other response
-//! [`NO_SCRIPTS`].
-
-use http::HeaderValue;
-use http::header::CONTENT_SECURITY_POLICY;
+//!
+//! The server's header layer makes each request's nonce, hands it to the render (the render's
+//! scripts carry it, through `leptos::nonce`), and puts [`page_policy`] on an HTML answer and
+//! [`NO_SCRIPTS`] on any other. The render used to set the page's header itself, through
+//! `leptos_axum`'s response options; about one page in 300, rendered while other requests ran,
+//! came back without it, so the browser applied `NO_SCRIPTS` and the page never hydrated.
 
 /// Directives every answer carries: never framed, no plugins, no `<base>` elsewhere.
 macro_rules! common {
@@ -29,23 +29,6 @@ pub fn page_policy(nonce: &str) -> String {
         "script-src 'nonce-{nonce}' 'strict-dynamic' 'wasm-unsafe-eval'; {}",
         common!()
     )
-}
-
-/// Sets this render's page policy on its response. Called by the shell while it renders on the
-/// server; without a nonce (no `leptos_axum` render) it leaves the response alone, and the
-/// header layer's [`NO_SCRIPTS`] applies.
-pub fn set_page_policy() {
-    use leptos::prelude::use_context;
-    let (Some(nonce), Some(res)) = (
-        leptos::nonce::use_nonce(),
-        use_context::<leptos_axum::ResponseOptions>(),
-    ) else {
-        return;
-    };
-    match HeaderValue::from_str(&page_policy(&nonce)) {
-        Ok(v) => res.insert_header(CONTENT_SECURITY_POLICY, v),
-        Err(e) => tracing::error!(error = %e, "a nonce that is not a header value"),
-    }
 }
 
 #[cfg(test)]

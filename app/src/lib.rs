@@ -45,8 +45,6 @@ use theme::{ThemePicker, ThemeSignal};
 /// The HTML document around [`App`]; rendered on the server only.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
     let theme = theme::initial_theme();
-    #[cfg(feature = "ssr")]
-    csp::set_page_policy();
     view! {
         <!DOCTYPE html>
         <html lang="en" data-theme=theme.as_str()>

@@ -1,17 +1,20 @@
 //! Headers every response carries, whatever produced it (pages, server functions, the agent
 //! and Stripe endpoints, static files, errors): no MIME sniffing, never framed (clickjacking),
 //! no full URL in the `Referer` sent elsewhere, no plugins or `<base>` tricks, and HSTS when the
-//! portal is served over HTTPS. A handler that sets one of these itself keeps its own: pages
-//! carry their nonce'd script policy ([`app::csp`]), the marketplace logos their sandbox; every
-//! other answer gets [`app::csp::NO_SCRIPTS`].
+//! portal is served over HTTPS. A handler that sets one of these itself keeps its own (the
+//! marketplace logos their sandbox). The script policy is this layer's: it makes each request's
+//! nonce ([`PageNonce`], which the render's scripts carry), and an HTML answer gets
+//! [`app::csp::page_policy`] with it, every other answer [`app::csp::NO_SCRIPTS`].
+
+use std::sync::Arc;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderValue;
 use http::header::{
-    CONTENT_SECURITY_POLICY, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS,
-    X_FRAME_OPTIONS,
+    CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 
 /// Whether the public URL is HTTPS (HSTS is sent only then: over plain HTTP it means nothing,
@@ -19,12 +22,30 @@ use http::header::{
 #[derive(Clone, Copy, Debug)]
 pub struct Https(pub bool);
 
+/// This request's script nonce: 128 random bits, fresh for every request. The render gets it
+/// from the request's extensions ([`crate::router`]'s context gives it to `leptos::nonce`).
+#[derive(Clone, Debug)]
+pub struct PageNonce(pub Arc<str>);
+
 pub async fn security_headers(
     State(Https(https)): State<Https>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
+    let nonce: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+    req.extensions_mut().insert(PageNonce(nonce.clone()));
     let mut res = next.run(req).await;
+    let page = res
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/html"));
+    let scripts = if page {
+        HeaderValue::from_str(&app::csp::page_policy(&nonce))
+            .unwrap_or(HeaderValue::from_static(app::csp::NO_SCRIPTS))
+    } else {
+        HeaderValue::from_static(app::csp::NO_SCRIPTS)
+    };
     let h = res.headers_mut();
     h.entry(X_CONTENT_TYPE_OPTIONS)
         .or_insert(HeaderValue::from_static("nosniff"));
@@ -32,8 +53,7 @@ pub async fn security_headers(
         .or_insert(HeaderValue::from_static("DENY"));
     h.entry(REFERRER_POLICY)
         .or_insert(HeaderValue::from_static("strict-origin-when-cross-origin"));
-    h.entry(CONTENT_SECURITY_POLICY)
-        .or_insert(HeaderValue::from_static(app::csp::NO_SCRIPTS));
+    h.entry(CONTENT_SECURITY_POLICY).or_insert(scripts);
     if https {
         h.entry(STRICT_TRANSPORT_SECURITY)
             .or_insert(HeaderValue::from_static("max-age=31536000"));

@@ -155,6 +155,34 @@ pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     }
 }
 
+/// The file under the site root that `req` names, if there is one (precompressed variants for
+/// the encodings the caller accepts).
+///
+/// Served here rather than by `leptos_axum::file_and_error_handler`, which answers a found file
+/// inside `Owner::new()`: a child of whatever reactive owner the worker thread has current, often
+/// a page being rendered at that moment. It then took that page's response options (their
+/// headers, among them the page's script policy until the header layer set it, and a
+/// redirect's `Location`) and put them on the file. One page in ~300 rendered while the browser
+/// fetched its scripts lost its headers that way.
+async fn static_file(
+    site_root: &str,
+    uri: http::Uri,
+    accept_encoding: Option<http::HeaderValue>,
+) -> Option<axum::response::Response> {
+    use tower::ServiceExt;
+    let mut file = Request::get(uri);
+    if let Some(accept) = accept_encoding {
+        file = file.header(http::header::ACCEPT_ENCODING, accept);
+    }
+    let res = tower_http::services::ServeDir::new(site_root)
+        .precompressed_gzip()
+        .precompressed_br()
+        .oneshot(file.body(Body::empty()).ok()?)
+        .await
+        .ok()?;
+    (res.status() == http::StatusCode::OK).then(|| res.map(Body::new))
+}
+
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
     let routes = generate_route_list(app::App);
@@ -162,11 +190,22 @@ pub fn router(state: AppState) -> Router {
     let policy = state.web.session;
     let origin = app::server::PublicOrigin(state.web.public_origin.clone());
     let context = move || {
+        // The scripts carry the nonce the header layer put in the page's policy.
+        if let Some(nonce) = leptos::prelude::use_context::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<headers::PageNonce>().cloned())
+        {
+            provide_context(leptos::nonce::Nonce::from_value(nonce.0));
+        }
         provide_context(cp.clone());
         provide_context(policy);
         provide_context(origin.clone());
         provide_context(app::server::RequestPrincipal::default());
     };
+    // The 404 page (leptos_axum's handler looks for a file first, and finds none).
+    let not_found = leptos_axum::file_and_error_handler_with_context::<AppState, _>(
+        context.clone(),
+        app::shell,
+    );
     let leptos = state.leptos.clone();
     let web = state.web.clone();
     let metrics = state.metrics.clone();
@@ -194,10 +233,18 @@ pub fn router(state: AppState) -> Router {
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())
         })
-        .fallback(leptos_axum::file_and_error_handler_with_context::<
-            AppState,
-            _,
-        >(context, app::shell))
+        .fallback(
+            move |uri: http::Uri, state: axum::extract::State<AppState>, req: Request<Body>| {
+                let not_found = not_found.clone();
+                let accept = req.headers().get(http::header::ACCEPT_ENCODING).cloned();
+                async move {
+                    match static_file(&state.leptos.site_root, uri.clone(), accept).await {
+                        Some(file) => file,
+                        None => not_found(uri, state, req).await,
+                    }
+                }
+            },
+        )
         .with_state(state)
         .layer(axum::middleware::from_fn(
             error_status::status_from_app_error,
