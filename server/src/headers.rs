@@ -22,8 +22,9 @@ use http::header::{
 #[derive(Clone, Copy, Debug)]
 pub struct Https(pub bool);
 
-/// This request's script nonce: 128 random bits, fresh for every request. The render gets it
-/// from the request's extensions ([`crate::router`]'s context gives it to `leptos::nonce`).
+/// This request's script nonce: a v4 UUID's 122 random bits, fresh for every request. The
+/// render gets it from the request's extensions ([`crate::router`]'s context gives it to
+/// `leptos::nonce`).
 #[derive(Clone, Debug)]
 pub struct PageNonce(pub Arc<str>);
 

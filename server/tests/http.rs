@@ -421,47 +421,85 @@ async fn pages_run_only_scripts_that_carry_their_own_nonce() {
     );
 }
 
-/// The page's script policy is the header layer's, so every page carries it with the nonce its
-/// scripts carry, however many render at once. (When the render set it through `leptos_axum`'s
-/// response options, about one page in 300 rendered beside other requests came back with
-/// `NO_SCRIPTS`, and the browser never hydrated it.)
+/// Static files served while pages render never take a page's headers, and every page keeps
+/// its own: its script policy with the nonce its scripts carry, a redirect its `Location`.
+/// (`leptos_axum`'s file handler served a found file inside `Owner::new()`, a child of the
+/// worker thread's current owner, often a page rendering; it then moved that page's response
+/// options onto the file, and the page came back with `NO_SCRIPTS` or a redirect without
+/// `Location`.)
 #[tokio::test]
-async fn every_page_rendered_at_once_with_others_carries_its_own_policy() {
+async fn pages_rendered_beside_static_files_keep_their_own_headers() {
     let _one = one_at_a_time().await;
-    let (_c, app) = signed_in_fixture(&[]).await;
-    let mut renders = tokio::task::JoinSet::new();
-    for i in 0..240 {
+    let site = std::env::temp_dir().join(format!("portal-site-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(site.join("pkg")).unwrap();
+    std::fs::write(site.join("pkg/portal.js"), "export default 1;\n").unwrap();
+    std::fs::write(
+        site.join("favicon.svg"),
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"/>",
+    )
+    .unwrap();
+    let (_c, app) = signed_in_fixture(&["--site-root", site.to_str().unwrap()]).await;
+    let mut answers = tokio::task::JoinSet::new();
+    for i in 0..400 {
         let app = app.clone();
-        let path = ["/login", "/marketplace", "/catalog", "/no-such-page"][i % 4];
-        renders.spawn(async move { (path, get(&app, path).await) });
+        let path = [
+            "/login",
+            "/pkg/portal.js",
+            "/marketplace",
+            "/favicon.svg",
+            "/billing",
+            "/pkg/portal.js",
+            "/no-such-page",
+            "/favicon.svg",
+        ][i % 8];
+        answers.spawn(async move { (path, get_as(&app, path, None, "text/html").await) });
     }
-    let mut pages = 0;
-    while let Some(done) = renders.join_next().await {
-        let (path, (_, h, body)) = done.unwrap();
+    let mut seen = 0;
+    while let Some(done) = answers.join_next().await {
+        let (path, (status, h, body)) = done.unwrap();
         let csp = h
             .get("content-security-policy")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        let nonce = csp
-            .strip_prefix("script-src 'nonce-")
-            .and_then(|rest| rest.split('\'').next())
-            .unwrap_or_else(|| panic!("{path}: not a page's policy: {csp:?}"));
-        assert!(
-            nonce.len() >= 16 && csp.contains("'strict-dynamic'"),
-            "{path}: {csp}"
-        );
-        let scripts: Vec<&str> = body.split("<script").skip(1).collect();
-        assert!(!scripts.is_empty(), "{path}: no scripts: {body}");
-        for s in scripts {
-            let tag = &s[..s.find('>').unwrap()];
-            assert!(
-                tag.contains(&format!("nonce=\"{nonce}\"")),
-                "{path}: a script without this response's nonce: <script{tag}>"
-            );
+        match path {
+            "/pkg/portal.js" | "/favicon.svg" => {
+                assert_eq!(status, StatusCode::OK, "{path}");
+                assert_eq!(csp, app::csp::NO_SCRIPTS, "{path} took a page's policy");
+                assert!(h.get("location").is_none(), "{path} took a redirect: {h:?}");
+                assert!(!body.contains("<html"), "{path}: {body}");
+            }
+            "/billing" => {
+                assert_eq!(status, StatusCode::FOUND, "{path}");
+                assert_eq!(
+                    h.get("location").and_then(|v| v.to_str().ok()),
+                    Some("/login?next=/billing"),
+                    "{path} lost its redirect"
+                );
+            }
+            _ => {
+                let nonce = csp
+                    .strip_prefix("script-src 'nonce-")
+                    .and_then(|rest| rest.split('\'').next())
+                    .unwrap_or_else(|| panic!("{path}: not a page's policy: {csp:?}"));
+                assert!(
+                    nonce.len() >= 16 && csp.contains("'strict-dynamic'"),
+                    "{path}: {csp}"
+                );
+                let scripts: Vec<&str> = body.split("<script").skip(1).collect();
+                assert!(!scripts.is_empty(), "{path}: no scripts: {body}");
+                for s in scripts {
+                    let tag = &s[..s.find('>').unwrap()];
+                    assert!(
+                        tag.contains(&format!("nonce=\"{nonce}\"")),
+                        "{path}: a script without this response's nonce: <script{tag}>"
+                    );
+                }
+            }
         }
-        pages += 1;
+        seen += 1;
     }
-    assert_eq!(pages, 240);
+    assert_eq!(seen, 400);
+    std::fs::remove_dir_all(&site).unwrap();
 }
 
 #[tokio::test]

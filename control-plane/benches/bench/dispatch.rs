@@ -37,7 +37,7 @@ struct Clock {
     claimed: HashMap<String, Instant>,
     released: HashMap<String, Instant>,
     /// How long each release call took: a release no host saw ends within it.
-    release_calls: HashMap<String, Duration>,
+    release_calls: HashMap<uuid::Uuid, Duration>,
     ack: Vec<Duration>,
     claimable: Vec<Duration>,
     launch_calls: Vec<Duration>,
@@ -213,7 +213,7 @@ pub async fn main() {
                 .lock()
                 .unwrap()
                 .release_calls
-                .insert(id.to_string(), t0.elapsed());
+                .insert(id.0, t0.elapsed());
         }));
     }
     let offered = started.elapsed();
@@ -230,15 +230,15 @@ pub async fn main() {
     }
     // A release no host saw ends at once, with no agent's wipe and no release task: its slots
     // were claimable when the call returned.
-    let released: Vec<uuid::Uuid> = {
-        let c = clock.lock().unwrap();
-        c.release_calls
-            .keys()
-            .map(|id| id.parse().expect("an allocation id"))
-            .collect()
-    };
+    let released: Vec<uuid::Uuid> = clock
+        .lock()
+        .unwrap()
+        .release_calls
+        .keys()
+        .copied()
+        .collect();
     let at_once = sqlx::query_scalar!(
-        r#"SELECT a.id::text AS "id!" FROM allocations a
+        r#"SELECT a.id FROM allocations a
            WHERE a.id = ANY($1) AND a.state = 'released'
              AND NOT EXISTS (SELECT 1 FROM agent_tasks t
                              WHERE t.allocation_id = a.id
