@@ -2345,3 +2345,187 @@ async fn an_agents_result_and_a_release_of_the_same_allocation_never_deadlock() 
     assert!(finished.is_ok(), "the agent's result: {finished:?}");
     assert_eq!(state(&cp, id).await.0, "running");
 }
+
+/// Migration 0037 moved the rules about what a row is made with (names, addresses, keys,
+/// kinds) from CHECK constraints into triggers that run only when those columns are written.
+/// Each still refuses a bad value, on insert and on update, naming the same constraint, and a
+/// write of the other columns still works.
+#[tokio::test]
+async fn the_rules_checked_on_write_still_refuse_and_name_their_constraint() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    running(&cp, &bob, &agent, "held").await;
+
+    let updates = [
+        (
+            "allocations SET currency = 'usd'",
+            "allocations_currency_check",
+        ),
+        (
+            "allocations SET fee_per_hour_minor = -1",
+            "allocations_fee_per_hour_minor_check",
+        ),
+        (
+            "allocations SET gpu_count = 0",
+            "allocations_gpu_count_check",
+        ),
+        (
+            "allocations SET idempotency_key = 'short'",
+            "allocations_idempotency_key_check",
+        ),
+        (
+            "allocations SET name = 'Not-A-Name'",
+            "allocations_name_check",
+        ),
+        (
+            "allocations SET price_per_hour_minor = 0",
+            "allocations_price_per_hour_minor_check",
+        ),
+        (
+            "allocations SET published_ports = '{22}'",
+            "allocations_published_ports_ok",
+        ),
+        ("allocations SET shape = 'vm'", "allocations_shape_check"),
+        (
+            "allocations SET ssh_public_key = ''",
+            "allocations_ssh_public_key_lines",
+        ),
+        ("allocations SET tags = '[]'", "allocations_tags_check"),
+        (
+            "allocations SET user_data = 'echo hi'",
+            "allocations_user_data",
+        ),
+        (
+            "node_resource_slots SET cpu_set = '0-'",
+            "node_resource_slots_cpu_set_check",
+        ),
+        (
+            "node_resource_slots SET gpu_model = ''",
+            "node_resource_slots_gpu_model_check",
+        ),
+        (
+            "node_resource_slots SET gpu_pci_address = '0000:1b:00.8'",
+            "node_resource_slots_gpu_pci_address_check",
+        ),
+        (
+            "node_resource_slots SET ib_vf_pci_address = 'x'",
+            "node_resource_slots_ib_vf_pci_address_check",
+        ),
+        (
+            "node_resource_slots SET memory_mib = 0",
+            "node_resource_slots_memory_mib_check",
+        ),
+        (
+            "node_resource_slots SET numa_node = -1",
+            "node_resource_slots_numa_node_check",
+        ),
+        (
+            "node_resource_slots SET nvme_namespace = 'sda'",
+            "node_resource_slots_nvme_namespace_check",
+        ),
+        (
+            "node_resource_slots SET nvme_pci_address = 'x'",
+            "node_resource_slots_nvme_pci_address_check",
+        ),
+        (
+            "node_resource_slots SET nvme_size_bytes = 0",
+            "node_resource_slots_nvme_size_bytes_check",
+        ),
+        (
+            "node_resource_slots SET slot_index = -1",
+            "node_resource_slots_slot_index_check",
+        ),
+        (
+            "node_resource_slots SET slot_index = 128",
+            "slots_index_fits_the_port_range",
+        ),
+        (
+            "node_resource_slots SET capacity_metadata = capacity_metadata - 'destructive_wipe_policy'",
+            "slot_capacity_metadata_complete",
+        ),
+        (
+            "nodes SET capacity_shapes = '{}'",
+            "nodes_capacity_shapes_check",
+        ),
+        ("nodes SET family = '-hgx'", "nodes_family_check"),
+        ("nodes SET hostname = 'GPU_A'", "nodes_hostname_check"),
+        ("nodes SET public_host = 'a..b'", "nodes_public_host_form"),
+        (
+            "nodes SET public_port_base = 80",
+            "nodes_public_port_base_range",
+        ),
+        ("nodes SET rack = E'r\\n1'", "nodes_rack_check"),
+        ("nodes SET region = 'EU'", "nodes_region_check"),
+        (
+            "agent_tasks SET kind = 'shell' WHERE allocation_id IS NOT NULL",
+            "agent_tasks_kind_check",
+        ),
+        (
+            "agent_tasks SET allocation_id = NULL WHERE kind <> 'slice.topology_discover'",
+            "agent_tasks_allocation_kinds",
+        ),
+        (
+            "agent_tasks SET traceparent = '00-' || repeat('0', 32) || '-b7ad6b7169203331-01'",
+            "agent_tasks_traceparent_check",
+        ),
+    ];
+    for (update, constraint) in updates {
+        let err = sqlx::query(&format!("UPDATE {update}"))
+            .execute(cp.pool())
+            .await
+            .expect_err(update);
+        let db = err
+            .as_database_error()
+            .unwrap_or_else(|| panic!("{update}: {err}"));
+        assert_eq!(db.code().as_deref(), Some("23514"), "{update}: {err}");
+        assert_eq!(db.constraint(), Some(constraint), "{update}: {err}");
+        assert!(
+            db.message()
+                .contains(&format!("violates check constraint \"{constraint}\"")),
+            "{update}: {err}"
+        );
+    }
+
+    // On insert too: a copy of a real row with one bad value.
+    for (insert, constraint) in [
+        (
+            "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+             SELECT gen_random_uuid(), node_id, 'slice.vm_reboot', spec, allocation_id, NULL
+             FROM agent_tasks WHERE allocation_id IS NOT NULL LIMIT 1",
+            "agent_tasks_kind_check",
+        ),
+        (
+            "INSERT INTO node_resource_slots (id, node_id, slot_index, gpu_pci_address, gpu_model,
+                 gpu_uuid, numa_node, nvme_pci_address, nvme_serial, nvme_namespace,
+                 nvme_size_bytes, ib_vf_pci_address, cpu_set, memory_mib, capacity_metadata)
+             SELECT gen_random_uuid(), node_id, 99, gpu_pci_address, gpu_model, gpu_uuid,
+                 numa_node, nvme_pci_address, nvme_serial, 'nvme', nvme_size_bytes,
+                 ib_vf_pci_address, cpu_set, memory_mib, capacity_metadata
+             FROM node_resource_slots LIMIT 1",
+            "node_resource_slots_nvme_namespace_check",
+        ),
+    ] {
+        let err = sqlx::query(insert)
+            .execute(cp.pool())
+            .await
+            .expect_err(insert);
+        assert_eq!(
+            err.as_database_error().and_then(|d| d.constraint()),
+            Some(constraint),
+            "{err}"
+        );
+    }
+
+    // Writes of the other columns are untouched by these rules and still checked by theirs.
+    sqlx::query("UPDATE allocations SET failure = 'a note'")
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    test_db::fixtures::assert_db_refuses(
+        &cp,
+        "UPDATE allocations SET failure = repeat('x', 2001)",
+        "allocations_failure_check",
+    )
+    .await;
+}
