@@ -2529,3 +2529,62 @@ async fn the_rules_checked_on_write_still_refuse_and_name_their_constraint() {
     )
     .await;
 }
+
+/// How many times this transaction has refreshed a node's free blocks so far.
+async fn refreshes(conn: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query_scalar(
+        "SELECT coalesce(pg_stat_get_xact_function_calls('refresh_node_free_blocks'::regproc), 0)",
+    )
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// Migration 0038: ending a claim whose slots go to `cleaning` frees nothing, so it does not
+/// refresh its node; ending one whose slots stay clean (a release no host saw) frees them, and
+/// does. Either way what the database keeps is what a full refresh computes.
+#[tokio::test]
+async fn ending_claims_refreshes_the_node_only_when_it_frees_slots() {
+    let (_db, cp, ops) = setup().await;
+    let (node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let held = running(&cp, &bob, &agent, "held").await;
+    let unseen = launch(&cp, &bob, "h100.2x", "unseen").await.unwrap();
+
+    let mut tx = cp.pool().begin().await.unwrap();
+    sqlx::query("SET LOCAL track_functions = 'pl'")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    // The agent had `held`: its slots go to `cleaning`, and nothing is freed.
+    let before = free_blocks(&mut tx, node).await;
+    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
+        .bind(held.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(refreshes(&mut tx).await, 0, "a wipe's start frees nothing");
+    assert_eq!(free_blocks(&mut tx, node).await, before);
+    // No host saw `unseen` (its provision is still queued): its slots stay clean and are free.
+    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
+        .bind(unseen.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(refreshes(&mut tx).await, 1, "ending it frees two slots");
+    let kept = free_blocks(&mut tx, node).await;
+    sqlx::query("SELECT refresh_node_free_blocks($1)")
+        .bind(node.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        free_blocks(&mut tx, node).await,
+        "what the triggers kept is what a refresh computes"
+    );
+    // Eight slots: two waiting for their proof, six free.
+    assert_eq!(kept[0], (1, 6, 6, false));
+    tx.commit().await.unwrap();
+    assert_eq!(availability(&cp, "h100.1x").await, 6);
+}
