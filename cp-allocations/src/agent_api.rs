@@ -362,12 +362,16 @@ impl AgentApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]
     async fn claim_task(&self, agent: &NodeAgent, wait: Duration) -> Result<Option<ClaimedTask>> {
         let deadline = tokio::time::Instant::now() + wait;
-        let wake = self.wakeups().tasks_for(agent.id);
+        if !wait.is_zero() && self.wakeups().should_start_watcher() {
+            tokio::spawn(watch_queued_tasks(self.pool().clone(), self.wakeups_weak()));
+        }
+        let waiting = self.wakeups().wait_for(agent.id);
         loop {
             // Registered before looking, so that a task queued meanwhile still wakes us.
-            let queued = wake.notified();
+            let queued = waiting.notify().notified();
             tokio::pin!(queued);
             queued.as_mut().enable();
+            self.metrics().claim_checked();
             // Launches first, then the rest in the order queued. An agent runs one task at a
             // time, and a tenant waits on a provision while a wipe only holds back capacity;
             // no provision depends on a queued task (placement takes only clean slots, and a
@@ -412,8 +416,11 @@ impl AgentApi for ControlPlane {
             if tokio::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            // Woken at once when this replica queues a task; polls for other replicas'.
-            let _ = tokio::time::timeout(Duration::from_millis(250).min(wait), queued).await;
+            // Nudged at once when this replica queues a task for the node, and by the watcher
+            // within its interval when another replica does; otherwise waits out the claim.
+            if tokio::time::timeout_at(deadline, queued).await.is_err() {
+                return Ok(None);
+            }
         }
     }
 
@@ -609,6 +616,39 @@ impl AgentApi for ControlPlane {
         }
         tx.commit().await?;
         Ok(generation)
+    }
+}
+
+/// This process's watcher for tasks other replicas queue (see `Wakeups`): every
+/// `WATCH_INTERVAL`, while any claim waits here, one read of which nodes have queued tasks,
+/// and a nudge for the waiting claimers of those. Stops when its handle is gone.
+async fn watch_queued_tasks(pool: sqlx::PgPool, wakeups: std::sync::Weak<crate::Wakeups>) {
+    let mut tick = tokio::time::interval(crate::WATCH_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(w) = wakeups.upgrade() else {
+            return;
+        };
+        let waiting = w.waiting_nodes();
+        if waiting.is_empty() {
+            continue;
+        }
+        // The partial index of queued tasks holds only what agents have not claimed yet.
+        match sqlx::query_scalar!(
+            r#"SELECT DISTINCT node_id AS "node_id!: NodeId" FROM agent_tasks
+               WHERE state = 'queued'"#
+        )
+        .fetch_all(&pool)
+        .await
+        {
+            Ok(nodes) => {
+                for node in nodes.into_iter().filter(|n| waiting.contains(n)) {
+                    w.task_queued(node);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "looking for queued agent tasks failed"),
+        }
     }
 }
 

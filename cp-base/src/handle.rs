@@ -59,35 +59,94 @@ pub struct ControlPlane {
 pub const CONCURRENT_HASHES: usize = 4;
 
 /// In-process nudges, so that a queued task reaches its agent's waiting claim without a poll.
-/// Claimers also poll (another replica may have queued the task), so a lost nudge costs only
-/// latency.
+///
+/// A task queued by this process nudges its node's claimers at once. A task queued by another
+/// replica is found by one watcher per process ([`Wakeups::watched`]): every
+/// [`WATCH_INTERVAL`] it reads which nodes have queued tasks, once for the whole process, and
+/// nudges the claimers waiting for those. A waiting claim looks in the database only when
+/// nudged (and once when it starts), so an idle fleet of agents costs one small query per
+/// interval, not one per agent.
 #[derive(Debug, Default)]
 pub struct Wakeups {
-    /// Per node: a task was queued for it (only that node's claimers wake).
-    tasks: std::sync::Mutex<std::collections::HashMap<NodeId, std::sync::Arc<tokio::sync::Notify>>>,
+    /// Per node: its claimers' nudge, and how many claimers are waiting now.
+    tasks: std::sync::Mutex<
+        std::collections::HashMap<NodeId, (std::sync::Arc<tokio::sync::Notify>, usize)>,
+    >,
+    /// Whether this process's watcher runs.
+    watching: std::sync::atomic::AtomicBool,
+}
+
+/// How often the watcher looks for tasks other replicas queued: their longest extra wait.
+pub const WATCH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A claimer waiting for its node's tasks; it stops counting as waiting when dropped.
+#[derive(Debug)]
+pub struct Waiting<'a> {
+    wakeups: &'a Wakeups,
+    node: NodeId,
+    notify: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Waiting<'_> {
+    /// What the claimer waits on.
+    pub fn notify(&self) -> &tokio::sync::Notify {
+        &self.notify
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut tasks = self.wakeups.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = tasks.get_mut(&self.node) {
+            entry.1 = entry.1.saturating_sub(1);
+            if entry.1 == 0 {
+                tasks.remove(&self.node);
+            }
+        }
+    }
 }
 
 impl Wakeups {
-    /// What a claimer for `node` waits on.
-    pub fn tasks_for(&self, node: NodeId) -> std::sync::Arc<tokio::sync::Notify> {
-        self.tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(node)
-            .or_default()
-            .clone()
+    /// Registers a claimer for `node` until the returned guard is dropped.
+    pub fn wait_for(&self, node: NodeId) -> Waiting<'_> {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = tasks.entry(node).or_default();
+        entry.1 += 1;
+        Waiting {
+            wakeups: self,
+            node,
+            notify: entry.0.clone(),
+        }
     }
 
+    /// Nudges `node`'s waiting claimers, if any.
     pub fn task_queued(&self, node: NodeId) {
         let waiting = self
             .tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&node)
-            .cloned();
+            .map(|e| e.0.clone());
         if let Some(n) = waiting {
             n.notify_waiters();
         }
+    }
+
+    /// The nodes with a claimer waiting now.
+    pub fn waiting_nodes(&self) -> std::collections::HashSet<NodeId> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Whether the caller is the first to ask, and so starts this process's watcher.
+    pub fn should_start_watcher(&self) -> bool {
+        !self
+            .watching
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -202,6 +261,11 @@ impl ControlPlane {
     /// The dispatcher and claimers wait on these; see [`Wakeups`].
     pub fn wakeups(&self) -> &Wakeups {
         &self.wake
+    }
+
+    /// The handle's wakeups without keeping them alive (the watcher stops when they go).
+    pub fn wakeups_weak(&self) -> std::sync::Weak<Wakeups> {
+        std::sync::Arc::downgrade(&self.wake)
     }
 
     pub fn http(&self) -> &egress::Egress {

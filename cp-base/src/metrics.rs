@@ -60,6 +60,7 @@ pub struct Metrics {
     /// Group transactions that placed something, and the launches they placed.
     groups: std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>,
     dispatch_lag: Histogram,
+    claim_checks: Counter,
     tasks: Family<TaskLabels, Counter>,
     stripe_failures: Counter,
     webhook_events: Family<EventTypeLabel, Counter>,
@@ -84,6 +85,7 @@ impl Default for Metrics {
             largest_group: Default::default(),
             groups: Default::default(),
             dispatch_lag: Histogram::new(FAST),
+            claim_checks: Counter::default(),
             tasks: Family::default(),
             stripe_failures: Counter::default(),
             webhook_events: Family::default(),
@@ -155,6 +157,12 @@ impl Metrics {
             "From a task being queued to its agent claiming it",
             Unit::Seconds,
             self.dispatch_lag.clone(),
+        );
+        registry.register(
+            "gpuaas_agent_claim_checks",
+            "Times an agent's claim looked in the database for a queued task (once when it \
+             starts, then only when nudged)",
+            self.claim_checks.clone(),
         );
         registry.register(
             "gpuaas_agent_tasks",
@@ -244,6 +252,16 @@ impl Metrics {
     /// A task reached its agent `waited` after it was queued.
     pub fn task_claimed(&self, waited: Duration) {
         self.dispatch_lag.observe(waited.as_secs_f64());
+    }
+
+    /// A claim looked for a queued task.
+    pub fn claim_checked(&self) {
+        self.claim_checks.inc();
+    }
+
+    /// Claim checks since start.
+    pub fn claim_checks(&self) -> u64 {
+        self.claim_checks.get()
     }
 
     pub fn task_finished(&self, kind: &str, succeeded: bool) {

@@ -2588,3 +2588,47 @@ async fn ending_claims_refreshes_the_node_only_when_it_frees_slots() {
     tx.commit().await.unwrap();
     assert_eq!(availability(&cp, "h100.1x").await, 6);
 }
+
+/// A waiting claim looks in the database when it starts and when nudged, never on a timer, so
+/// an idle fleet's long polls cost nothing per agent; a task another server queued reaches it
+/// through the claiming server's one watcher, well before the claim's wait ends.
+#[tokio::test]
+async fn a_waiting_claim_looks_only_when_nudged_and_finds_another_servers_task() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    // Another server: its own handle (its own nudges and watcher) on the same database.
+    let other = ControlPlane::new(cp.pool().clone(), Naming::default());
+    let checks = other.metrics().claim_checks();
+    assert!(
+        other
+            .claim_task(&agent, Duration::from_millis(1200))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        other.metrics().claim_checks() - checks,
+        1,
+        "an idle claim looked once in 1.2 s"
+    );
+
+    // Launched through `cp`, claimed through `other`: `cp`'s nudge can't reach it.
+    let waiting = {
+        let (other, agent) = (other.clone(), agent.clone());
+        tokio::spawn(async move { other.claim_task(&agent, Duration::from_secs(60)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = launch(&cp, &bob, "h100.2x", "elsewhere").await.unwrap();
+    let task = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the watcher nudged the claim long before its 60 s were up")
+        .unwrap()
+        .unwrap()
+        .expect("the launch's provision");
+    assert!(
+        matches!(&task.spec, TaskSpec::VmProvision(p) if p.allocation_id == id.to_string()),
+        "{:?}",
+        task.spec
+    );
+}
