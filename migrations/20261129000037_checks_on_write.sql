@@ -94,6 +94,8 @@ ALTER TABLE allocations
 
 CREATE FUNCTION node_resource_slots_well_formed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    pci CONSTANT text := '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$';
 BEGIN
     IF NOT (NEW.cpu_set ~ '^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$') THEN
         PERFORM refuse_check('node_resource_slots', 'node_resource_slots_cpu_set_check');
@@ -101,10 +103,10 @@ BEGIN
     IF NOT (length(NEW.gpu_model) BETWEEN 1 AND 100) THEN
         PERFORM refuse_check('node_resource_slots', 'node_resource_slots_gpu_model_check');
     END IF;
-    IF NOT (NEW.gpu_pci_address ~ '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$') THEN
+    IF NOT (NEW.gpu_pci_address ~ pci) THEN
         PERFORM refuse_check('node_resource_slots', 'node_resource_slots_gpu_pci_address_check');
     END IF;
-    IF NOT (NEW.ib_vf_pci_address ~ '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$') THEN
+    IF NOT (NEW.ib_vf_pci_address ~ pci) THEN
         PERFORM refuse_check('node_resource_slots',
                              'node_resource_slots_ib_vf_pci_address_check');
     END IF;
@@ -117,7 +119,7 @@ BEGIN
     IF NOT (NEW.nvme_namespace ~ '^nvme[0-9]+n[0-9]+$') THEN
         PERFORM refuse_check('node_resource_slots', 'node_resource_slots_nvme_namespace_check');
     END IF;
-    IF NOT (NEW.nvme_pci_address ~ '^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$') THEN
+    IF NOT (NEW.nvme_pci_address ~ pci) THEN
         PERFORM refuse_check('node_resource_slots',
                              'node_resource_slots_nvme_pci_address_check');
     END IF;
@@ -165,6 +167,9 @@ ALTER TABLE node_resource_slots
 
 CREATE FUNCTION nodes_well_formed() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    dns_name CONSTANT text :=
+        '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$';
 BEGIN
     IF NOT (cardinality(NEW.capacity_shapes) > 0
             AND NEW.capacity_shapes <@ ARRAY['baremetal', 'gpu_slice']) THEN
@@ -173,14 +178,10 @@ BEGIN
     IF NOT (NEW.family ~ '^[a-z0-9][a-z0-9-]{0,62}[a-z0-9]$') THEN
         PERFORM refuse_check('nodes', 'nodes_family_check');
     END IF;
-    IF NOT (length(NEW.hostname) <= 253
-            AND NEW.hostname ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$')
-    THEN
+    IF NOT (length(NEW.hostname) <= 253 AND NEW.hostname ~ dns_name) THEN
         PERFORM refuse_check('nodes', 'nodes_hostname_check');
     END IF;
-    IF NOT (length(NEW.public_host) <= 253
-            AND NEW.public_host ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$')
-    THEN
+    IF NOT (length(NEW.public_host) <= 253 AND NEW.public_host ~ dns_name) THEN
         PERFORM refuse_check('nodes', 'nodes_public_host_form');
     END IF;
     IF NOT (NEW.public_port_base BETWEEN 1024 AND 64511) THEN

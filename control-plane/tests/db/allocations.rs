@@ -1309,11 +1309,7 @@ async fn releasing_before_the_agent_starts_ends_at_once_with_its_slots_clean() {
         .await
         .unwrap()
         .expect("its provision");
-    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
-        .bind(kept.0)
-        .execute(cp.pool())
-        .await
-        .unwrap();
+    end_claims(&mut cp.pool().acquire().await.unwrap(), kept).await;
     let mut states = cleanup_states(&cp, node).await;
     states.sort();
     assert_eq!(
@@ -1369,6 +1365,34 @@ async fn free_blocks(conn: &mut sqlx::PgConnection, node: NodeId) -> Vec<(i32, i
     .unwrap()
 }
 
+/// Ends an allocation's claims by hand, as a wipe's start or a release does.
+async fn end_claims(conn: &mut sqlx::PgConnection, allocation: AllocationId) {
+    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
+        .bind(allocation.0)
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+/// The free blocks the triggers kept for `node`, checked against a full refresh.
+async fn kept_blocks_as_refreshed(
+    conn: &mut sqlx::PgConnection,
+    node: NodeId,
+) -> Vec<(i32, i32, i32, bool)> {
+    let kept = free_blocks(&mut *conn, node).await;
+    sqlx::query("SELECT refresh_node_free_blocks($1)")
+        .bind(node.0)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        free_blocks(conn, node).await,
+        "what the triggers kept is what a refresh computes"
+    );
+    kept
+}
+
 /// A release's claims end and their slots go to `cleaning` in one statement, and the node is
 /// refreshed once for both (migration 0036 skips the slots' own refresh for that one nested
 /// update). A later change to the node's slots in the same transaction is still counted.
@@ -1379,11 +1403,7 @@ async fn a_release_refreshes_its_node_once_and_later_slot_changes_still_count() 
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     let id = running(&cp, &bob, &agent, "held").await;
     let mut tx = cp.pool().begin().await.unwrap();
-    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
-        .bind(id.0)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    end_claims(&mut tx, id).await;
     sqlx::query(
         "UPDATE node_resource_slots SET cleanup_state = 'blocked', cleanup_detail = 'held back'
          WHERE id = (SELECT id FROM node_resource_slots
@@ -1393,17 +1413,7 @@ async fn a_release_refreshes_its_node_once_and_later_slot_changes_still_count() 
     .execute(&mut *tx)
     .await
     .unwrap();
-    let kept = free_blocks(&mut tx, node).await;
-    sqlx::query("SELECT refresh_node_free_blocks($1)")
-        .bind(node.0)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(
-        kept,
-        free_blocks(&mut tx, node).await,
-        "what the triggers kept is what a refresh computes"
-    );
+    let kept = kept_blocks_as_refreshed(&mut tx, node).await;
     // Eight slots: two waiting for their proof, one blocked, five free.
     assert_eq!(kept[0], (1, 5, 5, false));
     tx.commit().await.unwrap();
@@ -2558,31 +2568,13 @@ async fn ending_claims_refreshes_the_node_only_when_it_frees_slots() {
         .unwrap();
     // The agent had `held`: its slots go to `cleaning`, and nothing is freed.
     let before = free_blocks(&mut tx, node).await;
-    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
-        .bind(held.0)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    end_claims(&mut tx, held).await;
     assert_eq!(refreshes(&mut tx).await, 0, "a wipe's start frees nothing");
     assert_eq!(free_blocks(&mut tx, node).await, before);
     // No host saw `unseen` (its provision is still queued): its slots stay clean and are free.
-    sqlx::query("UPDATE resource_claims SET released_at = now() WHERE allocation_id = $1")
-        .bind(unseen.0)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    end_claims(&mut tx, unseen).await;
     assert_eq!(refreshes(&mut tx).await, 1, "ending it frees two slots");
-    let kept = free_blocks(&mut tx, node).await;
-    sqlx::query("SELECT refresh_node_free_blocks($1)")
-        .bind(node.0)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    assert_eq!(
-        kept,
-        free_blocks(&mut tx, node).await,
-        "what the triggers kept is what a refresh computes"
-    );
+    let kept = kept_blocks_as_refreshed(&mut tx, node).await;
     // Eight slots: two waiting for their proof, six free.
     assert_eq!(kept[0], (1, 6, 6, false));
     tx.commit().await.unwrap();
