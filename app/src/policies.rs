@@ -195,6 +195,8 @@ fn policy_row(
         .map(|(l, v)| format!("{l}: {v}"))
         .collect::<Vec<_>>()
         .join(" → ");
+    // Only a decided value has a chain worth showing.
+    let decided = r.decided_by.is_some();
     let input_id = format!("{scope}-{}", r.key);
     let key_attr = r.key.clone();
     let label = r.label.clone();
@@ -202,7 +204,7 @@ fn policy_row(
         <tr data-key=key_attr>
             <th scope="row">{r.label}</th>
             <td class="effective" data-label="In force">{r.effective.unwrap_or_else(|| "no limit".into())}</td>
-            <td class="decided-by" data-label="Decided by" title=trace>{r.decided_by.unwrap_or_else(|| "—".into())}</td>
+            <td class="decided-by" data-label="Decided by" title=decided.then_some(trace)>{r.decided_by.unwrap_or_else(|| "—".into())}</td>
             {can_edit.then(move || view! {
                 <td data-label="Set here">
                     <ActionForm action=set attr:class="inline-form">

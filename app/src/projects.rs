@@ -212,7 +212,7 @@ pub fn ProjectsPage() -> impl IntoView {
                             view! { <p>"You are not a member of any project yet."</p> }.into_any()
                         } else {
                             view! {
-                                <table class="data" id="projects">
+                                <table class="data cards" id="projects">
                                     <thead><tr>
                                         <th scope="col">"Project"</th>
                                         <th scope="col">"Short name"</th>
@@ -223,11 +223,11 @@ pub fn ProjectsPage() -> impl IntoView {
                                     <tbody>
                                         {v.projects.iter().map(|p| view! {
                                             <tr>
-                                                <td><a href=format!("/projects/{}", p.id)>{p.display_name.clone()}</a></td>
-                                                <td>{p.slug.clone()}</td>
-                                                <td>{p.my_role.as_str()}</td>
-                                                <td>{p.members}</td>
-                                                <td class="mono">{p.canonical_name.clone()}</td>
+                                                <td data-label="Project"><a href=format!("/projects/{}", p.id)>{p.display_name.clone()}</a></td>
+                                                <td data-label="Short name">{p.slug.clone()}</td>
+                                                <td data-label="Your role">{p.my_role.as_str()}</td>
+                                                <td data-label="Members">{p.members}</td>
+                                                <td class="mono" data-label="Canonical name">{p.canonical_name.clone()}</td>
                                             </tr>
                                         }).collect_view()}
                                     </tbody>
@@ -417,7 +417,7 @@ fn project_view(
                     {v.audit.iter().map(|a| view! {
                         <tr>
                             <td>{portal_types::utc(a.at)}</td><td>{a.actor.clone()}</td>
-                            <td class="mono">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
+                            <td class="mono action">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
                             <td class="mono small">{a.request_id.clone().unwrap_or_default()}</td>
                         </tr>
                     }).collect_view()}

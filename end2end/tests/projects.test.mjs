@@ -92,6 +92,11 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     await page.goto(projectUrl);
     assert.equal(await gpuRow('project').locator('.effective').innerText(), '32 GPUs');
     assert.equal(await gpuRow('project').locator('.decided-by').innerText(), 'organization');
+    // The deciding level names the chain in its tooltip; an undecided policy has none.
+    assert.match(await gpuRow('project').locator('.decided-by').getAttribute('title'), /organization: 32 GPUs/);
+    const undecided = page.locator('.policies[data-scope="project"] tr[data-key="allowed_regions"] .decided-by');
+    assert.equal(await undecided.innerText(), '—');
+    assert.equal(await undecided.getAttribute('title'), null);
     await gpuRow('project').locator('input[name="value"]').fill('lots');
     await gpuRow('project').getByRole('button', { name: 'Save' }).click();
     await page
