@@ -429,7 +429,8 @@ pub async fn resolve_policies_on(
     tenant: Option<TenantId>,
     project: Option<ProjectId>,
 ) -> Result<Vec<Resolved>> {
-    let rows = sqlx::query!(
+    let rows = sqlx::query_as!(
+        SetPolicy,
         r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
                FROM policies
                WHERE (tenant_id IS NULL AND project_id IS NULL)
@@ -440,8 +441,50 @@ pub async fn resolve_policies_on(
     )
     .fetch_all(conn)
     .await?;
+    resolve_set(&rows, tenant.is_some(), project)
+}
+
+/// The policies in force for `tenant` itself and for each of `projects` (its own), in that
+/// order, from one read of everything set globally and anywhere in the tenant.
+pub async fn resolve_tenant_policies_on(
+    conn: &mut sqlx::PgConnection,
+    tenant: TenantId,
+    projects: &[ProjectId],
+) -> Result<(Vec<Resolved>, Vec<Vec<Resolved>>)> {
+    let rows = sqlx::query_as!(
+        SetPolicy,
+        r#"SELECT key, value, tenant_id AS "tenant: TenantId", project_id AS "project: ProjectId"
+               FROM policies
+               WHERE (tenant_id IS NULL AND project_id IS NULL) OR tenant_id = $1"#,
+        tenant as TenantId,
+    )
+    .fetch_all(conn)
+    .await?;
+    let own = resolve_set(&rows, true, None)?;
+    let each = projects
+        .iter()
+        .map(|&p| resolve_set(&rows, true, Some(p)))
+        .collect::<Result<_>>()?;
+    Ok((own, each))
+}
+
+/// A policy as set at one level.
+struct SetPolicy {
+    key: String,
+    value: serde_json::Value,
+    tenant: Option<TenantId>,
+    project: Option<ProjectId>,
+}
+
+/// Every key resolved down the chain global → tenant (if `tenant`) → `project`, from `rows`,
+/// which hold at least what is set at those levels (rows of other projects are passed over).
+fn resolve_set(
+    rows: &[SetPolicy],
+    tenant: bool,
+    project: Option<ProjectId>,
+) -> Result<Vec<Resolved>> {
     let mut levels = vec![Level::Global];
-    if tenant.is_some() {
+    if tenant {
         levels.push(Level::Tenant);
     }
     if project.is_some() {
@@ -458,7 +501,7 @@ pub async fn resolve_policies_on(
                             && match level {
                                 Level::Global => r.tenant.is_none(),
                                 Level::Tenant => r.tenant.is_some() && r.project.is_none(),
-                                Level::Project => r.project.is_some(),
+                                Level::Project => r.project.is_some() && r.project == project,
                             }
                     });
                     let value = row

@@ -40,9 +40,9 @@ impl CatalogApi for ControlPlane {
     async fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let skus = self.all_skus(true).await?;
         let mut conn = self.pool().acquire().await?;
+        let each = crate::placement::availability_of_each(&mut conn, &skus).await?;
         let mut out = Vec::with_capacity(skus.len());
-        for sku in skus {
-            let found = crate::placement::availability(&mut conn, &sku).await?;
+        for (sku, found) in skus.into_iter().zip(each) {
             let availability: Vec<RegionAvailability> = sku
                 .regions
                 .iter()

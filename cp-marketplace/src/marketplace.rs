@@ -822,15 +822,15 @@ impl MarketplaceApi for ControlPlane {
             .ok_or(Error::NotFound { what: "listing" })?;
         let mut fitting = Vec::new();
         if let Some(v) = listing.current() {
-            for sku in self.active_skus().await? {
-                if !v.compatibility.fits(&sku) {
-                    continue;
-                }
-                let launchable = crate::placement::availability(&mut conn, &sku)
-                    .await?
-                    .iter()
-                    .map(|(_, n)| n)
-                    .sum();
+            let skus: Vec<_> = self
+                .active_skus()
+                .await?
+                .into_iter()
+                .filter(|sku| v.compatibility.fits(sku))
+                .collect();
+            let each = crate::placement::availability_of_each(&mut conn, &skus).await?;
+            for (sku, found) in skus.into_iter().zip(each) {
+                let launchable = found.iter().map(|(_, n)| n).sum();
                 fitting.push(FittingSku {
                     total_price: v.compatibility.total_price(&sku),
                     sku,

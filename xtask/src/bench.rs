@@ -3,7 +3,7 @@
 //! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]`: the benchmarks in
 //! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
-//! `cargo xtask bench pages [--clients N] [--seconds S]`: the portal's release build serving
+//! `cargo xtask bench pages [--clients N] [--seconds S] [--server PATH]`: the portal's release build serving
 //! signed-in users (see [`pages`]).
 
 use std::process::Command;
@@ -14,7 +14,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -64,19 +64,32 @@ fn flag_value(args: &[String], name: &str, default: &str) -> String {
 /// sessions signed in through SSO in Chromium, keep-alive page loads, the bundle's size and
 /// the launch page's time to interactive.
 fn pages(args: &[String]) -> Result {
-    checked_flags(&["--clients", "--seconds"], args)?;
+    // `--server PATH`: a release server built earlier (a copy of target/release/server), so two
+    // builds can be measured in turn on the same hour; the site is the one built last.
+    let (server, args): (Vec<_>, Vec<_>) = args.chunks(2).partition(|p| p[0] == "--server");
+    let args: Vec<String> = args.concat();
+    checked_flags(&["--clients", "--seconds"], &args)?;
     tools::ensure_all(Needs {
         postgres: true,
         chromium: true,
         npm: true,
         host_tools: false,
     })?;
-    step("the site and the server, as shipped (cargo leptos build --release; minutes when cold)");
-    run_cmd(
-        Command::new("cargo")
-            .args(["leptos", "build", "--release"])
-            .current_dir(root()),
-    )?;
+    let binary = match server.first() {
+        Some([_, path]) => std::path::PathBuf::from(path),
+        Some(_) => return Err(format!("--server needs a path\n{USAGE}")),
+        None => {
+            step(
+                "the site and the server, as shipped (cargo leptos build --release; minutes when cold)",
+            );
+            run_cmd(
+                Command::new("cargo")
+                    .args(["leptos", "build", "--release"])
+                    .current_dir(root()),
+            )?;
+            target_dir().join("release/server")
+        }
+    };
     step("starting PostgreSQL with durable commits");
     let dir = std::env::temp_dir().join(format!("portal-pg-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -100,7 +113,7 @@ fn pages(args: &[String]) -> Result {
         Some(log("bench-idp.log")?),
     )?;
     let launch = portal::Launch {
-        binary: target_dir().join("release/server"),
+        binary,
         database_url: pg.url("pages"),
         addr: format!("127.0.0.1:{port}"),
         site_root: target_dir().join("site"),
@@ -132,8 +145,8 @@ fn pages(args: &[String]) -> Result {
                 Command::new("node")
                     .arg("end2end/bench/pages.mjs")
                     .env("PORTAL_URL", format!("http://127.0.0.1:{port}"))
-                    .env("PAGES_CLIENTS", flag_value(args, "--clients", "64"))
-                    .env("PAGES_SECONDS", flag_value(args, "--seconds", "20"))
+                    .env("PAGES_CLIENTS", flag_value(&args, "--clients", "64"))
+                    .env("PAGES_SECONDS", flag_value(&args, "--seconds", "20"))
                     .env("SITE_PKG", target_dir().join("site/pkg"))
                     .env("PAGES_KEEP_DIR", artifacts.join("bench-pages"))
                     .current_dir(root()),

@@ -202,6 +202,61 @@ fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
 pub(crate) const PROVISION: &[&str] = &["validate_plan", "write_image", "start_vm"];
 pub(crate) const RELEASE: &[&str] = &["stop_vm", "wipe_nvme", "verify_wipe", "reset_gpu"];
 
+/// The catalog reads every SKU's availability in one statement: each SKU's count per region
+/// is what asking for that SKU alone gives, across shapes, sizes and two regions, with the
+/// fleet partly taken.
+#[tokio::test]
+async fn the_catalog_reads_each_skus_availability_at_once_as_asked_alone() {
+    let (_db, cp, ops) = setup().await;
+    hgx(&cp, &ops, "gpu-a").await;
+    approved(
+        &cp,
+        &ops,
+        node("gpu-b", "us-east-1", "hgx-h100-8x", &["gpu_slice"]),
+        "hgx-h100-8x",
+        "nvme-format-crypto",
+    )
+    .await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.2x", "train-1").await.unwrap();
+
+    let catalog = cp.catalog().await.unwrap();
+    assert!(catalog.len() >= 4, "the demo SKUs: {catalog:?}");
+    let mut counted = 0;
+    for entry in &catalog {
+        let alone = cp.availability_of(&entry.sku).await.unwrap();
+        for a in &entry.availability {
+            let expected = alone
+                .iter()
+                .find(|(r, _)| *r == a.region)
+                .map_or(0, |(_, n)| *n);
+            assert_eq!(a.launchable, expected, "{} in {}", entry.sku.name, a.region);
+            counted += a.launchable;
+        }
+    }
+    let shown = |sku: &str, region: &str| {
+        catalog
+            .iter()
+            .find(|e| e.sku.name == sku)
+            .and_then(|e| e.availability.iter().find(|a| a.region == region))
+            .map_or(-1, |a| a.launchable)
+    };
+    // train-1 took a pair from one of the two nodes; gpu-b (us-east-1) sells slices only.
+    let taken: String = sqlx::query_scalar("SELECT region FROM allocations WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    let whole = |region: &str| i64::from(region != taken);
+    for region in ["eu-west-1", "us-east-1"] {
+        assert_eq!(shown("h100.2x", region), 3 + whole(region), "{region}");
+        assert_eq!(shown("h100.8x", region), whole(region), "{region}");
+    }
+    assert_eq!(shown("h100.8x.metal", "eu-west-1"), whole("eu-west-1"));
+    assert_eq!(shown("h100.8x.metal", "us-east-1"), 0);
+    assert!(counted > 0);
+}
+
 #[tokio::test]
 async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_proof() {
     let (_db, cp, ops) = setup().await;

@@ -1077,6 +1077,48 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         (95, "warning", "47.84 USD".into())
     );
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
+    // A project that sets its own budget gets its own row, counting only its spend; one that
+    // doesn't (inference) gets none. The tenant's policies are read once for every scope.
+    let research = cp
+        .policy_scope(
+            &alice,
+            control_plane::policy::Target::Project(ACME_RESEARCH),
+        )
+        .await
+        .unwrap();
+    cp.set_policy(
+        &research,
+        control_plane::policy::PolicyKey::MonthlyBudget,
+        Some(control_plane::policy::PolicyValue::MonthlyBudget(
+            control_plane::policy::Money {
+                amount_minor: 20_000,
+                currency: "USD".into(),
+            },
+        )),
+        None,
+    )
+    .await
+    .unwrap();
+    let o = cp.billing_overview(&fin).await.unwrap();
+    let rows: Vec<_> = o
+        .budgets
+        .iter()
+        .map(|b| {
+            (
+                b.scope.as_str(),
+                b.limit.amount_minor,
+                b.percent,
+                b.alert.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("organization", 5_000, 95, "warning"),
+            ("research", 20_000, 23, "ok")
+        ]
+    );
     // The daily chart: the same two hours, under the UTC day(s) they ran in.
     assert!(
         o.daily

@@ -9,7 +9,7 @@ use crate::auth::Platform;
 use crate::billing::invoices::PlatformFinance;
 use crate::error::{Error, Result};
 use crate::ids::{InvoiceId, ProjectId, TenantId};
-use crate::policy::{Level, Money, PolicyKey, PolicyValue, resolve_policies_on};
+use crate::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_policies_on};
 use crate::tenancy::{Tenant, TenantRequirement, TenantRole};
 pub use portal_types::billing::{
     BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
@@ -185,10 +185,10 @@ impl BillingReportsApi for ControlPlane {
         )
         .fetch_all(&mut *conn)
         .await?;
-        let org = resolve_policies_on(&mut conn, Some(tenant), None).await?;
+        let ids: Vec<ProjectId> = projects.iter().map(|p| p.id).collect();
+        let (org, each) = resolve_tenant_policies_on(&mut conn, tenant, &ids).await?;
         let mut scopes = vec![("organization".to_string(), None, org)];
-        for p in &projects {
-            let r = resolve_policies_on(&mut conn, Some(tenant), Some(p.id)).await?;
+        for (p, r) in projects.iter().zip(each) {
             scopes.push((p.slug.clone(), Some(p.id), r));
         }
         for (scope, project, resolved) in scopes {

@@ -53,46 +53,84 @@ struct Candidate {
 /// [`sweep_and_compact`] notices (at most a second in a running server); placement itself
 /// never takes it.
 pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(String, i64)>> {
-    let per = sku.per_gpu();
-    let rows = match sku.shape {
-        Shape::GpuSlice => sqlx::query!(
-            r#"SELECT region, sum(launchable)::bigint AS "launchable!"
-               FROM availability_changes
-               WHERE shape = 'gpu_slice' AND gpu_model = $1 AND size = $2
-                 AND min_vcpus >= $3 AND min_memory_mib >= $4 AND min_nvme_bytes >= $5
-                 AND region = ANY($6) AND family = ANY($7)
-               GROUP BY region HAVING sum(launchable) > 0"#,
-            sku.gpu_model,
-            sku.gpu_count,
-            per.vcpus,
-            per.memory_mib,
-            per.nvme_bytes,
-            &sku.regions,
-            &sku.families,
-        )
-        .fetch_all(&mut *conn)
+    Ok(availability_of_each(conn, std::slice::from_ref(sku))
         .await?
-        .into_iter()
-        .map(|r| (r.region, r.launchable))
-        .collect(),
-        Shape::Baremetal => sqlx::query!(
-            r#"SELECT region, sum(launchable)::bigint AS "launchable!"
-               FROM availability_changes
-               WHERE shape = 'baremetal' AND gpu_model = $1 AND size >= $2
-                 AND region = ANY($3) AND family = ANY($4)
-               GROUP BY region HAVING sum(launchable) > 0"#,
-            sku.gpu_model,
-            sku.gpu_count,
-            &sku.regions,
-            &sku.families,
-        )
-        .fetch_all(&mut *conn)
-        .await?
-        .into_iter()
-        .map(|r| (r.region, r.launchable))
-        .collect(),
-    };
-    Ok(rows)
+        .pop()
+        .unwrap_or_default())
+}
+
+/// [`availability`] of each of `skus`, in their order, in one statement: a page that shows
+/// several SKUs (the catalog, a listing's fitting SKUs) asks once rather than once a SKU.
+///
+/// A SKU's regions and families are passed flattened, each value beside its SKU's position.
+pub async fn availability_of_each(
+    conn: &mut PgConnection,
+    skus: &[Sku],
+) -> Result<Vec<Vec<(String, i64)>>> {
+    let mut shape = Vec::with_capacity(skus.len());
+    let mut gpu_model = Vec::with_capacity(skus.len());
+    let mut size = Vec::with_capacity(skus.len());
+    let (mut vcpus, mut memory_mib, mut nvme_bytes) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut region_of, mut region) = (Vec::new(), Vec::new());
+    let (mut family_of, mut family) = (Vec::new(), Vec::new());
+    for (i, sku) in skus.iter().enumerate() {
+        let per = sku.per_gpu();
+        shape.push(sku.shape.as_str().to_string());
+        gpu_model.push(sku.gpu_model.clone());
+        size.push(sku.gpu_count);
+        vcpus.push(per.vcpus);
+        memory_mib.push(per.memory_mib);
+        nvme_bytes.push(per.nvme_bytes);
+        for r in &sku.regions {
+            region_of.push(i as i64);
+            region.push(r.clone());
+        }
+        for f in &sku.families {
+            family_of.push(i as i64);
+            family.push(f.clone());
+        }
+    }
+    // A slice counts blocks of exactly its size whose every slot has its per-GPU share; a
+    // whole node counts nodes with at least its GPUs.
+    let rows = sqlx::query!(
+        r#"WITH q AS (
+               SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::int8[],
+                                    $6::int8[])
+                        WITH ORDINALITY AS q(shape, gpu_model, size, vcpus, memory_mib,
+                                             nvme_bytes, i)),
+             r AS (SELECT * FROM unnest($7::int8[], $8::text[]) AS r(i, region)),
+             f AS (SELECT * FROM unnest($9::int8[], $10::text[]) AS f(i, family))
+           SELECT q.i - 1 AS "i!", c.region, sum(c.launchable)::bigint AS "launchable!"
+           FROM q JOIN availability_changes c
+             ON c.shape = q.shape AND c.gpu_model = q.gpu_model
+            AND CASE WHEN q.shape = 'gpu_slice'
+                     THEN c.size = q.size AND c.min_vcpus >= q.vcpus
+                          AND c.min_memory_mib >= q.memory_mib AND c.min_nvme_bytes >= q.nvme_bytes
+                     ELSE c.size >= q.size END
+            AND EXISTS (SELECT 1 FROM r WHERE r.i = q.i - 1 AND r.region = c.region)
+            AND EXISTS (SELECT 1 FROM f WHERE f.i = q.i - 1 AND f.family = c.family)
+           GROUP BY q.i, c.region HAVING sum(c.launchable) > 0
+           ORDER BY q.i, c.region"#,
+        &shape,
+        &gpu_model,
+        &size,
+        &vcpus,
+        &memory_mib,
+        &nvme_bytes,
+        &region_of,
+        &region,
+        &family_of,
+        &family,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut each = vec![Vec::new(); skus.len()];
+    for r in rows {
+        if let Some(found) = usize::try_from(r.i).ok().and_then(|i| each.get_mut(i)) {
+            found.push((r.region, r.launchable));
+        }
+    }
+    Ok(each)
 }
 
 /// What one round of [`sweep_and_compact`] did.
