@@ -108,10 +108,11 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 ///
 /// sqlx checks every connection with a round trip before handing it out (and again when it
 /// comes back). Checking only connections idle for a second or more was tried on the page
-/// benchmark (docs/PERFORMANCE.md, 2026-11-28): it removed a third of the round trips' cost in
-/// the server's profile and did not move pages per second, while a statement on a connection
-/// the database dropped a moment before would fail instead of going to a new one. So the
-/// check stays.
+/// benchmark (docs/PERFORMANCE.md, 2026-11-28) and did not move pages per second that day;
+/// on 2026-11-29 no check before handing out gave 9–19% more pages per second (interleaved
+/// runs). Either way a statement on a connection the database dropped a moment before would
+/// fail instead of going to a new one, which `the_pool_replaces_connections_the_database_dropped`
+/// refuses. So the check stays; fewer statements per page is the way taken instead.
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
     Ok(PgPoolOptions::new()
