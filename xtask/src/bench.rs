@@ -76,7 +76,8 @@ fn pages(args: &[String]) -> Result {
         host_tools: false,
     })?;
     let binary = match server.first() {
-        Some([_, path]) => std::path::PathBuf::from(path),
+        Some([_, path]) if std::path::Path::new(path).is_file() => std::path::PathBuf::from(path),
+        Some([_, path]) => return Err(format!("--server {path}: no such file")),
         Some(_) => return Err(format!("--server needs a path\n{USAGE}")),
         None => {
             step(

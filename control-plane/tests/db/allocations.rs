@@ -83,7 +83,7 @@ pub(crate) async fn hgx(
 }
 
 /// Alice (Acme's admin) sets one policy on the research project.
-async fn research_policy(cp: &ControlPlane, value: PolicyValue) {
+pub(crate) async fn research_policy(cp: &ControlPlane, value: PolicyValue) {
     let alice = cp.principal(ALICE).await.unwrap().unwrap();
     let scope = cp
         .policy_scope(

@@ -1079,26 +1079,14 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
     assert_eq!(o.month_to_date.to_string(), "47.84 USD");
     // A project that sets its own budget gets its own row, counting only its spend; one that
     // doesn't (inference) gets none. The tenant's policies are read once for every scope.
-    let research = cp
-        .policy_scope(
-            &alice,
-            control_plane::policy::Target::Project(ACME_RESEARCH),
-        )
-        .await
-        .unwrap();
-    cp.set_policy(
-        &research,
-        control_plane::policy::PolicyKey::MonthlyBudget,
-        Some(control_plane::policy::PolicyValue::MonthlyBudget(
-            control_plane::policy::Money {
-                amount_minor: 20_000,
-                currency: "USD".into(),
-            },
-        )),
-        None,
+    crate::allocations::research_policy(
+        &cp,
+        control_plane::policy::PolicyValue::MonthlyBudget(control_plane::policy::Money {
+            amount_minor: 20_000,
+            currency: "USD".into(),
+        }),
     )
-    .await
-    .unwrap();
+    .await;
     let o = cp.billing_overview(&fin).await.unwrap();
     let rows: Vec<_> = o
         .budgets

@@ -94,21 +94,20 @@ pub async fn availability_of_each(
     // whole node counts nodes with at least its GPUs.
     let rows = sqlx::query!(
         r#"WITH q AS (
-               SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::int8[],
-                                    $6::int8[])
-                        WITH ORDINALITY AS q(shape, gpu_model, size, vcpus, memory_mib,
-                                             nvme_bytes, i)),
+               SELECT u.*, n - 1 AS i
+               FROM unnest($1::text[], $2::text[], $3::int4[], $4::int4[], $5::int8[], $6::int8[])
+                    WITH ORDINALITY AS u(shape, gpu_model, size, vcpus, memory_mib, nvme_bytes, n)),
              r AS (SELECT * FROM unnest($7::int8[], $8::text[]) AS r(i, region)),
              f AS (SELECT * FROM unnest($9::int8[], $10::text[]) AS f(i, family))
-           SELECT q.i - 1 AS "i!", c.region, sum(c.launchable)::bigint AS "launchable!"
+           SELECT q.i AS "i!", c.region, sum(c.launchable)::bigint AS "launchable!"
            FROM q JOIN availability_changes c
              ON c.shape = q.shape AND c.gpu_model = q.gpu_model
             AND CASE WHEN q.shape = 'gpu_slice'
                      THEN c.size = q.size AND c.min_vcpus >= q.vcpus
                           AND c.min_memory_mib >= q.memory_mib AND c.min_nvme_bytes >= q.nvme_bytes
                      ELSE c.size >= q.size END
-            AND EXISTS (SELECT 1 FROM r WHERE r.i = q.i - 1 AND r.region = c.region)
-            AND EXISTS (SELECT 1 FROM f WHERE f.i = q.i - 1 AND f.family = c.family)
+            AND EXISTS (SELECT 1 FROM r WHERE r.i = q.i AND r.region = c.region)
+            AND EXISTS (SELECT 1 FROM f WHERE f.i = q.i AND f.family = c.family)
            GROUP BY q.i, c.region HAVING sum(c.launchable) > 0
            ORDER BY q.i, c.region"#,
         &shape,
