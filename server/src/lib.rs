@@ -112,7 +112,9 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 /// on 2026-11-29 no check before handing out gave 9–19% more pages per second (interleaved
 /// runs). Either way a statement on a connection the database dropped a moment before would
 /// fail instead of going to a new one, which `the_pool_replaces_connections_the_database_dropped`
-/// refuses. So the check stays; fewer statements per page is the way taken instead.
+/// refuses. So the check stays; fewer statements per page is the way taken instead. Keeping one
+/// connection for all of a page's statements (the checks paid once a page) was tried too and
+/// measured no faster (docs/PERFORMANCE.md, session 35).
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
     Ok(PgPoolOptions::new()
