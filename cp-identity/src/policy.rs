@@ -501,7 +501,7 @@ fn resolve_set(
                             && match level {
                                 Level::Global => r.tenant.is_none(),
                                 Level::Tenant => r.tenant.is_some() && r.project.is_none(),
-                                Level::Project => r.project.is_some() && r.project == project,
+                                Level::Project => r.project == project,
                             }
                     });
                     let value = row

@@ -107,14 +107,13 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 /// database is down, and recovers by itself when it comes back.
 ///
 /// sqlx checks every connection with a round trip before handing it out (and again when it
-/// comes back). Checking only connections idle for a second or more was tried on the page
-/// benchmark (docs/PERFORMANCE.md, 2026-11-28) and did not move pages per second that day;
-/// on 2026-11-29 no check before handing out gave 9–19% more pages per second (interleaved
-/// runs). Either way a statement on a connection the database dropped a moment before would
-/// fail instead of going to a new one, which `the_pool_replaces_connections_the_database_dropped`
-/// refuses. So the check stays; fewer statements per page is the way taken instead. Keeping one
-/// connection for all of a page's statements (the checks paid once a page) was tried too and
-/// measured no faster (docs/PERFORMANCE.md, session 35).
+/// comes back). Without the first check a statement on a connection the database dropped a
+/// moment before would fail instead of going to a new one, which
+/// `the_pool_replaces_connections_the_database_dropped` refuses; so the check stays. Checking
+/// only connections idle for a second, no check at all, and one connection for all of a page's
+/// statements were each measured on the page benchmark, and none was faster beyond the hour's
+/// spread (docs/PERFORMANCE.md, sessions 30, 34 and 35): the checks are cheap, the statements
+/// are not, so pages got faster by running fewer statements.
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
     Ok(PgPoolOptions::new()

@@ -959,24 +959,27 @@ pub(crate) async fn explain(
     // What would fit instead.
     let mut instead = Vec::new();
     if sku.shape == Shape::GpuSlice {
-        for smaller in [4, 2, 1].into_iter().filter(|&c| c < sku.gpu_count) {
-            let probe = Sku {
+        // The smaller slices, largest first, counted in one statement.
+        let probes: Vec<Sku> = [4, 2, 1]
+            .into_iter()
+            .filter(|&c| c < sku.gpu_count)
+            .map(|smaller| Sku {
                 gpu_count: smaller,
                 vcpus: per.vcpus * smaller,
                 memory_gib: ((per.memory_mib * smaller as i64) / 1024) as i32,
                 nvme_gib: ((per.nvme_bytes * smaller as i64) >> 30) as i32,
                 regions: regions.to_vec(),
                 ..sku.clone()
-            };
-            let n: i64 = availability(&mut *conn, &probe)
-                .await?
-                .iter()
-                .map(|r| r.1)
-                .sum();
-            if n > 0 {
-                instead.push(format!("{n} × {smaller}-GPU slice(s) here"));
-                break;
-            }
+            })
+            .collect();
+        let counts = availability_of_each(&mut *conn, &probes).await?;
+        let fits = probes
+            .iter()
+            .zip(counts)
+            .map(|(probe, found)| (probe.gpu_count, found.iter().map(|r| r.1).sum::<i64>()))
+            .find(|&(_, n)| n > 0);
+        if let Some((smaller, n)) = fits {
+            instead.push(format!("{n} × {smaller}-GPU slice(s) here"));
         }
     }
     let elsewhere: Vec<String> = sqlx::query_scalar!(
