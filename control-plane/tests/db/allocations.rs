@@ -2679,3 +2679,101 @@ async fn a_waiting_claim_looks_only_when_nudged_and_finds_another_servers_task()
         task.spec
     );
 }
+
+#[tokio::test]
+async fn a_page_of_several_projects_is_newest_first_across_them_without_gaps_or_repeats() {
+    use control_plane::allocations::AllocationFilter;
+    use control_plane::demo::ACME_INFERENCE;
+    use control_plane::tenancy::ProjectViewers;
+    let (_db, cp, ops) = setup().await;
+    hgx(&cp, &ops, "gpu-page").await;
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let research = member(&cp, ALICE, ACME_RESEARCH).await;
+    let inference = member(&cp, ALICE, ACME_INFERENCE).await;
+    let mut launched = Vec::new();
+    for i in 0..6 {
+        let who = if i % 3 == 0 { &inference } else { &research };
+        launched.push(
+            launch(&cp, who, "h100.1x", &format!("p-{i}"))
+                .await
+                .unwrap(),
+        );
+    }
+    // Newest first, ties by id, as the database orders them.
+    let expected: Vec<AllocationId> = sqlx::query_scalar(
+        "SELECT id FROM allocations WHERE id = ANY($1) ORDER BY created_at DESC, id DESC",
+    )
+    .bind(launched.iter().map(|a| a.0).collect::<Vec<_>>())
+    .fetch_all(cp.pool())
+    .await
+    .unwrap()
+    .into_iter()
+    .map(AllocationId)
+    .collect();
+    let viewer = async |p| {
+        cp.project_access::<ProjectViewers>(&alice, p)
+            .await
+            .unwrap()
+    };
+    // A project named twice is read once.
+    let projects = [
+        viewer(ACME_RESEARCH).await,
+        viewer(ACME_INFERENCE).await,
+        viewer(ACME_RESEARCH).await,
+    ];
+    let (mut seen, mut after, mut pages) = (Vec::new(), None, 0);
+    loop {
+        let filter = AllocationFilter {
+            state: Some("active".into()),
+            after: after.take(),
+            limit: 4,
+            ..Default::default()
+        };
+        let page = cp.allocation_page(&projects, &filter).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 4);
+        seen.extend(page.items.iter().map(|a| a.id));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!((seen, pages), (expected.clone(), 2), "pages of 4 over 6");
+    // One project's page holds only its own, in the same order.
+    let only = cp
+        .allocation_page(
+            &[viewer(ACME_INFERENCE).await],
+            &AllocationFilter {
+                limit: 10,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let inference_ids: Vec<AllocationId> = expected
+        .iter()
+        .copied()
+        .filter(|a| [launched[0], launched[3]].contains(a))
+        .collect();
+    assert_eq!(
+        only.items.iter().map(|a| a.id).collect::<Vec<_>>(),
+        inference_ids
+    );
+    assert_eq!(only.next, None);
+    // A state names one state; none are released yet.
+    let (state, ..) = state(&cp, launched[0]).await;
+    for (asked, expect) in [(state.as_str(), expected.len()), ("released", 0)] {
+        let page = cp
+            .allocation_page(
+                &projects,
+                &AllocationFilter {
+                    state: Some(asked.into()),
+                    limit: 10,
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(page.items.len(), expect, "{asked}");
+    }
+}

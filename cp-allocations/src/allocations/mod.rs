@@ -552,22 +552,44 @@ impl AllocationsApi for ControlPlane {
         };
         let after = filter.after.as_deref().map(PageCursor::parse).transpose()?;
         let ids: Vec<uuid::Uuid> = projects.iter().map(|p| p.id().0).collect();
+        // Each project's newest rows walk its `allocations_project_page` index from the cursor
+        // (an index condition, so a deep page is a seek) and stop at the limit; only the page's
+        // rows are then joined. The optional filters are `CASE`s rather than `$n IS NULL OR …`:
+        // the statement runs on a generic plan, which prices `$n IS NULL` at 0.5% and so
+        // expects almost no rows and sorts the whole project instead (docs/PERFORMANCE.md).
         let rows = sqlx::query!(
-            r#"SELECT a.id AS "id: AllocationId", a.project_id AS "project_id: ProjectId",
-                      a.name, s.name AS sku, a.gpu_count, a.region,
-                      a.state, a.desired_state, a.observed_state, a.failure,
-                      a.price_per_hour_minor, a.currency, a.created_at, a.tags,
-                      a.ssh_host, a.ssh_port, a.ssh_user, n.public_port_base,
-                      a.published_ports AS "published_ports: Vec<Option<i32>>",
+            r#"SELECT a.id AS "id!: AllocationId", a.project_id AS "project_id!: ProjectId",
+                      a.name AS "name!", s.name AS sku, a.gpu_count AS "gpu_count!",
+                      a.region AS "region!", a.state AS "state!",
+                      a.desired_state AS "desired_state!", a.observed_state AS "observed_state!",
+                      a.failure, a.price_per_hour_minor AS "price_per_hour_minor!",
+                      a.currency AS "currency!", a.created_at AS "created_at!",
+                      a.tags AS "tags!", a.ssh_host, a.ssh_port, a.ssh_user, n.public_port_base,
+                      a.published_ports AS "published_ports!: Vec<Option<i32>>",
                       (SELECT min(x::int) FROM jsonb_array_elements_text(a.placement -> 'slot_indexes') x)
                           AS first_slot
-               FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
-               WHERE a.project_id = ANY($1)
-                 AND ($2::text IS NULL OR a.state = $2 OR ($2 = 'active' AND a.state <> 'released'))
-                 AND ($3::text IS NULL OR (a.tags ? $3 AND ($4::text IS NULL OR a.tags ->> $3 = $4)))
-                 AND ($5::timestamptz IS NULL OR (a.created_at, a.id) < ($5, $6::uuid))
-               ORDER BY a.created_at DESC, a.id DESC
-               LIMIT $7"#,
+               FROM (SELECT page.*
+                     FROM (SELECT DISTINCT unnest($1::uuid[]) AS id) p
+                     CROSS JOIN LATERAL (
+                         SELECT a.id, a.project_id, a.name, a.sku_id, a.node_id, a.gpu_count,
+                                a.region, a.state, a.desired_state, a.observed_state, a.failure,
+                                a.price_per_hour_minor, a.currency, a.created_at, a.tags,
+                                a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, a.placement
+                         FROM allocations a
+                         WHERE a.project_id = p.id
+                           AND (a.created_at, a.id) < (coalesce($5::timestamptz, 'infinity'),
+                                                       coalesce($6::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+                           AND CASE WHEN $2::text IS NULL THEN true
+                                    WHEN $2 = 'active' THEN a.state <> 'released'
+                                    ELSE a.state = $2 END
+                           AND CASE WHEN $3::text IS NULL THEN true
+                                    ELSE a.tags ? $3 AND ($4::text IS NULL OR a.tags ->> $3 = $4) END
+                         ORDER BY a.created_at DESC, a.id DESC
+                         LIMIT $7) page
+                     ORDER BY page.created_at DESC, page.id DESC
+                     LIMIT $7) a
+               JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
+               ORDER BY a.created_at DESC, a.id DESC"#,
             &ids,
             state,
             tag_key,

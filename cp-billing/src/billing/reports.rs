@@ -62,7 +62,10 @@ pub async fn spent_this_month(
 async fn run_rate(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> Result<i64> {
     Ok(sqlx::query_scalar!(
         r#"SELECT coalesce(sum(price_per_hour_minor + fee_per_hour_minor), 0)::bigint AS "rate!" FROM usage_intervals
-           WHERE tenant_id = $1 AND currency = $2 AND ended_at IS NULL"#,
+           WHERE tenant_id = $1 AND currency = $2 AND ended_at IS NULL
+             -- Implied (an open interval is never fully rated); it lets the partial index of
+             -- unrated intervals answer, instead of every interval the tenant ever ran.
+             AND NOT fully_rated"#,
         tenant as TenantId,
         currency
     )
