@@ -112,8 +112,9 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 /// `the_pool_replaces_connections_the_database_dropped` refuses; so the check stays. Checking
 /// only connections idle for a second, no check at all, and one connection for all of a page's
 /// statements were each measured on the page benchmark, and none was faster beyond the hour's
-/// spread (docs/PERFORMANCE.md, sessions 30, 34 and 35): the checks are cheap, the statements
-/// are not, so pages got faster by running fewer statements.
+/// spread (docs/PERFORMANCE.md, sessions 30, 34 and 35), although `perf` puts the checks at
+/// ~13% of the server's samples (session 36). Pages got faster by running fewer and cheaper
+/// statements instead.
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
     Ok(PgPoolOptions::new()
