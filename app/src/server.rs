@@ -14,6 +14,9 @@ use tower_sessions::Session;
 
 use crate::AppError;
 
+mod store;
+pub use store::PortalSessionStore;
+
 /// The control plane provided by the server for this request.
 /// An id from a URL or a form. A malformed one names nothing the caller may see: 404, as
 /// for another tenant's id.
@@ -244,7 +247,18 @@ pub async fn principal_of(
         session.flush().await.map_err(AppError::internal)?;
         return Ok(None);
     }
-    match cp.principal(signed_in.user).await? {
+    // The store reads the session's user with the session (`store::USER`); a session signed in
+    // during this request was not read from the store, so its user is looked up.
+    let user = match session
+        .get::<Principal>(store::USER)
+        .await
+        .map_err(AppError::internal)?
+    {
+        Some(p) if p.user_id == signed_in.user => Some(p),
+        Some(_) => None,
+        None => cp.principal(signed_in.user).await?,
+    };
+    match user {
         Some(p) => {
             slide(session, policy, signed_in.at).await?;
             Ok(Some(p))

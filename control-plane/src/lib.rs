@@ -19,7 +19,7 @@ pub mod prelude {
 // Every area, under the paths it always had.
 pub use cp_allocations::{agent_api, allocations, ops, reconcile};
 pub use cp_billing::billing;
-pub use cp_identity::{account, api_tokens, audit_log, auth, policy, sso, tenancy};
+pub use cp_identity::{account, api_tokens, audit_log, auth, policy, sessions, sso, tenancy};
 pub use cp_inventory::{catalog, fleet, placement, skus};
 pub use cp_marketplace::marketplace;
 // The base, at the paths it always had (`control_plane::Error`, `control_plane::ProjectId`).

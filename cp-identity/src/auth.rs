@@ -32,7 +32,7 @@ impl PlatformRole {
         }
     }
 
-    fn from_db(s: &str) -> Result<Self> {
+    pub(crate) fn from_db(s: &str) -> Result<Self> {
         match s {
             "admin" => Ok(PlatformRole::Admin),
             "operator" => Ok(PlatformRole::Operator),
@@ -43,7 +43,7 @@ impl PlatformRole {
 }
 
 /// A signed-in user, as loaded fresh for each request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Principal {
     pub user_id: UserId,
     pub email: String,

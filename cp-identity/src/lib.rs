@@ -7,6 +7,7 @@ pub mod api_tokens;
 pub mod audit_log;
 pub mod auth;
 pub mod policy;
+pub mod sessions;
 pub mod sso;
 pub mod tenancy;
 
@@ -17,6 +18,7 @@ pub mod prelude {
     pub use crate::audit_log::AuditLogApi;
     pub use crate::auth::AuthApi;
     pub use crate::policy::PolicyApi;
+    pub use crate::sessions::SessionsApi;
     pub use crate::sso::SsoApi;
     pub use crate::tenancy::TenancyApi;
 }

@@ -34,7 +34,6 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
-use tower_sessions_sqlx_store::PostgresStore;
 use tracing::Level;
 
 use crate::config::{Config, SiteEnv};
@@ -212,7 +211,7 @@ pub fn router(state: AppState) -> Router {
     let leptos = state.leptos.clone();
     let web = state.web.clone();
     let metrics = state.metrics.clone();
-    let sessions = SessionManagerLayer::new(PostgresStore::new(state.cp.pool().clone()))
+    let sessions = SessionManagerLayer::new(app::server::PortalSessionStore::new(state.cp.clone()))
         .with_name("portal_session")
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
@@ -323,11 +322,10 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
     let drain = config.shutdown_drain();
     let draining = state.draining.clone();
     // Expired sessions are deleted hourly; any replica may do it, the DELETE is idempotent.
-    let sweeper = tokio::spawn({
-        use tower_sessions::ExpiredDeletion;
-        PostgresStore::new(state.cp.pool().clone())
-            .continuously_delete_expired(std::time::Duration::from_secs(3600))
-    });
+    let sweeper = tokio::spawn(
+        app::server::PortalSessionStore::new(state.cp.clone())
+            .delete_expired_every(std::time::Duration::from_secs(3600)),
+    );
     let workers = tokio::spawn(workers::run_with(
         state.cp.clone(),
         config.reconcile_every(),

@@ -576,6 +576,58 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
     assert_eq!(res.status(), StatusCode::FORBIDDEN);
 }
 
+/// The session's user is read with the session, in one statement (#22): what the page shows
+/// is the user as they are now, and a deleted user's sessions go with them.
+#[tokio::test]
+async fn a_session_reads_its_user_as_they_are_now_and_ends_with_them() {
+    let _one = one_at_a_time().await;
+    let (db, app) = signed_in_fixture(&[]).await;
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    let cookie = session_cookie(&res).unwrap();
+    let pair = cookie.split(';').next().unwrap().to_string();
+    assert!(admin_page(&app, &pair).await.contains("Ada Admin"));
+
+    sqlx::query(
+        "UPDATE users SET display_name = 'Ada Lovelace' WHERE email = 'ada@platform.example'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    let page = admin_page(&app, &pair).await;
+    assert!(page.contains("Ada Lovelace") && !page.contains("Ada Admin"));
+
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM sessions s JOIN users u ON u.id = s.user_id
+              WHERE u.email = 'ada@platform.example'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(sessions().await, 1);
+    sqlx::raw_sql(
+        "DELETE FROM break_glass_credentials WHERE user_id = (SELECT id FROM users WHERE email = 'ada@platform.example');
+         DELETE FROM users WHERE email = 'ada@platform.example'",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions WHERE user_id IS NOT NULL")
+            .fetch_one(db.pool())
+            .await
+            .unwrap(),
+        0,
+        "the user's session went with the user"
+    );
+    assert!(admin_page(&app, &pair).await.contains("Please sign in"));
+}
+
 #[tokio::test]
 async fn a_session_ends_at_its_absolute_timeout_however_active() {
     let _one = one_at_a_time().await;
@@ -617,12 +669,10 @@ async fn an_active_session_slides_its_idle_expiry_at_most_once_a_tenth_of_the_ti
     let cookie = session_cookie(&res).unwrap();
     let pair = cookie.split(';').next().unwrap().to_string();
     let expiry = || async {
-        sqlx::query_scalar::<_, time::OffsetDateTime>(
-            "SELECT max(expiry_date) FROM tower_sessions.session",
-        )
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
+        sqlx::query_scalar::<_, time::OffsetDateTime>("SELECT max(expires_at) FROM sessions")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
     };
     let signed_in = expiry().await;
     // Within a tenth of the timeout: served, nothing written.

@@ -30,7 +30,6 @@ use leptos::server_fn::ServerFn;
 use server::{app_state, router};
 use test_db::fixtures::principal;
 use tower_sessions::Session;
-use tower_sessions_sqlx_store::PostgresStore;
 
 use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
 use app::allocations::{
@@ -910,7 +909,7 @@ async fn build_world(pool: sqlx::PgPool) {
         .unwrap();
     }
     // A session for every caller, remembered in the template.
-    let store = PostgresStore::new(pool.clone());
+    let store = app::server::PortalSessionStore::new(cp.clone());
     sqlx::raw_sql("CREATE TABLE matrix_sessions (email text PRIMARY KEY, cookie text NOT NULL)")
         .execute(&pool)
         .await

@@ -15,5 +15,6 @@ mod marketplace;
 mod policy;
 mod projects;
 mod reconcile;
+mod sessions;
 mod sso;
 mod tenancy;
