@@ -536,7 +536,8 @@ pub async fn list_allocations(
 pub async fn get_allocation(id: String) -> Result<AllocationDetail, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
     let id = crate::server::id(&id)?;
-    Ok(cp.allocation(&principal, id).await?)
+    let who = crate::server::allocation_viewer(&cp, &principal, id).await?;
+    Ok(cp.allocation_in(&who, id).await?)
 }
 
 /// The guest's GPU utilisation over the last day as an ECharts line (5-minute means), or
@@ -549,7 +550,8 @@ pub async fn get_gpu_history(id: String) -> Result<Option<String>, AppError> {
     use charming::series::Line;
     let (cp, principal) = crate::server::signed_in().await?;
     let id = crate::server::id(&id)?;
-    let points = cp.gpu_utilisation_history(&principal, id).await?;
+    let who = crate::server::allocation_viewer(&cp, &principal, id).await?;
+    let points = cp.gpu_utilisation_history_in(&who, id).await?;
     if points.is_empty() {
         return Ok(None);
     }

@@ -315,6 +315,47 @@ impl RequestPrincipal {
     }
 }
 
+/// Allocations the caller was found to view in this request. An allocation's page asks twice
+/// (its detail, and its GPU history: server functions of their own, which the browser also
+/// calls one at a time); this keeps the first check's proof, so the page checks once. The
+/// server provides a new one to every request.
+#[derive(Clone, Default)]
+pub struct RequestAllocationViews(std::sync::Arc<tokio::sync::Mutex<Vec<AllocationView>>>);
+
+/// An allocation, and the caller's proof that they view its project.
+type AllocationView = (
+    control_plane::ids::AllocationId,
+    control_plane::tenancy::Project<control_plane::tenancy::ProjectViewers>,
+);
+
+/// The caller's proof that they may view allocation `id` (its project's viewers), checked once
+/// per request.
+pub async fn allocation_viewer(
+    cp: &ControlPlane,
+    principal: &Principal,
+    id: control_plane::ids::AllocationId,
+) -> Result<control_plane::tenancy::Project<control_plane::tenancy::ProjectViewers>, AppError> {
+    use control_plane::tenancy::ProjectViewers;
+    let Some(views) = use_context::<RequestAllocationViews>() else {
+        return Ok(cp
+            .allocation_access::<ProjectViewers>(principal, id)
+            .await?);
+    };
+    // Held while checking, so server functions that ask at once wait for one answer.
+    let mut known = views.0.lock().await;
+    if let Some((_, who)) = known
+        .iter()
+        .find(|(a, who)| *a == id && who.user() == principal.user_id)
+    {
+        return Ok(who.clone());
+    }
+    let who = cp
+        .allocation_access::<ProjectViewers>(principal, id)
+        .await?;
+    known.push((id, who.clone()));
+    Ok(who)
+}
+
 /// The signed-in principal of the current request, if any.
 pub async fn current_principal() -> Result<Option<Principal>, AppError> {
     let cp = control_plane()?;

@@ -91,6 +91,19 @@ pub struct Project<R: ProjectRequirement> {
     _requirement: PhantomData<R>,
 }
 
+// By hand: a derive would ask `R: Clone` of the marker. A copy proves what the original did.
+impl<R: ProjectRequirement> Clone for Project<R> {
+    fn clone(&self) -> Self {
+        Self {
+            user: self.user,
+            tenant: self.tenant,
+            project: self.project,
+            role: self.role,
+            _requirement: PhantomData,
+        }
+    }
+}
+
 impl<R: ProjectRequirement> Project<R> {
     pub fn id(&self) -> ProjectId {
         self.project

@@ -202,6 +202,7 @@ pub fn router(state: AppState) -> Router {
         provide_context(policy);
         provide_context(origin.clone());
         provide_context(app::server::RequestPrincipal::default());
+        provide_context(app::server::RequestAllocationViews::default());
     };
     // The 404 page (leptos_axum's handler looks for a file first, and finds none).
     let not_found = leptos_axum::file_and_error_handler_with_context::<AppState, _>(

@@ -1809,6 +1809,52 @@ async fn guest_utilisation_is_kept_only_for_the_reporting_nodes_own_allocations(
     assert!(e.to_string().contains("is not on node"), "{e}");
 }
 
+/// A page checks its caller once and reads the allocation twice with the proof (#22): a proof
+/// for another project, even the same organization's, reads nothing of it.
+#[tokio::test]
+async fn a_proof_for_one_project_reads_nothing_of_another_projects_allocation() {
+    use control_plane::demo::ACME_INFERENCE;
+    use control_plane::tenancy::ProjectViewers;
+    let (_db, cp, ops) = setup().await;
+    hgx(&cp, &ops, "gpu-proof").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = cp
+        .launch(&bob, &request("h100.1x", "proved"), None)
+        .await
+        .unwrap()
+        .id;
+    sqlx::query(
+        "INSERT INTO allocation_gpu_utilisation (allocation_id, node_id, gpu_util_pct, samples)
+         SELECT id, node_id, 40, 1 FROM allocations WHERE id = $1",
+    )
+    .bind(id.0)
+    .execute(cp.pool())
+    .await
+    .unwrap();
+    let alice = cp.principal(ALICE).await.unwrap().unwrap();
+    let research = in_project::<ProjectViewers>(&cp, &alice, ACME_RESEARCH).await;
+    let inference = in_project::<ProjectViewers>(&cp, &alice, ACME_INFERENCE).await;
+
+    assert_eq!(
+        cp.allocation_in(&research, id).await.unwrap().name,
+        "proved"
+    );
+    let history = cp.gpu_utilisation_history_in(&research, id).await.unwrap();
+    assert_eq!(history.iter().map(|p| p.percent).collect::<Vec<_>>(), [40]);
+
+    assert!(
+        matches!(
+            cp.allocation_in(&inference, id).await,
+            Err(Error::NotFound { .. })
+        ),
+        "another project's proof found the allocation"
+    );
+    assert_eq!(
+        cp.gpu_utilisation_history_in(&inference, id).await.unwrap(),
+        []
+    );
+}
+
 fn with_listing(sku: &str, name: &str, listing: &str, version: &str) -> LaunchRequest {
     LaunchRequest {
         listing: listing.into(),

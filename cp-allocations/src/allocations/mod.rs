@@ -302,11 +302,28 @@ pub trait AllocationsApi {
         id: AllocationId,
     ) -> Result<AllocationDetail>;
 
+    /// [`Self::allocation`] for a caller already proved a viewer of its project (by
+    /// [`Self::allocation_access`]: a page that reads an allocation twice checks once). An
+    /// allocation of another project is not found.
+    async fn allocation_in(
+        &self,
+        who: &Project<ProjectViewers>,
+        id: AllocationId,
+    ) -> Result<AllocationDetail>;
+
     /// The guest's GPU utilisation over the last 24 hours, as 5-minute means, oldest first.
     /// Viewers of its project only.
     async fn gpu_utilisation_history(
         &self,
         principal: &crate::auth::Principal,
+        id: AllocationId,
+    ) -> Result<Vec<GpuUtilisation>>;
+
+    /// [`Self::gpu_utilisation_history`] for a caller already proved a viewer of its project.
+    /// An allocation of another project has none.
+    async fn gpu_utilisation_history_in(
+        &self,
+        who: &Project<ProjectViewers>,
         id: AllocationId,
     ) -> Result<Vec<GpuUtilisation>>;
 }
@@ -662,25 +679,44 @@ impl AllocationsApi for ControlPlane {
         let who = self
             .allocation_access::<ProjectViewers>(principal, id)
             .await?;
-        let can_release = ProjectOperators::ROLES.contains(&who.role());
-        lifecycle::detail(self, &who, id, can_release).await
+        self.allocation_in(&who, id).await
     }
 
-    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    async fn allocation_in(
+        &self,
+        who: &Project<ProjectViewers>,
+        id: AllocationId,
+    ) -> Result<AllocationDetail> {
+        let can_release = ProjectOperators::ROLES.contains(&who.role());
+        lifecycle::detail(self, who, id, can_release).await
+    }
+
     async fn gpu_utilisation_history(
         &self,
         principal: &crate::auth::Principal,
         id: AllocationId,
     ) -> Result<Vec<GpuUtilisation>> {
-        self.allocation_access::<ProjectViewers>(principal, id)
+        let who = self
+            .allocation_access::<ProjectViewers>(principal, id)
             .await?;
+        self.gpu_utilisation_history_in(&who, id).await
+    }
+
+    #[tracing::instrument(skip_all, fields(allocation.id = %id, project.id = %who.id()))]
+    async fn gpu_utilisation_history_in(
+        &self,
+        who: &Project<ProjectViewers>,
+        id: AllocationId,
+    ) -> Result<Vec<GpuUtilisation>> {
         Ok(sqlx::query!(
-            r#"SELECT date_bin('5 minutes', at, '2000-01-01') AS "at!",
-                      round(avg(gpu_util_pct))::int2 AS "percent!"
-               FROM allocation_gpu_utilisation
-               WHERE allocation_id = $1 AND at > now() - interval '24 hours'
+            r#"SELECT date_bin('5 minutes', u.at, '2000-01-01') AS "at!",
+                      round(avg(u.gpu_util_pct))::int2 AS "percent!"
+               FROM allocation_gpu_utilisation u
+               WHERE u.allocation_id = $1 AND u.at > now() - interval '24 hours'
+                 AND EXISTS (SELECT FROM allocations a WHERE a.id = $1 AND a.project_id = $2)
                GROUP BY 1 ORDER BY 1"#,
-            id as AllocationId
+            id as AllocationId,
+            who.id() as ProjectId
         )
         .fetch_all(self.pool())
         .await?
