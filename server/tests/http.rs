@@ -282,6 +282,17 @@ fn session_cookie(res: &http::Response<Body>) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Signs in as the break-glass admin: the `portal_session=…` pair to send back.
+async fn signed_in_pair(app: &axum::Router) -> String {
+    let res = app
+        .clone()
+        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
+        .await
+        .unwrap();
+    let cookie = session_cookie(&res).unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
 async fn admin_page(app: &axum::Router, cookie: &str) -> String {
     let res = app
         .clone()
@@ -582,13 +593,7 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
 async fn a_session_reads_its_user_as_they_are_now_and_ends_with_them() {
     let _one = one_at_a_time().await;
     let (db, app) = signed_in_fixture(&[]).await;
-    let res = app
-        .clone()
-        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
-        .await
-        .unwrap();
-    let cookie = session_cookie(&res).unwrap();
-    let pair = cookie.split(';').next().unwrap().to_string();
+    let pair = signed_in_pair(&app).await;
     assert!(admin_page(&app, &pair).await.contains("Ada Admin"));
 
     sqlx::query(
@@ -661,13 +666,7 @@ async fn an_active_session_slides_its_idle_expiry_at_most_once_a_tenth_of_the_ti
     let _one = one_at_a_time().await;
     // 1 minute idle: an active session is rewritten at most every 6 seconds.
     let (db, app) = signed_in_fixture(&["--session-idle-minutes", "1"]).await;
-    let res = app
-        .clone()
-        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
-        .await
-        .unwrap();
-    let cookie = session_cookie(&res).unwrap();
-    let pair = cookie.split(';').next().unwrap().to_string();
+    let pair = signed_in_pair(&app).await;
     let expiry = || async {
         sqlx::query_scalar::<_, time::OffsetDateTime>("SELECT max(expires_at) FROM sessions")
             .fetch_one(db.pool())
