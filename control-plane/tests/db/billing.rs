@@ -1301,3 +1301,60 @@ async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
         .unwrap();
     assert_eq!((platform.fees_micro, platform.owed_micro), (187_500, 0));
 }
+
+/// The daily chart names each day's amount by project and SKU, in day, project and SKU order,
+/// and shows nothing of another tenant's (#22: the names are joined from the tenant's
+/// projects and the SKUs read once, not looked up row by row).
+#[tokio::test]
+async fn the_daily_chart_is_by_day_project_and_sku_and_only_the_tenants_own() {
+    let db = crate::support::demo_db().await;
+    let cp = ControlPlane::new(db.pool().clone(), control_plane::Naming::default());
+    let now = time::OffsetDateTime::now_utc();
+    let first = now.date().replace_day(1).unwrap();
+    let second = first.next_day().unwrap();
+    let rows: [(TenantId, time::Date, ProjectId, &str, i64); 6] = [
+        (ACME, second, ACME_RESEARCH, "h100.1x", 3_000_000),
+        (ACME, first, ACME_RESEARCH, "h100.8x", 2_000_000),
+        (ACME, first, ACME_INFERENCE, "h100.1x", 1_000_000),
+        (ACME, first, ACME_RESEARCH, "h100.1x", 4_000_000),
+        (GLOBEX, first, GLOBEX_DEFAULT, "h100.1x", 9_000_000),
+        (ACME, second, ACME_INFERENCE, "h100.8x", 5_000_000),
+    ];
+    for (tenant, day, project, sku, micro) in rows {
+        sqlx::query(
+            "INSERT INTO usage_day_totals (tenant_id, day, project_id, sku_id, currency, amount_micro)
+             SELECT $1, $2, $3, id, 'USD', $5 FROM skus WHERE name = $4",
+        )
+        .bind(tenant.0)
+        .bind(day)
+        .bind(project.0)
+        .bind(sku)
+        .bind(micro)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    }
+    let fiona = principal(&cp, "fiona@acme.example").await;
+    let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
+    let daily: Vec<(String, String, String, i64)> = cp
+        .billing_overview(&fin)
+        .await
+        .unwrap()
+        .daily
+        .into_iter()
+        .map(|d| (d.day, d.project, d.sku, d.amount_minor))
+        .collect();
+    let (d1, d2) = (first.to_string(), second.to_string());
+    let row =
+        |d: &String, p: &str, s: &str, minor| (d.clone(), p.to_string(), s.to_string(), minor);
+    assert_eq!(
+        daily,
+        [
+            row(&d1, "inference", "h100.1x", 100),
+            row(&d1, "research", "h100.1x", 400),
+            row(&d1, "research", "h100.8x", 200),
+            row(&d2, "inference", "h100.8x", 500),
+            row(&d2, "research", "h100.1x", 300),
+        ]
+    );
+}
