@@ -551,7 +551,7 @@ pub async fn get_gpu_history(id: String) -> Result<Option<String>, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
     let id = crate::server::id(&id)?;
     let who = crate::server::allocation_viewer(&cp, &principal, id).await?;
-    let points = cp.gpu_utilisation_history_in(&who, id).await?;
+    let points = cp.gpu_utilisation_history(&who, id).await?;
     if points.is_empty() {
         return Ok(None);
     }

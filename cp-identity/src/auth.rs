@@ -32,7 +32,7 @@ impl PlatformRole {
         }
     }
 
-    pub(crate) fn from_db(s: &str) -> Result<Self> {
+    fn from_db(s: &str) -> Result<Self> {
         match s {
             "admin" => Ok(PlatformRole::Admin),
             "operator" => Ok(PlatformRole::Operator),
@@ -100,6 +100,24 @@ impl<R: PlatformRequirement> Platform<R> {
 }
 
 impl Principal {
+    /// The principal of a `users` row (its id, email, display name and platform role).
+    pub(crate) fn from_row(
+        user_id: UserId,
+        email: String,
+        display_name: String,
+        platform_role: Option<String>,
+    ) -> Result<Self> {
+        Ok(Principal {
+            user_id,
+            email,
+            display_name,
+            platform_role: platform_role
+                .as_deref()
+                .map(PlatformRole::from_db)
+                .transpose()?,
+        })
+    }
+
     /// Checks the platform role `R` needs.
     pub fn platform<R: PlatformRequirement>(&self) -> Result<Platform<R>> {
         match self.platform_role {
@@ -253,19 +271,8 @@ impl AuthApi for ControlPlane {
         )
         .fetch_optional(self.pool())
         .await?;
-        row.map(|r| {
-            Ok(Principal {
-                user_id: r.id,
-                email: r.email,
-                display_name: r.display_name,
-                platform_role: r
-                    .platform_role
-                    .as_deref()
-                    .map(PlatformRole::from_db)
-                    .transpose()?,
-            })
-        })
-        .transpose()
+        row.map(|r| Principal::from_row(r.id, r.email, r.display_name, r.platform_role))
+            .transpose()
     }
 
     #[tracing::instrument(skip(self, password))]

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
 use crate::ControlPlane;
-use crate::auth::{PlatformRole, Principal};
+use crate::auth::Principal;
 use crate::error::Result;
 use crate::ids::UserId;
 
@@ -64,16 +64,9 @@ impl SessionsApi for ControlPlane {
             return Ok(None);
         };
         let user = match (row.user_id, row.email, row.display_name) {
-            (Some(user_id), Some(email), Some(display_name)) => Some(Principal {
-                user_id,
-                email,
-                display_name,
-                platform_role: row
-                    .platform_role
-                    .as_deref()
-                    .map(PlatformRole::from_db)
-                    .transpose()?,
-            }),
+            (Some(id), Some(email), Some(name)) => {
+                Some(Principal::from_row(id, email, name, row.platform_role)?)
+            }
             _ => None,
         };
         let data = match row.data {

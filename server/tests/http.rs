@@ -282,14 +282,19 @@ fn session_cookie(res: &http::Response<Body>) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Signs in as the break-glass admin: the `portal_session=…` pair to send back.
-async fn signed_in_pair(app: &axum::Router) -> String {
+/// Signs in as the break-glass admin: the session's `Set-Cookie` header.
+async fn signed_in_cookie(app: &axum::Router) -> String {
     let res = app
         .clone()
         .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
         .await
         .unwrap();
-    let cookie = session_cookie(&res).unwrap();
+    session_cookie(&res).unwrap()
+}
+
+/// Signs in as the break-glass admin: the `portal_session=…` pair to send back.
+async fn signed_in_pair(app: &axum::Router) -> String {
+    let cookie = signed_in_cookie(app).await;
     cookie.split(';').next().unwrap().to_string()
 }
 
@@ -541,12 +546,7 @@ async fn a_wrong_password_gives_no_session() {
 async fn the_session_cookie_is_secure_unless_turned_off() {
     let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
-    let res = app
-        .clone()
-        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
-        .await
-        .unwrap();
-    let cookie = session_cookie(&res).unwrap();
+    let cookie = signed_in_cookie(&app).await;
     assert!(cookie.contains("Secure"), "{cookie}");
 }
 
@@ -642,13 +642,7 @@ async fn a_session_ends_at_its_absolute_timeout_however_active() {
     // the two may straddle a second: then sign in again (a few tries).
     let mut pair = None;
     for _ in 0..5 {
-        let res = app
-            .clone()
-            .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
-            .await
-            .unwrap();
-        let cookie = session_cookie(&res).unwrap();
-        let this = cookie.split(';').next().unwrap().to_string();
+        let this = signed_in_pair(&app).await;
         if admin_page(&app, &this).await.contains("Signed in as") {
             pair = Some(this);
             break;
@@ -973,13 +967,8 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
     use leptos::server_fn::ServerFn;
     let (_c, app) = signed_in_fixture(&[]).await;
-    let res = app
-        .clone()
-        .oneshot(sign_in_request(ADMIN_PW, Some(ORIGIN), None))
-        .await
-        .unwrap();
-    let cookie = session_cookie(&res).unwrap();
-    let cookie = cookie.split(';').next().unwrap();
+    let cookie = signed_in_pair(&app).await;
+    let cookie = cookie.as_str();
     let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";
     let form = |name: &str, k: &str| {
         format!(

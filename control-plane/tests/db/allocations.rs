@@ -1839,7 +1839,7 @@ async fn a_proof_for_one_project_reads_nothing_of_another_projects_allocation() 
         cp.allocation_in(&research, id).await.unwrap().name,
         "proved"
     );
-    let history = cp.gpu_utilisation_history_in(&research, id).await.unwrap();
+    let history = cp.gpu_utilisation_history(&research, id).await.unwrap();
     assert_eq!(history.iter().map(|p| p.percent).collect::<Vec<_>>(), [40]);
 
     assert!(
@@ -1850,7 +1850,7 @@ async fn a_proof_for_one_project_reads_nothing_of_another_projects_allocation() 
         "another project's proof found the allocation"
     );
     assert_eq!(
-        cp.gpu_utilisation_history_in(&inference, id).await.unwrap(),
+        cp.gpu_utilisation_history(&inference, id).await.unwrap(),
         []
     );
 }

@@ -311,17 +311,10 @@ pub trait AllocationsApi {
         id: AllocationId,
     ) -> Result<AllocationDetail>;
 
-    /// The guest's GPU utilisation over the last 24 hours, as 5-minute means, oldest first.
-    /// Viewers of its project only.
+    /// The guest's GPU utilisation over the last 24 hours, as 5-minute means, oldest first,
+    /// for a viewer of its project (proved by [`Self::allocation_access`]). An allocation of
+    /// another project has none.
     async fn gpu_utilisation_history(
-        &self,
-        principal: &crate::auth::Principal,
-        id: AllocationId,
-    ) -> Result<Vec<GpuUtilisation>>;
-
-    /// [`Self::gpu_utilisation_history`] for a caller already proved a viewer of its project.
-    /// An allocation of another project has none.
-    async fn gpu_utilisation_history_in(
         &self,
         who: &Project<ProjectViewers>,
         id: AllocationId,
@@ -691,19 +684,8 @@ impl AllocationsApi for ControlPlane {
         lifecycle::detail(self, who, id, can_release).await
     }
 
-    async fn gpu_utilisation_history(
-        &self,
-        principal: &crate::auth::Principal,
-        id: AllocationId,
-    ) -> Result<Vec<GpuUtilisation>> {
-        let who = self
-            .allocation_access::<ProjectViewers>(principal, id)
-            .await?;
-        self.gpu_utilisation_history_in(&who, id).await
-    }
-
     #[tracing::instrument(skip_all, fields(allocation.id = %id, project.id = %who.id()))]
-    async fn gpu_utilisation_history_in(
+    async fn gpu_utilisation_history(
         &self,
         who: &Project<ProjectViewers>,
         id: AllocationId,
