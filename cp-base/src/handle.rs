@@ -13,9 +13,17 @@ use crate::{MIGRATOR, Result, dns, egress, health, ratelimit, reasons, secrets};
 pub const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The handle the server keeps and passes to every request: a pool and this deployment's
-/// naming. Cheap to clone.
+/// naming. Cheap to clone: one reference count (a page clones it several times, and it was a
+/// dozen counts before; docs/PERFORMANCE.md).
 #[derive(Clone, Debug)]
 pub struct ControlPlane {
+    inner: std::sync::Arc<Inner>,
+}
+
+/// What a handle holds. The `with_*` builders change a handle's own copy (clone-on-write), so
+/// a handle configured from a clone keeps sharing the clone's queues, limits and wakeups.
+#[derive(Clone, Debug)]
+struct Inner {
     pool: PgPool,
     naming: Naming,
     /// For identity providers: addresses a tenant chose, so public https only, no
@@ -154,7 +162,7 @@ impl ControlPlane {
     pub fn new(pool: PgPool, naming: Naming) -> Self {
         let reasons =
             reasons::RefusalReasons::new(reasons::REASONS_TTL).refreshing_from(pool.clone());
-        Self {
+        let inner = Inner {
             pool,
             naming,
             http: egress::Egress::default(),
@@ -185,7 +193,15 @@ impl ControlPlane {
             dummy_hash: Default::default(),
             metrics: Default::default(),
             shared: Default::default(),
+        };
+        Self {
+            inner: std::sync::Arc::new(inner),
         }
+    }
+
+    /// This handle's own copy of what it holds, to configure.
+    fn configure(&mut self) -> &mut Inner {
+        std::sync::Arc::make_mut(&mut self.inner)
     }
 
     /// The handle's one `T`, made with `T::default()` on first use and shared by every clone
@@ -193,7 +209,7 @@ impl ControlPlane {
     /// state a crate above this one keeps per server process without this crate knowing its
     /// type.
     pub fn shared<T: Default + Send + Sync + 'static>(&self) -> std::sync::Arc<T> {
-        let mut all = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.inner.shared.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(found) = all.iter().find_map(|a| a.clone().downcast::<T>().ok()) {
             return found;
         }
@@ -204,7 +220,7 @@ impl ControlPlane {
 
     /// Connects billing to Stripe (or the local Stripe test server).
     pub fn with_stripe(mut self, settings: &crate::stripe_link::StripeSettings) -> Result<Self> {
-        self.stripe = Some(std::sync::Arc::new(crate::stripe_link::StripeLink::new(
+        self.configure().stripe = Some(std::sync::Arc::new(crate::stripe_link::StripeLink::new(
             settings,
         )?));
         Ok(self)
@@ -213,137 +229,136 @@ impl ControlPlane {
     /// How long a launch keeps trying while the nodes that could take it are being reserved
     /// by other launches ([`CONTENTION_DEADLINE`] unless set).
     pub fn with_contention_deadline(mut self, deadline: std::time::Duration) -> Self {
-        self.contention_deadline = deadline;
+        self.configure().contention_deadline = deadline;
         self
     }
 
     /// Reuses the explanation of a refusal for `ttl` ([`reasons::REASONS_TTL`] unless set;
     /// zero recomputes it every time).
     pub fn with_refusal_reasons_ttl(mut self, ttl: std::time::Duration) -> Self {
-        self.reasons = std::sync::Arc::new(
-            reasons::RefusalReasons::new(ttl).refreshing_from(self.pool.clone()),
-        );
+        let reasons = reasons::RefusalReasons::new(ttl).refreshing_from(self.inner.pool.clone());
+        self.configure().reasons = std::sync::Arc::new(reasons);
         self
     }
 
     /// Looks up email-domain proofs at this resolver instead of the system's.
     pub fn with_dns_resolver(mut self, resolver: dns::Resolver) -> Self {
-        self.dns = resolver;
+        self.configure().dns = resolver;
         self
     }
 
     /// Seals stored secrets with `keys` (the server's `PORTAL_SECRET_KEYS`). Without it, a
     /// key that lives as long as this process: fine for tests, useless across a restart.
     pub fn with_secret_keys(mut self, keys: secrets::Keyring) -> Self {
-        self.secrets = std::sync::Arc::new(keys);
+        self.configure().secrets = std::sync::Arc::new(keys);
         self
     }
 
     pub fn secrets(&self) -> &secrets::Keyring {
-        &self.secrets
+        &self.inner.secrets
     }
 
     /// Calls identity providers through `egress` (the dev command and tests allow their
     /// loopback provider with [`egress::Egress::allowing_loopback_http`]).
     pub fn with_egress(mut self, egress: egress::Egress) -> Self {
-        self.http = egress;
+        self.configure().http = egress;
         self
     }
 
     pub fn stripe_configured(&self) -> bool {
-        self.stripe.is_some()
+        self.inner.stripe.is_some()
     }
 
     pub fn stripe_link(&self) -> Option<&crate::stripe_link::StripeLink> {
-        self.stripe.as_deref()
+        self.inner.stripe.as_deref()
     }
 
     /// The dispatcher and claimers wait on these; see [`Wakeups`].
     pub fn wakeups(&self) -> &Wakeups {
-        &self.wake
+        &self.inner.wake
     }
 
     /// The handle's wakeups without keeping them alive (the watcher stops when they go).
     pub fn wakeups_weak(&self) -> std::sync::Weak<Wakeups> {
-        std::sync::Arc::downgrade(&self.wake)
+        std::sync::Arc::downgrade(&self.inner.wake)
     }
 
     pub fn http(&self) -> &egress::Egress {
-        &self.http
+        &self.inner.http
     }
 
     /// The counters `/metrics` serves.
     pub fn metrics(&self) -> &crate::metrics::Metrics {
-        &self.metrics
+        &self.inner.metrics
     }
 
     /// Recent explanations of refusals, shared by placement and the catalog.
     pub fn refusal_reasons(&self) -> &reasons::RefusalReasons {
-        &self.reasons
+        &self.inner.reasons
     }
 
     /// How long a launch waits for candidate nodes other launches are reserving.
     pub fn contention_deadline(&self) -> std::time::Duration {
-        self.contention_deadline
+        self.inner.contention_deadline
     }
 
     /// Break-glass sign-in attempts, per account and per client address.
     pub fn sign_in_limits(&self) -> &ratelimit::SignInLimits {
-        &self.sign_in_limits
+        &self.inner.sign_in_limits
     }
 
     /// Where email-domain proofs are looked up.
     pub fn dns(&self) -> &dns::Resolver {
-        &self.dns
+        &self.inner.dns
     }
 
     /// Email-domain checks per tenant.
     pub fn domain_checks(&self) -> &ratelimit::Limiter {
-        &self.domain_checks
+        &self.inner.domain_checks
     }
 
     /// Public API calls, per token.
     pub fn api_calls(&self) -> &ratelimit::Limiter {
-        &self.api_calls
+        &self.inner.api_calls
     }
 
     /// Refused API tokens, per client address.
     pub fn api_refusals(&self) -> &ratelimit::Limiter {
-        &self.api_refusals
+        &self.inner.api_refusals
     }
 
     /// Unauthenticated API calls, per client address.
     pub fn public_api_calls(&self) -> &ratelimit::Limiter {
-        &self.public_api_calls
+        &self.inner.public_api_calls
     }
 
     /// Turns to compute a password hash ([`CONCURRENT_HASHES`] at once), per handle: each
     /// handle's limit is its own, also when a process holds several (as tests do).
     pub fn hashing(&self) -> &tokio::sync::Semaphore {
-        &self.hashing
+        &self.inner.hashing
     }
 
     /// Where the dummy password hash is made once and kept.
     pub fn dummy_hash_cell(&self) -> &tokio::sync::OnceCell<String> {
-        &self.dummy_hash
+        &self.inner.dummy_hash
     }
 
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.inner.pool
     }
 
     pub fn naming(&self) -> &Naming {
-        &self.naming
+        &self.inner.naming
     }
 
     /// Applies pending migrations (sqlx takes an advisory lock, so replicas may race safely).
     #[tracing::instrument(skip_all)]
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.pool).await?;
+        MIGRATOR.run(&self.inner.pool).await?;
         Ok(())
     }
 
     pub async fn readiness(&self) -> health::Readiness {
-        health::readiness(&self.pool).await
+        health::readiness(&self.inner.pool).await
     }
 }
