@@ -13,8 +13,7 @@ use crate::{MIGRATOR, Result, dns, egress, health, ratelimit, reasons, secrets};
 pub const CONTENTION_DEADLINE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// The handle the server keeps and passes to every request: a pool and this deployment's
-/// naming. Cheap to clone: one reference count (a page clones it several times, and it was a
-/// dozen counts before; docs/PERFORMANCE.md).
+/// naming. Cheap to clone: one reference count.
 #[derive(Clone, Debug)]
 pub struct ControlPlane {
     inner: std::sync::Arc<Inner>,
@@ -360,5 +359,31 @@ impl ControlPlane {
 
     pub async fn readiness(&self) -> health::Readiness {
         health::readiness(&self.inner.pool).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_handle_configured_from_a_clone_changes_only_itself_and_shares_the_rest() {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://nobody@127.0.0.1:1/none")
+            .unwrap();
+        let first = ControlPlane::new(pool, Naming::default());
+        let second = first
+            .clone()
+            .with_contention_deadline(std::time::Duration::from_secs(7));
+        assert_eq!(
+            second.contention_deadline(),
+            std::time::Duration::from_secs(7)
+        );
+        assert_eq!(first.contention_deadline(), CONTENTION_DEADLINE);
+        assert!(std::sync::Arc::ptr_eq(
+            &first.shared::<std::sync::atomic::AtomicU8>(),
+            &second.shared::<std::sync::atomic::AtomicU8>()
+        ));
+        assert!(std::ptr::eq(first.wakeups(), second.wakeups()));
     }
 }
