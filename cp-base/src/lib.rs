@@ -16,6 +16,7 @@ mod handle;
 pub mod health;
 pub mod metrics;
 pub mod naming;
+pub mod pool;
 pub mod ratelimit;
 pub mod reasons;
 pub mod resource_name;

@@ -28,7 +28,7 @@ use http::Request;
 use leptos::config::{Env, LeptosOptions};
 use leptos::prelude::provide_context;
 use leptos_axum::{LeptosRoutes, generate_route_list};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnResponse, TraceLayer};
@@ -103,20 +103,11 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 }
 
 /// A pool that connects lazily: the server starts (and `/readyz` answers 503) while the
-/// database is down, and recovers by itself when it comes back.
-///
-/// sqlx checks every connection with a round trip before handing it out (and again when it
-/// comes back). Without the first check a statement on a connection the database dropped a
-/// moment before would fail instead of going to a new one, which
-/// `the_pool_replaces_connections_the_database_dropped` refuses; so the check stays. Checking
-/// only connections idle for a second, no check at all, and one connection for all of a page's
-/// statements were each measured on the page benchmark, and none was faster beyond the hour's
-/// spread (docs/PERFORMANCE.md, sessions 30, 34 and 35), although `perf` puts the checks at
-/// ~13% of the server's samples (session 36). Pages got faster by running fewer and cheaper
-/// statements instead.
+/// database is down, and recovers by itself when it comes back. How it checks its connections
+/// is the control plane's one policy (`control_plane::pool`).
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
-    Ok(PgPoolOptions::new()
+    Ok(control_plane::pool::options()
         .max_connections(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout())
         .connect_lazy_with(options))

@@ -110,9 +110,11 @@ async fn readyz_follows_the_database_down_and_back() {
     assert_eq!(get(&app, "/api/v1/offers").await.0, StatusCode::OK);
 }
 
-/// A connection the database dropped (a restart, an administrator ending backends) is never
-/// handed to a statement, even one used a moment before: the pool checks it first and opens a
-/// new one.
+/// A connection the database dropped (a restart, an administrator ending backends) is checked
+/// and replaced before a statement sees it once it has sat in the pool past the check window;
+/// one dropped inside the window fails the one statement that gets it (the pool no longer
+/// checks a connection that came back healthy a moment ago: control_plane::pool), and is then
+/// closed, so the statement after it gets a new one.
 #[tokio::test]
 async fn the_pool_replaces_connections_the_database_dropped() {
     let db = test_db::migrated().await;
@@ -131,16 +133,50 @@ async fn the_pool_replaces_connections_the_database_dropped() {
             .unwrap();
         assert!(ended, "backend {pid} ended");
     };
+    let window = control_plane::pool::CHECK_AFTER_IDLE;
 
+    // Past the window: checked, replaced, and the statement never sees the dead one.
     let first = backend().await.unwrap();
     drop_backend(first).await;
+    tokio::time::sleep(window + std::time::Duration::from_millis(100)).await;
     let second = backend().await.expect("a fresh connection, at once");
     assert_ne!(first, second);
 
-    // And again: the replacement is checked like any other.
-    drop_backend(second).await;
-    let third = backend().await.expect("another fresh connection");
-    assert_ne!(second, third);
+    // Inside the window: the one statement that gets the dead connection fails with the
+    // database's word for it, and the next gets a new connection. (A machine too slow to
+    // end a backend inside the window would see it checked instead; try again then.)
+    let mut used = second;
+    let mut failed_once = false;
+    for _ in 0..5 {
+        let before = std::time::Instant::now();
+        drop_backend(used).await;
+        if before.elapsed() >= window / 2 {
+            used = backend().await.unwrap();
+            continue;
+        }
+        let error = backend()
+            .await
+            .expect_err("the dropped connection, unchecked");
+        assert!(
+            error.as_database_error().and_then(|e| e.code()).as_deref() == Some("57P01"),
+            "ended by the administrator: {error}"
+        );
+        assert!(
+            matches!(
+                control_plane::Error::from(error),
+                control_plane::Error::Outage(_)
+            ),
+            "answered as an outage (503, Retry-After), as a request in flight during a restart is"
+        );
+        let next = backend().await.expect("a new connection after the failure");
+        assert_ne!(next, used);
+        failed_once = true;
+        break;
+    }
+    assert!(
+        failed_once,
+        "ending a backend took longer than half the check window five times"
+    );
 }
 
 #[tokio::test]

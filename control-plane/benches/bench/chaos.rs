@@ -26,7 +26,6 @@ use control_plane::ControlPlane;
 use control_plane::Naming;
 use control_plane::reconcile::ReconcileApi;
 use serde_json::{Value, json};
-use sqlx::postgres::PgPoolOptions;
 
 use crate::common::{KEY, flag};
 
@@ -372,7 +371,7 @@ async fn audit_async() -> bool {
     let answers: String = flag("--answers", "chaos-answers.tsv".to_string());
     let faults: String = flag("--faults", "chaos-faults.tsv".to_string());
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = PgPoolOptions::new()
+    let pool = control_plane::pool::options()
         .max_connections(4)
         .connect(&url)
         .await

@@ -7,7 +7,6 @@ use control_plane::allocations::LaunchRequest;
 use control_plane::prelude::*;
 use control_plane::{ControlPlane, Naming, UserId};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
 /// The demo's alice, who operates Acme's projects.
 pub const ALICE: UserId = UserId(uuid::uuid!("0a0e0000-0000-4000-8002-000000000001"));
@@ -35,7 +34,7 @@ pub fn launch_request(sku: &str, name: String, idempotency_key: String) -> Launc
 /// and seeded with the demo data.
 pub async fn seeded(connections: u32) -> (PgPool, ControlPlane) {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
-    let pool = PgPoolOptions::new()
+    let pool = control_plane::pool::options()
         .max_connections(connections)
         .connect(&url)
         .await

@@ -23,7 +23,6 @@ use control_plane::billing::invoices::close_months;
 use control_plane::billing::rating::rate_batch;
 use control_plane::demo::{ACME, ACME_RESEARCH};
 use control_plane::{ControlPlane, Naming, UserId};
-use sqlx::postgres::PgPoolOptions;
 use time::macros::datetime;
 
 use crate::common::flag;
@@ -37,7 +36,7 @@ pub async fn main() {
     let hours: i64 = flag("--hours", 100);
     let batch: i64 = flag("--batch", 5000);
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = PgPoolOptions::new()
+    let pool = control_plane::pool::options()
         .max_connections(4)
         .connect(&url)
         .await
