@@ -178,11 +178,11 @@ async fn demo_principal(cp: &crate::ControlPlane, email: &str) -> Result<crate::
 
 impl DemoApi for crate::ControlPlane {
     async fn seed_demo(&self) -> Result<SeedReport> {
-        seed(self.pool(), self.naming()).await
+        seed(self.pool().sqlx(), self.naming()).await
     }
 
     async fn seed_demo_identity_providers(&self, issuer: &str, secret: &str) -> Result<()> {
-        seed_identity_providers(self.pool(), self.secrets(), issuer, secret).await
+        seed_identity_providers(self.pool().sqlx(), self.secrets(), issuer, secret).await
     }
 
     async fn demo_api_token(

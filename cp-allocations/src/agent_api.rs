@@ -363,7 +363,10 @@ impl AgentApi for ControlPlane {
     async fn claim_task(&self, agent: &NodeAgent, wait: Duration) -> Result<Option<ClaimedTask>> {
         let deadline = tokio::time::Instant::now() + wait;
         if !wait.is_zero() && self.wakeups().should_start_watcher() {
-            tokio::spawn(watch_queued_tasks(self.pool().clone(), self.wakeups_weak()));
+            tokio::spawn(watch_queued_tasks(
+                self.pool().sqlx().clone(),
+                self.wakeups_weak(),
+            ));
         }
         let waiting = self.wakeups().wait_for(agent.id);
         loop {

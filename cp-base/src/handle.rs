@@ -23,7 +23,7 @@ pub struct ControlPlane {
 /// a handle configured from a clone keeps sharing the clone's queues, limits and wakeups.
 #[derive(Clone, Debug)]
 struct Inner {
-    pool: PgPool,
+    pool: crate::pool::Db,
     naming: Naming,
     /// For identity providers: addresses a tenant chose, so public https only, no
     /// redirects, bounded answers (see [`egress`]).
@@ -162,7 +162,7 @@ impl ControlPlane {
         let reasons =
             reasons::RefusalReasons::new(reasons::REASONS_TTL).refreshing_from(pool.clone());
         let inner = Inner {
-            pool,
+            pool: crate::pool::Db::new(pool),
             naming,
             http: egress::Egress::default(),
             secrets: std::sync::Arc::new(secrets::Keyring::ephemeral()),
@@ -235,7 +235,8 @@ impl ControlPlane {
     /// Reuses the explanation of a refusal for `ttl` ([`reasons::REASONS_TTL`] unless set;
     /// zero recomputes it every time).
     pub fn with_refusal_reasons_ttl(mut self, ttl: std::time::Duration) -> Self {
-        let reasons = reasons::RefusalReasons::new(ttl).refreshing_from(self.inner.pool.clone());
+        let reasons =
+            reasons::RefusalReasons::new(ttl).refreshing_from(self.inner.pool.sqlx().clone());
         self.configure().reasons = std::sync::Arc::new(reasons);
         self
     }
@@ -342,7 +343,7 @@ impl ControlPlane {
         &self.inner.dummy_hash
     }
 
-    pub fn pool(&self) -> &PgPool {
+    pub fn pool(&self) -> &crate::pool::Db {
         &self.inner.pool
     }
 
@@ -353,12 +354,12 @@ impl ControlPlane {
     /// Applies pending migrations (sqlx takes an advisory lock, so replicas may race safely).
     #[tracing::instrument(skip_all)]
     pub async fn migrate(&self) -> Result<()> {
-        MIGRATOR.run(&self.inner.pool).await?;
+        MIGRATOR.run(self.inner.pool.sqlx()).await?;
         Ok(())
     }
 
     pub async fn readiness(&self) -> health::Readiness {
-        health::readiness(&self.inner.pool).await
+        health::readiness(self.inner.pool.sqlx()).await
     }
 }
 

@@ -1,32 +1,55 @@
-//! How the control plane's connection pool checks its connections: one policy for the server,
-//! the benchmarks and whatever else opens a pool for the control plane.
+//! The control plane's database: how its connections are checked, and where single
+//! statements run.
 //!
 //! sqlx 0.8 checks a connection with a round trip (a `Sync` and its `ReadyForQuery`) each time
-//! it comes back to the pool, and by default again each time the pool hands it out. A statement
-//! run on the pool therefore cost three round trips, two of them checks: at saturation the
-//! checks were ~12% of the server's samples (docs/PERFORMANCE.md, session 38), and each also
-//! wakes a backend on the other core. The second check tells nothing new about a connection
-//! that passed the first a moment ago, so, as HikariCP's `aliveBypassWindowMs` does, the pool
-//! hands out without a check a connection that came back healthy less than
-//! [`CHECK_AFTER_IDLE`] ago, and checks any that has sat longer.
+//! it comes back to its pool, and by default again each time the pool hands it out. A
+//! statement run on the pool therefore cost three round trips, two of them checks: at
+//! saturation the checks were ~12% of the server's samples (docs/PERFORMANCE.md, session 38),
+//! and each also wakes a backend on the other core.
 //!
-//! What this gives up: a connection the database drops inside that window (a restart, an
+//! - **sqlx's pool** ([`options`]) hands out without a second check a connection that came back
+//!   healthy less than [`CHECK_AFTER_IDLE`] ago (as HikariCP's `aliveBypassWindowMs` does), and
+//!   checks any that sat longer. Transactions and connections a caller holds come from it: its
+//!   check on return also flushes a dropped transaction's `ROLLBACK`.
+//! - **A single statement** run on [`Db`] (`.fetch_one(cp.pool())`, most of what pages read)
+//!   takes a connection from a second set of its own (as many as the pool's), which needs no
+//!   check when the connection comes back: a statement that finished leaves nothing to flush,
+//!   and a connection whose statement was cancelled, broke or ended in a `FATAL` is closed, not
+//!   kept. The same window decides when it is checked before use. Its rows are read whole
+//!   before the first is handed on, so it never holds a connection while its caller works.
+//!
+//! What the window gives up: a connection the database drops inside it (a restart, an
 //! administrator ending backends) reaches one statement, which fails with the database's
-//! error instead of going to a new connection; the failed connection then fails its check on
-//! the way back and is closed, so the next statement gets a new one. A restart fails requests
+//! error, as an outage (503, `Retry-After`), instead of going to a new connection; the failed
+//! connection is then closed, so the next statement gets a new one. A restart fails requests
 //! in flight anyway; this adds at most one per pooled connection, in the first half second.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use sqlx::Connection;
-use sqlx::postgres::PgPoolOptions;
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use futures_util::{StreamExt, TryStreamExt};
+use sqlx::postgres::{
+    PgConnectOptions, PgConnection, PgDatabaseError, PgPoolOptions, PgQueryResult, PgRow,
+    PgSeverity, PgStatement, PgTypeInfo,
+};
+use sqlx::{Connection, Either, Execute, Executor, PgPool, Postgres};
 
 /// How long a connection may sit in the pool after its last check and still be handed out
 /// without another.
 pub const CHECK_AFTER_IDLE: Duration = Duration::from_millis(500);
 
+/// Options for sqlx's pool of a handle that may open `connections` in all: half of them (rounded
+/// up) for the pool, and [`Db::new`] opens as many again for single statements. Splitting one
+/// budget keeps what an operator sizes PostgreSQL for; on two cores, twice the connections
+/// measured slower than the same number split (docs/PERFORMANCE.md, session 39).
+pub fn sized(connections: u32) -> PgPoolOptions {
+    options().max_connections(connections.div_ceil(2))
+}
+
 /// Pool options with the control plane's connection checks; the caller adds its size and
-/// timeouts.
+/// timeouts ([`sized`] does the size).
 pub fn options() -> PgPoolOptions {
     PgPoolOptions::new()
         .test_before_acquire(false)
@@ -39,4 +62,255 @@ pub fn options() -> PgPoolOptions {
                 Ok(true)
             })
         })
+}
+
+/// A connection older than this is closed rather than reused (sqlx's pool does the same with
+/// its `max_lifetime`), so memory a backend grew over a long life goes back.
+const MAX_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
+/// The control plane's database: sqlx's pool for transactions and held connections
+/// ([`Db::begin`], [`Db::acquire`]), and single statements run on `&Db` on connections of its
+/// own that skip sqlx's check on return (see the module's documentation). Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Db {
+    pool: PgPool,
+    statements: Arc<Statements>,
+}
+
+/// The connections single statements run on.
+struct Statements {
+    connect: PgConnectOptions,
+    idle: Mutex<Vec<Idle>>,
+    /// One for each connection open or opening; as many as sqlx's pool has at most.
+    permits: tokio::sync::Semaphore,
+    max: usize,
+    acquire_timeout: Duration,
+}
+
+impl std::fmt::Debug for Statements {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Statements")
+            .field("idle", &self.idle.lock().map(|i| i.len()).unwrap_or(0))
+            .field("available", &self.permits.available_permits())
+            .finish()
+    }
+}
+
+struct Idle {
+    conn: PgConnection,
+    since: Instant,
+    born: Instant,
+}
+
+/// A statement's connection; back to the idle set only if [`Lease::keep_if`] saw the statement
+/// end with the database's answer.
+struct Lease<'a> {
+    statements: &'a Statements,
+    conn: Option<(PgConnection, Instant)>,
+    keep: bool,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Lease<'_> {
+    fn conn(&mut self) -> &mut PgConnection {
+        &mut self.conn.as_mut().expect("held until dropped").0
+    }
+
+    /// A statement that succeeded, or that the database refused with an ordinary error, leaves
+    /// the connection ready for the next (sqlx reads any answer still owed before its next
+    /// statement); anything else (a `FATAL` that ends the backend, a broken socket, a protocol
+    /// error, a decode error midway) may not.
+    fn keep_if<T>(&mut self, result: &Result<T, sqlx::Error>) {
+        self.keep = match result {
+            Ok(_) => true,
+            Err(sqlx::Error::Database(e)) => e
+                .try_downcast_ref::<PgDatabaseError>()
+                .is_some_and(|e| !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
+            Err(_) => false,
+        };
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        if let (true, Some((conn, born))) = (self.keep, self.conn.take())
+            && let Ok(mut idle) = self.statements.idle.lock()
+        {
+            idle.push(Idle {
+                conn,
+                since: Instant::now(),
+                born,
+            });
+        }
+        // Otherwise the connection is dropped here (its socket closed) and its permit with it.
+    }
+}
+
+impl Statements {
+    async fn lease(&self) -> Result<Lease<'_>, sqlx::Error> {
+        tokio::time::timeout(self.acquire_timeout, self.lease_now())
+            .await
+            .map_err(|_| sqlx::Error::PoolTimedOut)?
+    }
+
+    async fn lease_now(&self) -> Result<Lease<'_>, sqlx::Error> {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        loop {
+            // The most recently used first: under load the same few stay warm.
+            let idle = self.idle.lock().ok().and_then(|mut i| i.pop());
+            let Some(mut idle) = idle else { break };
+            if idle.born.elapsed() >= MAX_LIFETIME {
+                continue;
+            }
+            if idle.since.elapsed() >= CHECK_AFTER_IDLE && idle.conn.ping().await.is_err() {
+                continue;
+            }
+            return Ok(Lease {
+                statements: self,
+                conn: Some((idle.conn, idle.born)),
+                keep: false,
+                _permit: permit,
+            });
+        }
+        let conn = PgConnection::connect_with(&self.connect).await?;
+        Ok(Lease {
+            statements: self,
+            conn: Some((conn, Instant::now())),
+            keep: false,
+            _permit: permit,
+        })
+    }
+}
+
+impl Db {
+    /// Single statements get as many connections of their own as `pool` may open, with its
+    /// connect options and acquire timeout; the pool keeps transactions and held connections.
+    pub fn new(pool: PgPool) -> Db {
+        let max = pool.options().get_max_connections() as usize;
+        let statements = Statements {
+            connect: pool.connect_options().as_ref().clone(),
+            idle: Mutex::new(Vec::new()),
+            permits: tokio::sync::Semaphore::new(max),
+            max,
+            acquire_timeout: pool.options().get_acquire_timeout(),
+        };
+        Db {
+            pool,
+            statements: Arc::new(statements),
+        }
+    }
+
+    /// sqlx's pool, for what takes one (migrations, the benchmarks' set-up).
+    pub fn sqlx(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, Postgres>, sqlx::Error> {
+        self.pool.begin().await
+    }
+
+    pub async fn acquire(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, sqlx::Error> {
+        self.pool.acquire().await
+    }
+
+    /// Closing sqlx's pool (at shutdown) closes the statements' too.
+    fn open(&self) -> Result<(), sqlx::Error> {
+        if self.pool.is_closed() {
+            if let Ok(mut idle) = self.statements.idle.lock() {
+                idle.clear();
+            }
+            return Err(sqlx::Error::PoolClosed);
+        }
+        Ok(())
+    }
+
+    /// This handle's open connections, sqlx's pool's and the statements' together:
+    /// (in use, idle).
+    pub fn connections(&self) -> (u64, u64) {
+        let idle = self.statements.idle.lock().map(|i| i.len()).unwrap_or(0);
+        let open = self.statements.max - self.statements.permits.available_permits();
+        let pool_idle = self.pool.num_idle();
+        let pool_used = (self.pool.size() as usize).saturating_sub(pool_idle);
+        (
+            (pool_used + open.saturating_sub(idle)) as u64,
+            (pool_idle + idle) as u64,
+        )
+    }
+
+    /// The most connections this handle opens: sqlx's pool's and as many again for
+    /// statements.
+    pub fn max_connections(&self) -> u64 {
+        (self.pool.options().get_max_connections() as u64) + self.statements.max as u64
+    }
+}
+
+/// A single statement on `&Db` runs on a statement connection (see the module's
+/// documentation). Its rows are read whole before the first is handed on, so a statement never
+/// holds its connection while the caller works through them.
+impl<'c> Executor<'c> for &'c Db {
+    type Database = Postgres;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<PgQueryResult, PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        let all = async move {
+            self.open()?;
+            let mut lease = self.statements.lease().await?;
+            let result: Result<Vec<_>, sqlx::Error> =
+                lease.conn().fetch_many(query).try_collect().await;
+            lease.keep_if(&result);
+            result
+        };
+        futures_util::stream::once(all)
+            .map_ok(|steps| futures_util::stream::iter(steps.into_iter().map(Ok)))
+            .try_flatten()
+            .boxed()
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<PgRow>, sqlx::Error>>
+    where
+        'c: 'e,
+        E: 'q + Execute<'q, Postgres>,
+    {
+        Box::pin(async move {
+            self.open()?;
+            let mut lease = self.statements.lease().await?;
+            let result = lease.conn().fetch_optional(query).await;
+            lease.keep_if(&result);
+            result
+        })
+    }
+
+    fn prepare_with<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+        parameters: &'e [PgTypeInfo],
+    ) -> BoxFuture<'e, Result<PgStatement<'q>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.pool.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e, 'q: 'e>(
+        self,
+        sql: &'q str,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    where
+        'c: 'e,
+    {
+        self.pool.describe(sql)
+    }
 }

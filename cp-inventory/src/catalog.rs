@@ -79,11 +79,11 @@ impl CatalogApi for ControlPlane {
 
     async fn keep_availability(&self) -> Result<AvailabilityUpkeep> {
         let owed = self.shared::<crate::placement::LogUpkeep>();
-        crate::placement::sweep_and_compact(self.pool(), &owed).await
+        crate::placement::sweep_and_compact(self.pool().sqlx(), &owed).await
     }
 
     async fn rebase_availability(&self) -> Result<Option<i64>> {
-        let off = crate::placement::rebase(self.pool()).await?;
+        let off = crate::placement::rebase(self.pool().sqlx()).await?;
         if let Some(off) = off {
             self.metrics().availability_recounted(off);
             if off != 0 {

@@ -121,7 +121,8 @@ pub struct Config {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: DatabaseUrl,
 
-    /// Most connections the pool opens.
+    /// Most database connections the server opens: half (rounded up) for transactions and held
+    /// connections, as many for single statements (`control_plane::pool`).
     #[arg(long, env = "PORTAL_DB_MAX_CONNECTIONS", default_value_t = 10)]
     pub db_max_connections: u32,
 

@@ -107,8 +107,7 @@ pub fn leptos_options(config: &Config) -> LeptosOptions {
 /// is the control plane's one policy (`control_plane::pool`).
 pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
     let options: PgConnectOptions = config.database_url.expose().parse()?;
-    Ok(control_plane::pool::options()
-        .max_connections(config.db_max_connections)
+    Ok(control_plane::pool::sized(config.db_max_connections)
         .acquire_timeout(config.db_acquire_timeout())
         .connect_lazy_with(options))
 }

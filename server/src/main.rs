@@ -192,7 +192,8 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
         let report = cp.seed_demo().await?;
         tracing::info!(?report, "demo data loaded");
         let runs =
-            control_plane::demo::seed_billing(cp.pool(), time::OffsetDateTime::now_utc()).await?;
+            control_plane::demo::seed_billing(cp.pool().sqlx(), time::OffsetDateTime::now_utc())
+                .await?;
         tracing::info!(billing.imported_runs = runs, "demo billing history loaded");
         if let (Some(issuer), Some(secret)) =
             (&config.demo_idp_issuer, &config.demo_idp_client_secret)

@@ -84,24 +84,24 @@ impl ServerMetrics {
         state_gauges(&mut r, &gauges);
         let pool = self.cp.pool();
         let conns = Family::<StateLabel, Gauge>::default();
-        let idle = pool.num_idle() as i64;
+        let (in_use, idle) = pool.connections();
         conns
             .get_or_create(&StateLabel {
                 state: "idle".into(),
             })
-            .set(idle);
+            .set(idle as i64);
         conns
             .get_or_create(&StateLabel {
                 state: "in_use".into(),
             })
-            .set(i64::from(pool.size()) - idle);
+            .set(in_use as i64);
         r.register(
             "gpuaas_db_pool_connections",
             "Database connections of this server, by state",
             conns,
         );
         let max: Gauge = Gauge::default();
-        max.set(i64::from(pool.options().get_max_connections()));
+        max.set(pool.max_connections() as i64);
         r.register(
             "gpuaas_db_pool_max_connections",
             "The most database connections this server opens",

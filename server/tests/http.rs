@@ -111,20 +111,29 @@ async fn readyz_follows_the_database_down_and_back() {
 }
 
 /// A connection the database dropped (a restart, an administrator ending backends) is checked
-/// and replaced before a statement sees it once it has sat in the pool past the check window;
-/// one dropped inside the window fails the one statement that gets it (the pool no longer
-/// checks a connection that came back healthy a moment ago: control_plane::pool), and is then
-/// closed, so the statement after it gets a new one.
+/// and replaced before a statement sees it once it has sat past the check window; one dropped
+/// inside the window fails the one statement that gets it (neither sqlx's pool nor the
+/// statements' connections check one that came back healthy a moment ago:
+/// control_plane::pool), as an outage, and is then closed, so the statement after it gets a
+/// new one. Both ways a statement reaches the database: sqlx's pool and the handle's `Db`.
 #[tokio::test]
 async fn the_pool_replaces_connections_the_database_dropped() {
     let db = test_db::migrated().await;
     let pool = server::pool(&config(&db.url())).unwrap();
+    dropped_connections_are_replaced(&pool, db.pool()).await;
+    let statements = control_plane::pool::Db::new(server::pool(&config(&db.url())).unwrap());
+    dropped_connections_are_replaced(&statements, db.pool()).await;
+}
+
+async fn dropped_connections_are_replaced<'a, E>(statements: E, killer: &sqlx::PgPool)
+where
+    E: sqlx::Executor<'a, Database = sqlx::Postgres> + Copy,
+{
     let backend = || async {
         sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()")
-            .fetch_one(&pool)
+            .fetch_one(statements)
             .await
     };
-    let killer = db.pool();
     let drop_backend = |pid: i32| async move {
         let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
             .bind(pid)

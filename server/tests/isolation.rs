@@ -855,14 +855,14 @@ async fn build_world(pool: sqlx::PgPool) {
     .unwrap();
     drop(conn);
     control_plane::billing::rating::rate_until(
-        &pool,
+        cp.pool(),
         time::macros::datetime!(2026-11-01 00:00 UTC),
         100,
     )
     .await
     .unwrap();
     control_plane::billing::invoices::close_months(
-        &pool,
+        cp.pool(),
         time::macros::datetime!(2026-11-02 00:00 UTC),
     )
     .await

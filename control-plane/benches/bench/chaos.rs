@@ -371,8 +371,7 @@ async fn audit_async() -> bool {
     let answers: String = flag("--answers", "chaos-answers.tsv".to_string());
     let faults: String = flag("--faults", "chaos-faults.tsv".to_string());
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = control_plane::pool::options()
-        .max_connections(4)
+    let pool = control_plane::pool::sized(4)
         .connect(&url)
         .await
         .expect("connects");

@@ -34,8 +34,7 @@ pub fn launch_request(sku: &str, name: String, idempotency_key: String) -> Launc
 /// and seeded with the demo data.
 pub async fn seeded(connections: u32) -> (PgPool, ControlPlane) {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL names an empty database");
-    let pool = control_plane::pool::options()
-        .max_connections(connections)
+    let pool = control_plane::pool::sized(connections)
         .connect(&url)
         .await
         .expect("connects");

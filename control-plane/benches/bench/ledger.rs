@@ -36,8 +36,7 @@ pub async fn main() {
     let hours: i64 = flag("--hours", 100);
     let batch: i64 = flag("--batch", 5000);
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
-    let pool = control_plane::pool::options()
-        .max_connections(4)
+    let pool = control_plane::pool::sized(4)
         .connect(&url)
         .await
         .expect("connect");
@@ -146,7 +145,7 @@ pub async fn main() {
     };
     while clock <= until {
         loop {
-            let r = rate_batch(&pool, clock, batch).await.expect("rating");
+            let r = rate_batch(cp.pool(), clock, batch).await.expect("rating");
             if r.intervals == 0 {
                 break;
             }
@@ -170,7 +169,7 @@ pub async fn main() {
 
     // 2. Month close.
     let t = Instant::now();
-    let closed = close_months(&pool, until).await.expect("close");
+    let closed = close_months(cp.pool(), until).await.expect("close");
     let secs = t.elapsed().as_secs_f64();
     println!(
         "invoices: {} built and finalised for October in {secs:.2} s ({:.1} ms per invoice)",

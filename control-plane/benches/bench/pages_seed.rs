@@ -122,7 +122,7 @@ pub async fn main() {
         .expect("imports");
     }
     drop(conn);
-    let rated = rate_until(&pool, now - time::Duration::minutes(5), 5000)
+    let rated = rate_until(cp.pool(), now - time::Duration::minutes(5), 5000)
         .await
         .expect("rates");
     println!(

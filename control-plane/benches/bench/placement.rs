@@ -372,8 +372,7 @@ pub async fn main() {
     // second server process would be.
     let mut servers = vec![cp.clone()];
     for _ in 1..replicas {
-        let pool = control_plane::pool::options()
-            .max_connections(clients as u32 + 4)
+        let pool = control_plane::pool::sized(clients as u32 + 4)
             .connect_with(pool.connect_options().as_ref().clone())
             .await
             .expect("a second pool");

@@ -1115,7 +1115,7 @@ async fn thirty_two_concurrent_launches_onto_exactly_enough_capacity_all_succeed
     // As many connections as launchers, so they really run at once.
     let wide = sqlx::postgres::PgPoolOptions::new()
         .max_connections(33)
-        .connect_with(pool.connect_options().as_ref().clone())
+        .connect_with(pool.sqlx().connect_options().as_ref().clone())
         .await
         .unwrap();
     // Waiting is what is tested, not how fast: a deadline no loaded test machine reaches (the
@@ -1169,7 +1169,7 @@ async fn two_servers_placing_and_releasing_in_groups_place_exactly_the_free_gpus
     for _ in 0..2 {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(12)
-            .connect_with(cp.pool().connect_options().as_ref().clone())
+            .connect_with(cp.pool().sqlx().connect_options().as_ref().clone())
             .await
             .unwrap();
         servers.push(
@@ -2691,7 +2691,7 @@ async fn a_waiting_claim_looks_only_when_nudged_and_finds_another_servers_task()
     let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
     let bob = member(&cp, BOB, ACME_RESEARCH).await;
     // Another server: its own handle (its own nudges and watcher) on the same database.
-    let other = ControlPlane::new(cp.pool().clone(), Naming::default());
+    let other = ControlPlane::new(cp.pool().sqlx().clone(), Naming::default());
     let checks = other.metrics().claim_checks();
     assert!(
         other

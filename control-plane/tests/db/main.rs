@@ -13,6 +13,7 @@ mod fleet;
 mod id_token;
 mod marketplace;
 mod policy;
+mod pool;
 mod projects;
 mod reconcile;
 mod sessions;

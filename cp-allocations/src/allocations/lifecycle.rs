@@ -106,7 +106,7 @@ pub(crate) async fn begin_release(
 
 /// [`end_unstarted`] after a release has committed: a failure leaves the ordinary release
 /// (the wipe) and is logged, since the release itself succeeded.
-pub(crate) async fn end_unstarted_or_log(pool: &sqlx::PgPool, ids: &[AllocationId]) {
+pub(crate) async fn end_unstarted_or_log(pool: &crate::pool::Db, ids: &[AllocationId]) {
     if let Err(e) = end_unstarted(pool, ids).await {
         tracing::warn!(error.cause = %e, allocations = ids.len(),
                        "releases no host saw wait for their wipe: ending them at once failed");
@@ -122,7 +122,7 @@ pub(crate) async fn end_unstarted_or_log(pool: &sqlx::PgPool, ids: &[AllocationI
 /// that an agent had any task of, is left to its wipe; so is everything, if this never runs.
 /// Locks nodes, then allocations, then tasks, the order every lifecycle change takes.
 pub(crate) async fn end_unstarted(
-    pool: &sqlx::PgPool,
+    pool: &crate::pool::Db,
     ids: &[AllocationId],
 ) -> Result<Vec<AllocationId>> {
     if ids.is_empty() {

@@ -9,7 +9,7 @@
 //! or lines, and any charge rated into its month.
 
 use serde_json::json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::Micros;
@@ -44,7 +44,10 @@ pub struct Closed {
 /// exist yet. Idempotent. An older month left open (the worker was down for a quarter) is
 /// closed with [`close_month`] by hand.
 #[tracing::instrument(skip(pool))]
-pub async fn close_months(pool: &PgPool, now: time::OffsetDateTime) -> Result<Vec<Closed>> {
+pub async fn close_months(
+    pool: &crate::pool::Db,
+    now: time::OffsetDateTime,
+) -> Result<Vec<Closed>> {
     // One index probe per (tenant, currency, month): tenants with rated usage have a
     // receivable account in its currency; a month is due when it has charges and no invoice.
     let due = sqlx::query!(
@@ -79,7 +82,7 @@ pub async fn close_months(pool: &PgPool, now: time::OffsetDateTime) -> Result<Ve
 /// `None` when the month is already invoiced, or not fully rated yet.
 #[tracing::instrument(skip(pool), fields(tenant.id = %tenant, invoice.month = %month))]
 pub async fn close_month(
-    pool: &PgPool,
+    pool: &crate::pool::Db,
     tenant: TenantId,
     month: time::Date,
     currency: &str,

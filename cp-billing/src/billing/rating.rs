@@ -17,7 +17,6 @@
 //! impossible.
 
 use serde::Serialize;
-use sqlx::PgPool;
 
 use crate::error::Result;
 
@@ -44,7 +43,11 @@ pub struct Rated {
 
 /// Rates at most `batch` (allocation, span) charges' worth of time that is over by `until`.
 #[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
-pub async fn rate_batch(pool: &PgPool, until: time::OffsetDateTime, batch: i64) -> Result<Rated> {
+pub async fn rate_batch(
+    pool: &crate::pool::Db,
+    until: time::OffsetDateTime,
+    batch: i64,
+) -> Result<Rated> {
     let mut tx = pool.begin().await?;
     sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
         .execute(&mut *tx)
@@ -201,7 +204,11 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT coalesce(sum(hours), 0) 
 }
 
 /// Rates everything that is over by `until`, batch by batch, until a batch finds nothing.
-pub async fn rate_until(pool: &PgPool, until: time::OffsetDateTime, batch: i64) -> Result<Rated> {
+pub async fn rate_until(
+    pool: &crate::pool::Db,
+    until: time::OffsetDateTime,
+    batch: i64,
+) -> Result<Rated> {
     let mut total = Rated::default();
     loop {
         let r = rate_batch(pool, until, batch).await?;
@@ -218,7 +225,7 @@ pub async fn rate_until(pool: &PgPool, until: time::OffsetDateTime, batch: i64) 
 
 /// Allocations whose usage rating leaves alone because their price or fee is out of bounds;
 /// logged as an error each time, since their tenants are not being billed.
-async fn held(pool: &PgPool) -> Result<Vec<crate::AllocationId>> {
+async fn held(pool: &crate::pool::Db) -> Result<Vec<crate::AllocationId>> {
     let held = sqlx::query_scalar!(
         r#"SELECT allocation_id AS "id: crate::AllocationId" FROM usage_intervals
            WHERE NOT fully_rated AND (price_per_hour_minor > $1 OR fee_per_hour_minor > $1)
@@ -239,6 +246,6 @@ async fn held(pool: &PgPool) -> Result<Vec<crate::AllocationId>> {
 }
 
 /// Rates what is over by the horizon behind the clock: what the worker calls each round.
-pub async fn rate_now(pool: &PgPool, batch: i64) -> Result<Rated> {
+pub async fn rate_now(pool: &crate::pool::Db, batch: i64) -> Result<Rated> {
     rate_until(pool, time::OffsetDateTime::now_utc() - HORIZON, batch).await
 }
