@@ -99,7 +99,10 @@ impl From<sqlx::Error> for Error {
                 field: "text",
                 reason: "contains a NUL character (U+0000), which can't be stored".into(),
             },
-            _ if is_outage(&e) => Error::Outage(e),
+            _ if is_outage(&e) => {
+                crate::pool::outage_seen();
+                Error::Outage(e)
+            }
             _ => Error::Database(e),
         }
     }

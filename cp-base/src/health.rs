@@ -38,7 +38,7 @@ pub async fn readiness(pool: &PgPool) -> Readiness {
         .await
     {
         Ok(t) => t,
-        Err(e) => return Readiness::DatabaseUnavailable(e.to_string()),
+        Err(e) => return unavailable(e),
     };
     if table.is_none() {
         return Readiness::MigrationsPending {
@@ -52,7 +52,7 @@ pub async fn readiness(pool: &PgPool) -> Readiness {
             .await
         {
             Ok(v) => v,
-            Err(e) => return Readiness::DatabaseUnavailable(e.to_string()),
+            Err(e) => return unavailable(e),
         };
     let missing = expected.iter().filter(|v| !applied.contains(v)).count();
     if missing == 0 {
@@ -65,4 +65,11 @@ pub async fn readiness(pool: &PgPool) -> Readiness {
             expected: expected.len(),
         }
     }
+}
+
+fn unavailable(e: sqlx::Error) -> Readiness {
+    if crate::error::is_outage(&e) {
+        crate::pool::outage_seen();
+    }
+    Readiness::DatabaseUnavailable(e.to_string())
 }

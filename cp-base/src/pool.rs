@@ -21,10 +21,13 @@
 //! What the window gives up: a connection the database drops inside it (a restart, an
 //! administrator ending backends) reaches one statement, which fails with the database's
 //! error, as an outage (503, `Retry-After`), instead of going to a new connection; the failed
-//! connection is then closed, so the next statement gets a new one. A restart fails requests
-//! in flight anyway; this adds at most one per pooled connection, in the first half second.
+//! connection is then closed, so the next statement gets a new one. Such a failure is noted
+//! ([`outage_seen`]), and from then on every connection that sat idle since is checked before
+//! use, so a restart the process didn't see costs it one failed statement. A restart fails
+//! requests in flight anyway.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
@@ -39,6 +42,33 @@ use sqlx::{Connection, Either, Execute, Executor, PgPool, Postgres};
 /// How long a connection may sit in the pool after its last check and still be handed out
 /// without another.
 pub const CHECK_AFTER_IDLE: Duration = Duration::from_millis(500);
+
+/// When this process last saw a statement fail because the database was unreachable or
+/// restarting (micro-seconds after [`epoch`], 0 for never). Any connection that has sat idle
+/// since then is checked before its next use, however briefly it sat: a restart costs a process
+/// one failed statement, not one per pooled connection.
+static LAST_OUTAGE_US: AtomicU64 = AtomicU64::new(0);
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Notes that a statement just failed as an outage (`error::is_outage`); the one mapping of
+/// database errors (`Error::from`) and readiness call it.
+pub fn outage_seen() {
+    let now = epoch().elapsed().as_micros() as u64 + 1;
+    LAST_OUTAGE_US.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Whether a connection that has sat idle for `idle_for` is checked before it is used.
+fn needs_check(idle_for: Duration) -> bool {
+    if idle_for >= CHECK_AFTER_IDLE {
+        return true;
+    }
+    let outage = LAST_OUTAGE_US.load(Ordering::Relaxed);
+    outage != 0 && Duration::from_micros(outage) >= epoch().elapsed().saturating_sub(idle_for)
+}
 
 /// Options for sqlx's pool of a handle that may open `connections` in all: half of them (rounded
 /// up) for the pool, and [`Db::new`] opens as many again for single statements. Splitting one
@@ -55,7 +85,7 @@ pub fn options() -> PgPoolOptions {
         .test_before_acquire(false)
         .before_acquire(|conn, meta| {
             Box::pin(async move {
-                if meta.idle_for >= CHECK_AFTER_IDLE {
+                if needs_check(meta.idle_for) {
                     // An error closes this connection and the pool tries another.
                     conn.ping().await?;
                 }
@@ -128,6 +158,11 @@ impl Lease<'_> {
                 .is_some_and(|e| !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
             Err(_) => false,
         };
+        if let Err(e) = result
+            && crate::error::is_outage(e)
+        {
+            outage_seen();
+        }
     }
 }
 
@@ -166,7 +201,7 @@ impl Statements {
             if idle.born.elapsed() >= MAX_LIFETIME {
                 continue;
             }
-            if idle.since.elapsed() >= CHECK_AFTER_IDLE && idle.conn.ping().await.is_err() {
+            if needs_check(idle.since.elapsed()) && idle.conn.ping().await.is_err() {
                 continue;
             }
             return Ok(Lease {
