@@ -70,22 +70,7 @@ impl Error {
     }
 }
 
-/// Whether a database error means the database is unreachable or restarting, rather than that
-/// a statement is wrong: no connection (I/O, pool timeout, a closed pool), or PostgreSQL's
-/// connection exceptions (class 08), too many connections (53300), and shutting down, crashed
-/// or not yet accepting connections (57P01–57P03).
-pub fn is_outage(e: &sqlx::Error) -> bool {
-    match e {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-            c.starts_with("08") || matches!(c.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
-        }),
-        _ => false,
-    }
-}
+pub use crate::pool::is_outage;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -68,7 +68,7 @@ pub async fn readiness(pool: &PgPool) -> Readiness {
 }
 
 fn unavailable(e: sqlx::Error) -> Readiness {
-    if crate::error::is_outage(&e) {
+    if crate::pool::is_outage(&e) {
         crate::pool::outage_seen();
     }
     Readiness::DatabaseUnavailable(e.to_string())

@@ -54,11 +54,28 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// Notes that a statement just failed as an outage (`error::is_outage`); the one mapping of
+/// Notes that a statement just failed as an outage ([`is_outage`]); the one mapping of
 /// database errors (`Error::from`) and readiness call it.
 pub fn outage_seen() {
     let now = epoch().elapsed().as_micros() as u64 + 1;
     LAST_OUTAGE_US.fetch_max(now, Ordering::Relaxed);
+}
+
+/// Whether a database error means the database is unreachable or restarting, rather than that
+/// a statement is wrong: no connection (I/O, pool timeout, a closed pool), or PostgreSQL's
+/// connection exceptions (class 08), too many connections (53300), and shutting down, crashed
+/// or not yet accepting connections (57P01–57P03).
+pub fn is_outage(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(d) => d.code().is_some_and(|c| {
+            c.starts_with("08") || matches!(c.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
 }
 
 /// Whether a connection that has sat idle for `idle_for` is checked before it is used.
@@ -159,7 +176,7 @@ impl Lease<'_> {
             Err(_) => false,
         };
         if let Err(e) = result
-            && crate::error::is_outage(e)
+            && is_outage(e)
         {
             outage_seen();
         }
