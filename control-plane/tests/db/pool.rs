@@ -1,6 +1,6 @@
 //! The handle's statement connections (`control_plane::pool::Db`), against a real database:
 //! what they keep, what they close, how many they open. What a connection the database dropped
-//! does to them is in `server/tests/http.rs` (`the_pool_replaces_connections_the_database_dropped`).
+//! does to them is in `server/tests/pool.rs`.
 
 use control_plane::pool::{Db, options};
 use control_plane::{Error, Naming};
