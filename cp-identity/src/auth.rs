@@ -14,7 +14,8 @@ use serde_json::json;
 use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::error::{Error, Result};
-use crate::ids::UserId;
+use crate::ids::{TenantId, UserId};
+use portal_types::TenantRole;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PlatformRole {
@@ -49,6 +50,20 @@ pub struct Principal {
     pub email: String,
     pub display_name: String,
     pub platform_role: Option<PlatformRole>,
+    /// Their home organization, read in the same statement as the user (SQL's `home_tenant`):
+    /// what [`TenancyApi::home_tenant_access`](crate::tenancy::TenancyApi::home_tenant_access)
+    /// checks, so a page that works in it asks nothing more. `None` for someone in no
+    /// organization.
+    pub home: Option<HomeTenant>,
+}
+
+/// A user's home organization (their oldest membership) and their role in it, as loaded with
+/// the [`Principal`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HomeTenant {
+    pub id: TenantId,
+    pub name: String,
+    pub role: TenantRole,
 }
 
 /// Which platform roles a proof stands for.
@@ -100,13 +115,23 @@ impl<R: PlatformRequirement> Platform<R> {
 }
 
 impl Principal {
-    /// The principal of a `users` row (its id, email, display name and platform role).
+    /// The principal of a `users` row (its id, email, display name and platform role) and of
+    /// its `home_tenant` row, if any (the organization's id, name and the user's role).
     pub(crate) fn from_row(
         user_id: UserId,
         email: String,
         display_name: String,
         platform_role: Option<String>,
+        home: (Option<TenantId>, Option<String>, Option<String>),
     ) -> Result<Self> {
+        let home = match home {
+            (Some(id), Some(name), Some(role)) => Some(HomeTenant {
+                id,
+                name,
+                role: TenantRole::parse(&role)?,
+            }),
+            _ => None,
+        };
         Ok(Principal {
             user_id,
             email,
@@ -115,6 +140,7 @@ impl Principal {
                 .as_deref()
                 .map(PlatformRole::from_db)
                 .transpose()?,
+            home,
         })
     }
 
@@ -265,14 +291,25 @@ impl AuthApi for ControlPlane {
     #[tracing::instrument(skip(self), fields(user.id = %user))]
     async fn principal(&self, user: UserId) -> Result<Option<Principal>> {
         let row = sqlx::query!(
-            r#"SELECT id AS "id: UserId", email, display_name, platform_role
-               FROM users WHERE id = $1"#,
+            r#"SELECT u.id AS "id: UserId", u.email, u.display_name, u.platform_role,
+                      h.tenant_id AS "home_id?: TenantId", h.display_name AS "home_name?",
+                      h.role AS "home_role?"
+               FROM users u LEFT JOIN LATERAL home_tenant(u.id) h ON true
+               WHERE u.id = $1"#,
             user as UserId
         )
         .fetch_optional(self.pool())
         .await?;
-        row.map(|r| Principal::from_row(r.id, r.email, r.display_name, r.platform_role))
-            .transpose()
+        row.map(|r| {
+            Principal::from_row(
+                r.id,
+                r.email,
+                r.display_name,
+                r.platform_role,
+                (r.home_id, r.home_name, r.home_role),
+            )
+        })
+        .transpose()
     }
 
     #[tracing::instrument(skip(self, password))]

@@ -447,7 +447,7 @@ pub async fn resolve_policies_on(
 /// The policies in force for `tenant` itself and for each of `projects` (its own), in that
 /// order, from one read of everything set globally and anywhere in the tenant.
 pub async fn resolve_tenant_policies_on(
-    conn: &mut sqlx::PgConnection,
+    conn: impl sqlx::PgExecutor<'_>,
     tenant: TenantId,
     projects: &[ProjectId],
 ) -> Result<(Vec<Resolved>, Vec<Vec<Resolved>>)> {

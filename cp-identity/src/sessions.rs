@@ -11,7 +11,7 @@ use time::OffsetDateTime;
 use crate::ControlPlane;
 use crate::auth::Principal;
 use crate::error::Result;
-use crate::ids::UserId;
+use crate::ids::{TenantId, UserId};
 
 /// A session as read back: what the web layer stored, and the user it is signed in as.
 #[derive(Clone, Debug, PartialEq)]
@@ -53,8 +53,11 @@ impl SessionsApi for ControlPlane {
     async fn session(&self, id: &str) -> Result<Option<StoredSession>> {
         let Some(row) = sqlx::query!(
             r#"SELECT s.data, s.expires_at, u.id AS "user_id?: UserId", u.email AS "email?",
-                      u.display_name AS "display_name?", u.platform_role
+                      u.display_name AS "display_name?", u.platform_role,
+                      h.tenant_id AS "home_id?: TenantId", h.display_name AS "home_name?",
+                      h.role AS "home_role?"
                FROM sessions s LEFT JOIN users u ON u.id = s.user_id
+                    LEFT JOIN LATERAL home_tenant(u.id) h ON true
                WHERE s.id = $1 AND s.expires_at > now()"#,
             id
         )
@@ -65,7 +68,13 @@ impl SessionsApi for ControlPlane {
         };
         let user = match (row.user_id, row.email, row.display_name) {
             (Some(id), Some(email), Some(name)) => {
-                Some(Principal::from_row(id, email, name, row.platform_role)?)
+                Some(Principal::from_row(
+                    id,
+                    email,
+                    name,
+                    row.platform_role,
+                    (row.home_id, row.home_name, row.home_role),
+                )?)
             }
             _ => None,
         };

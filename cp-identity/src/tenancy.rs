@@ -201,7 +201,8 @@ pub trait TenancyApi {
 
     /// The principal's home organization (their oldest membership, the first of
     /// [`tenants_of`](Self::tenants_of)) with its name, and their role in it checked against
-    /// `R`, in one statement. None if they belong to no organization.
+    /// `R`. Asks no statement: the membership was read with the principal, in the request's
+    /// first statement ([`Principal::home`]). None if they belong to no organization.
     async fn home_tenant_access<R: TenantRequirement>(
         &self,
         principal: &Principal,
@@ -312,28 +313,19 @@ impl TenancyApi for ControlPlane {
         &self,
         principal: &Principal,
     ) -> Result<Option<(Tenant<R>, String)>> {
-        let Some(row) = sqlx::query!(
-            r#"SELECT t.id AS "id: TenantId", t.display_name, m.role
-               FROM tenant_memberships m JOIN tenants t ON t.id = m.tenant_id
-               WHERE m.user_id = $1 ORDER BY m.created_at, t.display_name LIMIT 1"#,
-            principal.user_id as UserId
-        )
-        .fetch_optional(self.pool())
-        .await?
-        else {
+        let Some(home) = &principal.home else {
             return Ok(None);
         };
-        let role = TenantRole::parse(&row.role)?;
-        if !R::ROLES.contains(&role) {
+        if !R::ROLES.contains(&home.role) {
             return Err(Error::Forbidden { needed: R::WHO });
         }
         let access = Tenant {
             user: principal.user_id,
-            tenant: row.id,
-            role,
+            tenant: home.id,
+            role: home.role,
             _requirement: PhantomData,
         };
-        Ok(Some((access, row.display_name)))
+        Ok(Some((access, home.name.clone())))
     }
 
     async fn tenant_access<R: TenantRequirement>(

@@ -39,8 +39,7 @@ impl CatalogApi for ControlPlane {
     #[tracing::instrument(skip_all)]
     async fn catalog(&self) -> Result<Vec<CatalogEntry>> {
         let skus = self.all_skus(true).await?;
-        let mut conn = self.pool().acquire().await?;
-        let each = crate::placement::availability_of_each(&mut conn, &skus).await?;
+        let each = crate::placement::availability_of_each(self.pool(), &skus).await?;
         let mut out = Vec::with_capacity(skus.len());
         for (sku, found) in skus.into_iter().zip(each) {
             let availability: Vec<RegionAvailability> = sku
@@ -56,14 +55,17 @@ impl CatalogApi for ControlPlane {
                 })
                 .collect();
             let unavailable_because = if availability.iter().all(|a| a.launchable == 0) {
+                let reasons = self.refusal_reasons();
                 Some(
-                    crate::placement::explain_recent(
-                        &mut conn,
-                        self.refusal_reasons(),
-                        &sku,
-                        &sku.regions,
-                    )
-                    .await?,
+                    match crate::placement::explain_kept(reasons, &sku, &sku.regions) {
+                        Some(why) => why,
+                        // A connection held only to count (sqlx checks each as it comes back).
+                        None => {
+                            let mut conn = self.pool().acquire().await?;
+                            crate::placement::explain_now(&mut conn, reasons, &sku, &sku.regions)
+                                .await?
+                        }
+                    },
                 )
             } else {
                 None

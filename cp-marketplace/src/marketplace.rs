@@ -828,7 +828,7 @@ impl MarketplaceApi for ControlPlane {
                 .into_iter()
                 .filter(|sku| v.compatibility.fits(sku))
                 .collect();
-            let each = crate::placement::availability_of_each(&mut conn, &skus).await?;
+            let each = crate::placement::availability_of_each(&mut *conn, &skus).await?;
             for (sku, found) in skus.into_iter().zip(each) {
                 let launchable = found.iter().map(|(_, n)| n).sum();
                 fitting.push(FittingSku {

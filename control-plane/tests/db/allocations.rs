@@ -1304,7 +1304,7 @@ async fn two_servers_placing_and_releasing_in_groups_place_exactly_the_free_gpus
     );
 }
 
-async fn running(
+pub(crate) async fn running(
     cp: &ControlPlane,
     bob: &Project<ProjectOperators>,
     agent: &NodeAgent,

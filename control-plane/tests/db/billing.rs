@@ -1127,6 +1127,64 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
     );
 }
 
+/// The overview's figures besides spend: the credit the tenant holds, what runs now per hour,
+/// and the forecast (month to date plus that rate until the month ends), each in the
+/// tenant's currency, read in the statement that reads the month's spend.
+#[tokio::test]
+async fn the_overview_shows_the_credit_held_what_runs_now_and_the_forecast() {
+    let (_db, cp, ops) = crate::allocations::setup().await;
+    let fiona = principal(&cp, "fiona@acme.example").await;
+    let fin = in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
+    let figures = |o: &control_plane::billing::reports::Overview| {
+        [
+            o.credit_balance.to_string(),
+            o.running_per_hour.to_string(),
+            o.month_to_date.to_string(),
+            o.forecast.to_string(),
+        ]
+    };
+    let o = cp.billing_overview(&fin).await.unwrap();
+    assert_eq!(figures(&o), ["0.00 USD", "0.00 USD", "0.00 USD", "0.00 USD"]);
+
+    let platform = finance(&cp).await;
+    cp.grant_credit(&platform, ACME, "10.00 USD", "promotion", None)
+        .await
+        .unwrap();
+    // Globex's credit is Globex's.
+    cp.grant_credit(&platform, GLOBEX, "7.00 USD", "promotion", None)
+        .await
+        .unwrap();
+    let (_, agent, _) = crate::allocations::hgx(&cp, &ops, "gpu-1").await;
+    let bob = crate::allocations::member(&cp, BOB, ACME_RESEARCH).await;
+    crate::allocations::running(&cp, &bob, &agent, "now").await;
+    let price = sqlx::query_scalar!("SELECT price_per_hour_minor FROM skus WHERE name = 'h100.2x'")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+
+    let before = time::OffsetDateTime::now_utc();
+    let o = cp.billing_overview(&fin).await.unwrap();
+    let after = time::OffsetDateTime::now_utc();
+    assert_eq!(o.credit_balance.to_string(), "10.00 USD");
+    assert_eq!(o.running_per_hour.amount_minor, price);
+    assert_eq!(o.running_per_hour.currency, "USD");
+    // What ran so far is a fraction of a cent; the rest of the month at the running price.
+    assert!(o.month_to_date.amount_minor <= 1, "{}", o.month_to_date);
+    let (_, end) = control_plane::billing::month_bounds(before);
+    let left = |at: time::OffsetDateTime| (end - at).whole_microseconds() as i64;
+    let (lo, hi) = (
+        price * left(after) / 3_600_000_000,
+        price * left(before) / 3_600_000_000,
+    );
+    let ahead = o.forecast.amount_minor - o.month_to_date.amount_minor;
+    assert!(
+        (lo - 1..=hi + 1).contains(&ahead),
+        "forecast {} beyond month to date {}: expected {lo}..={hi} minor units",
+        o.forecast,
+        o.month_to_date
+    );
+}
+
 #[tokio::test]
 async fn golden_invoice_with_marketplace_fees_and_the_publishers_payable() {
     let (_db, cp) = setup().await;

@@ -84,6 +84,8 @@ async fn the_home_organization_is_the_oldest_membership_with_its_role_checked() 
     .execute(db.pool())
     .await
     .unwrap();
+    // The membership is read with the principal, as each request does.
+    let bob = principal(&cp, "bob@acme.example").await;
     let (home, _) = cp
         .home_tenant_access::<TenantMembers>(&bob)
         .await
@@ -99,6 +101,7 @@ async fn the_home_organization_is_the_oldest_membership_with_its_role_checked() 
     .execute(db.pool())
     .await
     .unwrap();
+    let bob = principal(&cp, "bob@acme.example").await;
     let (home, name) = cp
         .home_tenant_access::<TenantAdmins>(&bob)
         .await

@@ -527,9 +527,7 @@ pub async fn credit_balance_on(
     currency: &str,
 ) -> Result<i64> {
     let micro = sqlx::query_scalar!(
-        r#"SELECT coalesce(-sum(p.amount_micro), 0)::bigint AS "balance!"
-           FROM postings p JOIN ledger_accounts a ON a.id = p.account_id
-           WHERE a.kind = 'prepaid_credit' AND a.tenant_id = $1 AND a.currency = $2"#,
+        r#"SELECT micro AS "balance!" FROM credit_balance($1, $2)"#,
         tenant as TenantId,
         currency
     )

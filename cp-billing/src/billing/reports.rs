@@ -26,7 +26,7 @@ impl TenantRequirement for TenantFinance {
 
 /// Spent this month by a tenant (or one project) in `currency`, in micro-units: rated
 /// total for the month (`usage_month_totals`, kept by rating) plus what is running and not
-/// rated yet, up to `now`.
+/// rated yet, up to `now` (`month_spend`, migration 0041).
 pub async fn spent_this_month(
     conn: &mut PgConnection,
     tenant: TenantId,
@@ -36,17 +36,8 @@ pub async fn spent_this_month(
 ) -> Result<Micros> {
     let (start, _) = month_bounds(now);
     let micro = sqlx::query_scalar!(
-        r#"SELECT (
-             (SELECT coalesce(sum(amount_micro), 0) FROM usage_month_totals
-              WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
-                AND month = ($4 AT TIME ZONE 'UTC')::date)
-           + (SELECT coalesce(sum(
-                  div((price_per_hour_minor + fee_per_hour_minor)::numeric * (extract(epoch FROM least(coalesce(ended_at, $5), $5) - started_at) * 1000000)::bigint, 360000)
-                - div((price_per_hour_minor + fee_per_hour_minor)::numeric * (extract(epoch FROM greatest(coalesce(rated_until, started_at), $4) - started_at) * 1000000)::bigint, 360000)), 0)
-              FROM usage_intervals
-              WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2) AND currency = $3
-                AND NOT fully_rated AND least(coalesce(ended_at, $5), $5) > greatest(coalesce(rated_until, started_at), $4))
-           )::bigint AS "spent!""#,
+        r#"SELECT coalesce(sum(micro), 0)::bigint AS "spent!" FROM month_spend($1, $4, $5)
+           WHERE ($2::uuid IS NULL OR project_id = $2) AND currency = $3"#,
         tenant as TenantId,
         project.map(|p| p.0),
         currency,
@@ -56,22 +47,6 @@ pub async fn spent_this_month(
     .fetch_one(conn)
     .await?;
     Ok(Micros(micro))
-}
-
-/// What is running now costs this much per hour (micro-units), for the forecast.
-async fn run_rate(conn: &mut PgConnection, tenant: TenantId, currency: &str) -> Result<i64> {
-    Ok(sqlx::query_scalar!(
-        r#"SELECT coalesce(sum(price_per_hour_minor + fee_per_hour_minor), 0)::bigint AS "rate!" FROM usage_intervals
-           WHERE tenant_id = $1 AND currency = $2 AND ended_at IS NULL
-             -- Implied (an open interval is never fully rated); it lets the partial index of
-             -- unrated intervals answer, instead of every interval the tenant ever ran.
-             AND NOT fully_rated"#,
-        tenant as TenantId,
-        currency
-    )
-    .fetch_one(conn)
-    .await?
-        * Micros::PER_MINOR)
 }
 
 fn ts(t: time::OffsetDateTime) -> String {
@@ -162,37 +137,81 @@ impl BillingReportsApi for ControlPlane {
     async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview> {
         let now = time::OffsetDateTime::now_utc();
         let (start, end) = month_bounds(now);
-        let mut conn = self.pool().acquire().await?;
         let tenant = who.id();
-        // The tenant's currency: that of its SKUs' prices (all sold in one currency today).
-        let currency = sqlx::query_scalar!(
-            r#"SELECT coalesce((SELECT currency FROM usage_intervals WHERE tenant_id = $1
-                                ORDER BY started_at DESC LIMIT 1),
-                               (SELECT currency FROM skus ORDER BY created_at LIMIT 1), 'USD') AS "c!""#,
-            tenant as TenantId
+        // The month's figures in one statement (the page asked nine before, #22): the tenant's
+        // currency (that of its latest usage, else the SKUs': all are sold in one currency
+        // today), what runs now per hour, the credit it holds, its projects, and the month's
+        // spend per project and currency, from which the total and every budget are summed.
+        let head = sqlx::query!(
+            // `cur` is materialised so that its column is a plain value to what uses it: were
+            // it folded in, `credit_balance`'s argument would hold its subqueries, and the
+            // planner inlines no function whose arguments do.
+            r#"WITH cur AS MATERIALIZED (
+                   SELECT coalesce((SELECT currency FROM usage_intervals WHERE tenant_id = $1
+                                    ORDER BY started_at DESC LIMIT 1),
+                                   (SELECT currency FROM skus ORDER BY created_at LIMIT 1),
+                                   'USD') AS c
+               )
+               SELECT cur.c AS "currency!",
+                      (SELECT coalesce(sum(price_per_hour_minor + fee_per_hour_minor), 0)::bigint
+                       FROM usage_intervals
+                       WHERE tenant_id = $1 AND currency = cur.c AND ended_at IS NULL
+                         -- Implied (an open interval is never fully rated); it lets the partial
+                         -- index of unrated intervals answer, instead of every interval the
+                         -- tenant ever ran.
+                         AND NOT fully_rated) AS "rate_minor!",
+                      (SELECT micro FROM credit_balance($1, cur.c)) AS "credit_micro!",
+                      p.ids AS "project_ids!", p.slugs AS "project_slugs!",
+                      s.projects AS "spend_projects!", s.currencies AS "spend_currencies!",
+                      s.micros AS "spend_micros!"
+               FROM cur,
+                    (SELECT coalesce(array_agg(id ORDER BY slug), '{}') AS ids,
+                            coalesce(array_agg(slug ORDER BY slug), '{}') AS slugs
+                     FROM projects WHERE tenant_id = $1) p,
+                    (SELECT coalesce(array_agg(project_id), '{}') AS projects,
+                            coalesce(array_agg(currency), '{}') AS currencies,
+                            coalesce(array_agg(micro), '{}') AS micros
+                     FROM (SELECT project_id, currency, sum(micro)::bigint AS micro
+                           FROM month_spend($1, $2, $3) GROUP BY project_id, currency) g) s"#,
+            tenant as TenantId,
+            start,
+            now
         )
-        .fetch_one(&mut *conn)
+        .fetch_one(self.pool())
         .await?;
-        let spent = spent_this_month(&mut conn, tenant, None, &currency, now).await?;
-        let rate = run_rate(&mut conn, tenant, &currency).await?;
+        let currency = head.currency;
+        let spend: Vec<(ProjectId, String, i64)> = head
+            .spend_projects
+            .into_iter()
+            .map(ProjectId)
+            .zip(head.spend_currencies)
+            .zip(head.spend_micros)
+            .map(|((p, c), m)| (p, c, m))
+            .collect();
+        // Spent this month by the tenant (or one project) in `currency`.
+        let spent_in = |project: Option<ProjectId>, currency: &str| {
+            Micros(
+                spend
+                    .iter()
+                    .filter(|(p, c, _)| project.is_none_or(|x| x == *p) && c == currency)
+                    .map(|(_, _, m)| m)
+                    .sum(),
+            )
+        };
+        let spent = spent_in(None, &currency);
+        let rate = head.rate_minor * Micros::PER_MINOR;
         let remaining_us = (end - now).whole_microseconds().max(0) as i64;
         let forecast =
             Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
-        let credit = super::invoices::credit_balance_on(&mut conn, tenant, &currency).await?;
+        let credit = head.credit_micro.div_euclid(Micros::PER_MINOR);
 
         // Budgets: the organization's, and each project's own.
         let mut budgets = Vec::new();
-        let projects = sqlx::query!(
-            r#"SELECT id AS "id: ProjectId", slug FROM projects WHERE tenant_id = $1 ORDER BY slug"#,
-            tenant as TenantId
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let ids: Vec<ProjectId> = projects.iter().map(|p| p.id).collect();
-        let (org, each) = resolve_tenant_policies_on(&mut conn, tenant, &ids).await?;
+        let ids: Vec<ProjectId> = head.project_ids.into_iter().map(ProjectId).collect();
+        let (org, each) = resolve_tenant_policies_on(self.pool(), tenant, &ids).await?;
         let mut scopes = vec![("organization".to_string(), None, org)];
-        for (p, r) in projects.iter().zip(each) {
-            scopes.push((p.slug.clone(), Some(p.id), r));
+        for ((id, slug), r) in ids.iter().zip(head.project_slugs).zip(each) {
+            scopes.push((slug, Some(*id), r));
         }
         for (scope, project, resolved) in scopes {
             let Some(b) = resolved.iter().find(|r| r.key == PolicyKey::MonthlyBudget) else {
@@ -205,8 +224,7 @@ impl BillingReportsApi for ControlPlane {
             if project.is_some() && b.decided_by != Some(Level::Project) {
                 continue;
             }
-            let spent = spent_this_month(&mut conn, tenant, project, &limit.currency, now).await?;
-            let spent_minor = spent.ceil_to_minor();
+            let spent_minor = spent_in(project, &limit.currency).ceil_to_minor();
             let percent = if limit.amount_minor > 0 {
                 spent_minor * 100 / limit.amount_minor
             } else {
@@ -248,7 +266,7 @@ impl BillingReportsApi for ControlPlane {
             start,
             end
         )
-        .fetch_all(&mut *conn)
+        .fetch_all(self.pool())
         .await?
         .into_iter()
         .map(|r| SpendPoint {

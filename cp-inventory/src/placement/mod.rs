@@ -64,7 +64,7 @@ pub async fn availability(conn: &mut PgConnection, sku: &Sku) -> Result<Vec<(Str
 ///
 /// A SKU's regions and families are passed flattened, each value beside its SKU's position.
 pub async fn availability_of_each(
-    conn: &mut PgConnection,
+    conn: impl sqlx::PgExecutor<'_>,
     skus: &[Sku],
 ) -> Result<Vec<Vec<(String, i64)>>> {
     let mut shape = Vec::with_capacity(skus.len());
@@ -121,7 +121,7 @@ pub async fn availability_of_each(
         &family_of,
         &family,
     )
-    .fetch_all(&mut *conn)
+    .fetch_all(conn)
     .await?;
     let mut each = vec![Vec::new(); skus.len()];
     for r in rows {
@@ -776,29 +776,49 @@ pub async fn explain_recent(
     sku: &Sku,
     regions: &[String],
 ) -> Result<String> {
-    let key = format!("{}|{}", sku.id, regions.join(","));
+    match explain_kept(reasons, sku, regions) {
+        Some(why) => Ok(why),
+        None => explain_now(conn, reasons, sku, regions).await,
+    }
+}
+
+/// What [`explain_recent`] answers without the database, when it can (the answer kept, fresh
+/// or, while a task counts again, stale); `None` when it must count now ([`explain_now`]), so
+/// a page that shows several SKUs takes a connection only then.
+pub fn explain_kept(reasons: &RefusalReasons, sku: &Sku, regions: &[String]) -> Option<String> {
+    let key = explanation_key(sku, regions);
     match reasons.recent(&key) {
-        Recent::Fresh(why) => return Ok(why),
+        Recent::Fresh(why) => Some(why),
         Recent::Stale { why, refresh } => {
             if refresh {
-                match reasons.pool() {
-                    Some(pool) => {
-                        tokio::spawn(refresh_explanation(
-                            pool.clone(),
-                            reasons.clone(),
-                            key,
-                            sku.clone(),
-                            regions.to_vec(),
-                        ));
-                    }
-                    None => return explain_and_keep(conn, reasons, key, sku, regions).await,
-                }
+                // Without a pool of its own to count on (a test's handle), the caller counts.
+                let pool = reasons.pool()?;
+                tokio::spawn(refresh_explanation(
+                    pool.clone(),
+                    reasons.clone(),
+                    key,
+                    sku.clone(),
+                    regions.to_vec(),
+                ));
             }
-            return Ok(why);
+            Some(why)
         }
-        Recent::Missing => {}
+        Recent::Missing => None,
     }
-    explain_and_keep(conn, reasons, key, sku, regions).await
+}
+
+/// [`explain`] now, kept for [`explain_recent`]'s next callers.
+pub async fn explain_now(
+    conn: &mut PgConnection,
+    reasons: &RefusalReasons,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<String> {
+    explain_and_keep(conn, reasons, explanation_key(sku, regions), sku, regions).await
+}
+
+fn explanation_key(sku: &Sku, regions: &[String]) -> String {
+    format!("{}|{}", sku.id, regions.join(","))
 }
 
 /// [`explain`], kept under `key` with what it took to count.
