@@ -483,11 +483,10 @@ pub async fn list_allocations(
     use control_plane::tenancy::{ProjectViewers, TenantMembers};
     let (cp, principal) = crate::server::signed_in().await?;
     let (member, _) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
-    let projects: Vec<(String, String)> = cp
-        .list_projects(&member)
-        .await?
-        .into_iter()
-        .map(|p| (p.id.to_string(), p.display_name))
+    let visible = cp.visible_projects(&member).await?;
+    let projects: Vec<(String, String)> = visible
+        .iter()
+        .map(|(p, _)| (p.id.to_string(), p.display_name.clone()))
         .collect();
     let project = project
         .filter(|p| !p.is_empty())
@@ -510,7 +509,11 @@ pub async fn list_allocations(
         None => (vec![], None),
         Some(p) => {
             let id = crate::server::id(p)?;
-            let who = cp.project_access::<ProjectViewers>(&principal, id).await?;
+            // A project of another organization they belong to is checked on its own.
+            let who = match visible.iter().find(|(p, _)| p.id == id) {
+                Some((_, who)) => who.clone(),
+                None => cp.project_access::<ProjectViewers>(&principal, id).await?,
+            };
             let filter = AllocationFilter {
                 state: Some(state.clone()),
                 tag: None,
@@ -582,7 +585,7 @@ pub async fn get_gpu_history(id: String) -> Result<Option<String>, AppError> {
                     .collect::<Vec<_>>(),
             ),
         );
-    Ok(Some(chart.to_string()))
+    Ok(Some(crate::components::chart_option(&chart)))
 }
 
 /// "placed → provisioning", or the first state alone.

@@ -25,11 +25,13 @@ use crate::error::AppError;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BillingView {
     pub organization: String,
+    /// The month so far, without its daily series: the page shows that only as the charts,
+    /// and it was most of the page's hydration data.
     pub overview: Overview,
     pub invoices: Vec<InvoiceSummary>,
-    /// ECharts options (JSON): daily spend stacked by project, and by SKU.
-    pub by_project_chart: String,
-    pub by_sku_chart: String,
+    /// ECharts options (JSON): daily spend stacked by project, and by SKU; `None` while
+    /// nothing is rated this month.
+    pub charts: Option<(String, String)>,
     pub platform_finance: bool,
 }
 
@@ -61,10 +63,21 @@ mod ssr {
     /// Stacked bars: one bar per day, one series per `key` (project or SKU), in currency units.
     pub fn stacked(points: &[SpendPoint], key: fn(&SpendPoint) -> &str, currency: &str) -> String {
         let mut days: Vec<&str> = points.iter().map(|p| p.day.as_str()).collect();
+        days.sort_unstable();
         days.dedup();
         let mut keys: Vec<&str> = points.iter().map(key).collect();
-        keys.sort();
+        keys.sort_unstable();
         keys.dedup();
+        // One pass: each point added to its series' day.
+        let mut sums = vec![vec![0i64; days.len()]; keys.len()];
+        for p in points {
+            if let (Ok(k), Ok(d)) = (
+                keys.binary_search(&key(p)),
+                days.binary_search(&p.day.as_str()),
+            ) {
+                sums[k][d] += p.amount_minor;
+            }
+        }
         let mut chart = Chart::new()
             .tooltip(Tooltip::new().trigger(Trigger::Axis))
             .legend(Legend::new().top("bottom"))
@@ -77,26 +90,70 @@ mod ssr {
                     .contain_label(true),
             )
             .x_axis(
-                Axis::new()
-                    .type_(AxisType::Category)
-                    .data(days.iter().map(|d| d[5..].to_string()).collect::<Vec<_>>()),
+                Axis::new().type_(AxisType::Category).data(
+                    days.iter()
+                        .map(|d| d.get(5..).unwrap_or(d).to_string())
+                        .collect::<Vec<_>>(),
+                ),
             )
             .y_axis(Axis::new().type_(AxisType::Value).name(currency));
-        for k in keys {
-            let data: Vec<f64> = days
-                .iter()
-                .map(|d| {
-                    points
-                        .iter()
-                        .filter(|p| p.day == *d && key(p) == k)
-                        .map(|p| p.amount_minor)
-                        .sum::<i64>() as f64
-                        / 100.0
-                })
+        for (k, series) in keys.into_iter().zip(sums) {
+            let data: Vec<f64> = series
+                .into_iter()
+                .map(|minor| minor as f64 / 100.0)
                 .collect();
             chart = chart.series(Bar::new().name(k).stack("spend").data(data));
         }
-        chart.to_string()
+        crate::components::chart_option(&chart)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn point(day: &str, project: &str, sku: &str, amount_minor: i64) -> SpendPoint {
+            SpendPoint {
+                day: day.into(),
+                project: project.into(),
+                sku: sku.into(),
+                amount_minor,
+            }
+        }
+
+        #[test]
+        fn each_series_sums_its_days_in_order() {
+            let points = [
+                point("2026-11-01", "research", "h100.1x", 150),
+                point("2026-11-01", "inference", "h100.8x", 1_000),
+                point("2026-11-01", "research", "h100.8x", 50),
+                point("2026-11-03", "research", "h100.1x", 25),
+            ];
+            let option: serde_json::Value =
+                serde_json::from_str(&stacked(&points, |p| p.project.as_str(), "USD")).unwrap();
+            assert_eq!(
+                option["xAxis"]["data"],
+                serde_json::json!(["11-01", "11-03"])
+            );
+            assert_eq!(option["yAxis"]["name"], "USD");
+            let series: Vec<(String, Vec<f64>)> = option["series"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| {
+                    (
+                        s["name"].as_str().unwrap().to_string(),
+                        serde_json::from_value(s["data"].clone()).unwrap(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                series,
+                [
+                    ("inference".to_string(), vec![10.0, 0.0]),
+                    ("research".to_string(), vec![2.0, 0.25]),
+                ]
+            );
+        }
     }
 }
 
@@ -106,11 +163,16 @@ pub async fn get_billing() -> Result<BillingView, AppError> {
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let (who, organization) = crate::server::home_tenant::<TenantFinance>(&cp, &principal).await?;
-    let overview = cp.billing_overview(&who).await?;
+    let mut overview = cp.billing_overview(&who).await?;
+    let daily = std::mem::take(&mut overview.daily);
     Ok(BillingView {
         organization,
-        by_project_chart: ssr::stacked(&overview.daily, |p| p.project.as_str(), &overview.currency),
-        by_sku_chart: ssr::stacked(&overview.daily, |p| p.sku.as_str(), &overview.currency),
+        charts: (!daily.is_empty()).then(|| {
+            (
+                ssr::stacked(&daily, |p| p.project.as_str(), &overview.currency),
+                ssr::stacked(&daily, |p| p.sku.as_str(), &overview.currency),
+            )
+        }),
         overview,
         invoices: cp.tenant_invoices(&who).await?,
         platform_finance: principal.platform::<PlatformFinance>().is_ok(),
@@ -195,7 +257,7 @@ pub async fn get_platform_billing(
     Ok(PlatformBillingView {
         invoices,
         failed,
-        revenue_chart: chart.to_string(),
+        revenue_chart: crate::components::chart_option(&chart),
         revenue,
         tenants: cp.tenant_slugs().await?,
     })
@@ -330,8 +392,7 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         organization,
         overview: o,
         invoices,
-        by_project_chart,
-        by_sku_chart,
+        charts,
         platform_finance,
     } = b;
     let month = o.month.clone();
@@ -363,7 +424,7 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         })}
         <section class="card" aria-labelledby="spend">
             <h2 id="spend">"Spend this month"</h2>
-            {if !o.daily.is_empty() {
+            {if let Some((by_project_chart, by_sku_chart)) = charts {
                 view! {
                     <h3>"By project"</h3>
                     <Chart option=by_project_chart label="Daily spend this month, stacked by project" testid="chart-project" />

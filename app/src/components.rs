@@ -123,3 +123,14 @@ fn query_escape(s: &str) -> String {
     }
     out
 }
+
+/// An ECharts option as the page carries it (`data-option`, drawn by `public/charts.js`):
+/// compact JSON. charming's `Display` indents it, which doubled its bytes in the page and
+/// again in the hydration data that repeats it.
+#[cfg(feature = "ssr")]
+pub fn chart_option(chart: &charming::Chart) -> String {
+    serde_json::to_string(chart).unwrap_or_else(|e| {
+        tracing::error!(error.cause = %e, "an ECharts option did not serialise");
+        String::from("{}")
+    })
+}

@@ -29,7 +29,7 @@ fn bars(rows: &[(String, i64)], name: &str) -> String {
     use charming::component::{Axis, Grid};
     use charming::element::{AxisType, Tooltip, Trigger};
     use charming::series::Bar;
-    Chart::new()
+    let chart = Chart::new()
         .tooltip(Tooltip::new().trigger(Trigger::Axis))
         .grid(
             Grid::new()
@@ -51,8 +51,8 @@ fn bars(rows: &[(String, i64)], name: &str) -> String {
             Bar::new()
                 .name(name)
                 .data(rows.iter().map(|(_, n)| *n).collect::<Vec<_>>()),
-        )
-        .to_string()
+        );
+    crate::components::chart_option(&chart)
 }
 
 /// Platform staff only.

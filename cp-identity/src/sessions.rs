@@ -67,15 +67,13 @@ impl SessionsApi for ControlPlane {
             return Ok(None);
         };
         let user = match (row.user_id, row.email, row.display_name) {
-            (Some(id), Some(email), Some(name)) => {
-                Some(Principal::from_row(
-                    id,
-                    email,
-                    name,
-                    row.platform_role,
-                    (row.home_id, row.home_name, row.home_role),
-                )?)
-            }
+            (Some(id), Some(email), Some(name)) => Some(Principal::from_row(
+                id,
+                email,
+                name,
+                row.platform_role,
+                (row.home_id, row.home_name, row.home_role),
+            )?),
             _ => None,
         };
         let data = match row.data {

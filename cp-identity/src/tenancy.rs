@@ -236,6 +236,13 @@ pub trait TenancyApi {
     /// The projects of `tenant` the caller can see, with their effective role.
     async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>>;
 
+    /// [`list_projects`](Self::list_projects), each with the caller's proof that they view it:
+    /// a page that lists the projects and then shows one asks one statement, not two.
+    async fn visible_projects(
+        &self,
+        who: &Tenant<TenantMembers>,
+    ) -> Result<Vec<(ProjectSummary, Project<ProjectViewers>)>>;
+
     /// Creates a project; its creator becomes its first admin. Audited.
     async fn create_project(
         &self,
@@ -411,6 +418,18 @@ impl TenancyApi for ControlPlane {
     }
 
     async fn list_projects(&self, who: &Tenant<TenantMembers>) -> Result<Vec<ProjectSummary>> {
+        Ok(self
+            .visible_projects(who)
+            .await?
+            .into_iter()
+            .map(|(summary, _)| summary)
+            .collect())
+    }
+
+    async fn visible_projects(
+        &self,
+        who: &Tenant<TenantMembers>,
+    ) -> Result<Vec<(ProjectSummary, Project<ProjectViewers>)>> {
         let rows = sqlx::query!(
             r#"SELECT p.id AS "id: ProjectId", p.slug, p.display_name, pm.role AS "my_role?",
                       (SELECT count(*) FROM project_memberships x WHERE x.project_id = p.id) AS "members!"
@@ -428,14 +447,22 @@ impl TenancyApi for ControlPlane {
         for r in rows {
             let own = r.my_role.as_deref().map(ProjectRole::parse).transpose()?;
             if let Some(role) = strongest(implied, own) {
-                out.push(ProjectSummary {
+                let proof = Project {
+                    user: who.user,
+                    tenant: who.tenant,
+                    project: r.id,
+                    role,
+                    _requirement: PhantomData,
+                };
+                let summary = ProjectSummary {
                     id: r.id,
                     slug: r.slug,
                     display_name: r.display_name,
                     my_role: role,
                     members: r.members,
                     canonical_name: self.naming().project(who.tenant, r.id).to_string(),
-                });
+                };
+                out.push((summary, proof));
             }
         }
         Ok(out)

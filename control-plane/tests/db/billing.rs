@@ -1144,7 +1144,10 @@ async fn the_overview_shows_the_credit_held_what_runs_now_and_the_forecast() {
         ]
     };
     let o = cp.billing_overview(&fin).await.unwrap();
-    assert_eq!(figures(&o), ["0.00 USD", "0.00 USD", "0.00 USD", "0.00 USD"]);
+    assert_eq!(
+        figures(&o),
+        ["0.00 USD", "0.00 USD", "0.00 USD", "0.00 USD"]
+    );
 
     let platform = finance(&cp).await;
     cp.grant_credit(&platform, ACME, "10.00 USD", "promotion", None)

@@ -176,6 +176,34 @@ async fn roles_decide_within_a_tenant() {
             .await
             .is_ok()
     );
+
+    // The proofs that come with the list say what checking each project alone says: bob's
+    // list holds research only, as its operator; fiona's both, as their viewer.
+    for who in [&bob, &fiona, &alice] {
+        let tenant = in_tenant::<TenantMembers>(&cp, who, demo::ACME).await;
+        let listed = cp.visible_projects(&tenant).await.unwrap();
+        let mut alone = Vec::new();
+        for project in [demo::ACME_INFERENCE, demo::ACME_RESEARCH] {
+            if let Ok(p) = cp.project_access::<ProjectViewers>(who, project).await {
+                alone.push((p.id(), p.role()));
+            }
+        }
+        let mut with_list: Vec<_> = listed
+            .iter()
+            .map(|(summary, proof)| {
+                assert_eq!((summary.id, summary.my_role), (proof.id(), proof.role()));
+                assert_eq!(proof.tenant(), demo::ACME);
+                (proof.id(), proof.role())
+            })
+            .collect();
+        with_list.sort_by_key(|(id, _)| *id);
+        alone.sort_by_key(|(id, _)| *id);
+        assert_eq!(with_list, alone, "{}", who.email);
+    }
+    let bobs = in_tenant::<TenantMembers>(&cp, &bob, demo::ACME).await;
+    let listed = cp.visible_projects(&bobs).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].1.role(), ProjectRole::Operator);
 }
 
 #[tokio::test]
