@@ -128,9 +128,9 @@ pub struct Db {
 struct Statements {
     connect: PgConnectOptions,
     idle: Mutex<Vec<Idle>>,
-    /// One for each connection open or opening; as many as sqlx's pool has at most.
+    /// One for each connection open or opening; as many as sqlx's pool has at most
+    /// ([`Db::statement_max`]).
     permits: tokio::sync::Semaphore,
-    max: usize,
     acquire_timeout: Duration,
 }
 
@@ -247,7 +247,6 @@ impl Db {
             connect: pool.connect_options().as_ref().clone(),
             idle: Mutex::new(Vec::new()),
             permits: tokio::sync::Semaphore::new(max),
-            max,
             acquire_timeout: pool.options().get_acquire_timeout(),
         };
         Db {
@@ -284,7 +283,9 @@ impl Db {
     /// (in use, idle).
     pub fn connections(&self) -> (u64, u64) {
         let idle = self.statements.idle.lock().map(|i| i.len()).unwrap_or(0);
-        let open = self.statements.max - self.statements.permits.available_permits();
+        let open = self
+            .statement_max()
+            .saturating_sub(self.statements.permits.available_permits());
         let pool_idle = self.pool.num_idle();
         let pool_used = (self.pool.size() as usize).saturating_sub(pool_idle);
         (
@@ -296,7 +297,13 @@ impl Db {
     /// The most connections this handle opens: sqlx's pool's and as many again for
     /// statements.
     pub fn max_connections(&self) -> u64 {
-        (self.pool.options().get_max_connections() as u64) + self.statements.max as u64
+        (self.pool.options().get_max_connections() as u64) + self.statement_max() as u64
+    }
+
+    /// The most connections statements open: as many as sqlx's pool (the semaphore's permits
+    /// were made from it).
+    fn statement_max(&self) -> usize {
+        self.pool.options().get_max_connections() as usize
     }
 }
 

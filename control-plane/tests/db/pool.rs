@@ -91,10 +91,15 @@ async fn statements_open_no_more_connections_than_the_pool_and_wait_then_time_ou
                 .map(|_| ())
         })
     };
-    // Wait until the sleep holds the one statement connection.
-    while db.connections().0 == 0 {
-        tokio::task::yield_now().await;
-    }
+    // Wait until the sleep holds the one statement connection (a statement that never
+    // starts fails the test rather than hanging it).
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while db.connections().0 == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the sleeping statement took the connection within 10 s");
     assert_eq!(db.connections(), (1, 0));
     let waited = backend(&db)
         .await
