@@ -192,14 +192,14 @@ impl DemoApi for crate::ControlPlane {
         days: u32,
     ) -> Result<String> {
         let p = demo_principal(self, email).await?;
-        let (tenant, _, _) =
-            self.tenants_of(&p)
-                .await?
-                .into_iter()
-                .next()
-                .ok_or(crate::Error::NotFound {
-                    what: "organization",
-                })?;
+        // Their home organization, read with the principal.
+        let tenant = p
+            .home
+            .as_ref()
+            .map(|h| h.id)
+            .ok_or(crate::Error::NotFound {
+                what: "organization",
+            })?;
         let made = self
             .create_api_token(
                 &p,

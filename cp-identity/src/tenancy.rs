@@ -193,16 +193,10 @@ fn project_role<R: ProjectRequirement>(
 /// What the control plane offers for tenants, projects and their members.
 #[allow(async_fn_in_trait)]
 pub trait TenancyApi {
-    /// The tenants a principal belongs to, oldest membership first.
-    async fn tenants_of(
-        &self,
-        principal: &Principal,
-    ) -> Result<Vec<(TenantId, String, TenantRole)>>;
-
-    /// The principal's home organization (their oldest membership, the first of
-    /// [`tenants_of`](Self::tenants_of)) with its name, and their role in it checked against
-    /// `R`. Asks no statement: the membership was read with the principal, in the request's
-    /// first statement ([`Principal::home`]). None if they belong to no organization.
+    /// The principal's home organization (their oldest membership) with its name, and their
+    /// role in it checked against `R`. Asks no statement: the membership was read with the
+    /// principal, in the request's first statement ([`Principal::home`]). None if they belong
+    /// to no organization.
     async fn home_tenant_access<R: TenantRequirement>(
         &self,
         principal: &Principal,
@@ -299,23 +293,6 @@ pub trait TenancyApi {
 }
 
 impl TenancyApi for ControlPlane {
-    async fn tenants_of(
-        &self,
-        principal: &Principal,
-    ) -> Result<Vec<(TenantId, String, TenantRole)>> {
-        let rows = sqlx::query!(
-            r#"SELECT t.id AS "id: TenantId", t.display_name, m.role
-               FROM tenant_memberships m JOIN tenants t ON t.id = m.tenant_id
-               WHERE m.user_id = $1 ORDER BY m.created_at, t.display_name"#,
-            principal.user_id as UserId
-        )
-        .fetch_all(self.pool())
-        .await?;
-        rows.into_iter()
-            .map(|r| Ok((r.id, r.display_name, TenantRole::parse(&r.role)?)))
-            .collect()
-    }
-
     async fn home_tenant_access<R: TenantRequirement>(
         &self,
         principal: &Principal,

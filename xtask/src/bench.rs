@@ -3,7 +3,7 @@
 //! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]`: the benchmarks in
 //! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
-//! `cargo xtask bench pages [--clients N] [--seconds S] [--server PATH]`: the portal's release build serving
+//! `cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page NAME]`: the portal's release build serving
 //! signed-in users (see [`pages`]).
 
 use std::process::Command;
@@ -14,7 +14,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -58,6 +58,9 @@ fn flag_value(args: &[String], name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
+/// What `--page` may name: the pages `end2end/bench/pages.mjs` loads in turn.
+const PAGE_NAMES: &[&str] = &["list", "allocation", "catalog", "billing"];
+
 /// The page-load benchmark: the site and the server built for release, a durable cluster, the
 /// demo identity provider, the server with the demo data plus `bench pages-seed`'s (400
 /// allocations in mixed states, a month of rated usage), then `end2end/bench/pages.mjs`:
@@ -67,6 +70,19 @@ fn pages(args: &[String]) -> Result {
     // `--server PATH`: a release server built earlier (a copy of target/release/server), so two
     // builds can be measured in turn on the same hour; the site is the one built last.
     let (server, args): (Vec<_>, Vec<_>) = args.chunks(2).partition(|p| p[0] == "--server");
+    // `--page NAME`: every session loads that one page, to see what each page costs.
+    let (page, args): (Vec<_>, Vec<_>) = args.into_iter().partition(|p| p[0] == "--page");
+    let page = match page.first() {
+        None => None,
+        Some([_, name]) if PAGE_NAMES.contains(&name.as_str()) => Some(name.clone()),
+        Some(p) => {
+            return Err(format!(
+                "bad argument {:?}: --page is one of {}\n{USAGE}",
+                p.join(" "),
+                PAGE_NAMES.join(", ")
+            ));
+        }
+    };
     let args: Vec<String> = args.concat();
     checked_flags(&["--clients", "--seconds"], &args)?;
     tools::ensure_all(Needs {
@@ -135,6 +151,7 @@ fn pages(args: &[String]) -> Result {
             return Err(e);
         }
     };
+    let server_pid = server.id();
     let result = wait_ready(&mut server, port, std::time::Duration::from_secs(60))
         .and_then(|()| {
             step("the benchmark's data (bench pages-seed, release)");
@@ -150,6 +167,10 @@ fn pages(args: &[String]) -> Result {
                     .env("PAGES_SECONDS", flag_value(&args, "--seconds", "20"))
                     .env("SITE_PKG", target_dir().join("site/pkg"))
                     .env("PAGES_KEEP_DIR", artifacts.join("bench-pages"))
+                    .env("PAGES_ONLY", page.as_deref().unwrap_or(""))
+                    // Whose CPU time it reads to report each process's share of a page.
+                    .env("SERVER_PID", server_pid.to_string())
+                    .env("PG_POSTMASTER_PID", pg.root().join("data/postmaster.pid"))
                     .current_dir(root()),
             )
         });

@@ -195,6 +195,7 @@ fn browser_tests(pg: Throwaway) -> Result {
     // one and releases on the other.
     let replica_port = pgcluster::free_port().map_err(|e| e.to_string())?;
     let mut replica: Option<std::process::Child> = None;
+    let server_pid = server.id();
     let result = wait_ready(&mut server, port, Duration::from_secs(60)).and_then(|()| {
         let log = std::fs::File::create(root().join("test-artifacts/server-2.log"))
             .map_err(|e| format!("creating test-artifacts/server-2.log: {e}"))?;
@@ -234,7 +235,7 @@ fn browser_tests(pg: Throwaway) -> Result {
             .env("NODE_AGENT_BIN", target_dir().join("debug/node-agent"))
             .current_dir(root()))
         .and_then(|()| api_conformance(&launch, port))
-        .and_then(|()| pages_smoke(&pg, port))
+        .and_then(|()| pages_smoke(&pg, port, server_pid))
     });
     if let Some(r) = &mut replica {
         terminate(r, Duration::from_secs(10));
@@ -251,8 +252,8 @@ fn browser_tests(pg: Throwaway) -> Result {
 /// server and database: 10 allocations a project, 2 sessions, 2 seconds, no launch-page
 /// timing (`cargo xtask bench pages` measures that on the release build). It must keep running
 /// (the seed through the control plane, the sign-in, the pages it loads); its figures mean
-/// nothing here.
-fn pages_smoke(pg: &PgCluster, port: u16) -> Result {
+/// nothing here (the CPU a page is read the same way, so that reading is exercised too).
+fn pages_smoke(pg: &PgCluster, port: u16, server_pid: u32) -> Result {
     step("the pages benchmark at smoke size (`cargo xtask bench pages` measures)");
     sh(cargo(&[
         "test",
@@ -273,6 +274,8 @@ fn pages_smoke(pg: &PgCluster, port: u16) -> Result {
         .env("PAGES_SECONDS", "2")
         .env("PAGES_INTERACTIVE", "0")
         .env("SITE_PKG", target_dir().join("site/pkg"))
+        .env("SERVER_PID", server_pid.to_string())
+        .env("PG_POSTMASTER_PID", pg.root().join("data/postmaster.pid"))
         .current_dir(root()))
 }
 

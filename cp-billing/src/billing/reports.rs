@@ -250,17 +250,19 @@ impl BillingReportsApi for ControlPlane {
         // The tenant's projects and the SKUs are read once each and joined in memory. Joined
         // to the tables, the generic plan (sqlx prepares every statement) expects one day row
         // and looks up each row's project and SKU by index: ~180 rows, 840 buffers, 0.5 ms,
-        // against 118 buffers and ~0.3 ms this way (#22, session 37).
+        // against 118 buffers and ~0.3 ms this way (#22, session 37). The day comes back as a
+        // date and the names sort bytewise (slugs and SKU names are ASCII): `to_char` on each
+        // row and the locale's collation took 0.17 against 0.12 ms (session 41).
         let daily = sqlx::query!(
             r#"WITH p AS MATERIALIZED (SELECT id, slug FROM projects WHERE tenant_id = $1),
                     s AS MATERIALIZED (SELECT id, name FROM skus)
-               SELECT to_char(d.day, 'YYYY-MM-DD') AS "day!", p.slug AS "project!",
-                      s.name AS "sku!", d.amount_micro AS micro
+               SELECT d.day AS "day!", p.slug AS "project!", s.name AS "sku!",
+                      d.amount_micro AS micro
                FROM usage_day_totals d JOIN p ON p.id = d.project_id JOIN s ON s.id = d.sku_id
                WHERE d.tenant_id = $1 AND d.currency = $2
                  AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
                  AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
-               ORDER BY d.day, p.slug, s.name"#,
+               ORDER BY d.day, p.slug COLLATE "C", s.name COLLATE "C""#,
             tenant as TenantId,
             currency,
             start,
@@ -270,7 +272,7 @@ impl BillingReportsApi for ControlPlane {
         .await?
         .into_iter()
         .map(|r| SpendPoint {
-            day: r.day,
+            day: r.day.to_string(),
             project: r.project,
             sku: r.sku,
             amount_minor: Micros(r.micro).round_to_minor(),
