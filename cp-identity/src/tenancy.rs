@@ -178,11 +178,21 @@ fn project_role<R: ProjectRequirement>(
     let implied = implied_project_role(TenantRole::parse(tenant_role)?);
     let own = own_role.map(ProjectRole::parse).transpose()?;
     let role = strongest(implied, own).ok_or(Error::NotFound { what })?;
+    grant(principal.user_id, (tenant, project), role)
+}
+
+/// The proof that `user`, holding `role` in `project`, may act as `R` there; a role too weak
+/// for `R`: `Forbidden`. Every `Project` proof is made here.
+fn grant<R: ProjectRequirement>(
+    user: UserId,
+    (tenant, project): (TenantId, ProjectId),
+    role: ProjectRole,
+) -> Result<Project<R>> {
     if !R::ROLES.contains(&role) {
         return Err(Error::Forbidden { needed: R::WHO });
     }
     Ok(Project {
-        user: principal.user_id,
+        user,
         tenant,
         project,
         role,
@@ -424,13 +434,7 @@ impl TenancyApi for ControlPlane {
         for r in rows {
             let own = r.my_role.as_deref().map(ProjectRole::parse).transpose()?;
             if let Some(role) = strongest(implied, own) {
-                let proof = Project {
-                    user: who.user,
-                    tenant: who.tenant,
-                    project: r.id,
-                    role,
-                    _requirement: PhantomData,
-                };
+                let proof = grant::<ProjectViewers>(who.user, (who.tenant, r.id), role)?;
                 let summary = ProjectSummary {
                     id: r.id,
                     slug: r.slug,

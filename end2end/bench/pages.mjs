@@ -203,7 +203,7 @@ console.log('targets: >= 2000 pages/s, p99 <= 30 ms, 0 errors');
 // What a page costs each process in CPU: steadier than pages/s from one hour to the next on a
 // shared machine, and what the goal's arithmetic needs (2,000 pages/s on two cores leaves
 // 1 ms of CPU a page for all three together).
-const perPage = (k) => (cpu1[k] == null ? null : ((cpu1[k] - cpu0[k]) * 1000) / Math.max(all.length, 1));
+const perPage = (k) => (cpu0[k] == null || cpu1[k] == null ? null : ((cpu1[k] - cpu0[k]) * 1000) / Math.max(all.length, 1));
 const [srvMs, dbMs, cliMs] = ['server', 'db', 'client'].map(perPage);
 if (srvMs == null) {
   console.log(`CPU a page: SKIPPED for the server and PostgreSQL (${cpu1.why ?? cpu0.why}); this load generator ${cliMs.toFixed(3)} ms`);
