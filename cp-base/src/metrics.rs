@@ -66,6 +66,13 @@ pub struct Metrics {
     webhook_events: Family<EventTypeLabel, Counter>,
     gpu_events: Family<GpuEventLabels, Counter>,
     availability_corrected: Counter,
+    session_reads: Family<SourceLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    /// `kept` (this process's cache) or `database`.
+    pub source: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +98,7 @@ impl Default for Metrics {
             webhook_events: Family::default(),
             gpu_events: Family::default(),
             availability_corrected: Counter::default(),
+            session_reads: Family::default(),
         }
     }
 }
@@ -190,6 +198,27 @@ impl Metrics {
              the nodes (corrected when found; anything above 0 is a bug to report)",
             self.availability_corrected.clone(),
         );
+        registry.register(
+            "gpuaas_session_reads",
+            "Signed-in sessions read, by where from: `kept` by this process (dropped as the \
+             database announces a change) or the `database`",
+            self.session_reads.clone(),
+        );
+    }
+
+    /// A session was read, from this process's cache (`kept`) or the database.
+    pub fn session_read(&self, kept: bool) {
+        let source = if kept { "kept" } else { "database" };
+        self.session_reads
+            .get_or_create(&SourceLabel { source })
+            .inc();
+    }
+
+    /// Sessions read from this process's cache since start.
+    pub fn session_reads_kept(&self) -> u64 {
+        self.session_reads
+            .get_or_create(&SourceLabel { source: "kept" })
+            .get()
     }
 
     /// Launches by which recounts found the kept availability count off, since start.

@@ -194,6 +194,13 @@ pub struct Config {
     #[arg(long, env = "PORTAL_COOKIE_SECURE", default_value_t = true, action = clap::ArgAction::Set)]
     pub cookie_secure: bool,
 
+    /// Milliseconds this server keeps who a signed-in session is, at most; the database
+    /// announces every change to it as the change commits, and the server drops what it kept
+    /// then (`control_plane::sessions::PrincipalCache`). 0 reads every session from the
+    /// database.
+    #[arg(long, env = "PORTAL_SESSION_KEEP_MS", default_value_t = 5000)]
+    pub session_keep_ms: u64,
+
     /// Minutes without a request after which a session ends.
     #[arg(long, env = "PORTAL_SESSION_IDLE_MINUTES", default_value_t = 60)]
     pub session_idle_minutes: u32,
@@ -334,6 +341,11 @@ impl Config {
 
     pub fn reconcile_every(&self) -> Duration {
         Duration::from_secs(self.reconcile_every_secs)
+    }
+
+    /// How long a signed-in session's read is kept; `None` keeps none.
+    pub fn session_keep(&self) -> Option<Duration> {
+        (self.session_keep_ms > 0).then(|| Duration::from_millis(self.session_keep_ms))
     }
 }
 

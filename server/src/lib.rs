@@ -317,6 +317,13 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         app::server::PortalSessionStore::new(state.cp.clone())
             .delete_expired_every(std::time::Duration::from_secs(3600)),
     );
+    // Who each signed-in session is, kept while the database's announcements are heard.
+    let principals = config.session_keep().map(|keep| {
+        use control_plane::sessions::SessionsApi as _;
+        let cp = state.cp.clone();
+        cp.principal_cache().set_ttl(keep);
+        tokio::spawn(async move { cp.watch_principal_changes().await })
+    });
     let workers = tokio::spawn(workers::run_with(
         state.cp.clone(),
         config.reconcile_every(),
@@ -363,6 +370,9 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
     }
     guard.abort();
     sweeper.abort();
+    if let Some(p) = principals {
+        p.abort();
+    }
     workers.abort();
     if let Some(s) = scrapes {
         s.abort();
