@@ -66,7 +66,7 @@ pub struct PrincipalCache {
     state: Mutex<Kept>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Kept {
     /// Whether this process listens on [`PRINCIPAL_CHANNEL`] now. Nothing is kept, nor handed
     /// out, while it doesn't: a change could go unheard.
@@ -76,8 +76,19 @@ struct Kept {
     /// a statement ran may have committed after the statement's snapshot.
     epoch: u64,
     /// How long a read is kept ([`PRINCIPAL_TTL`] unless set).
-    ttl: Option<Duration>,
+    ttl: Duration,
     sessions: HashMap<String, KeptSession>,
+}
+
+impl Default for Kept {
+    fn default() -> Self {
+        Self {
+            live: false,
+            epoch: 0,
+            ttl: PRINCIPAL_TTL,
+            sessions: HashMap::new(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -95,7 +106,7 @@ impl PrincipalCache {
     /// Keeps reads for `ttl` instead of [`PRINCIPAL_TTL`] (tests: a long one shows that the
     /// announcements, not the clock, drop what changed).
     pub fn set_ttl(&self, ttl: Duration) {
-        self.lock().ttl = Some(ttl);
+        self.lock().ttl = ttl;
     }
 
     /// Whether the watcher listens now, so that reads are kept.
@@ -145,7 +156,7 @@ impl PrincipalCache {
                 return;
             }
         }
-        let until = now + kept.ttl.unwrap_or(PRINCIPAL_TTL);
+        let until = now + kept.ttl;
         kept.sessions.insert(
             id.to_owned(),
             KeptSession {

@@ -198,7 +198,11 @@ pub struct Config {
     /// announces every change to it as the change commits, and the server drops what it kept
     /// then (`control_plane::sessions::PrincipalCache`). 0 reads every session from the
     /// database.
-    #[arg(long, env = "PORTAL_SESSION_KEEP_MS", default_value_t = 5000)]
+    #[arg(
+        long,
+        env = "PORTAL_SESSION_KEEP_MS",
+        default_value_t = control_plane::sessions::PRINCIPAL_TTL.as_millis() as u64
+    )]
     pub session_keep_ms: u64,
 
     /// Minutes without a request after which a session ends.
