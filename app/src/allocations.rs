@@ -16,9 +16,9 @@ use leptos::reactive::computed::ScopedFuture;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use portal_types::allocations::{
-    AllocationDetail, AllocationSummary, Certificate, Transition, tags_label,
+    AllocationDetail, AllocationSummary, Certificate, PortAddress, Transition, tags_label,
 };
-use portal_types::utc;
+use portal_types::{AllocationId, utc};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
@@ -190,13 +190,53 @@ pub struct AllocationsView {
     pub projects: Vec<(String, String)>,
     pub project: Option<String>,
     pub state: String,
-    pub rows: Vec<AllocationSummary>,
+    pub rows: Vec<AllocationRow>,
     /// This page starts after an earlier one (the cursor it was asked with).
     pub after: Option<String>,
     /// Where the next (older) page starts; none after the last.
     pub next: Option<String>,
     /// The page size asked for in the address (`limit`, as the API's), if not the default.
     pub limit: Option<u32>,
+}
+
+/// One row of the allocation list, as the page shows it. Up to 50 of these are the list's
+/// hydration data, so a row carries only what the table draws: not the project, the
+/// lifecycle state or the tags of the API's [`AllocationSummary`], and the price and the time
+/// already written out (a third of the bytes the summary took).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationRow {
+    pub id: AllocationId,
+    pub name: String,
+    pub sku: String,
+    pub gpu_count: i32,
+    pub region: String,
+    /// The state the UI shows ([`AllocationSummary::projected`]).
+    pub projected: String,
+    /// The SKU's price per hour, written out.
+    pub per_hour: String,
+    /// When it was created, in UTC, written out.
+    pub created: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub published: Vec<PortAddress>,
+}
+
+impl From<AllocationSummary> for AllocationRow {
+    fn from(a: AllocationSummary) -> Self {
+        Self {
+            id: a.id,
+            name: a.name,
+            sku: a.sku,
+            gpu_count: a.gpu_count,
+            region: a.region,
+            projected: a.projected,
+            per_hour: a.price_per_hour.to_string(),
+            created: utc(a.created_at),
+            ssh: a.ssh,
+            published: a.published,
+        }
+    }
 }
 
 /// How many allocations the list shows at a time.
@@ -521,7 +561,10 @@ pub async fn list_allocations(
                 limit: limit.unwrap_or(LIST_PAGE),
             };
             let page = cp.allocation_page(&[who], &filter).await?;
-            (page.items, page.next)
+            (
+                page.items.into_iter().map(AllocationRow::from).collect(),
+                page.next,
+            )
         }
     };
     Ok(AllocationsView {
@@ -992,7 +1035,7 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                                         <br /><span class="hint">{format!("port {} → ", p.guest_port)}<code>{p.address}</code></span>
                                     }).collect_view()}
                                 </td>
-                                <td data-label="Per hour">{a.price_per_hour.to_string()}</td><td data-label="Created">{utc(a.created_at)}</td>
+                                <td data-label="Per hour">{a.per_hour}</td><td data-label="Created">{a.created}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
@@ -1265,6 +1308,65 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    #[cfg(feature = "ssr")]
+    #[test]
+    fn a_list_row_carries_what_the_table_shows_and_nothing_else() {
+        let summary = AllocationSummary {
+            id: "3583c5c9-2fce-4c53-8f8e-058355b44594".parse().unwrap(),
+            project_id: "0a0e0000-0000-4000-8001-000000000001".parse().unwrap(),
+            name: "train-7".into(),
+            sku: "h100.2x".into(),
+            gpu_count: 2,
+            region: "eu-west-1".into(),
+            state: "running".into(),
+            projected: "releasing".into(),
+            price_per_hour: portal_types::Money::new(598, "USD"),
+            tags: [("team".to_owned(), "vision".to_owned())].into(),
+            created_at: time::OffsetDateTime::from_unix_timestamp(1_764_640_104).unwrap(),
+            ssh: None,
+            published: vec![],
+        };
+        let row = AllocationRow::from(summary.clone());
+        assert_eq!(row.projected, "releasing");
+        assert_eq!(row.per_hour, "5.98 USD");
+        assert_eq!(row.created, "2025-12-02 01:48:24 UTC");
+        let keys = |row: &AllocationRow| -> Vec<String> {
+            let json = serde_json::to_value(row).unwrap();
+            let mut keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+            keys.sort();
+            keys
+        };
+        // Neither the project, the lifecycle state nor the tags; no empty connection details.
+        assert_eq!(
+            keys(&row),
+            [
+                "created",
+                "gpu_count",
+                "id",
+                "name",
+                "per_hour",
+                "projected",
+                "region",
+                "sku"
+            ]
+        );
+        let running = AllocationRow::from(AllocationSummary {
+            ssh: Some("ssh -p 22000 ubuntu@203.0.113.7".into()),
+            published: vec![PortAddress {
+                guest_port: 8888,
+                address: "203.0.113.7:22001".into(),
+            }],
+            ..summary
+        });
+        assert!(keys(&running).contains(&"ssh".to_owned()));
+        // What the server writes, the browser reads back whole, with or without the details.
+        for r in [row, running] {
+            let back: AllocationRow =
+                serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
+        }
     }
 
     #[test]
