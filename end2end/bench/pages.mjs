@@ -2,7 +2,8 @@
 //
 // Signs in CLIENTS sessions (default 64) through the real sign-in path (the portal's SSO
 // form, the demo identity provider, the callback), each in its own Chromium context, then
-// runs one keep-alive HTTP connection per session for SECONDS (default 20), each fetching in
+// runs one keep-alive HTTP connection per session for SECONDS (default 20) with PAGES_LOADER
+// (`xtask pages-load`, xtask/src/pageload.rs), each fetching in
 // turn the allocation list (the newest 50 of Research's 200), an allocation's page, the catalog and the billing page. Prints
 // pages/s and p50/p99/max per page and the errors, the hydration bundle's size (raw and gzip),
 // and, from Chromium, how long the launch page takes to become interactive (navigation start
@@ -12,10 +13,11 @@
 // PAGES_KEEP_DIR (where to keep one body of each page; none kept without it), PAGES_ONLY
 // (list, allocation, catalog or billing: every session loads that page alone), SERVER_PID and
 // PG_POSTMASTER_PID (the server's pid and PostgreSQL's postmaster.pid file: the CPU time each
-// spends a page, read from /proc).
+// spends a page, read from /proc), PAGES_LOADER (the xtask binary: its `pages-load` runs the load).
 import http from 'node:http';
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
@@ -130,7 +132,14 @@ function statOf(pid) {
 }
 function cpuNow() {
   const own = process.cpuUsage();
-  const client = (own.user + own.system) / 1e6;
+  let client = (own.user + own.system) / 1e6;
+  try {
+    // The loader, once reaped (spawnSync waits for it), is in this process's children's time.
+    const self = statOf(process.pid);
+    client += (+self[13] + +self[14]) / TICK;
+  } catch {
+    // Not Linux: this process's own time only.
+  }
   try {
     const server = statOf(process.env.SERVER_PID);
     const postmaster = readFileSync(process.env.PG_POSTMASTER_PID, 'utf8').split('\n')[0].trim();
@@ -151,38 +160,54 @@ function cpuNow() {
   }
 }
 
-// 2. Load: one connection per session, pages in turn (or PAGES_ONLY's alone), for SECONDS.
+// 2. Load: one connection per session, pages in turn (or PAGES_ONLY's alone), for SECONDS,
+// by PAGES_LOADER (`xtask pages-load`: a thread and a blocking socket per session, far less
+// CPU a page than this process's HTTP client, on cores the server shares). This process waits
+// meanwhile; the loader's CPU is read from this process's reaped children.
 const lat = PAGES.map(() => []);
 const bytes = PAGES.map(() => 0);
 let errors = 0;
 let firstError = '';
-const until = Date.now() + SECONDS * 1000;
+const loader = process.env.PAGES_LOADER;
+if (!loader) throw new Error('PAGES_LOADER (the xtask binary, which has pages-load) is not set');
+const scratch = mkdtempSync(join(tmpdir(), 'pages-load-'));
+writeFileSync(join(scratch, 'cookies'), cookies.join('\n') + '\n');
 const cpu0 = cpuNow();
 const t0 = process.hrtime.bigint();
-await Promise.all(
-  cookies.map(async (cookie, i) => {
-    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-    for (let k = i; Date.now() < until; k++) {
-      const p = only >= 0 ? only : k % PAGES.length;
-      const s = process.hrtime.bigint();
-      try {
-        const [status, n] = await get(agent, cookie, PAGES[p][1]);
-        lat[p].push(Number(process.hrtime.bigint() - s) / 1e6);
-        bytes[p] = n;
-        if (status !== 200) {
-          errors++;
-          firstError ||= `${PAGES[p][1]}: HTTP ${status}`;
-        }
-      } catch (e) {
-        errors++;
-        firstError ||= `${PAGES[p][1]}: ${e.message}`;
-      }
-    }
-    agent.destroy();
-  }),
+const run = spawnSync(
+  loader,
+  [
+    'pages-load',
+    '--addr', `${url.hostname}:${url.port}`,
+    '--seconds', String(SECONDS),
+    '--cookies', join(scratch, 'cookies'),
+    '--out', join(scratch, 'answers'),
+    ...(only >= 0 ? ['--only', String(only)] : []),
+    ...PAGES.map((p) => p[1]),
+  ],
+  { stdio: 'inherit' },
 );
-const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+const t1 = process.hrtime.bigint();
 const cpu1 = cpuNow();
+if (run.status !== 0) throw new Error(`${loader} pages-load: ${run.error?.message ?? `exit ${run.status}`}`);
+for (const line of readFileSync(join(scratch, 'answers'), 'utf8').split('\n')) {
+  if (!line) continue;
+  const f = line.split(' ');
+  if (f[0] === 'E') {
+    errors++;
+    firstError ||= `${PAGES[+f[1]][1]}: ${f.slice(2).join(' ')}`;
+    continue;
+  }
+  const [p, ms, n, status] = [+f[0], +f[1], +f[2], +f[3]];
+  lat[p].push(ms);
+  bytes[p] = n;
+  if (status !== 200) {
+    errors++;
+    firstError ||= `${PAGES[p][1]}: HTTP ${status}`;
+  }
+}
+rmSync(scratch, { recursive: true, force: true });
+const secs = Number(t1 - t0) / 1e9;
 const q = (v, p) => (v.length ? v[Math.min(v.length - 1, Math.ceil(v.length * p) - 1)] : NaN);
 const all = lat.flat().sort((a, b) => a - b);
 console.log(`\n${CLIENTS} signed-in sessions, keep-alive, ${secs.toFixed(1)} s\n`);

@@ -168,6 +168,7 @@ fn pages(args: &[String]) -> Result {
                     .env("SITE_PKG", target_dir().join("site/pkg"))
                     .env("PAGES_KEEP_DIR", artifacts.join("bench-pages"))
                     .env("PAGES_ONLY", page.as_deref().unwrap_or(""))
+                    .env("PAGES_LOADER", crate::pageload::loader()?)
                     // Whose CPU time it reads to report each process's share of a page.
                     .env("SERVER_PID", server_pid.to_string())
                     .env("PG_POSTMASTER_PID", pg.root().join("data/postmaster.pid"))

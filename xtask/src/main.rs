@@ -7,6 +7,7 @@ mod chaos;
 mod dev;
 mod fleet;
 mod layers;
+mod pageload;
 mod portal;
 mod proc;
 mod standalone;
@@ -49,6 +50,8 @@ fn main() -> ExitCode {
         Some("dev") => dev::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
+        // The page benchmark's load generator, which end2end/bench/pages.mjs runs.
+        Some("pages-load") => pageload::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
         Some("sqlx-prepare") => test::sqlx_prepare(),
         Some("setup") => tools::ensure_all(tools::Needs::everything()),

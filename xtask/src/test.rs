@@ -273,6 +273,7 @@ fn pages_smoke(pg: &PgCluster, port: u16, server_pid: u32) -> Result {
         .env("PAGES_CLIENTS", "2")
         .env("PAGES_SECONDS", "2")
         .env("PAGES_INTERACTIVE", "0")
+        .env("PAGES_LOADER", crate::pageload::loader()?)
         .env("SITE_PKG", target_dir().join("site/pkg"))
         .env("SERVER_PID", server_pid.to_string())
         .env("PG_POSTMASTER_PID", pg.root().join("data/postmaster.pid"))

@@ -1,0 +1,306 @@
+//! The page benchmark's load generator (`xtask pages-load`, which `end2end/bench/pages.mjs`
+//! runs once its sessions are signed in): one thread and one keep-alive HTTP/1.1 connection
+//! per session, each loading the pages in turn (or one alone) with its session's cookie until
+//! the time is up, and writing every answer to a file for the script to sum up.
+//!
+//! Why not in the script: on this two-core machine the load generator shares the cores with
+//! the server and PostgreSQL, so its own CPU a page is taken from what they can serve. Node's
+//! HTTP client spent 0.13–0.21 ms a page on a fast day (a tenth of the machine's CPU a page);
+//! blocking sockets and a byte count cost a fraction of that (docs/PERFORMANCE.md, session 45).
+//!
+//! Flags: `--addr HOST:PORT`, `--seconds S`, `--cookies FILE` (a `Cookie` header value a
+//! line, one session each), `--only I` (the index of the one page to load, or none), `--out
+//! FILE`, then the paths. Each line of the output is `PAGE MS BYTES STATUS` for an answer or
+//! `E PAGE MESSAGE` for a request that got none.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::Result;
+
+/// One answer: which page, how long it took, the body's length, the status.
+struct Answer {
+    page: usize,
+    ms: f64,
+    bytes: usize,
+    status: u16,
+}
+
+/// What `pages.mjs` runs as `PAGES_LOADER`: this binary.
+pub fn loader() -> Result<std::path::PathBuf> {
+    std::env::current_exe().map_err(|e| format!("finding the xtask binary for pages-load: {e}"))
+}
+
+pub fn run(args: &[String]) -> Result {
+    let mut addr = None;
+    let mut seconds = 20.0_f64;
+    let mut cookies = None;
+    let mut only = None;
+    let mut out = None;
+    let mut paths = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("pages-load: {a} needs a value"))
+        };
+        match a.as_str() {
+            "--addr" => addr = Some(value()?),
+            "--seconds" => {
+                let v = value()?;
+                seconds = v
+                    .parse()
+                    .map_err(|_| format!("pages-load: --seconds {v:?} is not a number"))?;
+            }
+            "--cookies" => cookies = Some(value()?),
+            "--only" => {
+                let v = value()?;
+                only = Some(
+                    v.parse::<usize>()
+                        .map_err(|_| format!("pages-load: --only {v:?} is not an index"))?,
+                );
+            }
+            "--out" => out = Some(value()?),
+            p if p.starts_with('/') => paths.push(p.to_owned()),
+            other => return Err(format!("pages-load: unexpected argument {other:?}")),
+        }
+    }
+    let addr = addr.ok_or("pages-load: --addr is required")?;
+    let out = out.ok_or("pages-load: --out is required")?;
+    let cookies = std::fs::read_to_string(cookies.ok_or("pages-load: --cookies is required")?)
+        .map_err(|e| format!("pages-load: reading the cookies: {e}"))?;
+    let cookies: Vec<String> = cookies
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if paths.is_empty() || cookies.is_empty() {
+        return Err("pages-load: needs at least one path and one cookie".into());
+    }
+    if let Some(i) = only
+        && i >= paths.len()
+    {
+        return Err(format!(
+            "pages-load: --only {i}: there are {} paths",
+            paths.len()
+        ));
+    }
+    let host = addr.clone();
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    let threads: Vec<_> = cookies
+        .into_iter()
+        .enumerate()
+        .map(|(i, cookie)| {
+            let (addr, host, paths) = (addr.clone(), host.clone(), paths.clone());
+            std::thread::spawn(move || session(&addr, &host, &cookie, &paths, only, i, until))
+        })
+        .collect();
+    let mut text = String::new();
+    for t in threads {
+        let (answers, errors) = t.join().map_err(|_| "pages-load: a session panicked")?;
+        for a in answers {
+            text.push_str(&format!(
+                "{} {:.3} {} {}\n",
+                a.page, a.ms, a.bytes, a.status
+            ));
+        }
+        for (page, e) in errors {
+            text.push_str(&format!("E {page} {}\n", e.replace('\n', " ")));
+        }
+    }
+    std::fs::write(&out, text).map_err(|e| format!("pages-load: writing {out}: {e}"))
+}
+
+/// One session's loop: page after page on one connection (a new one after an error).
+fn session(
+    addr: &str,
+    host: &str,
+    cookie: &str,
+    paths: &[String],
+    only: Option<usize>,
+    first: usize,
+    until: Instant,
+) -> (Vec<Answer>, Vec<(usize, String)>) {
+    let mut answers = Vec::new();
+    let mut errors = Vec::new();
+    let mut conn: Option<Conn> = None;
+    let mut k = first;
+    while Instant::now() < until {
+        let page = only.unwrap_or(k % paths.len());
+        k += 1;
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nAccept: text/html\r\n\r\n",
+            paths[page]
+        );
+        let start = Instant::now();
+        let result = match conn.as_mut() {
+            Some(c) => c.get(request.as_bytes()),
+            None => Conn::open(addr).and_then(|c| conn.insert(c).get(request.as_bytes())),
+        };
+        match result {
+            Ok((status, bytes, keep)) => {
+                answers.push(Answer {
+                    page,
+                    ms: start.elapsed().as_secs_f64() * 1000.0,
+                    bytes,
+                    status,
+                });
+                if !keep {
+                    conn = None;
+                }
+            }
+            Err(e) => {
+                errors.push((page, e));
+                conn = None;
+            }
+        }
+    }
+    (answers, errors)
+}
+
+/// A keep-alive connection and what has been read from it but not yet used.
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Conn {
+    fn open(addr: &str) -> std::result::Result<Conn, String> {
+        let stream = TcpStream::connect(addr).map_err(|e| format!("connecting to {addr}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        Ok(Conn {
+            stream,
+            buf: vec![0; 256 * 1024],
+            start: 0,
+            end: 0,
+        })
+    }
+
+    /// Sends `request` and reads its answer: the status, the body's length (after chunked
+    /// decoding) and whether the connection may be used again.
+    fn get(&mut self, request: &[u8]) -> std::result::Result<(u16, usize, bool), String> {
+        self.stream
+            .write_all(request)
+            .map_err(|e| format!("sending: {e}"))?;
+        let head_len = loop {
+            if let Some(i) = find(&self.buf[self.start..self.end], b"\r\n\r\n") {
+                break i + 4;
+            }
+            self.fill()?;
+        };
+        let head = std::str::from_utf8(&self.buf[self.start..self.start + head_len])
+            .map_err(|_| "the answer's head is not UTF-8".to_string())?;
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("no status in {status_line:?}"))?;
+        // HTTP/1.1 keeps the connection unless told otherwise; 1.0 closes it unless told.
+        let (mut length, mut chunked) = (None, false);
+        let mut keep = !status_line.starts_with("HTTP/1.0");
+        for line in lines {
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| format!("content-length {value:?}"))?,
+                );
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value.eq_ignore_ascii_case("chunked");
+            } else if name.eq_ignore_ascii_case("connection") {
+                keep = value.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        self.start += head_len;
+        let bytes = if chunked {
+            let mut total = 0;
+            loop {
+                let line = self.line()?;
+                let size = line.split(';').next().unwrap_or_default().trim();
+                let size =
+                    usize::from_str_radix(size, 16).map_err(|_| format!("chunk size {size:?}"))?;
+                if size == 0 {
+                    // Trailers, then the blank line that ends the message.
+                    while !self.line()?.is_empty() {}
+                    break total;
+                }
+                self.skip(size)?;
+                if !self.line()?.is_empty() {
+                    return Err("a chunk not followed by CRLF".into());
+                }
+                total += size;
+            }
+        } else {
+            let n = length.unwrap_or(0);
+            self.skip(n)?;
+            n
+        };
+        Ok((status, bytes, keep))
+    }
+
+    /// Reads more into the buffer (moving what is unread to its front first).
+    fn fill(&mut self) -> std::result::Result<(), String> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        match self.stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => Err("the server closed the connection".into()),
+            Ok(n) => {
+                self.end += n;
+                Ok(())
+            }
+            Err(e) => Err(format!("reading: {e}")),
+        }
+    }
+
+    /// The next line, without its CRLF.
+    fn line(&mut self) -> std::result::Result<String, String> {
+        loop {
+            if let Some(i) = find(&self.buf[self.start..self.end], b"\r\n") {
+                let line =
+                    String::from_utf8_lossy(&self.buf[self.start..self.start + i]).into_owned();
+                self.start += i + 2;
+                return Ok(line);
+            }
+            self.fill()?;
+        }
+    }
+
+    /// Consumes `n` bytes of body, reading as needed.
+    fn skip(&mut self, mut n: usize) -> std::result::Result<(), String> {
+        loop {
+            let have = (self.end - self.start).min(n);
+            self.start += have;
+            n -= have;
+            if n == 0 {
+                return Ok(());
+            }
+            // Nothing unread is left in the buffer: read straight into it from the front.
+            self.start = 0;
+            self.end = 0;
+            self.fill()?;
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
