@@ -189,7 +189,10 @@ const run = spawnSync(
 );
 const t1 = process.hrtime.bigint();
 const cpu1 = cpuNow();
-if (run.status !== 0) throw new Error(`${loader} pages-load: ${run.error?.message ?? `exit ${run.status}`}`);
+if (run.status !== 0) {
+  rmSync(scratch, { recursive: true, force: true });
+  throw new Error(`${loader} pages-load: ${run.error?.message ?? `exit ${run.status}`}`);
+}
 for (const line of readFileSync(join(scratch, 'answers'), 'utf8').split('\n')) {
   if (!line) continue;
   const f = line.split(' ');

@@ -87,14 +87,13 @@ pub fn run(args: &[String]) -> Result {
             paths.len()
         ));
     }
-    let host = addr.clone();
     let until = Instant::now() + Duration::from_secs_f64(seconds);
     let threads: Vec<_> = cookies
         .into_iter()
         .enumerate()
         .map(|(i, cookie)| {
-            let (addr, host, paths) = (addr.clone(), host.clone(), paths.clone());
-            std::thread::spawn(move || session(&addr, &host, &cookie, &paths, only, i, until))
+            let (addr, paths) = (addr.clone(), paths.clone());
+            std::thread::spawn(move || session(&addr, &cookie, &paths, only, i, until))
         })
         .collect();
     let mut text = String::new();
@@ -116,7 +115,6 @@ pub fn run(args: &[String]) -> Result {
 /// One session's loop: page after page on one connection (a new one after an error).
 fn session(
     addr: &str,
-    host: &str,
     cookie: &str,
     paths: &[String],
     only: Option<usize>,
@@ -131,7 +129,7 @@ fn session(
         let page = only.unwrap_or(k % paths.len());
         k += 1;
         let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nAccept: text/html\r\n\r\n",
+            "GET {} HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\nAccept: text/html\r\n\r\n",
             paths[page]
         );
         let start = Instant::now();
@@ -244,7 +242,9 @@ impl Conn {
                 total += size;
             }
         } else {
-            let n = length.unwrap_or(0);
+            // The portal always says how long its answers are; one that ends only when the
+            // connection closes would be counted wrong here, so it is an error, not a guess.
+            let n = length.ok_or("an answer with neither a length nor chunks")?;
             self.skip(n)?;
             n
         };
@@ -303,4 +303,73 @@ impl Conn {
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// A server that answers each request it reads with the next of `answers`, verbatim.
+    fn scripted(answers: Vec<&'static [u8]>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            for a in answers {
+                let mut got = Vec::new();
+                while find(&got, b"\r\n\r\n").is_none() {
+                    let n = s.read(&mut buf).unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                // In pieces, so that the reader has to ask again mid-head and mid-chunk.
+                for piece in a.chunks(7) {
+                    s.write_all(piece).unwrap();
+                    s.flush().unwrap();
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn reads_sized_chunked_and_closing_answers_on_one_connection() {
+        let addr = scripted(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+            b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3;x=1\r\nabc\r\na\r\n0123456789\r\n0\r\nX-Trailer: 1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        ]);
+        let mut c = Conn::open(&addr).unwrap();
+        let req = b"GET / HTTP/1.1\r\n\r\n";
+        assert_eq!(c.get(req).unwrap(), (200, 5, true));
+        assert_eq!(c.get(req).unwrap(), (404, 13, true));
+        assert_eq!(c.get(req).unwrap(), (200, 2, false));
+    }
+
+    #[test]
+    fn an_answer_without_a_length_or_a_bad_chunk_is_an_error() {
+        let addr = scripted(vec![b"HTTP/1.1 200 OK\r\n\r\nuntil close"]);
+        let mut c = Conn::open(&addr).unwrap();
+        let e = c.get(b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
+        assert!(e.contains("neither a length nor chunks"), "{e}");
+
+        let addr = scripted(vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        ]);
+        let mut c = Conn::open(&addr).unwrap();
+        let e = c.get(b"GET / HTTP/1.1\r\n\r\n").unwrap_err();
+        assert!(e.contains("chunk size"), "{e}");
+    }
+
+    #[test]
+    fn http_1_0_closes_unless_it_says_keep_alive() {
+        let addr = scripted(vec![
+            b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 1\r\n\r\na",
+            b"HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\nb",
+        ]);
+        let mut c = Conn::open(&addr).unwrap();
+        assert_eq!(c.get(b"GET / HTTP/1.0\r\n\r\n").unwrap(), (200, 1, true));
+        assert_eq!(c.get(b"GET / HTTP/1.0\r\n\r\n").unwrap(), (200, 1, false));
+    }
 }
