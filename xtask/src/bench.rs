@@ -14,7 +14,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing] [--database tcp|socket]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -83,6 +83,20 @@ fn pages(args: &[String]) -> Result {
             ));
         }
     };
+    // `--database tcp|socket`: how the server reaches PostgreSQL (default tcp, as every figure
+    // in docs/PERFORMANCE.md before session 46 was measured).
+    let (database, args): (Vec<_>, Vec<_>) = args.into_iter().partition(|p| p[0] == "--database");
+    let over_tcp = match database.first() {
+        None => true,
+        Some([_, how]) if how == "socket" => false,
+        Some([_, how]) if how == "tcp" => true,
+        Some(p) => {
+            return Err(format!(
+                "bad argument {:?}: --database is tcp or socket\n{USAGE}",
+                p.join(" ")
+            ));
+        }
+    };
     let args: Vec<String> = args.concat();
     checked_flags(&["--clients", "--seconds"], &args)?;
     tools::ensure_all(Needs {
@@ -131,7 +145,11 @@ fn pages(args: &[String]) -> Result {
     )?;
     let launch = portal::Launch {
         binary,
-        database_url: pg.url("pages"),
+        database_url: if over_tcp {
+            pg.url("pages")
+        } else {
+            pg.socket_url("pages")
+        },
         addr: format!("127.0.0.1:{port}"),
         site_root: target_dir().join("site"),
         site_env: "prod",
