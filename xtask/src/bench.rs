@@ -58,6 +58,25 @@ fn flag_value(args: &[String], name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
+/// Takes `name VALUE` out of `args` (pairs), where VALUE must be one of `allowed`; the value
+/// if given and the pairs left.
+fn one_of<'a>(
+    args: Vec<&'a [String]>,
+    name: &str,
+    allowed: &[&str],
+) -> Result<(Option<String>, Vec<&'a [String]>)> {
+    let (this, rest): (Vec<_>, Vec<_>) = args.into_iter().partition(|p| p[0] == name);
+    match this.first() {
+        None => Ok((None, rest)),
+        Some([_, v]) if allowed.contains(&v.as_str()) => Ok((Some(v.clone()), rest)),
+        Some(p) => Err(format!(
+            "bad argument {:?}: {name} is one of {}\n{USAGE}",
+            p.join(" "),
+            allowed.join(", ")
+        )),
+    }
+}
+
 /// What `--page` may name: the pages `end2end/bench/pages.mjs` loads in turn.
 const PAGE_NAMES: &[&str] = &["list", "allocation", "catalog", "billing"];
 
@@ -71,32 +90,11 @@ fn pages(args: &[String]) -> Result {
     // builds can be measured in turn on the same hour; the site is the one built last.
     let (server, args): (Vec<_>, Vec<_>) = args.chunks(2).partition(|p| p[0] == "--server");
     // `--page NAME`: every session loads that one page, to see what each page costs.
-    let (page, args): (Vec<_>, Vec<_>) = args.into_iter().partition(|p| p[0] == "--page");
-    let page = match page.first() {
-        None => None,
-        Some([_, name]) if PAGE_NAMES.contains(&name.as_str()) => Some(name.clone()),
-        Some(p) => {
-            return Err(format!(
-                "bad argument {:?}: --page is one of {}\n{USAGE}",
-                p.join(" "),
-                PAGE_NAMES.join(", ")
-            ));
-        }
-    };
+    let (page, args) = one_of(args, "--page", PAGE_NAMES)?;
     // `--database tcp|socket`: how the server reaches PostgreSQL (default tcp, as every figure
     // in docs/PERFORMANCE.md before session 46 was measured).
-    let (database, args): (Vec<_>, Vec<_>) = args.into_iter().partition(|p| p[0] == "--database");
-    let over_tcp = match database.first() {
-        None => true,
-        Some([_, how]) if how == "socket" => false,
-        Some([_, how]) if how == "tcp" => true,
-        Some(p) => {
-            return Err(format!(
-                "bad argument {:?}: --database is tcp or socket\n{USAGE}",
-                p.join(" ")
-            ));
-        }
-    };
+    let (database, args) = one_of(args, "--database", &["tcp", "socket"])?;
+    let over_tcp = database.as_deref() != Some("socket");
     let args: Vec<String> = args.concat();
     checked_flags(&["--clients", "--seconds"], &args)?;
     tools::ensure_all(Needs {
@@ -285,4 +283,29 @@ pub fn smoke(pg: &PgCluster, cargo_test: impl Fn() -> Command) -> Result {
         .map_err(|e| format!("the {name} benchmark broke at smoke size: {e}"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_choice_flag_takes_an_allowed_value_and_leaves_the_rest() {
+        let args: Vec<String> = ["--database", "socket", "--seconds", "5"]
+            .map(String::from)
+            .into();
+        let pairs: Vec<&[String]> = args.chunks(2).collect();
+        let (v, rest) = one_of(pairs, "--database", &["tcp", "socket"]).unwrap();
+        assert_eq!(v.as_deref(), Some("socket"));
+        assert_eq!(rest.concat(), ["--seconds", "5"]);
+
+        let pairs: Vec<&[String]> = args.chunks(2).collect();
+        let (v, rest) = one_of(pairs, "--page", PAGE_NAMES).unwrap();
+        assert_eq!(v, None);
+        assert_eq!(rest.len(), 2);
+
+        let bad: Vec<String> = ["--database", "udp"].map(String::from).into();
+        let e = one_of(bad.chunks(2).collect(), "--database", &["tcp", "socket"]).unwrap_err();
+        assert!(e.contains("--database is one of tcp, socket"), "{e}");
+    }
 }
