@@ -28,7 +28,7 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --home-dir /app portal
 WORKDIR /app
-COPY --from=builder /src/target/release/server /app/server
+COPY --from=builder /src/target/server-release/server /app/server
 COPY --from=builder /src/target/release/node-agent /app/node-agent
 COPY --from=builder /src/target/site /app/site
 USER portal

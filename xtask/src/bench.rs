@@ -86,7 +86,7 @@ const PAGE_NAMES: &[&str] = &["list", "allocation", "catalog", "billing"];
 /// sessions signed in through SSO in Chromium, keep-alive page loads, the bundle's size and
 /// the launch page's time to interactive.
 fn pages(args: &[String]) -> Result {
-    // `--server PATH`: a release server built earlier (a copy of target/release/server), so two
+    // `--server PATH`: a release server built earlier (a copy of target/server-release/server), so two
     // builds can be measured in turn on the same hour; the site is the one built last.
     let (server, args): (Vec<_>, Vec<_>) = args.chunks(2).partition(|p| p[0] == "--server");
     // `--page NAME`: every session loads that one page, to see what each page costs.
@@ -116,7 +116,7 @@ fn pages(args: &[String]) -> Result {
                     .args(["leptos", "build", "--release"])
                     .current_dir(root()),
             )?;
-            target_dir().join("release/server")
+            target_dir().join("server-release/server")
         }
     };
     step("starting PostgreSQL with durable commits");
