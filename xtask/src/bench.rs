@@ -86,8 +86,8 @@ const PAGE_NAMES: &[&str] = &["list", "allocation", "catalog", "billing"];
 /// sessions signed in through SSO in Chromium, keep-alive page loads, the bundle's size and
 /// the launch page's time to interactive.
 fn pages(args: &[String]) -> Result {
-    // `--server PATH`: a release server built earlier (a copy of target/server-release/server), so two
-    // builds can be measured in turn on the same hour; the site is the one built last.
+    // `--server PATH`: a release server built earlier (a copy of target/server-release/server),
+    // so two builds can be measured in turn on the same hour; the site is the one built last.
     let (server, args): (Vec<_>, Vec<_>) = args.chunks(2).partition(|p| p[0] == "--server");
     // `--page NAME`: every session loads that one page, to see what each page costs.
     let (page, args) = one_of(args, "--page", PAGE_NAMES)?;
