@@ -1419,3 +1419,89 @@ async fn the_daily_chart_is_by_day_project_and_sku_and_only_the_tenants_own() {
         ]
     );
 }
+
+/// What the billing page shows as spent before rating (`month_spend`, which measures the
+/// unrated time in float seconds since 0043) is what rating charges, to the micro-unit, and is
+/// what the exact `numeric` measure of 0041 gave: runs whose ends fall on odd microseconds, at
+/// an odd price near the bound, rated not at all, up to a moment between, and to the end.
+#[tokio::test]
+async fn the_unrated_spend_is_what_rating_charges_to_the_micro_unit() {
+    let (_db, cp) = setup().await;
+    let now = time::OffsetDateTime::now_utc();
+    let (month, _) = control_plane::billing::month_bounds(now);
+    if now - month < time::Duration::hours(13) {
+        eprintln!(
+            "SKIPPED: the month began less than 13 hours ago; this test needs twelve past hours in it"
+        );
+        return;
+    }
+    let spent = || async {
+        sqlx::query_scalar!(
+            r#"SELECT coalesce(sum(micro), 0)::bigint AS "micro!" FROM month_spend($1, $2, $3)"#,
+            ACME as TenantId,
+            month,
+            now
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap()
+    };
+    // What the demo's Acme has spent already, rated or not.
+    let base = spent().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(43);
+    let mut conn = cp.pool().acquire().await.unwrap();
+    for i in 0..24 {
+        let start = month + time::Duration::microseconds(rng.gen_range(0..36_000_000_000));
+        let end = (start + time::Duration::microseconds(rng.gen_range(1..7_200_000_000)))
+            .min(now - time::Duration::seconds(1));
+        import_run(
+            &mut conn,
+            &ImportedRun {
+                tenant: ACME,
+                project: if i % 2 == 0 {
+                    ACME_RESEARCH
+                } else {
+                    ACME_INFERENCE
+                },
+                sku: "h100.8x",
+                listing: "ubuntu-24.04-cuda",
+                name: &format!("odd-{i}"),
+                started_at: start,
+                ended_at: end,
+                price_per_hour_minor: Some(rng.gen_range(9_000_001..9_999_999)),
+                by: BOB,
+                key: &format!("odd-{i}"),
+            },
+        )
+        .await
+        .unwrap();
+    }
+    drop(conn);
+    // 0041's measure, in `numeric` throughout, of the runs imported here.
+    let exact = sqlx::query_scalar!(
+        r#"SELECT coalesce(sum(
+                  div((u.price_per_hour_minor + u.fee_per_hour_minor)::numeric
+                      * (extract(epoch FROM least(u.ended_at, $3) - u.started_at) * 1000000)::bigint,
+                      360000)
+                - div((u.price_per_hour_minor + u.fee_per_hour_minor)::numeric
+                      * (extract(epoch FROM greatest(u.started_at, $2) - u.started_at) * 1000000)::bigint,
+                      360000)), 0)::bigint AS "micro!"
+           FROM usage_intervals u JOIN allocations a ON a.id = u.allocation_id
+           WHERE u.tenant_id = $1 AND a.name LIKE 'odd-%'"#,
+        ACME as TenantId,
+        month,
+        now
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    let before = spent().await;
+    assert!(exact > 0, "the runs cost something");
+    assert_eq!(before - base, exact, "the float measure is the numeric one");
+    rate_until(cp.pool(), month + time::Duration::hours(6), 1000)
+        .await
+        .unwrap();
+    assert_eq!(spent().await, before, "half rated");
+    rate_until(cp.pool(), now, 1000).await.unwrap();
+    assert_eq!(spent().await, before, "all rated");
+}
