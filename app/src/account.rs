@@ -75,7 +75,7 @@ fn KeysBody(
     view! {
         <section class="card" aria-labelledby="keys-h">
             <h2 id="keys-h">"SSH keys"</h2>
-            <p class="hint">"Keys you save here are offered on the launch form; each allocation gets the keys chosen when it launched."</p>
+            <p class="hint">"Keys you save here are offered on the launch form; each allocation gets the keys chosen when it launched. A key added through an API token says which: if you don't recognise one, delete it and revoke the token."</p>
             {if empty {
                 view! { <p id="no-keys">"No saved keys yet."</p> }.into_any()
             } else {
@@ -93,7 +93,13 @@ fn KeysBody(
                                             <td>{k.kind}</td>
                                             <td class="mono">{k.fingerprint}</td>
                                             <td>{k.comment.unwrap_or_default()}</td>
-                                            <td>{utc(k.created_at)}</td>
+                                            <td class="key-added">
+                                                {utc(k.created_at)}
+                                                <span class="hint">{match &k.added_via_token {
+                                                    Some(t) => format!("through API token {} ({}…)", t.name, t.display_prefix),
+                                                    None => "in the portal".to_string(),
+                                                }}</span>
+                                            </td>
                                             <td>{k.last_used_at.map_or_else(|| "never".to_string(), utc)}</td>
                                             <td>
                                                 <ActionForm action=delete attr:class="inline">

@@ -899,9 +899,9 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         {if has_keys {
                             view! {
                                 <div>
-                                    {f.ssh_keys.iter().enumerate().map(|(n, (id, label))| view! {
+                                    {f.ssh_keys.iter().map(|(id, label)| view! {
                                         <label class="check">
-                                            <input type="checkbox" name="ssh_key_ids[]" value=id.clone() checked=n == 0 />
+                                            <input type="checkbox" name="ssh_key_ids[]" value=id.clone() />
                                             {label.clone()}
                                         </label>
                                     }).collect_view()}
@@ -1326,6 +1326,7 @@ mod tests {
             tags: [("team".to_owned(), "vision".to_owned())].into(),
             created_at: time::OffsetDateTime::from_unix_timestamp(1_764_640_104).unwrap(),
             ssh: None,
+            ssh_endpoint: None,
             published: vec![],
         };
         let row = AllocationRow::from(summary.clone());

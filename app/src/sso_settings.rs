@@ -24,6 +24,7 @@ pub struct SsoSettingsView {
     pub default_role: String,
     /// One `value = role` per line.
     pub mappings: String,
+    pub token_idle_days: u32,
     pub callback_url: String,
     /// Every claimed domain with its proof, verified or pending.
     pub claims: Vec<DomainClaimView>,
@@ -81,12 +82,14 @@ pub async fn get_sso_settings() -> Result<SsoSettingsView, AppError> {
                 .map(|(v, r)| format!("{v} = {r}"))
                 .collect::<Vec<_>>()
                 .join("\n"),
+            token_idle_days: s.token_idle_days,
             callback_url,
         },
         None => SsoSettingsView {
             organization,
             role_claim: "groups".into(),
             default_role: "member".into(),
+            token_idle_days: control_plane::sso::TOKEN_IDLE_DAYS,
             callback_url,
             ..Default::default()
         },
@@ -105,6 +108,7 @@ pub async fn save_sso_settings(
         role_claim,
         default_role,
         mappings,
+        token_idle_days,
     } = settings;
     use control_plane::sso::ProviderUpdate;
     use control_plane::tenancy::{TenantAdmins, TenantRole};
@@ -132,6 +136,13 @@ pub async fn save_sso_settings(
         role_claim,
         default_role: TenantRole::parse(default_role.trim())?,
         mappings: parsed,
+        token_idle_days: match token_idle_days.trim() {
+            "" => control_plane::sso::TOKEN_IDLE_DAYS,
+            d => d.parse().map_err(|_| AppError::Invalid {
+                field: "token_idle_days".into(),
+                reason: format!("{d:?} is not a whole number of days."),
+            })?,
+        },
     };
     Ok(cp
         .save_provider(&who, update, Some(&crate::error::request_id()))
@@ -252,6 +263,11 @@ pub fn SsoSettingsPage() -> impl IntoView {
                             <label>
                                 "Role mappings (one \"claim value = role\" per line; roles: owner, admin, finance, member)"
                                 <textarea name="mappings" aria-describedby="sso-mappings-error" aria-invalid=crate::components::field_invalid(save.value(), "mappings") rows="5">{s.mappings.clone()}</textarea>{crate::components::field_error(save.value(), "mappings", "sso-mappings-error")}
+                            </label>
+                            <label>
+                                "API tokens lapse after this many days without their maker signing in (1 to 365)"
+                                <input type="number" name="token_idle_days" min="1" max="365" required value=s.token_idle_days.to_string() aria-describedby="sso-token-idle-days-error" aria-invalid=crate::components::field_invalid(save.value(), "token_idle_days") />
+                                {crate::components::field_error(save.value(), "token_idle_days", "sso-token-idle-days-error")}
                             </label>
                             <button type="submit">"Save"</button>
                             {outcome}

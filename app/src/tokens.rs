@@ -127,7 +127,7 @@ fn TokensBody(
         <p class="lede">
             "Tokens let scripts, CI and tools use the "
             <a href="/docs/api">"API"</a>
-            " as you, in " {v.organization.clone()} ", never with more than your own access, and only within their scopes. A token stops working when it is revoked, when it expires, or when you lose access."
+            " as you, in " {v.organization.clone()} ", never with more than your own access, and only within their scopes. A token stops working when it is revoked, when it expires, or when you lose access: leaving the organization or the project revokes it for good. Where the organization signs in with its own identity provider, it also lapses when you have not signed in for a while."
         </p>
         <section class="card" aria-labelledby="tokens-h">
             <h2 id="tokens-h">"Tokens"</h2>
@@ -153,7 +153,9 @@ fn TokensBody(
                                             <td>{t.project.clone().map_or_else(|| "the whole organization".to_string(), |p| format!("project {p}"))}</td>
                                             <td data-testid="scopes">{scopes_text(&t.scopes)}</td>
                                             <td>{utc(t.created_at)}<br/><small>"by " {t.created_by.clone()}</small></td>
-                                            <td>{utc(t.expires_at)}</td>
+                                            <td data-testid="expires">{utc(t.expires_at)}{t.lapses_at.filter(|_| live).map(|at| view! {
+                                                <br/><small data-testid="lapses">"or " {utc(at)} " if " {t.created_by.clone()} " has not signed in again by then"</small>
+                                            })}</td>
                                             <td data-testid="last-used">{match (t.last_used_at, t.last_used_from.clone()) {
                                                 (Some(at), Some(from)) => format!("{} from {from}", utc(at)),
                                                 (Some(at), None) => utc(at),
@@ -163,6 +165,7 @@ fn TokensBody(
                                                 (TokenState::Revoked, Some(at)) => format!("revoked {}", utc(at)),
                                                 (TokenState::Revoked, None) => "revoked".to_string(),
                                                 (TokenState::Expired, _) => "expired".to_string(),
+                                                (TokenState::Lapsed, _) => "lapsed: its maker has not signed in".to_string(),
                                                 (TokenState::Active, _) => "active".to_string(),
                                             }}</td>
                                             <td>{live.then(|| view! {
@@ -210,9 +213,10 @@ fn TokensBody(
                         <fieldset class="stacked" aria-describedby="token-scopes-error">
                             <legend>"Scopes"</legend>
                             <label><input type="checkbox" name="scope_read" value="on" checked /> <span><strong>"read"</strong> ": instances, images, SSH keys, projects and members, audit logs"</span></label>
-                            <label><input type="checkbox" name="scope_launch" value="on" /> <span><strong>"launch"</strong> ": launch and release, add and delete SSH keys"</span></label>
+                            <label><input type="checkbox" name="scope_launch" value="on" /> <span><strong>"launch"</strong> ": launch and release"</span></label>
                             <label><input type="checkbox" name="scope_billing" value="on" /> <span><strong>"billing"</strong> ": usage and invoices"</span></label>
                             <label><input type="checkbox" name="scope_admin" value="on" /> <span><strong>"admin"</strong> ": members and tokens"</span></label>
+                            <label><input type="checkbox" name="scope_keys" value="on" /> <span><strong>"keys"</strong> ": add and delete your saved SSH keys, which your later launches use in every project (whole-organization tokens only)"</span></label>
                             {field_error(create.value(), "scopes", "token-scopes-error")}
                         </fieldset>
                         <div class="form-actions"><button type="submit">"Make token"</button></div>

@@ -49,11 +49,14 @@ pub struct ClaimedTask {
 impl ClaimedTask {
     /// From a task row: its spec as stored (a spec that doesn't parse is corruption), and its
     /// stored trace context (one that doesn't parse is only a lost trace).
+    /// A stored task as its agent is handed it (a provision's sealed user data opened).
     fn from_row(
+        keys: &crate::secrets::Keyring,
         id: AgentTaskId,
         spec: serde_json::Value,
         traceparent: Option<String>,
     ) -> Result<Self> {
+        let spec = crate::allocations::lifecycle::open_user_data(keys, spec)?;
         Ok(Self {
             spec: serde_json::from_value(spec)
                 .map_err(|e| Error::Corrupt(format!("task {id} spec: {e}")))?,
@@ -339,7 +342,9 @@ impl AgentApi for ControlPlane {
         .await?;
         let running_tasks = tasks
             .into_iter()
-            .map(|t| ClaimedTask::from_row(t.id, t.spec, t.traceparent).map(Task::from))
+            .map(|t| {
+                ClaimedTask::from_row(self.secrets(), t.id, t.spec, t.traceparent).map(Task::from)
+            })
             .collect::<Result<Vec<_>>>()?;
         let active_allocations = sqlx::query_scalar!(
             r#"SELECT id AS "id: AllocationId" FROM allocations
@@ -396,7 +401,8 @@ impl AgentApi for ControlPlane {
             if let Some(row) = row {
                 self.metrics()
                     .task_claimed(Duration::from_secs_f64(row.waited_s.max(0.0)));
-                let mut task = ClaimedTask::from_row(row.id, row.spec, row.traceparent)?;
+                let mut task =
+                    ClaimedTask::from_row(self.secrets(), row.id, row.spec, row.traceparent)?;
                 // The hand-over is a span of the launch's trace; the agent's spans are its
                 // children. (No stored context, or no exporter here: the agent gets whatever
                 // was stored.)
@@ -441,7 +447,7 @@ impl AgentApi for ControlPlane {
         };
         tracing::warn!(task.id = %row.id, task.kind = %row.kind,
                        "sending a running task again: its agent is idle, so the claim's answer was lost");
-        ClaimedTask::from_row(row.id, row.spec, row.traceparent).map(Some)
+        ClaimedTask::from_row(self.secrets(), row.id, row.spec, row.traceparent).map(Some)
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id, task.id = %task))]

@@ -39,8 +39,12 @@ struct Inner {
     dns: dns::Resolver,
     /// Email-domain checks per tenant (each is a DNS lookup): 10, then one every 6 seconds.
     domain_checks: std::sync::Arc<ratelimit::Limiter>,
-    /// Public API calls per token: 100, then one every 100 ms.
+    /// Public API calls per organization, across all its tokens: 100, then one every 100 ms.
     api_calls: std::sync::Arc<ratelimit::Limiter>,
+    /// API tokens made per person: 10, then one every 6 minutes.
+    token_creations: std::sync::Arc<ratelimit::Limiter>,
+    /// Live API tokens one organization may hold.
+    token_cap: u32,
     /// Refused API tokens per client address: 20, then one every 3 seconds.
     api_refusals: std::sync::Arc<ratelimit::Limiter>,
     /// Unauthenticated API calls (the offers) per client address: 60, then one a second.
@@ -59,6 +63,10 @@ struct Inner {
     /// launches waiting to be placed together here); see [`ControlPlane::shared`].
     shared: std::sync::Arc<std::sync::Mutex<Vec<std::sync::Arc<dyn std::any::Any + Send + Sync>>>>,
 }
+
+/// Live API tokens one organization may hold unless the deployment sets another number: each is
+/// a secret to leak, and the API's budgets are per organization, not per token.
+pub const TOKEN_CAP: u32 = 50;
 
 /// Argon2 takes about 19 MiB and tens of milliseconds a hash: at most this many at once per
 /// handle, so a burst of sign-ins (which the rate limits slow, but don't stop across many
@@ -178,6 +186,11 @@ impl ControlPlane {
                 100,
                 std::time::Duration::from_secs(10),
             )),
+            token_creations: std::sync::Arc::new(ratelimit::Limiter::new(
+                10,
+                std::time::Duration::from_secs(3600),
+            )),
+            token_cap: TOKEN_CAP,
             api_refusals: std::sync::Arc::new(ratelimit::Limiter::new(
                 20,
                 std::time::Duration::from_secs(60),
@@ -239,6 +252,22 @@ impl ControlPlane {
             reasons::RefusalReasons::new(ttl).refreshing_from(self.inner.pool.sqlx().clone());
         self.configure().reasons = std::sync::Arc::new(reasons);
         self
+    }
+
+    /// Lets each organization hold `cap` live API tokens ([`TOKEN_CAP`] unless set).
+    pub fn with_token_cap(mut self, cap: u32) -> Self {
+        self.configure().token_cap = cap;
+        self
+    }
+
+    /// Live API tokens one organization may hold.
+    pub fn token_cap(&self) -> u32 {
+        self.inner.token_cap
+    }
+
+    /// API tokens made, per person.
+    pub fn token_creations(&self) -> &ratelimit::Limiter {
+        &self.inner.token_creations
     }
 
     /// Looks up email-domain proofs at this resolver instead of the system's.
@@ -317,7 +346,7 @@ impl ControlPlane {
         &self.inner.domain_checks
     }
 
-    /// Public API calls, per token.
+    /// Public API calls, per organization.
     pub fn api_calls(&self) -> &ratelimit::Limiter {
         &self.inner.api_calls
     }

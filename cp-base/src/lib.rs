@@ -25,7 +25,7 @@ pub mod stripe_link;
 pub mod trace_context;
 
 pub use error::{Error, Result};
-pub use handle::{CONTENTION_DEADLINE, ControlPlane, WATCH_INTERVAL, Waiting, Wakeups};
+pub use handle::{CONTENTION_DEADLINE, ControlPlane, TOKEN_CAP, WATCH_INTERVAL, Waiting, Wakeups};
 pub use ids::*;
 pub use naming::Naming;
 pub use portal_types as types;

@@ -61,9 +61,25 @@ impl TokenCaller {
                     TokenScope::Launch => "tokens with the launch scope",
                     TokenScope::Billing => "tokens with the billing scope",
                     TokenScope::Admin => "tokens with the admin scope",
+                    TokenScope::Keys => "tokens with the keys scope",
                 },
             })
         }
+    }
+}
+
+impl TokenCaller {
+    /// Refuses unless the token may add and delete its maker's saved SSH keys: the `keys`
+    /// scope on an organization-wide token. Those keys reach every later launch of the maker,
+    /// in every project, so a token for one project (or without the scope) must not plant them.
+    pub fn require_keys(&self) -> Result<()> {
+        self.require(TokenScope::Keys)?;
+        if self.project.is_some() {
+            return Err(Error::Forbidden {
+                needed: "organization-wide tokens with the keys scope",
+            });
+        }
+        Ok(())
     }
 }
 
@@ -87,7 +103,7 @@ fn check_new(new: &NewToken) -> Result<(String, Vec<TokenScope>)> {
     if scopes.is_empty() {
         return Err(Error::Invalid {
             field: "scopes",
-            reason: "choose at least one scope: read, launch, billing or admin".into(),
+            reason: "choose at least one scope: read, launch, billing, admin or keys".into(),
         });
     }
     Ok((name.to_owned(), scopes))
@@ -123,6 +139,11 @@ pub trait ApiTokensApi {
     /// maker no longer in its organization or project: the caller is not told which). Notes
     /// when and from where it was last used.
     async fn authenticate_token(&self, secret: &str, from: Option<&str>) -> Result<TokenCaller>;
+
+    /// `Unauthenticated` once `caller`'s token no longer works (revoked, expired or lapsed
+    /// since it was presented, or its maker gone from its reach): for work that outlives the
+    /// request's first check, such as a long-poll.
+    async fn token_still_live(&self, caller: &TokenCaller) -> Result<()>;
 }
 
 struct TokenRow {
@@ -137,6 +158,7 @@ struct TokenRow {
     last_used_at: Option<OffsetDateTime>,
     last_used_from: Option<String>,
     revoked_at: Option<OffsetDateTime>,
+    lapses_at: Option<OffsetDateTime>,
 }
 
 impl TryFrom<TokenRow> for ApiToken {
@@ -154,8 +176,14 @@ impl TryFrom<TokenRow> for ApiToken {
             expires_at: r.expires_at,
             last_used_at: r.last_used_at,
             last_used_from: r.last_used_from,
-            state: TokenState::at(r.revoked_at, r.expires_at, time::OffsetDateTime::now_utc()),
+            state: TokenState::at(
+                r.revoked_at,
+                r.expires_at,
+                r.lapses_at,
+                time::OffsetDateTime::now_utc(),
+            ),
             revoked_at: r.revoked_at,
+            lapses_at: r.lapses_at,
         })
     }
 }
@@ -177,7 +205,7 @@ async fn token_rows(
         TokenRow,
         r#"SELECT t.id, t.name, p.slug AS "project?", t.scopes, t.display_prefix,
                   u.email AS created_by, t.created_at, t.expires_at, t.last_used_at,
-                  t.last_used_from, t.revoked_at
+                  t.last_used_from, t.revoked_at, api_token_lapses_at(t) AS lapses_at
            FROM api_tokens t JOIN users u ON u.id = t.created_by
            LEFT JOIN projects p ON p.id = t.project_id
            WHERE t.tenant_id = $1 AND ($2::uuid IS NULL OR t.created_by = $2)
@@ -215,12 +243,18 @@ impl ApiTokensApi for ControlPlane {
                 }
             }
         }
+        if let Err(wait) = self.token_creations().take(&who.user_id.to_string()) {
+            return Err(Error::RateLimited {
+                retry_after_secs: wait.as_secs().max(1),
+            });
+        }
         let id = ApiTokenId::new_random();
         let secret = new_secret("gpk_");
         let display_prefix: String = secret.chars().take(12).collect();
         let scope_words: Vec<String> = scopes.iter().map(|s| s.as_str().to_owned()).collect();
         let days = i32::try_from(new.days).unwrap_or(i32::MAX);
         let mut tx = self.pool().begin().await?;
+        within_the_cap(&mut tx, tenant, self.token_cap()).await?;
         sqlx::query!(
             r#"INSERT INTO api_tokens (id, tenant_id, project_id, created_by, name, display_prefix,
                                       secret_sha256, scopes, expires_at)
@@ -309,7 +343,8 @@ impl ApiTokensApi for ControlPlane {
             return Ok(());
         }
         sqlx::query!(
-            "UPDATE api_tokens SET revoked_at = now(), revoked_by = $2 WHERE id = $1",
+            "UPDATE api_tokens SET revoked_at = now(), revoked_by = $2, revoked_because = 'revoked'
+             WHERE id = $1",
             id as ApiTokenId,
             who.user_id as UserId
         )
@@ -349,12 +384,78 @@ impl ApiTokensApi for ControlPlane {
             }
             other => other?,
         };
-        if let Err(wait) = self.api_calls().take(&caller.token.to_string()) {
+        // One budget per organization, however many tokens it makes.
+        if let Err(wait) = self.api_calls().take(&caller.tenant.to_string()) {
             return Err(Error::RateLimited {
                 retry_after_secs: wait.as_secs().max(1),
             });
         }
         Ok(caller)
+    }
+
+    #[tracing::instrument(skip_all, fields(api_token.id = %caller.token))]
+    async fn token_still_live(&self, caller: &TokenCaller) -> Result<()> {
+        let live = sqlx::query_scalar!(
+            r#"SELECT (revoked_at IS NULL AND expires_at > now()
+                       AND coalesce(api_token_lapses_at(t) > now(), true)) AS "live!"
+               FROM api_tokens t WHERE id = $1"#,
+            caller.token as ApiTokenId
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        if live != Some(true) {
+            return Err(Error::Unauthenticated);
+        }
+        maker_still_there(self, &caller.principal, caller.tenant, caller.project).await
+    }
+}
+
+/// Refuses a new token when `tenant` holds `cap` live ones already. The tenant's row is locked
+/// first, so two makers at once can't both take the last place.
+async fn within_the_cap(conn: &mut PgConnection, tenant: TenantId, cap: u32) -> Result<()> {
+    let live = sqlx::query_scalar!(
+        r#"SELECT (SELECT count(*) FROM api_tokens t
+                   WHERE t.tenant_id = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
+                     AND coalesce(api_token_lapses_at(t) > now(), true)) AS "live!"
+           FROM tenants WHERE id = $1 FOR UPDATE"#,
+        tenant as TenantId
+    )
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::NotFound {
+        what: "organization",
+    })?;
+    if live >= i64::from(cap) {
+        return Err(Error::Conflict(format!(
+            "the organization has {live} live API tokens, the most it may hold ({cap}): \
+             revoke one it no longer uses first"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the maker of a token in `tenant` (for `project`, or the whole organization) still
+/// reaches it: gone from the organization or project, the token is dead.
+async fn maker_still_there(
+    cp: &ControlPlane,
+    principal: &Principal,
+    tenant: TenantId,
+    project: Option<ProjectId>,
+) -> Result<()> {
+    let still_there = match project {
+        None => cp
+            .tenant_access::<TenantMembers>(principal, tenant)
+            .await
+            .map(|_| ()),
+        Some(p) => cp
+            .project_access::<ProjectViewers>(principal, p)
+            .await
+            .map(|_| ()),
+    };
+    match still_there {
+        Ok(()) => Ok(()),
+        Err(Error::Forbidden { .. }) | Err(Error::NotFound { .. }) => Err(Error::Unauthenticated),
+        Err(e) => Err(e),
     }
 }
 
@@ -368,10 +469,11 @@ async fn token_caller(cp: &ControlPlane, secret: &str, from: Option<&str>) -> Re
         r#"SELECT id AS "id: ApiTokenId", tenant_id AS "tenant: TenantId",
                       project_id AS "project: ProjectId", created_by AS "created_by: UserId",
                       scopes,
-                      (revoked_at IS NULL AND expires_at > now()) AS "live!",
+                      (revoked_at IS NULL AND expires_at > now()
+                       AND coalesce(api_token_lapses_at(t) > now(), true)) AS "live!",
                       (last_used_at IS NULL
                        OR last_used_at < now() - make_interval(secs => $2)) AS "stale!"
-               FROM api_tokens WHERE secret_sha256 = $1"#,
+               FROM api_tokens t WHERE secret_sha256 = $1"#,
         secret_hash(secret),
         LAST_USE_GRANULARITY_S as f64,
     )
@@ -383,24 +485,8 @@ async fn token_caller(cp: &ControlPlane, secret: &str, from: Option<&str>) -> Re
         .principal(row.created_by)
         .await?
         .ok_or(Error::Unauthenticated)?;
-    // Never more than its maker: gone from the organization or project, the token is dead.
-    let still_there = match row.project {
-        None => cp
-            .tenant_access::<TenantMembers>(&principal, row.tenant)
-            .await
-            .map(|_| ()),
-        Some(p) => cp
-            .project_access::<ProjectViewers>(&principal, p)
-            .await
-            .map(|_| ()),
-    };
-    match still_there {
-        Ok(()) => {}
-        Err(Error::Forbidden { .. }) | Err(Error::NotFound { .. }) => {
-            return Err(Error::Unauthenticated);
-        }
-        Err(e) => return Err(e),
-    }
+    // Never more than its maker.
+    maker_still_there(cp, &principal, row.tenant, row.project).await?;
     if row.stale {
         let from: Option<String> = from.map(|f| f.chars().take(64).collect());
         sqlx::query!(

@@ -177,6 +177,10 @@ impl PrincipalCache {
     /// Acts on an announcement from [`PRINCIPAL_CHANNEL`]: a user id drops that user's
     /// sessions; anything else (`*`) drops every one.
     fn heard(&self, payload: &str) {
+        // Another process proving that it hears the channel (`hears_itself`): no change.
+        if payload.starts_with("probe ") {
+            return;
+        }
         let user = payload.parse::<UserId>().ok();
         let mut kept = self.lock();
         kept.epoch += 1;
@@ -332,14 +336,52 @@ impl SessionsApi for ControlPlane {
 
 /// A connection of its own that listens on [`PRINCIPAL_CHANNEL`] (outside the pool's budget:
 /// it is held for as long as the process runs).
-async fn listen(cp: &ControlPlane) -> Result<sqlx::postgres::PgListener> {
+async fn listen(cp: &ControlPlane) -> std::result::Result<sqlx::postgres::PgListener, String> {
     let options = cp.pool().sqlx().connect_options().as_ref().clone();
     let own = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect_lazy_with(options);
-    let mut listener = sqlx::postgres::PgListener::connect_with(&own).await?;
-    listener.listen(PRINCIPAL_CHANNEL).await?;
+    let mut listener = sqlx::postgres::PgListener::connect_with(&own)
+        .await
+        .map_err(|e| e.to_string())?;
+    listener
+        .listen(PRINCIPAL_CHANNEL)
+        .await
+        .map_err(|e| e.to_string())?;
+    hears_itself(cp, &mut listener).await?;
     Ok(listener)
+}
+
+/// How long a new listener waits for its own announcement.
+const PROBE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Proves that `listener` hears what the pool's connections announce: a NOTIFY sent through
+/// the pool must come back to it. Listening alone proves nothing (behind a pooler in
+/// transaction mode, or on another database than the pool's, nothing ever arrives), and
+/// sessions are kept only while every change is heard.
+async fn hears_itself(
+    cp: &ControlPlane,
+    listener: &mut sqlx::postgres::PgListener,
+) -> std::result::Result<(), String> {
+    let probe = format!("probe {}", uuid::Uuid::new_v4());
+    sqlx::query!("SELECT pg_notify($1, $2)", PRINCIPAL_CHANNEL, probe)
+        .execute(cp.pool())
+        .await
+        .map_err(|e| e.to_string())?;
+    let heard = tokio::time::timeout(PROBE_DEADLINE, async {
+        loop {
+            if listener.recv().await?.payload() == probe {
+                return Ok::<(), sqlx::Error>(());
+            }
+        }
+    })
+    .await;
+    match heard {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) => Err(format!(
+            "a NOTIFY on {PRINCIPAL_CHANNEL} did not come back within {PROBE_DEADLINE:?}"
+        )),
+    }
 }
 
 /// The unexpired session `id` with its user, from the database.

@@ -419,7 +419,8 @@ impl SsoApi for ControlPlane {
         who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
     ) -> Result<Option<ProviderSettings>> {
         let Some(p) = sqlx::query!(
-            "SELECT issuer_url, client_id, role_claim, default_role FROM identity_providers WHERE tenant_id = $1",
+            "SELECT issuer_url, client_id, role_claim, default_role, token_idle_days
+             FROM identity_providers WHERE tenant_id = $1",
             who.id() as TenantId
         )
         .fetch_optional(self.pool())
@@ -444,6 +445,8 @@ impl SsoApi for ControlPlane {
             role_claim: p.role_claim,
             default_role: p.default_role,
             mappings,
+            token_idle_days: u32::try_from(p.token_idle_days)
+                .map_err(|_| Error::Corrupt(format!("token_idle_days {}", p.token_idle_days)))?,
         }))
     }
 
@@ -577,18 +580,20 @@ impl SsoApi for ControlPlane {
         let before = self.provider_settings(who).await?;
         let mut tx = self.pool().begin().await?;
         sqlx::query!(
-            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim, default_role)
-             VALUES ($1, $2, $3, $4, $5, $6)
+            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim,
+                                             default_role, token_idle_days)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
                  client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
                  role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
-                 updated_at = now()",
+                 token_idle_days = EXCLUDED.token_idle_days, updated_at = now()",
             who.id() as TenantId,
             issuer,
             client_id,
             self.secrets().seal(&secret, &secret_place(who.id())),
             role_claim,
             update.default_role.as_str(),
+            update.token_idle_days as i32,
         )
         .execute(&mut *tx)
         .await?;
@@ -650,6 +655,7 @@ impl SsoApi for ControlPlane {
         let after = json!({
             "issuer_url": issuer, "client_id": client_id, "domains": domains,
             "role_claim": role_claim, "default_role": update.default_role.as_str(),
+            "token_idle_days": update.token_idle_days,
             "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
             "new_secret": secret_submitted,
         });
@@ -664,6 +670,7 @@ impl SsoApi for ControlPlane {
                         "issuer_url": b.issuer_url, "client_id": b.client_id,
                         "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
                         "role_claim": b.role_claim, "default_role": b.default_role,
+                        "token_idle_days": b.token_idle_days,
                         "mappings": b.mappings,
                     })
                 }),
@@ -1048,6 +1055,7 @@ mod tests {
             role_claim: "groups".into(),
             default_role: TenantRole::Member,
             mappings: vec![("gpu-admins".into(), TenantRole::Admin)],
+            token_idle_days: TOKEN_IDLE_DAYS,
         }
     }
 
@@ -1090,6 +1098,11 @@ mod tests {
         assert_eq!(
             field(with(&|u| u.default_role = TenantRole::Owner)),
             "default_role"
+        );
+        assert_eq!(field(with(&|u| u.token_idle_days = 0)), "token_idle_days");
+        assert_eq!(
+            field(with(&|u| u.token_idle_days = MAX_TOKEN_IDLE_DAYS + 1)),
+            "token_idle_days"
         );
         // At the limits, accepted.
         assert!(ValidProvider::check(&with(&|u| u.client_secret = Some("s".repeat(1024)))).is_ok());
@@ -1144,6 +1157,8 @@ pub struct ProviderSettings {
     pub default_role: String,
     /// (claim value, tenant role)
     pub mappings: Vec<(String, String)>,
+    /// Days after its maker's last sign-in here at which an API token lapses.
+    pub token_idle_days: u32,
 }
 
 /// An email domain a tenant claims. Only once verified does single sign-on route it here.
@@ -1167,7 +1182,15 @@ pub struct ProviderUpdate {
     pub role_claim: String,
     pub default_role: TenantRole,
     pub mappings: Vec<(String, TenantRole)>,
+    /// 1 to [`MAX_TOKEN_IDLE_DAYS`].
+    pub token_idle_days: u32,
 }
+
+/// How long an organization may let its people's API tokens work without them signing in.
+pub const MAX_TOKEN_IDLE_DAYS: u32 = 365;
+
+/// An API token's idle period where the organization sets none.
+pub const TOKEN_IDLE_DAYS: u32 = 30;
 
 /// A provider update checked field by field, before anything is read, fetched or written.
 #[derive(Debug, PartialEq, Eq)]
@@ -1240,6 +1263,15 @@ impl ValidProvider {
             return Err(Error::Invalid {
                 field: "role_claim",
                 reason: format!("{role_claim:?}: use a claim name such as groups"),
+            });
+        }
+        if !(1..=MAX_TOKEN_IDLE_DAYS).contains(&update.token_idle_days) {
+            return Err(Error::Invalid {
+                field: "token_idle_days",
+                reason: format!(
+                    "{}: an API token lapses 1 to {MAX_TOKEN_IDLE_DAYS} days after its maker's last sign-in",
+                    update.token_idle_days
+                ),
             });
         }
         if update.default_role == TenantRole::Owner {

@@ -47,8 +47,11 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     assert.equal(await add.locator('textarea[name="public_key"]').getAttribute('aria-invalid'), null);
     assert.equal(await row.locator('td.mono').innerText(), LAPTOP_FP);
     assert.equal(await row.locator('td').nth(5).innerText(), 'never');
+    // It says where it was added: here, not through an API token.
+    assert.match(await row.locator('td.key-added').innerText(), /in the portal$/);
 
-    // The launch form: a plain OS image first, the saved key offered and ticked.
+    // The launch form: a plain OS image first, the saved key offered but not ticked (a key
+    // someone else planted must not ride along unnoticed).
     await page.goto(`${BASE}/launch`);
     await hydrated(page);
     const form = page.locator('#launch');
@@ -56,7 +59,8 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     assert.equal(await image.inputValue(), 'ubuntu-24.04-cuda');
     assert.equal(await image.locator('optgroup').first().getAttribute('label'), 'Operating systems');
     const saved = form.getByLabel(/^laptop \(ssh-ed25519 SHA256:/);
-    assert.ok(await saved.isChecked());
+    assert.ok(!(await saved.isChecked()));
+    await saved.check();
 
     // The estimate follows the SKU and the image's fee.
     await form.locator('select[name="sku"]').selectOption('l40s.2x');

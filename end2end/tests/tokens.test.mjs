@@ -1,6 +1,7 @@
 // API tokens in a real browser: alice (Acme's admin) makes one from her account page, sees its
 // secret once, uses it on the API, sees where it was last used from, and revokes it, after
-// which the API refuses it; bob, an operator, sees no form to make one.
+// which the API refuses it; a key added through a token with the keys scope is shown as such
+// on her account page; bob, an operator, sees no form to make one.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BASE, hydrated, openBrowser, shot } from '../support.mjs';
@@ -61,6 +62,45 @@ test('alice makes an API token, uses it on the API, sees its last use and revoke
     assert.equal(refused.headers.get('content-type'), 'application/problem+json');
     assert.equal((await refused.json()).code, 'unauthenticated');
     await shot(page, 'tokens-revoked');
+  } finally {
+    await b.close();
+  }
+});
+
+test('a key added through a token needs the keys scope and says so on the account page', async () => {
+  const b = await as('alice@acme.example');
+  try {
+    const { page } = b;
+    await page.goto(`${BASE}/account/tokens`);
+    await hydrated(page);
+    const form = page.locator('#make-token');
+    const name = `keys-${Date.now().toString(36)}`;
+    await form.getByLabel('Name').fill(name);
+    await form.getByLabel(/keys: add and delete your saved SSH keys/).check();
+    await form.getByRole('button', { name: 'Make token' }).click();
+    const secret = (await page.locator('[data-testid="token-secret"]').innerText()).trim();
+    // The organization signs in with its own provider: the token lapses unless alice signs in.
+    await page.reload();
+    await hydrated(page);
+    const row = page.locator(`tr[data-token="${name}"]`);
+    assert.match(await row.locator('[data-testid="lapses"]').innerText(), /^or \d{4}-\d\d-\d\d .* if alice@acme\.example has not signed in again by then$/);
+
+    const key = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy ci@runner';
+    const added = await fetch(`${BASE}/api/v1/ssh-keys`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: `from-${name}`, public_key: key }),
+    });
+    assert.equal(added.status, 201, await added.clone().text());
+    const id = (await added.json()).id;
+
+    await page.goto(`${BASE}/account`);
+    await hydrated(page);
+    const keyRow = page.locator(`tr[data-key="from-${name}"]`);
+    assert.match(await keyRow.locator('td.key-added').innerText(), new RegExp(`through API token ${name} \\(gpk_`));
+    await shot(page, 'account-key-from-token');
+    const gone = await fetch(`${BASE}/api/v1/ssh-keys/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${secret}` } });
+    assert.equal(gone.status, 204);
   } finally {
     await b.close();
   }

@@ -51,9 +51,10 @@ pub struct Cli {
     /// The API's address, e.g. `https://gpu.example.com/api/v1` (default: what `login` saved).
     #[arg(long, env = "GPUCTL_API", global = true)]
     pub api: Option<String>,
-    /// An API token, `gpk_…` (default: what `login` saved).
-    #[arg(long, env = "GPUCTL_TOKEN", hide_env_values = true, global = true)]
-    pub token: Option<String>,
+    /// A file holding an API token, `gpk_…` (default: `GPUCTL_TOKEN`, else what `login` saved
+    /// for this address). Never the token itself: arguments are visible to every process.
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
     /// Where `login` keeps the address and token (default: `$XDG_CONFIG_HOME/gpuctl/config.json`).
     #[arg(long, env = "GPUCTL_CONFIG", global = true)]
     pub config: Option<PathBuf>,
@@ -71,8 +72,9 @@ pub enum Output {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Saves the API address and a token (read from standard input unless `--token` is
-    /// given), readable only by you (0600), after checking that the token works.
+    /// Saves the API address and a token (typed without echo, unless `--token-file` or
+    /// `GPUCTL_TOKEN` gives it), readable only by you (0600), after checking that the token
+    /// works. The token is sent only to that address.
     Login,
     /// What could launch where now, and its hourly price.
     Offers {
@@ -103,7 +105,8 @@ pub enum Command {
     },
     /// One instance: state, phases, how to connect.
     Show { id: String },
-    /// Runs `ssh` to the instance (extra arguments after `--` go to ssh).
+    /// Runs `ssh -p PORT -- USER@HOST` to the instance; arguments after `--` are the command
+    /// to run there (ssh options belong in `~/.ssh/config`).
     Ssh {
         id: String,
         #[arg(last = true)]
@@ -124,7 +127,8 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum KeysAction {
-    /// Saves the public key in FILE (e.g. `~/.ssh/id_ed25519.pub`).
+    /// Saves the public key in FILE (e.g. `~/.ssh/id_ed25519.pub`); needs a whole-organization
+    /// token with the `keys` scope.
     Add {
         #[arg(long)]
         name: String,
@@ -332,6 +336,71 @@ fn parse<T: serde::de::DeserializeOwned>(v: Value) -> Result<T> {
 }
 
 /// `$XDG_CONFIG_HOME/gpuctl/config.json`, or `~/.config/gpuctl/config.json`.
+/// Refuses to send a token where it could be read on the way: https, or plain http only to
+/// this machine.
+fn check_address(base: &str) -> Result<()> {
+    let url = reqwest::Url::parse(base)
+        .map_err(|e| other(exit::USAGE, format!("the API address {base:?}: {e}")))?;
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        None => false,
+    };
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        "http" => Err(other(
+            exit::USAGE,
+            format!("{base}: use https; a token goes over plain http only to this machine"),
+        )),
+        s => Err(other(
+            exit::USAGE,
+            format!("{base}: an API address is https://… (not {s}:)"),
+        )),
+    }
+}
+
+/// The token named on this run: `--token-file`, else `GPUCTL_TOKEN`.
+fn given_token(file: Option<&Path>) -> Result<Option<String>> {
+    let token = match file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| other(exit::USAGE, format!("{}: {e}", f.display())))?,
+        ),
+        None => std::env::var("GPUCTL_TOKEN").ok(),
+    };
+    Ok(token.map(|t| t.trim().to_owned()).filter(|t| !t.is_empty()))
+}
+
+/// A token typed at the terminal, not echoed (a line from standard input when it is not one).
+fn typed_token(err: &mut dyn Write) -> Result<String> {
+    let _ = writeln!(
+        err,
+        "Paste an API token (Account → API tokens in the portal); it is not shown:"
+    );
+    let _ = err.flush();
+    let token = rpassword::read_password().map_err(|e| other(exit::FAILED, e.to_string()))?;
+    Ok(token.trim().to_owned())
+}
+
+/// The token `login` saved, if it was saved for `base`: a token is never sent to an address
+/// it was not given for (an `--api` pointing elsewhere, by mistake or by a script's design).
+fn saved_token_for(saved: Option<&Saved>, base: &str) -> Result<Option<String>> {
+    match saved {
+        None => Ok(None),
+        Some(s) if s.api.trim_end_matches('/') == base => Ok(Some(s.token.clone())),
+        Some(s) => Err(other(
+            exit::AUTH,
+            format!(
+                "the saved token is for {}, not {base}: run `gpuctl login --api {base}`, or give \
+                 a token with --token-file or GPUCTL_TOKEN",
+                s.api
+            ),
+        )),
+    }
+}
+
 fn default_config() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .map(PathBuf::from)
@@ -393,21 +462,13 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         })?
         .trim_end_matches('/')
         .to_owned();
-    let mut token = cli
-        .token
-        .clone()
-        .or_else(|| saved.as_ref().map(|s| s.token.clone()));
-    if matches!(cli.command, Command::Login) && cli.token.is_none() {
-        let mut line = String::new();
-        let _ = writeln!(
-            err,
-            "Paste an API token (Account → API tokens in the portal):"
-        );
-        std::io::stdin()
-            .read_line(&mut line)
-            .map_err(|e| other(exit::FAILED, e.to_string()))?;
-        token = Some(line.trim().to_owned());
-    }
+    check_address(&base)?;
+    let given = given_token(cli.token_file.as_deref())?;
+    let token = match (&cli.command, given) {
+        (_, Some(t)) => Some(t),
+        (Command::Login, None) => Some(typed_token(err)?),
+        (_, None) => saved_token_for(saved.as_ref(), &base)?,
+    };
     let api = Api {
         base,
         token,
@@ -584,7 +645,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         Command::Ssh { id, args } => {
             let d: AllocationDetail =
                 parse(api.get(&format!("/instances/{}", encode(&id))).await?)?;
-            let ssh = d.ssh.ok_or_else(|| {
+            let ssh = d.ssh_endpoint.ok_or_else(|| {
                 other(
                     exit::REFUSED,
                     format!(
@@ -593,9 +654,8 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
                     ),
                 )
             })?;
-            let mut argv: Vec<String> = ssh.split_whitespace().map(str::to_owned).collect();
-            argv.extend(args);
-            return Ok(Done::Exec(argv));
+            // From the fields, never by splitting the display string.
+            return Ok(Done::Exec(ssh.argv(args)));
         }
         Command::Release { id } => {
             let (_, _, v) = api
@@ -926,6 +986,47 @@ pub fn encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_goes_over_https_or_to_this_machine_only() {
+        for ok in [
+            "https://gpu.example.com/api/v1",
+            "http://127.0.0.1:3000/api/v1",
+            "http://127.9.9.9/api/v1",
+            "http://[::1]:3000/api/v1",
+            "http://localhost:3000/api/v1",
+        ] {
+            assert!(check_address(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://gpu.example.com/api/v1",
+            "http://10.0.0.5/api/v1",
+            "ftp://gpu.example.com/",
+            "gpu.example.com",
+        ] {
+            let e = check_address(refused).unwrap_err();
+            assert_eq!(e.code(), exit::USAGE, "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_saved_token_is_sent_only_to_its_own_address() {
+        let saved = Saved {
+            api: "https://gpu.example.com/api/v1/".into(),
+            token: "gpk_x".into(),
+        };
+        assert_eq!(
+            saved_token_for(Some(&saved), "https://gpu.example.com/api/v1").unwrap(),
+            Some("gpk_x".into())
+        );
+        let e = saved_token_for(Some(&saved), "https://evil.example/api/v1").unwrap_err();
+        assert_eq!(e.code(), exit::AUTH);
+        assert!(
+            e.message()
+                .contains("the saved token is for https://gpu.example.com")
+        );
+        assert_eq!(saved_token_for(None, "https://x.example").unwrap(), None);
+    }
 
     #[test]
     fn problems_map_to_exit_codes_scripts_can_test() {

@@ -890,19 +890,18 @@ impl Agent {
 
     /// Which allocation a telemetry token belongs to (a running one, on this host).
     pub fn allocation_for_token(&self, token: &str) -> Option<String> {
-        if token.len() < 32 {
-            return None;
-        }
+        find_token(&self.telemetry_tokens(), token)
+    }
+
+    /// Each running allocation's telemetry token, and the allocation (read from the leases).
+    pub fn telemetry_tokens(&self) -> Vec<(String, String)> {
         self.leases
             .all()
-            .ok()?
+            .unwrap_or_default()
             .into_iter()
-            .find(|l| {
-                l.kind == LeaseKind::Provision
-                    && l.phase == "running"
-                    && same_secret(&l.telemetry_token, token)
-            })
-            .map(|l| l.allocation_id)
+            .filter(|l| l.kind == LeaseKind::Provision && l.phase == "running")
+            .map(|l| (l.telemetry_token, l.allocation_id))
+            .collect()
     }
 }
 
@@ -925,6 +924,18 @@ fn new_token() -> String {
 }
 
 /// Equality that takes as long whichever byte differs (tokens arrive from guests).
+/// The allocation whose telemetry token `token` is, among `known` (token, allocation) pairs;
+/// tokens are compared in constant time, and a short one is nobody's.
+pub fn find_token(known: &[(String, String)], token: &str) -> Option<String> {
+    if token.len() < 32 {
+        return None;
+    }
+    known
+        .iter()
+        .find(|(t, _)| same_secret(t, token))
+        .map(|(_, allocation)| allocation.clone())
+}
+
 fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len()
         && a.bytes()

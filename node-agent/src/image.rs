@@ -347,7 +347,17 @@ pub fn build_seed(
         "-rock",
     ];
     args.extend(files.iter().map(String::as_str));
-    run("xorriso", &args).map(|_| ())
+    run("xorriso", &args)?;
+    // The image carries the tenant's user data and telemetry token too, and xorriso writes it
+    // with the process's umask.
+    private(Path::new(iso))
+}
+
+/// Makes `path` readable and writable by the agent alone.
+fn private(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Files with the tenant's token are readable by the agent only.
@@ -361,6 +371,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
         .mode(0o600)
         .open(path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    // `mode` applies only to a file it creates: one left by an earlier try keeps its own.
+    private(path)?;
     f.write_all(bytes)
         .map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -16,7 +16,8 @@
 //!   DHCP), and never addressed to the host's MAC but to another guest's IP (no routing around
 //!   the bridge's own rules).
 //! - `bridge gpuaas` / `forward`: guest to guest, dropped unless both ports belong to one
-//!   group. Broadcasts and ARP are forwarded port by port, so they are dropped the same way.
+//!   group, or the host DNAT'd it (a published port reached through the public address).
+//!   Broadcasts and ARP are forwarded port by port, so they are dropped the same way.
 //! - `inet gpuaas` / `input`: from the bridge, the host answers DHCP, DNS, the telemetry sink
 //!   and ping at the gateway address; nothing else of the host is reachable (its other
 //!   addresses, the agent, management services).
@@ -24,7 +25,11 @@
 //!   existing connection let in; out of it only through the uplink, never to the blocked
 //!   destinations (private and link-local ranges by default: the host's management network,
 //!   the control plane).
-//! - `ip gpuaas_nat`: DNAT of each public port to its guest, masquerade out of the uplink.
+//! - `ip gpuaas_nat`: DNAT of each public port to its guest, masquerade out of the uplink;
+//!   and a guest reaching a published port of another guest on this host through the public
+//!   address (a hairpin) is masqueraded as the gateway, so the answer comes back through the
+//!   host like any other published port's, rather than straight across the bridge, where
+//!   guests of different groups are kept apart. Published ports answer every source alike.
 //!
 //! Two implementations of [`SlotNetwork`]: [`HostNetwork`] applies with `ip`, `nft` and
 //! `dnsmasq`; [`SimulatedNetwork`] (simulated hosts) only writes what it would apply.
@@ -271,6 +276,12 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         w,
         "    type filter hook forward priority filter; policy drop;"
     );
+    // Under br_netfilter, a guest's connection to another guest's published port through the
+    // public address is DNAT'd before the bridge decides, and then bridged port to port: it
+    // is let through here as it is from outside. The bridge family has no conntrack of its
+    // own, so the mark the DNAT put on the connection is copied to its packets
+    // (`inet gpuaas` / `prerouting`). Only the host's DNAT marks a connection so.
+    let _ = writeln!(w, "    meta mark {PUBLISHED_MARK:#x} accept");
     for (a, b) in east_west_pairs(state) {
         let _ = writeln!(
             w,
@@ -290,6 +301,13 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
             "  set blocked_egress {{\n    type ipv4_addr; flags interval;\n    elements = {{ {blocked} }}\n  }}"
         );
     }
+    let _ = writeln!(w, "  chain prerouting {{");
+    let _ = writeln!(
+        w,
+        "    type filter hook prerouting priority filter; policy accept;"
+    );
+    let _ = writeln!(w, "    ct mark {PUBLISHED_MARK:#x} meta mark set ct mark");
+    let _ = writeln!(w, "  }}");
     let _ = writeln!(w, "  chain input {{");
     let _ = writeln!(
         w,
@@ -344,7 +362,7 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
     for (public_port, ip, guest_port) in forwards(state) {
         let _ = writeln!(
             w,
-            "    ip daddr {public} tcp dport {public_port} dnat to {ip}:{guest_port}"
+            "    ip daddr {public} tcp dport {public_port} ct mark set {PUBLISHED_MARK:#x} dnat to {ip}:{guest_port}"
         );
     }
     let _ = writeln!(w, "  }}");
@@ -354,9 +372,17 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         "    type nat hook postrouting priority srcnat; policy accept;"
     );
     let _ = writeln!(w, "    ip saddr {net} oifname \"{up}\" masquerade");
+    let _ = writeln!(
+        w,
+        "    ip saddr {net} oifname \"{BRIDGE}\" ct status dnat masquerade"
+    );
     let _ = writeln!(w, "  }}\n}}");
     Ok(o)
 }
+
+/// The connection mark of a published port's connections (set with their DNAT), and the packet
+/// mark their packets carry to the bridge's rules: "gpua".
+pub const PUBLISHED_MARK: u32 = 0x6770_7561;
 
 /// Every (public port, guest IP, guest port) forwarded, by public port.
 pub fn forwards(state: &NetState) -> Vec<(u16, Ipv4Addr, u16)> {

@@ -4,6 +4,11 @@
 //! the sink has one route, `POST /v1/gpu`, and answers 204 or an error, so a tenant learns
 //! nothing about the host or other guests. The agent forwards per-allocation means with its
 //! next heartbeat.
+//!
+//! Requests are unauthenticated until their token is checked, so checking is cheap and bounded:
+//! tokens are known in memory, read again from the leases at most once every
+//! [`REREAD_EVERY`] (a flood of bad tokens costs no more reads than one), and at most
+//! [`AT_ONCE`] requests are handled at a time (more are answered 503 at once).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -48,10 +53,46 @@ impl Aggregator {
     }
 }
 
+/// How long the running allocations' tokens are known before the leases are read again.
+pub const REREAD_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Requests handled at once.
+pub const AT_ONCE: usize = 16;
+
 #[derive(Clone)]
 struct Sink {
     agent: Arc<Agent>,
     totals: Arc<Aggregator>,
+    tokens: Arc<Tokens>,
+    at_once: Arc<tokio::sync::Semaphore>,
+}
+
+/// (telemetry token, allocation) for each running allocation.
+type Known = Arc<Vec<(String, String)>>;
+
+/// The running allocations' telemetry tokens, and when they were read.
+#[derive(Default)]
+struct Tokens {
+    read: tokio::sync::Mutex<(Option<std::time::Instant>, Known)>,
+}
+
+impl Tokens {
+    /// The allocation `token` belongs to, reading the leases again only when what is known is
+    /// older than [`REREAD_EVERY`] (one reader at a time; the others wait for its answer).
+    async fn allocation(&self, agent: &Arc<Agent>, token: &str) -> Option<String> {
+        let known = {
+            let mut read = self.read.lock().await;
+            if read.0.is_none_or(|at| at.elapsed() >= REREAD_EVERY) {
+                let a = agent.clone();
+                let fresh = tokio::task::spawn_blocking(move || a.telemetry_tokens())
+                    .await
+                    .unwrap_or_default();
+                *read = (Some(std::time::Instant::now()), Arc::new(fresh));
+            }
+            read.1.clone()
+        };
+        crate::agent::find_token(&known, token)
+    }
 }
 
 #[derive(Deserialize)]
@@ -66,19 +107,16 @@ async fn gpu(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> (StatusCode, String) {
+    let Ok(_turn) = sink.at_once.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "busy; try again\n".into());
+    };
     let token = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or("")
-        .trim()
-        .to_string();
-    let agent = sink.agent.clone();
-    let allocation = tokio::task::spawn_blocking(move || agent.allocation_for_token(&token))
-        .await
-        .ok()
-        .flatten();
-    let Some(allocation) = allocation else {
+        .trim();
+    let Some(allocation) = sink.tokens.allocation(&sink.agent, token).await else {
         return (StatusCode::UNAUTHORIZED, "unknown telemetry token\n".into());
     };
     let report: GpuReport = match serde_json::from_slice(&body) {
@@ -102,9 +140,12 @@ async fn gpu(
 }
 
 pub fn router(agent: Arc<Agent>, totals: Arc<Aggregator>) -> Router {
-    Router::new()
-        .route("/v1/gpu", post(gpu))
-        .with_state(Sink { agent, totals })
+    Router::new().route("/v1/gpu", post(gpu)).with_state(Sink {
+        agent,
+        totals,
+        tokens: Default::default(),
+        at_once: Arc::new(tokio::sync::Semaphore::new(AT_ONCE)),
+    })
 }
 
 /// The guests of a simulated host: every `every`, each running allocation posts a GPU

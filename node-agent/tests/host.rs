@@ -614,3 +614,111 @@ fn fabric_partitions_follow_the_allocation_from_plan_to_release() {
     assert!(SimulatedIb::new(&dir).membership().unwrap().is_empty());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The seed's user-data merged by cloud-init's own code (Debian's `cloud-init`: its
+/// `UserDataProcessor` reads the multipart, its `CloudConfigPartHandler` merges each
+/// cloud-config part with the part's merge rules), as a guest would at first boot. `None`,
+/// with SKIPPED, where cloud-init's Python modules are not installed.
+fn merged_by_cloud_init(user_data: &str, dir: &Path) -> Option<serde_json::Value> {
+    let script = r#"
+import json, sys
+from cloudinit import handlers, helpers, user_data
+from cloudinit.handlers.cloud_config import CloudConfigPartHandler
+paths = helpers.Paths({"cloud_dir": sys.argv[1]})
+message = user_data.UserDataProcessor(paths).process(sys.stdin.read())
+handler = CloudConfigPartHandler(paths)
+handler.handle_part(None, handlers.CONTENT_START, None, None, None, None)
+for part in message.walk():
+    if part.is_multipart() or part.get_content_type() != "text/cloud-config":
+        continue
+    handler.handle_part(None, part.get_content_type(), part.get_filename() or "",
+                        part.get_payload(decode=True).decode(), 0, dict(part))
+print(json.dumps(handler.cloud_buf))
+"#;
+    let python = "/usr/bin/python3";
+    let has_cloud_init = Command::new(python)
+        .args(["-c", "import cloudinit"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_cloud_init {
+        eprintln!(
+            "SKIPPED: cloud-init's merge not run: {python} has no cloudinit module (apt-get install cloud-init)"
+        );
+        return None;
+    }
+    let mut child = Command::new(python)
+        .args(["-c", script, dir.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(user_data.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// A tenant's cloud-config adds to the platform's part and never replaces it: the user and its
+/// keys, password logins off, and the telemetry file stay as the platform wrote them. Only a
+/// document naming its own merge rules could undo that, and cloud-init obeys such a document
+/// over the part's header: which is why the control plane refuses `merge_how` and
+/// `merge_type` in user data. The seed, carrying the tenant's data, is the agent's alone.
+#[test]
+fn a_tenants_cloud_config_never_replaces_the_platforms_part() {
+    let dir = tempdir("cloud-init-merge");
+    let slots = approved("hgx-h100-8x", "nvme-format-crypto");
+    let mut plan = plan("alloc-merge", slots[..1].to_vec());
+    let user = |merged: &serde_json::Value| merged["users"][0].clone();
+    let tenant = "#cloud-config\nssh_pwauth: true\nusers: [{name: mallory}]\npackages: [htop]\n";
+    plan.user_data = Some(tenant.into());
+    let [(_, user_data), ..] = node_agent::image::seed_files(&plan, "tok", 9400);
+    let Some(merged) = merged_by_cloud_init(&user_data, &dir) else {
+        return;
+    };
+    assert_eq!(user(&merged)["name"], "ubuntu");
+    assert_eq!(
+        user(&merged)["ssh_authorized_keys"][0],
+        plan.ssh_public_key.trim()
+    );
+    assert_eq!(merged["ssh_pwauth"], false);
+    assert_eq!(merged["users"][1]["name"], "mallory", "lists are appended");
+    assert_eq!(merged["packages"], serde_json::json!(["htop"]));
+    assert_eq!(
+        merged["write_files"][0]["path"],
+        "/etc/gpuaas/telemetry.json"
+    );
+
+    // What the refusal prevents: the same document with its own merge rules wins.
+    plan.user_data = Some(format!(
+        "#cloud-config\nmerge_how: dict(replace)+list(replace)\n{}",
+        &tenant["#cloud-config\n".len()..]
+    ));
+    let [(_, user_data), ..] = node_agent::image::seed_files(&plan, "tok", 9400);
+    let merged = merged_by_cloud_init(&user_data, &dir).unwrap();
+    assert_eq!(user(&merged)["name"], "mallory");
+    assert_eq!(merged["ssh_pwauth"], true);
+
+    // The seed's files and the image built from them are readable by the agent alone.
+    let iso = dir.join("seed.iso");
+    node_agent::image::build_seed(&plan, "tok", 9400, &dir.join("seed"), &iso).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for path in [
+        iso.clone(),
+        dir.join("seed/user-data"),
+        dir.join("seed/meta-data"),
+    ] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", path.display());
+    }
+}

@@ -504,6 +504,28 @@ fn guests_are_reachable_only_as_published_and_never_from_each_other() {
     assert!(arping(g1, ip(0)), "same project: ARP");
     assert_eq!(reach(g0, None, ip(2), 22), None, "tenant A → tenant B");
     assert_eq!(reach(g2, None, ip(0), 22), None, "tenant B → tenant A");
+    // A published port answers a guest on the same host as it answers the outside (through
+    // the public address, seen as coming from the host), while the slot address stays shut.
+    assert_eq!(
+        reach(g2, None, PUBLIC, 22001).as_deref(),
+        Some("slot0:8888 from 10.100.0.1"),
+        "tenant B → tenant A's published port, through the public address"
+    );
+    assert_eq!(
+        reach(g0, None, PUBLIC, 22016).as_deref(),
+        Some("slot2:22 from 10.100.0.1"),
+        "tenant A → tenant B's SSH, through the public address"
+    );
+    assert_eq!(
+        reach(g2, None, ip(0), 8888),
+        None,
+        "but not by its slot address"
+    );
+    assert_eq!(
+        reach(g2, None, PUBLIC, 22009),
+        None,
+        "nor what it did not publish"
+    );
     assert!(!ping(g2, ip(1)), "tenant B pings tenant A");
     assert!(
         !arping(g2, ip(0)),

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::{SshKeyId, UserId};
+use crate::{ApiTokenId, SshKeyId, UserId};
 
 /// One saved SSH public key (the key itself is not repeated: its fingerprint names it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +24,19 @@ pub struct SshKey {
     #[serde(with = "time::serde::rfc3339::option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub last_used_at: Option<OffsetDateTime>,
+    /// The API token it was added through; `None`: in the portal.
+    #[serde(default)]
+    pub added_via_token: Option<KeyToken>,
+}
+
+/// The API token a saved key was added through, as its owner tells tokens apart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyToken {
+    pub id: ApiTokenId,
+    pub name: String,
+    /// `gpk_` and the next 8 characters of its secret.
+    pub display_prefix: String,
 }
 
 /// A break-glass account with failed sign-ins, as platform admins see it.

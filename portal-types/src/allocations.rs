@@ -25,6 +25,45 @@ pub struct PortAddress {
     pub address: String,
 }
 
+/// Where a tenant connects with SSH, as the platform planned it: the node's approved public
+/// address, the port it forwards to the guest's 22, and the listing's SSH user. Never text a
+/// host reported: the database checks each field's form, and `gpuctl ssh` builds its argv from
+/// these fields, not by splitting [`SshEndpoint::command`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SshEndpoint {
+    /// A DNS name or an IP address.
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+}
+
+impl SshEndpoint {
+    /// What a tenant types: `ssh -p PORT USER@HOST` (no `-p` for port 22).
+    pub fn command(&self) -> String {
+        let SshEndpoint { host, port, user } = self;
+        if *port == 22 {
+            format!("ssh {user}@{host}")
+        } else {
+            format!("ssh -p {port} {user}@{host}")
+        }
+    }
+
+    /// The argv a program runs: options end before the destination, so nothing in a field
+    /// is ever read as an option; `remote` (a command to run there) follows it.
+    pub fn argv(&self, remote: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut argv = vec![
+            "ssh".to_owned(),
+            "-p".to_owned(),
+            self.port.to_string(),
+            "--".to_owned(),
+            format!("{}@{}", self.user, self.host),
+        ];
+        argv.extend(remote);
+        argv
+    }
+}
+
 /// One allocation in a project's list.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -46,8 +85,11 @@ pub struct AllocationSummary {
     #[serde(with = "time::serde::rfc3339")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,
-    /// `ssh -p port user@host`, once running.
+    /// `ssh -p port user@host`, once running: [`SshEndpoint::command`] of `ssh_endpoint`.
     pub ssh: Option<String>,
+    /// Where to connect, field by field, once running.
+    #[serde(default)]
+    pub ssh_endpoint: Option<SshEndpoint>,
     /// The published guest ports, once running.
     pub published: Vec<PortAddress>,
 }
@@ -175,8 +217,11 @@ pub struct AllocationDetail {
     pub execution: Option<String>,
     pub failure: Option<String>,
     pub placement_why: String,
-    /// `ssh -p port user@host`, once running.
+    /// `ssh -p port user@host`, once running: [`SshEndpoint::command`] of `ssh_endpoint`.
     pub ssh: Option<String>,
+    /// Where to connect, field by field, once running.
+    #[serde(default)]
+    pub ssh_endpoint: Option<SshEndpoint>,
     /// The published guest ports, once running.
     pub published: Vec<PortAddress>,
     pub gpu_utilisation: Option<GpuUtilisation>,

@@ -95,6 +95,9 @@ pub struct SsoSettingsInput {
     pub default_role: String,
     /// One "group = role" per line.
     pub mappings: String,
+    /// Days after its maker's last sign-in at which an API token lapses; empty: 30.
+    #[serde(default)]
+    pub token_idle_days: String,
 }
 
 /// What an operator types to enrol a host. The shape boxes are present when ticked.
@@ -125,6 +128,8 @@ pub struct TokenInput {
     pub scope_billing: Option<String>,
     #[serde(default)]
     pub scope_admin: Option<String>,
+    #[serde(default)]
+    pub scope_keys: Option<String>,
     pub days: String,
 }
 
@@ -137,6 +142,7 @@ impl TokenInput {
             (&self.scope_launch, S::Launch),
             (&self.scope_billing, S::Billing),
             (&self.scope_admin, S::Admin),
+            (&self.scope_keys, S::Keys),
         ]
         .into_iter()
         .filter_map(|(ticked, s)| ticked.is_some().then_some(s))

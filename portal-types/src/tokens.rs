@@ -13,20 +13,24 @@ use crate::{ApiTokenId, Invalid};
 pub enum TokenScope {
     /// Read instances, images, SSH keys, projects and their members, and audit logs.
     Read,
-    /// Launch and release instances, and add or delete SSH keys.
+    /// Launch and release instances.
     Launch,
     /// Read usage and invoices.
     Billing,
     /// Manage members and tokens.
     Admin,
+    /// Add and delete the maker's saved SSH keys, which every later launch of theirs may use
+    /// (organization-wide tokens only).
+    Keys,
 }
 
 impl TokenScope {
-    pub const ALL: [TokenScope; 4] = [
+    pub const ALL: [TokenScope; 5] = [
         TokenScope::Read,
         TokenScope::Launch,
         TokenScope::Billing,
         TokenScope::Admin,
+        TokenScope::Keys,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +39,7 @@ impl TokenScope {
             TokenScope::Launch => "launch",
             TokenScope::Billing => "billing",
             TokenScope::Admin => "admin",
+            TokenScope::Keys => "keys",
         }
     }
 
@@ -45,7 +50,7 @@ impl TokenScope {
             .ok_or_else(|| {
                 Invalid::new(
                     "scopes",
-                    format!("{s:?} is not a scope: use read, launch, billing or admin"),
+                    format!("{s:?} is not a scope: use read, launch, billing, admin or keys"),
                 )
             })
     }
@@ -76,6 +81,10 @@ pub struct ApiToken {
     pub last_used_from: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub revoked_at: Option<OffsetDateTime>,
+    /// When it stops unless its maker signs in again first (organizations that sign in with
+    /// their own identity provider); `None`: it does not lapse.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub lapses_at: Option<OffsetDateTime>,
     /// As of when it was read.
     pub state: TokenState,
 }
@@ -87,18 +96,22 @@ pub enum TokenState {
     Active,
     Expired,
     Revoked,
+    /// Its maker has not signed in for the organization's idle period.
+    Lapsed,
 }
 
 impl TokenState {
-    /// A token's state at `now`: revoked wins over expired.
+    /// A token's state at `now`: revoked wins over expired, expired over lapsed.
     pub fn at(
         revoked_at: Option<OffsetDateTime>,
         expires_at: OffsetDateTime,
+        lapses_at: Option<OffsetDateTime>,
         now: OffsetDateTime,
     ) -> Self {
         match revoked_at {
             Some(_) => TokenState::Revoked,
             None if expires_at <= now => TokenState::Expired,
+            None if lapses_at.is_some_and(|l| l <= now) => TokenState::Lapsed,
             None => TokenState::Active,
         }
     }
@@ -119,15 +132,30 @@ mod tests {
     fn revoked_wins_over_expired_and_expiry_is_exclusive() {
         let now = OffsetDateTime::from_unix_timestamp(1_764_000_000).unwrap();
         let hour = time::Duration::hours(1);
-        assert_eq!(TokenState::at(None, now + hour, now), TokenState::Active);
-        assert_eq!(TokenState::at(None, now, now), TokenState::Expired);
         assert_eq!(
-            TokenState::at(Some(now - hour), now - hour, now),
+            TokenState::at(None, now + hour, None, now),
+            TokenState::Active
+        );
+        assert_eq!(TokenState::at(None, now, None, now), TokenState::Expired);
+        assert_eq!(
+            TokenState::at(Some(now - hour), now - hour, None, now),
             TokenState::Revoked
         );
         assert_eq!(
-            TokenState::at(Some(now), now + hour, now),
+            TokenState::at(Some(now), now + hour, None, now),
             TokenState::Revoked
+        );
+        assert_eq!(
+            TokenState::at(None, now + hour, Some(now + hour), now),
+            TokenState::Active
+        );
+        assert_eq!(
+            TokenState::at(None, now + hour, Some(now), now),
+            TokenState::Lapsed
+        );
+        assert_eq!(
+            TokenState::at(None, now, Some(now - hour), now),
+            TokenState::Expired
         );
     }
 
@@ -142,6 +170,9 @@ mod tests {
         }
         let e = TokenScope::parse("root").unwrap_err();
         assert_eq!(e.field, "scopes");
-        assert!(e.reason.contains("read, launch, billing or admin"), "{e}");
+        assert!(
+            e.reason.contains("read, launch, billing, admin or keys"),
+            "{e}"
+        );
     }
 }

@@ -197,13 +197,20 @@ pub struct Config {
     /// Milliseconds this server keeps who a signed-in session is, at most; the database
     /// announces every change to it as the change commits, and the server drops what it kept
     /// then (`control_plane::sessions::PrincipalCache`). 0 reads every session from the
-    /// database.
+    /// database. At most 60000: a change whose announcement went unheard is seen within this.
     #[arg(
         long,
         env = "PORTAL_SESSION_KEEP_MS",
-        default_value_t = control_plane::sessions::PRINCIPAL_TTL.as_millis() as u64
+        default_value_t = control_plane::sessions::PRINCIPAL_TTL.as_millis() as u64,
+        value_parser = clap::value_parser!(u64).range(0..=60_000)
     )]
     pub session_keep_ms: u64,
+
+    /// Live API tokens one organization may hold; making one more is refused until one is
+    /// revoked or expires.
+    #[arg(long, env = "PORTAL_MAX_TOKENS_PER_ORG", default_value_t = control_plane::TOKEN_CAP,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_tokens_per_org: u32,
 
     /// Minutes without a request after which a session ends.
     #[arg(long, env = "PORTAL_SESSION_IDLE_MINUTES", default_value_t = 60)]
@@ -265,6 +272,7 @@ pub struct Config {
 
     /// The scrape token (`Authorization: Bearer …`): needed off loopback on the metrics
     /// listener, and on the public listener, which serves `/metrics` to nobody without it.
+    /// At least [`MIN_SCRAPE_TOKEN_LEN`] characters (`openssl rand -hex 32`).
     #[arg(long, env = "PORTAL_METRICS_TOKEN")]
     pub metrics_token: Option<Secret>,
 
@@ -285,7 +293,24 @@ pub struct Config {
     pub reconcile_every_secs: u64,
 }
 
+/// The shortest scrape token the server starts with: it guards the fleet's metrics off
+/// loopback, so it must not be guessable.
+pub const MIN_SCRAPE_TOKEN_LEN: usize = 32;
+
 impl Config {
+    /// The scrape token, refused when it is too short to keep anyone out.
+    pub fn scrape_token(&self) -> Result<Option<&str>, String> {
+        match &self.metrics_token {
+            None => Ok(None),
+            Some(t) if t.expose().trim().chars().count() < MIN_SCRAPE_TOKEN_LEN => Err(format!(
+                "PORTAL_METRICS_TOKEN is {} characters: use at least {MIN_SCRAPE_TOKEN_LEN} \
+                 (`openssl rand -hex 32`)",
+                t.expose().trim().chars().count()
+            )),
+            Some(t) => Ok(Some(t.expose().trim())),
+        }
+    }
+
     /// `scheme://host[:port]` of [`Config::public_url`], as browsers send it in `Origin`.
     pub fn public_origin(&self) -> Result<String, String> {
         let url = self.public_url.trim_end_matches('/');
@@ -411,6 +436,40 @@ mod tests {
             Err("PORTAL_PUBLIC_URL \"ftp://x\" must be http:// or https://".into())
         );
         assert!(origin("portal.example").unwrap_err().contains("no scheme"));
+    }
+
+    #[test]
+    fn a_short_scrape_token_and_a_long_session_keep_are_refused_at_start() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct F {
+            #[command(flatten)]
+            c: Config,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["s", "--database-url", "postgres://h/d"];
+            argv.extend_from_slice(extra);
+            F::try_parse_from(argv).map(|f| f.c)
+        };
+        let short = parse(&["--metrics-token", "hunter2"]).unwrap();
+        let e = short.scrape_token().unwrap_err();
+        assert!(e.contains("is 7 characters: use at least 32"), "{e}");
+        let long = "x".repeat(32);
+        assert_eq!(
+            parse(&["--metrics-token", &long]).unwrap().scrape_token(),
+            Ok(Some(long.as_str()))
+        );
+        assert_eq!(parse(&[]).unwrap().scrape_token(), Ok(None));
+
+        assert!(parse(&["--session-keep-ms", "60001"]).is_err());
+        assert_eq!(
+            parse(&["--session-keep-ms", "60000"])
+                .unwrap()
+                .session_keep(),
+            Some(Duration::from_secs(60))
+        );
+        assert!(parse(&["--max-tokens-per-org", "0"]).is_err());
+        assert_eq!(parse(&[]).unwrap().max_tokens_per_org, 50);
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub fn app_state(config: &Config) -> Result<AppState, ServerError> {
         leptos: leptos_options(config),
         metrics: metrics::ServerMetrics::new(
             cp.clone(),
-            config.metrics_token.as_ref().map(|t| t.expose()),
+            config.scrape_token().map_err(ServerError::Config)?,
         ),
         cp,
         web: WebSettings::from_config(config)?,
@@ -115,11 +115,12 @@ pub fn pool(config: &Config) -> Result<sqlx::PgPool, ServerError> {
 pub fn control_plane(config: &Config) -> Result<ControlPlane, ServerError> {
     let naming = Naming::new(&config.partition, &config.service)
         .map_err(|e| ServerError::Config(format!("PORTAL_PARTITION/PORTAL_SERVICE: {e}")))?;
-    let cp =
-        ControlPlane::new(pool(config)?, naming).with_dns_resolver(config.dns_resolver.map_or(
+    let cp = ControlPlane::new(pool(config)?, naming)
+        .with_dns_resolver(config.dns_resolver.map_or(
             control_plane::dns::Resolver::System,
             control_plane::dns::Resolver::At,
-        ));
+        ))
+        .with_token_cap(config.max_tokens_per_org);
     let cp = match &config.secret_keys {
         Some(keys) => cp.with_secret_keys(
             control_plane::secrets::Keyring::parse(keys.expose())

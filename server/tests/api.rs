@@ -83,9 +83,43 @@ const KEY: &str =
 #[tokio::test]
 async fn ssh_keys_through_a_token_within_its_scopes() {
     let (_db, cp, app) = portal().await;
-    let (secret, id) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let (secret, id) = token(&cp, &[TokenScope::Read, TokenScope::Keys]).await;
     let (read_only, _) = token(&cp, &[TokenScope::Read]).await;
     let t = Some(secret.as_str());
+
+    // Keys reach every later launch of their owner, in every project: neither a launch token
+    // nor a project's token, even with the keys scope, may plant one.
+    let (launcher, _) = token(&cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let (project_keys, _) = token_of(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        Some(ACME_RESEARCH),
+        &[TokenScope::Read, TokenScope::Keys],
+    )
+    .await;
+    for (refused, needed) in [
+        (&launcher, "tokens with the keys scope"),
+        (
+            &project_keys,
+            "organization-wide tokens with the keys scope",
+        ),
+    ] {
+        let (status, _, problem) = send(
+            &app,
+            "POST",
+            "/api/v1/ssh-keys",
+            Some(refused),
+            Some(json!({"name": "planted", "public_key": KEY})),
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+        assert_eq!(
+            problem["detail"],
+            format!("Only {needed} may do this."),
+            "{problem}"
+        );
+    }
 
     let (status, _, before) = send(&app, "GET", "/api/v1/ssh-keys", t, None).await;
     assert_eq!(status, StatusCode::OK, "{before}");
@@ -104,6 +138,21 @@ async fn ssh_keys_through_a_token_within_its_scopes() {
     assert_eq!(key["name"], "laptop");
     assert_eq!(key["kind"], "ssh-ed25519");
     assert!(key["fingerprint"].as_str().unwrap().starts_with("SHA256:"));
+    // Its owner can tell it came through this token.
+    assert_eq!(key["added_via_token"]["id"], id.to_string());
+    assert!(
+        key["added_via_token"]["display_prefix"]
+            .as_str()
+            .unwrap()
+            .starts_with("gpk_")
+    );
+    let audited: Option<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT api_token_id FROM audit_log WHERE action = 'user.ssh_key_add' ORDER BY id DESC LIMIT 1",
+    )
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(audited, Some(id.0));
     let (_, _, listed) = send(&app, "GET", "/api/v1/ssh-keys", t, None).await;
     assert_eq!(listed["ssh_keys"].as_array().unwrap().len(), before + 1);
     // The portal's own account view sees the same key.
@@ -154,7 +203,7 @@ async fn ssh_keys_through_a_token_within_its_scopes() {
     assert_eq!(problem["code"], "forbidden");
     assert_eq!(
         problem["detail"],
-        "Only tokens with the launch scope may do this."
+        "Only tokens with the keys scope may do this."
     );
 
     let (status, _, body) = send(&app, "DELETE", &path, t, None).await;
@@ -205,9 +254,20 @@ async fn each_token_is_rate_limited_with_retry_after() {
     assert_eq!(problem["code"], "rate_limited");
     let wait: u64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=10).contains(&wait), "{wait}");
-    // Another token is not slowed by this one.
+    // The budget is the organization's: another token of Acme's is refused too (making
+    // tokens buys no more calls), while another organization's is not slowed.
     let (other, _) = token(&cp, &[TokenScope::Read]).await;
     let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&other), None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let (globex, _) = token_of(
+        &cp,
+        "carol@globex.example",
+        control_plane::demo::GLOBEX,
+        None,
+        &[TokenScope::Read],
+    )
+    .await;
+    let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&globex), None).await;
     assert_eq!(status, StatusCode::OK);
 }
 
@@ -503,6 +563,12 @@ async fn instances_launch_once_per_key_list_by_page_watch_and_release() {
     .await;
     assert_eq!(status, StatusCode::CONFLICT, "{problem}");
     assert_eq!(problem["code"], "conflict");
+    // So is a retry asking for another lifetime: it is another launch, not the same one.
+    let mut longer = launch_body("api-1");
+    longer["lifetime_hours"] = json!(8);
+    let (status, _, problem) = launch(&app, &secret, Some("run-0001-abc"), longer).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(problem["code"], "conflict");
     // Retries racing each other: one allocation, every answer the first one's.
     let racing: Vec<_> = (0..8)
         .map(|_| {
@@ -692,6 +758,28 @@ async fn instances_launch_once_per_key_list_by_page_watch_and_release() {
             ("allocation.release".to_owned(), Some(token_id.0)),
         ]
     );
+
+    // A watch held when its token is revoked ends then, refused, rather than waiting out.
+    let (status, headers, _) = send(&app, "GET", &path, t, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let etag = headers["etag"].to_str().unwrap().to_owned();
+    let revoker = {
+        let cp = cp.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            let alice = principal(&cp, "alice@acme.example").await;
+            cp.revoke_api_token(&alice, token_id, None).await.unwrap();
+        })
+    };
+    let held = Request::get(format!("{path}?wait=30"))
+        .header("authorization", format!("Bearer {secret}"))
+        .header("if-none-match", etag)
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, body) = support::send(&app, held).await;
+    revoker.await.unwrap();
+    // (Unnoticed, it would have waited out its 30 s and answered 304.)
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
 }
 
 #[tokio::test]
@@ -1052,14 +1140,15 @@ async fn user_data_reaches_the_node_only_for_images_that_accept_it() {
     let (status, _, launched) = launch(&app, &alice, None, body).await;
     assert_eq!(status, StatusCode::CREATED, "{launched}");
     let id: uuid::Uuid = launched["id"].as_str().unwrap().parse().unwrap();
-    // Stored, and in the provisioning task the node's agent receives.
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT user_data FROM allocations WHERE id = $1")
+    // Stored sealed, and in the provisioning task its node's agent claims, open.
+    let stored: (Option<String>, Option<String>) =
+        sqlx::query_as("SELECT user_data, user_data_sealed FROM allocations WHERE id = $1")
             .bind(id)
             .fetch_one(cp.pool())
             .await
             .unwrap();
-    assert_eq!(stored.as_deref(), Some(user_data));
+    assert_eq!(stored.0, None);
+    assert!(!stored.1.unwrap().contains("htop"));
     let spec: Value = sqlx::query_scalar(
         "SELECT spec FROM agent_tasks WHERE allocation_id = $1 AND kind LIKE '%provision'",
     )
@@ -1068,7 +1157,8 @@ async fn user_data_reaches_the_node_only_for_images_that_accept_it() {
     .await
     .unwrap();
     assert_eq!(spec["kind"], "slice.vm_provision");
-    assert_eq!(spec["user_data"], user_data, "{spec}");
+    assert_eq!(spec.get("user_data"), None, "{spec}");
+    assert!(spec["user_data_sealed"].is_string(), "{spec}");
 
     // An image that doesn't take user data, user data in no form cloud-init runs, too much:
     // each refused, naming the field, and nothing launched.
@@ -1098,6 +1188,15 @@ async fn user_data_reaches_the_node_only_for_images_that_accept_it() {
             },
             "at most 16384 bytes",
         ),
+        (
+            {
+                // Its own merge rules would let it replace the platform's part.
+                let mut b = launch_body("merging-user-data");
+                b["user_data"] = json!("#cloud-config\nmerge_how: dict(replace)+list(replace)\n");
+                b
+            },
+            "remove merge_how",
+        ),
     ] {
         let (status, _, problem) = launch(&app, &alice, None, body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
@@ -1115,7 +1214,7 @@ async fn user_data_reaches_the_node_only_for_images_that_accept_it() {
     // The schema refuses it too, whatever writes it.
     test_db::fixtures::assert_db_refuses(
         &cp,
-        "UPDATE allocations SET user_data = 'echo hi' WHERE user_data IS NOT NULL",
+        &format!("UPDATE allocations SET user_data = 'echo hi' WHERE id = '{id}'"),
         "allocations_user_data",
     )
     .await;

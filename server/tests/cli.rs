@@ -29,6 +29,13 @@ struct World {
 }
 
 impl World {
+    /// A file in the scratch directory holding `token`, for `--token-file`.
+    fn token_file(&self, token: &str) -> String {
+        let path = self.dir.join(format!("token-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&path, format!("{token}\n")).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
     /// `gpuctl ARGS` with this world's API and config file: how it ended, stdout, stderr.
     async fn gpuctl(&self, args: &[&str]) -> (Done, String, String) {
         let config = self.dir.join("config.json");
@@ -79,14 +86,22 @@ async fn token(cp: &control_plane::ControlPlane, scopes: &[TokenScope]) -> Strin
 #[tokio::test]
 async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     let w = world().await;
-    let secret = token(&w.cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let secret = token(
+        &w.cp,
+        &[TokenScope::Read, TokenScope::Launch, TokenScope::Keys],
+    )
+    .await;
 
     // Login checks the token, then keeps it readable by its owner only.
-    let (done, _, err) = w.gpuctl(&["--token", "gpk_wrong", "login"]).await;
+    let (done, _, err) = w
+        .gpuctl(&["--token-file", &w.token_file("gpk_wrong"), "login"])
+        .await;
     assert_eq!(done, Done::Exit(exit::AUTH), "{err}");
     assert!(err.contains("(unauthenticated)"), "{err}");
     assert!(!w.dir.join("config.json").exists());
-    let (done, _, err) = w.gpuctl(&["--token", &secret, "login"]).await;
+    let (done, _, err) = w
+        .gpuctl(&["--token-file", &w.token_file(&secret), "login"])
+        .await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     let config = w.dir.join("config.json");
     use std::os::unix::fs::PermissionsExt;
@@ -94,6 +109,32 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     assert_eq!(saved["token"], secret.as_str());
+
+    // The token takes no argument of its own (every process may read arguments).
+    let config = w.dir.join("config.json");
+    let argv = ["gpuctl", "--api", &w.api, "--token", &secret, "offers"];
+    assert!(<Cli as clap::Parser>::try_parse_from(argv).is_err());
+    // The saved token goes only to the address it was saved for.
+    let elsewhere = "http://127.0.0.2:9/api/v1";
+    let argv = [
+        "gpuctl",
+        "--api",
+        elsewhere,
+        "--config",
+        config.to_str().unwrap(),
+        "offers",
+    ];
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let cli = <Cli as clap::Parser>::try_parse_from(argv).unwrap();
+    assert_eq!(
+        gpuctl::run(cli, &mut out, &mut err).await,
+        Done::Exit(exit::AUTH)
+    );
+    let err = String::from_utf8(err).unwrap();
+    assert!(
+        err.contains("the saved token is for http://127.0.0.1:"),
+        "{err}"
+    );
 
     // From here on the saved token is used.
     let (done, out, _) = w.gpuctl(&["offers", "--region", "eu-west-1"]).await;
@@ -200,11 +241,21 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     let shown: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(shown["tags"]["team"], "vision");
 
-    // `ssh` becomes the SSH command, with the extra arguments.
-    let (done, _, _) = w.gpuctl(&["ssh", &id, "--", "-v", "nvidia-smi"]).await;
-    let mut expected: Vec<String> = ssh.split_whitespace().map(str::to_owned).collect();
-    expected.extend(["-v".to_owned(), "nvidia-smi".to_owned()]);
-    assert_eq!(done, Done::Exec(expected));
+    // `ssh` becomes the SSH command built from the endpoint's fields: options end before the
+    // destination, and the extra arguments are the command to run there.
+    let (done, _, _) = w.gpuctl(&["ssh", &id, "--", "nvidia-smi", "-L"]).await;
+    let port = shown["ssh_endpoint"]["port"].as_u64().unwrap().to_string();
+    assert_eq!(ssh, format!("ssh -p {port} ubuntu@gpu-cli-1"));
+    let expected = [
+        "ssh",
+        "-p",
+        &port,
+        "--",
+        "ubuntu@gpu-cli-1",
+        "nvidia-smi",
+        "-L",
+    ];
+    assert_eq!(done, Done::Exec(expected.map(str::to_owned).to_vec()));
 
     // Refusals: the problem's sentence on stderr and a code a script can test.
     let (done, _, err) = w
@@ -292,13 +343,22 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     let (done, out, err) = launch_with("ubuntu-24.04-cuda", "cli-ud").await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     let launched: Value = serde_json::from_str(&out).unwrap();
-    let stored: Option<String> =
-        sqlx::query_scalar("SELECT user_data FROM allocations WHERE id = $1::uuid")
-            .bind(launched["id"].as_str().unwrap())
-            .fetch_one(w.cp.pool())
-            .await
-            .unwrap();
-    assert_eq!(stored.as_deref(), Some("#cloud-config\npackages: [htop]\n"));
+    // Kept sealed, in the allocation and in its provision task alike.
+    let (plain, sealed, in_task): (Option<String>, Option<String>, String) = sqlx::query_as(
+        "SELECT a.user_data, a.user_data_sealed, t.spec::text
+         FROM allocations a JOIN agent_tasks t ON t.allocation_id = a.id
+         WHERE a.id = $1::uuid",
+    )
+    .bind(launched["id"].as_str().unwrap())
+    .fetch_one(w.cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(plain, None);
+    assert!(!sealed.unwrap().contains("htop"));
+    assert!(
+        in_task.contains("user_data_sealed") && !in_task.contains("htop"),
+        "{in_task}"
+    );
     let (done, _, err) = launch_with("vllm", "cli-ud-2").await;
     assert_eq!(done, Done::Exit(exit::INVALID), "{err}");
     assert!(
@@ -316,7 +376,9 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     let (done, _, err) = w.gpuctl(&["usage"]).await;
     assert_eq!(done, Done::Exit(exit::AUTH), "{err}");
     let billing = token(&w.cp, &[TokenScope::Billing]).await;
-    let (done, out, err) = w.gpuctl(&["--token", &billing, "usage"]).await;
+    let (done, out, err) = w
+        .gpuctl(&["--token-file", &w.token_file(&billing), "usage"])
+        .await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     assert!(
         out.starts_with("month ") && out.contains("PROJECT"),

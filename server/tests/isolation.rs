@@ -897,7 +897,7 @@ async fn build_world(pool: sqlx::PgPool) {
             "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix,
                                      secret_sha256, scopes, expires_at)
              SELECT gen_random_uuid(), m.tenant_id, u.id, 'matrix', 'gpk_matrix00',
-                    sha256(convert_to($2, 'UTF8')), ARRAY['read', 'launch', 'billing', 'admin'],
+                    sha256(convert_to($2, 'UTF8')), ARRAY['read', 'launch', 'billing', 'admin', 'keys'],
                     now() + interval '300 days'
                FROM users u JOIN tenant_memberships m ON m.user_id = u.id
               WHERE u.email = $1",

@@ -21,7 +21,8 @@ pub struct Needs {
     /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
     /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query),
     /// `ip` and `nft` for the slot network, busybox (the guests' DHCP client, ping and
-    /// arping in the network tests), and Prometheus with promtool (the metrics tests).
+    /// arping in the network tests), Prometheus with promtool (the metrics tests), and
+    /// cloud-init (the seed's user-data is merged by cloud-init's own code in a test).
     pub host_tools: bool,
 }
 
@@ -37,7 +38,7 @@ impl Needs {
 }
 
 /// The node agent's host tools, by the Debian package that ships each.
-const HOST_TOOLS: [(&str, &str); 12] = [
+const HOST_TOOLS: [(&str, &str); 13] = [
     ("/usr/bin/qemu-img", "qemu-utils"),
     ("/usr/bin/xorriso", "xorriso"),
     ("/usr/bin/virsh", "libvirt-clients"),
@@ -52,6 +53,8 @@ const HOST_TOOLS: [(&str, &str); 12] = [
     // deploy/'s rules and both /metrics endpoints with promtool.
     ("/usr/bin/prometheus", "prometheus"),
     ("/usr/bin/promtool", "prometheus"),
+    // What a guest does with the seed: a test merges its user-data with cloud-init's code.
+    ("/usr/bin/cloud-init", "cloud-init"),
 ];
 
 pub fn ensure_all(needs: Needs) -> Result {

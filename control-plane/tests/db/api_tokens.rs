@@ -3,7 +3,7 @@
 
 use control_plane::prelude::*;
 
-use control_plane::api_tokens::{NewToken, TokenScope};
+use control_plane::api_tokens::{NewToken, TokenScope, TokenState};
 use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
 use control_plane::tenancy::{ProjectAdmins, ProjectRole};
 use control_plane::{ControlPlane, Error};
@@ -308,4 +308,217 @@ async fn the_table_keeps_tokens_fixed_revocations_final_and_rows_forever() {
         "is revoked",
     )
     .await;
+}
+
+/// Leaving revokes for good: removed from the project, bob's token for it is revoked (by no
+/// one: the row says why), and invited back he does not get it back.
+#[tokio::test]
+async fn leaving_a_project_revokes_its_tokens_for_good() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    let bob = principal(&cp, "bob@acme.example").await;
+    let research = in_project::<ProjectAdmins>(&cp, &alice, ACME_RESEARCH).await;
+    cp.change_member_role(&research, bob.user_id, ProjectRole::Admin, None)
+        .await
+        .unwrap();
+    let project_token = NewToken {
+        name: "bob's ci".into(),
+        project: Some(ACME_RESEARCH),
+        scopes: vec![TokenScope::Read],
+        days: 7,
+    };
+    let made = cp
+        .create_api_token(&bob, ACME, &project_token, None)
+        .await
+        .unwrap();
+    let alices = cp
+        .create_api_token(
+            &alice,
+            ACME,
+            &org_token("alice's", &[TokenScope::Read]),
+            None,
+        )
+        .await
+        .unwrap();
+    cp.remove_member(&research, bob.user_id, None)
+        .await
+        .unwrap();
+    let why: (Option<String>, Option<uuid::Uuid>) =
+        sqlx::query_as("SELECT revoked_because, revoked_by FROM api_tokens WHERE id = $1")
+            .bind(made.token.id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(why, (Some("left".into()), None));
+    let listed = cp.api_tokens(&alice, ACME).await.unwrap();
+    let state = |id| listed.iter().find(|t| t.id == id).unwrap().state;
+    assert_eq!(state(made.token.id), TokenState::Revoked);
+    assert_eq!(state(alices.token.id), TokenState::Active, "only bob's");
+
+    cp.invite_member(&research, "bob@acme.example", ProjectRole::Admin, None)
+        .await
+        .unwrap();
+    assert!(!authenticates(&cp, &made.secret).await, "still revoked");
+    assert!(authenticates(&cp, &alices.secret).await);
+}
+
+/// In an organization that signs in with its own identity provider, a token lapses when its
+/// maker has not signed in for the organization's idle period (someone disabled at the
+/// provider can't), and works again once they sign in. A long-poll notices too.
+#[tokio::test]
+async fn a_token_lapses_when_its_maker_stops_signing_in() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane();
+    let alice = principal(&cp, "alice@acme.example").await;
+    // Made 40 days ago, good for a year, by alice, whose last sign-in was 35 days ago.
+    let secret = "gpk_lapsing-lapsing-lapsing-lapsing-lapsing-l";
+    sqlx::query(
+        "INSERT INTO api_tokens (id, tenant_id, created_by, name, display_prefix, secret_sha256,
+                                 scopes, created_at, expires_at)
+         VALUES (gen_random_uuid(), $1, $2, 'old', 'gpk_lapsinga', sha256(convert_to($3, 'UTF8')),
+                 '{read}', now() - interval '40 days', now() + interval '300 days')",
+    )
+    .bind(ACME.0)
+    .bind(alice.user_id.0)
+    .bind(secret)
+    .execute(cp.pool())
+    .await
+    .unwrap();
+    assert!(
+        authenticates(&cp, secret).await,
+        "no identity provider of its own: membership is what counts"
+    );
+    control_plane::demo::seed_identity_providers(
+        cp.pool().sqlx(),
+        cp.secrets(),
+        "https://idp.acme.example",
+        "s3cret",
+    )
+    .await
+    .unwrap();
+    let signed_in = |days: i32| {
+        sqlx::query(
+            "INSERT INTO user_identities (issuer, subject, user_id, tenant_id, last_login)
+             VALUES ('https://idp.acme.example', 'alice', $1, $2, now() - make_interval(days => $3))
+             ON CONFLICT (issuer, subject) DO UPDATE SET last_login = EXCLUDED.last_login",
+        )
+        .bind(alice.user_id.0)
+        .bind(ACME.0)
+        .bind(days)
+        .execute(cp.pool())
+    };
+    signed_in(35).await.unwrap();
+    let caller = {
+        // A caller that authenticated before the lapse was noticed, as a long-poll holds it.
+        let fresh = cp
+            .create_api_token(&alice, ACME, &org_token("fresh", &[TokenScope::Read]), None)
+            .await
+            .unwrap();
+        cp.authenticate_token(&fresh.secret, None).await.unwrap()
+    };
+    assert!(
+        !authenticates(&cp, secret).await,
+        "35 days > the default 30"
+    );
+    let listed = cp.api_tokens(&alice, ACME).await.unwrap();
+    let old = listed.iter().find(|t| t.name == "old").unwrap();
+    assert_eq!(old.state, TokenState::Lapsed);
+    let fresh = listed.iter().find(|t| t.name == "fresh").unwrap();
+    assert_eq!(fresh.state, TokenState::Active);
+    let lapses = fresh.lapses_at.expect("a lapse date for the page");
+    assert_eq!((lapses - fresh.created_at).whole_days(), 30);
+    cp.token_still_live(&caller).await.unwrap();
+
+    // The organization allows 60 days: the old token works again.
+    sqlx::query("UPDATE identity_providers SET token_idle_days = 60 WHERE tenant_id = $1")
+        .bind(ACME.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert!(authenticates(&cp, secret).await);
+    // Back to 30, and alice signs in again: it works again.
+    sqlx::query("UPDATE identity_providers SET token_idle_days = 30 WHERE tenant_id = $1")
+        .bind(ACME.0)
+        .execute(cp.pool())
+        .await
+        .unwrap();
+    assert!(!authenticates(&cp, secret).await);
+    signed_in(0).await.unwrap();
+    assert!(authenticates(&cp, secret).await);
+
+    // A long-poll's caller is re-checked against revocation as it waits.
+    cp.revoke_api_token(&alice, caller.token, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        cp.token_still_live(&caller).await,
+        Err(Error::Unauthenticated)
+    ));
+}
+
+/// An organization holds a bounded number of live tokens, a person makes them at a bounded
+/// rate, and all the organization's tokens share one budget of calls.
+#[tokio::test]
+async fn tokens_are_capped_per_organization_and_share_its_budget() {
+    let db = crate::support::demo_db().await;
+    let cp = db.control_plane().with_token_cap(3);
+    let alice = principal(&cp, "alice@acme.example").await;
+    let mut made = Vec::new();
+    for n in 0..3 {
+        made.push(
+            cp.create_api_token(
+                &alice,
+                ACME,
+                &org_token(&format!("t{n}"), &[TokenScope::Read]),
+                None,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    match cp
+        .create_api_token(&alice, ACME, &org_token("t3", &[TokenScope::Read]), None)
+        .await
+    {
+        Err(Error::Conflict(m)) => assert!(m.contains("3 live API tokens"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    cp.revoke_api_token(&alice, made[0].token.id, None)
+        .await
+        .unwrap();
+    cp.create_api_token(&alice, ACME, &org_token("t3", &[TokenScope::Read]), None)
+        .await
+        .unwrap();
+
+    // One budget for the organization: spent through one token, the next refuses too.
+    let mut limited = None;
+    for n in 0..2000 {
+        match cp.authenticate_token(&made[1].secret, None).await {
+            Ok(_) => {}
+            Err(Error::RateLimited { .. }) => {
+                limited = Some(n);
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(limited.is_some_and(|n| n >= 100), "{limited:?}");
+    assert!(matches!(
+        cp.authenticate_token(&made[2].secret, None).await,
+        Err(Error::RateLimited { .. })
+    ));
+
+    // Making tokens is limited per person (ten at once), whatever the cap.
+    let cp = cp.with_token_cap(1000);
+    let refused = loop {
+        match cp
+            .create_api_token(&alice, ACME, &org_token("more", &[TokenScope::Read]), None)
+            .await
+        {
+            Ok(_) => continue,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(refused, Error::RateLimited { .. }), "{refused:?}");
 }

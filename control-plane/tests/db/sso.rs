@@ -365,6 +365,7 @@ mod provider_settings {
             role_claim: "groups".into(),
             default_role: TenantRole::Member,
             mappings: vec![("acme-admins".into(), TenantRole::Admin)],
+            token_idle_days: 30,
         }
     }
 

@@ -205,7 +205,57 @@ pub(super) fn check_user_data(user_data: Option<&str>) -> Result<Option<String>>
     if u.contains('\0') {
         return Err(invalid("user_data", "user data is text: it has a NUL byte"));
     }
+    if u.starts_with("#cloud-config") {
+        check_cloud_config(u)?;
+    }
     Ok(Some(u.to_owned()))
+}
+
+/// The keys with which a cloud-config document chooses how cloud-init merges it. cloud-init
+/// reads them before the part's `X-Merge-Type` header, so a tenant's document naming them could
+/// replace the user, SSH and telemetry settings of the platform's part in their VM.
+const MERGE_KEYS: [&str; 2] = ["merge_how", "merge_type"];
+
+/// A tenant's cloud-config as cloud-init loads it: one YAML document, a mapping (or empty),
+/// without [`MERGE_KEYS`]. Read with a YAML parser, so no quoting or escape spells a key past it.
+fn check_cloud_config(u: &str) -> Result<()> {
+    use yaml_rust2::{Yaml, YamlLoader};
+    let docs = YamlLoader::load_from_str(u)
+        .map_err(|e| invalid("user_data", format!("#cloud-config is not valid YAML: {e}")))?;
+    let doc = match docs.as_slice() {
+        [] => return Ok(()),
+        [doc] => doc,
+        _ => {
+            return Err(invalid(
+                "user_data",
+                "#cloud-config holds one YAML document; this has several (---)",
+            ));
+        }
+    };
+    let keys = match doc {
+        Yaml::Null => return Ok(()),
+        Yaml::Hash(keys) => keys,
+        _ => {
+            return Err(invalid(
+                "user_data",
+                "#cloud-config is a mapping of keys (packages:, runcmd:, …)",
+            ));
+        }
+    };
+    if let Some(key) = MERGE_KEYS
+        .into_iter()
+        .find(|k| keys.contains_key(&Yaml::String((*k).to_owned())))
+    {
+        return Err(invalid(
+            "user_data",
+            format!(
+                "remove {key}: the platform chooses how your cloud-config is merged with its own \
+                 (your lists are appended and your other keys added, never replacing the user, \
+                 SSH keys or telemetry the platform sets up)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The first 40 characters of what a caller sent, for an error message.
@@ -289,6 +339,11 @@ impl ValidLaunch {
             if let Some(u) = &user_data {
                 h.update(b"\0user_data\0");
                 h.update(u.as_bytes());
+            }
+            // And a lifetime: a retry asking for another one is another launch, not the same.
+            if let Some(hours) = req.lifetime_hours {
+                h.update(b"\0lifetime_hours\0");
+                h.update(hours.to_string().as_bytes());
             }
             format!("{:x}", h.finalize())
         };
@@ -816,6 +871,26 @@ mod tests {
             "start it with #cloud-config (a cloud-config document) or #! (a script)"
         );
         assert!(reason("#!/bin/sh\n\0").contains("NUL"));
+        // However a document spells the merge keys, they are refused by name.
+        for doc in [
+            "#cloud-config\nmerge_how: dict(replace)+list(replace)\nusers: []\n",
+            "#cloud-config\n'merge_type': 'dict(replace)'\n",
+            "#cloud-config\n\"merge\\x5fhow\": x\n",
+            "#cloud-config\n{users: [], merge_how: [{name: dict, settings: [replace]}]}\n",
+            "#cloud-config\n? merge_how\n: x\n",
+        ] {
+            let r = reason(doc);
+            assert!(
+                r.starts_with("remove merge_how:") || r.starts_with("remove merge_type:"),
+                "{doc:?}: {r}"
+            );
+        }
+        // Nested, the key is the tenant's own data, not a merge rule.
+        assert!(check_user_data(Some("#cloud-config\nwrite_files:\n- merge_how: x\n")).is_ok());
+        assert!(check_user_data(Some("#cloud-config\n")).is_ok());
+        assert!(reason("#cloud-config\n- a\n- b\n").contains("mapping"));
+        assert!(reason("#cloud-config\na: 1\n---\nb: 2\n").contains("one YAML document"));
+        assert!(reason("#cloud-config\na: [1\n").contains("not valid YAML"));
         let big = format!("#!/bin/sh\n{}", "x".repeat(MAX_USER_DATA));
         assert_eq!(
             reason(&big),
@@ -851,5 +926,22 @@ mod tests {
             ValidLaunch::check(&req(Some(""))).unwrap().fingerprint,
             plain
         );
+    }
+
+    #[test]
+    fn a_lifetime_is_part_of_what_an_idempotency_key_stands_for() {
+        let req = |hours: Option<u32>| LaunchRequest {
+            sku: "h100.1x".into(),
+            listing: "ubuntu-24.04-cuda".into(),
+            name: "job".into(),
+            idempotency_key: "launch-0001".into(),
+            ssh_public_key: KEY.into(),
+            lifetime_hours: hours,
+            ..LaunchRequest::default()
+        };
+        let fingerprint = |hours| ValidLaunch::check(&req(hours)).unwrap().fingerprint;
+        assert_ne!(fingerprint(Some(8)), fingerprint(Some(24)));
+        assert_ne!(fingerprint(Some(8)), fingerprint(None));
+        assert_eq!(fingerprint(Some(8)), fingerprint(Some(8)));
     }
 }

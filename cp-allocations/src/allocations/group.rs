@@ -397,7 +397,7 @@ async fn decide_and_write(
             sp.rollback().await?;
             continue;
         }
-        match reserve(&mut sp, &decided, &these, now).await {
+        match reserve(&mut sp, cp.secrets(), &decided, &these, now).await {
             Ok(()) => {
                 sp.commit().await?;
                 placed.extend(these);
@@ -473,6 +473,7 @@ async fn decide_and_write(
 /// Writes the allocations and claims of one SKU's placements, a statement each.
 async fn reserve(
     conn: &mut PgConnection,
+    keys: &crate::secrets::Keyring,
     decided: &[Decided<'_>],
     placed: &[(usize, Placement)],
     now: OffsetDateTime,
@@ -512,7 +513,12 @@ async fn reserve(
             .push(json!({ "why": p.why, "hostname": p.hostname, "slot_indexes": p.slot_indexes }));
         expires.push(d.expires_at);
         tags.push(serde_json::to_value(&d.m.valid.tags).unwrap_or_default());
-        user_data.push(d.m.valid.user_data.clone());
+        user_data.push(
+            d.m.valid
+                .user_data
+                .as_deref()
+                .map(|u| lifecycle::seal_user_data(keys, d.id, u)),
+        );
         match sku.shape {
             Shape::GpuSlice => {
                 for s in &p.slots {
@@ -533,7 +539,7 @@ async fn reserve(
                (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                 listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                 request_fingerprint, requested_by, placement, state, observed_state,
-                requested_at, expires_at, tags, user_data)
+                requested_at, expires_at, tags, user_data_sealed)
            SELECT id, tenant, project, name, $16, $17, $18, region, node, version, ssh, $19, $20,
                   key, fingerprint, requested_by, placement, 'provisioning', 'provisioning', $21,
                   expires, tags, user_data

@@ -322,7 +322,7 @@ pub(crate) async fn queue_provisions(
     let rows = sqlx::query!(
         r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
-                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data,
+                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data, a.user_data_sealed,
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
                   n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
@@ -456,7 +456,12 @@ pub(crate) async fn queue_provisions(
         task_ids.push(AgentTaskId::new_random().0);
         task_nodes.push(a.node_id.0);
         kinds.push(spec.kind().to_string());
-        specs.push(serde_json::to_value(&spec).expect("a task spec serializes"));
+        let mut spec = serde_json::to_value(&spec).expect("a task spec serializes");
+        // Sealed at rest here too: the claim opens it for the agent (`open_user_data`).
+        if let (Some(sealed), Some(spec)) = (a.user_data_sealed, spec.as_object_mut()) {
+            spec.insert(SEALED_USER_DATA.into(), sealed.into());
+        }
+        specs.push(spec);
         traces.push(
             ids.iter()
                 .find(|(id, _)| *id == a.id)
@@ -867,6 +872,31 @@ pub(crate) async fn lock_allocation_of(
     .await?)
 }
 
+/// A provision answered, either way: the tenant's user data has served (it runs at the guest's
+/// first boot, and a failed provision is released), so neither the task nor the allocation
+/// keeps it.
+async fn forget_user_data(
+    conn: &mut PgConnection,
+    task: AgentTaskId,
+    id: AllocationId,
+) -> Result<()> {
+    sqlx::query!(
+        "UPDATE agent_tasks SET spec = spec - 'user_data' - 'user_data_sealed'
+         WHERE id = $1 AND (spec ? 'user_data' OR spec ? 'user_data_sealed')",
+        task as AgentTaskId
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE allocations SET user_data = NULL, user_data_sealed = NULL
+         WHERE id = $1 AND (user_data IS NOT NULL OR user_data_sealed IS NOT NULL)",
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
 /// Records an allocation task's result (called by `finish_task` in its transaction, which
 /// holds the allocation's row: `state` is its state, from [`lock_allocation_of`]).
 #[allow(clippy::too_many_arguments)]
@@ -880,6 +910,9 @@ pub(crate) async fn task_finished(
     spec: serde_json::Value,
     outcome: &TaskOutcome,
 ) -> Result<()> {
+    if matches!(kind, "slice.vm_provision" | "baremetal.provision") {
+        forget_user_data(&mut *conn, task, id).await?;
+    }
     let (task_state, task_error) = match (kind, outcome) {
         ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Succeeded { output }) => {
             let TaskOutput::Provisioned(p) = output else {
@@ -888,6 +921,17 @@ pub(crate) async fn task_finished(
                     reason: format!("a {kind} task answers with where to connect"),
                 });
             };
+            let planned = planned_endpoint(spec)?;
+            if (p.ssh_host.as_str(), p.ssh_port, p.ssh_user.as_str())
+                != (planned.host.as_str(), planned.port, planned.user.as_str())
+            {
+                tracing::warn!(
+                    node.id = %node, allocation.id = %id,
+                    reported.host = %p.ssh_host.escape_debug(), reported.port = p.ssh_port,
+                    reported.user = %p.ssh_user.escape_debug(),
+                    "a host reported another SSH endpoint than the one planned; the planned one stands"
+                );
+            }
             // A release may have been asked for meanwhile: then only the observation counts.
             sqlx::query!(
                 "UPDATE allocations SET observed_state = 'running', ssh_host = $2, ssh_port = $3,
@@ -895,9 +939,9 @@ pub(crate) async fn task_finished(
                         state = CASE WHEN state = 'provisioning' THEN 'running' ELSE state END
                  WHERE id = $1",
                 id as AllocationId,
-                p.ssh_host,
-                p.ssh_port as i32,
-                p.ssh_user
+                planned.host,
+                i32::from(planned.port),
+                planned.user
             )
             .execute(&mut *conn)
             .await?;
@@ -1330,16 +1374,102 @@ impl LifecycleInternal for ControlPlane {
 }
 
 pub use portal_types::allocations::{
-    AllocationDetail, Certificate, GpuHealthNotice, GpuUtilisation, Phase, PortAddress, Transition,
+    AllocationDetail, Certificate, GpuHealthNotice, GpuUtilisation, Phase, PortAddress,
+    SshEndpoint, Transition,
 };
 
-/// What a tenant types to reach the guest.
-pub fn ssh_command(user: &str, host: &str, port: i32) -> String {
-    if port == 22 {
-        format!("ssh {user}@{host}")
-    } else {
-        format!("ssh -p {port} {user}@{host}")
+/// The key of a provision task's spec that holds the tenant's user data, sealed; the agent
+/// is handed it open, as the plan's `user_data`.
+pub(crate) const SEALED_USER_DATA: &str = "user_data_sealed";
+
+/// Where a tenant's user data is sealed to: this allocation's, and nothing else's.
+fn user_data_place(id: AllocationId) -> String {
+    format!("allocations.user_data:{id}")
+}
+
+/// Seals a tenant's user data as stored: it may carry their secrets, so it is kept like
+/// identity providers' client secrets, readable only with the deployment's keys.
+pub(crate) fn seal_user_data(
+    keys: &crate::secrets::Keyring,
+    id: AllocationId,
+    plain: &str,
+) -> String {
+    keys.seal(plain, &user_data_place(id))
+}
+
+/// A claimed provision's spec as the agent needs it: the sealed user data opened into the
+/// plan's `user_data`. Other specs are returned as they are.
+pub(crate) fn open_user_data(
+    keys: &crate::secrets::Keyring,
+    mut spec: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let Some(sealed) = spec
+        .as_object_mut()
+        .and_then(|s| s.remove(SEALED_USER_DATA))
+    else {
+        return Ok(spec);
+    };
+    let (Some(sealed), Some(id)) = (
+        sealed.as_str(),
+        spec.get("allocation_id").and_then(|i| i.as_str()),
+    ) else {
+        return Err(Error::Corrupt("a provision's sealed user data".into()));
+    };
+    let id: AllocationId = id
+        .parse()
+        .map_err(|_| Error::Corrupt(format!("a provision for allocation {id:?}")))?;
+    let plain = keys
+        .open(sealed, &user_data_place(id))
+        .map_err(|e| Error::Corrupt(format!("allocation {id}'s user data: {e}")))?;
+    spec["user_data"] = plain.into();
+    Ok(spec)
+}
+
+/// Where a running allocation is reached, from its stored fields (checked by the database).
+pub(crate) fn ssh_endpoint(
+    state: &str,
+    host: Option<&str>,
+    port: Option<i32>,
+    user: Option<&str>,
+) -> Option<SshEndpoint> {
+    match (host, port.and_then(|p| u16::try_from(p).ok()), user) {
+        (Some(host), Some(port), Some(user)) if state == "running" => Some(SshEndpoint {
+            host: host.to_owned(),
+            port,
+            user: user.to_owned(),
+        }),
+        _ => None,
     }
+}
+
+/// Where the platform planned a provision to be reached: the node's public address and the
+/// first slot's SSH port (or, in a plan with no public address, the first slot's own address on
+/// port 22), and the listing's SSH user. The host's answer only confirms it: a compromised host
+/// must not choose the text a tenant's `ssh` runs.
+fn planned_endpoint(spec: serde_json::Value) -> Result<SshEndpoint> {
+    let plan = match serde_json::from_value::<TaskSpec>(spec) {
+        Ok(TaskSpec::VmProvision(plan) | TaskSpec::BaremetalProvision(plan)) => plan,
+        Ok(other) => {
+            return Err(Error::Corrupt(format!(
+                "a provision's task holds a {}",
+                other.kind()
+            )));
+        }
+        Err(e) => return Err(Error::Corrupt(format!("a provision's spec: {e}"))),
+    };
+    let first = plan
+        .slots
+        .first()
+        .ok_or_else(|| Error::Corrupt("a provision plan with no slots".into()))?;
+    let (host, port) = match (plan.network.public_host, plan.network.ssh_port) {
+        (Some(host), Some(port)) => (host, port),
+        _ => (first.ip_address.clone(), 22),
+    };
+    Ok(SshEndpoint {
+        host,
+        port,
+        user: plan.image.ssh_user,
+    })
 }
 
 /// Each published guest port with the `host:port` it is reached at: the port at position `k`
@@ -1476,6 +1606,12 @@ pub(crate) async fn detail(
         .get("slot_indexes")
         .and_then(|v| serde_json::from_value(v.clone()).ok())
         .unwrap_or_default();
+    let ssh = ssh_endpoint(
+        &a.state,
+        a.ssh_host.as_deref(),
+        a.ssh_port,
+        a.ssh_user.as_deref(),
+    );
     Ok(AllocationDetail {
         id,
         canonical_name: cp
@@ -1486,10 +1622,8 @@ pub(crate) async fn detail(
         gpu_utilisation,
         gpu_health,
         projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
-        ssh: match (&a.ssh_host, a.ssh_port, &a.ssh_user) {
-            (Some(h), Some(p), Some(u)) if a.state == "running" => Some(ssh_command(u, h, p)),
-            _ => None,
-        },
+        ssh: ssh.as_ref().map(SshEndpoint::command),
+        ssh_endpoint: ssh,
         published: match (&a.ssh_host, slot_indexes.iter().min()) {
             (Some(host), Some(&first)) if a.state == "running" => {
                 published_at(host, a.public_port_base, first, &a.published_ports)

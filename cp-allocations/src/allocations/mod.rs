@@ -139,7 +139,8 @@ struct Reservation<'a> {
     listing_version: ListingVersionId,
     ssh_public_key: &'a str,
     tags: &'a Tags,
-    user_data: Option<&'a str>,
+    /// The tenant's user data, sealed ([`lifecycle::seal_user_data`]).
+    user_data_sealed: Option<String>,
     idempotency_key: &'a str,
     fingerprint: &'a str,
     requested_at: OffsetDateTime,
@@ -153,7 +154,7 @@ impl Reserve for Reservation<'_> {
                    (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                     listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                     request_fingerprint, requested_by, placement, state, requested_at, expires_at,
-                    tags, user_data)
+                    tags, user_data_sealed)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
                        $17, 'placed', $18, $19, $20, $21)"#,
             self.id as AllocationId,
@@ -176,7 +177,7 @@ impl Reserve for Reservation<'_> {
             self.requested_at,
             self.expires_at,
             serde_json::to_value(self.tags).unwrap_or_default(),
-            self.user_data,
+            self.user_data_sealed,
         )
         .execute(&mut *conn)
         .await;
@@ -624,33 +625,37 @@ impl AllocationsApi for ControlPlane {
         .await?;
         let mut items: Vec<AllocationSummary> = rows
             .into_iter()
-            .map(|r| AllocationSummary {
-                ssh: match (&r.ssh_host, r.ssh_port, &r.ssh_user) {
-                    (Some(h), Some(p), Some(u)) if r.state == "running" => {
-                        Some(lifecycle::ssh_command(u, h, p))
-                    }
-                    _ => None,
-                },
-                published: match (&r.ssh_host, r.public_port_base, r.first_slot) {
-                    (Some(host), Some(base), Some(first)) if r.state == "running" => {
-                        lifecycle::published_at(host, base, first, &r.published_ports)
-                    }
-                    _ => Vec::new(),
-                },
-                id: r.id,
-                project_id: r.project_id,
-                name: r.name,
-                sku: r.sku,
-                gpu_count: r.gpu_count,
-                region: r.region,
-                projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
-                state: r.state,
-                price_per_hour: Money {
-                    amount_minor: r.price_per_hour_minor,
-                    currency: r.currency.into(),
-                },
-                tags: serde_json::from_value(r.tags).unwrap_or_default(),
-                created_at: r.created_at,
+            .map(|r| {
+                let ssh = lifecycle::ssh_endpoint(
+                    &r.state,
+                    r.ssh_host.as_deref(),
+                    r.ssh_port,
+                    r.ssh_user.as_deref(),
+                );
+                AllocationSummary {
+                    ssh: ssh.as_ref().map(lifecycle::SshEndpoint::command),
+                    ssh_endpoint: ssh,
+                    published: match (&r.ssh_host, r.public_port_base, r.first_slot) {
+                        (Some(host), Some(base), Some(first)) if r.state == "running" => {
+                            lifecycle::published_at(host, base, first, &r.published_ports)
+                        }
+                        _ => Vec::new(),
+                    },
+                    id: r.id,
+                    project_id: r.project_id,
+                    name: r.name,
+                    sku: r.sku,
+                    gpu_count: r.gpu_count,
+                    region: r.region,
+                    projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
+                    state: r.state,
+                    price_per_hour: Money {
+                        amount_minor: r.price_per_hour_minor,
+                        currency: r.currency.into(),
+                    },
+                    tags: serde_json::from_value(r.tags).unwrap_or_default(),
+                    created_at: r.created_at,
+                }
             })
             .collect();
         let next = if items.len() > filter.limit as usize {
@@ -868,7 +873,10 @@ async fn launch_once(
         listing_version: software.id,
         ssh_public_key,
         tags: &valid.tags,
-        user_data: valid.user_data.as_deref(),
+        user_data_sealed: valid
+            .user_data
+            .as_deref()
+            .map(|u| lifecycle::seal_user_data(cp.secrets(), id, u)),
         idempotency_key: key,
         fingerprint,
         requested_at,
@@ -965,4 +973,6 @@ pub fn projected(state: &str, desired: &str, failure: Option<&str>) -> String {
 
 pub use portal_types::allocations::{AllocationSummary, PortAddress, Tags};
 
-pub use lifecycle::{AllocationDetail, Certificate, GpuUtilisation, Phase, Transition};
+pub use lifecycle::{
+    AllocationDetail, Certificate, GpuUtilisation, Phase, SshEndpoint, Transition,
+};

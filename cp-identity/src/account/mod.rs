@@ -13,10 +13,10 @@ use crate::ControlPlane;
 use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::Principal;
 use crate::error::{Error, Result};
-use crate::ids::SshKeyId;
+use crate::ids::{ApiTokenId, SshKeyId};
 
 /// One saved key, as the account page, the launch form and the API show it.
-pub use portal_types::account::SshKey;
+pub use portal_types::account::{KeyToken, SshKey};
 
 /// The name a person gives something of theirs (a key, a token): trimmed, 1 to 64 characters,
 /// no control characters. `what` and `example` make the sentence: "give the key a name …".
@@ -65,8 +65,11 @@ impl AccountApi for ControlPlane {
     #[tracing::instrument(skip_all, fields(user.id = %who.user_id))]
     async fn ssh_keys(&self, who: &Principal) -> Result<Vec<SshKey>> {
         let rows = sqlx::query!(
-            "SELECT id, name, public_key, fingerprint, created_at, last_used_at
-             FROM user_ssh_keys WHERE user_id = $1 ORDER BY created_at, name",
+            r#"SELECT k.id, k.name, k.public_key, k.fingerprint, k.created_at, k.last_used_at,
+                      t.id AS "token_id?", t.name AS "token_name?",
+                      t.display_prefix AS "token_prefix?"
+               FROM user_ssh_keys k LEFT JOIN api_tokens t ON t.id = k.added_via_token
+               WHERE k.user_id = $1 ORDER BY k.created_at, k.name"#,
             who.user_id.0
         )
         .fetch_all(self.pool())
@@ -85,6 +88,14 @@ impl AccountApi for ControlPlane {
                     comment,
                     created_at: r.created_at,
                     last_used_at: r.last_used_at,
+                    added_via_token: match (r.token_id, r.token_name, r.token_prefix) {
+                        (Some(id), Some(name), Some(display_prefix)) => Some(KeyToken {
+                            id: ApiTokenId(id),
+                            name,
+                            display_prefix,
+                        }),
+                        _ => None,
+                    },
                 }
             })
             .collect())
@@ -104,13 +115,15 @@ impl AccountApi for ControlPlane {
         let id = SshKeyId::new_random();
         let mut tx = self.pool().begin().await?;
         let inserted = sqlx::query!(
-            "INSERT INTO user_ssh_keys (id, user_id, name, public_key, fingerprint)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO user_ssh_keys (id, user_id, name, public_key, fingerprint,
+                                        added_via_token)
+             VALUES ($1, $2, $3, $4, $5, $6)",
             id.0,
             who.user_id.0,
             name,
             key,
-            fingerprint
+            fingerprint,
+            audit::current_token() as Option<ApiTokenId>
         )
         .execute(&mut *tx)
         .await;

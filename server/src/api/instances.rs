@@ -408,7 +408,7 @@ pub async fn get(
         .allocation::<ProjectViewers>(&cp, instance, &id)
         .await?;
     let _watch = match (&held, wait) {
-        (Some(_), Some(_)) => Some(super::watches::hold(caller.0.token).ok_or(ApiError(
+        (Some(_), Some(_)) => Some(super::watches::hold(caller.0.tenant).ok_or(ApiError(
             AppError::RateLimited {
                 retry_after_secs: 1,
             },
@@ -427,6 +427,10 @@ pub async fn get(
         let waited_out = wait.is_none_or(|w| started.elapsed() + WATCH_EVERY > w);
         if unchanged && !waited_out {
             tokio::time::sleep(WATCH_EVERY).await;
+            // The token may have been revoked, or have expired or lapsed, while it waited.
+            cp.token_still_live(&caller.0)
+                .await
+                .map_err(|e| id.refused(e))?;
             continue;
         }
         let mut response = if unchanged {

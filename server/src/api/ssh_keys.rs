@@ -1,5 +1,6 @@
 //! `/api/v1/ssh-keys`: the token maker's saved SSH public keys, the same the account page
-//! shows and a launch picks from. Reading needs the `read` scope; adding and deleting `launch`.
+//! shows and a launch picks from. Reading needs the `read` scope; adding and deleting `keys`,
+//! on an organization-wide token (the keys reach every later launch of the maker, anywhere).
 
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -63,7 +64,8 @@ pub async fn list(
     Ok(Json(SshKeyList { ssh_keys }))
 }
 
-/// Saves a key, validated as a launch validates it. Audited.
+/// Saves a key, validated as a launch validates it. Needs an organization-wide token with the
+/// `keys` scope. Audited with the token; the account page shows it was added through it.
 #[utoipa::path(
     post,
     path = "/ssh-keys",
@@ -92,7 +94,7 @@ pub async fn add(
     caller: Caller,
     body: Result<Json<NewSshKey>, JsonRejection>,
 ) -> Result<(StatusCode, Json<SshKey>), ApiError> {
-    caller.require(TokenScope::Launch, &id)?;
+    caller.0.require_keys().map_err(|e| id.refused(e))?;
     let Json(new) = body.map_err(bad_body)?;
     let key = caller
         .acting(cp.add_ssh_key(&caller.0.principal, &new.name, &new.public_key, Some(&id.0)))
@@ -102,7 +104,8 @@ pub async fn add(
     Ok((StatusCode::CREATED, Json(key)))
 }
 
-/// Deletes one of the maker's keys. Another person's key, or none, is not found. Audited.
+/// Deletes one of the maker's keys. Needs an organization-wide token with the `keys` scope.
+/// Another person's key, or none, is not found. Audited.
 #[utoipa::path(
     delete,
     path = "/ssh-keys/{id}",
@@ -123,7 +126,7 @@ pub async fn delete(
     caller: Caller,
     key: Result<Path<SshKeyId>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
-    caller.require(TokenScope::Launch, &id)?;
+    caller.0.require_keys().map_err(|e| id.refused(e))?;
     // A malformed id is "not found", like an unknown one.
     let Path(key) = key.map_err(|_| ApiError(AppError::NotFound))?;
     caller
