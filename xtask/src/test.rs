@@ -174,7 +174,12 @@ fn browser_tests(pg: Throwaway) -> Result {
     // The browser tests start `dnsmasq` on this port when they need DNS (domain proofs).
     let dns_port = pgcluster::free_port().map_err(|e| e.to_string())?;
     let metrics_port = pgcluster::free_port().map_err(|e| e.to_string())?;
-    let metrics_token = portal::random_password()?;
+    // The server refuses a scrape token under 32 characters.
+    let metrics_token = format!(
+        "{}{}",
+        portal::random_password()?,
+        portal::random_password()?
+    );
     let (launch, mut server) = match start_test_server(
         &pg.url("e2e"),
         port,
