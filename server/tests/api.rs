@@ -256,9 +256,22 @@ async fn each_token_is_rate_limited_with_retry_after() {
     assert!((1..=10).contains(&wait), "{wait}");
     // The budget is the organization's: another token of Acme's is refused too (making
     // tokens buys no more calls), while another organization's is not slowed.
+    // (Making it took a moment, in which the budget refilled a little: a budget of its own
+    // would answer another 100 calls.)
     let (other, _) = token(&cp, &[TokenScope::Read]).await;
-    let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&other), None).await;
-    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let mut other_answered = 0;
+    let status = loop {
+        let (status, _, _) = send(&app, "GET", "/api/v1/ssh-keys", Some(&other), None).await;
+        if status != StatusCode::OK || other_answered == 50 {
+            break status;
+        }
+        other_answered += 1;
+    };
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{other_answered} answered"
+    );
     let (globex, _) = token_of(
         &cp,
         "carol@globex.example",

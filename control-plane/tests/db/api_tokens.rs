@@ -504,10 +504,16 @@ async fn tokens_are_capped_per_organization_and_share_its_budget() {
         }
     }
     assert!(limited.is_some_and(|n| n >= 100), "{limited:?}");
-    assert!(matches!(
-        cp.authenticate_token(&made[2].secret, None).await,
-        Err(Error::RateLimited { .. })
-    ));
+    // Another token of the organization draws on the same budget: it is refused within the
+    // few calls the budget refills meanwhile, where a budget of its own would allow 100.
+    let mut answered = 0;
+    loop {
+        match cp.authenticate_token(&made[2].secret, None).await {
+            Ok(_) if answered < 50 => answered += 1,
+            Err(Error::RateLimited { .. }) => break,
+            other => panic!("{answered} answered, then {other:?}"),
+        }
+    }
 
     // Making tokens is limited per person (ten at once), whatever the cap.
     let cp = cp.with_token_cap(1000);
