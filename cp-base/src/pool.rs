@@ -4,7 +4,7 @@
 //! sqlx 0.8 checks a connection with a round trip (a `Sync` and its `ReadyForQuery`) each time
 //! it comes back to its pool, and by default again each time the pool hands it out. A
 //! statement run on the pool therefore cost three round trips, two of them checks: at
-//! saturation the checks were ~12% of the server's samples (docs/PERFORMANCE.md, session 38),
+//! saturation the checks were ~12% of the server's samples (docs/PERFORMANCE.md),
 //! and each also wakes a backend on the other core.
 //!
 //! - **sqlx's pool** ([`options`]) hands out without a second check a connection that came back
@@ -90,7 +90,7 @@ fn needs_check(idle_for: Duration) -> bool {
 /// Options for sqlx's pool of a handle that may open `connections` in all: half of them (rounded
 /// up) for the pool, and [`Db::new`] opens as many again for single statements. Splitting one
 /// budget keeps what an operator sizes PostgreSQL for; on two cores, twice the connections
-/// measured slower than the same number split (docs/PERFORMANCE.md, session 39).
+/// measured slower than the same number split (docs/PERFORMANCE.md).
 pub fn sized(connections: u32) -> PgPoolOptions {
     options().max_connections(connections.div_ceil(2))
 }

@@ -92,7 +92,7 @@ fn pages(args: &[String]) -> Result {
     // `--page NAME`: every session loads that one page, to see what each page costs.
     let (page, args) = one_of(args, "--page", PAGE_NAMES)?;
     // `--database tcp|socket`: how the server reaches PostgreSQL (default tcp, as every figure
-    // in docs/PERFORMANCE.md before session 46 was measured).
+    // in docs/PERFORMANCE.md was measured unless it says otherwise).
     let (database, args) = one_of(args, "--database", &["tcp", "socket"])?;
     let over_tcp = database.as_deref() != Some("socket");
     let args: Vec<String> = args.concat();

@@ -6,7 +6,7 @@
 //! Why not in the script: on this two-core machine the load generator shares the cores with
 //! the server and PostgreSQL, so its own CPU a page is taken from what they can serve. Node's
 //! HTTP client spent 0.13–0.21 ms a page on a fast day (a tenth of the machine's CPU a page);
-//! blocking sockets and a byte count cost a fraction of that (docs/PERFORMANCE.md, session 45).
+//! blocking sockets and a byte count cost a fraction of that (docs/PERFORMANCE.md).
 //!
 //! Flags: `--addr HOST:PORT`, `--seconds S`, `--cookies FILE` (a `Cookie` header value a
 //! line, one session each), `--only I` (the index of the one page to load, or none), `--out

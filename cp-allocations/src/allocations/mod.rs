@@ -581,7 +581,7 @@ impl AllocationsApi for ControlPlane {
                       -- publishes some has any, so only its row reads its node and first slot
                       -- (`CASE` evaluates its branch only when the test holds). Joined and
                       -- expanded for every row, the statement took 0.235 ms for a page of 51;
-                      -- this way 0.115 ms (#22, session 48).
+                      -- this way 0.115 ms (docs/PERFORMANCE.md).
                       CASE WHEN a.state = 'running' AND a.ssh_host IS NOT NULL
                                 AND cardinality(a.published_ports) > 0
                            THEN (SELECT n.public_port_base FROM nodes n WHERE n.id = a.node_id)

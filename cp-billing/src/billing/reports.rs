@@ -250,9 +250,9 @@ impl BillingReportsApi for ControlPlane {
         // The tenant's projects and the SKUs are read once each and joined in memory. Joined
         // to the tables, the generic plan (sqlx prepares every statement) expects one day row
         // and looks up each row's project and SKU by index: ~180 rows, 840 buffers, 0.5 ms,
-        // against 118 buffers and ~0.3 ms this way (#22, session 37). The day comes back as a
+        // against 118 buffers and ~0.3 ms this way (docs/PERFORMANCE.md). The day comes back as a
         // date and the names sort bytewise (slugs and SKU names are ASCII): `to_char` on each
-        // row and the locale's collation took 0.17 against 0.12 ms (session 41).
+        // row and the locale's collation took 0.17 against 0.12 ms.
         let daily = sqlx::query!(
             r#"WITH p AS MATERIALIZED (SELECT id, slug FROM projects WHERE tenant_id = $1),
                     s AS MATERIALIZED (SELECT id, name FROM skus)
