@@ -888,11 +888,6 @@ impl Agent {
         }
     }
 
-    /// Which allocation a telemetry token belongs to (a running one, on this host).
-    pub fn allocation_for_token(&self, token: &str) -> Option<String> {
-        find_token(&self.telemetry_tokens(), token)
-    }
-
     /// Each running allocation's telemetry token, and the allocation (read from the leases).
     pub fn telemetry_tokens(&self) -> Vec<(String, String)> {
         self.leases

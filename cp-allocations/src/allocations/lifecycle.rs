@@ -910,7 +910,12 @@ pub(crate) async fn task_finished(
     spec: serde_json::Value,
     outcome: &TaskOutcome,
 ) -> Result<()> {
-    if matches!(kind, "slice.vm_provision" | "baremetal.provision") {
+    // Only a provision that carried user data has any to forget: the others (most) cost
+    // no statement here.
+    let carried_user_data = [SEALED_USER_DATA, "user_data"]
+        .iter()
+        .any(|k| spec.get(k).is_some_and(|v| !v.is_null()));
+    if matches!(kind, "slice.vm_provision" | "baremetal.provision") && carried_user_data {
         forget_user_data(&mut *conn, task, id).await?;
     }
     let (task_state, task_error) = match (kind, outcome) {
