@@ -417,7 +417,7 @@ async fn within_the_cap(conn: &mut PgConnection, tenant: TenantId, cap: u32) -> 
         r#"SELECT (SELECT count(*) FROM api_tokens t
                    WHERE t.tenant_id = $1 AND t.revoked_at IS NULL AND t.expires_at > now()
                      AND coalesce(api_token_lapses_at(t) > now(), true)) AS "live!"
-           FROM tenants WHERE id = $1 FOR UPDATE"#,
+           FROM tenants WHERE id = $1 FOR NO KEY UPDATE"#,
         tenant as TenantId
     )
     .fetch_optional(&mut *conn)
