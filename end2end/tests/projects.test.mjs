@@ -137,6 +137,8 @@ test('alice reads her organization\'s audit log, and only hers, and can filter i
     await page.goto(`${BASE}/projects`);
     await page.locator('#org-audit').click();
     await page.waitForURL(`${BASE}/audit`);
+    // The log arrives with the page, but the URL can change before it is drawn.
+    await page.locator('#audit-log td.resource').first().waitFor();
     const resources = await page.locator('#audit-log td.resource').allInnerTexts();
     assert.ok(resources.length > 0);
     assert.ok(resources.every((r) => r.includes(ACME_ID) && !r.includes(GLOBEX_ID)), resources.join('\n'));
