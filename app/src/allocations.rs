@@ -420,78 +420,47 @@ pub async fn get_launch_form(
 pub async fn launch_allocation(
     #[server(flatten)] launch: portal_types::LaunchInput,
 ) -> Result<(), AppError> {
+    use control_plane::allocations::{LaunchOrder, OrderKeys};
     use control_plane::tenancy::ProjectOperators;
-    let portal_types::LaunchInput {
-        project,
-        sku,
-        region,
-        listing,
-        version,
-        name,
-        ssh_key_ids,
-        ssh_public_key,
-        save_key_as,
-        lifetime_hours,
-        published_ports,
-        idempotency_key,
-    } = launch;
     let (cp, principal) = crate::server::signed_in().await?;
-    let lifetime_hours = match lifetime_hours.trim() {
+    let lifetime_hours = match launch.lifetime_hours.trim() {
         "" => None,
         h => Some(h.parse::<u32>().map_err(|_| AppError::Invalid {
             field: "lifetime_hours".into(),
             reason: format!("{h:?} is not a number of hours."),
         })?),
     };
-    let published_ports = parse_ports(&published_ports)?;
-    let project = crate::server::id(&project)?;
+    let published_ports = parse_ports(&launch.published_ports)?;
+    let project = crate::server::id(&launch.project)?;
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
         .await?;
-    let request_id = crate::error::request_id();
-    let ids = ssh_key_ids
+    let saved = launch
+        .ssh_key_ids
         .iter()
         .map(|id| crate::server::id(id))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut keys = cp.ssh_key_lines(&principal, &ids).await?;
-    if !ssh_public_key.trim().is_empty() {
-        if !save_key_as.trim().is_empty() {
-            match cp
-                .add_ssh_key(&principal, &save_key_as, &ssh_public_key, Some(&request_id))
-                .await
-            {
-                // Already saved: launching with it is what was asked.
-                Ok(_) | Err(control_plane::Error::Conflict(_)) => {}
-                // On this form the key's name is the "save as" field.
-                Err(control_plane::Error::Invalid {
-                    field: "name",
-                    reason,
-                }) => {
-                    return Err(control_plane::Error::Invalid {
-                        field: "save_key_as",
-                        reason,
-                    }
-                    .into());
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        keys.push(ssh_public_key);
-    }
-    let req = control_plane::allocations::LaunchRequest {
-        sku,
-        region,
-        listing,
-        version: version.unwrap_or_default(),
-        ssh_public_key: keys.join("\n"),
-        name,
-        idempotency_key,
+    let order = LaunchOrder {
+        sku: launch.sku,
+        region: Some(launch.region).filter(|r| !r.is_empty()),
+        image: launch.image,
+        version: launch.version.filter(|v| !v.is_empty()),
+        name: launch.name,
+        keys: OrderKeys {
+            saved,
+            typed: vec![launch.ssh_public_keys],
+            save_as: Some(launch.save_key_as),
+        },
+        idempotency_key: launch.idempotency_key,
         lifetime_hours,
         published_ports,
         tags: Default::default(),
         user_data: None,
     };
-    let launched = cp.launch(&who, &req, Some(&request_id)).await?;
+    let request_id = crate::error::request_id();
+    let launched = cp
+        .launch_order(&principal, &who, order, Some(&request_id))
+        .await?;
     leptos_axum::redirect(&format!("/allocations/{}", launched.id));
     Ok(())
 }
@@ -842,7 +811,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                     {match f.software {
                         Some(sw) => view! {
                             <label>"Software"
-                                <input type="hidden" name="listing" value=sw.slug.clone() />
+                                <input type="hidden" name="image" value=sw.slug.clone() />
                                 <select name="version" id="launch-version">
                                     {sw.versions.into_iter().map(|v| { let l = format!("{} {v}", sw.name); view! { <option value=v>{l}</option> } }).collect_view()}
                                 </select>
@@ -852,7 +821,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         }.into_any(),
                         None => view! {
                             <label>"Image"
-                                <select name="listing" id="launch-image" on:change=move |ev| image.set(event_target_value(&ev))>
+                                <select name="image" id="launch-image" on:change=move |ev| image.set(event_target_value(&ev))>
                                     <optgroup label="Operating systems">
                                         {os_images.into_iter().map(|i| {
                                             let sel = i.slug == initial.image;
@@ -912,8 +881,8 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         }}
                         <div class="form-grid">
                             <label>{if has_keys { "Or paste another public key" } else { "Public key" }}
-                                <textarea name="ssh_public_key" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="launch-key-error" aria-invalid=field_invalid(launch.value(), "ssh_public_key")></textarea>
-                                {field_error(launch.value(), "ssh_public_key", "launch-key-error")}
+                                <textarea name="ssh_public_keys" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="launch-key-error" aria-invalid=field_invalid(launch.value(), "ssh_public_keys")></textarea>
+                                {field_error(launch.value(), "ssh_public_keys", "launch-key-error")}
                             </label>
                             <label>"Save the pasted key as"
                                 <input name="save_key_as" placeholder="laptop" autocomplete="off" aria-describedby="launch-save-error" aria-invalid=field_invalid(launch.value(), "save_key_as") />

@@ -110,18 +110,19 @@ fn page_status(error: &AppError) {
     }
 }
 
+/// Bytes a query value may not carry as they are: all but RFC 3986's unreserved ones and `/`.
+#[cfg(feature = "ssr")]
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes everything but unreserved characters and `/`, for a query value.
 #[cfg(feature = "ssr")]
 fn query_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(s, QUERY_VALUE).to_string()
 }
 
 /// An ECharts option as the page carries it (`data-option`, drawn by `public/charts.js`):

@@ -259,8 +259,9 @@ mod ssr {
                 },
                 E::Unauthenticated => AppError::Unauthenticated,
                 E::RateLimited { retry_after_secs } => AppError::RateLimited { retry_after_secs },
-                // Only the agent API produces it; a page never should.
-                E::AgentRefused(m) => AppError::Forbidden(sentence(&m)),
+                // A node's bootstrap token or credential refused: like a person's password,
+                // 401 (only the agent API produces it).
+                E::AgentRefused(m) => AppError::SignInRefused(sentence(&m)),
                 E::Forbidden { needed } => {
                     AppError::Forbidden(format!("Only {needed} may do this."))
                 }

@@ -55,7 +55,7 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     await page.goto(`${BASE}/launch`);
     await hydrated(page);
     const form = page.locator('#launch');
-    const image = form.locator('select[name="listing"]');
+    const image = form.locator('select[name="image"]');
     assert.equal(await image.inputValue(), 'ubuntu-24.04-cuda');
     assert.equal(await image.locator('optgroup').first().getAttribute('label'), 'Operating systems');
     const saved = form.getByLabel(/^laptop \(ssh-ed25519 SHA256:/);
@@ -87,7 +87,7 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
 
     // Launch with the saved key and a pasted one, saved as "desktop" on the way.
     await form.locator('input[name="name"]').fill(`keys-${RUN}`);
-    await form.locator('textarea[name="ssh_public_key"]').fill(DESKTOP);
+    await form.locator('textarea[name="ssh_public_keys"]').fill(DESKTOP);
     await form.getByLabel('Save the pasted key as').fill('desktop');
     await submit.click();
     await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);

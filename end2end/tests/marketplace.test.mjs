@@ -100,7 +100,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       assert.equal(await form.locator('select[name="version"]').inputValue(), '2.5');
       await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Name').fill(`torch-${RUN}`);
-      await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
+      await form.locator('textarea[name="ssh_public_keys"]').fill(KEY);
       await form.getByRole('button', { name: 'Launch' }).click();
       await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
       allocation = page.url();
@@ -146,7 +146,7 @@ test('bob finds PyTorch, launches it on a 1-GPU SKU at SKU + fee; once deprecate
       const form = page.locator('#launch');
       await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Name').fill(`torch-again-${RUN}`);
-      await form.locator('textarea[name="ssh_public_key"]').fill(KEY);
+      await form.locator('textarea[name="ssh_public_keys"]').fill(KEY);
       await form.getByRole('button', { name: 'Launch' }).click();
       assert.equal(
         await page.getByRole('alert').innerText(),

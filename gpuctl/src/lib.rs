@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use portal_types::Problem;
 use portal_types::account::SshKey;
 use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label};
 use portal_types::billing::Overview;
@@ -197,23 +198,10 @@ struct Saved {
     token: String,
 }
 
-/// An RFC 9457 problem, as the API answers a refusal.
-#[derive(Debug, Deserialize)]
-struct Problem {
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    code: String,
-    #[serde(default)]
-    field: Option<String>,
-    #[serde(default)]
-    request_id: Option<String>,
-}
-
 /// Why a command stopped.
 #[derive(Debug)]
 enum Failure {
-    Problem(StatusCode, Problem),
+    Problem(StatusCode, Box<Problem>),
     Other(i32, String),
 }
 
@@ -300,13 +288,12 @@ impl Api {
             .await
             .map_err(|e| other(exit::FAILED, e.to_string()))?;
         if status.is_client_error() || status.is_server_error() {
+            // A proxy's page, say: no code, so the status alone decides the exit code.
             let problem = serde_json::from_str(&text).unwrap_or(Problem {
-                detail: String::new(),
-                code: String::new(),
-                field: None,
-                request_id: None,
+                status: status.as_u16(),
+                ..Problem::default()
             });
-            return Err(Failure::Problem(status, problem));
+            return Err(Failure::Problem(status, Box::new(problem)));
         }
         let value = if text.is_empty() {
             Value::Null
@@ -449,7 +436,40 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         return Ok(Done::Exit(exit::OK));
     }
     let config = cli.config.clone().or_else(default_config);
-    let saved = config.as_deref().and_then(read_saved);
+    let api = connect(&cli, config.as_deref(), err)?;
+    let json_out = cli.output == Output::Json;
+    match cli.command {
+        Command::Completions { .. } => unreachable!("answered above"),
+        Command::Login => login(&api, config, err).await?,
+        Command::Offers { region, gpu_model } => {
+            offers(&api, region, gpu_model, json_out, out).await?
+        }
+        Command::Images { project } => images(&api, project, json_out, out).await?,
+        Command::Launch(a) => return launch(&api, *a, json_out, out, err).await,
+        Command::Ls {
+            project,
+            state,
+            tag,
+        } => ls(&api, project, state, tag, json_out, out).await?,
+        Command::Show { id } => show_instance(&api, &id, json_out, out).await?,
+        Command::Ssh { id, args } => return ssh(&api, &id, args).await,
+        Command::Release { id } => release(&api, &id, json_out, out).await?,
+        Command::Usage => usage(&api, json_out, out).await?,
+        Command::Keys { action: None } => keys(&api, json_out, out).await?,
+        Command::Keys {
+            action: Some(KeysAction::Add { name, file }),
+        } => add_key(&api, name, &file, json_out, out).await?,
+        Command::Keys {
+            action: Some(KeysAction::Rm { id }),
+        } => remove_key(&api, &id).await?,
+    }
+    Ok(Done::Exit(exit::OK))
+}
+
+/// The API this run talks to: its address (`--api`, else the saved one) and its token
+/// (`--token-file` or `GPUCTL_TOKEN`, typed at `login`, else the one saved for that address).
+fn connect(cli: &Cli, config: Option<&Path>, err: &mut dyn Write) -> Result<Api> {
+    let saved = config.and_then(read_saved);
     let base = cli
         .api
         .clone()
@@ -469,293 +489,329 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         (Command::Login, None) => Some(typed_token(err)?),
         (_, None) => saved_token_for(saved.as_ref(), &base)?,
     };
-    let api = Api {
+    Ok(Api {
         base,
         token,
         http: reqwest::Client::new(),
-    };
-    let json_out = cli.output == Output::Json;
-    let print_json = |out: &mut dyn Write, v: &Value| {
-        let _ = writeln!(
-            out,
-            "{}",
-            serde_json::to_string_pretty(v).unwrap_or_default()
-        );
-    };
-    match cli.command {
-        Command::Completions { .. } => unreachable!("answered above"),
-        Command::Login => {
-            let token = api
-                .token
-                .clone()
-                .filter(|t| !t.is_empty())
-                .ok_or_else(|| other(exit::USAGE, "no token given"))?;
-            // Any answer but 401 means the token works (a token without `read` gets 403).
-            match api.get("/instances?limit=1").await {
-                Ok(_) => {}
-                Err(Failure::Problem(s, _)) if s == StatusCode::FORBIDDEN => {}
-                Err(e) => return Err(e),
-            }
-            let path =
-                config.ok_or_else(|| other(exit::FAILED, "no home directory for the config"))?;
-            write_saved(
-                &path,
-                &Saved {
-                    api: api.base.clone(),
-                    token,
-                },
-            )
-            .map_err(|e| other(exit::FAILED, format!("{}: {e}", path.display())))?;
-            let _ = writeln!(err, "Saved to {} (readable only by you).", path.display());
-        }
-        Command::Offers { region, gpu_model } => {
-            let mut q = Vec::new();
-            if let Some(r) = region {
-                q.push(format!("region={}", encode(&r)));
-            }
-            if let Some(m) = gpu_model {
-                q.push(format!("gpu_model={}", encode(&m)));
-            }
-            let v = api.get(&format!("/offers?{}", q.join("&"))).await?;
-            if json_out {
-                print_json(out, &v);
-            } else {
-                let offers: Vec<Offer> = parse(v["offers"].clone())?;
-                let rows = offers
-                    .iter()
-                    .map(|o| {
-                        vec![
-                            o.sku.clone(),
-                            o.region.clone(),
-                            o.gpu_model.clone(),
-                            o.gpu_count.to_string(),
-                            o.vcpus.to_string(),
-                            format!("{} GiB", o.memory_gib),
-                            format!("{}/h", o.price_per_hour),
-                            o.launchable.to_string(),
-                        ]
-                    })
-                    .collect();
-                table(
-                    out,
-                    &[
-                        "SKU",
-                        "REGION",
-                        "GPU",
-                        "GPUS",
-                        "VCPUS",
-                        "MEMORY",
-                        "PRICE",
-                        "LAUNCHABLE",
-                    ],
-                    rows,
-                );
-            }
-        }
-        Command::Images { project } => {
-            let q = project
-                .map(|p| format!("?project={}", encode(&p)))
-                .unwrap_or_default();
-            let v = api.get(&format!("/images{q}")).await?;
-            if json_out {
-                print_json(out, &v);
-            } else {
-                let images: Vec<Image> = parse(v["images"].clone())?;
-                let rows = images
-                    .iter()
-                    .map(|i| {
-                        vec![
-                            i.slug.clone(),
-                            i.version.clone(),
-                            i.category.as_str().to_owned(),
-                            i.fee_per_hour
-                                .as_ref()
-                                .map_or_else(|| "-".to_owned(), |f| format!("+{f}/h")),
-                            if i.accepts_user_data { "yes" } else { "no" }.to_owned(),
-                            i.skus.join(","),
-                        ]
-                    })
-                    .collect();
-                table(
-                    out,
-                    &["IMAGE", "VERSION", "KIND", "FEE", "USER-DATA", "SKUS"],
-                    rows,
-                );
-            }
-        }
-        Command::Launch(a) => return launch(&api, *a, json_out, out, err).await,
-        Command::Ls {
-            project,
-            state,
-            tag,
-        } => {
-            let mut all: Vec<Value> = Vec::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let mut q = vec![format!("state={}", encode(&state)), "limit=200".to_owned()];
-                if let Some(p) = &project {
-                    q.push(format!("project={}", encode(p)));
-                }
-                if let Some(t) = &tag {
-                    q.push(format!("tag={}", encode(t)));
-                }
-                if let Some(c) = &cursor {
-                    q.push(format!("cursor={}", encode(c)));
-                }
-                let v = api.get(&format!("/instances?{}", q.join("&"))).await?;
-                all.extend(v["instances"].as_array().cloned().unwrap_or_default());
-                cursor = v["next_cursor"].as_str().map(str::to_owned);
-                if cursor.is_none() {
-                    break;
-                }
-            }
-            if json_out {
-                print_json(out, &Value::Array(all));
-            } else {
-                let list: Vec<AllocationSummary> = parse(Value::Array(all))?;
-                let rows = list
-                    .into_iter()
-                    .map(|a| {
-                        vec![
-                            a.id.to_string(),
-                            a.name,
-                            a.projected,
-                            a.sku,
-                            a.region,
-                            tags_label(&a.tags),
-                            a.ssh.unwrap_or_default(),
-                        ]
-                    })
-                    .collect();
-                table(
-                    out,
-                    &["ID", "NAME", "STATE", "SKU", "REGION", "TAGS", "CONNECT"],
-                    rows,
-                );
-            }
-        }
-        Command::Show { id } => {
-            let v = api.get(&format!("/instances/{}", encode(&id))).await?;
-            if json_out {
-                print_json(out, &v);
-            } else {
-                show(out, &parse(v)?);
-            }
-        }
-        Command::Ssh { id, args } => {
-            let d: AllocationDetail =
-                parse(api.get(&format!("/instances/{}", encode(&id))).await?)?;
-            let ssh = d.ssh_endpoint.ok_or_else(|| {
-                other(
-                    exit::REFUSED,
-                    format!(
-                        "{} is {}, not running: nothing to connect to yet",
-                        d.name, d.projected
-                    ),
-                )
-            })?;
-            // From the fields, never by splitting the display string.
-            return Ok(Done::Exec(ssh.argv(args)));
-        }
-        Command::Release { id } => {
-            let (_, _, v) = api
-                .call(
-                    Method::DELETE,
-                    &format!("/instances/{}", encode(&id)),
-                    None,
-                    &[],
-                )
-                .await?;
-            if json_out {
-                print_json(out, &v);
-            } else {
-                let d: AllocationDetail = parse(v)?;
-                let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
-            }
-        }
-        Command::Usage => {
-            let v = api.get("/usage").await?;
-            if json_out {
-                print_json(out, &v);
-            } else {
-                let o: Overview = parse(v)?;
-                let _ = writeln!(out, "month         {}", o.month);
-                let _ = writeln!(out, "to date       {}", o.month_to_date);
-                let _ = writeln!(out, "forecast      {}", o.forecast);
-                let _ = writeln!(out, "running       {}/h", o.running_per_hour);
-                let _ = writeln!(out, "credit        {}", o.credit_balance);
-                for b in &o.budgets {
-                    let _ = writeln!(
-                        out,
-                        "budget        {}: {} of {} ({}%, {})",
-                        b.scope, b.spent, b.limit, b.percent, b.alert
-                    );
-                }
-                let mut by: std::collections::BTreeMap<(String, String), i64> = Default::default();
-                for p in &o.daily {
-                    *by.entry((p.project.clone(), p.sku.clone())).or_default() += p.amount_minor;
-                }
-                let rows = by
-                    .into_iter()
-                    .map(|((project, sku), minor)| {
-                        vec![
-                            project,
-                            sku,
-                            portal_types::Money {
-                                amount_minor: minor,
-                                currency: o.currency.as_str().into(),
-                            }
-                            .to_string(),
-                        ]
-                    })
-                    .collect();
-                let _ = writeln!(out);
-                table(out, &["PROJECT", "SKU", "THIS MONTH"], rows);
-            }
-        }
-        Command::Keys { action } => match action {
-            None => {
-                let v = api.get("/ssh-keys").await?;
-                if json_out {
-                    print_json(out, &v);
-                } else {
-                    let keys: Vec<SshKey> = parse(v["ssh_keys"].clone())?;
-                    let rows = keys
-                        .into_iter()
-                        .map(|k| vec![k.id.to_string(), k.name, k.kind, k.fingerprint])
-                        .collect();
-                    table(out, &["ID", "NAME", "KIND", "FINGERPRINT"], rows);
-                }
-            }
-            Some(KeysAction::Add { name, file }) => {
-                let public_key = read_key(&file)?;
-                let (_, _, v) = api
-                    .call(
-                        Method::POST,
-                        "/ssh-keys",
-                        Some(&json!({"name": name, "public_key": public_key})),
-                        &[],
-                    )
-                    .await?;
-                if json_out {
-                    print_json(out, &v);
-                } else {
-                    let k: SshKey = parse(v)?;
-                    let _ = writeln!(out, "{} {} {}", k.id, k.name, k.fingerprint);
-                }
-            }
-            Some(KeysAction::Rm { id }) => {
-                api.call(
-                    Method::DELETE,
-                    &format!("/ssh-keys/{}", encode(&id)),
-                    None,
-                    &[],
-                )
-                .await?;
-            }
-        },
+    })
+}
+
+fn print_json(out: &mut dyn Write, v: &Value) {
+    let _ = writeln!(
+        out,
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_default()
+    );
+}
+
+/// Checks the token and saves it, with the address, for later runs.
+async fn login(api: &Api, config: Option<PathBuf>, err: &mut dyn Write) -> Result<()> {
+    let token = api
+        .token
+        .clone()
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| other(exit::USAGE, "no token given"))?;
+    // Any answer but 401 means the token works (a token without `read` gets 403).
+    match api.get("/instances?limit=1").await {
+        Ok(_) => {}
+        Err(Failure::Problem(s, _)) if s == StatusCode::FORBIDDEN => {}
+        Err(e) => return Err(e),
     }
-    Ok(Done::Exit(exit::OK))
+    let path = config.ok_or_else(|| other(exit::FAILED, "no home directory for the config"))?;
+    write_saved(
+        &path,
+        &Saved {
+            api: api.base.clone(),
+            token,
+        },
+    )
+    .map_err(|e| other(exit::FAILED, format!("{}: {e}", path.display())))?;
+    let _ = writeln!(err, "Saved to {} (readable only by you).", path.display());
+    Ok(())
+}
+
+async fn offers(
+    api: &Api,
+    region: Option<String>,
+    gpu_model: Option<String>,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut q = Vec::new();
+    if let Some(r) = region {
+        q.push(format!("region={}", encode(&r)));
+    }
+    if let Some(m) = gpu_model {
+        q.push(format!("gpu_model={}", encode(&m)));
+    }
+    let v = api.get(&format!("/offers?{}", q.join("&"))).await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let offers: Vec<Offer> = parse(v["offers"].clone())?;
+        let rows = offers
+            .iter()
+            .map(|o| {
+                vec![
+                    o.sku.clone(),
+                    o.region.clone(),
+                    o.gpu_model.clone(),
+                    o.gpu_count.to_string(),
+                    o.vcpus.to_string(),
+                    format!("{} GiB", o.memory_gib),
+                    format!("{}/h", o.price_per_hour),
+                    o.launchable.to_string(),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &[
+                "SKU",
+                "REGION",
+                "GPU",
+                "GPUS",
+                "VCPUS",
+                "MEMORY",
+                "PRICE",
+                "LAUNCHABLE",
+            ],
+            rows,
+        );
+    }
+    Ok(())
+}
+
+async fn images(
+    api: &Api,
+    project: Option<String>,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let q = project
+        .map(|p| format!("?project={}", encode(&p)))
+        .unwrap_or_default();
+    let v = api.get(&format!("/images{q}")).await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let images: Vec<Image> = parse(v["images"].clone())?;
+        let rows = images
+            .iter()
+            .map(|i| {
+                vec![
+                    i.slug.clone(),
+                    i.version.clone(),
+                    i.category.as_str().to_owned(),
+                    i.fee_per_hour
+                        .as_ref()
+                        .map_or_else(|| "-".to_owned(), |f| format!("+{f}/h")),
+                    if i.accepts_user_data { "yes" } else { "no" }.to_owned(),
+                    i.skus.join(","),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &["IMAGE", "VERSION", "KIND", "FEE", "USER-DATA", "SKUS"],
+            rows,
+        );
+    }
+    Ok(())
+}
+
+/// Every page of the instances, then one table.
+async fn ls(
+    api: &Api,
+    project: Option<String>,
+    state: String,
+    tag: Option<String>,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut all: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut q = vec![format!("state={}", encode(&state)), "limit=200".to_owned()];
+        if let Some(p) = &project {
+            q.push(format!("project={}", encode(p)));
+        }
+        if let Some(t) = &tag {
+            q.push(format!("tag={}", encode(t)));
+        }
+        if let Some(c) = &cursor {
+            q.push(format!("cursor={}", encode(c)));
+        }
+        let v = api.get(&format!("/instances?{}", q.join("&"))).await?;
+        all.extend(v["instances"].as_array().cloned().unwrap_or_default());
+        cursor = v["next_cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    if json_out {
+        print_json(out, &Value::Array(all));
+    } else {
+        let list: Vec<AllocationSummary> = parse(Value::Array(all))?;
+        let rows = list
+            .into_iter()
+            .map(|a| {
+                vec![
+                    a.id.to_string(),
+                    a.name,
+                    a.projected,
+                    a.sku,
+                    a.region,
+                    tags_label(&a.tags),
+                    a.ssh.unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            &["ID", "NAME", "STATE", "SKU", "REGION", "TAGS", "CONNECT"],
+            rows,
+        );
+    }
+    Ok(())
+}
+
+async fn show_instance(api: &Api, id: &str, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let v = api.get(&format!("/instances/{}", encode(id))).await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        show(out, &parse(v)?);
+    }
+    Ok(())
+}
+
+/// The `ssh` command line for a running instance.
+async fn ssh(api: &Api, id: &str, args: Vec<String>) -> Result<Done> {
+    let d: AllocationDetail = parse(api.get(&format!("/instances/{}", encode(id))).await?)?;
+    let ssh = d.ssh_endpoint.ok_or_else(|| {
+        other(
+            exit::REFUSED,
+            format!(
+                "{} is {}, not running: nothing to connect to yet",
+                d.name, d.projected
+            ),
+        )
+    })?;
+    // From the fields, never by splitting the display string.
+    Ok(Done::Exec(ssh.argv(args)))
+}
+
+async fn release(api: &Api, id: &str, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let (_, _, v) = api
+        .call(
+            Method::DELETE,
+            &format!("/instances/{}", encode(id)),
+            None,
+            &[],
+        )
+        .await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let d: AllocationDetail = parse(v)?;
+        let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
+    }
+    Ok(())
+}
+
+/// This month so far: totals, budgets, and the spend per project and SKU.
+async fn usage(api: &Api, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let v = api.get("/usage").await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let o: Overview = parse(v)?;
+        let _ = writeln!(out, "month         {}", o.month);
+        let _ = writeln!(out, "to date       {}", o.month_to_date);
+        let _ = writeln!(out, "forecast      {}", o.forecast);
+        let _ = writeln!(out, "running       {}/h", o.running_per_hour);
+        let _ = writeln!(out, "credit        {}", o.credit_balance);
+        for b in &o.budgets {
+            let _ = writeln!(
+                out,
+                "budget        {}: {} of {} ({}%, {})",
+                b.scope, b.spent, b.limit, b.percent, b.alert
+            );
+        }
+        let mut by: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for p in &o.daily {
+            *by.entry((p.project.clone(), p.sku.clone())).or_default() += p.amount_minor;
+        }
+        let rows = by
+            .into_iter()
+            .map(|((project, sku), minor)| {
+                vec![
+                    project,
+                    sku,
+                    portal_types::Money {
+                        amount_minor: minor,
+                        currency: o.currency.as_str().into(),
+                    }
+                    .to_string(),
+                ]
+            })
+            .collect();
+        let _ = writeln!(out);
+        table(out, &["PROJECT", "SKU", "THIS MONTH"], rows);
+    }
+    Ok(())
+}
+
+async fn keys(api: &Api, json_out: bool, out: &mut dyn Write) -> Result<()> {
+    let v = api.get("/ssh-keys").await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let keys: Vec<SshKey> = parse(v["ssh_keys"].clone())?;
+        let rows = keys
+            .into_iter()
+            .map(|k| vec![k.id.to_string(), k.name, k.kind, k.fingerprint])
+            .collect();
+        table(out, &["ID", "NAME", "KIND", "FINGERPRINT"], rows);
+    }
+    Ok(())
+}
+
+async fn add_key(
+    api: &Api,
+    name: String,
+    file: &Path,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let public_key = read_key(file)?;
+    let (_, _, v) = api
+        .call(
+            Method::POST,
+            "/ssh-keys",
+            Some(&json!({"name": name, "public_key": public_key})),
+            &[],
+        )
+        .await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let k: SshKey = parse(v)?;
+        let _ = writeln!(out, "{} {} {}", k.id, k.name, k.fingerprint);
+    }
+    Ok(())
+}
+
+async fn remove_key(api: &Api, id: &str) -> Result<()> {
+    api.call(
+        Method::DELETE,
+        &format!("/ssh-keys/{}", encode(id)),
+        None,
+        &[],
+    )
+    .await?;
+    Ok(())
 }
 
 /// A public key file's one line, bounded.
@@ -971,16 +1027,17 @@ fn table(out: &mut dyn Write, header: &[&str], rows: Vec<Vec<String>>) {
     }
 }
 
+/// Bytes a query value or path segment may not carry as they are: all but RFC 3986's
+/// unreserved ones.
+const NOT_UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// Percent-encodes a query or path value (every byte but RFC 3986's unreserved ones).
 pub fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    percent_encoding::utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 #[cfg(test)]
@@ -1033,12 +1090,11 @@ mod tests {
         let p = |status: u16, code: &str| {
             Failure::Problem(
                 StatusCode::from_u16(status).unwrap(),
-                Problem {
+                Box::new(Problem {
                     detail: "d".into(),
                     code: code.into(),
-                    field: None,
-                    request_id: None,
-                },
+                    ..Problem::default()
+                }),
             )
             .code()
         };

@@ -226,11 +226,7 @@ fn status(settings: Settings) -> Result<(), String> {
 
 /// The real fabrics where the settings name them; otherwise simulated ones (a simulated host's
 /// NVLink partitions are its fixture's).
-fn fabrics(
-    settings: &Settings,
-    state_dir: &std::path::Path,
-    agent: &mut Agent,
-) -> Result<(), String> {
+fn fabrics(settings: &Settings, state_dir: &Path, agent: &mut Agent) -> Result<(), String> {
     use node_agent::fabric::{FabricManager, OpenSmPartitions, SimulatedNvlink};
     if let Some(path) = &settings.ib_partitions_file {
         let reload = settings.ib_reload.as_deref().unwrap_or("pkill -HUP opensm");
@@ -260,7 +256,7 @@ fn fabrics(
 /// The real slot network, where the settings name an uplink.
 fn host_network(
     settings: &Settings,
-    state_dir: &std::path::Path,
+    state_dir: &Path,
     telemetry_listen: &str,
 ) -> Result<Option<node_agent::network::HostNetwork>, String> {
     let Some(uplink) = &settings.uplink else {
@@ -283,23 +279,14 @@ fn host_network(
     node_agent::network::HostNetwork::new(state_dir, cfg).map(Some)
 }
 
+/// Runs the agent until SIGTERM or Ctrl-C: the telemetry sink, heartbeats and metrics beside
+/// the task loop ([`work`]).
 async fn run(settings: Settings) -> Result<(), String> {
     let state_dir = settings.state_dir();
     let (node, credential) = State::new(&state_dir).load()?;
     let driver = build_driver(&settings)?;
     let client = Client::new(&node.server, Some(credential.clone()));
-    let traces = otel::export::Traces::from_env()?;
-    let tracing = Arc::new(
-        tokio::task::spawn_blocking({
-            let node = node.node_id.clone();
-            move || node_agent::traces::Tracing::new(&traces, &node)
-        })
-        .await
-        .map_err(|e| format!("starting the trace exporter: {e}"))??,
-    );
-    if tracing.is_on() {
-        eprintln!("exporting traces over OTLP (OTEL_* environment)");
-    }
+    let tracing = start_tracing(&node.node_id).await?;
     let listen = settings
         .telemetry_listen
         .clone()
@@ -314,18 +301,7 @@ async fn run(settings: Settings) -> Result<(), String> {
         fail_at: settings.fail_at.clone(),
         crash_at: settings.crash_at.clone(),
     };
-    if let Some(network) = host_network(&settings, &state_dir, &listen)? {
-        use node_agent::network::SlotNetwork;
-        network.prepare()?;
-        agent.network = Arc::new(network);
-    }
-    fabrics(&settings, &state_dir, &mut agent)?;
-    eprintln!("slot network: {}", agent.network.describe());
-    eprintln!(
-        "fabrics: {}; {}",
-        agent.ib.describe(),
-        agent.nvlink.describe()
-    );
+    attach_networks(&settings, &state_dir, &listen, &mut agent)?;
     eprintln!(
         "node-agent {}: node {} → {} with driver {}",
         env!("CARGO_PKG_VERSION"),
@@ -334,7 +310,6 @@ async fn run(settings: Settings) -> Result<(), String> {
         driver.describe()
     );
 
-    // The guest telemetry sink, on the host-only slot network.
     let totals = Arc::new(Aggregator::default());
     let listener = tokio::net::TcpListener::bind(&listen).await;
     if let Ok(l) = &listener
@@ -345,114 +320,23 @@ async fn run(settings: Settings) -> Result<(), String> {
     }
     let agent = Arc::new(agent);
     let simulated = settings.driver.as_deref() == Some("simulated");
-    let sink = match listener {
-        Ok(l) => {
-            let addr = l.local_addr().ok();
-            let app = node_agent::telemetry::router(agent.clone(), totals.clone());
-            let served = tokio::spawn(async move {
-                let _ = axum::serve(l, app).await;
-            });
-            // A simulated host's guests report through the real sink.
-            let guests = match (simulated, addr) {
-                (true, Some(addr)) => Some(tokio::spawn(node_agent::telemetry::simulate_guests(
-                    agent.clone(),
-                    format!("http://{addr}/v1/gpu"),
-                    Duration::from_secs(2),
-                ))),
-                _ => None,
-            };
-            Some((served, guests))
-        }
-        Err(e) => {
-            eprintln!("telemetry sink not started: binding {listen}: {e}");
-            None
-        }
-    };
-
-    // GPU health is read with every heartbeat; its events ride on the heartbeat until answered.
+    let mut background = Vec::new();
+    match listener {
+        Ok(l) => background.extend(serve_telemetry(l, &agent, &totals, simulated)),
+        Err(e) => eprintln!("telemetry sink not started: binding {listen}: {e}"),
+    }
     let watch = Arc::new(node_agent::gpu_health::Watch::default());
-    let beats = {
-        let client = client.clone();
-        let driver = driver.clone();
-        let totals = totals.clone();
-        let watch = watch.clone();
-        let held = agent.clone();
-        let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
-        tokio::spawn(async move {
-            loop {
-                let (d, w) = (driver.clone(), watch.clone());
-                let _ = tokio::task::spawn_blocking(move || {
-                    let mut warnings = Vec::new();
-                    let samples = d.gpu_samples(&mut warnings);
-                    let records = d.kernel_log();
-                    w.observe(
-                        samples,
-                        &records,
-                        &d.boot_id(),
-                        node_agent::lease::now_s() as i64,
-                    );
-                    for warning in warnings {
-                        eprintln!("gpu health: {warning}");
-                    }
-                })
-                .await;
-                let gpu_events = watch.pending();
-                let holding = {
-                    let a = held.clone();
-                    tokio::task::spawn_blocking(move || a.holding())
-                        .await
-                        .ok()
-                        .and_then(|h| h.map_err(|e| eprintln!("holding not read: {e}")).ok())
-                };
-                let beat = Heartbeat {
-                    hello: hello(),
-                    health: driver.health(),
-                    utilisation: totals.drain(),
-                    gpu_events,
-                    holding,
-                };
-                match client.heartbeat(&beat).await {
-                    Ok(_) => watch.acknowledged(&beat.gpu_events),
-                    Err(e) => eprintln!("heartbeat failed: {e}"),
-                }
-                tokio::time::sleep(every).await;
-            }
-        })
-    };
-
-    // Prometheus.
+    let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
+    background.push(spawn_heartbeats(
+        client.clone(),
+        driver.clone(),
+        agent.clone(),
+        totals,
+        watch.clone(),
+        every,
+    ));
     let agent_metrics = node_agent::metrics::AgentMetrics::default();
-    let metrics_server = match settings
-        .metrics_listen
-        .as_deref()
-        .unwrap_or("127.0.0.1:9401")
-    {
-        "off" => None,
-        addr => match tokio::net::TcpListener::bind(addr).await {
-            Ok(l) => {
-                if let Ok(a) = l.local_addr() {
-                    eprintln!("metrics listening on http://{a}/metrics");
-                }
-                let app = node_agent::metrics::router(node_agent::metrics::Scrape {
-                    agent: agent.clone(),
-                    metrics: agent_metrics.clone(),
-                    health: watch.clone(),
-                    token: settings.metrics_token.clone(),
-                });
-                Some(tokio::spawn(async move {
-                    let _ = axum::serve(
-                        l,
-                        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-                    )
-                    .await;
-                }))
-            }
-            Err(e) => {
-                eprintln!("metrics not served: binding {addr}: {e}");
-                None
-            }
-        },
-    };
+    background.extend(serve_metrics(&settings, &agent, &agent_metrics, &watch).await);
 
     let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
@@ -465,17 +349,164 @@ async fn run(settings: Settings) -> Result<(), String> {
     }
     // The exporter's client blocks: flush off the runtime's threads.
     let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
-    beats.abort();
-    if let Some(m) = metrics_server {
-        m.abort();
-    }
-    if let Some((served, guests)) = sink {
-        served.abort();
-        if let Some(g) = guests {
-            g.abort();
-        }
+    for task in background {
+        task.abort();
     }
     result
+}
+
+/// The trace exporter, on when the `OTEL_*` environment asks for it.
+async fn start_tracing(node: &str) -> Result<Arc<Tracing>, String> {
+    let traces = otel::export::Traces::from_env()?;
+    let node = node.to_owned();
+    // Building the exporter's client blocks.
+    let tracing = tokio::task::spawn_blocking(move || Tracing::new(&traces, &node))
+        .await
+        .map_err(|e| format!("starting the trace exporter: {e}"))??;
+    if tracing.is_on() {
+        eprintln!("exporting traces over OTLP (OTEL_* environment)");
+    }
+    Ok(Arc::new(tracing))
+}
+
+/// The slot network (prepared on the host) and the fabrics the settings name.
+fn attach_networks(
+    settings: &Settings,
+    state_dir: &Path,
+    listen: &str,
+    agent: &mut Agent,
+) -> Result<(), String> {
+    if let Some(network) = host_network(settings, state_dir, listen)? {
+        use node_agent::network::SlotNetwork;
+        network.prepare()?;
+        agent.network = Arc::new(network);
+    }
+    fabrics(settings, state_dir, agent)?;
+    eprintln!("slot network: {}", agent.network.describe());
+    eprintln!(
+        "fabrics: {}; {}",
+        agent.ib.describe(),
+        agent.nvlink.describe()
+    );
+    Ok(())
+}
+
+/// The guest telemetry sink, on the host-only slot network; on a simulated host, the
+/// simulated guests that report to it too.
+fn serve_telemetry(
+    listener: tokio::net::TcpListener,
+    agent: &Arc<Agent>,
+    totals: &Arc<Aggregator>,
+    simulated: bool,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let addr = listener.local_addr().ok();
+    let app = node_agent::telemetry::router(agent.clone(), totals.clone());
+    let mut tasks = vec![tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    })];
+    if let (true, Some(addr)) = (simulated, addr) {
+        tasks.push(tokio::spawn(node_agent::telemetry::simulate_guests(
+            agent.clone(),
+            format!("http://{addr}/v1/gpu"),
+            Duration::from_secs(2),
+        )));
+    }
+    tasks
+}
+
+/// A heartbeat every `every`: health, the guests' utilisation, what the host holds, and the
+/// GPU health events read just before it (kept until a heartbeat carrying them is answered).
+fn spawn_heartbeats(
+    client: Client,
+    driver: Arc<dyn Driver>,
+    agent: Arc<Agent>,
+    totals: Arc<Aggregator>,
+    watch: Arc<node_agent::gpu_health::Watch>,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            read_gpu_health(driver.clone(), watch.clone()).await;
+            let holding = {
+                let a = agent.clone();
+                tokio::task::spawn_blocking(move || a.holding())
+                    .await
+                    .ok()
+                    .and_then(|h| h.map_err(|e| eprintln!("holding not read: {e}")).ok())
+            };
+            let beat = Heartbeat {
+                hello: hello(),
+                health: driver.health(),
+                utilisation: totals.drain(),
+                gpu_events: watch.pending(),
+                holding,
+            };
+            match client.heartbeat(&beat).await {
+                Ok(_) => watch.acknowledged(&beat.gpu_events),
+                Err(e) => eprintln!("heartbeat failed: {e}"),
+            }
+            tokio::time::sleep(every).await;
+        }
+    })
+}
+
+/// Reads each GPU's figures and the kernel's XIDs into `watch` (blocking reads, off the
+/// runtime's threads).
+async fn read_gpu_health(driver: Arc<dyn Driver>, watch: Arc<node_agent::gpu_health::Watch>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut warnings = Vec::new();
+        let samples = driver.gpu_samples(&mut warnings);
+        let records = driver.kernel_log();
+        watch.observe(
+            samples,
+            &records,
+            &driver.boot_id(),
+            node_agent::lease::now_s() as i64,
+        );
+        for warning in warnings {
+            eprintln!("gpu health: {warning}");
+        }
+    })
+    .await;
+}
+
+/// The agent's `/metrics` for Prometheus (loopback by default, `off` for none).
+async fn serve_metrics(
+    settings: &Settings,
+    agent: &Arc<Agent>,
+    metrics: &node_agent::metrics::AgentMetrics,
+    health: &Arc<node_agent::gpu_health::Watch>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let addr = settings
+        .metrics_listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:9401");
+    if addr == "off" {
+        return None;
+    }
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("metrics not served: binding {addr}: {e}");
+            return None;
+        }
+    };
+    if let Ok(a) = listener.local_addr() {
+        eprintln!("metrics listening on http://{a}/metrics");
+    }
+    let app = node_agent::metrics::router(node_agent::metrics::Scrape {
+        agent: agent.clone(),
+        metrics: metrics.clone(),
+        health: health.clone(),
+        token: settings.metrics_token.clone(),
+    });
+    Some(tokio::spawn(async move {
+        let _ = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await;
+    }))
 }
 
 /// SIGTERM or Ctrl-C.

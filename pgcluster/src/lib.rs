@@ -418,18 +418,17 @@ fn port_is_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
 
+/// Bytes a query value may not carry as they are: all but RFC 3986's unreserved ones and `/`.
+const QUERY_VALUE: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
 /// A path as a URL's query value: unreserved bytes and `/` as they are, the rest as `%XX`.
 fn percent_encoded(path: &Path) -> String {
-    let mut out = String::new();
-    for b in path.as_os_str().as_encoded_bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(char::from(*b))
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    percent_encoding::percent_encode(path.as_os_str().as_encoded_bytes(), QUERY_VALUE).to_string()
 }
 
 #[cfg(test)]

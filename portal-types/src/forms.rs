@@ -61,15 +61,17 @@ pub struct LaunchInput {
     /// Empty for any region.
     pub region: String,
     /// The listing's slug (an OS image is a listing too).
-    pub listing: String,
+    pub image: String,
     /// Empty (or absent) for the newest published version.
     #[serde(default)]
     pub version: Option<String>,
     pub name: String,
     #[serde(default)]
     pub ssh_key_ids: Vec<String>,
+    /// Key lines typed in, one per line.
     #[serde(default)]
-    pub ssh_public_key: String,
+    pub ssh_public_keys: String,
+    /// Also save the typed key under this name; empty: don't.
     #[serde(default)]
     pub save_key_as: String,
     /// Whole hours; empty for no end.

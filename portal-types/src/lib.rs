@@ -19,6 +19,7 @@ pub mod marketplace;
 mod money;
 pub mod ops;
 mod policy;
+mod problem;
 pub mod projects;
 mod roles;
 mod shape;
@@ -35,6 +36,7 @@ pub use ids::{
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money};
 pub use policy::{Level, PolicyKey};
+pub use problem::Problem;
 pub use roles::{ProjectRole, TenantRole};
 pub use shape::Shape;
 

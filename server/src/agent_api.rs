@@ -12,6 +12,7 @@ use agent_protocol::{
     HeartbeatAck, MAX_CLAIM_WAIT_S, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, TaskResult,
     codes,
 };
+use app::AppError;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -43,32 +44,27 @@ fn refuse(status: StatusCode, code: &str, message: impl Into<String>) -> Refusal
     )
 }
 
+/// The one mapping ([`AppError::from_domain`], [`AppError::status`]) decides the status and
+/// the words; the agent protocol has its own, smaller set of codes, and the agent retries
+/// only on `unavailable` and `internal`.
 impl From<control_plane::Error> for Refusal {
     fn from(e: control_plane::Error) -> Self {
-        use control_plane::Error as E;
-        match e {
-            E::AgentRefused(m) => refuse(StatusCode::UNAUTHORIZED, codes::UNAUTHENTICATED, m),
-            E::NotFound { .. } => refuse(StatusCode::NOT_FOUND, codes::NOT_FOUND, e.to_string()),
-            E::Invalid { .. } => refuse(StatusCode::BAD_REQUEST, codes::INVALID, e.to_string()),
-            E::Conflict(m) => refuse(StatusCode::CONFLICT, codes::CONFLICT, m),
-            E::Outage(e) => {
-                // The agent retries with backoff; what it reports is kept until it is heard.
-                tracing::warn!(error = %e, "agent API: database unavailable");
-                refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    codes::UNAVAILABLE,
-                    "the control plane's database is briefly unavailable; try again",
-                )
-            }
-            other => {
-                tracing::error!(error = %other, "agent API request failed");
-                refuse(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    codes::INTERNAL,
-                    "the control plane failed; it has logged why",
-                )
-            }
-        }
+        // No page context here: a fault is logged under an id the agent logs too.
+        let e = AppError::from_domain(e, || uuid::Uuid::new_v4().to_string());
+        let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        refuse(status, agent_code(status), e.to_string())
+    }
+}
+
+/// The agent protocol's code for a status of the one mapping.
+fn agent_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => codes::UNAUTHENTICATED,
+        StatusCode::NOT_FOUND => codes::NOT_FOUND,
+        StatusCode::CONFLICT => codes::CONFLICT,
+        StatusCode::SERVICE_UNAVAILABLE => codes::UNAVAILABLE,
+        s if s.is_client_error() => codes::INVALID,
+        _ => codes::INTERNAL,
     }
 }
 

@@ -27,8 +27,8 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// 200 once the event is stored (a duplicate too: Stripe must stop retrying); 400 for a bad
-/// signature or an old timestamp; 503 when Stripe isn't configured here; 500 (logged)
-/// otherwise, so Stripe retries.
+/// signature or an old timestamp; 503 when Stripe isn't configured here; otherwise what the
+/// one mapping says (Stripe retries whatever is not a 2xx).
 #[tracing::instrument(skip_all)]
 async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
     if !app.cp.stripe_configured() {
@@ -49,17 +49,11 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     };
     match app.cp.stripe_webhook(payload, signature).await {
         Ok(outcome) => axum::Json(outcome).into_response(),
-        Err(Error::Invalid { field, reason }) => {
-            tracing::warn!(webhook.field = field, webhook.reason = %reason, "Stripe webhook refused");
-            (
-                StatusCode::BAD_REQUEST,
-                format!("invalid {field}: {reason}"),
-            )
-                .into_response()
-        }
         Err(e) => {
-            tracing::error!(error.cause = %e, "Stripe webhook failed; Stripe will retry");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+            if let Error::Invalid { field, reason } = &e {
+                tracing::warn!(webhook.field = field, webhook.reason = %reason, "Stripe webhook refused");
+            }
+            crate::error_status::domain_response(e, &headers)
         }
     }
 }

@@ -46,6 +46,20 @@ pub async fn status_from_app_error(req: Request, next: Next) -> Response {
     Response::from_parts(parts, Body::from(bytes))
 }
 
+/// A control-plane error as a plain-text answer for a route that is neither a server function
+/// nor the API (Stripe's webhook, logos, CSV downloads), through the one mapping; a fault is
+/// logged under the request's `x-request-id`.
+pub fn domain_response(e: control_plane::Error, headers: &axum::http::HeaderMap) -> Response {
+    let request_id = || {
+        headers
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown")
+            .to_owned()
+    };
+    plain_response(&AppError::from_domain(e, request_id))
+}
+
 /// An `AppError` as a plain-text answer for the few routes that are not server functions (CSV
 /// downloads): the same status, the same sentence.
 pub fn plain_response(error: &AppError) -> Response {

@@ -6,7 +6,7 @@ use control_plane::prelude::*;
 
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
@@ -17,7 +17,11 @@ pub fn routes() -> Router<AppState> {
 }
 
 #[tracing::instrument(skip_all, fields(listing.slug = %slug))]
-async fn logo(State(app): State<AppState>, Path(slug): Path<String>) -> Response {
+async fn logo(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(slug): Path<String>,
+) -> Response {
     match app.cp.listing_logo(&slug).await {
         Ok((bytes, content_type)) => (
             [
@@ -32,10 +36,6 @@ async fn logo(State(app): State<AppState>, Path(slug): Path<String>) -> Response
             bytes,
         )
             .into_response(),
-        Err(control_plane::Error::NotFound { .. }) => StatusCode::NOT_FOUND.into_response(),
-        Err(e) => {
-            tracing::error!(error.cause = %e, "listing logo failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
+        Err(e) => crate::error_status::domain_response(e, &headers),
     }
 }

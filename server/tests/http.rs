@@ -761,7 +761,7 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert_eq!(
         e["message"],
-        "this bootstrap token was already used; ask an operator for a new one"
+        "This bootstrap token was already used; ask an operator for a new one."
     );
 
     let cred = Some(credential.as_str());

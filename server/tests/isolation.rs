@@ -389,9 +389,9 @@ fn matrix(w: &World) -> Vec<Entry> {
                 ("project", &demo::ACME_RESEARCH.to_string()),
                 ("sku", "h100.1x"),
                 ("region", ""),
-                ("listing", "ubuntu-24.04-cuda"),
+                ("image", "ubuntu-24.04-cuda"),
                 ("name", "matrix"),
-                ("ssh_public_key", SSH_KEY),
+                ("ssh_public_keys", SSH_KEY),
                 ("idempotency_key", "matrix-1"),
             ],
         )

@@ -382,7 +382,7 @@ async fn the_webhook_checks_signatures_and_timestamps_and_processes_an_event_onc
     )
     .await;
     assert_eq!(status, 400);
-    assert!(text.contains("invalid Stripe-Signature"), "{text}");
+    assert!(text.contains("Invalid Stripe-Signature"), "{text}");
     let (status, text) = post_webhook(
         &p,
         &body,

@@ -51,20 +51,17 @@ pub const AREAS: &[&str] = &[
 const FACADE: &str = "control-plane";
 
 pub fn check() -> Result {
-    let root = crate::root();
-    let manifest = read(&root.join("Cargo.toml"))?;
-    let members = workspace_members(&manifest);
+    let graph = workspace_graph()?;
     let layers: BTreeMap<&str, u8> = LAYERS.iter().copied().collect();
     let mut problems = Vec::new();
-    for member in &members {
+    for (member, deps) in &graph {
         let Some(&layer) = layers.get(member.as_str()) else {
             problems.push(format!(
                 "{member} has no layer: give it one in xtask/src/layers.rs (and say why in ARCHITECTURE.md)"
             ));
             continue;
         };
-        let text = read(&root.join(member).join("Cargo.toml"))?;
-        for dep in internal_dependencies(&text, &members) {
+        for dep in deps {
             let Some(&dep_layer) = layers.get(dep.as_str()) else {
                 continue;
             };
@@ -243,46 +240,55 @@ fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
 }
 
-/// The `members = [...]` of the root manifest.
-fn workspace_members(manifest: &str) -> Vec<String> {
-    let Some(start) = manifest.find("members") else {
-        return Vec::new();
-    };
-    let rest = &manifest[start..];
-    let (Some(open), Some(close)) = (rest.find('['), rest.find(']')) else {
-        return Vec::new();
-    };
-    rest[open + 1..close]
-        .split(',')
-        .map(|m| m.trim().trim_matches('"').to_owned())
-        .filter(|m| !m.is_empty())
-        .collect()
+/// Each workspace crate and the workspace crates it depends on (normal and build, also
+/// target-specific; not dev: tests may use anything), as `cargo metadata` reads the manifests.
+fn workspace_graph() -> Result<BTreeMap<String, Vec<String>>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(crate::root())
+        .output()
+        .map_err(|e| format!("running cargo metadata: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("reading cargo metadata's answer: {e}"))?;
+    Ok(internal_dependencies(&metadata))
 }
 
-/// Workspace crates named in the `[dependencies]` and `[build-dependencies]` sections (also
-/// target-specific ones), not in `[dev-dependencies]`.
-fn internal_dependencies(manifest: &str, members: &[String]) -> Vec<String> {
-    let mut in_deps = false;
-    let mut found = Vec::new();
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            let section = line.trim_matches(|c| c == '[' || c == ']');
-            in_deps = section.ends_with("dependencies") && !section.ends_with("dev-dependencies");
-            continue;
-        }
-        if !in_deps || line.starts_with('#') {
-            continue;
-        }
-        let name = line
-            .split(|c: char| c == '=' || c == '.' || c.is_whitespace())
-            .next()
-            .unwrap_or("");
-        if members.iter().any(|m| m == name) && !found.iter().any(|f| f == name) {
-            found.push(name.to_owned());
-        }
-    }
-    found
+/// [`workspace_graph`] from `cargo metadata --no-deps`: there every package is a workspace
+/// member, so a dependency is internal when it names one.
+fn internal_dependencies(metadata: &serde_json::Value) -> BTreeMap<String, Vec<String>> {
+    let packages = metadata["packages"].as_array().cloned().unwrap_or_default();
+    let members: Vec<&str> = packages.iter().filter_map(|p| p["name"].as_str()).collect();
+    packages
+        .iter()
+        .filter_map(|p| {
+            let deps = p["dependencies"]
+                .as_array()?
+                .iter()
+                .filter(|d| d["kind"].as_str() != Some("dev"))
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| members.contains(d))
+                .fold(Vec::new(), |mut found: Vec<String>, d| {
+                    if !found.iter().any(|f| f == d) {
+                        found.push(d.to_owned());
+                    }
+                    found
+                });
+            Some((p["name"].as_str()?.to_owned(), deps))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -290,18 +296,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn members_and_internal_dependencies_are_read_from_manifests() {
-        let root = "[workspace]\nresolver = \"3\"\nmembers = [\n    \"app\",\n    \"server\",\n]\n";
-        let members = workspace_members(root);
-        assert_eq!(members, ["app", "server"]);
-        let manifest = "[package]\nname = \"server\"\n\n[dependencies]\napp = { workspace = true }\n\
-                        serde.workspace = true\n# server = \"x\"\n\n[dev-dependencies]\nserver = { path = \".\" }\n\
-                        \n[target.'cfg(unix)'.dependencies]\napp.workspace = true\n";
-        assert_eq!(internal_dependencies(manifest, &members), ["app"]);
+    fn internal_dependencies_are_read_from_cargo_metadata() {
+        let metadata = serde_json::json!({"packages": [
+            {"name": "app", "dependencies": [{"name": "serde", "kind": null}]},
+            {"name": "server", "dependencies": [
+                {"name": "app", "kind": null},
+                {"name": "app", "kind": null, "target": "cfg(unix)"},
+                {"name": "serde", "kind": null},
+                {"name": "server", "kind": "dev"},
+                {"name": "app", "kind": "build"},
+            ]},
+        ]});
+        let graph = internal_dependencies(&metadata);
+        assert_eq!(graph["server"], ["app"]);
+        assert!(graph["app"].is_empty());
     }
 
     #[test]
     fn this_workspace_points_one_way() {
+        let graph = workspace_graph().unwrap();
+        assert!(graph["server"].iter().any(|d| d == "app"), "{graph:?}");
+        assert!(!graph["gpuctl"].iter().any(|d| d == "control-plane"));
         check().unwrap();
         check_modules().unwrap();
     }

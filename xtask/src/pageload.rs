@@ -187,49 +187,26 @@ impl Conn {
         self.stream
             .write_all(request)
             .map_err(|e| format!("sending: {e}"))?;
-        let head_len = loop {
-            if let Some(i) = find(&self.buf[self.start..self.end], b"\r\n\r\n") {
-                break i + 4;
+        let (head_len, status, head) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut answer = httparse::Response::new(&mut headers);
+            match answer.parse(&self.buf[self.start..self.end]) {
+                Ok(httparse::Status::Complete(n)) => break (n, answer.code, Head::of(&answer)?),
+                Ok(httparse::Status::Partial) => self.fill()?,
+                Err(e) => return Err(format!("the answer's head: {e}")),
             }
-            self.fill()?;
         };
-        let head = std::str::from_utf8(&self.buf[self.start..self.start + head_len])
-            .map_err(|_| "the answer's head is not UTF-8".to_string())?;
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap_or_default();
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("no status in {status_line:?}"))?;
-        // HTTP/1.1 keeps the connection unless told otherwise; 1.0 closes it unless told.
-        let (mut length, mut chunked) = (None, false);
-        let mut keep = !status_line.starts_with("HTTP/1.0");
-        for line in lines {
-            let Some((name, value)) = line.split_once(':') else {
-                continue;
-            };
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                length = Some(
-                    value
-                        .parse::<usize>()
-                        .map_err(|_| format!("content-length {value:?}"))?,
-                );
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                chunked = value.eq_ignore_ascii_case("chunked");
-            } else if name.eq_ignore_ascii_case("connection") {
-                keep = value.eq_ignore_ascii_case("keep-alive");
-            }
-        }
+        let status = status.ok_or("an answer without a status")?;
+        let Head {
+            length,
+            chunked,
+            keep,
+        } = head;
         self.start += head_len;
         let bytes = if chunked {
             let mut total = 0;
             loop {
-                let line = self.line()?;
-                let size = line.split(';').next().unwrap_or_default().trim();
-                let size =
-                    usize::from_str_radix(size, 16).map_err(|_| format!("chunk size {size:?}"))?;
+                let size = self.chunk_size()?;
                 if size == 0 {
                     // Trailers, then the blank line that ends the message.
                     while !self.line()?.is_empty() {}
@@ -271,6 +248,20 @@ impl Conn {
         }
     }
 
+    /// The size line that starts a chunk (its extensions ignored).
+    fn chunk_size(&mut self) -> std::result::Result<usize, String> {
+        loop {
+            match httparse::parse_chunk_size(&self.buf[self.start..self.end]) {
+                Ok(httparse::Status::Complete((n, size))) => {
+                    self.start += n;
+                    return usize::try_from(size).map_err(|_| format!("chunk size {size}"));
+                }
+                Ok(httparse::Status::Partial) => self.fill()?,
+                Err(_) => return Err("a malformed chunk size".into()),
+            }
+        }
+    }
+
     /// The next line, without its CRLF.
     fn line(&mut self) -> std::result::Result<String, String> {
         loop {
@@ -298,6 +289,39 @@ impl Conn {
             self.end = 0;
             self.fill()?;
         }
+    }
+}
+
+/// What an answer's head says about reading its body and the connection.
+struct Head {
+    length: Option<usize>,
+    chunked: bool,
+    keep: bool,
+}
+
+impl Head {
+    fn of(answer: &httparse::Response) -> std::result::Result<Head, String> {
+        // HTTP/1.1 keeps the connection unless told otherwise; 1.0 closes it unless told.
+        let mut head = Head {
+            length: None,
+            chunked: false,
+            keep: answer.version != Some(0),
+        };
+        for h in answer.headers.iter() {
+            let value = std::str::from_utf8(h.value).unwrap_or_default().trim();
+            if h.name.eq_ignore_ascii_case("content-length") {
+                head.length = Some(
+                    value
+                        .parse::<usize>()
+                        .map_err(|_| format!("content-length {value:?}"))?,
+                );
+            } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                head.chunked = value.eq_ignore_ascii_case("chunked");
+            } else if h.name.eq_ignore_ascii_case("connection") {
+                head.keep = value.eq_ignore_ascii_case("keep-alive");
+            }
+        }
+        Ok(head)
     }
 }
 

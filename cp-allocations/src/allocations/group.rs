@@ -232,9 +232,26 @@ async fn decide_and_write(
     let now = OffsetDateTime::now_utc();
     let mut answers: Vec<Answer> = group.iter().map(|_| Answer::Alone).collect();
     let mut tx = cp.pool().begin().await?;
+    let candidates = first_of_each_key_and_name(group);
+    let candidates = lock_keys_and_skip_taken(&mut tx, group, candidates).await?;
+    let decided = decide_each(&mut tx, group, candidates, now).await?;
+    let placed = place_by_sku(cp, &mut tx, &decided, &mut answers, now).await?;
+    if placed.is_empty() {
+        tx.rollback().await?;
+        return Ok((answers, Vec::new()));
+    }
+    let wake = queue_and_audit(cp, &mut tx, &decided, &placed).await?;
+    tx.commit().await?;
+    for (k, _) in &placed {
+        answers[decided[*k].at] = Answer::Placed(decided[*k].id);
+    }
+    Ok((answers, wake))
+}
 
-    // Launches with the same key (or name) as an earlier one in the group go alone, so
-    // each key and name is decided once here.
+/// The members the group may decide: launches with the same key (or name) as an earlier one
+/// in the group go alone, so each key and name is decided once here; so do launches that
+/// publish ports.
+fn first_of_each_key_and_name(group: &[Member]) -> Vec<usize> {
     let mut seen_keys = std::collections::HashSet::new();
     let mut seen_names = std::collections::HashSet::new();
     let mut candidates: Vec<usize> = Vec::new();
@@ -245,11 +262,21 @@ async fn decide_and_write(
             candidates.push(i);
         }
     }
+    candidates
+}
+
+/// Takes each candidate's idempotency-key lock (the one `launch_once` takes, all in one
+/// order), then leaves out a key seen before and a name a live allocation has: the one-launch
+/// path answers both.
+async fn lock_keys_and_skip_taken(
+    conn: &mut PgConnection,
+    group: &[Member],
+    candidates: Vec<usize>,
+) -> Result<Vec<usize>> {
     let keys: Vec<String> = candidates
         .iter()
         .map(|&i| format!("{}:{}", group[i].project, group[i].valid.idempotency_key))
         .collect();
-    // The same lock `launch_once` takes per key, all of them in one order.
     sqlx::query!(
         r#"SELECT count(*) AS "n!" FROM (
                SELECT pg_advisory_xact_lock(h) FROM (
@@ -257,7 +284,7 @@ async fn decide_and_write(
                    ORDER BY h) ordered) locked"#,
         &keys
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     let projects: Vec<uuid::Uuid> = candidates.iter().map(|&i| group[i].project.0).collect();
     let names: Vec<String> = candidates
@@ -268,7 +295,6 @@ async fn decide_and_write(
         .iter()
         .map(|&i| group[i].valid.idempotency_key.clone())
         .collect();
-    // A key seen before, or a name a live allocation has: the one-launch path answers both.
     let taken = sqlx::query_scalar!(
         r#"SELECT k.n AS "n!" FROM unnest($1::uuid[], $2::text[], $3::text[])
                 WITH ORDINALITY AS k(project, name, key, n)
@@ -281,16 +307,24 @@ async fn decide_and_write(
         &names,
         &key_only
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    let candidates: Vec<usize> = candidates
+    Ok(candidates
         .into_iter()
         .enumerate()
         .filter(|(k, _)| !taken.contains(&(*k as i64 + 1)))
         .map(|(_, i)| i)
-        .collect();
+        .collect())
+}
 
-    // Read once per SKU, listing version and project; a refusal sends the launch alone.
+/// Reads once per SKU, listing version and project, and decides each candidate as the
+/// one-launch path would; anything refused, or needing a lock of its own, goes alone.
+async fn decide_each<'g>(
+    conn: &mut PgConnection,
+    group: &'g [Member],
+    candidates: Vec<usize>,
+    now: OffsetDateTime,
+) -> Result<Vec<Decided<'g>>> {
     let mut skus: HashMap<String, Option<std::sync::Arc<Sku>>> = HashMap::new();
     let mut versions: HashMap<
         (String, String),
@@ -301,7 +335,7 @@ async fn decide_and_write(
     for i in candidates {
         let m = &group[i];
         if !skus.contains_key(&m.req.sku) {
-            let sku = sku_by_name(&mut tx, &m.req.sku)
+            let sku = sku_by_name(&mut *conn, &m.req.sku)
                 .await
                 .ok()
                 .filter(|s| s.state == "active")
@@ -313,7 +347,7 @@ async fn decide_and_write(
         };
         let vkey = (m.req.listing.clone(), m.req.version.clone());
         if !versions.contains_key(&vkey) {
-            let v = crate::marketplace::launch_version(&mut tx, &vkey.0, &vkey.1)
+            let v = crate::marketplace::launch_version(&mut *conn, &vkey.0, &vkey.1)
                 .await
                 .ok()
                 .map(std::sync::Arc::new);
@@ -331,7 +365,7 @@ async fn decide_and_write(
             continue;
         };
         if let std::collections::hash_map::Entry::Vacant(e) = facts.entry(m.project) {
-            let policies = resolve_policies_on(&mut tx, Some(m.tenant), Some(m.project)).await?;
+            let policies = resolve_policies_on(&mut *conn, Some(m.tenant), Some(m.project)).await?;
             e.insert(ProjectFacts { policies });
         }
         let policies = &facts[&m.project].policies;
@@ -355,10 +389,19 @@ async fn decide_and_write(
             id: AllocationId::new_random(),
         });
     }
+    Ok(decided)
+}
 
-    // Placement, one SKU and region set at a time; each writes its allocations and claims
-    // before the next reads the free blocks, in a savepoint, so a refusal by the database
-    // sends only that part alone.
+/// Placement, one SKU and region set at a time; each writes its allocations and claims
+/// before the next reads the free blocks, in a savepoint, so a refusal by the database sends
+/// only that part alone. A SKU with no room at all is answered here.
+async fn place_by_sku(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    decided: &[Decided<'_>],
+    answers: &mut [Answer],
+    now: OffsetDateTime,
+) -> Result<Vec<(usize, Placement)>> {
     let mut by_sku: Vec<(uuid::Uuid, Vec<String>, Vec<usize>)> = Vec::new();
     for (k, d) in decided.iter().enumerate() {
         match by_sku
@@ -372,7 +415,7 @@ async fn decide_and_write(
     let mut placed: Vec<(usize, Placement)> = Vec::new();
     for (_, regions, members) in by_sku {
         let sku = decided[members[0]].sku.clone();
-        let mut sp = tx.begin().await?;
+        let mut sp = conn.begin().await?;
         let places = match placement::place_group(
             &mut sp,
             &sku,
@@ -397,7 +440,7 @@ async fn decide_and_write(
             sp.rollback().await?;
             continue;
         }
-        match reserve(&mut sp, cp.secrets(), &decided, &these, now).await {
+        match reserve(&mut sp, cp.secrets(), decided, &these, now).await {
             Ok(()) => {
                 sp.commit().await?;
                 placed.extend(these);
@@ -411,20 +454,25 @@ async fn decide_and_write(
             Err(e) => return Err(e),
         }
     }
-    if placed.is_empty() {
-        tx.rollback().await?;
-        return Ok((answers, Vec::new()));
-    }
+    Ok(placed)
+}
 
+/// The placed launches' provision tasks and audit records; returns the nodes to wake.
+async fn queue_and_audit(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    decided: &[Decided<'_>],
+    placed: &[(usize, Placement)],
+) -> Result<Vec<NodeId>> {
     let provisions: Vec<(AllocationId, Option<String>)> = placed
         .iter()
         .map(|(k, _)| (decided[*k].id, decided[*k].m.trace.clone()))
         .collect();
     let wake =
-        lifecycle::queue_provisions(&mut tx, &provisions, lifecycle::Written::AsProvisioning)
+        lifecycle::queue_provisions(&mut *conn, &provisions, lifecycle::Written::AsProvisioning)
             .await?;
     let mut resources = Vec::with_capacity(placed.len());
-    for (k, p) in &placed {
+    for (k, p) in placed {
         let d = &decided[*k];
         resources.push(
             cp.naming()
@@ -462,12 +510,8 @@ async fn decide_and_write(
             )
         })
         .collect();
-    audit::record_many(&mut tx, &entries).await?;
-    tx.commit().await?;
-    for (k, _) in &placed {
-        answers[decided[*k].at] = Answer::Placed(decided[*k].id);
-    }
-    Ok((answers, wake))
+    audit::record_many(&mut *conn, &entries).await?;
+    Ok(wake)
 }
 
 /// Writes the allocations and claims of one SKU's placements, a statement each.

@@ -7,6 +7,9 @@ use crate::tenancy::TenancyApi;
 mod decide;
 mod group;
 pub mod lifecycle;
+mod order;
+
+pub use order::{LaunchOrder, OrderKeys};
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -261,6 +264,17 @@ pub trait AllocationsApi {
         request_id: Option<&str>,
     ) -> Result<Launched>;
 
+    /// Launches what a person ordered (from the form, the API or the CLI) in the project
+    /// `who` proves they may launch in: resolves their saved keys, saves a typed one when
+    /// asked, then [`launch`](Self::launch). Refusals name the order's fields.
+    async fn launch_order(
+        &self,
+        orderer: &crate::auth::Principal,
+        who: &Project<ProjectOperators>,
+        order: LaunchOrder,
+        request_id: Option<&str>,
+    ) -> Result<Launched>;
+
     /// Asks for an allocation to be released. Idempotent: releasing one that is already on
     /// its way out changes nothing. A provision still queued for the agent is cancelled.
     async fn release_allocation(
@@ -400,6 +414,16 @@ impl AllocationsApi for ControlPlane {
         self.metrics()
             .launch_decided(&launched.as_ref().map(|l| l.created), started.elapsed());
         launched
+    }
+
+    async fn launch_order(
+        &self,
+        orderer: &crate::auth::Principal,
+        who: &Project<ProjectOperators>,
+        order: LaunchOrder,
+        request_id: Option<&str>,
+    ) -> Result<Launched> {
+        order::launch(self, orderer, who, order, request_id).await
     }
 
     #[tracing::instrument(skip_all, fields(allocation.id = %id))]

@@ -11,7 +11,7 @@ use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use control_plane::ControlPlane;
-use control_plane::allocations::{AllocationFilter, LaunchRequest, MAX_PAGE, Tags};
+use control_plane::allocations::{AllocationFilter, LaunchOrder, MAX_PAGE, OrderKeys, Tags};
 use control_plane::api_tokens::TokenScope;
 use control_plane::prelude::*;
 use control_plane::tenancy::{ProjectOperators, ProjectViewers};
@@ -211,18 +211,17 @@ pub async fn launch(
         .project::<ProjectOperators>(&cp, new.project, &id)
         .await?;
     let principal = &caller.0.principal;
-    let mut keys = cp
-        .ssh_key_lines(principal, &new.ssh_key_ids)
-        .await
-        .map_err(|e| id.refused(renamed(e, "ssh_key_ids", "ssh_key_ids")))?;
-    keys.extend(new.ssh_public_keys);
-    let req = LaunchRequest {
+    let order = LaunchOrder {
         sku: new.sku,
-        region: new.region.unwrap_or_default(),
-        listing: new.image,
-        version: new.version.unwrap_or_default(),
-        ssh_public_key: keys.join("\n"),
+        region: new.region,
+        image: new.image,
+        version: new.version,
         name: new.name,
+        keys: OrderKeys {
+            saved: new.ssh_key_ids,
+            typed: new.ssh_public_keys,
+            save_as: None,
+        },
         idempotency_key: key,
         lifetime_hours: new.lifetime_hours,
         published_ports: new.published_ports,
@@ -230,13 +229,9 @@ pub async fn launch(
         user_data: new.user_data,
     };
     let launched = caller
-        .acting(cp.launch(&who, &req, Some(&id.0)))
+        .acting(cp.launch_order(principal, &who, order, Some(&id.0)))
         .await
-        .map_err(|e| {
-            let e = renamed(e, "listing", "image");
-            let e = renamed(e, "ssh_public_key", "ssh_public_keys");
-            id.refused(renamed(e, "idempotency_key", "Idempotency-Key"))
-        })?;
+        .map_err(|e| id.refused(renamed(e, "idempotency_key", "Idempotency-Key")))?;
     let detail = cp
         .allocation(principal, launched.id)
         .await

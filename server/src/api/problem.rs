@@ -6,39 +6,7 @@ use app::error::AppError;
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
-use serde::Serialize;
-use utoipa::ToSchema;
-
-/// An error, as RFC 9457 describes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
-#[schema(example = json!({
-    "type": "urn:gpuaas:problem:invalid",
-    "title": "Invalid input",
-    "status": 400,
-    "detail": "Invalid region: use lowercase letters, digits and dashes, at most 64 characters.",
-    "code": "invalid",
-    "field": "region"
-}))]
-pub struct Problem {
-    /// `urn:gpuaas:problem:{code}`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The same for every problem with this code.
-    pub title: String,
-    pub status: u16,
-    /// What went wrong this time, in a sentence for people.
-    pub detail: String,
-    /// Stable and machine-readable: `invalid`, `not_found`, `sku_unavailable`,
-    /// `policy_denied`, `quota_exceeded`, `budget_exceeded`, `conflict`, `unauthenticated`,
-    /// `forbidden`, `rate_limited`, `internal`, …
-    pub code: String,
-    /// For `invalid`: the input that broke a rule.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
-    /// For `internal`: quote it to support; the cause is in our logs under it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
-}
+pub use portal_types::Problem;
 
 /// A refusal or a failure on its way out of an API handler.
 #[derive(Debug)]
