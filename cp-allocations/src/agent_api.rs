@@ -10,13 +10,13 @@ use agent_protocol::{
 };
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::error::{Error, Result};
-use crate::fleet::{
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AgentTaskId, AllocationId, NodeId, SlotId};
+use cp_inventory::fleet::{
     differences, live_slots, lock_node, new_secret, queue_discovery, secret_hash, utc,
 };
-use crate::ids::{AgentTaskId, AllocationId, NodeId, SlotId};
 
 /// Proof that the caller holds node `id`'s current credential. Fields are private.
 #[derive(Clone, Debug)]
@@ -51,7 +51,7 @@ impl ClaimedTask {
     /// stored trace context (one that doesn't parse is only a lost trace).
     /// A stored task as its agent is handed it (a provision's sealed user data opened).
     fn from_row(
-        keys: &crate::secrets::Keyring,
+        keys: &cp_base::secrets::Keyring,
         id: AgentTaskId,
         spec: serde_json::Value,
         traceparent: Option<String>,
@@ -406,7 +406,7 @@ impl AgentApi for ControlPlane {
                 // The hand-over is a span of the launch's trace; the agent's spans are its
                 // children. (No stored context, or no exporter here: the agent gets whatever
                 // was stored.)
-                let handed = crate::trace_context::follow(
+                let handed = cp_base::trace_context::follow(
                     tracing::info_span!(
                         "agent_task.dispatch",
                         otel.kind = "producer",
@@ -417,7 +417,7 @@ impl AgentApi for ControlPlane {
                     ),
                     task.traceparent.as_ref(),
                 );
-                if let Some(t) = crate::trace_context::of(&handed) {
+                if let Some(t) = cp_base::trace_context::of(&handed) {
                     task.traceparent = Some(t);
                 }
                 return Ok(Some(task));
@@ -631,8 +631,8 @@ impl AgentApi for ControlPlane {
 /// This process's watcher for tasks other replicas queue (see `Wakeups`): every
 /// `WATCH_INTERVAL`, while any claim waits here, one read of which nodes have queued tasks,
 /// and a nudge for the waiting claimers of those. Stops when its handle is gone.
-async fn watch_queued_tasks(pool: sqlx::PgPool, wakeups: std::sync::Weak<crate::Wakeups>) {
-    let mut tick = tokio::time::interval(crate::WATCH_INTERVAL);
+async fn watch_queued_tasks(pool: sqlx::PgPool, wakeups: std::sync::Weak<cp_base::Wakeups>) {
+    let mut tick = tokio::time::interval(cp_base::WATCH_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;

@@ -2,10 +2,10 @@
 //! one aggregate query over the database, so every replica reports the same truth. `/metrics`
 //! reads them at scrape time; the operations panel shows them.
 
-use crate::ControlPlane;
-use crate::auth::{Platform, PlatformStaff};
-use crate::error::Result;
-use crate::ids::{AllocationId, NodeId};
+use cp_base::ControlPlane;
+use cp_base::error::Result;
+use cp_base::ids::{AllocationId, NodeId};
+use cp_identity::auth::{Platform, PlatformStaff};
 pub use portal_types::ops::{Attention, Failure, OpsGauges, OpsOverview};
 
 /// How long a claimed task may run before it counts as stuck (longer than any phase timeout).

@@ -18,11 +18,11 @@
 use serde_json::json;
 use sqlx::{Connection, PgConnection};
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::billing::stripe::{StripeApi, StripeInvoiceView};
-use crate::error::{Error, Result};
-use crate::ids::{AllocationId, NodeId, SlotId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, NodeId, SlotId};
+use cp_billing::stripe::{StripeApi, StripeInvoiceView};
 use portal_types::Money;
 
 /// Every kind of finding (the table's CHECK says the same).

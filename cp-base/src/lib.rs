@@ -1,7 +1,6 @@
 //! What every area of the control plane stands on. Nothing here knows tenants' rules, the
-//! fleet, placement, allocations or billing: those are the area crates above it, which
-//! re-export everything here (`pub use cp_base::*`), so their code reads `crate::error`,
-//! `crate::db`, `crate::ProjectId` as it always did.
+//! fleet, placement, allocations or billing: those are the area crates above it, which name
+//! what they use of it by its path here (`cp_base::error`, `cp_base::ids::ProjectId`).
 //!
 //! Invariants: [`error::Error`] is the one error of the domain, and [`db`] the one way a
 //! database refusal becomes one of its variants; an audit row is written only inside the
@@ -34,7 +33,7 @@ pub use resource_name::{ResourceName, ResourceNameError};
 /// Every migration in `migrations/`, embedded at compile time.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 
-/// The id newtypes, where the modules here (and the areas above) have always found them.
+/// The id newtypes.
 pub mod ids {
     pub use portal_types::{
         AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,

@@ -13,16 +13,16 @@ use serde_json::json;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::ControlPlane;
 use crate::account::short_name;
-use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{AuthApi, Principal};
-use crate::error::{Error, Result};
-use crate::ids::{ApiTokenId, ProjectId, TenantId, UserId};
-use crate::secrets::{new_secret, secret_hash};
 use crate::tenancy::{
     ProjectAdmins, ProjectViewers, TenancyApi, TenantAdmins, TenantMembers, TenantRequirement,
 };
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{ApiTokenId, ProjectId, TenantId, UserId};
+use cp_base::secrets::{new_secret, secret_hash};
 
 pub use portal_types::tokens::{ApiToken, CreatedToken, MAX_TOKEN_DAYS, TokenScope, TokenState};
 

@@ -3,12 +3,12 @@
 
 use serde_json::Value;
 
-use crate::ControlPlane;
-use crate::audit::AuditLine;
 use crate::auth::{Platform, PlatformAdmin};
-use crate::error::Result;
-use crate::ids::TenantId;
 use crate::tenancy::{Project, ProjectViewers, Tenant, TenantAdmins};
+use cp_base::ControlPlane;
+use cp_base::audit::AuditLine;
+use cp_base::error::Result;
+use cp_base::ids::TenantId;
 
 /// What the control plane offers for reading the audit log.
 #[allow(async_fn_in_trait)]

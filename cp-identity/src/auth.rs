@@ -11,10 +11,10 @@ use argon2::password_hash::rand_core::OsRng;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::error::{Error, Result};
-use crate::ids::{TenantId, UserId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{TenantId, UserId};
 use portal_types::TenantRole;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -391,12 +391,12 @@ impl AuthApi for ControlPlane {
     ) -> Result<Principal> {
         let email = email.trim().to_lowercase();
         let limits = self.sign_in_limits();
-        let address = crate::ratelimit::address_key(client);
+        let address = cp_base::ratelimit::address_key(client);
         limits
             .per_address
             .take(&address)
             .and_then(|()| limits.per_email.take(&email))
-            .map_err(|wait| crate::ratelimit::refused("break-glass sign-in", &address, wait))?;
+            .map_err(|wait| cp_base::ratelimit::refused("break-glass sign-in", &address, wait))?;
         if password.len() > MAX_PASSWORD_BYTES {
             return Err(Error::InvalidCredentials);
         }
@@ -413,7 +413,7 @@ impl AuthApi for ControlPlane {
             // Locked: no hash is computed, and the answer is the rate limit's.
             tracing::info!(auth.email = %email, "break-glass sign-in refused: account locked");
             return Err(Error::RateLimited {
-                retry_after_secs: crate::ratelimit::retry_after_secs(
+                retry_after_secs: cp_base::ratelimit::retry_after_secs(
                     std::time::Duration::from_secs_f64(secs),
                 ),
             });

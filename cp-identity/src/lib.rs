@@ -29,8 +29,3 @@ pub mod prelude {
 pub mod internal {
     pub use crate::audit_log::hidden::AuditLogInternal;
 }
-
-// Everything below (the base, and the areas under this one) at the paths it always had:
-// `crate::error`, `crate::tenancy`, `crate::ProjectId`. This crate's own `prelude` and
-// `internal` shadow the ones the glob brings.
-pub use cp_base::*;

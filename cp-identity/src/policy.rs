@@ -8,11 +8,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::error::{Error, Result};
-use crate::ids::{ProjectId, TenantId, UserId};
-use crate::resource_name::ResourceName;
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{ProjectId, TenantId, UserId};
+use cp_base::resource_name::ResourceName;
 
 pub use portal_types::{BUDGET_CURRENCIES, Currency, Level, Money, PolicyKey};
 

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 use time::OffsetDateTime;
 
-use crate::ControlPlane;
 use crate::auth::Principal;
-use crate::error::Result;
-use crate::ids::{TenantId, UserId};
+use cp_base::ControlPlane;
+use cp_base::error::Result;
+use cp_base::ids::{TenantId, UserId};
 
 /// A session as read back: what the web layer stored, and the user it is signed in as.
 #[derive(Clone, Debug, PartialEq)]
@@ -415,7 +415,7 @@ async fn read_session(cp: &ControlPlane, id: &str) -> Result<Option<StoredSessio
         Value::Object(map) => map,
         // The table's check allows objects only.
         other => {
-            return Err(crate::error::Error::Corrupt(format!(
+            return Err(cp_base::error::Error::Corrupt(format!(
                 "session data is not a JSON object: {other}"
             )));
         }

@@ -28,14 +28,14 @@ use openidconnect::{
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Principal, email_domain, normalize_email};
-use crate::db::OnConstraint;
-use crate::error::{Error, Result};
-pub use crate::error::{SsoError, TokenProblem};
-use crate::ids::{TenantId, UserId};
 use crate::tenancy::TenantRole;
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::db::OnConstraint;
+use cp_base::error::{Error, Result};
+pub use cp_base::error::{SsoError, TokenProblem};
+use cp_base::ids::{TenantId, UserId};
 
 /// How long a started sign-in may take before its callback is refused.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
@@ -269,7 +269,7 @@ impl SsoApi for ControlPlane {
         .await?;
         let mut resealed = 0;
         for r in rows {
-            if crate::secrets::Keyring::sealed_with(&r.client_secret) == Some(current.as_str()) {
+            if cp_base::secrets::Keyring::sealed_with(&r.client_secret) == Some(current.as_str()) {
                 continue;
             }
             let plain = self.open_secret(r.tenant, &r.client_secret)?;
@@ -314,11 +314,11 @@ impl SsoApi for ControlPlane {
         redirect_url: &str,
         client: Option<std::net::IpAddr>,
     ) -> Result<SsoStart> {
-        let address = crate::ratelimit::address_key(client);
+        let address = cp_base::ratelimit::address_key(client);
         self.sign_in_limits()
             .sso_starts
             .take(&address)
-            .map_err(|wait| crate::ratelimit::refused("single sign-on start", &address, wait))?;
+            .map_err(|wait| cp_base::ratelimit::refused("single sign-on start", &address, wait))?;
         let email = normalize_email(email)?;
         let domain = email_domain(&email).to_string();
         let provider = self
@@ -472,21 +472,21 @@ impl SsoApi for ControlPlane {
         let key = who.id().to_string();
         self.domain_checks()
             .take(&key)
-            .map_err(|wait| crate::ratelimit::refused("domain check", &key, wait))?;
+            .map_err(|wait| cp_base::ratelimit::refused("domain check", &key, wait))?;
         // Network first, outside any transaction.
         let token = claim
             .record_value
-            .strip_prefix(crate::dns::CHALLENGE_PREFIX)
+            .strip_prefix(cp_base::dns::CHALLENGE_PREFIX)
             .unwrap_or_default();
         match self.dns().txt(&claim.record_name).await {
-            crate::dns::TxtAnswer::Found(found) if crate::dns::proves(&found, token) => {}
-            crate::dns::TxtAnswer::Found(_) | crate::dns::TxtAnswer::None => {
+            cp_base::dns::TxtAnswer::Found(found) if cp_base::dns::proves(&found, token) => {}
+            cp_base::dns::TxtAnswer::Found(_) | cp_base::dns::TxtAnswer::None => {
                 return Err(Error::Conflict(format!(
                     "no TXT record {:?} at {} yet; DNS changes can take a few minutes to show, so check again later",
                     claim.record_value, claim.record_name
                 )));
             }
-            crate::dns::TxtAnswer::Failed(why) => {
+            cp_base::dns::TxtAnswer::Failed(why) => {
                 return Err(Error::Conflict(format!(
                     "the DNS lookup of {} failed ({why}); try again in a minute",
                     claim.record_name
@@ -625,7 +625,7 @@ impl SsoApi for ControlPlane {
                  VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
                 d,
                 who.id() as TenantId,
-                crate::dns::new_token(),
+                cp_base::dns::new_token(),
             )
             .execute(&mut *tx)
             .await
@@ -767,7 +767,7 @@ impl SsoInternal for ControlPlane {
     fn open_secret(&self, tenant: TenantId, stored: &str) -> Result<String> {
         match self.secrets().open(stored, &secret_place(tenant)) {
             Ok(plain) => Ok(plain),
-            Err(crate::secrets::SecretsError::NotSealed) => Ok(stored.to_string()),
+            Err(cp_base::secrets::SecretsError::NotSealed) => Ok(stored.to_string()),
             Err(e) => Err(Error::Corrupt(format!(
                 "identity provider client secret of tenant {tenant}: {e}"
             ))),
@@ -898,7 +898,7 @@ impl SsoInternal for ControlPlane {
                 )
                 .execute(&mut *tx)
                 .await
-                .map_err(|e| match crate::db::violated(&e) {
+                .map_err(|e| match cp_base::db::violated(&e) {
                     Some("user_identities_not_staff" | "user_identities_one_tenant") => {
                         Error::Sso(SsoError::AccountElsewhere {
                             email: email.clone(),
@@ -990,8 +990,8 @@ impl SsoInternal for ControlPlane {
         .await?
         .into_iter()
         .map(|r| DomainClaim {
-            record_name: crate::dns::challenge_name(&r.domain),
-            record_value: crate::dns::challenge_value(&r.verification_token),
+            record_name: cp_base::dns::challenge_name(&r.domain),
+            record_value: cp_base::dns::challenge_value(&r.verification_token),
             domain: r.domain,
             verified: r.verified_at.zip(r.verified_via),
         })

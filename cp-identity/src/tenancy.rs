@@ -8,11 +8,11 @@ use std::marker::PhantomData;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::{Principal, check_display_name, email_domain, normalize_email};
-use crate::error::{Error, Result};
-use crate::ids::{AllocationId, ProjectId, TenantId, UserId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, ProjectId, TenantId, UserId};
 
 pub use portal_types::{ProjectRole, TenantRole};
 
@@ -573,7 +573,7 @@ impl TenancyApi for ControlPlane {
              SELECT 'allocation.network_update', id, $2 FROM allocations
              WHERE project_id = $1 AND state = 'running'",
             who.project as ProjectId,
-            crate::trace_context::current().map(String::from),
+            cp_base::trace_context::current().map(String::from),
         )
         .execute(&mut *tx)
         .await?;
@@ -832,7 +832,7 @@ impl TenancyApi for ControlPlane {
 
 /// The database's last-admin rule, as the error a user reads.
 fn last_admin_error(e: sqlx::Error) -> Error {
-    match crate::db::violated(&e) {
+    match cp_base::db::violated(&e) {
         Some("project_keeps_an_admin") => Error::Conflict(
             "a project must keep at least one admin: make someone else admin first".into(),
         ),

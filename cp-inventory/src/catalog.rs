@@ -3,9 +3,9 @@
 
 use crate::internal::SkusInternal;
 
-use crate::ControlPlane;
-use crate::error::Result;
 pub use crate::skus::{PerGpu, Shape, Sku, SkuInput, estimate};
+use cp_base::ControlPlane;
+use cp_base::error::Result;
 
 pub use crate::placement::AvailabilityUpkeep;
 pub use portal_types::catalog::{CatalogEntry, RegionAvailability};

@@ -25,8 +25,3 @@ pub mod internal {
     pub use crate::skus::hidden::SkusInternal;
     pub use cp_identity::internal::*;
 }
-
-// Everything below (the base, and the areas under this one) at the paths it always had:
-// `crate::error`, `crate::tenancy`, `crate::ProjectId`. This crate's own `prelude` and
-// `internal` shadow the ones the glob brings.
-pub use cp_identity::*;

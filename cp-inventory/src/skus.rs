@@ -3,12 +3,12 @@
 
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Platform, PlatformOperators, PlatformStaff};
-use crate::db::OnConstraint;
-use crate::error::{Error, Result};
-use crate::ids::SkuId;
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::db::OnConstraint;
+use cp_base::error::{Error, Result};
+use cp_base::ids::SkuId;
+use cp_identity::auth::{Platform, PlatformOperators, PlatformStaff};
 use portal_types::Money;
 
 pub use portal_types::{Shape, SkuInput};

@@ -7,10 +7,10 @@
 use sha2::{Digest, Sha256};
 
 use super::{LaunchRequest, MAX_LIFETIME_HOURS};
-use crate::account::validate_ssh_keys;
-use crate::error::{Denial, Denied, Error, Result};
-use crate::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
-use crate::skus::Sku;
+use cp_base::error::{Denial, Denied, Error, Result};
+use cp_identity::account::validate_ssh_keys;
+use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
+use cp_inventory::skus::Sku;
 use portal_types::allocations::{MAX_TAGS, Tags};
 
 pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
@@ -563,8 +563,8 @@ pub(super) fn lifetime(policies: &[Resolved], asked: Option<u32>) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::SkuId;
-    use crate::skus::Shape;
+    use cp_base::ids::SkuId;
+    use cp_inventory::skus::Shape;
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEorqTlXDEue8uPXrBC/J2mGhCVSlB9xbL3JVhwex5yy";

@@ -36,13 +36,13 @@ use tokio::sync::{Semaphore, oneshot};
 
 use super::decide::{self, ValidLaunch};
 use super::{LaunchRequest, lifecycle};
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::error::Result;
-use crate::ids::{AllocationId, ApiTokenId, NodeId, ProjectId, TenantId, UserId};
-use crate::placement::{self, Placement};
-use crate::policy::{Resolved, resolve_policies_on};
-use crate::skus::{Shape, Sku, sku_by_name};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::Result;
+use cp_base::ids::{AllocationId, ApiTokenId, NodeId, ProjectId, TenantId, UserId};
+use cp_identity::policy::{Resolved, resolve_policies_on};
+use cp_inventory::placement::{self, Placement};
+use cp_inventory::skus::{Shape, Sku, sku_by_name};
 
 /// Groups in flight at once per process: one being written while the next is decided.
 pub const TURNS: usize = 2;
@@ -168,7 +168,7 @@ pub(super) async fn join(
         valid,
         request_id: request_id.map(str::to_owned),
         token: audit::current_token(),
-        trace: crate::trace_context::current().map(String::from),
+        trace: cp_base::trace_context::current().map(String::from),
         answer: tx,
     };
     combine(
@@ -218,7 +218,7 @@ struct Decided<'a> {
     at: usize,
     m: &'a Member,
     sku: std::sync::Arc<Sku>,
-    software: std::sync::Arc<crate::marketplace::LaunchVersion>,
+    software: std::sync::Arc<cp_marketplace::LaunchVersion>,
     regions: Vec<String>,
     expires_at: Option<OffsetDateTime>,
     id: AllocationId,
@@ -328,7 +328,7 @@ async fn decide_each<'g>(
     let mut skus: HashMap<String, Option<std::sync::Arc<Sku>>> = HashMap::new();
     let mut versions: HashMap<
         (String, String),
-        Option<std::sync::Arc<crate::marketplace::LaunchVersion>>,
+        Option<std::sync::Arc<cp_marketplace::LaunchVersion>>,
     > = HashMap::new();
     let mut facts: HashMap<ProjectId, ProjectFacts> = HashMap::new();
     let mut decided: Vec<Decided> = Vec::new();
@@ -347,7 +347,7 @@ async fn decide_each<'g>(
         };
         let vkey = (m.req.listing.clone(), m.req.version.clone());
         if !versions.contains_key(&vkey) {
-            let v = crate::marketplace::launch_version(&mut *conn, &vkey.0, &vkey.1)
+            let v = cp_marketplace::launch_version(&mut *conn, &vkey.0, &vkey.1)
                 .await
                 .ok()
                 .map(std::sync::Arc::new);
@@ -425,7 +425,7 @@ async fn place_by_sku(
         )
         .await
         {
-            Err(crate::error::Error::SkuUnavailable(why)) => {
+            Err(cp_base::error::Error::SkuUnavailable(why)) => {
                 // Decided: refusals need no commit, and the rest of the group goes on.
                 for k in &members {
                     answers[decided[*k].at] = Answer::Unavailable(why.clone());
@@ -445,7 +445,7 @@ async fn place_by_sku(
                 sp.commit().await?;
                 placed.extend(these);
             }
-            Err(crate::error::Error::Database(sqlx::Error::Database(e)))
+            Err(cp_base::error::Error::Database(sqlx::Error::Database(e)))
                 if matches!(e.code().as_deref(), Some("23505" | "23P01" | "23514")) =>
             {
                 tracing::debug!(db.error = %e, "group reservation refused; those launches go alone");
@@ -517,7 +517,7 @@ async fn queue_and_audit(
 /// Writes the allocations and claims of one SKU's placements, a statement each.
 async fn reserve(
     conn: &mut PgConnection,
-    keys: &crate::secrets::Keyring,
+    keys: &cp_base::secrets::Keyring,
     decided: &[Decided<'_>],
     placed: &[(usize, Placement)],
     now: OffsetDateTime,
@@ -663,7 +663,7 @@ pub(super) async fn release(
         id,
         request_id: request_id.map(str::to_owned),
         token: audit::current_token(),
-        trace: crate::trace_context::current().map(String::from),
+        trace: cp_base::trace_context::current().map(String::from),
         answer: tx,
     };
     combine(
@@ -729,7 +729,7 @@ async fn release_together(
             .iter()
             .find(|r| r.id == m.id && r.project_id == m.project)
         {
-            None => answers.push(Err(crate::error::Error::NotFound { what: "allocation" })),
+            None => answers.push(Err(cp_base::error::Error::NotFound { what: "allocation" })),
             Some(r) => {
                 answers.push(Ok(()));
                 let done = matches!(r.state.as_str(), "releasing" | "cleaning" | "released");

@@ -16,13 +16,13 @@ use sqlx::{Connection, PgConnection};
 use tracing::Instrument;
 
 use super::projected;
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Platform, PlatformOperators};
-use crate::error::{Error, Result};
-use crate::fleet::{lock_node, utc};
-use crate::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
-use crate::tenancy::{Project, ProjectViewers};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
+use cp_identity::auth::{Platform, PlatformOperators};
+use cp_identity::tenancy::{Project, ProjectViewers};
+use cp_inventory::fleet::{lock_node, utc};
 use portal_types::Money;
 
 /// The phase of a release during which the allocation counts as `cleaning`.
@@ -64,7 +64,7 @@ pub(crate) async fn queue_later(
         "INSERT INTO outbox (kind, allocation_id, traceparent) VALUES ($1, $2, $3)",
         kind,
         id as AllocationId,
-        crate::trace_context::current().map(String::from),
+        cp_base::trace_context::current().map(String::from),
     )
     .execute(&mut *conn)
     .await?;
@@ -106,7 +106,7 @@ pub(crate) async fn begin_release(
 
 /// [`end_unstarted`] after a release has committed: a failure leaves the ordinary release
 /// (the wipe) and is logged, since the release itself succeeded.
-pub(crate) async fn end_unstarted_or_log(pool: &crate::pool::Db, ids: &[AllocationId]) {
+pub(crate) async fn end_unstarted_or_log(pool: &cp_base::pool::Db, ids: &[AllocationId]) {
     if let Err(e) = end_unstarted(pool, ids).await {
         tracing::warn!(error.cause = %e, allocations = ids.len(),
                        "releases no host saw wait for their wipe: ending them at once failed");
@@ -122,7 +122,7 @@ pub(crate) async fn end_unstarted_or_log(pool: &crate::pool::Db, ids: &[Allocati
 /// that an agent had any task of, is left to its wipe; so is everything, if this never runs.
 /// Locks nodes, then allocations, then tasks, the order every lifecycle change takes.
 pub(crate) async fn end_unstarted(
-    pool: &crate::pool::Db,
+    pool: &cp_base::pool::Db,
     ids: &[AllocationId],
 ) -> Result<Vec<AllocationId>> {
     if ids.is_empty() {
@@ -659,7 +659,7 @@ async fn dispatch_one(
             if a.state != "placed" || a.desired_state != "running" {
                 return Ok(None);
             }
-            let trace = crate::trace_context::current().map(String::from);
+            let trace = cp_base::trace_context::current().map(String::from);
             return Ok(
                 queue_provisions(&mut *conn, &[(id, trace)], Written::Placed)
                     .await?
@@ -670,7 +670,7 @@ async fn dispatch_one(
             if !matches!(a.state.as_str(), "releasing" | "cleaning") {
                 return Ok(None);
             }
-            let trace = crate::trace_context::current().map(String::from);
+            let trace = cp_base::trace_context::current().map(String::from);
             return Ok(queue_releases(&mut *conn, &[(id, trace)]).await?.pop());
         }
         "allocation.network_update" => {
@@ -712,7 +712,7 @@ async fn dispatch_one(
                     spec.kind(),
                     serde_json::to_value(&spec).expect("a task spec serializes"),
                     id as AllocationId,
-                    crate::trace_context::current().map(String::from),
+                    cp_base::trace_context::current().map(String::from),
                 )
                 .execute(&mut *conn)
                 .await?;
@@ -1263,7 +1263,7 @@ impl LifecycleApi for ControlPlane {
         reason: &str,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let reason = crate::fleet::checked_reason(reason)?;
+        let reason = cp_inventory::fleet::checked_reason(reason)?;
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
             r#"SELECT node_id AS "node: NodeId", slot_index, cleanup_state, cleanup_detail
@@ -1283,7 +1283,7 @@ impl LifecycleApi for ControlPlane {
         sqlx::query!(
             "INSERT INTO slot_cleanup_overrides (slot_id, cleared_by, reason) VALUES ($1, $2, $3)",
             slot as SlotId,
-            who.principal().user_id as crate::ids::UserId,
+            who.principal().user_id as cp_base::ids::UserId,
             reason
         )
         .execute(&mut *tx)
@@ -1334,7 +1334,7 @@ impl LifecycleInternal for ControlPlane {
         // The row continues the trace of the change that wrote it (a stored context that no
         // longer parses is only a lost trace, never a stuck row).
         let parent = row.traceparent.and_then(|t| TraceParent::parse(&t).ok());
-        let span = crate::trace_context::follow(
+        let span = cp_base::trace_context::follow(
             tracing::info_span!(
                 "outbox.dispatch",
                 outbox.id = row.id,
@@ -1395,7 +1395,7 @@ fn user_data_place(id: AllocationId) -> String {
 /// Seals a tenant's user data as stored: it may carry their secrets, so it is kept like
 /// identity providers' client secrets, readable only with the deployment's keys.
 pub(crate) fn seal_user_data(
-    keys: &crate::secrets::Keyring,
+    keys: &cp_base::secrets::Keyring,
     id: AllocationId,
     plain: &str,
 ) -> String {
@@ -1405,7 +1405,7 @@ pub(crate) fn seal_user_data(
 /// A claimed provision's spec as the agent needs it: the sealed user data opened into the
 /// plan's `user_data`. Other specs are returned as they are.
 pub(crate) fn open_user_data(
-    keys: &crate::secrets::Keyring,
+    keys: &cp_base::secrets::Keyring,
     mut spec: serde_json::Value,
 ) -> Result<serde_json::Value> {
     let Some(sealed) = spec

@@ -2,7 +2,7 @@
 //! idempotency key), release, and what the allocation pages read. The lifecycle after launch
 //! (outbox dispatch, agent results, cleanup proofs, lost nodes) is in [`lifecycle`].
 
-use crate::tenancy::TenancyApi;
+use cp_identity::tenancy::TenancyApi;
 
 mod decide;
 mod group;
@@ -16,14 +16,14 @@ use serde_json::json;
 use sqlx::PgConnection;
 use time::OffsetDateTime;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::error::{Error, Result};
-use crate::ids::{AllocationId, ListingVersionId, NodeId, ProjectId, SkuId, TenantId, UserId};
-use crate::placement::{self, Placement, Reserve};
-use crate::policy::{Money, PolicyKey, PolicyValue, resolve_policies_on};
-use crate::skus::{Shape, Sku, sku_by_name};
-use crate::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, ListingVersionId, NodeId, ProjectId, SkuId, TenantId, UserId};
+use cp_identity::policy::{Money, PolicyKey, PolicyValue, resolve_policies_on};
+use cp_identity::tenancy::{Project, ProjectOperators, ProjectRequirement, ProjectViewers};
+use cp_inventory::placement::{self, Placement, Reserve};
+use cp_inventory::skus::{Shape, Sku, sku_by_name};
 use decide::{counts_in_project, decided, invalid, policy};
 
 /// What a tenant asks for.
@@ -184,7 +184,7 @@ impl Reserve for Reservation<'_> {
         )
         .execute(&mut *conn)
         .await;
-        match inserted.as_ref().err().and_then(crate::db::violated) {
+        match inserted.as_ref().err().and_then(cp_base::db::violated) {
             Some("allocations_live_name") => {
                 return Err(invalid(
                     "name",
@@ -269,7 +269,7 @@ pub trait AllocationsApi {
     /// asked, then [`launch`](Self::launch). Refusals name the order's fields.
     async fn launch_order(
         &self,
-        orderer: &crate::auth::Principal,
+        orderer: &cp_identity::auth::Principal,
         who: &Project<ProjectOperators>,
         order: LaunchOrder,
         request_id: Option<&str>,
@@ -306,14 +306,14 @@ pub trait AllocationsApi {
     /// "not found" (like an unknown id); a weaker role there, "forbidden".
     async fn allocation_access<R: ProjectRequirement>(
         &self,
-        principal: &crate::auth::Principal,
+        principal: &cp_identity::auth::Principal,
         id: AllocationId,
     ) -> Result<Project<R>>;
 
     /// One allocation, for the detail page. Viewers of its project only.
     async fn allocation(
         &self,
-        principal: &crate::auth::Principal,
+        principal: &cp_identity::auth::Principal,
         id: AllocationId,
     ) -> Result<AllocationDetail>;
 
@@ -348,7 +348,7 @@ impl AllocationsApi for ControlPlane {
         let Some(PolicyValue::MonthlyBudget(limit)) = &budget.value else {
             return Ok(None);
         };
-        let spent = crate::billing::reports::spent_this_month(
+        let spent = cp_billing::reports::spent_this_month(
             &mut conn,
             who.tenant(),
             counts_in_project(budget).then_some(who.id()),
@@ -418,7 +418,7 @@ impl AllocationsApi for ControlPlane {
 
     async fn launch_order(
         &self,
-        orderer: &crate::auth::Principal,
+        orderer: &cp_identity::auth::Principal,
         who: &Project<ProjectOperators>,
         order: LaunchOrder,
         request_id: Option<&str>,
@@ -699,7 +699,7 @@ impl AllocationsApi for ControlPlane {
 
     async fn allocation_access<R: ProjectRequirement>(
         &self,
-        principal: &crate::auth::Principal,
+        principal: &cp_identity::auth::Principal,
         id: AllocationId,
     ) -> Result<Project<R>> {
         self.allocation_project_access::<R>(principal, id).await
@@ -707,7 +707,7 @@ impl AllocationsApi for ControlPlane {
 
     async fn allocation(
         &self,
-        principal: &crate::auth::Principal,
+        principal: &cp_identity::auth::Principal,
         id: AllocationId,
     ) -> Result<AllocationDetail> {
         let who = self
@@ -794,7 +794,7 @@ async fn launch_once(
             format!("{} is not for sale ({})", sku.name, sku.state),
         ));
     }
-    let software = crate::marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
+    let software = cp_marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
     if let Some(why) = software.compatibility.why_not(&sku) {
         return Err(invalid(
             "sku",
@@ -856,7 +856,7 @@ async fn launch_once(
         decide::budget_currency(budget, &sku)?;
         // The ledger's month-to-date (rated charges plus what runs unrated), in this
         // transaction.
-        let spent = crate::billing::reports::spent_this_month(
+        let spent = cp_billing::reports::spent_this_month(
             &mut tx,
             who.tenant(),
             counts_in_project(budget.1).then_some(who.id()),

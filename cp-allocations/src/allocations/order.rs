@@ -7,12 +7,12 @@
 //! so the form, the API and the CLI describe a refusal in the same words.
 
 use super::{AllocationsApi, LaunchRequest, Launched, Tags};
-use crate::ControlPlane;
-use crate::account::AccountApi;
-use crate::auth::Principal;
-use crate::error::{Error, Result};
-use crate::ids::SshKeyId;
-use crate::tenancy::{Project, ProjectOperators};
+use cp_base::ControlPlane;
+use cp_base::error::{Error, Result};
+use cp_base::ids::SshKeyId;
+use cp_identity::account::AccountApi;
+use cp_identity::auth::Principal;
+use cp_identity::tenancy::{Project, ProjectOperators};
 
 /// What a tenant orders.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

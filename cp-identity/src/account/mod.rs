@@ -9,11 +9,11 @@ pub use ssh::{fingerprint as ssh_fingerprint, validate_ssh_key, validate_ssh_key
 
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
 use crate::auth::Principal;
-use crate::error::{Error, Result};
-use crate::ids::{ApiTokenId, SshKeyId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{ApiTokenId, SshKeyId};
 
 /// One saved key, as the account page, the launch form and the API show it.
 pub use portal_types::account::{KeyToken, SshKey};
@@ -128,7 +128,7 @@ impl AccountApi for ControlPlane {
         .execute(&mut *tx)
         .await;
         if let Err(e) = inserted {
-            return Err(match crate::db::violated(&e) {
+            return Err(match cp_base::db::violated(&e) {
                 Some("user_ssh_keys_one_per_user") => {
                     let existing = sqlx::query_scalar!(
                         "SELECT name FROM user_ssh_keys WHERE user_id = $1 AND fingerprint = $2",

@@ -2,7 +2,7 @@
 
 use base64::Engine;
 
-use crate::error::{Error, Result};
+use cp_base::error::{Error, Result};
 
 const TYPES: &[&str] = &[
     "ssh-ed25519",

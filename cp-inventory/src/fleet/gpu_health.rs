@@ -8,12 +8,12 @@
 use agent_protocol::{GpuEvent, GpuEventKind};
 use serde_json::json;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Platform, PlatformOperators, PlatformStaff};
-use crate::error::{Error, Result};
 use crate::fleet::lock_node;
-use crate::ids::{NodeId, SlotId, UserId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{NodeId, SlotId, UserId};
+use cp_identity::auth::{Platform, PlatformOperators, PlatformStaff};
 pub use portal_types::GpuHealthPolicyInput;
 pub use portal_types::fleet::{GpuHealthEvent, GpuHealthPolicy};
 

@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use time::OffsetDateTime;
 
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Platform, PlatformOperators, PlatformStaff};
-use crate::error::{Error, Result};
-use crate::ids::{AgentTaskId, NodeId, SlotId, UserId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AgentTaskId, NodeId, SlotId, UserId};
+use cp_identity::auth::{Platform, PlatformOperators, PlatformStaff};
 pub use portal_types::fleet::{
     Enrolment, FleetView, NodeDetail, NodeSummary, POSTURES, ProposalSlot, ProposalView, SlotRow,
     TaskRow,
@@ -109,7 +109,7 @@ pub enum SlotMapDecision {
     },
 }
 
-pub use crate::secrets::{new_secret, secret_hash};
+pub use cp_base::secrets::{new_secret, secret_hash};
 
 fn check_new_node(n: &NewNode) -> Result<NewNode> {
     let invalid = |field: &'static str, reason: &str| Error::Invalid {
@@ -1361,7 +1361,7 @@ pub async fn queue_discovery(
         node as NodeId,
         spec,
         requested_by as Option<UserId>,
-        crate::trace_context::current().map(String::from),
+        cp_base::trace_context::current().map(String::from),
     )
     .execute(&mut *tx)
     .await?;

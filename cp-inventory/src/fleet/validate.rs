@@ -22,7 +22,7 @@ impl std::fmt::Display for SlotProblem {
 /// A node's public address as an operator typed it: a DNS name or IPv4 address, lower case;
 /// empty means "its hostname" (`None`). The same form the `nodes_public_host_form` constraint
 /// holds.
-pub fn public_host(input: &str) -> crate::error::Result<Option<String>> {
+pub fn public_host(input: &str) -> cp_base::error::Result<Option<String>> {
     let host = input.trim().trim_end_matches('.').to_ascii_lowercase();
     if host.is_empty() {
         return Ok(None);
@@ -36,7 +36,7 @@ pub fn public_host(input: &str) -> crate::error::Result<Option<String>> {
     if host.len() <= 253 && host.split('.').all(label_ok) {
         Ok(Some(host))
     } else {
-        Err(crate::error::Error::Invalid {
+        Err(cp_base::error::Error::Invalid {
             field: "public_host",
             reason: format!(
                 "{:?} is not a host name or IPv4 address (e.g. gpu-host-3.example.com)",

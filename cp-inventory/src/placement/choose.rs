@@ -9,7 +9,7 @@
 //!   one NUMA node, the one with the fewest free slots that still fits (best fit), and only
 //!   spans NUMA nodes when no single one has room.
 
-use crate::ids::SlotId;
+use cp_base::ids::SlotId;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FreeSlot {

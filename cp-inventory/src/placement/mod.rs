@@ -13,13 +13,13 @@ pub mod choose;
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
 
-use crate::ControlPlane;
-use crate::auth::{Platform, PlatformOperators};
-use crate::error::{Error, Result};
-use crate::ids::{NodeId, SlotId};
-use crate::reasons::{Recent, RefusalReasons};
 use crate::skus::{Shape, Sku, sku_by_name};
 use choose::{FreeSlot, NodeView, Partition};
+use cp_base::ControlPlane;
+use cp_base::error::{Error, Result};
+use cp_base::ids::{NodeId, SlotId};
+use cp_base::reasons::{Recent, RefusalReasons};
+use cp_identity::auth::{Platform, PlatformOperators};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// How many candidates one placement looks at before giving up.
@@ -767,9 +767,9 @@ async fn plan_on(
 }
 
 /// [`explain`], or its answer for the same SKU and regions from less than
-/// [`crate::reasons::REASONS_TTL`] ago; or, once that has passed, the older answer while one
+/// [`cp_base::reasons::REASONS_TTL`] ago; or, once that has passed, the older answer while one
 /// caller counts again in a task of its own on a connection of its own, so that no launch (and
-/// no placement group's turn) waits for a count of the whole fleet. See [`crate::reasons`].
+/// no placement group's turn) waits for a count of the whole fleet. See [`cp_base::reasons`].
 pub async fn explain_recent(
     conn: &mut PgConnection,
     reasons: &RefusalReasons,

@@ -16,9 +16,9 @@ use uuid::Uuid;
 
 use super::Micros;
 use super::invoices::{Account, Entry, post};
-use crate::ControlPlane;
-use crate::error::{Error, Result};
-use crate::ids::TenantId;
+use cp_base::ControlPlane;
+use cp_base::error::{Error, Result};
+use cp_base::ids::TenantId;
 
 pub use cp_base::stripe_link::{StripeLink, StripeSettings};
 

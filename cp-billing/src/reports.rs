@@ -4,13 +4,13 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::{Micros, month_bounds, month_label};
-use crate::ControlPlane;
-use crate::auth::Platform;
-use crate::billing::invoices::PlatformFinance;
-use crate::error::{Error, Result};
-use crate::ids::{InvoiceId, ProjectId, TenantId};
-use crate::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_policies_on};
-use crate::tenancy::{Tenant, TenantRequirement, TenantRole};
+use crate::invoices::PlatformFinance;
+use cp_base::ControlPlane;
+use cp_base::error::{Error, Result};
+use cp_base::ids::{InvoiceId, ProjectId, TenantId};
+use cp_identity::auth::Platform;
+use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_policies_on};
+use cp_identity::tenancy::{Tenant, TenantRequirement, TenantRole};
 pub use portal_types::billing::{
     BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
     RevenuePoint, SpendPoint,

@@ -13,19 +13,19 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::Micros;
-use crate::ControlPlane;
-use crate::audit::{self, Actor, AuditEntry};
-use crate::auth::{Platform, PlatformRequirement};
-use crate::error::{Error, Result};
-use crate::ids::{InvoiceId, TenantId, UserId};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{InvoiceId, TenantId, UserId};
+use cp_identity::auth::{Platform, PlatformRequirement};
 use portal_types::Money;
 
 /// Platform admins and platform finance: who grants credit and issues credit notes.
 pub struct PlatformFinance;
 impl PlatformRequirement for PlatformFinance {
-    const ROLES: &'static [crate::auth::PlatformRole] = &[
-        crate::auth::PlatformRole::Admin,
-        crate::auth::PlatformRole::Finance,
+    const ROLES: &'static [cp_identity::auth::PlatformRole] = &[
+        cp_identity::auth::PlatformRole::Admin,
+        cp_identity::auth::PlatformRole::Finance,
     ];
     const WHO: &'static str = "platform finance";
 }
@@ -45,7 +45,7 @@ pub struct Closed {
 /// closed with [`close_month`] by hand.
 #[tracing::instrument(skip(pool))]
 pub async fn close_months(
-    pool: &crate::pool::Db,
+    pool: &cp_base::pool::Db,
     now: time::OffsetDateTime,
 ) -> Result<Vec<Closed>> {
     // One index probe per (tenant, currency, month): tenants with rated usage have a
@@ -82,7 +82,7 @@ pub async fn close_months(
 /// `None` when the month is already invoiced, or not fully rated yet.
 #[tracing::instrument(skip(pool), fields(tenant.id = %tenant, invoice.month = %month))]
 pub async fn close_month(
-    pool: &crate::pool::Db,
+    pool: &cp_base::pool::Db,
     tenant: TenantId,
     month: time::Date,
     currency: &str,

@@ -18,7 +18,7 @@
 
 use serde::Serialize;
 
-use crate::error::Result;
+use cp_base::error::Result;
 
 /// How far behind the clock rating stays (see the module docs).
 pub const HORIZON: time::Duration = time::Duration::minutes(2);
@@ -38,13 +38,13 @@ pub struct Rated {
     pub intervals: i64,
     /// Allocations left unrated because their price or fee is out of bounds (rows written
     /// before the schema bounded them): reported by [`rate_until`], to be corrected by hand.
-    pub held: Vec<crate::AllocationId>,
+    pub held: Vec<cp_base::AllocationId>,
 }
 
 /// Rates at most `batch` (allocation, span) charges' worth of time that is over by `until`.
 #[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
 pub async fn rate_batch(
-    pool: &crate::pool::Db,
+    pool: &cp_base::pool::Db,
     until: time::OffsetDateTime,
     batch: i64,
 ) -> Result<Rated> {
@@ -205,7 +205,7 @@ SELECT (SELECT count(*) FROM ch) AS "charges!", (SELECT coalesce(sum(hours), 0) 
 
 /// Rates everything that is over by `until`, batch by batch, until a batch finds nothing.
 pub async fn rate_until(
-    pool: &crate::pool::Db,
+    pool: &cp_base::pool::Db,
     until: time::OffsetDateTime,
     batch: i64,
 ) -> Result<Rated> {
@@ -225,9 +225,9 @@ pub async fn rate_until(
 
 /// Allocations whose usage rating leaves alone because their price or fee is out of bounds;
 /// logged as an error each time, since their tenants are not being billed.
-async fn held(pool: &crate::pool::Db) -> Result<Vec<crate::AllocationId>> {
+async fn held(pool: &cp_base::pool::Db) -> Result<Vec<cp_base::AllocationId>> {
     let held = sqlx::query_scalar!(
-        r#"SELECT allocation_id AS "id: crate::AllocationId" FROM usage_intervals
+        r#"SELECT allocation_id AS "id: cp_base::AllocationId" FROM usage_intervals
            WHERE NOT fully_rated AND (price_per_hour_minor > $1 OR fee_per_hour_minor > $1)
            ORDER BY allocation_id LIMIT 100"#,
         portal_types::Money::MAX_PER_HOUR_MINOR
@@ -246,6 +246,6 @@ async fn held(pool: &crate::pool::Db) -> Result<Vec<crate::AllocationId>> {
 }
 
 /// Rates what is over by the horizon behind the clock: what the worker calls each round.
-pub async fn rate_now(pool: &crate::pool::Db, batch: i64) -> Result<Rated> {
+pub async fn rate_now(pool: &cp_base::pool::Db, batch: i64) -> Result<Rated> {
     rate_until(pool, time::OffsetDateTime::now_utc() - HORIZON, batch).await
 }

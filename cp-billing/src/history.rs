@@ -6,8 +6,8 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
-use crate::ids::{AllocationId, ProjectId, TenantId, UserId};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, ProjectId, TenantId, UserId};
 
 #[derive(Clone, Debug)]
 pub struct ImportedRun<'a> {
@@ -77,7 +77,7 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
             id
         }
     };
-    let software = crate::marketplace::launch_version(&mut *conn, run.listing, "").await?;
+    let software = cp_marketplace::launch_version(&mut *conn, run.listing, "").await?;
     let id = AllocationId::new_random();
     sqlx::query!(
         "INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
@@ -94,7 +94,7 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
         sku.gpu_count,
         sku.region,
         node,
-        software.id as crate::ListingVersionId,
+        software.id as cp_base::ListingVersionId,
         run.price_per_hour_minor.unwrap_or(sku.price_per_hour_minor),
         sku.currency,
         key,
