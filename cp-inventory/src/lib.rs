@@ -11,7 +11,9 @@ pub mod skus;
 pub mod prelude {
     pub use crate::catalog::CatalogApi;
     pub use crate::fleet::FleetApi;
+    pub use crate::fleet::enrolment::EnrolmentApi;
     pub use crate::fleet::gpu_health::GpuHealthApi;
+    pub use crate::fleet::slot_map::SlotMapApi;
     pub use crate::placement::PlacementApi;
     pub use crate::skus::SkusApi;
     pub use cp_identity::prelude::*;

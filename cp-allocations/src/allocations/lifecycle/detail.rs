@@ -1,0 +1,260 @@
+//! What an allocation's page reads: its state, phases, transitions, SSH endpoint, published
+//! ports and cleanup certificate.
+
+use agent_protocol::{TaskSpec, identity};
+
+use super::projected;
+use cp_base::ControlPlane;
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, ProjectId};
+use cp_identity::tenancy::{Project, ProjectViewers};
+use portal_types::Money;
+
+pub use portal_types::allocations::{
+    AllocationDetail, Certificate, GpuHealthNotice, GpuUtilisation, Phase, PortAddress,
+    SshEndpoint, Transition,
+};
+
+/// Where a running allocation is reached, from its stored fields (checked by the database).
+pub(crate) fn ssh_endpoint(
+    state: &str,
+    host: Option<&str>,
+    port: Option<i32>,
+    user: Option<&str>,
+) -> Option<SshEndpoint> {
+    match (host, port.and_then(|p| u16::try_from(p).ok()), user) {
+        (Some(host), Some(port), Some(user)) if state == "running" => Some(SshEndpoint {
+            host: host.to_owned(),
+            port,
+            user: user.to_owned(),
+        }),
+        _ => None,
+    }
+}
+
+/// Where the platform planned a provision to be reached: the node's public address and the
+/// first slot's SSH port (or, in a plan with no public address, the first slot's own address on
+/// port 22), and the listing's SSH user. The host's answer only confirms it: a compromised host
+/// must not choose the text a tenant's `ssh` runs.
+pub(super) fn planned_endpoint(spec: serde_json::Value) -> Result<SshEndpoint> {
+    let plan = match serde_json::from_value::<TaskSpec>(spec) {
+        Ok(TaskSpec::VmProvision(plan) | TaskSpec::BaremetalProvision(plan)) => plan,
+        Ok(other) => {
+            return Err(Error::Corrupt(format!(
+                "a provision's task holds a {}",
+                other.kind()
+            )));
+        }
+        Err(e) => return Err(Error::Corrupt(format!("a provision's spec: {e}"))),
+    };
+    let first = plan
+        .slots
+        .first()
+        .ok_or_else(|| Error::Corrupt("a provision plan with no slots".into()))?;
+    let (host, port) = match (plan.network.public_host, plan.network.ssh_port) {
+        (Some(host), Some(port)) => (host, port),
+        _ => (first.ip_address.clone(), 22),
+    };
+    Ok(SshEndpoint {
+        host,
+        port,
+        user: plan.image.ssh_user,
+    })
+}
+
+/// Each published guest port with the `host:port` it is reached at: the port at position `k`
+/// of the stored list (holes are ports withdrawn since) is the first slot's public port `k + 1`.
+pub(crate) fn published_at(
+    host: &str,
+    base: i32,
+    first_slot: i32,
+    ports: &[Option<i32>],
+) -> Vec<PortAddress> {
+    let mut out: Vec<PortAddress> = ports
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &guest)| {
+            let public = identity::public_port(
+                u16::try_from(base).ok()?,
+                u32::try_from(first_slot).ok()?,
+                k + 1,
+            )?;
+            Some(PortAddress {
+                guest_port: u16::try_from(guest?).ok()?,
+                address: format!("{host}:{public}"),
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+pub(crate) async fn detail(
+    cp: &ControlPlane,
+    who: &Project<ProjectViewers>,
+    id: AllocationId,
+    can_release: bool,
+) -> Result<AllocationDetail> {
+    use sqlx::types::Json;
+    /// The allocation's latest agent task, for the one-line summary.
+    #[derive(Debug, serde::Deserialize)]
+    struct Execution {
+        kind: String,
+        state: String,
+        error: Option<String>,
+        last_phase: Option<String>,
+    }
+    // One statement: the allocation with its history, phases, latest task, certificates and
+    // GPU reports as JSON beside it (a page shows all of them; each was a round trip).
+    let a = sqlx::query!(
+        r#"SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
+                  l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
+                  a.price_per_hour_minor, a.currency, a.desired_state,
+                  a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
+                  a.ssh_user, a.created_at, a.expires_at, n.public_port_base, a.tags,
+                  a.published_ports AS "published_ports: Vec<Option<i32>>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'from', t.from_state, 'to', t.to_state, 'at', t.at,
+                              'after_ms', t.after_ms, 'detail', t.detail) ORDER BY t.id), '[]')
+                   FROM (SELECT id, from_state, to_state, at, detail,
+                                coalesce((extract(epoch FROM at - lag(at) OVER (ORDER BY id))
+                                          * 1000)::bigint, 0) AS after_ms
+                         FROM allocation_transitions WHERE allocation_id = a.id) t
+                  ) AS "transitions!: Json<Vec<Transition>>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'task', t.kind, 'phase', p.phase, 'status', p.status,
+                              'elapsed_ms', p.elapsed_ms, 'detail', p.detail) ORDER BY p.id), '[]')
+                   FROM agent_task_phases p JOIN agent_tasks t ON t.id = p.task_id
+                   WHERE t.allocation_id = a.id AND p.status <> 'started'
+                  ) AS "phases!: Json<Vec<Phase>>",
+                  (SELECT json_build_object(
+                              'kind', t.kind, 'state', t.state, 'error', t.error,
+                              'last_phase', (SELECT p.phase || ' ' || p.status
+                                             FROM agent_task_phases p
+                                             WHERE p.task_id = t.id ORDER BY p.id DESC LIMIT 1))
+                   FROM agent_tasks t WHERE t.allocation_id = a.id
+                   ORDER BY t.created_at DESC LIMIT 1
+                  ) AS "execution: Json<Execution>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'slot_index', s.slot_index, 'nvme_serial', c.nvme_serial,
+                              'wipe_method', c.wipe_method, 'wipe_verified', c.wipe_verified,
+                              'gpu_reset', c.gpu_reset, 'firmware_ok', c.firmware_ok,
+                              'wipe_ms', c.wipe_ms, 'verified_samples', c.verified_samples,
+                              'gpu_firmware', c.gpu_firmware, 'signature', c.signature,
+                              'received_at', c.received_at) ORDER BY s.slot_index), '[]')
+                   FROM cleanup_certificates c JOIN node_resource_slots s ON s.id = c.slot_id
+                   WHERE c.allocation_id = a.id
+                  ) AS "certificates!: Json<Vec<Certificate>>",
+                  (SELECT json_build_object('percent', u.gpu_util_pct, 'at', u.at)
+                   FROM allocation_gpu_utilisation u
+                   WHERE u.allocation_id = a.id ORDER BY u.at DESC LIMIT 1
+                  ) AS "gpu_utilisation: Json<GpuUtilisation>",
+                  (SELECT coalesce(json_agg(json_build_object(
+                              'slot_index', h.slot_index, 'detail', h.detail,
+                              'observed_at', h.observed_at,
+                              'out_of_service', h.took_out_of_service)
+                              ORDER BY h.recorded_at DESC, h.observed_at DESC), '[]')
+                   FROM (SELECT s.slot_index, e.detail, e.observed_at, e.took_out_of_service,
+                                e.recorded_at
+                         FROM resource_claims c
+                         JOIN gpu_health_events e
+                           ON e.node_id = c.node_id
+                          AND (c.slot_id IS NULL OR e.slot_id = c.slot_id)
+                          AND e.recorded_at >= c.claimed_at
+                          AND (c.released_at IS NULL OR e.recorded_at <= c.released_at)
+                         JOIN node_resource_slots s ON s.id = e.slot_id
+                         WHERE c.allocation_id = a.id
+                         ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20) h
+                  ) AS "gpu_health!: Json<Vec<GpuHealthNotice>>"
+           FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
+                JOIN listing_versions v ON v.id = a.listing_version_id
+                JOIN listings l ON l.id = v.listing_id
+           WHERE a.id = $1 AND a.project_id = $2"#,
+        id as AllocationId,
+        who.id() as ProjectId
+    )
+    .fetch_optional(cp.pool())
+    .await?
+    .ok_or(Error::NotFound { what: "allocation" })?;
+    let transitions = a.transitions.0;
+    let phases = a.phases.0;
+    let certificates = a.certificates.0;
+    let gpu_utilisation = a.gpu_utilisation.map(|u| u.0);
+    let gpu_health = a.gpu_health.0;
+    let execution = a.execution.map(|Json(t)| {
+        let mut s = format!("{} {}", t.kind, t.state);
+        if let Some(p) = t.last_phase {
+            s.push_str(&format!(" (last phase: {p})"));
+        }
+        if let Some(e) = t.error {
+            s.push_str(&format!(": {e}"));
+        }
+        s
+    });
+    let slot_indexes: Vec<i32> = a
+        .placement
+        .get("slot_indexes")
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+        .unwrap_or_default();
+    let ssh = ssh_endpoint(
+        &a.state,
+        a.ssh_host.as_deref(),
+        a.ssh_port,
+        a.ssh_user.as_deref(),
+    );
+    Ok(AllocationDetail {
+        id,
+        canonical_name: cp
+            .naming()
+            .allocation(&a.region, who.tenant(), who.id(), id)?
+            .to_string(),
+        project_id: who.id(),
+        gpu_utilisation,
+        gpu_health,
+        projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
+        ssh: ssh.as_ref().map(SshEndpoint::command),
+        ssh_endpoint: ssh,
+        published: match (&a.ssh_host, slot_indexes.iter().min()) {
+            (Some(host), Some(&first)) if a.state == "running" => {
+                published_at(host, a.public_port_base, first, &a.published_ports)
+            }
+            _ => Vec::new(),
+        },
+        name: a.name,
+        sku: a.sku,
+        shape: a.shape,
+        gpu_count: a.gpu_count,
+        region: a.region,
+        node: a.hostname,
+        slot_indexes,
+        image: a.image,
+        listing: a.listing,
+        price_per_hour: Money {
+            amount_minor: a.price_per_hour_minor,
+            currency: a.currency.clone().into(),
+        },
+        fee_per_hour: Money {
+            amount_minor: a.fee_per_hour_minor,
+            currency: a.currency.into(),
+        },
+        tags: serde_json::from_value(a.tags).unwrap_or_default(),
+        desired_state: a.desired_state,
+        observed_state: a.observed_state,
+        can_release: can_release
+            && matches!(a.state.as_str(), "placed" | "provisioning" | "running"),
+        state: a.state,
+        execution,
+        failure: a.failure,
+        placement_why: a
+            .placement
+            .get("why")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string(),
+        created_at: a.created_at,
+        expires_at: a.expires_at,
+        transitions,
+        phases,
+        certificates,
+    })
+}

@@ -1,0 +1,459 @@
+//! What a task tells its agent: the slots, network and fabric plans, and the provision and
+//! release tasks written from them.
+
+use agent_protocol::{
+    FabricPlan, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort, ReleasePlan,
+    TaskSpec, identity,
+};
+use sqlx::PgConnection;
+
+use super::user_data::SEALED_USER_DATA;
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
+
+/// A slot as a plan names it, as [`planned_slots`] and [`planned_slots_of`] read it.
+struct SlotRow {
+    allocation_id: Option<AllocationId>,
+    id: SlotId,
+    node_id: NodeId,
+    slot_index: i32,
+    gpu_pci_address: String,
+    nvme_pci_address: String,
+    nvme_serial: String,
+    nvme_namespace: String,
+    nvme_size_bytes: i64,
+    ib_vf_pci_address: String,
+    cpu_set: String,
+    numa_node: i32,
+    memory_mib: i64,
+    wipe: String,
+}
+
+impl SlotRow {
+    fn planned(self) -> PlannedSlot {
+        let node = self.node_id.to_string();
+        PlannedSlot {
+            slot_id: self.id.to_string(),
+            slot_index: self.slot_index as u32,
+            gpu_pci_address: self.gpu_pci_address,
+            nvme_pci_address: self.nvme_pci_address,
+            nvme_serial: self.nvme_serial,
+            nvme_namespace: self.nvme_namespace,
+            ib_vf_pci_address: self.ib_vf_pci_address,
+            cpu_set: self.cpu_set,
+            numa_node: self.numa_node as u32,
+            memory_mib: self.memory_mib as u64,
+            nvme_size_bytes: self.nvme_size_bytes as u64,
+            wipe_policy: self.wipe,
+            mac_address: identity::mac_address(&node, self.slot_index as u32),
+            ip_address: identity::ip_address(self.slot_index as u32),
+        }
+    }
+}
+
+/// Every live approved slot of the node, as a plan names it (what the agent checks plans
+/// against).
+pub(crate) async fn planned_slots(
+    conn: &mut PgConnection,
+    node: NodeId,
+) -> Result<Vec<PlannedSlot>> {
+    let rows = sqlx::query_as!(
+        SlotRow,
+        r#"SELECT NULL::uuid AS "allocation_id: AllocationId", s.id AS "id: SlotId",
+                  s.node_id AS "node_id: NodeId", s.slot_index, s.gpu_pci_address,
+                  s.nvme_pci_address, s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes,
+                  s.ib_vf_pci_address, s.cpu_set, s.numa_node, s.memory_mib,
+                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
+           FROM node_resource_slots s
+           WHERE s.node_id = $1 AND s.retired_at IS NULL
+           ORDER BY s.slot_index"#,
+        node as NodeId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(SlotRow::planned).collect())
+}
+
+/// Where the allocation is reached: the node's public address, its first slot's block of
+/// public ports (SSH, then each published port in order), and its project as the east-west
+/// group when the project allows east-west traffic.
+pub(crate) fn network_plan(
+    slots: &[PlannedSlot],
+    public_host: String,
+    port_base: i32,
+    published: &[Option<i32>],
+    east_west: Option<ProjectId>,
+) -> Result<NetworkPlan> {
+    let first = slots
+        .first()
+        .ok_or_else(|| Error::Corrupt("an allocation with no slots".into()))?;
+    let base = u16::try_from(port_base)
+        .map_err(|_| Error::Corrupt(format!("public_port_base {port_base}")))?;
+    let port = |k: usize| {
+        identity::public_port(base, first.slot_index, k).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "slot {} has no public port {k} from base {base}",
+                first.slot_index
+            ))
+        })
+    };
+    Ok(NetworkPlan {
+        public_host: Some(public_host),
+        ssh_port: Some(port(0)?),
+        published: published
+            .iter()
+            .enumerate()
+            .filter_map(|(k, guest)| guest.map(|g| (k, g)))
+            .map(|(k, guest)| {
+                Ok(PublishedPort {
+                    public_port: port(k + 1)?,
+                    guest_port: u16::try_from(guest)
+                        .map_err(|_| Error::Corrupt(format!("published port {guest}")))?,
+                })
+            })
+            .collect::<Result<_>>()?,
+        east_west_group: east_west.map(|p| p.to_string()),
+    })
+}
+
+/// How the allocations handed to [`queue_provisions`] stand.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// `placed`: queuing their provisions moves them to `provisioning`.
+    Placed,
+    /// Written as `provisioning` by the transaction that queues their provisions now (group
+    /// placement, migration 0035): no update follows.
+    AsProvisioning,
+}
+
+/// Queues the provision task of each allocation in `ids` (with the trace context its
+/// launch ran in) and, for [`Written::Placed`] ones, moves it to `provisioning`, with a
+/// statement per step for all of them: the allocations (locked), their slots, their tenants'
+/// InfiniBand partition keys (assigned on first use and kept), the nodes' NVLink partitions
+/// (the one holding exactly an allocation's slots, for a 2-, 4- or 8-GPU slice on an NVSwitch
+/// host or the whole node), the tasks, the state. An allocation no longer in the state
+/// `written` says, or no longer wanted, is skipped. Returns the nodes to wake, one per task
+/// queued.
+pub(crate) async fn queue_provisions(
+    conn: &mut PgConnection,
+    ids: &[(AllocationId, Option<String>)],
+    written: Written,
+) -> Result<Vec<NodeId>> {
+    let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    let expected = match written {
+        Written::Placed => "placed",
+        Written::AsProvisioning => "provisioning",
+    };
+    let rows = sqlx::query!(
+        r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
+                  a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
+                  v.image_sha256, v.ssh_user, v.cloud_init, a.user_data, a.user_data_sealed,
+                  a.published_ports AS "published_ports: Vec<Option<i32>>",
+                  coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
+                  n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
+                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
+           FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
+                JOIN listings l ON l.id = v.listing_id
+                JOIN nodes n ON n.id = a.node_id
+                JOIN projects p ON p.id = a.project_id
+           WHERE a.id = ANY($1) AND a.state = $2 AND a.desired_state = 'running'
+           ORDER BY a.id
+           FOR NO KEY UPDATE OF a"#,
+        &wanted,
+        expected
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids_found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
+    let slots = planned_slots_of(&mut *conn, &ids_found).await?;
+    let mut tenants: Vec<uuid::Uuid> = rows.iter().map(|r| r.tenant_id.0).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    sqlx::query!(
+        "INSERT INTO tenant_ib_partitions (tenant_id) SELECT unnest($1::uuid[]) ORDER BY 1
+         ON CONFLICT (tenant_id) DO NOTHING",
+        &tenants
+    )
+    .execute(&mut *conn)
+    .await?;
+    let pkeys = sqlx::query!(
+        r#"SELECT tenant_id AS "tenant_id: TenantId", pkey FROM tenant_ib_partitions
+           WHERE tenant_id = ANY($1)"#,
+        &tenants
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut nodes: Vec<uuid::Uuid> = rows.iter().map(|r| r.node_id.0).collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let partitions = sqlx::query!(
+        r#"SELECT node_id AS "node_id: NodeId", partition_id,
+                  slot_ids AS "slot_ids: Vec<uuid::Uuid>"
+           FROM node_fabric_partitions WHERE node_id = ANY($1)"#,
+        &nodes
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+
+    let mut task_ids = Vec::with_capacity(rows.len());
+    let mut task_nodes = Vec::with_capacity(rows.len());
+    let mut kinds = Vec::with_capacity(rows.len());
+    let mut specs = Vec::with_capacity(rows.len());
+    let mut allocations = Vec::with_capacity(rows.len());
+    let mut traces = Vec::with_capacity(rows.len());
+    for a in rows {
+        let planned: Vec<PlannedSlot> = slots
+            .iter()
+            .filter(|(id, _)| *id == a.id)
+            .map(|(_, s)| s.clone())
+            .collect();
+        let network = network_plan(
+            &planned,
+            a.public_host,
+            a.public_port_base,
+            &a.published_ports,
+            a.east_west_group,
+        )?;
+        let pkey = pkeys
+            .iter()
+            .find(|p| p.tenant_id == a.tenant_id)
+            .map(|p| p.pkey)
+            .ok_or_else(|| Error::Corrupt(format!("no IB partition key for {}", a.tenant_id)))?;
+        let mine: Vec<uuid::Uuid> = planned
+            .iter()
+            .map(|s| {
+                s.slot_id
+                    .parse()
+                    .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
+            })
+            .collect::<Result<_>>()?;
+        let nvlink_partition = if mine.len() >= 2 {
+            partitions
+                .iter()
+                .find(|p| {
+                    p.node_id == a.node_id
+                        && p.slot_ids.len() == mine.len()
+                        && mine.iter().all(|s| p.slot_ids.contains(s))
+                })
+                .map(|p| {
+                    u32::try_from(p.partition_id)
+                        .map_err(|_| Error::Corrupt(format!("partition {}", p.partition_id)))
+                })
+                .transpose()?
+        } else {
+            None
+        };
+        let fabric = FabricPlan {
+            ib_pkey: Some(
+                u16::try_from(pkey)
+                    .map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
+            ),
+            nvlink_partition,
+        };
+        let plan = ProvisionPlan {
+            allocation_id: a.id.to_string(),
+            name: a.name,
+            image: ImageRef {
+                name: a.image,
+                source: a.image_source,
+                sha256: a.image_sha256,
+                ssh_user: a.ssh_user,
+                cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
+                    String::new()
+                } else {
+                    a.cloud_init.to_string()
+                },
+            },
+            ssh_public_key: a.ssh_public_key,
+            user_data: a.user_data,
+            slots: planned,
+            network,
+            fabric,
+        };
+        let spec = if a.shape == "baremetal" {
+            TaskSpec::BaremetalProvision(plan)
+        } else {
+            TaskSpec::VmProvision(plan)
+        };
+        task_ids.push(AgentTaskId::new_random().0);
+        task_nodes.push(a.node_id.0);
+        kinds.push(spec.kind().to_string());
+        let mut spec = serde_json::to_value(&spec).expect("a task spec serializes");
+        // Sealed at rest here too: the claim opens it for the agent (`open_user_data`).
+        if let (Some(sealed), Some(spec)) = (a.user_data_sealed, spec.as_object_mut()) {
+            spec.insert(SEALED_USER_DATA.into(), sealed.into());
+        }
+        specs.push(spec);
+        traces.push(
+            ids.iter()
+                .find(|(id, _)| *id == a.id)
+                .and_then(|(_, t)| t.clone()),
+        );
+        allocations.push(a.id.0);
+    }
+    insert_tasks(
+        &mut *conn,
+        &task_ids,
+        &task_nodes,
+        &kinds,
+        &specs,
+        &allocations,
+        &traces,
+    )
+    .await?;
+    if written == Written::Placed {
+        sqlx::query!(
+            "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
+             WHERE id = ANY($1)",
+            &allocations
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(task_nodes.into_iter().map(NodeId).collect())
+}
+
+/// The planned slots of each allocation in `ids` (every live slot of the node for bare
+/// metal), in slot order, with one statement.
+///
+/// A slice's claim names its slot and a bare-metal claim its node, so the two are joined
+/// apart: one join with `slot_id = s.id OR kind = 'baremetal'` cannot use either index, and
+/// the planner hashed every live slot of the fleet for each call (1.85 ms a call with 320
+/// slots under the dispatch benchmark, the most expensive statement of a launch).
+pub(super) async fn planned_slots_of(
+    conn: &mut PgConnection,
+    ids: &[AllocationId],
+) -> Result<Vec<(AllocationId, PlannedSlot)>> {
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|id| id.0).collect();
+    let rows = sqlx::query_as!(
+        SlotRow,
+        r#"SELECT c.allocation_id AS "allocation_id: AllocationId", s.id AS "id!: SlotId",
+                  s.node_id AS "node_id!: NodeId", s.slot_index AS "slot_index!",
+                  s.gpu_pci_address AS "gpu_pci_address!",
+                  s.nvme_pci_address AS "nvme_pci_address!", s.nvme_serial AS "nvme_serial!",
+                  s.nvme_namespace AS "nvme_namespace!",
+                  s.nvme_size_bytes AS "nvme_size_bytes!",
+                  s.ib_vf_pci_address AS "ib_vf_pci_address!", s.cpu_set AS "cpu_set!",
+                  s.numa_node AS "numa_node!", s.memory_mib AS "memory_mib!",
+                  s.capacity_metadata ->> 'destructive_wipe_policy' AS "wipe!"
+           FROM resource_claims c JOIN node_resource_slots s ON s.id = c.slot_id
+           WHERE c.allocation_id = ANY($1) AND s.retired_at IS NULL
+           UNION ALL
+           SELECT c.allocation_id, s.id, s.node_id, s.slot_index, s.gpu_pci_address,
+                  s.nvme_pci_address, s.nvme_serial, s.nvme_namespace, s.nvme_size_bytes,
+                  s.ib_vf_pci_address, s.cpu_set, s.numa_node, s.memory_mib,
+                  s.capacity_metadata ->> 'destructive_wipe_policy'
+           FROM resource_claims c JOIN node_resource_slots s ON s.node_id = c.node_id
+           WHERE c.allocation_id = ANY($1) AND c.kind = 'baremetal' AND s.retired_at IS NULL
+           ORDER BY 1, 4"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| Some((r.allocation_id?, r.planned())))
+        .collect())
+}
+
+/// Writes agent tasks, one per allocation (the arrays side by side), with one statement; a
+/// task the allocation already has (not failed) is left as it is.
+async fn insert_tasks(
+    conn: &mut PgConnection,
+    ids: &[uuid::Uuid],
+    nodes: &[uuid::Uuid],
+    kinds: &[String],
+    specs: &[serde_json::Value],
+    allocations: &[uuid::Uuid],
+    traces: &[Option<String>],
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+         SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
+         ON CONFLICT (allocation_id, kind)
+             WHERE allocation_id IS NOT NULL AND state <> 'failed'
+               AND kind <> 'allocation.network_update'
+         DO NOTHING",
+        ids,
+        nodes,
+        kinds,
+        specs,
+        allocations,
+        traces as &[Option<String>],
+    )
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Queues the release task of each allocation in `ids` that is releasing or cleaning (with
+/// the trace context its release ran in), a statement per step for all of them. Returns the
+/// nodes to wake, one per allocation.
+pub(crate) async fn queue_releases(
+    conn: &mut PgConnection,
+    ids: &[(AllocationId, Option<String>)],
+) -> Result<Vec<NodeId>> {
+    let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: AllocationId", shape, node_id AS "node_id: NodeId", state
+           FROM allocations
+           WHERE id = ANY($1)
+           ORDER BY id
+           FOR NO KEY UPDATE"#,
+        &wanted
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    // The state is checked here, not in the query: with it there, the planner intersects the
+    // primary key with the index of live allocations, thousands of entries, for a few rows.
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| matches!(r.state.as_str(), "releasing" | "cleaning"))
+        .collect();
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
+    let slots = planned_slots_of(&mut *conn, &found).await?;
+    let (mut task_ids, mut nodes, mut kinds, mut specs, mut allocations, mut traces) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for a in rows {
+        let plan = ReleasePlan {
+            allocation_id: a.id.to_string(),
+            slots: slots
+                .iter()
+                .filter(|(id, _)| *id == a.id)
+                .map(|(_, s)| s.clone())
+                .collect(),
+        };
+        let spec = if a.shape == "baremetal" {
+            TaskSpec::BaremetalRelease(plan)
+        } else {
+            TaskSpec::VmRelease(plan)
+        };
+        task_ids.push(AgentTaskId::new_random().0);
+        nodes.push(a.node_id.0);
+        kinds.push(spec.kind().to_string());
+        specs.push(serde_json::to_value(&spec).expect("a task spec serializes"));
+        allocations.push(a.id.0);
+        traces.push(
+            ids.iter()
+                .find(|(id, _)| *id == a.id)
+                .and_then(|(_, t)| t.clone()),
+        );
+    }
+    insert_tasks(
+        &mut *conn,
+        &task_ids,
+        &nodes,
+        &kinds,
+        &specs,
+        &allocations,
+        &traces,
+    )
+    .await?;
+    Ok(nodes.into_iter().map(NodeId).collect())
+}
