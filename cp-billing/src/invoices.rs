@@ -88,12 +88,43 @@ pub async fn close_month(
     currency: &str,
 ) -> Result<Option<Closed>> {
     let mut tx = pool.begin().await?;
-    // One closer per tenant at a time; the unique (tenant, month, currency) is the backstop.
+    if !ready_to_close(&mut tx, tenant, month, currency).await? {
+        return Ok(None);
+    }
+    let (usage, fees) = month_charges(&mut tx, tenant, month, currency).await?;
+    if usage.is_empty() && fees.is_empty() {
+        return Ok(None);
+    }
+    // Prepaid credit first: what the tenant holds, up to the subtotal.
+    let credit = credit_balance_on(&mut tx, tenant, currency).await?;
+    let draft = draft(&usage, &fees, credit, currency);
+    let invoice = write_invoice(&mut tx, tenant, month, currency, &draft, &usage, &fees).await?;
+    let number = finalise(&mut tx, tenant, currency, invoice, &draft).await?;
+    tx.commit().await?;
+    let total_minor = draft.subtotal_minor - draft.credit_applied_minor;
+    tracing::info!(invoice.number = %number, invoice.total = total_minor, "invoice finalised");
+    Ok(Some(Closed {
+        invoice: InvoiceId(invoice),
+        tenant,
+        number,
+        total_minor,
+    }))
+}
+
+/// Takes the tenant's closing lock (one closer per tenant at a time; the unique (tenant,
+/// month, currency) is the backstop), then says whether the month may close: not invoiced
+/// yet, and every interval in it rated.
+async fn ready_to_close(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    month: time::Date,
+    currency: &str,
+) -> Result<bool> {
     sqlx::query!(
         "SELECT 1 AS one FROM tenants WHERE id = $1 FOR UPDATE",
         tenant as TenantId
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     let exists = sqlx::query_scalar!(
         "SELECT id FROM invoices WHERE tenant_id = $1 AND month = $2 AND currency = $3",
@@ -101,10 +132,10 @@ pub async fn close_month(
         month,
         currency
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
     if exists.is_some() {
-        return Ok(None);
+        return Ok(false);
     }
     let unrated = sqlx::query_scalar!(
         r#"SELECT count(*) AS "n!" FROM usage_intervals
@@ -117,16 +148,26 @@ pub async fn close_month(
         month,
         currency
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     if unrated > 0 {
         tracing::info!(
             intervals = unrated,
             "month not fully rated yet; invoice waits"
         );
-        return Ok(None);
+        return Ok(false);
     }
+    Ok(true)
+}
 
+/// The month's usage charges per project × SKU × price, and its listing fees per project ×
+/// version × fee, summed.
+async fn month_charges(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    month: time::Date,
+    currency: &str,
+) -> Result<(Vec<UsageSum>, Vec<FeeSum>)> {
     let lines = sqlx::query!(
         r#"SELECT c.project_id, p.slug AS project, c.sku_id, s.name AS sku,
                   c.gpu_count, c.price_per_hour_minor,
@@ -144,7 +185,7 @@ pub async fn close_month(
         month,
         currency
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
     let fees = sqlx::query!(
         r#"SELECT f.project_id, p.slug AS project, f.listing_version_id, l.name AS listing,
@@ -164,14 +205,8 @@ pub async fn close_month(
         month,
         currency
     )
-    .fetch_all(&mut *tx)
+    .fetch_all(&mut *conn)
     .await?;
-    if lines.is_empty() && fees.is_empty() {
-        return Ok(None);
-    }
-
-    // Prepaid credit first: what the tenant holds, up to the subtotal.
-    let credit = credit_balance_on(&mut tx, tenant, currency).await?;
     let usage: Vec<UsageSum> = lines
         .into_iter()
         .map(|l| UsageSum {
@@ -185,7 +220,7 @@ pub async fn close_month(
             rated_micro: l.rated_micro,
         })
         .collect();
-    let fees: Vec<FeeSum> = fees
+    let fees = fees
         .into_iter()
         .map(|f| FeeSum {
             project_id: f.project_id,
@@ -198,8 +233,19 @@ pub async fn close_month(
             rated_micro: f.rated_micro,
         })
         .collect();
-    let draft = draft(&usage, &fees, credit, currency);
+    Ok((usage, fees))
+}
 
+/// The invoice and its lines, as drafted; returns its id.
+async fn write_invoice(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    month: time::Date,
+    currency: &str,
+    draft: &Draft,
+    usage: &[UsageSum],
+    fees: &[FeeSum],
+) -> Result<Uuid> {
     let invoice = Uuid::new_v4();
     sqlx::query!(
         "INSERT INTO invoices (id, tenant_id, month, currency, subtotal_minor, credit_applied_minor, total_minor)
@@ -212,7 +258,7 @@ pub async fn close_month(
         draft.credit_applied_minor,
         draft.total_minor()
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
     for line in &draft.lines {
         let (usage, fee) = match line.charge {
@@ -241,12 +287,22 @@ pub async fn close_month(
                 .unwrap_or(0),
             line.amount_minor
         )
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
-    let (subtotal, applied) = (draft.subtotal_minor, draft.credit_applied_minor);
+    Ok(invoice)
+}
 
-    // Finalise: number, status, and the ledger entries that make it agree to the cent.
+/// Finalises the invoice: its number and status, the ledger entries that make it agree to
+/// the cent (rounding, credit applied), and the outbox row that syncs it to Stripe. Returns
+/// its number.
+async fn finalise(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    currency: &str,
+    invoice: Uuid,
+    draft: &Draft,
+) -> Result<String> {
     let number = sqlx::query_scalar!(
         r#"UPDATE invoices
            SET status = 'open', finalized_at = now(),
@@ -254,12 +310,12 @@ pub async fn close_month(
            WHERE id = $1 RETURNING number AS "number!""#,
         invoice
     )
-    .fetch_one(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
     let rounding = draft.rounding_micro;
     if rounding != 0 {
         post(
-            &mut tx,
+            &mut *conn,
             Entry {
                 kind: "invoice_rounding",
                 tenant: Some(tenant),
@@ -275,10 +331,11 @@ pub async fn close_month(
         )
         .await?;
     }
+    let applied = draft.credit_applied_minor;
     if applied > 0 {
         let m = Micros::from_minor(applied).0;
         post(
-            &mut tx,
+            &mut *conn,
             Entry {
                 kind: "credit_applied",
                 tenant: Some(tenant),
@@ -298,16 +355,9 @@ pub async fn close_month(
         "INSERT INTO billing_outbox (kind, invoice_id) VALUES ('stripe.invoice', $1)",
         invoice
     )
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    tx.commit().await?;
-    tracing::info!(invoice.number = %number, invoice.total = subtotal - applied, "invoice finalised");
-    Ok(Some(Closed {
-        invoice: InvoiceId(invoice),
-        tenant,
-        number,
-        total_minor: subtotal - applied,
-    }))
+    Ok(number)
 }
 
 /// One project × SKU × price of a month's usage charges, summed.

@@ -760,26 +760,82 @@ async fn launch_once(
     request_id: Option<&str>,
 ) -> Result<Launched> {
     let requested_at = OffsetDateTime::now_utc();
-    let user = who.user();
     let valid = decide::ValidLaunch::check(req)?;
-    let (name, key, fingerprint) = (
-        valid.name.as_str(),
-        valid.idempotency_key.as_str(),
-        valid.fingerprint.as_str(),
-    );
-    let ssh_public_key = valid.ssh_public_key.as_str();
     let mut tx = cp.pool().begin().await?;
     // Requests with the same key wait for each other here, so the second sees the first.
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 7)) AS locked",
-        format!("{}:{key}", who.id())
+        format!("{}:{}", who.id(), valid.idempotency_key)
     )
     .fetch_one(&mut *tx)
     .await?;
-    if let Some(found) = existing(&mut tx, who.id(), key, fingerprint).await? {
+    if let Some(found) = existing(
+        &mut tx,
+        who.id(),
+        &valid.idempotency_key,
+        &valid.fingerprint,
+    )
+    .await?
+    {
         return Ok(found);
     }
-    let sku = match sku_by_name(&mut tx, &req.sku).await {
+    let (sku, software) = sku_and_software(&mut tx, req, &valid).await?;
+    let (regions, hours) = within_policies(&mut tx, who, &sku, &software, &valid).await?;
+    name_is_free(&mut tx, who, &valid.name).await?;
+
+    let id = AllocationId::new_random();
+    let mut reservation = Reservation {
+        id,
+        tenant: who.tenant(),
+        project: who.id(),
+        user: who.user(),
+        name: &valid.name,
+        sku: &sku,
+        listing_version: software.id,
+        ssh_public_key: &valid.ssh_public_key,
+        tags: &valid.tags,
+        user_data_sealed: valid
+            .user_data
+            .as_deref()
+            .map(|u| lifecycle::seal_user_data(cp.secrets(), id, u)),
+        idempotency_key: &valid.idempotency_key,
+        fingerprint: &valid.fingerprint,
+        requested_at,
+        expires_at: hours.map(|h| requested_at + time::Duration::hours(i64::from(h))),
+    };
+    let placed = placement::place(
+        &mut tx,
+        &sku,
+        &regions,
+        &mut reservation,
+        cp.contention_deadline(),
+        cp.refusal_reasons(),
+    )
+    .await?;
+    publish_ports_at_launch(&mut tx, id, &valid.published_ports).await?;
+    let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
+    let resource = cp
+        .naming()
+        .allocation(&placed.region, who.tenant(), who.id(), id)?;
+    record_launch(
+        &mut tx, who, &resource, &valid, &sku, &software, &placed, request_id,
+    )
+    .await?;
+    tx.commit().await?;
+    if let Some(node) = node {
+        cp.wakeups().task_queued(node);
+    }
+    Ok(Launched { id, created: true })
+}
+
+/// The SKU and the listing version a launch asks for, checked: for sale, fitting each other,
+/// and taking user data if it carries some.
+async fn sku_and_software(
+    conn: &mut PgConnection,
+    req: &LaunchRequest,
+    valid: &decide::ValidLaunch,
+) -> Result<(Sku, cp_marketplace::LaunchVersion)> {
+    let sku = match sku_by_name(&mut *conn, &req.sku).await {
         Err(Error::NotFound { .. }) => {
             return Err(invalid(
                 "sku",
@@ -794,7 +850,7 @@ async fn launch_once(
             format!("{} is not for sale ({})", sku.name, sku.state),
         ));
     }
-    let software = cp_marketplace::launch_version(&mut tx, &req.listing, &req.version).await?;
+    let software = cp_marketplace::launch_version(&mut *conn, &req.listing, &req.version).await?;
     if let Some(why) = software.compatibility.why_not(&sku) {
         return Err(invalid(
             "sku",
@@ -811,23 +867,33 @@ async fn launch_once(
             ),
         ));
     }
+    Ok((sku, software))
+}
+
+/// The policy chain, in this transaction; limits are counted under the scope's lock. Returns
+/// the regions the launch may go to and its lifetime in hours, if it has one.
+async fn within_policies(
+    conn: &mut PgConnection,
+    who: &Project<ProjectOperators>,
+    sku: &Sku,
+    software: &cp_marketplace::LaunchVersion,
+    valid: &decide::ValidLaunch,
+) -> Result<(Vec<String>, Option<u32>)> {
     let fee = software
         .compatibility
         .fee
         .as_ref()
         .map_or(0, |f| f.amount_minor);
-    let regions = decide::regions(&sku, &valid.region)?;
-
-    // The policy chain, in this transaction; limits are counted under the scope's lock.
-    let policies = resolve_policies_on(&mut tx, Some(who.tenant()), Some(who.id())).await?;
-    let allowed = decide::allowed(&policies, &sku, &software.slug, &valid.region, regions)?;
+    let regions = decide::regions(sku, &valid.region)?;
+    let policies = resolve_policies_on(&mut *conn, Some(who.tenant()), Some(who.id())).await?;
+    let allowed = decide::allowed(&policies, sku, &software.slug, &valid.region, regions)?;
     match allowed.lock() {
         Some(decide::LockScope::Project) => {
             sqlx::query!(
                 "SELECT 1 AS one FROM projects WHERE id = $1 FOR NO KEY UPDATE",
                 who.id() as ProjectId
             )
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await?;
         }
         Some(decide::LockScope::Tenant) => {
@@ -835,7 +901,7 @@ async fn launch_once(
                 "SELECT 1 AS one FROM tenants WHERE id = $1 FOR NO KEY UPDATE",
                 who.tenant() as TenantId
             )
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await?;
         }
         None => {}
@@ -848,16 +914,16 @@ async fn launch_once(
             who.tenant() as TenantId,
             counts_in_project(quota.1).then_some(who.id().0),
         )
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut *conn)
         .await?;
-        decide::within_gpu_quota(quota, in_use, &sku)?;
+        decide::within_gpu_quota(quota, in_use, sku)?;
     }
     if let Some(budget) = allowed.budget {
-        decide::budget_currency(budget, &sku)?;
+        decide::budget_currency(budget, sku)?;
         // The ledger's month-to-date (rated charges plus what runs unrated), in this
         // transaction.
         let spent = cp_billing::reports::spent_this_month(
-            &mut tx,
+            &mut *conn,
             who.tenant(),
             counts_in_project(budget.1).then_some(who.id()),
             &budget.0.currency,
@@ -865,19 +931,25 @@ async fn launch_once(
         )
         .await?
         .ceil_to_minor();
-        decide::within_budget(budget, spent, &sku, fee, &software.label)?;
+        decide::within_budget(budget, spent, sku, fee, &software.label)?;
     }
     let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
     decide::within_published_ports(&policies, &valid.published_ports)?;
-    let regions = allowed.regions;
-    let expires_at = hours.map(|h| requested_at + time::Duration::hours(i64::from(h)));
+    Ok((allowed.regions, hours))
+}
 
+/// Refuses a name a live allocation of the project has.
+async fn name_is_free(
+    conn: &mut PgConnection,
+    who: &Project<ProjectOperators>,
+    name: &str,
+) -> Result<()> {
     let taken = sqlx::query_scalar!(
         "SELECT 1 AS one FROM allocations WHERE project_id = $1 AND name = $2 AND state <> 'released'",
         who.id() as ProjectId,
         name
     )
-    .fetch_optional(&mut *tx)
+    .fetch_optional(&mut *conn)
     .await?;
     if taken.is_some() {
         return Err(invalid(
@@ -885,61 +957,53 @@ async fn launch_once(
             format!("{name} is the name of a live allocation in this project"),
         ));
     }
+    Ok(())
+}
 
-    let id = AllocationId::new_random();
-    let mut reservation = Reservation {
-        id,
-        tenant: who.tenant(),
-        project: who.id(),
-        user,
-        name,
-        sku: &sku,
-        listing_version: software.id,
-        ssh_public_key,
-        tags: &valid.tags,
-        user_data_sealed: valid
-            .user_data
-            .as_deref()
-            .map(|u| lifecycle::seal_user_data(cp.secrets(), id, u)),
-        idempotency_key: key,
-        fingerprint,
-        requested_at,
-        expires_at,
-    };
-    let placed = placement::place(
-        &mut tx,
-        &sku,
-        &regions,
-        &mut reservation,
-        cp.contention_deadline(),
-        cp.refusal_reasons(),
-    )
-    .await?;
-    if !valid.published_ports.is_empty() {
+/// The guest ports a launch publishes, on its allocation row.
+async fn publish_ports_at_launch(
+    conn: &mut PgConnection,
+    id: AllocationId,
+    ports: &[u16],
+) -> Result<()> {
+    if !ports.is_empty() {
         sqlx::query!(
             "UPDATE allocations SET published_ports = $2 WHERE id = $1",
             id as AllocationId,
-            &valid
-                .published_ports
-                .iter()
-                .map(|&p| i32::from(p))
-                .collect::<Vec<_>>(),
+            &ports.iter().map(|&p| i32::from(p)).collect::<Vec<_>>(),
         )
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
     }
-    let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
+    Ok(())
+}
+
+/// The launch's audit record.
+#[allow(clippy::too_many_arguments)]
+async fn record_launch(
+    conn: &mut PgConnection,
+    who: &Project<ProjectOperators>,
+    resource: &cp_base::ResourceName,
+    valid: &decide::ValidLaunch,
+    sku: &Sku,
+    software: &cp_marketplace::LaunchVersion,
+    placed: &Placement,
+    request_id: Option<&str>,
+) -> Result<()> {
+    let fee = software
+        .compatibility
+        .fee
+        .as_ref()
+        .map_or(0, |f| f.amount_minor);
     audit::record(
-        &mut tx,
+        &mut *conn,
         AuditEntry {
-            actor: Actor::User(user),
+            actor: Actor::User(who.user()),
             action: "allocation.launch",
-            resource: &cp
-                .naming()
-                .allocation(&placed.region, who.tenant(), who.id(), id)?,
+            resource,
             before: None,
             after: Some(json!({
-                "name": name, "sku": sku.name, "node": placed.hostname,
+                "name": valid.name, "sku": sku.name, "node": placed.hostname,
                 "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
                 "user_data_bytes": valid.user_data.as_ref().map(String::len),
                 "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
@@ -949,11 +1013,7 @@ async fn launch_once(
         },
     )
     .await?;
-    tx.commit().await?;
-    if let Some(node) = node {
-        cp.wakeups().task_queued(node);
-    }
-    Ok(Launched { id, created: true })
+    Ok(())
 }
 
 /// The allocation an idempotency key already made, if any; a different request with the
