@@ -214,130 +214,14 @@ pub(crate) async fn task_finished(
     }
     let (task_state, task_error) = match (kind, outcome) {
         ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Succeeded { output }) => {
-            let TaskOutput::Provisioned(p) = output else {
-                return Err(Error::Invalid {
-                    field: "result",
-                    reason: format!("a {kind} task answers with where to connect"),
-                });
-            };
-            let planned = planned_endpoint(spec)?;
-            if (p.ssh_host.as_str(), p.ssh_port, p.ssh_user.as_str())
-                != (planned.host.as_str(), planned.port, planned.user.as_str())
-            {
-                tracing::warn!(
-                    node.id = %node, allocation.id = %id,
-                    reported.host = %p.ssh_host.escape_debug(), reported.port = p.ssh_port,
-                    reported.user = %p.ssh_user.escape_debug(),
-                    "a host reported another SSH endpoint than the one planned; the planned one stands"
-                );
-            }
-            // A release may have been asked for meanwhile: then only the observation counts.
-            sqlx::query!(
-                "UPDATE allocations SET observed_state = 'running', ssh_host = $2, ssh_port = $3,
-                        ssh_user = $4,
-                        state = CASE WHEN state = 'provisioning' THEN 'running' ELSE state END
-                 WHERE id = $1",
-                id as AllocationId,
-                planned.host,
-                i32::from(planned.port),
-                planned.user
-            )
-            .execute(&mut *conn)
-            .await?;
-            ("succeeded", None)
+            provisioned(conn, node, kind, id, spec, output).await?
         }
         ("slice.vm_provision" | "baremetal.provision", TaskOutcome::Failed { error }) => {
-            if state == "provisioning" {
-                // The host may have written to the slot: clean it like any release.
-                // The provision was claimed (this is its answer): nothing to cancel.
-                begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
-                queue_later(&mut *conn, "allocation.release", id).await?;
-            }
-            ("failed", Some(error.clone()))
+            provision_failed(conn, id, state, error).await?
         }
         ("slice.vm_release" | "baremetal.release", outcome) => {
-            let stage = if state == "cleaning" {
-                "cleanup failed"
-            } else {
-                "release failed"
-            };
-            let verdict = match outcome {
-                TaskOutcome::Failed { error } => Err(format!("{stage}: {error}")),
-                TaskOutcome::Succeeded {
-                    output: TaskOutput::Cleaned(proof),
-                } => {
-                    let plan: TaskSpec = serde_json::from_value(spec)
-                        .map_err(|e| Error::Corrupt(format!("task {task} spec: {e}")))?;
-                    let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = plan
-                    else {
-                        return Err(Error::Corrupt(format!("task {task} is not a release")));
-                    };
-                    let hash = sqlx::query_scalar!(
-                        "SELECT credential_hash FROM node_credentials
-                         WHERE node_id = $1 AND revoked_at IS NULL",
-                        node as NodeId
-                    )
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .unwrap_or_default();
-                    verify_proof(proof, id, node, &plan, &hash)
-                        .map(|()| proof)
-                        .map_err(|e| format!("cleanup proof refused: {e}"))
-                }
-                TaskOutcome::Succeeded { .. } => Err(format!(
-                    "{stage}: the agent answered without a cleanup proof"
-                )),
-            };
-            match verdict {
-                Ok(proof) => {
-                    for s in &proof.slots {
-                        sqlx::query!(
-                            "INSERT INTO cleanup_certificates
-                                 (id, allocation_id, node_id, slot_id, task_id, nvme_serial,
-                                  wipe_method, wipe_verified, gpu_reset, firmware_ok, signature,
-                                  wipe_ms, verified_samples, gpu_firmware)
-                             VALUES (gen_random_uuid(), $1, $2, $3::text::uuid, $4, $5, $6, $7, $8, $9, $10,
-                                     $11, $12, $13)",
-                            id as AllocationId,
-                            node as NodeId,
-                            s.slot_id,
-                            task as AgentTaskId,
-                            s.nvme_serial,
-                            s.wipe_method,
-                            s.wipe_verified,
-                            s.gpu_reset,
-                            s.firmware_ok,
-                            proof.signature,
-                            s.wipe_ms.min(i64::MAX as u64) as i64,
-                            s.verified_samples.min(i32::MAX as u32) as i32,
-                            s.gpu_firmware.chars().take(200).collect::<String>(),
-                        )
-                        .execute(&mut *conn)
-                        .await?;
-                    }
-                    if state != "cleaning" {
-                        // A wipe that started ended the claims with the move to `cleaning`
-                        // ([`wipe_started`]); one reported without that phase ends them now.
-                        end_claims(&mut *conn, id).await?;
-                    }
-                    sqlx::query!(
-                        "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL
-                         WHERE id = ANY(SELECT (s ->> 'slot_id')::uuid
-                                        FROM jsonb_array_elements($1::jsonb) AS s)",
-                        serde_json::to_value(&proof.slots).expect("serializes"),
-                    )
-                    .execute(&mut *conn)
-                    .await?;
-                    sqlx::query!(
-                        "UPDATE allocations SET state = 'released', released_at = now(),
-                                observed_state = 'absent'
-                         WHERE id = $1 AND state IN ('releasing', 'cleaning')",
-                        id as AllocationId
-                    )
-                    .execute(&mut *conn)
-                    .await?;
-                    ("succeeded", None)
-                }
+            match cleanup_verdict(conn, node, task, id, state, spec, outcome).await? {
+                Ok(proof) => cleaned(conn, node, task, id, state, proof).await?,
                 Err(reason) => {
                     end_blocked(&mut *conn, id, &reason, "absent").await?;
                     ("failed", Some(reason))
@@ -376,6 +260,171 @@ pub(crate) async fn task_finished(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// How a task ended: its state, and the reason when it failed.
+type TaskEnd = (&'static str, Option<String>);
+
+/// A provision answered with where to connect: the allocation runs, reached at the endpoint
+/// the platform planned (a host that reports another is logged, not believed).
+async fn provisioned(
+    conn: &mut PgConnection,
+    node: NodeId,
+    kind: &str,
+    id: AllocationId,
+    spec: serde_json::Value,
+    output: &TaskOutput,
+) -> Result<TaskEnd> {
+    let TaskOutput::Provisioned(p) = output else {
+        return Err(Error::Invalid {
+            field: "result",
+            reason: format!("a {kind} task answers with where to connect"),
+        });
+    };
+    let planned = planned_endpoint(spec)?;
+    if (p.ssh_host.as_str(), p.ssh_port, p.ssh_user.as_str())
+        != (planned.host.as_str(), planned.port, planned.user.as_str())
+    {
+        tracing::warn!(
+            node.id = %node, allocation.id = %id,
+            reported.host = %p.ssh_host.escape_debug(), reported.port = p.ssh_port,
+            reported.user = %p.ssh_user.escape_debug(),
+            "a host reported another SSH endpoint than the one planned; the planned one stands"
+        );
+    }
+    // A release may have been asked for meanwhile: then only the observation counts.
+    sqlx::query!(
+        "UPDATE allocations SET observed_state = 'running', ssh_host = $2, ssh_port = $3,
+                ssh_user = $4,
+                state = CASE WHEN state = 'provisioning' THEN 'running' ELSE state END
+         WHERE id = $1",
+        id as AllocationId,
+        planned.host,
+        i32::from(planned.port),
+        planned.user
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(("succeeded", None))
+}
+
+/// A provision failed: the host may have written to the slot, so it is cleaned like any
+/// release (the provision was claimed, this is its answer: nothing to cancel).
+async fn provision_failed(
+    conn: &mut PgConnection,
+    id: AllocationId,
+    state: &str,
+    error: &str,
+) -> Result<TaskEnd> {
+    if state == "provisioning" {
+        begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
+        queue_later(&mut *conn, "allocation.release", id).await?;
+    }
+    Ok(("failed", Some(error.to_owned())))
+}
+
+/// What a release's answer proves: its cleanup proof, verified against the release plan and
+/// the node's current credential, or why the slots can't go back.
+#[allow(clippy::too_many_arguments)]
+async fn cleanup_verdict<'o>(
+    conn: &mut PgConnection,
+    node: NodeId,
+    task: AgentTaskId,
+    id: AllocationId,
+    state: &str,
+    spec: serde_json::Value,
+    outcome: &'o TaskOutcome,
+) -> Result<std::result::Result<&'o CleanupProof, String>> {
+    let stage = if state == "cleaning" {
+        "cleanup failed"
+    } else {
+        "release failed"
+    };
+    let verdict = match outcome {
+        TaskOutcome::Failed { error } => Err(format!("{stage}: {error}")),
+        TaskOutcome::Succeeded {
+            output: TaskOutput::Cleaned(proof),
+        } => {
+            let plan: TaskSpec = serde_json::from_value(spec)
+                .map_err(|e| Error::Corrupt(format!("task {task} spec: {e}")))?;
+            let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = plan else {
+                return Err(Error::Corrupt(format!("task {task} is not a release")));
+            };
+            let hash = sqlx::query_scalar!(
+                "SELECT credential_hash FROM node_credentials
+                 WHERE node_id = $1 AND revoked_at IS NULL",
+                node as NodeId
+            )
+            .fetch_optional(&mut *conn)
+            .await?
+            .unwrap_or_default();
+            verify_proof(proof, id, node, &plan, &hash)
+                .map(|()| proof)
+                .map_err(|e| format!("cleanup proof refused: {e}"))
+        }
+        TaskOutcome::Succeeded { .. } => Err(format!(
+            "{stage}: the agent answered without a cleanup proof"
+        )),
+    };
+    Ok(verdict)
+}
+
+/// A verified cleanup: its certificates, the slots clean, the allocation released.
+async fn cleaned(
+    conn: &mut PgConnection,
+    node: NodeId,
+    task: AgentTaskId,
+    id: AllocationId,
+    state: &str,
+    proof: &CleanupProof,
+) -> Result<TaskEnd> {
+    for s in &proof.slots {
+        sqlx::query!(
+            "INSERT INTO cleanup_certificates
+                 (id, allocation_id, node_id, slot_id, task_id, nvme_serial,
+                  wipe_method, wipe_verified, gpu_reset, firmware_ok, signature,
+                  wipe_ms, verified_samples, gpu_firmware)
+             VALUES (gen_random_uuid(), $1, $2, $3::text::uuid, $4, $5, $6, $7, $8, $9, $10,
+                     $11, $12, $13)",
+            id as AllocationId,
+            node as NodeId,
+            s.slot_id,
+            task as AgentTaskId,
+            s.nvme_serial,
+            s.wipe_method,
+            s.wipe_verified,
+            s.gpu_reset,
+            s.firmware_ok,
+            proof.signature,
+            s.wipe_ms.min(i64::MAX as u64) as i64,
+            s.verified_samples.min(i32::MAX as u32) as i32,
+            s.gpu_firmware.chars().take(200).collect::<String>(),
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    if state != "cleaning" {
+        // A wipe that started ended the claims with the move to `cleaning`
+        // ([`wipe_started`]); one reported without that phase ends them now.
+        end_claims(&mut *conn, id).await?;
+    }
+    sqlx::query!(
+        "UPDATE node_resource_slots SET cleanup_state = 'clean', cleanup_detail = NULL
+         WHERE id = ANY(SELECT (s ->> 'slot_id')::uuid
+                        FROM jsonb_array_elements($1::jsonb) AS s)",
+        serde_json::to_value(&proof.slots).expect("serializes"),
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query!(
+        "UPDATE allocations SET state = 'released', released_at = now(),
+                observed_state = 'absent'
+         WHERE id = $1 AND state IN ('releasing', 'cleaning')",
+        id as AllocationId
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(("succeeded", None))
 }
 
 /// Whether a phase report changes the node's claims: the start of a release's wipe does
