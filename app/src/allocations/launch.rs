@@ -501,11 +501,6 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
             .err()
             .or_else(|| chosen_sku().and_then(|s| nothing_free(&s, &region.get())))
     };
-    let lifetime_hint =
-        move || match budget().and_then(|p| p.max_lifetime_hours.zip(p.lifetime_policy)) {
-            Some((h, policy)) => format!("At most {} here ({policy}).", hours_label(h)),
-            None => "Billing stops when it is released.".to_string(),
-        };
     let regions: Vec<String> = {
         let mut r: Vec<String> = f
             .skus
@@ -525,9 +520,6 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
             None => format!("{r} — not sold there"),
         }
     };
-    let (os_images, stacks): (Vec<LaunchImage>, Vec<LaunchImage>) =
-        f.images.clone().into_iter().partition(|i| i.os);
-    let has_keys = !f.ssh_keys.is_empty();
     let initial = f.clone();
     view! {
         <section class="card" aria-labelledby="launch-form">
@@ -562,51 +554,8 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                             }).collect_view()}
                         </select>
                     </label>
-                    {match f.software {
-                        Some(sw) => view! {
-                            <label>"Software"
-                                <input type="hidden" name="image" value=sw.slug.clone() />
-                                <select name="version" id="launch-version">
-                                    {sw.versions.into_iter().map(|v| { let l = format!("{} {v}", sw.name); view! { <option value=v>{l}</option> } }).collect_view()}
-                                </select>
-                                {sw.fee.map(|fee| view! { <span class="hint" id="launch-fee">"Listing fee: " {fee} ", on top of the SKU"</span> })}
-                                <span class="hint"><a href="/launch">"Choose other software"</a></span>
-                            </label>
-                        }.into_any(),
-                        None => view! {
-                            <label>"Image"
-                                <select name="image" id="launch-image" on:change=move |ev| image.set(event_target_value(&ev))>
-                                    <optgroup label="Operating systems">
-                                        {os_images.into_iter().map(|i| {
-                                            let sel = i.slug == initial.image;
-                                            view! { <option value=i.slug selected=sel>{i.label}</option> }
-                                        }).collect_view()}
-                                    </optgroup>
-                                    <optgroup label="Marketplace stacks">
-                                        {stacks.into_iter().map(|i| {
-                                            let sel = i.slug == initial.image;
-                                            view! { <option value=i.slug selected=sel>{i.label}</option> }
-                                        }).collect_view()}
-                                    </optgroup>
-                                </select>
-                                <span class="hint"><a href="/marketplace">"Browse the marketplace"</a></span>
-                            </label>
-                        }.into_any(),
-                    }}
-                    <label>"Release after"
-                        <select name="lifetime_hours" id="launch-lifetime" on:change=move |ev| chosen_lifetime.set(event_target_value(&ev)) aria-describedby="launch-lifetime-error" aria-invalid=field_invalid(launch.value(), "lifetime_hours")>
-                            <option value="" selected=initial.lifetime.is_empty()>{move || match budget().and_then(|p| p.max_lifetime_hours) {
-                                Some(h) => format!("The longest allowed ({})", hours_label(h)),
-                                None => "Keep it until I release it".to_string(),
-                            }}</option>
-                            {LIFETIMES.iter().map(|h| {
-                                let sel = initial.lifetime == h.to_string();
-                                view! { <option value=h.to_string() selected=sel>{hours_label(*h)}</option> }
-                            }).collect_view()}
-                        </select>
-                        <span class="hint" id="launch-lifetime-hint">{lifetime_hint}</span>
-                        {field_error(launch.value(), "lifetime_hours", "launch-lifetime-error")}
-                    </label>
+                    <ImageField software=f.software.clone() images=f.images.clone() initial=initial.image.clone() image=image />
+                    <LifetimeField initial=initial.lifetime.clone() chosen=chosen_lifetime project=Signal::derive(budget) launch=launch />
                     <label>"Publish ports"
                         <input name="published_ports" id="launch-ports" inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="launch-ports-hint launch-ports-error" aria-invalid=field_invalid(launch.value(), "published_ports") />
                         <span class="hint" id="launch-ports-hint">"Optional: guest TCP ports to reach from the internet besides SSH (a notebook, an endpoint), each on its own public port."</span>
@@ -617,34 +566,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
                         {field_error(launch.value(), "name", "launch-name-error")}
                     </label>
-                    <fieldset class="wide" id="launch-keys">
-                        <legend>"SSH keys"</legend>
-                        {if has_keys {
-                            view! {
-                                <div>
-                                    {f.ssh_keys.iter().map(|(id, label)| view! {
-                                        <label class="check">
-                                            <input type="checkbox" name="ssh_key_ids[]" value=id.clone() />
-                                            {label.clone()}
-                                        </label>
-                                    }).collect_view()}
-                                </div>
-                            }.into_any()
-                        } else {
-                            view! { <p class="hint">"You have no saved keys yet. Paste one below and give it a name to keep it for next time, or manage keys on " <a href="/account">"your account page"</a> "."</p> }.into_any()
-                        }}
-                        <div class="form-grid">
-                            <label>{if has_keys { "Or paste another public key" } else { "Public key" }}
-                                <textarea name="ssh_public_keys" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="launch-key-error" aria-invalid=field_invalid(launch.value(), "ssh_public_keys")></textarea>
-                                {field_error(launch.value(), "ssh_public_keys", "launch-key-error")}
-                            </label>
-                            <label>"Save the pasted key as"
-                                <input name="save_key_as" placeholder="laptop" autocomplete="off" aria-describedby="launch-save-error" aria-invalid=field_invalid(launch.value(), "save_key_as") />
-                                <span class="hint">"Optional: keeps the pasted key on your account for next time."</span>
-                                {field_error(launch.value(), "save_key_as", "launch-save-error")}
-                            </label>
-                        </div>
-                    </fieldset>
+                    <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
                 </div>
                 <section class="estimate" aria-labelledby="estimate-h" aria-live="polite">
                     <h3 id="estimate-h">"Estimated cost"</h3>
@@ -668,6 +590,122 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         </section>
     }
     .into_any()
+}
+
+/// The software a listing page chose (its versions and fee), or the image to launch: operating
+/// systems first, then marketplace stacks.
+#[component]
+fn ImageField(
+    software: Option<Software>,
+    images: Vec<LaunchImage>,
+    initial: String,
+    image: RwSignal<String>,
+) -> impl IntoView {
+    let (os_images, stacks): (Vec<LaunchImage>, Vec<LaunchImage>) =
+        images.into_iter().partition(|i| i.os);
+    match software {
+        Some(sw) => view! {
+            <label>"Software"
+                <input type="hidden" name="image" value=sw.slug.clone() />
+                <select name="version" id="launch-version">
+                    {sw.versions.into_iter().map(|v| { let l = format!("{} {v}", sw.name); view! { <option value=v>{l}</option> } }).collect_view()}
+                </select>
+                {sw.fee.map(|fee| view! { <span class="hint" id="launch-fee">"Listing fee: " {fee} ", on top of the SKU"</span> })}
+                <span class="hint"><a href="/launch">"Choose other software"</a></span>
+            </label>
+        }.into_any(),
+        None => view! {
+            <label>"Image"
+                <select name="image" id="launch-image" on:change=move |ev| image.set(event_target_value(&ev))>
+                    <optgroup label="Operating systems">
+                        {os_images.into_iter().map(|i| {
+                            let sel = i.slug == initial;
+                            view! { <option value=i.slug selected=sel>{i.label}</option> }
+                        }).collect_view()}
+                    </optgroup>
+                    <optgroup label="Marketplace stacks">
+                        {stacks.into_iter().map(|i| {
+                            let sel = i.slug == initial;
+                            view! { <option value=i.slug selected=sel>{i.label}</option> }
+                        }).collect_view()}
+                    </optgroup>
+                </select>
+                <span class="hint"><a href="/marketplace">"Browse the marketplace"</a></span>
+            </label>
+        }.into_any(),
+    }
+}
+
+/// When it is released: never, or after a lifetime, within the project's policy.
+#[component]
+fn LifetimeField(
+    initial: String,
+    chosen: RwSignal<String>,
+    project: Signal<Option<LaunchProject>>,
+    launch: ServerAction<LaunchAllocation>,
+) -> impl IntoView {
+    let hint = move || match project
+        .get()
+        .and_then(|p| p.max_lifetime_hours.zip(p.lifetime_policy))
+    {
+        Some((h, policy)) => format!("At most {} here ({policy}).", hours_label(h)),
+        None => "Billing stops when it is released.".to_string(),
+    };
+    view! {
+        <label>"Release after"
+            <select name="lifetime_hours" id="launch-lifetime" on:change=move |ev| chosen.set(event_target_value(&ev)) aria-describedby="launch-lifetime-error" aria-invalid=field_invalid(launch.value(), "lifetime_hours")>
+                <option value="" selected=initial.is_empty()>{move || match project.get().and_then(|p| p.max_lifetime_hours) {
+                    Some(h) => format!("The longest allowed ({})", hours_label(h)),
+                    None => "Keep it until I release it".to_string(),
+                }}</option>
+                {LIFETIMES.iter().map(|h| {
+                    let sel = initial == h.to_string();
+                    view! { <option value=h.to_string() selected=sel>{hours_label(*h)}</option> }
+                }).collect_view()}
+            </select>
+            <span class="hint" id="launch-lifetime-hint">{hint}</span>
+            {field_error(launch.value(), "lifetime_hours", "launch-lifetime-error")}
+        </label>
+    }
+}
+
+/// The SSH keys to install: saved ones to tick, and one to paste (and perhaps save).
+#[component]
+fn KeysFieldset(
+    keys: Vec<(String, String)>,
+    launch: ServerAction<LaunchAllocation>,
+) -> impl IntoView {
+    let has_keys = !keys.is_empty();
+    view! {
+        <fieldset class="wide" id="launch-keys">
+            <legend>"SSH keys"</legend>
+            {if has_keys {
+                view! {
+                    <div>
+                        {keys.iter().map(|(id, label)| view! {
+                            <label class="check">
+                                <input type="checkbox" name="ssh_key_ids[]" value=id.clone() />
+                                {label.clone()}
+                            </label>
+                        }).collect_view()}
+                    </div>
+                }.into_any()
+            } else {
+                view! { <p class="hint">"You have no saved keys yet. Paste one below and give it a name to keep it for next time, or manage keys on " <a href="/account">"your account page"</a> "."</p> }.into_any()
+            }}
+            <div class="form-grid">
+                <label>{if has_keys { "Or paste another public key" } else { "Public key" }}
+                    <textarea name="ssh_public_keys" rows="3" required=!has_keys placeholder="ssh-ed25519 AAAA… you@laptop" aria-describedby="launch-key-error" aria-invalid=field_invalid(launch.value(), "ssh_public_keys")></textarea>
+                    {field_error(launch.value(), "ssh_public_keys", "launch-key-error")}
+                </label>
+                <label>"Save the pasted key as"
+                    <input name="save_key_as" placeholder="laptop" autocomplete="off" aria-describedby="launch-save-error" aria-invalid=field_invalid(launch.value(), "save_key_as") />
+                    <span class="hint">"Optional: keeps the pasted key on your account for next time."</span>
+                    {field_error(launch.value(), "save_key_as", "launch-save-error")}
+                </label>
+            </div>
+        </fieldset>
+    }
 }
 
 #[cfg(test)]
