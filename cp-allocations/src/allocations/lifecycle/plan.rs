@@ -144,7 +144,8 @@ pub(crate) async fn queue_provisions(
         Written::Placed => "placed",
         Written::AsProvisioning => "provisioning",
     };
-    let rows = sqlx::query!(
+    let rows = sqlx::query_as!(
+        ProvisionRow,
         r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
                   v.image_sha256, v.ssh_user, v.cloud_init, a.user_data, a.user_data_sealed,
@@ -169,6 +170,124 @@ pub(crate) async fn queue_provisions(
     }
     let ids_found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
     let slots = planned_slots_of(&mut *conn, &ids_found).await?;
+    let pkeys = tenant_pkeys(&mut *conn, &rows).await?;
+    let partitions = nvlink_partitions(&mut *conn, &rows).await?;
+
+    let mut tasks = NewTasks::with_capacity(rows.len());
+    for a in rows {
+        let planned: Vec<PlannedSlot> = slots
+            .iter()
+            .filter(|(id, _)| *id == a.id)
+            .map(|(_, s)| s.clone())
+            .collect();
+        let network = network_plan(
+            &planned,
+            a.public_host.clone(),
+            a.public_port_base,
+            &a.published_ports,
+            a.east_west_group,
+        )?;
+        let fabric = fabric_plan(&a, &planned, &pkeys, &partitions)?;
+        let trace = ids
+            .iter()
+            .find(|(id, _)| *id == a.id)
+            .and_then(|(_, t)| t.clone());
+        let (id, node) = (a.id, a.node_id);
+        let spec = provision_spec(a, planned, network, fabric);
+        tasks.push(id, node, spec, trace);
+    }
+    insert_tasks(
+        &mut *conn,
+        &tasks.ids,
+        &tasks.nodes,
+        &tasks.kinds,
+        &tasks.specs,
+        &tasks.allocations,
+        &tasks.traces,
+    )
+    .await?;
+    if written == Written::Placed {
+        sqlx::query!(
+            "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
+             WHERE id = ANY($1)",
+            &tasks.allocations
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(tasks.nodes.into_iter().map(NodeId).collect())
+}
+
+/// An allocation to provision, with what its plan needs.
+struct ProvisionRow {
+    id: AllocationId,
+    shape: String,
+    node_id: NodeId,
+    name: String,
+    ssh_public_key: String,
+    image: String,
+    image_source: String,
+    image_sha256: Option<String>,
+    ssh_user: String,
+    cloud_init: serde_json::Value,
+    user_data: Option<String>,
+    user_data_sealed: Option<String>,
+    published_ports: Vec<Option<i32>>,
+    public_host: String,
+    public_port_base: i32,
+    tenant_id: TenantId,
+    east_west_group: Option<ProjectId>,
+}
+
+/// The provision tasks to write, as the columns [`insert_tasks`] takes.
+struct NewTasks {
+    ids: Vec<uuid::Uuid>,
+    nodes: Vec<uuid::Uuid>,
+    kinds: Vec<String>,
+    specs: Vec<serde_json::Value>,
+    allocations: Vec<uuid::Uuid>,
+    traces: Vec<Option<String>>,
+}
+
+impl NewTasks {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(n),
+            nodes: Vec::with_capacity(n),
+            kinds: Vec::with_capacity(n),
+            specs: Vec::with_capacity(n),
+            allocations: Vec::with_capacity(n),
+            traces: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(
+        &mut self,
+        allocation: AllocationId,
+        node: NodeId,
+        spec: (TaskSpec, Option<String>),
+        trace: Option<String>,
+    ) {
+        let (spec, sealed) = spec;
+        self.ids.push(AgentTaskId::new_random().0);
+        self.nodes.push(node.0);
+        self.kinds.push(spec.kind().to_string());
+        let mut spec = serde_json::to_value(&spec).expect("a task spec serializes");
+        // Sealed at rest here too: the claim opens it for the agent (`open_user_data`).
+        if let (Some(sealed), Some(spec)) = (sealed, spec.as_object_mut()) {
+            spec.insert(SEALED_USER_DATA.into(), sealed.into());
+        }
+        self.specs.push(spec);
+        self.traces.push(trace);
+        self.allocations.push(allocation.0);
+    }
+}
+
+/// Each tenant's InfiniBand partition key, assigned on first use and kept.
+async fn tenant_pkeys(
+    conn: &mut PgConnection,
+    rows: &[ProvisionRow],
+) -> Result<Vec<(TenantId, i32)>> {
     let mut tenants: Vec<uuid::Uuid> = rows.iter().map(|r| r.tenant_id.0).collect();
     tenants.sort_unstable();
     tenants.dedup();
@@ -186,6 +305,14 @@ pub(crate) async fn queue_provisions(
     )
     .fetch_all(&mut *conn)
     .await?;
+    Ok(pkeys.into_iter().map(|p| (p.tenant_id, p.pkey)).collect())
+}
+
+/// The NVLink partitions of the rows' nodes: (node, partition id, its slots).
+async fn nvlink_partitions(
+    conn: &mut PgConnection,
+    rows: &[ProvisionRow],
+) -> Result<Vec<(NodeId, i32, Vec<uuid::Uuid>)>> {
     let mut nodes: Vec<uuid::Uuid> = rows.iter().map(|r| r.node_id.0).collect();
     nodes.sort_unstable();
     nodes.dedup();
@@ -197,123 +324,89 @@ pub(crate) async fn queue_provisions(
     )
     .fetch_all(&mut *conn)
     .await?;
+    Ok(partitions
+        .into_iter()
+        .map(|p| (p.node_id, p.partition_id, p.slot_ids))
+        .collect())
+}
 
-    let mut task_ids = Vec::with_capacity(rows.len());
-    let mut task_nodes = Vec::with_capacity(rows.len());
-    let mut kinds = Vec::with_capacity(rows.len());
-    let mut specs = Vec::with_capacity(rows.len());
-    let mut allocations = Vec::with_capacity(rows.len());
-    let mut traces = Vec::with_capacity(rows.len());
-    for a in rows {
-        let planned: Vec<PlannedSlot> = slots
+/// The fabric an allocation joins: its tenant's InfiniBand partition, and for a 2-, 4- or
+/// 8-GPU slice the NVLink partition holding exactly its slots.
+fn fabric_plan(
+    a: &ProvisionRow,
+    planned: &[PlannedSlot],
+    pkeys: &[(TenantId, i32)],
+    partitions: &[(NodeId, i32, Vec<uuid::Uuid>)],
+) -> Result<FabricPlan> {
+    let pkey = pkeys
+        .iter()
+        .find(|(t, _)| *t == a.tenant_id)
+        .map(|(_, k)| *k)
+        .ok_or_else(|| Error::Corrupt(format!("no IB partition key for {}", a.tenant_id)))?;
+    let mine: Vec<uuid::Uuid> = planned
+        .iter()
+        .map(|s| {
+            s.slot_id
+                .parse()
+                .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
+        })
+        .collect::<Result<_>>()?;
+    let nvlink_partition = if mine.len() >= 2 {
+        partitions
             .iter()
-            .filter(|(id, _)| *id == a.id)
-            .map(|(_, s)| s.clone())
-            .collect();
-        let network = network_plan(
-            &planned,
-            a.public_host,
-            a.public_port_base,
-            &a.published_ports,
-            a.east_west_group,
-        )?;
-        let pkey = pkeys
-            .iter()
-            .find(|p| p.tenant_id == a.tenant_id)
-            .map(|p| p.pkey)
-            .ok_or_else(|| Error::Corrupt(format!("no IB partition key for {}", a.tenant_id)))?;
-        let mine: Vec<uuid::Uuid> = planned
-            .iter()
-            .map(|s| {
-                s.slot_id
-                    .parse()
-                    .map_err(|_| Error::Corrupt(format!("slot id {}", s.slot_id)))
+            .find(|(node, _, slots)| {
+                *node == a.node_id
+                    && slots.len() == mine.len()
+                    && mine.iter().all(|s| slots.contains(s))
             })
-            .collect::<Result<_>>()?;
-        let nvlink_partition = if mine.len() >= 2 {
-            partitions
-                .iter()
-                .find(|p| {
-                    p.node_id == a.node_id
-                        && p.slot_ids.len() == mine.len()
-                        && mine.iter().all(|s| p.slot_ids.contains(s))
-                })
-                .map(|p| {
-                    u32::try_from(p.partition_id)
-                        .map_err(|_| Error::Corrupt(format!("partition {}", p.partition_id)))
-                })
-                .transpose()?
-        } else {
-            None
-        };
-        let fabric = FabricPlan {
-            ib_pkey: Some(
-                u16::try_from(pkey)
-                    .map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
-            ),
-            nvlink_partition,
-        };
-        let plan = ProvisionPlan {
-            allocation_id: a.id.to_string(),
-            name: a.name,
-            image: ImageRef {
-                name: a.image,
-                source: a.image_source,
-                sha256: a.image_sha256,
-                ssh_user: a.ssh_user,
-                cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
-                    String::new()
-                } else {
-                    a.cloud_init.to_string()
-                },
+            .map(|(_, id, _)| {
+                u32::try_from(*id).map_err(|_| Error::Corrupt(format!("partition {id}")))
+            })
+            .transpose()?
+    } else {
+        None
+    };
+    Ok(FabricPlan {
+        ib_pkey: Some(
+            u16::try_from(pkey).map_err(|_| Error::Corrupt(format!("IB partition key {pkey}")))?,
+        ),
+        nvlink_partition,
+    })
+}
+
+/// The provision task for an allocation, and its user data sealed (kept beside the spec).
+fn provision_spec(
+    a: ProvisionRow,
+    slots: Vec<PlannedSlot>,
+    network: NetworkPlan,
+    fabric: FabricPlan,
+) -> (TaskSpec, Option<String>) {
+    let plan = ProvisionPlan {
+        allocation_id: a.id.to_string(),
+        name: a.name,
+        image: ImageRef {
+            name: a.image,
+            source: a.image_source,
+            sha256: a.image_sha256,
+            ssh_user: a.ssh_user,
+            cloud_init: if a.cloud_init.as_object().is_some_and(|m| m.is_empty()) {
+                String::new()
+            } else {
+                a.cloud_init.to_string()
             },
-            ssh_public_key: a.ssh_public_key,
-            user_data: a.user_data,
-            slots: planned,
-            network,
-            fabric,
-        };
-        let spec = if a.shape == "baremetal" {
-            TaskSpec::BaremetalProvision(plan)
-        } else {
-            TaskSpec::VmProvision(plan)
-        };
-        task_ids.push(AgentTaskId::new_random().0);
-        task_nodes.push(a.node_id.0);
-        kinds.push(spec.kind().to_string());
-        let mut spec = serde_json::to_value(&spec).expect("a task spec serializes");
-        // Sealed at rest here too: the claim opens it for the agent (`open_user_data`).
-        if let (Some(sealed), Some(spec)) = (a.user_data_sealed, spec.as_object_mut()) {
-            spec.insert(SEALED_USER_DATA.into(), sealed.into());
-        }
-        specs.push(spec);
-        traces.push(
-            ids.iter()
-                .find(|(id, _)| *id == a.id)
-                .and_then(|(_, t)| t.clone()),
-        );
-        allocations.push(a.id.0);
-    }
-    insert_tasks(
-        &mut *conn,
-        &task_ids,
-        &task_nodes,
-        &kinds,
-        &specs,
-        &allocations,
-        &traces,
-    )
-    .await?;
-    if written == Written::Placed {
-        sqlx::query!(
-            "UPDATE allocations SET state = 'provisioning', observed_state = 'provisioning'
-             WHERE id = ANY($1)",
-            &allocations
-        )
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(task_nodes.into_iter().map(NodeId).collect())
+        },
+        ssh_public_key: a.ssh_public_key,
+        user_data: a.user_data,
+        slots,
+        network,
+        fabric,
+    };
+    let spec = if a.shape == "baremetal" {
+        TaskSpec::BaremetalProvision(plan)
+    } else {
+        TaskSpec::VmProvision(plan)
+    };
+    (spec, a.user_data_sealed)
 }
 
 /// The planned slots of each allocation in `ids` (every live slot of the node for bare
