@@ -490,19 +490,7 @@ impl Agent {
         let alloc = plan.allocation_id.as_str();
         let slots = plan.slots.as_slice();
         self.step("validate_plan", None, report, || {
-            self.check_plan(alloc, slots, whole_node, approved)?;
-            if let Some(s) = slots
-                .iter()
-                .find(|s| !crate::discover::WIPE_METHODS.contains(&s.wipe_policy.as_str()))
-            {
-                return Err(format!(
-                    "slot {}: this agent can't wipe with {:?} (it supports {})",
-                    s.slot_index,
-                    s.wipe_policy,
-                    crate::discover::WIPE_METHODS.join(", ")
-                ));
-            }
-            Ok(())
+            self.check_release_plan(alloc, slots, whole_node, approved)
         })?;
         // A slot with no lease before this release never reached a tenant on this host (a
         // provision that failed its checks, or a release resumed after its leases went):
@@ -534,48 +522,16 @@ impl Agent {
         self.step("disconnect_network", leased, report, || {
             self.apply_network(approved)
         })?;
-        self.step("stop_vm", leased, report, || {
-            if self.driver.domain_state(&name)? != Some(DomainState::Running) {
-                return Ok(());
-            }
-            self.driver.shutdown(&name)?;
-            let deadline = Instant::now() + self.shutdown_timeout;
-            while self.driver.domain_state(&name)? == Some(DomainState::Running)
-                && Instant::now() < deadline
-            {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Ok(())
-        })?;
+        self.step("stop_vm", leased, report, || self.stop_vm(&name))?;
         self.step("destroy_domain", leased, report, || {
-            match self.driver.domain_state(&name)? {
-                Some(DomainState::Running) | Some(DomainState::Other) => {
-                    let _ = self.driver.destroy(&name);
-                    self.driver.undefine(&name)
-                }
-                Some(DomainState::ShutOff) => self.driver.undefine(&name),
-                None => Ok(()),
-            }?;
-            let dir = self.state_dir.join("allocations").join(alloc);
-            match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(format!("{}: {e}", dir.display()))
-                }
-                _ => Ok(()),
-            }
+            self.destroy_domain(&name, alloc)
         })?;
         // Out of the tenant's fabric partitions before the wipe: the VFs leave its IB partition
         // (release leases hold no fabric), and every NVLink partition over these GPUs is
         // deactivated, whatever the lease remembers.
         self.step("leave_ib_partition", leased, report, || self.apply_ib())?;
         self.step("deactivate_nvlink", leased, report, || {
-            let gpus: Vec<&String> = slots.iter().map(|s| &s.gpu_pci_address).collect();
-            for p in self.nvlink.partitions()? {
-                if p.active && p.gpus.iter().any(|g| gpus.contains(&g)) {
-                    self.nvlink.deactivate(p.id)?;
-                }
-            }
-            Ok(())
+            self.deactivate_nvlink(slots)
         })?;
         // Per slot: (how it is verified, the offsets, how long the wipe took).
         let wiped = self.step("wipe_nvme", leased, report, || {
@@ -585,19 +541,7 @@ impl Agent {
                 .collect::<Result<Vec<_>, String>>()
         })?;
         let samples = self.step("verify_wipe", leased, report, || {
-            slots
-                .iter()
-                .zip(&wiped)
-                .map(|(s, w)| {
-                    let dev = self.driver.open_disk(s)?;
-                    let expect = match &w.check {
-                        Check::Pattern(seed) => wipe::Expect::Pattern(*seed),
-                        Check::Changed(before) => wipe::Expect::Changed(before),
-                    };
-                    wipe::verify(&dev, &w.offsets, expect)
-                        .map_err(|e| format!("slot {}: {e}", s.slot_index))
-                })
-                .collect::<Result<Vec<_>, String>>()
+            self.verify_wipes(slots, &wiped)
         })?;
         self.step("reset_gpu", leased, report, || {
             slots
@@ -605,21 +549,7 @@ impl Agent {
                 .try_for_each(|s| self.driver.reset_gpu(&s.gpu_pci_address))
         })?;
         let firmware = self.step("check_firmware", leased, report, || {
-            slots
-                .iter()
-                .zip(&untouched)
-                .map(|(s, untouched)| {
-                    let expected = self.firmware_baseline(&s.gpu_pci_address, *untouched)?;
-                    let seen = self.driver.gpu_firmware(&s.gpu_pci_address)?;
-                    if seen != expected {
-                        return Err(format!(
-                            "slot {}: GPU {} firmware is {seen}, expected {expected}; the slot stays blocked until an operator reflashes it",
-                            s.slot_index, s.gpu_pci_address
-                        ));
-                    }
-                    Ok(seen)
-                })
-                .collect::<Result<Vec<_>, String>>()
+            self.check_firmware(slots, &untouched)
         })?;
         self.step("release_leases", None, report, || {
             slots
@@ -643,6 +573,114 @@ impl Agent {
                 firmware_ok: true,
             })
             .collect())
+    }
+
+    /// A release's plan: the provision's checks, and a wipe method this agent has.
+    fn check_release_plan(
+        &self,
+        alloc: &str,
+        slots: &[PlannedSlot],
+        whole_node: bool,
+        approved: &[PlannedSlot],
+    ) -> Result<(), String> {
+        self.check_plan(alloc, slots, whole_node, approved)?;
+        if let Some(s) = slots
+            .iter()
+            .find(|s| !crate::discover::WIPE_METHODS.contains(&s.wipe_policy.as_str()))
+        {
+            return Err(format!(
+                "slot {}: this agent can't wipe with {:?} (it supports {})",
+                s.slot_index,
+                s.wipe_policy,
+                crate::discover::WIPE_METHODS.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    /// Asks a running guest to shut down, and waits up to the shutdown timeout.
+    fn stop_vm(&self, name: &str) -> Result<(), String> {
+        if self.driver.domain_state(name)? != Some(DomainState::Running) {
+            return Ok(());
+        }
+        self.driver.shutdown(name)?;
+        let deadline = Instant::now() + self.shutdown_timeout;
+        while self.driver.domain_state(name)? == Some(DomainState::Running)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// Destroys (if still up) and undefines the domain, and removes the allocation's files.
+    fn destroy_domain(&self, name: &str, alloc: &str) -> Result<(), String> {
+        match self.driver.domain_state(name)? {
+            Some(DomainState::Running) | Some(DomainState::Other) => {
+                let _ = self.driver.destroy(name);
+                self.driver.undefine(name)
+            }
+            Some(DomainState::ShutOff) => self.driver.undefine(name),
+            None => Ok(()),
+        }?;
+        let dir = self.state_dir.join("allocations").join(alloc);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {e}", dir.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Deactivates every NVLink partition over these slots' GPUs, whatever a lease remembers.
+    fn deactivate_nvlink(&self, slots: &[PlannedSlot]) -> Result<(), String> {
+        let gpus: Vec<&String> = slots.iter().map(|s| &s.gpu_pci_address).collect();
+        for p in self.nvlink.partitions()? {
+            if p.active && p.gpus.iter().any(|g| gpus.contains(&g)) {
+                self.nvlink.deactivate(p.id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads back each wiped drive where it was sampled; the number of samples checked.
+    fn verify_wipes(&self, slots: &[PlannedSlot], wiped: &[Wiped]) -> Result<Vec<u32>, String> {
+        slots
+            .iter()
+            .zip(wiped)
+            .map(|(s, w)| {
+                let dev = self.driver.open_disk(s)?;
+                let expect = match &w.check {
+                    Check::Pattern(seed) => wipe::Expect::Pattern(*seed),
+                    Check::Changed(before) => wipe::Expect::Changed(before),
+                };
+                wipe::verify(&dev, &w.offsets, expect)
+                    .map_err(|e| format!("slot {}: {e}", s.slot_index))
+            })
+            .collect()
+    }
+
+    /// Each GPU's firmware against its baseline: a changed one keeps the slot blocked.
+    fn check_firmware(
+        &self,
+        slots: &[PlannedSlot],
+        untouched: &[bool],
+    ) -> Result<Vec<String>, String> {
+        slots
+            .iter()
+            .zip(untouched)
+            .map(|(s, untouched)| {
+                let expected = self.firmware_baseline(&s.gpu_pci_address, *untouched)?;
+                let seen = self.driver.gpu_firmware(&s.gpu_pci_address)?;
+                if seen != expected {
+                    return Err(format!(
+                        "slot {}: GPU {} firmware is {seen}, expected {expected}; the slot stays blocked until an operator reflashes it",
+                        s.slot_index, s.gpu_pci_address
+                    ));
+                }
+                Ok(seen)
+            })
+            .collect()
     }
 
     fn wipe_slot(&self, s: &PlannedSlot) -> Result<Wiped, String> {
