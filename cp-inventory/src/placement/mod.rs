@@ -862,6 +862,55 @@ pub(crate) async fn explain(
     sku: &Sku,
     regions: &[String],
 ) -> Result<String> {
+    let reasons = nodes_by_reason(&mut *conn, sku, regions).await?;
+    let in_scope: i64 = reasons
+        .iter()
+        .filter(|(reason, _)| reason != "region")
+        .map(|(_, n)| n)
+        .sum();
+    let mut text = if in_scope == 0 {
+        format!(
+            "no node in {} has {} GPUs",
+            regions.join(", "),
+            sku.gpu_model
+        )
+    } else {
+        let ruled_out = ruled_out(sku, &reasons);
+        format!(
+            "no node fits {} × {} in {}; of {in_scope} node(s) with this GPU: {}",
+            sku.gpu_count,
+            sku.gpu_model,
+            regions.join(", "),
+            if ruled_out.is_empty() {
+                "all were taken meanwhile (retry)".to_string()
+            } else {
+                ruled_out.join(", ")
+            }
+        )
+    };
+    let mut instead = Vec::new();
+    if sku.shape == Shape::GpuSlice
+        && let Some(smaller) = smaller_slice_here(&mut *conn, sku, regions).await?
+    {
+        instead.push(smaller);
+    }
+    let elsewhere = regions_elsewhere(&mut *conn, sku, regions).await?;
+    if !elsewhere.is_empty() {
+        instead.push(format!("this shape in {}", elsewhere.join(", ")));
+    }
+    if !instead.is_empty() {
+        text.push_str(&format!(". What would fit instead: {}", instead.join("; ")));
+    }
+    Ok(text)
+}
+
+/// The nodes with this SKU's GPU, counted by the first constraint that rules each out
+/// (`fits` for none).
+async fn nodes_by_reason(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<Vec<(String, i64)>> {
     let per = sku.per_gpu();
     let rows = sqlx::query!(
         r#"SELECT reason AS "reason!", count(*) AS "nodes!" FROM (
@@ -895,17 +944,18 @@ pub(crate) async fn explain(
     )
     .fetch_all(&mut *conn)
     .await?;
+    Ok(rows.into_iter().map(|r| (r.reason, r.nodes)).collect())
+}
+
+/// "3 draining", "1 with fewer than 8 GPUs", …: each constraint that ruled nodes out.
+fn ruled_out(sku: &Sku, reasons: &[(String, i64)]) -> Vec<String> {
+    let per = sku.per_gpu();
     let count = |r: &str| {
-        rows.iter()
-            .find(|x| x.reason == r)
-            .map(|x| x.nodes)
-            .unwrap_or(0)
+        reasons
+            .iter()
+            .find(|(reason, _)| reason == r)
+            .map_or(0, |(_, n)| *n)
     };
-    let in_scope: i64 = rows
-        .iter()
-        .filter(|r| r.reason != "region")
-        .map(|r| r.nodes)
-        .sum();
     let mut ruled_out = Vec::new();
     let mut say = |n: i64, what: String| {
         if n > 0 {
@@ -957,51 +1007,43 @@ pub(crate) async fn explain(
         count("too_few_free"),
         format!("with fewer than {} free GPUs", sku.gpu_count),
     );
-    let mut text = if in_scope == 0 {
-        format!(
-            "no node in {} has {} GPUs",
-            regions.join(", "),
-            sku.gpu_model
-        )
-    } else {
-        format!(
-            "no node fits {} × {} in {}; of {in_scope} node(s) with this GPU: {}",
-            sku.gpu_count,
-            sku.gpu_model,
-            regions.join(", "),
-            if ruled_out.is_empty() {
-                "all were taken meanwhile (retry)".to_string()
-            } else {
-                ruled_out.join(", ")
-            }
-        )
-    };
-    // What would fit instead.
-    let mut instead = Vec::new();
-    if sku.shape == Shape::GpuSlice {
-        // The smaller slices, largest first, counted in one statement.
-        let probes: Vec<Sku> = [4, 2, 1]
-            .into_iter()
-            .filter(|&c| c < sku.gpu_count)
-            .map(|smaller| Sku {
-                gpu_count: smaller,
-                vcpus: per.vcpus * smaller,
-                memory_gib: ((per.memory_mib * smaller as i64) / 1024) as i32,
-                nvme_gib: ((per.nvme_bytes * smaller as i64) >> 30) as i32,
-                regions: regions.to_vec(),
-                ..sku.clone()
-            })
-            .collect();
-        let counts = availability_of_each(&mut *conn, &probes).await?;
-        let fits = probes
-            .iter()
-            .zip(counts)
-            .map(|(probe, found)| (probe.gpu_count, found.iter().map(|r| r.1).sum::<i64>()))
-            .find(|&(_, n)| n > 0);
-        if let Some((smaller, n)) = fits {
-            instead.push(format!("{n} × {smaller}-GPU slice(s) here"));
-        }
-    }
+    ruled_out
+}
+
+/// The largest smaller slice that fits here now, and how many (counted in one statement).
+async fn smaller_slice_here(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<Option<String>> {
+    let per = sku.per_gpu();
+    let probes: Vec<Sku> = [4, 2, 1]
+        .into_iter()
+        .filter(|&c| c < sku.gpu_count)
+        .map(|smaller| Sku {
+            gpu_count: smaller,
+            vcpus: per.vcpus * smaller,
+            memory_gib: ((per.memory_mib * smaller as i64) / 1024) as i32,
+            nvme_gib: ((per.nvme_bytes * smaller as i64) >> 30) as i32,
+            regions: regions.to_vec(),
+            ..sku.clone()
+        })
+        .collect();
+    let counts = availability_of_each(&mut *conn, &probes).await?;
+    let fits = probes
+        .iter()
+        .zip(counts)
+        .map(|(probe, found)| (probe.gpu_count, found.iter().map(|r| r.1).sum::<i64>()))
+        .find(|&(_, n)| n > 0);
+    Ok(fits.map(|(smaller, n)| format!("{n} × {smaller}-GPU slice(s) here")))
+}
+
+/// Other regions where this SKU's shape fits now.
+async fn regions_elsewhere(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+) -> Result<Vec<String>> {
     let elsewhere: Vec<String> = sqlx::query_scalar!(
         r#"SELECT DISTINCT n.region AS "region!"
            FROM node_free_blocks b JOIN nodes n ON n.id = b.node_id
@@ -1017,13 +1059,7 @@ pub(crate) async fn explain(
     )
     .fetch_all(&mut *conn)
     .await?;
-    if !elsewhere.is_empty() {
-        instead.push(format!("this shape in {}", elsewhere.join(", ")));
-    }
-    if !instead.is_empty() {
-        text.push_str(&format!(". What would fit instead: {}", instead.join("; ")));
-    }
-    Ok(text)
+    Ok(elsewhere)
 }
 
 /// Nothing to reserve: the dry run's [`Reserve`].
