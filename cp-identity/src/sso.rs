@@ -27,6 +27,7 @@ use openidconnect::{
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use sqlx::PgConnection;
 
 use crate::auth::{Principal, email_domain, normalize_email};
 use crate::tenancy::TenantRole;
@@ -532,156 +533,208 @@ impl SsoApi for ControlPlane {
         update: ProviderUpdate,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let ValidProvider {
-            issuer,
-            client_id,
-            domains,
-            role_claim,
-        } = ValidProvider::check(&update)?;
-        let existing_secret = sqlx::query_scalar!(
-            "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
-            who.id() as TenantId
-        )
-        .fetch_optional(self.pool())
-        .await?;
-        // The audit record says whether a new secret was given, never what it is.
-        let secret_submitted = update.client_secret.as_ref().is_some_and(|s| !s.is_empty());
-        let secret = match (
-            update.client_secret.filter(|s| !s.is_empty()),
-            existing_secret,
-        ) {
-            (Some(s), _) => s,
-            (None, Some(stored)) => self.open_secret(who.id(), &stored)?,
-            (None, None) => {
-                return Err(Error::Invalid {
-                    field: "client_secret",
-                    reason: "required when registering a provider".into(),
-                });
-            }
-        };
+        let valid = ValidProvider::check(&update)?;
+        let secret = secret_to_keep(self, who, &update).await?;
         // Network first, outside any transaction; never into the platform's own network.
-        self.http()
-            .check(&issuer)
-            .await
-            .map_err(|e| Error::Invalid {
-                field: "issuer_url",
-                reason: e.to_string(),
-            })?;
-        self.discover(&issuer).await.map_err(|e| match e {
-            Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
-                field: "issuer_url",
-                reason: format!(
-                    "{issuer} does not answer OpenID discovery (/.well-known/openid-configuration)"
-                ),
-            },
-            other => other,
-        })?;
-
+        issuer_answers(self, &valid.issuer).await?;
         let before = self.provider_settings(who).await?;
         let mut tx = self.pool().begin().await?;
-        sqlx::query!(
-            "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim,
-                                             default_role, token_idle_days)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
-                 client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
-                 role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
-                 token_idle_days = EXCLUDED.token_idle_days, updated_at = now()",
-            who.id() as TenantId,
-            issuer,
-            client_id,
-            self.secrets().seal(&secret, &secret_place(who.id())),
-            role_claim,
-            update.default_role.as_str(),
-            update.token_idle_days as i32,
-        )
-        .execute(&mut *tx)
-        .await?;
-        // Claims kept keep their proof; dropped ones go; new ones start pending.
-        sqlx::query!(
-            "DELETE FROM tenant_email_domains WHERE tenant_id = $1 AND NOT (domain = ANY($2))",
-            who.id() as TenantId,
-            &domains,
-        )
-        .execute(&mut *tx)
-        .await?;
-        for d in &domains {
-            let taken = sqlx::query_scalar!(
-                r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
-                                  WHERE domain = $1 AND tenant_id <> $2 AND verified_at IS NOT NULL)
-                   AS "taken!""#,
-                d,
-                who.id() as TenantId
-            )
-            .fetch_one(&mut *tx)
-            .await?;
-            if taken {
-                return Err(Error::Conflict(format!(
-                    "the domain {d} is already used by another organization"
-                )));
-            }
-            sqlx::query!(
-                "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
-                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
-                d,
-                who.id() as TenantId,
-                cp_base::dns::new_token(),
-            )
-            .execute(&mut *tx)
-            .await
-            .on_constraint("tenant_email_domains_platform", || Error::Invalid {
-                field: "domains",
-                reason: format!("{d} is the platform's own domain and can't be claimed"),
-            })?;
-        }
-        sqlx::query!(
-            "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",
-            who.id() as TenantId
-        )
-        .execute(&mut *tx)
-        .await?;
-        for (value, role) in &update.mappings {
-            sqlx::query!(
-                "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
-                 VALUES ($1, $2, $3) ON CONFLICT (tenant_id, claim_value) DO UPDATE SET role = EXCLUDED.role",
-                who.id() as TenantId,
-                value.trim(),
-                role.as_str()
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        let resource = self.naming().tenant(who.id());
-        let after = json!({
-            "issuer_url": issuer, "client_id": client_id, "domains": domains,
-            "role_claim": role_claim, "default_role": update.default_role.as_str(),
-            "token_idle_days": update.token_idle_days,
-            "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
-            "new_secret": secret_submitted,
-        });
-        audit::record(
-            &mut tx,
-            AuditEntry {
-                actor: Actor::User(who.user()),
-                action: "identity_provider.save",
-                resource: &resource,
-                before: before.map(|b| {
-                    json!({
-                        "issuer_url": b.issuer_url, "client_id": b.client_id,
-                        "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
-                        "role_claim": b.role_claim, "default_role": b.default_role,
-                        "token_idle_days": b.token_idle_days,
-                        "mappings": b.mappings,
-                    })
-                }),
-                after: Some(after),
-                request_id,
-            },
-        )
-        .await?;
+        upsert_provider(self, &mut tx, who, &valid, &update, &secret).await?;
+        claim_domains(&mut tx, who.id(), &valid.domains).await?;
+        replace_role_mappings(&mut tx, who.id(), &update.mappings).await?;
+        record_provider_saved(self, &mut tx, who, &valid, &update, before, request_id).await?;
         tx.commit().await?;
         Ok(())
     }
+}
+
+/// The client secret to store: the one given, else the one stored (a provider is registered
+/// with one).
+async fn secret_to_keep(
+    cp: &ControlPlane,
+    who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    update: &ProviderUpdate,
+) -> Result<String> {
+    let existing_secret = sqlx::query_scalar!(
+        "SELECT client_secret FROM identity_providers WHERE tenant_id = $1",
+        who.id() as TenantId
+    )
+    .fetch_optional(cp.pool())
+    .await?;
+    match (
+        update.client_secret.clone().filter(|s| !s.is_empty()),
+        existing_secret,
+    ) {
+        (Some(s), _) => Ok(s),
+        (None, Some(stored)) => cp.open_secret(who.id(), &stored),
+        (None, None) => Err(Error::Invalid {
+            field: "client_secret",
+            reason: "required when registering a provider".into(),
+        }),
+    }
+}
+
+/// The issuer is somewhere the portal may call, and answers OpenID discovery.
+async fn issuer_answers(cp: &ControlPlane, issuer: &str) -> Result<()> {
+    cp.http().check(issuer).await.map_err(|e| Error::Invalid {
+        field: "issuer_url",
+        reason: e.to_string(),
+    })?;
+    cp.discover(issuer).await.map_err(|e| match e {
+        Error::Sso(SsoError::IssuerUnreachable { issuer }) => Error::Invalid {
+            field: "issuer_url",
+            reason: format!(
+                "{issuer} does not answer OpenID discovery (/.well-known/openid-configuration)"
+            ),
+        },
+        other => other,
+    })?;
+    Ok(())
+}
+
+/// The provider's row, its secret sealed to this organization.
+async fn upsert_provider(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    valid: &ValidProvider,
+    update: &ProviderUpdate,
+    secret: &str,
+) -> Result<()> {
+    sqlx::query!(
+        "INSERT INTO identity_providers (tenant_id, issuer_url, client_id, client_secret, role_claim,
+                                         default_role, token_idle_days)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (tenant_id) DO UPDATE SET issuer_url = EXCLUDED.issuer_url,
+             client_id = EXCLUDED.client_id, client_secret = EXCLUDED.client_secret,
+             role_claim = EXCLUDED.role_claim, default_role = EXCLUDED.default_role,
+             token_idle_days = EXCLUDED.token_idle_days, updated_at = now()",
+        who.id() as TenantId,
+        valid.issuer,
+        valid.client_id,
+        cp.secrets().seal(secret, &secret_place(who.id())),
+        valid.role_claim,
+        update.default_role.as_str(),
+        update.token_idle_days as i32,
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The organization's email domains: claims kept keep their proof, dropped ones go, new ones
+/// start pending; a domain another organization proved is refused.
+async fn claim_domains(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    domains: &[String],
+) -> Result<()> {
+    sqlx::query!(
+        "DELETE FROM tenant_email_domains WHERE tenant_id = $1 AND NOT (domain = ANY($2))",
+        tenant as TenantId,
+        domains,
+    )
+    .execute(&mut *conn)
+    .await?;
+    for d in domains {
+        let taken = sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM tenant_email_domains
+                              WHERE domain = $1 AND tenant_id <> $2 AND verified_at IS NOT NULL)
+               AS "taken!""#,
+            d,
+            tenant as TenantId
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if taken {
+            return Err(Error::Conflict(format!(
+                "the domain {d} is already used by another organization"
+            )));
+        }
+        sqlx::query!(
+            "INSERT INTO tenant_email_domains (domain, tenant_id, verification_token)
+             VALUES ($1, $2, $3) ON CONFLICT (tenant_id, domain) DO NOTHING",
+            d,
+            tenant as TenantId,
+            cp_base::dns::new_token(),
+        )
+        .execute(&mut *conn)
+        .await
+        .on_constraint("tenant_email_domains_platform", || Error::Invalid {
+            field: "domains",
+            reason: format!("{d} is the platform's own domain and can't be claimed"),
+        })?;
+    }
+    Ok(())
+}
+
+/// The group-to-role mappings, replaced whole.
+async fn replace_role_mappings(
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    mappings: &[(String, TenantRole)],
+) -> Result<()> {
+    sqlx::query!(
+        "DELETE FROM identity_provider_role_mappings WHERE tenant_id = $1",
+        tenant as TenantId
+    )
+    .execute(&mut *conn)
+    .await?;
+    for (value, role) in mappings {
+        sqlx::query!(
+            "INSERT INTO identity_provider_role_mappings (tenant_id, claim_value, role)
+             VALUES ($1, $2, $3) ON CONFLICT (tenant_id, claim_value) DO UPDATE SET role = EXCLUDED.role",
+            tenant as TenantId,
+            value.trim(),
+            role.as_str()
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The audit record: the settings before and after, and whether a new secret was given
+/// (never what it is).
+async fn record_provider_saved(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    who: &crate::tenancy::Tenant<crate::tenancy::TenantAdmins>,
+    valid: &ValidProvider,
+    update: &ProviderUpdate,
+    before: Option<ProviderSettings>,
+    request_id: Option<&str>,
+) -> Result<()> {
+    let secret_submitted = update.client_secret.as_ref().is_some_and(|s| !s.is_empty());
+    let resource = cp.naming().tenant(who.id());
+    let after = json!({
+        "issuer_url": valid.issuer, "client_id": valid.client_id, "domains": valid.domains,
+        "role_claim": valid.role_claim, "default_role": update.default_role.as_str(),
+        "token_idle_days": update.token_idle_days,
+        "mappings": update.mappings.iter().map(|(v, r)| (v.clone(), r.as_str())).collect::<Vec<_>>(),
+        "new_secret": secret_submitted,
+    });
+    audit::record(
+        &mut *conn,
+        AuditEntry {
+            actor: Actor::User(who.user()),
+            action: "identity_provider.save",
+            resource: &resource,
+            before: before.map(|b| {
+                json!({
+                    "issuer_url": b.issuer_url, "client_id": b.client_id,
+                    "domains": b.domains.iter().map(|c| &c.domain).collect::<Vec<_>>(),
+                    "role_claim": b.role_claim, "default_role": b.default_role,
+                    "token_idle_days": b.token_idle_days,
+                    "mappings": b.mappings,
+                })
+            }),
+            after: Some(after),
+            request_id,
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
