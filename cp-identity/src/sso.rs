@@ -858,20 +858,7 @@ impl SsoInternal for ControlPlane {
         {
             return Err(SsoError::EmailNotAllowed { email }.into());
         }
-        let mappings = sqlx::query!(
-            "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1",
-            provider.tenant as TenantId
-        )
-        .fetch_all(self.pool())
-        .await?;
-        let mapped = mappings
-            .iter()
-            .filter(|m| identity.role_claim_values.contains(&m.claim_value))
-            .map(|m| TenantRole::parse(&m.role).map_err(Error::from))
-            .collect::<Result<Vec<_>>>()?;
-        let role = strongest_role(mapped.into_iter(), provider.default_role)
-            .as_str()
-            .to_string();
+        let role = role_from_claims(self, provider, identity).await?;
         let name = identity
             .name
             .clone()
@@ -880,123 +867,8 @@ impl SsoInternal for ControlPlane {
             .unwrap_or_else(|| email.clone());
 
         let mut tx = self.pool().begin().await?;
-        let linked = sqlx::query_scalar!(
-            r#"UPDATE user_identities SET last_login = now()
-               WHERE issuer = $1 AND subject = $2 RETURNING user_id AS "user: UserId""#,
-            identity.issuer,
-            identity.subject,
-        )
-        .fetch_optional(&mut *tx)
-        .await?;
-        let user = match linked {
-            Some(u) => {
-                // Linked before; refused if the account has since become platform staff.
-                let ties = self.account_ties(&mut tx, u, provider.tenant).await?;
-                if !may_link(ties) {
-                    return Err(SsoError::AccountElsewhere { email }.into());
-                }
-                u
-            }
-            None => {
-                // First sign-in with this identity: an existing account with the same
-                // (verified, tenant-owned) email is linked only if it is already this
-                // organization's (see `may_link`); otherwise one is created.
-                let existing = sqlx::query_scalar!(
-                    r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = $1"#,
-                    email
-                )
-                .fetch_optional(&mut *tx)
-                .await?;
-                let user = match existing {
-                    Some(u) => {
-                        let ties = self.account_ties(&mut tx, u, provider.tenant).await?;
-                        if !may_link(ties) {
-                            return Err(SsoError::AccountElsewhere { email }.into());
-                        }
-                        u
-                    }
-                    None => {
-                        let u = UserId::new_random();
-                        sqlx::query!(
-                            "INSERT INTO users (id, email, display_name) VALUES ($1, $2, $3)",
-                            u as UserId,
-                            email,
-                            name,
-                        )
-                        .execute(&mut *tx)
-                        .await?;
-                        let resource = self.naming().platform_user(u);
-                        audit::record(
-                            &mut tx,
-                            AuditEntry {
-                                actor: Actor::User(u),
-                                action: "user.create",
-                                resource: &resource,
-                                before: None,
-                                after: Some(json!({ "email": email, "via": "sso" })),
-                                request_id: None,
-                            },
-                        )
-                        .await?;
-                        u
-                    }
-                };
-                sqlx::query!(
-                    "INSERT INTO user_identities (issuer, subject, user_id, tenant_id)
-                     VALUES ($1, $2, $3, $4)",
-                    identity.issuer,
-                    identity.subject,
-                    user as UserId,
-                    provider.tenant as TenantId,
-                )
-                .execute(&mut *tx)
-                .await
-                .map_err(|e| match cp_base::db::violated(&e) {
-                    Some("user_identities_not_staff" | "user_identities_one_tenant") => {
-                        Error::Sso(SsoError::AccountElsewhere {
-                            email: email.clone(),
-                        })
-                    }
-                    _ => e.into(),
-                })?;
-                user
-            }
-        };
-        let before = sqlx::query_scalar!(
-            "SELECT role FROM tenant_memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
-            provider.tenant as TenantId,
-            user as UserId,
-        )
-        .fetch_optional(&mut *tx)
-        .await?;
-        if before.as_deref() != Some(role.as_str()) {
-            sqlx::query!(
-                "INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
-                 ON CONFLICT (tenant_id, user_id) DO UPDATE SET role = EXCLUDED.role",
-                provider.tenant as TenantId,
-                user as UserId,
-                role,
-            )
-            .execute(&mut *tx)
-            .await?;
-            let resource = self.naming().tenant_member(provider.tenant, user);
-            audit::record(
-                &mut tx,
-                AuditEntry {
-                    actor: Actor::User(user),
-                    action: if before.is_some() {
-                        "tenant_membership.role_synced"
-                    } else {
-                        "tenant_membership.create"
-                    },
-                    resource: &resource,
-                    before: before.map(|r| json!({ "role": r })),
-                    after: Some(json!({ "role": role, "via": "sso" })),
-                    request_id: None,
-                },
-            )
-            .await?;
-        }
+        let user = user_of_identity(self, &mut tx, provider, identity, &email, &name).await?;
+        sync_membership(self, &mut tx, provider.tenant, user, &role).await?;
         crate::tenancy::accept_invitations(&mut tx, self, provider.tenant, user, &email).await?;
         tx.commit().await?;
         self.principal(user)
@@ -1050,6 +922,178 @@ impl SsoInternal for ControlPlane {
         })
         .collect())
     }
+}
+
+/// The organization role the identity's claims map to (the strongest), or the provider's
+/// default.
+async fn role_from_claims(
+    cp: &ControlPlane,
+    provider: &Provider,
+    identity: &VerifiedIdentity,
+) -> Result<String> {
+    let mappings = sqlx::query!(
+        "SELECT claim_value, role FROM identity_provider_role_mappings WHERE tenant_id = $1",
+        provider.tenant as TenantId
+    )
+    .fetch_all(cp.pool())
+    .await?;
+    let mapped = mappings
+        .iter()
+        .filter(|m| identity.role_claim_values.contains(&m.claim_value))
+        .map(|m| TenantRole::parse(&m.role).map_err(Error::from))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(strongest_role(mapped.into_iter(), provider.default_role)
+        .as_str()
+        .to_string())
+}
+
+/// The user an identity signs in as: the one it is linked to (unless that account has since
+/// become platform staff); on its first sign-in, an existing account with the same verified,
+/// organization-owned email if it is already this organization's (see `may_link`), or a new
+/// one; then the link.
+async fn user_of_identity(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    provider: &Provider,
+    identity: &VerifiedIdentity,
+    email: &str,
+    name: &str,
+) -> Result<UserId> {
+    let linked = sqlx::query_scalar!(
+        r#"UPDATE user_identities SET last_login = now()
+           WHERE issuer = $1 AND subject = $2 RETURNING user_id AS "user: UserId""#,
+        identity.issuer,
+        identity.subject,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(match linked {
+        Some(u) => {
+            // Linked before; refused if the account has since become platform staff.
+            let ties = cp.account_ties(&mut *conn, u, provider.tenant).await?;
+            if !may_link(ties) {
+                return Err(SsoError::AccountElsewhere {
+                    email: email.to_owned(),
+                }
+                .into());
+            }
+            u
+        }
+        None => {
+            // First sign-in with this identity: an existing account with the same
+            // (verified, tenant-owned) email is linked only if it is already this
+            // organization's (see `may_link`); otherwise one is created.
+            let existing = sqlx::query_scalar!(
+                r#"SELECT id AS "id: UserId" FROM users WHERE lower(email) = $1"#,
+                email
+            )
+            .fetch_optional(&mut *conn)
+            .await?;
+            let user = match existing {
+                Some(u) => {
+                    let ties = cp.account_ties(&mut *conn, u, provider.tenant).await?;
+                    if !may_link(ties) {
+                        return Err(SsoError::AccountElsewhere {
+                            email: email.to_owned(),
+                        }
+                        .into());
+                    }
+                    u
+                }
+                None => {
+                    let u = UserId::new_random();
+                    sqlx::query!(
+                        "INSERT INTO users (id, email, display_name) VALUES ($1, $2, $3)",
+                        u as UserId,
+                        email,
+                        name,
+                    )
+                    .execute(&mut *conn)
+                    .await?;
+                    let resource = cp.naming().platform_user(u);
+                    audit::record(
+                        &mut *conn,
+                        AuditEntry {
+                            actor: Actor::User(u),
+                            action: "user.create",
+                            resource: &resource,
+                            before: None,
+                            after: Some(json!({ "email": email, "via": "sso" })),
+                            request_id: None,
+                        },
+                    )
+                    .await?;
+                    u
+                }
+            };
+            sqlx::query!(
+                "INSERT INTO user_identities (issuer, subject, user_id, tenant_id)
+                 VALUES ($1, $2, $3, $4)",
+                identity.issuer,
+                identity.subject,
+                user as UserId,
+                provider.tenant as TenantId,
+            )
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| match cp_base::db::violated(&e) {
+                Some("user_identities_not_staff" | "user_identities_one_tenant") => {
+                    Error::Sso(SsoError::AccountElsewhere {
+                        email: email.to_owned(),
+                    })
+                }
+                _ => e.into(),
+            })?;
+            user
+        }
+    })
+}
+
+/// The identity's organization membership, with the role its claims map to now (created, or
+/// its role synced), audited when it changes.
+async fn sync_membership(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    tenant: TenantId,
+    user: UserId,
+    role: &str,
+) -> Result<()> {
+    let before = sqlx::query_scalar!(
+        "SELECT role FROM tenant_memberships WHERE tenant_id = $1 AND user_id = $2 FOR UPDATE",
+        tenant as TenantId,
+        user as UserId,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    if before.as_deref() != Some(role) {
+        sqlx::query!(
+            "INSERT INTO tenant_memberships (tenant_id, user_id, role) VALUES ($1, $2, $3)
+             ON CONFLICT (tenant_id, user_id) DO UPDATE SET role = EXCLUDED.role",
+            tenant as TenantId,
+            user as UserId,
+            role,
+        )
+        .execute(&mut *conn)
+        .await?;
+        let resource = cp.naming().tenant_member(tenant, user);
+        audit::record(
+            &mut *conn,
+            AuditEntry {
+                actor: Actor::User(user),
+                action: if before.is_some() {
+                    "tenant_membership.role_synced"
+                } else {
+                    "tenant_membership.create"
+                },
+                resource: &resource,
+                before: before.map(|r| json!({ "role": r })),
+                after: Some(json!({ "role": role, "via": "sso" })),
+                request_id: None,
+            },
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// What ties an existing account to organizations, for deciding whether a tenant's provider
