@@ -6,6 +6,7 @@
 //! can't create a second object), then records the answer in a short transaction. Calls are
 //! retried with exponential backoff; an outbox row that still fails is retried later.
 
+use sqlx::PgConnection;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -487,7 +488,8 @@ impl StripeApi for ControlPlane {
 
     async fn apply_stripe_events(&self, stripe_invoice: &str) -> Result<usize> {
         let mut tx = self.pool().begin().await?;
-        let Some(inv) = sqlx::query!(
+        let Some(inv) = sqlx::query_as!(
+            LinkedInvoice,
             r#"SELECT id, tenant_id AS "tenant: TenantId", number AS "number!", status, currency,
                       total_minor, credit_applied_minor,
                       (SELECT coalesce(sum(amount_minor), 0) FROM credit_notes n WHERE n.invoice_id = i.id)::bigint AS "noted!"
@@ -510,122 +512,22 @@ impl StripeApi for ControlPlane {
         let applied = events.len();
         for e in events {
             let obj = &e.payload["data"]["object"];
-            let due = Micros::from_minor(inv.total_minor - inv.noted).0;
-            let entry = |kind, memo: String| Entry {
-                kind,
-                tenant: Some(inv.tenant),
-                currency: &inv.currency,
-                invoice: Some(inv.id),
-                memo,
-                by: None,
-            };
-            let outcome: String = match (e.r#type.as_str(), status.as_str()) {
+            let (moved, outcome) = match (e.r#type.as_str(), status.as_str()) {
                 ("invoice.paid", "open" | "uncollectible") => {
-                    let paid =
-                        Micros::from_minor(obj["amount_paid"].as_i64().unwrap_or(inv.total_minor))
-                            .0;
-                    let from = if status == "open" {
-                        Account::Receivable(inv.tenant)
-                    } else {
-                        Account::BadDebt
-                    };
-                    if paid > 0 {
-                        post(
-                            &mut tx,
-                            entry("payment", format!("{}: paid through Stripe", inv.number)),
-                            &[(Account::Cash, paid), (from, -paid)],
-                        )
-                        .await?;
-                    }
-                    sqlx::query!(
-                        "UPDATE invoices SET status = 'paid', paid_at = $2, stripe_status = 'paid' WHERE id = $1",
-                        inv.id,
-                        e.created
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                    status = "paid".into();
-                    "applied: paid".into()
+                    paid(&mut tx, &inv, &status, obj, e.created).await?
                 }
                 ("invoice.payment_failed", "open") => {
-                    let attempts = obj["attempt_count"].as_i64().unwrap_or(1);
-                    let why = obj["last_finalization_error"]["message"]
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| format!("payment attempt {attempts} failed"));
-                    sqlx::query!(
-                        "UPDATE invoices SET payment_failed_at = $2, payment_error = left($3, 500) WHERE id = $1",
-                        inv.id,
-                        e.created,
-                        why
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                    "applied: payment failed".into()
+                    payment_failed(&mut tx, &inv, obj, e.created).await?
                 }
                 ("invoice.voided", "open" | "uncollectible") => {
-                    let applied_credit = Micros::from_minor(inv.credit_applied_minor).0;
-                    let from = if status == "open" {
-                        Account::Receivable(inv.tenant)
-                    } else {
-                        Account::BadDebt
-                    };
-                    let mut postings = vec![(Account::Revenue, due + applied_credit)];
-                    if due != 0 {
-                        postings.push((from, -due));
-                    }
-                    if applied_credit != 0 {
-                        postings.push((Account::Prepaid(inv.tenant), -applied_credit));
-                    }
-                    if postings.len() > 1 {
-                        post(
-                            &mut tx,
-                            entry(
-                                "void",
-                                format!(
-                                    "{}: voided; charges reversed, credit restored",
-                                    inv.number
-                                ),
-                            ),
-                            &postings,
-                        )
-                        .await?;
-                    }
-                    sqlx::query!(
-                        "UPDATE invoices SET status = 'void', stripe_status = 'void' WHERE id = $1",
-                        inv.id
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                    status = "void".into();
-                    "applied: void".into()
+                    voided(&mut tx, &inv, &status).await?
                 }
-                ("invoice.marked_uncollectible", "open") => {
-                    if due != 0 {
-                        post(
-                            &mut tx,
-                            entry(
-                                "uncollectible",
-                                format!("{}: marked uncollectible", inv.number),
-                            ),
-                            &[
-                                (Account::BadDebt, due),
-                                (Account::Receivable(inv.tenant), -due),
-                            ],
-                        )
-                        .await?;
-                    }
-                    sqlx::query!(
-                        "UPDATE invoices SET status = 'uncollectible', stripe_status = 'uncollectible' WHERE id = $1",
-                        inv.id
-                    )
-                    .execute(&mut *tx)
-                    .await?;
-                    status = "uncollectible".into();
-                    "applied: uncollectible".into()
-                }
-                (t, s) => format!("ignored: {t} on an invoice that is {s}"),
+                ("invoice.marked_uncollectible", "open") => uncollectible(&mut tx, &inv).await?,
+                (t, s) => (None, format!("ignored: {t} on an invoice that is {s}")),
             };
+            if let Some(moved) = moved {
+                status = moved.into();
+            }
             sqlx::query!(
                 "UPDATE stripe_events SET processed_at = now(), outcome = $2 WHERE id = $1",
                 e.id,
@@ -637,6 +539,159 @@ impl StripeApi for ControlPlane {
         tx.commit().await?;
         Ok(applied)
     }
+}
+
+/// An invoice linked to Stripe, locked while its events apply; `noted` is what its credit
+/// notes took off.
+struct LinkedInvoice {
+    id: uuid::Uuid,
+    tenant: TenantId,
+    number: String,
+    status: String,
+    currency: String,
+    total_minor: i64,
+    credit_applied_minor: i64,
+    noted: i64,
+}
+
+/// What an event did: the invoice's new status, if it moved, and the line kept with the event.
+type Applied = (Option<&'static str>, String);
+
+impl LinkedInvoice {
+    /// What is still owed on it, in micros.
+    fn due(&self) -> i64 {
+        Micros::from_minor(self.total_minor - self.noted).0
+    }
+
+    /// A ledger entry about this invoice.
+    fn entry(&self, kind: &'static str, memo: String) -> Entry<'_> {
+        Entry {
+            kind,
+            tenant: Some(self.tenant),
+            currency: &self.currency,
+            invoice: Some(self.id),
+            memo,
+            by: None,
+        }
+    }
+}
+
+/// Paid through Stripe: the cash comes from the receivable (or from bad debt, if it had been
+/// written off).
+async fn paid(
+    conn: &mut PgConnection,
+    inv: &LinkedInvoice,
+    status: &str,
+    obj: &serde_json::Value,
+    at: time::OffsetDateTime,
+) -> Result<Applied> {
+    let paid = Micros::from_minor(obj["amount_paid"].as_i64().unwrap_or(inv.total_minor)).0;
+    let from = if status == "open" {
+        Account::Receivable(inv.tenant)
+    } else {
+        Account::BadDebt
+    };
+    if paid > 0 {
+        post(
+            &mut *conn,
+            inv.entry("payment", format!("{}: paid through Stripe", inv.number)),
+            &[(Account::Cash, paid), (from, -paid)],
+        )
+        .await?;
+    }
+    sqlx::query!(
+        "UPDATE invoices SET status = 'paid', paid_at = $2, stripe_status = 'paid' WHERE id = $1",
+        inv.id,
+        at
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok((Some("paid"), "applied: paid".into()))
+}
+
+/// A payment attempt failed: the invoice stays open, and says why.
+async fn payment_failed(
+    conn: &mut PgConnection,
+    inv: &LinkedInvoice,
+    obj: &serde_json::Value,
+    at: time::OffsetDateTime,
+) -> Result<Applied> {
+    let attempts = obj["attempt_count"].as_i64().unwrap_or(1);
+    let why = obj["last_finalization_error"]["message"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("payment attempt {attempts} failed"));
+    sqlx::query!(
+        "UPDATE invoices SET payment_failed_at = $2, payment_error = left($3, 500) WHERE id = $1",
+        inv.id,
+        at,
+        why
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok((None, "applied: payment failed".into()))
+}
+
+/// Voided: its charges reversed and the credit it used restored.
+async fn voided(conn: &mut PgConnection, inv: &LinkedInvoice, status: &str) -> Result<Applied> {
+    let due = inv.due();
+    let applied_credit = Micros::from_minor(inv.credit_applied_minor).0;
+    let from = if status == "open" {
+        Account::Receivable(inv.tenant)
+    } else {
+        Account::BadDebt
+    };
+    let mut postings = vec![(Account::Revenue, due + applied_credit)];
+    if due != 0 {
+        postings.push((from, -due));
+    }
+    if applied_credit != 0 {
+        postings.push((Account::Prepaid(inv.tenant), -applied_credit));
+    }
+    if postings.len() > 1 {
+        post(
+            &mut *conn,
+            inv.entry(
+                "void",
+                format!("{}: voided; charges reversed, credit restored", inv.number),
+            ),
+            &postings,
+        )
+        .await?;
+    }
+    sqlx::query!(
+        "UPDATE invoices SET status = 'void', stripe_status = 'void' WHERE id = $1",
+        inv.id
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok((Some("void"), "applied: void".into()))
+}
+
+/// Marked uncollectible: what is owed moves to bad debt.
+async fn uncollectible(conn: &mut PgConnection, inv: &LinkedInvoice) -> Result<Applied> {
+    let due = inv.due();
+    if due != 0 {
+        post(
+            &mut *conn,
+            inv.entry(
+                "uncollectible",
+                format!("{}: marked uncollectible", inv.number),
+            ),
+            &[
+                (Account::BadDebt, due),
+                (Account::Receivable(inv.tenant), -due),
+            ],
+        )
+        .await?;
+    }
+    sqlx::query!(
+        "UPDATE invoices SET status = 'uncollectible', stripe_status = 'uncollectible' WHERE id = $1",
+        inv.id
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok((Some("uncollectible"), "applied: uncollectible".into()))
 }
 
 /// What the other areas of this crate use of it, behind no proof: never for the pages or the API.
