@@ -57,6 +57,30 @@ pub fn run(args: &[String]) -> Result {
     })?;
 
     // Held until the end of this function: dropping it stops the cluster.
+    let (database_url, cluster) = database(external)?;
+    build()?;
+    if stop.load(Ordering::SeqCst) {
+        return Ok(());
+    }
+
+    // Everything started from here on is stopped when `started` is dropped: on any error, and
+    // after Ctrl-C.
+    let mut started = Started::default();
+    let launch = start_helpers(&mut started, database_url)?;
+    let port = start_servers(&mut started, &launch, replicas)?;
+    step("starting the demo fleet (simulated node agents)");
+    started.agents = fleet::start(&launch, &format!("http://{ADDR}"))?;
+    welcome(replicas, port, cluster.is_some(), &launch.admin_password);
+    until_stopped(&stop, &mut started)?;
+    drop(started);
+    drop(cluster);
+    eprintln!("stopped.");
+    Ok(())
+}
+
+/// `DATABASE_URL` when set; otherwise a durable cluster in `.data/postgres`, stopped when the
+/// returned guard drops.
+fn database(external: Option<String>) -> Result<(String, Option<StopOnDrop>)> {
     let mut cluster: Option<StopOnDrop> = None;
     let database_url = match external {
         Some(url) => {
@@ -78,7 +102,11 @@ pub fn run(args: &[String]) -> Result {
             url
         }
     };
+    Ok((database_url, cluster))
+}
 
+/// The portal (cargo leptos), the node agent and the local Stripe.
+fn build() -> Result {
     step("building the portal (cargo leptos build) and the node agent");
     run_cmd(
         Command::new("cargo")
@@ -97,13 +125,12 @@ pub fn run(args: &[String]) -> Result {
             .env("RUSTFLAGS", "--cfg erase_components")
             .current_dir(root()),
     )?;
-    if stop.load(Ordering::SeqCst) {
-        return Ok(());
-    }
+    Ok(())
+}
 
-    // Everything started from here on is stopped when `started` is dropped: on any error, and
-    // after Ctrl-C.
-    let mut started = Started::default();
+/// The demo identity provider and the local Stripe, and how the server is to be launched
+/// with them.
+fn start_helpers(started: &mut Started, database_url: String) -> Result<portal::Launch> {
     step("starting the demo identity provider (oidc-provider) on 127.0.0.1:3002");
     let idp_secret = portal::dev_secret("idp-client-secret")?;
     let (idp, issuer) =
@@ -123,16 +150,14 @@ pub fn run(args: &[String]) -> Result {
         ),
     )?;
     started.helpers.push(stripe);
-
-    step("starting the server");
     let admin_password = portal::dev_secret("admin-password")?;
-    let launch = portal::Launch {
+    Ok(portal::Launch {
         binary: target_dir().join("debug/server"),
         database_url,
         addr: ADDR.to_string(),
         site_root: target_dir().join("site"),
         site_env: "dev",
-        admin_password: admin_password.clone(),
+        admin_password,
         demo_idp: Some((issuer, idp_secret)),
         stripe: Some((stripe_api, webhook_secret)),
         dns_resolver: None,
@@ -140,13 +165,18 @@ pub fn run(args: &[String]) -> Result {
         metrics_addr: "127.0.0.1:9464".into(),
         metrics_token: None,
         log: None,
-    };
+    })
+}
+
+/// The server, and with `--replicas` more on the next ports (`Launch::replica`), each waited
+/// for until ready; returns the first one's port.
+fn start_servers(started: &mut Started, launch: &portal::Launch, replicas: u16) -> Result<u16> {
+    step("starting the server");
     let port: u16 = ADDR
         .rsplit(':')
         .next()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
-    // The server, and with `--replicas` more on the next ports (`Launch::replica`).
     for i in 0..replicas {
         let addr = format!("127.0.0.1:{}", port + i);
         let child = if i == 0 {
@@ -158,8 +188,11 @@ pub fn run(args: &[String]) -> Result {
         let child = started.servers.push_mut(child);
         wait_ready(child, port + i, Duration::from_secs(60))?;
     }
-    step("starting the demo fleet (simulated node agents)");
-    started.agents = fleet::start(&launch, &format!("http://{ADDR}"))?;
+    Ok(port)
+}
+
+/// Where everything is, and how to sign in.
+fn welcome(replicas: u16, port: u16, own_cluster: bool, admin_password: &str) {
     for i in 1..replicas {
         eprintln!(
             "Replica {} at http://127.0.0.1:{} (same database; sign in on :{port}, then use either)",
@@ -169,11 +202,7 @@ pub fn run(args: &[String]) -> Result {
     }
     eprintln!(
         "\n\x1b[1mThe portal is up at http://{ADDR}\x1b[0m  (Ctrl-C stops the server{})",
-        if cluster.is_some() {
-            " and PostgreSQL"
-        } else {
-            ""
-        }
+        if own_cluster { " and PostgreSQL" } else { "" }
     );
     eprintln!(
         "Tenant users: sign in at http://{ADDR}/login with alice@acme.example, bob@acme.example,\n\
@@ -182,11 +211,14 @@ pub fn run(args: &[String]) -> Result {
          (kept in .data/admin-password)",
         portal::ADMIN_EMAIL
     );
+}
 
+/// Until Ctrl-C; a server that stops on its own is an error.
+fn until_stopped(stop: &AtomicBool, started: &mut Started) -> Result {
     loop {
         if stop.load(Ordering::SeqCst) {
             step("stopping");
-            break;
+            return Ok(());
         }
         for server in &mut started.servers {
             if let Some(status) = server.try_wait().map_err(|e| e.to_string())? {
@@ -195,10 +227,6 @@ pub fn run(args: &[String]) -> Result {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    drop(started);
-    drop(cluster);
-    eprintln!("stopped.");
-    Ok(())
 }
 
 /// The processes `cargo xtask dev` started, stopped when dropped: agents first, then the

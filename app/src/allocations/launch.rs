@@ -568,13 +568,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                     </label>
                     <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
                 </div>
-                <section class="estimate" aria-labelledby="estimate-h" aria-live="polite">
-                    <h3 id="estimate-h">"Estimated cost"</h3>
-                    <ul id="launch-estimate">
-                        {move || estimate_lines().unwrap_or_default().into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
-                    </ul>
-                    <p class="hint">"Billed per second while it runs, at the price shown now."</p>
-                </section>
+                <Estimate lines=Signal::derive(move || estimate_lines().unwrap_or_default()) />
                 <div class="form-actions">
                     <button type="submit" id="launch-submit" disabled=move || blocked().is_some()>
                         {move || blocked().unwrap_or_else(|| "Launch".to_string())}
@@ -633,6 +627,20 @@ fn ImageField(
                 <span class="hint"><a href="/marketplace">"Browse the marketplace"</a></span>
             </label>
         }.into_any(),
+    }
+}
+
+/// The cost as chosen: per hour, day and 30 days, for its lifetime, and against the budget.
+#[component]
+fn Estimate(lines: Signal<Vec<String>>) -> impl IntoView {
+    view! {
+        <section class="estimate" aria-labelledby="estimate-h" aria-live="polite">
+            <h3 id="estimate-h">"Estimated cost"</h3>
+            <ul id="launch-estimate">
+                {move || lines.get().into_iter().map(|l| view! { <li>{l}</li> }).collect_view()}
+            </ul>
+            <p class="hint">"Billed per second while it runs, at the price shown now."</p>
+        </section>
     }
 }
 
