@@ -17,6 +17,7 @@
 //! Ends with `RESULT chaos …`; fails when a check does. `cargo xtask test` runs 60 s of it.
 
 use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -175,9 +176,6 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
     let dir = target_dir().join("chaos");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let log = |name: &str| -> Result<File> {
-        File::create(dir.join(name)).map_err(|e| format!("creating {name}: {e}"))
-    };
 
     step(
         "chaos: a durable PostgreSQL, the Stripe test server, two server replicas, the demo fleet",
@@ -187,6 +185,86 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
     );
     pg.start().map_err(|e| e.to_string())?;
     pg.ensure_database("chaos").map_err(|e| e.to_string())?;
+    let (mut sys, stripe_api) = start_system(&dir, &pg)?;
+    let ports = sys.ports;
+    let tokens_file = api_tokens(&sys.launch, &dir)?;
+
+    let urls = format!(
+        "http://127.0.0.1:{},http://127.0.0.1:{}",
+        ports[0], ports[1]
+    );
+    let answers = dir.join("answers.tsv");
+    let faults_file = dir.join("faults.tsv");
+    let common = |extra: &[(&str, String)]| -> Vec<String> {
+        let mut v = vec![
+            "--urls".to_string(),
+            urls.clone(),
+            "--tokens-file".into(),
+            tokens_file.display().to_string(),
+            "--project".into(),
+            PROJECT.into(),
+            "--answers".into(),
+            answers.display().to_string(),
+        ];
+        for (k, val) in extra {
+            v.push(k.to_string());
+            v.push(val.clone());
+        }
+        v
+    };
+    let since_ms = now_ms();
+    step(&format!(
+        "chaos: {seconds} s of launches and releases over the API, faults from seed {seed} (logs in {})",
+        dir.display()
+    ));
+    let mut load = bench(
+        "chaos-load",
+        &common(&[
+            ("--seconds", seconds.to_string()),
+            ("--seed", seed.to_string()),
+            ("--clients", "6".into()),
+        ]),
+    )
+    .spawn()
+    .map_err(|e| format!("starting the load: {e}"))?;
+
+    let injected = inject(&mut sys, &pg, &mut load, seconds, seed)?;
+    write_faults(&injected, &faults_file)?;
+    let load_status = load.wait().map_err(|e| e.to_string())?;
+    if !load_status.success() {
+        return Err(format!("the load client failed ({load_status})"));
+    }
+
+    print_faults(&injected, since_ms);
+    step("chaos: faults stopped; releasing what is left, settling, auditing");
+    let audit = bench(
+        "chaos-audit",
+        &common(&[
+            ("--faults", faults_file.display().to_string()),
+            ("--since-ms", since_ms.to_string()),
+            ("--stripe", stripe_api.trim_end_matches('/').to_string()),
+        ]),
+    )
+    .env("DATABASE_URL", pg.url("chaos"))
+    .status()
+    .map_err(|e| format!("starting the audit: {e}"))?;
+    drop(sys);
+    if audit.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the chaos audit failed (logs in {}; server logs server-1.log, server-2.log)",
+            dir.display()
+        ))
+    }
+}
+
+/// The Stripe test server, two server replicas (the first migrates and loads the demo data)
+/// and the demo fleet's agents; and the Stripe API's address.
+fn start_system(dir: &Path, pg: &StopOnDrop) -> Result<(System, String)> {
+    let log = |name: &str| -> Result<File> {
+        File::create(dir.join(name)).map_err(|e| format!("creating {name}: {e}"))
+    };
     let free = || pgcluster::free_port().map_err(|e| e.to_string());
     let ports = [free()?, free()?];
     let portal_url = format!("http://127.0.0.1:{}", ports[0]);
@@ -236,12 +314,15 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
         .into_iter()
         .map(|(a, c)| (a, Some(c)))
         .collect();
+    Ok((sys, stripe_api))
+}
 
-    // API tokens, as a program would hold them (one per two clients: the per-token limit is
-    // the API's, not what is under test).
+/// API tokens, as a program would hold them (one per two clients: the per-token limit is the
+/// API's, not what is under test), written one per line to a file; returns its path.
+fn api_tokens(launch: &Launch, dir: &Path) -> Result<PathBuf> {
     let mut tokens = String::new();
     for _ in 0..3 {
-        let out = sys.launch.output(&[
+        let out = launch.output(&[
             "demo-api-token",
             "--email",
             "alice@acme.example",
@@ -257,62 +338,25 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
     }
     let tokens_file = dir.join("tokens");
     std::fs::write(&tokens_file, tokens).map_err(|e| e.to_string())?;
+    Ok(tokens_file)
+}
 
-    let urls = format!(
-        "http://127.0.0.1:{},http://127.0.0.1:{}",
-        ports[0], ports[1]
-    );
-    let answers = dir.join("answers.tsv");
-    let faults_file = dir.join("faults.tsv");
-    let common = |extra: &[(&str, String)]| -> Vec<String> {
-        let mut v = vec![
-            "--urls".to_string(),
-            urls.clone(),
-            "--tokens-file".into(),
-            tokens_file.display().to_string(),
-            "--project".into(),
-            PROJECT.into(),
-            "--answers".into(),
-            answers.display().to_string(),
-        ];
-        for (k, val) in extra {
-            v.push(k.to_string());
-            v.push(val.clone());
-        }
-        v
-    };
-    let since_ms = now_ms();
-    step(&format!(
-        "chaos: {seconds} s of launches and releases over the API, faults from seed {seed} (logs in {})",
-        dir.display()
-    ));
-    let mut load = bench(
-        "chaos-load",
-        &common(&[
-            ("--seconds", seconds.to_string()),
-            ("--seed", seed.to_string()),
-            ("--clients", "6".into()),
-        ]),
-    )
-    .spawn()
-    .map_err(|e| format!("starting the load: {e}"))?;
-
-    let injected = inject(&mut sys, &pg, &mut load, seconds, seed)?;
+/// The faults injected, one per line: start and end (ms since the epoch), kind, detail.
+fn write_faults(injected: &[Injected], file: &Path) -> Result {
     let mut faults = String::new();
-    for f in &injected {
+    for f in injected {
         faults.push_str(&format!(
             "{}\t{}\t{}\t{}\n",
             f.start_ms, f.end_ms, f.kind, f.detail
         ));
     }
-    std::fs::write(&faults_file, faults).map_err(|e| e.to_string())?;
-    let load_status = load.wait().map_err(|e| e.to_string())?;
-    if !load_status.success() {
-        return Err(format!("the load client failed ({load_status})"));
-    }
+    std::fs::write(file, faults).map_err(|e| e.to_string())
+}
 
+/// The faults as a table: when each began (seconds into the run) and how long it lasted.
+fn print_faults(injected: &[Injected], since_ms: u64) {
     eprintln!("\n{:<22} {:>8} {:>9}  detail", "fault", "at (s)", "for (s)");
-    for f in &injected {
+    for f in injected {
         eprintln!(
             "{:<22} {:>8.1} {:>9.1}  {}",
             f.kind,
@@ -320,27 +364,6 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
             f.end_ms.saturating_sub(f.start_ms) as f64 / 1000.0,
             f.detail
         );
-    }
-    step("chaos: faults stopped; releasing what is left, settling, auditing");
-    let audit = bench(
-        "chaos-audit",
-        &common(&[
-            ("--faults", faults_file.display().to_string()),
-            ("--since-ms", since_ms.to_string()),
-            ("--stripe", stripe_api.trim_end_matches('/').to_string()),
-        ]),
-    )
-    .env("DATABASE_URL", pg.url("chaos"))
-    .status()
-    .map_err(|e| format!("starting the audit: {e}"))?;
-    drop(sys);
-    if audit.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the chaos audit failed (logs in {}; server logs server-1.log, server-2.log)",
-            dir.display()
-        ))
     }
 }
 
