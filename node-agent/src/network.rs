@@ -220,8 +220,6 @@ fn cidr_ok(cidr: &str) -> Result<(), String> {
 pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, String> {
     cfg.check()?;
     state.check()?;
-    let gw = identity::GATEWAY;
-    let net = identity::SLOT_NETWORK;
     let mut o = String::new();
     let w = &mut o;
     let _ = writeln!(
@@ -232,6 +230,17 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         // Declaring, then deleting, makes the deletion valid on a host without the table.
         let _ = writeln!(w, "table {t}\ndelete table {t}");
     }
+    bridge_table(w, state);
+    inet_table(w, cfg);
+    nat_table(w, cfg, state);
+    Ok(o)
+}
+
+/// `bridge gpuaas`: each slot's port sends only as its own MAC and IP; guests reach each
+/// other only as east-west pairs or through a published port.
+fn bridge_table(w: &mut String, state: &NetState) {
+    let gw = identity::GATEWAY;
+    let net = identity::SLOT_NETWORK;
     let ports: Vec<String> = state
         .slots
         .iter()
@@ -291,7 +300,12 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         );
     }
     let _ = writeln!(w, "  }}\n}}");
+}
 
+/// `inet gpuaas`: what guests may reach on the host (DHCP, DNS, telemetry, ping), and where
+/// their traffic may go (the uplink, never a blocked range).
+fn inet_table(w: &mut String, cfg: &NetConfig) {
+    let gw = identity::GATEWAY;
     let blocked = cfg.blocked_egress.join(", ");
     let up = &cfg.uplink;
     let _ = writeln!(w, "\ntable inet gpuaas {{");
@@ -351,7 +365,12 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
     let _ = writeln!(w, "    iifname \"{BRIDGE}\" meta nfproto ipv4 accept");
     let _ = writeln!(w, "    iifname \"{BRIDGE}\" drop");
     let _ = writeln!(w, "  }}\n}}");
+}
 
+/// `ip gpuaas_nat`: published ports forwarded to their guests (marked), guests masqueraded out.
+fn nat_table(w: &mut String, cfg: &NetConfig, state: &NetState) {
+    let net = identity::SLOT_NETWORK;
+    let up = &cfg.uplink;
     let _ = writeln!(w, "\ntable ip gpuaas_nat {{");
     let _ = writeln!(w, "  chain prerouting {{");
     let _ = writeln!(
@@ -377,7 +396,6 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         "    ip saddr {net} oifname \"{BRIDGE}\" ct status dnat masquerade"
     );
     let _ = writeln!(w, "  }}\n}}");
-    Ok(o)
 }
 
 /// The connection mark of a published port's connections (set with their DNAT), and the packet
