@@ -196,10 +196,18 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
 
 const ADMIN_PW: &str = "correct horse battery staple";
 
-/// These tests run one at a time. With several of them in flight (each its own runtime, app
-/// and database), one now and then waited for ever for an answer under load: seen twice in
-/// CI, and here 6 runs of 18 with eight test threads against none of 9 with one. The cause is
-/// not found yet (nothing in the portal is shared between runtimes; see the note on #24).
+/// These tests run one at a time. With several in flight (each its own runtime, app and
+/// database), one now and then waits for ever. What is known:
+/// - It takes pages rendered in two runtimes at once. `pages_rendered_beside_static_files…`
+///   (400 renders on one runtime) hung in 3 of 8 runs beside two other page tests. It never
+///   hung alone (6 runs), and those two never hung together without it (6 runs).
+/// - The hung runtime is parked with nothing to run and its database sessions idle: a wake
+///   was lost, not a lock held.
+/// - So some state of the rendering stack is shared between runtimes. Leptos keeps its
+///   executor and reactive arena process-wide. A server has one runtime, so this is a test
+///   artefact.
+/// - Unserialised, the binary takes 15 s instead of 47 s; worth it once the wake is found.
+///   Reproduce: `--test-threads 8` with the lock removed, `gdb -p` on the hung process.
 async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     ONE.lock().await
