@@ -1,6 +1,6 @@
 //! The project's automation. `cargo xtask dev` runs the portal; `cargo xtask test` runs every
-//! check. Both install what is missing first. Only `std`, `ctrlc` and `pgcluster`, so this
-//! crate builds in seconds on a fresh machine.
+//! check. Both install what is missing first. Only `pgcluster` and small crates (`ctrlc`,
+//! `serde_json`, `httparse`), so this crate builds in seconds on a fresh machine.
 
 mod bench;
 mod chaos;
