@@ -246,9 +246,9 @@ export async function launchSlice(page, base, { sku, region, name, key }) {
   await hydrated(page);
   const form = page.locator('#launch');
   await form.getByLabel('Region').selectOption(region);
-  await form.locator('select[name="listing"]').selectOption('ubuntu-24.04-cuda');
+  await form.locator('select[name="image"]').selectOption('ubuntu-24.04-cuda');
   await form.getByLabel('Name').fill(name);
-  await form.locator('textarea[name="ssh_public_key"]').fill(key);
+  await form.locator('textarea[name="ssh_public_keys"]').fill(key);
   await form.getByRole('button', { name: 'Launch' }).click();
   await page.waitForURL(new RegExp(`^${base}/allocations/[0-9a-f-]{36}$`));
   return page.url();
