@@ -20,6 +20,7 @@ pub mod prelude {
     pub use crate::policy::PolicyApi;
     pub use crate::sessions::SessionsApi;
     pub use crate::sso::SsoApi;
+    pub use crate::sso::SsoSettingsApi;
     pub use crate::tenancy::TenancyApi;
 }
 
