@@ -312,18 +312,22 @@ async fn finalise(
     )
     .fetch_one(&mut *conn)
     .await?;
+    let entry = |kind, memo: String| Entry {
+        kind,
+        tenant: Some(tenant),
+        currency,
+        invoice: Some(invoice),
+        memo,
+        by: None,
+    };
     let rounding = draft.rounding_micro;
     if rounding != 0 {
         post(
             &mut *conn,
-            Entry {
-                kind: "invoice_rounding",
-                tenant: Some(tenant),
-                currency,
-                invoice: Some(invoice),
-                memo: format!("{number}: rounding rated usage to cents, per line"),
-                by: None,
-            },
+            entry(
+                "invoice_rounding",
+                format!("{number}: rounding rated usage to cents, per line"),
+            ),
             &[
                 (Account::Receivable(tenant), rounding),
                 (Account::Revenue, -rounding),
@@ -336,14 +340,10 @@ async fn finalise(
         let m = Micros::from_minor(applied).0;
         post(
             &mut *conn,
-            Entry {
-                kind: "credit_applied",
-                tenant: Some(tenant),
-                currency,
-                invoice: Some(invoice),
-                memo: format!("{number}: prepaid credit applied"),
-                by: None,
-            },
+            entry(
+                "credit_applied",
+                format!("{number}: prepaid credit applied"),
+            ),
             &[
                 (Account::Prepaid(tenant), m),
                 (Account::Receivable(tenant), -m),
