@@ -8,6 +8,8 @@ use leptos_meta::Title;
 use serde::{Deserialize, Serialize};
 
 use crate::error::AppError;
+use crate::pages::nav::{Roles, sections_for};
+use leptos_router::components::A;
 
 /// Bumped whenever someone signs in or out in this tab, so that views of "who am I" refetch.
 #[derive(Clone, Copy)]
@@ -20,6 +22,8 @@ pub struct UserView {
     pub email: String,
     /// e.g. "platform admin"; None for tenant users.
     pub platform_role: Option<String>,
+    /// What the menu offers them.
+    pub roles: Roles,
 }
 
 #[server]
@@ -28,7 +32,70 @@ pub async fn current_user() -> Result<Option<UserView>, AppError> {
         display_name: p.display_name,
         email: p.email,
         platform_role: p.platform_role.map(|r| format!("platform {}", r.as_str())),
+        roles: Roles {
+            platform: p.platform_role.map(|r| r.as_str().to_owned()),
+            tenant: p.home.map(|h| h.role),
+        },
     }))
+}
+
+/// Who is signed in, fetched once for the header (menu and user menu) and again whenever
+/// [`AuthEpoch`] moves.
+#[derive(Clone, Copy)]
+pub struct SignedInUser(pub Resource<Result<Option<UserView>, AppError>>);
+
+impl SignedInUser {
+    /// Provides it to the views below; called once, by the app.
+    pub fn provide() {
+        let AuthEpoch(epoch) = expect_context::<AuthEpoch>();
+        provide_context(SignedInUser(Resource::new(
+            move || epoch.get(),
+            |_| current_user(),
+        )));
+    }
+}
+
+/// The main menu: the sections the signed-in person (or a visitor) can open. On a phone,
+/// once the page runs its script, it folds behind a Menu button; without the script it stays
+/// open, so every section is one tap away either way.
+#[component]
+pub fn MainNav() -> impl IntoView {
+    let SignedInUser(user) = expect_context::<SignedInUser>();
+    let open = RwSignal::new(false);
+    // Following a link closes the menu.
+    let location = leptos_router::hooks::use_location();
+    Effect::new(move |_| {
+        location.pathname.track();
+        open.set(false);
+    });
+    let links = move || {
+        Suspend::new(async move {
+            let roles = match user.await {
+                Ok(Some(u)) => u.roles,
+                _ => Roles::default(),
+            };
+            sections_for(&roles)
+                .into_iter()
+                .map(|s| view! { <li><A href=s.path>{s.title}</A></li> })
+                .collect_view()
+        })
+    };
+    view! {
+        <button
+            type="button"
+            class="menu-button secondary"
+            aria-controls="main-menu"
+            aria-expanded=move || if open.get() { "true" } else { "false" }
+            on:click=move |_| open.update(|o| *o = !*o)
+        >
+            "Menu"
+        </button>
+        <nav aria-label="Main" id="main-menu" class:open=open>
+            <ul>
+                <Suspense fallback=|| ()>{links}</Suspense>
+            </ul>
+        </nav>
+    }
 }
 
 /// `next` if it is a path on this site (`/billing?month=…`), never another origin
@@ -151,7 +218,7 @@ where
 #[component]
 pub fn UserMenu() -> impl IntoView {
     let AuthEpoch(epoch) = expect_context::<AuthEpoch>();
-    let user = Resource::new(move || epoch.get(), |_| current_user());
+    let SignedInUser(user) = expect_context::<SignedInUser>();
     let sign_out = ServerAction::<SignOut>::new();
     on_success(sign_out, move || epoch.update(|e| *e += 1));
     view! {

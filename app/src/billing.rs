@@ -356,7 +356,7 @@ fn InvoiceTable(
                             {show_tenant.then(|| view! { <td>{i.tenant.clone()}</td> })}
                             <td><a href=format!("/billing/invoices/{}", i.id)>{i.number.clone()}</a></td>
                             <td>{i.month.clone()}</td>
-                            <td>{i.total.to_string()}</td>
+                            <td class="amount">{i.total.grouped()}</td>
                             <td>{badge} {i.payment_error.clone().filter(|_| i.payment_failed).map(|e| view! { <br/><small>{e}</small> })}</td>
                             <td>{stripe}</td>
                         </tr>
@@ -403,22 +403,22 @@ fn BillingBody(b: BillingView) -> impl IntoView {
         {o.budgets.iter().filter(|x| x.alert != "ok").map(|x| view! {
             <section class=format!("card notice budget-{}", x.alert) role="alert" data-testid="budget-alert">
                 <p><strong>{if x.alert == "exceeded" { "Budget exceeded" } else { "Budget at 80 %" }}</strong>
-                   {format!(": {} has spent {} of its {} monthly budget ({} %). ", x.scope, x.spent, x.limit, x.percent)}
+                   {format!(": {} has spent {} of its {} monthly budget ({} %). ", x.scope, x.spent.grouped(), x.limit.grouped(), x.percent)}
                    {if x.alert == "exceeded" { "New launches in this scope are refused until next month or a higher budget." } else { "Launches that would pass the budget are refused." }}
                 </p>
             </section>
         }).collect_view()}
         <div class="stats">
-            <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{o.month_to_date.to_string()}</span></div>
-            <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{o.forecast.to_string()}</span>
-                <span class="hint">{format!("{}/h running now", o.running_per_hour)}</span></div>
-            <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{o.credit_balance.to_string()}</span></div>
+            <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{o.month_to_date.grouped()}</span></div>
+            <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{o.forecast.grouped()}</span>
+                <span class="hint">{format!("{}/h running now", o.running_per_hour.grouped())}</span></div>
+            <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{o.credit_balance.grouped()}</span></div>
         </div>
         {(!o.budgets.is_empty()).then(|| view! {
             <section class="card" aria-labelledby="budgets">
                 <h2 id="budgets">"Budgets"</h2>
                 <ul>{o.budgets.into_iter().map(|x| view! {
-                    <li>{format!("{}: {} of {} ({} %)", x.scope, x.spent, x.limit, x.percent)}</li>
+                    <li>{format!("{}: {} of {} ({} %)", x.scope, x.spent.grouped(), x.limit.grouped(), x.percent)}</li>
                 }).collect_view()}</ul>
             </section>
         })}
@@ -469,6 +469,14 @@ pub fn InvoicePage() -> impl IntoView {
     }
 }
 
+/// A line's unit price as people read it (`6.48 USD`); empty for lines without one (credit).
+fn unit_price(per_hour: &str, currency: &str) -> String {
+    match per_hour {
+        "" => String::new(),
+        p => format!("{} {currency}", portal_types::readable_decimal(p, 2)),
+    }
+}
+
 #[component]
 fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl IntoView {
     let InvoiceView {
@@ -486,24 +494,30 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
             <section class="card notice" role="alert"><p>"The last payment attempt failed: " {e} ". Stripe retries; the customer can also pay on the hosted invoice page."</p></section>
         })}
         <div class="table-scroll">
-        <table class="data" id="invoice-lines">
+        <table class="data cards" id="invoice-lines">
             <thead><tr><th>"#"</th><th>"Description"</th><th>"GPU-hours"</th><th>"Unit price / GPU-hour"</th><th>"Amount"</th></tr></thead>
             <tbody>
                 {v.lines.into_iter().map(|l| view! {
-                    <tr data-kind=l.kind><td>{l.line_no}</td><td>{l.description}</td><td>{l.gpu_hours}</td><td>{l.unit_price}</td><td>{l.amount.to_string()}</td></tr>
+                    <tr data-kind=l.kind>
+                        <td class="line-no">{l.line_no}</td>
+                        <td>{l.description}</td>
+                        <td data-label="GPU-hours">{portal_types::readable_decimal(&l.gpu_hours, 2)}</td>
+                        <td data-label="Unit price / GPU-hour">{unit_price(&l.unit_price, &l.amount.currency)}</td>
+                        <td data-label="Amount" class="amount">{l.amount.grouped()}</td>
+                    </tr>
                 }).collect_view()}
             </tbody>
             <tfoot>
-                <tr><th colspan="4">"Subtotal"</th><td>{v.subtotal.to_string()}</td></tr>
-                <tr><th colspan="4">"Prepaid credit applied"</th><td>{v.credit_applied.to_string()}</td></tr>
-                <tr><th colspan="4">"Total"</th><td data-testid="invoice-total">{i.total.to_string()}</td></tr>
+                <tr><th colspan="4">"Subtotal"</th><td>{v.subtotal.grouped()}</td></tr>
+                <tr><th colspan="4">"Prepaid credit applied"</th><td>{v.credit_applied.grouped()}</td></tr>
+                <tr><th colspan="4">"Total"</th><td data-testid="invoice-total">{i.total.grouped()}</td></tr>
                 {v.credit_notes.iter().map(|n| view! {
-                    <tr><th colspan="4">{format!("Credit note ({}, {})", n.reason, utc(n.created_at))}</th><td>{format!("-{}", n.amount)}</td></tr>
+                    <tr><th colspan="4">{format!("Credit note ({}, {})", n.reason, utc(n.created_at))}</th><td>{format!("-{}", n.amount.grouped())}</td></tr>
                 }).collect_view()}
                 {v.paid.clone().map(|amount| view! {
-                    <tr data-testid="invoice-paid"><th colspan="4">{match v.paid_at { Some(at) => format!("Paid {}", utc(at)), None => "Paid".to_string() }}</th><td>{format!("-{amount}")}</td></tr>
+                    <tr data-testid="invoice-paid"><th colspan="4">{match v.paid_at { Some(at) => format!("Paid {}", utc(at)), None => "Paid".to_string() }}</th><td>{format!("-{}", amount.grouped())}</td></tr>
                 })}
-                <tr><th colspan="4">{if i.status == "void" { "Balance (void)" } else { "Balance" }}</th><td data-testid="invoice-balance">{v.balance.to_string()}</td></tr>
+                <tr><th colspan="4">{if i.status == "void" { "Balance (void)" } else { "Balance" }}</th><td data-testid="invoice-balance">{v.balance.grouped()}</td></tr>
             </tfoot>
         </table>
         </div>
@@ -585,7 +599,7 @@ fn PlatformBody(
             <Chart option=p.revenue_chart label="Rated usage, invoiced and paid, per month" testid="chart-revenue" />
             <div class="table-scroll">
             <table class="data"><thead><tr><th>"Month"</th><th>"Rated usage"</th><th>"Invoiced"</th><th>"Paid"</th></tr></thead>
-                <tbody>{p.revenue.into_iter().map(|r| view! { <tr><td>{r.month}</td><td>{r.rated.to_string()}</td><td>{r.invoiced.to_string()}</td><td>{r.paid.to_string()}</td></tr> }).collect_view()}</tbody>
+                <tbody>{p.revenue.into_iter().map(|r| view! { <tr><td>{r.month}</td><td>{r.rated.grouped()}</td><td>{r.invoiced.grouped()}</td><td>{r.paid.grouped()}</td></tr> }).collect_view()}</tbody>
             </table>
             </div>
         </section>

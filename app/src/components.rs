@@ -135,3 +135,44 @@ pub fn chart_option(chart: &charming::Chart) -> String {
         String::from("{}")
     })
 }
+
+/// A duration as people say it: "40 s", "3 min", "2 h 5 min", "4 d 1 h".
+pub fn duration_words(seconds: f64) -> String {
+    let s = seconds.max(0.0) as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// "1 GPU", "8 GPUs".
+pub fn plural(n: impl Into<i64>, one: &str, many: &str) -> String {
+    match n.into() {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    }
+}
+
+/// A button that copies `text` (an SSH command, a token) to the clipboard, and says so. It
+/// needs the page's script, so it shows only once the page runs it; the text stays
+/// selectable beside it either way.
+#[component]
+pub fn CopyButton(text: String, #[prop(into)] label: String) -> impl IntoView {
+    let copied = RwSignal::new(false);
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        {
+            let _promise = window().navigator().clipboard().write_text(&text);
+            copied.set(true);
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &text;
+    };
+    view! {
+        <button type="button" class="copy secondary" aria-label=label on:click=copy>
+            {move || if copied.get() { "Copied" } else { "Copy" }}
+        </button>
+    }
+}

@@ -22,6 +22,7 @@ pub mod error;
 pub mod fleet;
 pub mod marketplace;
 pub mod ops;
+pub mod organization;
 pub mod pages;
 pub mod policies;
 pub mod projects;
@@ -36,10 +37,9 @@ pub use error::AppError;
 
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
-use leptos_router::components::{A, Route, Router, Routes};
+use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{ParamSegment, SsrMode, StaticSegment};
 
-use pages::placeholder::SECTIONS;
 use theme::{ThemePicker, ThemeSignal};
 
 /// The HTML document around [`App`]; rendered on the server only.
@@ -72,6 +72,7 @@ pub fn App() -> impl IntoView {
     let theme = RwSignal::new(theme::initial_theme());
     provide_context(ThemeSignal(theme));
     provide_context(auth::AuthEpoch(RwSignal::new(0)));
+    auth::SignedInUser::provide();
 
     // Effects run only in the browser, after hydration.
     Effect::new(move |_| {
@@ -101,14 +102,7 @@ pub fn App() -> impl IntoView {
                     <span class="brand-mark" aria-hidden="true">"▣"</span>
                     " GPU cloud"
                 </a>
-                <nav aria-label="Main">
-                    <ul>
-                        {SECTIONS
-                            .iter()
-                            .map(|s| view! { <li><A href=s.path>{s.title}</A></li> })
-                            .collect_view()}
-                    </ul>
-                </nav>
+                <auth::MainNav />
                 <auth::UserMenu />
             </header>
             <main id="main" tabindex="-1">
@@ -117,6 +111,7 @@ pub fn App() -> impl IntoView {
                     // same without JavaScript.
                     <Route path=StaticSegment("") view=pages::home::HomePage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("settings"), StaticSegment("sso")) view=sso_settings::SsoSettingsPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("organization") view=organization::OrganizationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("audit") view=audit::AuditPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("login") view=auth::LoginPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("account") view=account::AccountPage ssr=SsrMode::Async />

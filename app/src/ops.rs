@@ -69,17 +69,6 @@ pub async fn get_ops() -> Result<OpsPage, AppError> {
     })
 }
 
-/// "3 min", "2 h 5 min", "4 d 1 h".
-fn age(seconds: f64) -> String {
-    let s = seconds.max(0.0) as u64;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86400, s % 86400 / 3600),
-    }
-}
-
 fn count_of(rows: &[(String, i64)], state: &str) -> i64 {
     rows.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n)
 }
@@ -182,8 +171,8 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
             <section class="card" aria-labelledby="ops-queues">
                 <h2 id="ops-queues">"Queues"</h2>
                 <dl class="facts" data-testid="queues">
-                    <dt>"Outbox"</dt><dd data-testid="outbox">{format!("{} pending", g.outbox_pending)}{(g.outbox_pending > 0).then(|| format!(", oldest {}", age(g.outbox_oldest_s)))}</dd>
-                    <dt>"Agent tasks queued"</dt><dd data-testid="tasks-queued">{g.tasks_queued}{(g.tasks_queued > 0).then(|| format!(", oldest {}", age(g.tasks_queued_oldest_s)))}</dd>
+                    <dt>"Outbox"</dt><dd data-testid="outbox">{format!("{} pending", g.outbox_pending)}{(g.outbox_pending > 0).then(|| format!(", oldest {}", crate::components::duration_words(g.outbox_oldest_s)))}</dd>
+                    <dt>"Agent tasks queued"</dt><dd data-testid="tasks-queued">{g.tasks_queued}{(g.tasks_queued > 0).then(|| format!(", oldest {}", crate::components::duration_words(g.tasks_queued_oldest_s)))}</dd>
                     <dt>"Agent tasks running"</dt><dd data-testid="tasks-running">{g.tasks_running}</dd>
                     <dt>"Stuck (over 30 min)"</dt><dd data-testid="tasks-stuck">{g.tasks_stuck}</dd>
                 </dl>
@@ -191,8 +180,8 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
             <section class="card" aria-labelledby="ops-billing">
                 <h2 id="ops-billing">"Billing"</h2>
                 <dl class="facts" data-testid="billing-health">
-                    <dt>"Rating lag"</dt><dd data-testid="rating-lag">{if g.rating_lag_s > 0.0 { age(g.rating_lag_s) } else { "none".into() }}</dd>
-                    <dt>"Stripe syncs"</dt><dd data-testid="stripe">{format!("{} pending, {} failing", g.stripe_pending, g.stripe_failing)}{(g.stripe_pending > 0).then(|| format!(", oldest {}", age(g.stripe_oldest_s)))}</dd>
+                    <dt>"Rating lag"</dt><dd data-testid="rating-lag">{if g.rating_lag_s > 0.0 { crate::components::duration_words(g.rating_lag_s) } else { "none".into() }}</dd>
+                    <dt>"Stripe syncs"</dt><dd data-testid="stripe">{format!("{} pending, {} failing", g.stripe_pending, g.stripe_failing)}{(g.stripe_pending > 0).then(|| format!(", oldest {}", crate::components::duration_words(g.stripe_oldest_s)))}</dd>
                     <dt>"Webhook events unapplied"</dt><dd data-testid="webhooks">{g.webhook_backlog}</dd>
                     <dt>"Invoices unlike Stripe's"</dt><dd data-testid="invoice-mismatches">{g.reconciliation_open.iter().find(|(k, _)| k == "invoice_mismatch").map_or(0, |(_, n)| *n)}</dd>
                 </dl>

@@ -108,6 +108,8 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const sshPort = Number(ssh[1]);
       assert.ok(sshPort >= 22000 && (sshPort - 22000) % 8 === 0, `${sshPort} starts a slot's block`);
       assert.equal(await page.locator('[data-testid="published"]').innerText(), `guest port 8888 at ${HOST}:${sshPort + 1}`);
+      // How long it has run and what that cost, while it runs.
+      assert.match(await page.getByTestId('cost').innerText(), /^Running for \d+ (s|min) · \d[\d,]*\.\d{2} USD so far$/);
       const transitions = await page.locator('[data-testid="transitions"] li').allInnerTexts();
       assert.deepEqual(transitions.map((t) => t.split(' at ')[0]), ['requested', 'requested → placed', 'placed → provisioning', 'provisioning → running']);
       assert.ok((await page.locator('[data-testid="phases"] tr').count()) >= 6, 'provision phases are listed');
@@ -155,6 +157,17 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const path = (await page.locator('[data-testid="transitions"] li').allInnerTexts()).map((t) => t.split(' at ')[0]);
       assert.deepEqual(path.slice(4), ['running → releasing', 'releasing → cleaning', 'cleaning → released']);
       await shot(page, 'allocation-cleaned');
+
+      // Released, the page says what it cost in all, drops the live values, and stops asking.
+      assert.match(await page.getByTestId('cost').innerText(), /^Ran for \d+ (s|min) · cost \d[\d,]*\.\d{2} USD in all$/);
+      assert.equal(await page.locator('[data-testid="gpu-utilisation"]').count(), 0);
+      assert.equal(await page.getByRole('status').filter({ hasText: 'Release requested' }).count(), 0);
+      let asked = 0;
+      const count = (r) => { if (r.url().includes('/api/get_allocation')) asked += 1; };
+      page.on('request', count);
+      await page.waitForTimeout(3500);
+      page.off('request', count);
+      assert.equal(asked, 0, 'a released allocation is not polled');
 
       // The list shows it under "released", not under "active".
       await page.goto(`${BASE}/allocations?state=released`);
@@ -208,7 +221,7 @@ test('bob pages through a project\'s allocations, newest first, none missing or 
     // Two a page (the address takes the API's `limit`; 50 when left out).
     await page.goto(`${BASE}/allocations?project=${RESEARCH}&state=all&limit=2`);
     await hydrated(page);
-    assert.equal(await page.getByTestId('page-shown').innerText(), 'The 2 newest allocations');
+    assert.equal(await page.getByTestId('page-shown').innerText(), 'The 2 newest instances');
     assert.equal(await page.getByRole('link', { name: '← Newest' }).count(), 0, 'the first page has no way back');
     const first = await ids();
     assert.deepEqual(first, want.slice(0, 2));
@@ -222,7 +235,7 @@ test('bob pages through a project\'s allocations, newest first, none missing or 
       if ((await older.count()) === 0) break;
       assert.ok(pages <= want.length, 'the pages end');
       await older.click();
-      await page.getByTestId('page-shown').filter({ hasText: /^(1 older allocation|2 older allocations)$/ }).waitFor();
+      await page.getByTestId('page-shown').filter({ hasText: /^(1 older instance|2 older instances)$/ }).waitFor();
       await page.waitForFunction((prev) => {
         const a = document.querySelector('#allocations tbody tr a');
         return a && !prev.includes(a.getAttribute('href').split('/').pop());
@@ -241,7 +254,7 @@ test('bob pages through a project\'s allocations, newest first, none missing or 
     await shot(page, 'allocations-paged-phone-dark');
     await page.getByRole('link', { name: '← Newest' }).focus();
     await page.keyboard.press('Enter');
-    await page.getByTestId('page-shown').filter({ hasText: 'The 2 newest allocations' }).waitFor();
+    await page.getByTestId('page-shown').filter({ hasText: 'The 2 newest instances' }).waitFor();
     assert.deepEqual(await ids(), want.slice(0, 2));
     await page.emulateMedia({ colorScheme: 'light' });
     await page.setViewportSize({ width: 1280, height: 800 });

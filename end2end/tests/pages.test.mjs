@@ -66,6 +66,8 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['not-found', '/no/such/page'],
     ])),
     ...(await review('alice', (p) => ssoSignIn(p, 'alice@acme.example'), [
+      ['home-tenant', '/'],
+      ['organization', '/organization'],
       ['projects', '/projects'],
       ['allocations', '/allocations'],
       ['launch', '/launch'],
@@ -77,6 +79,7 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['publish', '/marketplace/publish'],
     ])),
     ...(await review('platform admin', adminSignIn, [
+      ['home-platform', '/'],
       ['admin', '/admin'],
       ['fleet', '/fleet'],
       ['sku-admin', '/catalog/manage'],

@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BASE, openBrowser, shot, hydrated } from '../support.mjs';
 
-const SECTIONS = ['Catalog', 'Marketplace', 'Allocations', 'Projects', 'Billing', 'Fleet', 'Admin'];
+// What a visitor's menu offers: the public pages (each role's menu: home.test.mjs).
+const SECTIONS = ['Catalog', 'Marketplace'];
 
 test('home page renders, hydrates, and then handles forms and links in place', async () => {
   const b = await openBrowser();
@@ -13,9 +14,8 @@ test('home page renders, hydrates, and then handles forms and links in place', a
     assert.equal(response.status(), 200);
     assert.equal(await page.locator('h1').innerText(), 'GPU cloud');
     assert.match(await page.locator('[data-status]').innerText(), /Control plane ready/);
-    for (const name of SECTIONS) {
-      assert.equal(await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name }).count(), 1);
-    }
+    const menu = page.getByRole('navigation', { name: 'Main' }).getByRole('link');
+    assert.deepEqual(await menu.allInnerTexts(), SECTIONS);
 
     await hydrated(page);
     // Anything stored on window survives only if the page is never reloaded.
@@ -29,18 +29,17 @@ test('home page renders, hydrates, and then handles forms and links in place', a
     await shot(page, 'home-hydrated-dark');
 
     // Client-side navigation, also without a reload; the current link is marked.
-    await page.getByRole('link', { name: 'Catalog' }).click();
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).click();
     await page.waitForURL(`${BASE}/catalog`);
     assert.equal(await page.locator('h1').innerText(), 'Catalog');
     assert.equal(await page.evaluate(() => window.__samePage), 'yes');
-    assert.equal(await page.getByRole('link', { name: 'Catalog' }).getAttribute('aria-current'), 'page');
+    assert.equal(await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).getAttribute('aria-current'), 'page');
     // The table comes with the page's data, a moment after the navigation.
     await page.locator('#catalog').waitFor({ timeout: 10_000 });
     assert.equal(await page.locator('#catalog').count(), 1, 'the catalog is public');
     assert.equal(await page.title(), 'Catalog · GPU cloud');
-    await page.getByRole('link', { name: 'Billing' }).click();
-    await page.waitForURL(`${BASE}/billing`);
-    assert.match(await page.locator('main').innerText(), /Please sign in to see this page/);
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Marketplace' }).click();
+    await page.waitForURL(`${BASE}/marketplace`);
     assert.equal(await page.evaluate(() => window.__samePage), 'yes');
 
     // The cookie was set by the background post: a fresh load keeps the theme.
@@ -79,10 +78,10 @@ test('without JavaScript: links navigate and the form posts to its server functi
     assert.match(await page.locator('[data-status]').innerText(), /Control plane ready/);
 
     // Billing needs a session: without one the browser is sent to sign in, to come back after.
-    await page.getByRole('link', { name: 'Billing' }).click();
+    await page.goto(`${BASE}/billing`);
     await page.waitForURL(`${BASE}/login?next=/billing`);
     assert.equal(await page.locator('h1').innerText(), 'Sign in');
-    await page.getByRole('link', { name: 'Catalog' }).click();
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).click();
     await page.waitForURL(`${BASE}/catalog`);
     assert.equal(await page.locator('h1').innerText(), 'Catalog');
 
@@ -145,21 +144,51 @@ test('keyboard: the first Tab reaches the skip link, which moves focus to the co
   }
 });
 
-test('narrow screens keep every section reachable; unknown pages say so with a 404', async () => {
+test('narrow screens fold the menu behind a button, keep every section reachable; unknown pages say so with a 404', async () => {
   const b = await openBrowser({ viewport: { width: 390, height: 844 } });
   try {
     const { page } = b;
     await page.goto(BASE);
+    await hydrated(page);
+    const button = page.getByRole('button', { name: 'Menu' });
+    assert.equal(await button.getAttribute('aria-expanded'), 'false');
     for (const name of SECTIONS) {
-      assert.equal(await page.getByRole('link', { name }).isVisible(), true, `${name} visible`);
+      assert.equal(await page.getByRole('link', { name, exact: true }).isVisible(), false, `${name} folded away`);
     }
+    const header = await page.locator('header.topbar').boundingBox();
+    assert.ok(header.height < 80, `the folded header is one row (${header.height} px)`);
     const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth);
     assert.equal(overflow, false, 'no horizontal scrolling');
     await shot(page, 'home-mobile');
 
+    await button.click();
+    assert.equal(await button.getAttribute('aria-expanded'), 'true');
+    for (const name of SECTIONS) {
+      assert.equal(await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name }).isVisible(), true, `${name} visible`);
+    }
+    await shot(page, 'home-mobile-menu-open');
+    // Following a link folds it again.
+    await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Catalog' }).click();
+    await page.waitForURL(`${BASE}/catalog`);
+    assert.equal(await button.getAttribute('aria-expanded'), 'false');
+
     const res = await page.goto(`${BASE}/no-such-page`);
     assert.equal(res.status(), 404);
     assert.equal(await page.locator('h1').innerText(), 'Page not found');
+  } finally {
+    await b.close();
+  }
+});
+
+test('without JavaScript a phone shows the whole menu: no button that could not work', async () => {
+  const b = await openBrowser({ javaScriptEnabled: false, viewport: { width: 390, height: 844 } });
+  try {
+    const { page } = b;
+    await page.goto(BASE);
+    assert.equal(await page.getByRole('button', { name: 'Menu' }).isVisible(), false);
+    for (const name of SECTIONS) {
+      assert.equal(await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name }).isVisible(), true, `${name} visible`);
+    }
   } finally {
     await b.close();
   }

@@ -81,10 +81,18 @@ pub struct AllocationSummary {
     pub projected: String,
     /// The SKU's price per hour, fixed at launch (a listing's fee comes on top).
     pub price_per_hour: Money,
+    /// What it has cost since it started running, its listing's fee included (rounded down
+    /// to the cent); none before it ran. Stops growing once it is released.
+    #[serde(default)]
+    pub cost_so_far: Option<Money>,
     pub tags: Tags,
     #[serde(with = "time::serde::rfc3339")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,
+    /// When it will be released by itself, if it was launched for a number of hours.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub expires_at: Option<OffsetDateTime>,
     /// `ssh -p port user@host`, once running: [`SshEndpoint::command`] of `ssh_endpoint`.
     pub ssh: Option<String>,
     /// Where to connect, field by field, once running.
@@ -233,6 +241,21 @@ pub struct AllocationDetail {
     #[serde(with = "time::serde::rfc3339::option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub expires_at: Option<OffsetDateTime>,
+    /// When it started running (and so costing), if it has.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub running_since: Option<OffsetDateTime>,
+    /// When it stopped costing: its release. None while it runs.
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub ran_until: Option<OffsetDateTime>,
+    /// How long it has run (until its release, or until now), in seconds.
+    #[serde(default)]
+    pub ran_for_s: Option<i64>,
+    /// What it has cost so far (its final cost once released), its listing's fee included,
+    /// rounded down to the cent; none before it ran.
+    #[serde(default)]
+    pub cost_so_far: Option<Money>,
     pub transitions: Vec<Transition>,
     pub phases: Vec<Phase>,
     pub certificates: Vec<Certificate>,

@@ -34,7 +34,7 @@ pub use ids::{
     AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
     ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
 };
-pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money};
+pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money, readable_decimal};
 pub use policy::{Level, PolicyKey};
 pub use problem::Problem;
 pub use roles::{ProjectRole, TenantRole};

@@ -112,6 +112,20 @@ impl fmt::Display for Money {
 }
 
 impl Money {
+    /// As people read money: thousands grouped, two decimals, the currency after
+    /// (`1,722.24 USD`). [`Display`](fmt::Display) keeps the plain form (`1722.24 USD`), which
+    /// [`Money::parse`] reads back and messages, forms and exports use.
+    pub fn grouped(&self) -> String {
+        let abs = self.amount_minor.unsigned_abs();
+        let sign = if self.amount_minor < 0 { "-" } else { "" };
+        format!(
+            "{sign}{}.{:02} {}",
+            group_thousands(&(abs / 100).to_string()),
+            abs % 100,
+            self.currency
+        )
+    }
+
     /// The largest amount anyone may enter: 1,000,000,000.00 (the schema holds budgets and
     /// credit notes to the same bound; migration 0015).
     pub const MAX_MINOR: i64 = 100_000_000_000;
@@ -234,9 +248,78 @@ impl fmt::Display for Micros {
     }
 }
 
+/// `1234567` → `1,234,567`: ASCII digits, grouped by three from the right.
+fn group_thousands(digits: &str) -> String {
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A decimal quantity as people read it (`12.500000` GPU-hours → `12.50`, `1722` →
+/// `1,722.00`): rounded half up to `places` decimals, thousands grouped. Anything that is not
+/// a plain non-negative decimal comes back as it was.
+pub fn readable_decimal(value: &str, places: u32) -> String {
+    let (whole, frac) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || whole.len() > 18 || !digits(whole) || !digits(frac) {
+        return value.to_owned();
+    }
+    let scale = 10u128.pow(places);
+    let kept: String = frac
+        .chars()
+        .chain(std::iter::repeat('0'))
+        .take(places as usize)
+        .collect();
+    let mut scaled = whole.parse::<u128>().unwrap_or(0) * scale + kept.parse::<u128>().unwrap_or(0);
+    if frac
+        .as_bytes()
+        .get(places as usize)
+        .is_some_and(|d| *d >= b'5')
+    {
+        scaled += 1;
+    }
+    let grouped = group_thousands(&(scaled / scale).to_string());
+    match places {
+        0 => grouped,
+        p => format!("{grouped}.{:0width$}", scaled % scale, width = p as usize),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn money_reads_with_grouped_thousands_and_two_decimals() {
+        assert_eq!(Money::new(172_224, "USD").grouped(), "1,722.24 USD");
+        assert_eq!(Money::new(64_800_000, "EUR").grouped(), "648,000.00 EUR");
+        assert_eq!(Money::new(5, "USD").grouped(), "0.05 USD");
+        assert_eq!(
+            Money::new(-123_456_789, "USD").grouped(),
+            "-1,234,567.89 USD"
+        );
+        assert_eq!(Money::new(99_999, "USD").grouped(), "999.99 USD");
+        // The plain form is unchanged, and still parses.
+        assert_eq!(Money::new(172_224, "USD").to_string(), "1722.24 USD");
+    }
+
+    #[test]
+    fn quantities_read_rounded_and_grouped() {
+        assert_eq!(readable_decimal("648.000000", 2), "648.00");
+        assert_eq!(readable_decimal("12.505000", 2), "12.51");
+        assert_eq!(readable_decimal("1722.244999", 2), "1,722.24");
+        assert_eq!(readable_decimal("999.995", 2), "1,000.00");
+        assert_eq!(readable_decimal("1234567", 0), "1,234,567");
+        assert_eq!(readable_decimal("2.5", 3), "2.500");
+        for odd in ["", "-1.5", "12 h", "1e3", ".5"] {
+            assert_eq!(readable_decimal(odd, 2), odd);
+        }
+    }
 
     #[test]
     fn amounts_parse_to_minor_units_and_print_back() {

@@ -50,8 +50,9 @@ use app::marketplace::{
     GetListing, GetMarketplaceAdmin, GetPublisherArea, GetVersionReview, SubmitVersion,
 };
 use app::ops::GetOps;
+use app::organization::GetOrganization;
 use app::pages::admin::{AdminOverview, UnlockBreakGlass};
-use app::pages::home::GetPlatformHealth;
+use app::pages::home::GetHome;
 use app::policies::SetPolicy;
 use app::projects::{
     ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
@@ -283,7 +284,8 @@ fn matrix(w: &World) -> Vec<Entry> {
     vec![
         // Public: no tenant data.
         entry(SetTheme::PATH, public(), false, &[("theme", "dark")]),
-        entry(GetPlatformHealth::PATH, public(), false, &[]),
+        // Each caller's own home: a visitor's, their organization's or the platform's.
+        entry(GetHome::PATH, public(), false, &[]),
         entry(GetCatalog::PATH, public(), false, &[]),
         entry(BrowseListings::PATH, public(), false, &[]),
         entry(GetListing::PATH, public(), false, &[("slug", "vllm")]),
@@ -501,6 +503,12 @@ fn matrix(w: &World) -> Vec<Entry> {
             ],
         ),
         entry(GetSsoSettings::PATH, own_org(&[Role::OrgAdmin]), false, &[]),
+        entry(
+            GetOrganization::PATH,
+            own_org(&[Role::OrgAdmin]),
+            false,
+            &[],
+        ),
         entry(
             SaveSsoSettings::PATH,
             own_org(&[Role::OrgAdmin]),

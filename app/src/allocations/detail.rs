@@ -10,7 +10,9 @@ use leptos_router::hooks::use_params_map;
 use portal_types::allocations::{AllocationDetail, Certificate, Transition, tags_label};
 use portal_types::utc;
 
-use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
+use crate::components::{
+    ErrorNotice, action_outcome as outcome, duration_words, field_error, field_invalid, plural,
+};
 use crate::error::AppError;
 
 #[cfg(feature = "ssr")]
@@ -121,16 +123,35 @@ pub async fn publish_ports(id: String, published_ports: String) -> Result<(), Ap
     Ok(())
 }
 
+/// How long it has run and what that cost: "Running for 2 h 5 min · 12.34 USD so far", or,
+/// once released, "Ran for 2 h 5 min · cost 12.34 USD in all". Nothing before it ran.
+fn cost_line(a: &AllocationDetail) -> Option<impl IntoView + use<>> {
+    let (ran, cost) = (a.ran_for_s?, a.cost_so_far.as_ref()?.grouped());
+    let ran = duration_words(ran as f64);
+    let text = if a.ran_until.is_some() {
+        format!("Ran for {ran} · cost {cost} in all")
+    } else {
+        format!("Running for {ran} · {cost} so far")
+    };
+    Some(view! { <p data-testid="cost">{text}</p> })
+}
+
 #[component]
 pub fn AllocationPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").unwrap_or_default());
     let release = ServerAction::<ReleaseAllocation>::new();
     let tick = RwSignal::new(0u32);
+    // Until it is released, for a change after that would be a new allocation.
+    let live = RwSignal::new(true);
     // Live: refetch every second in the browser (the page is also complete without it).
     Effect::new(move |_| {
         let handle = set_interval_with_handle(
-            move || tick.update(|t| *t = t.wrapping_add(1)),
+            move || {
+                if live.get_untracked() {
+                    tick.update(|t| *t = t.wrapping_add(1));
+                }
+            },
             std::time::Duration::from_secs(1),
         );
         on_cleanup(move || {
@@ -168,6 +189,19 @@ pub fn AllocationPage() -> impl IntoView {
                 (a.id.to_string(), current)
             })
         })
+    });
+    // Nothing changes once it is released: stop asking (a page opened on another
+    // allocation starts again).
+    Effect::new(move |_| {
+        id();
+        live.set(true);
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(a)) = page.get()
+            && a.state == "released"
+        {
+            live.set(false);
+        }
     });
     let history = Resource::new(id, get_gpu_history);
     view! {
@@ -227,6 +261,9 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
     let id = a.id.to_string();
     let differs = a.desired_state != a.observed_state && a.state != "released";
     let price = a.price_label();
+    let running = a.state == "running";
+    let released = a.state == "released";
+    let cost = cost_line(&a);
     view! {
         <Title text=a.name.clone() />
         <h1>{a.name.clone()} " " <span class=format!("state state-{}", a.projected) data-testid="projected-state">{a.projected.clone()}</span></h1>
@@ -261,7 +298,8 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
                     }).collect_view()}
                 </ul>
             })}
-            {a.gpu_utilisation.map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{format!("{}% (reported by the guest, {})", u.percent, utc(u.at))}</span></p> })}
+            {cost}
+            {a.gpu_utilisation.filter(|_| running).map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{format!("{}% (reported by the guest, {})", u.percent, utc(u.at))}</span></p> })}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />
@@ -269,17 +307,17 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
                     <button type="submit" class="danger">"Release"</button>
                 </ActionForm>
             })}
-            {outcome(release.value(), |_: ()| Some("Release requested.".to_string()))}
+            {(!released).then(|| outcome(release.value(), |_: ()| Some("Release requested.".to_string())))}
         </section>
         <section class="card" aria-labelledby="what">
             <h2 id="what">"What and where"</h2>
             <dl class="facts">
-                <dt>"SKU"</dt><dd>{a.sku} " (" {a.gpu_count} " GPUs)"</dd>
+                <dt>"SKU"</dt><dd>{a.sku} " (" {plural(a.gpu_count, "GPU", "GPUs")} ")"</dd>
                 <dt>"Price"</dt><dd data-testid="price">{price}</dd>
                 {(!a.tags.is_empty()).then(|| view! { <dt>"Tags"</dt><dd data-testid="tags">{tags_label(&a.tags)}</dd> })}
                 <dt>"Software"</dt><dd><a data-testid="software" href=format!("/marketplace/{}", a.listing)>{a.image}</a></dd>
                 <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
-                <dt>"Slots"</dt><dd data-testid="slots">{a.slot_indexes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")}</dd>
+                <dt>{if a.slot_indexes.len() == 1 { "GPU slot" } else { "GPU slots" }}</dt><dd data-testid="slots">{a.slot_indexes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")}</dd>
                 <dt>"Why there"</dt><dd>{a.placement_why}</dd>
                 <dt>"Created"</dt><dd>{utc(a.created_at)}</dd>
                 {a.expires_at.map(|e| view! { <dt>"Expires"</dt><dd>{utc(e)}</dd> })}

@@ -28,7 +28,10 @@ use crate::error::AppError;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AllocationsView {
     pub projects: Vec<(String, String)>,
+    /// The project shown; none: all of them.
     pub project: Option<String>,
+    /// May launch in at least one of them (operator or admin).
+    pub can_launch: bool,
     pub state: String,
     pub rows: Vec<AllocationRow>,
     /// This page starts after an earlier one (the cursor it was asked with).
@@ -54,6 +57,9 @@ pub struct AllocationRow {
     pub projected: String,
     /// The SKU's price per hour, written out.
     pub per_hour: String,
+    /// What it has cost so far, written out; none before it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<String>,
     /// When it was created, in UTC, written out.
     pub created: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,7 +77,8 @@ impl From<AllocationSummary> for AllocationRow {
             gpu_count: a.gpu_count,
             region: a.region,
             projected: a.projected,
-            per_hour: a.price_per_hour.to_string(),
+            per_hour: a.price_per_hour.grouped(),
+            cost: a.cost_so_far.map(|c| c.grouped()),
             created: utc(a.created_at),
             ssh: a.ssh,
             published: a.published,
@@ -101,7 +108,9 @@ pub async fn list_allocations(
     limit: Option<String>,
 ) -> Result<AllocationsView, AppError> {
     use control_plane::allocations::AllocationFilter;
-    use control_plane::tenancy::{ProjectViewers, TenantMembers};
+    use control_plane::tenancy::{
+        ProjectOperators, ProjectRequirement, ProjectViewers, TenantMembers,
+    };
     let (cp, principal) = crate::server::signed_in().await?;
     let (member, _) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
     let visible = cp.visible_projects(&member).await?;
@@ -109,9 +118,10 @@ pub async fn list_allocations(
         .iter()
         .map(|(p, _)| (p.id.to_string(), p.display_name.clone()))
         .collect();
-    let project = project
-        .filter(|p| !p.is_empty())
-        .or_else(|| projects.first().map(|p| p.0.clone()));
+    let can_launch = visible
+        .iter()
+        .any(|(p, _)| ProjectOperators::ROLES.contains(&p.my_role));
+    let project = project.filter(|p| !p.is_empty());
     let state = state
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "active".into());
@@ -126,31 +136,37 @@ pub async fn list_allocations(
             ),
         })?),
     };
-    let (rows, next) = match &project {
-        None => (vec![], None),
+    let shown = match &project {
+        // Every project they see, as one list.
+        None => visible.into_iter().map(|(_, who)| who).collect(),
         Some(p) => {
             let id = crate::server::id(p)?;
             // A project of another organization they belong to is checked on its own.
-            let who = match visible.iter().find(|(p, _)| p.id == id) {
-                Some((_, who)) => who.clone(),
+            vec![match visible.into_iter().find(|(p, _)| p.id == id) {
+                Some((_, who)) => who,
                 None => cp.project_access::<ProjectViewers>(&principal, id).await?,
-            };
-            let filter = AllocationFilter {
-                state: Some(state.clone()),
-                tag: None,
-                after: after.clone(),
-                limit: limit.unwrap_or(LIST_PAGE),
-            };
-            let page = cp.allocation_page(&[who], &filter).await?;
-            (
-                page.items.into_iter().map(AllocationRow::from).collect(),
-                page.next,
-            )
+            }]
         }
+    };
+    let (rows, next) = if shown.is_empty() {
+        (vec![], None)
+    } else {
+        let filter = AllocationFilter {
+            state: Some(state.clone()),
+            tag: None,
+            after: after.clone(),
+            limit: limit.unwrap_or(LIST_PAGE),
+        };
+        let page = cp.allocation_page(&shown, &filter).await?;
+        (
+            page.items.into_iter().map(AllocationRow::from).collect(),
+            page.next,
+        )
     };
     Ok(AllocationsView {
         projects,
         project,
+        can_launch,
         state,
         rows,
         after,
@@ -158,6 +174,9 @@ pub async fn list_allocations(
         limit,
     })
 }
+
+/// States that change by themselves, soon: a list showing one refreshes itself.
+const MOVING: &[&str] = &["placed", "provisioning", "releasing", "cleaning", "failing"];
 
 #[component]
 pub fn AllocationsPage() -> impl IntoView {
@@ -172,19 +191,46 @@ pub fn AllocationsPage() -> impl IntoView {
             )
         })
     };
-    let list = Resource::new(filter, |(p, s, a, l)| list_allocations(p, s, a, l));
+    let tick = RwSignal::new(0u32);
+    let list = Resource::new(
+        move || (filter(), tick.get()),
+        |((p, s, a, l), _)| list_allocations(p, s, a, l),
+    );
+    // In the browser: every 3 seconds while a row is on its way somewhere (launching,
+    // releasing), so its state and address appear without a reload; quiet otherwise.
+    Effect::new(move |_| {
+        let handle = set_interval_with_handle(
+            move || {
+                let moving = list.get_untracked().is_some_and(|r| {
+                    r.is_ok_and(|v| {
+                        v.rows
+                            .iter()
+                            .any(|a| MOVING.contains(&a.projected.as_str()))
+                    })
+                });
+                if moving {
+                    tick.update(|t| *t = t.wrapping_add(1));
+                }
+            },
+            std::time::Duration::from_secs(3),
+        );
+        on_cleanup(move || {
+            if let Ok(h) = handle {
+                h.clear();
+            }
+        });
+    });
     view! {
-        <Title text="Allocations" />
-        <h1>"Allocations"</h1>
-        <p><a class="button" href="/catalog">"Launch from the catalog"</a></p>
-        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+        <Title text="Instances" />
+        <h1>"Instances"</h1>
+        <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match list.await {
                     Ok(v) => view! { <AllocationsBody v /> }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }
             })}
-        </Suspense>
+        </Transition>
     }
 }
 
@@ -200,23 +246,31 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
         let newest = v.after.is_some().then(|| href(None));
         let older = v.next.as_deref().map(|n| href(Some(n)));
         let shown = match (v.after.is_some(), v.rows.len()) {
-            (true, 1) => "1 older allocation".to_owned(),
-            (true, n) => format!("{n} older allocations"),
-            (false, 1) => "The newest allocation".to_owned(),
-            (false, n) => format!("The {n} newest allocations"),
+            (true, 1) => "1 older instance".to_owned(),
+            (true, n) => format!("{n} older instances"),
+            (false, 1) => "The newest instance".to_owned(),
+            (false, n) => format!("The {n} newest instances"),
         };
         view! {
-            <nav class="pager" aria-label="Pages of allocations">
+            <nav class="pager" aria-label="Pages of instances">
                 <span class="hint" data-testid="page-shown">{shown}</span>
                 {newest.map(|h| view! { <a class="button secondary" href=h rel="first">"← Newest"</a> })}
                 {older.map(|h| view! { <a class="button secondary" href=h rel="next">"Older →"</a> })}
             </nav>
         }
     });
+    let empty = match (v.state.as_str(), v.can_launch) {
+        ("active", true) => {
+            "Nothing is running. Launch an instance from the catalog or the marketplace."
+        }
+        ("active", false) => "Nothing is running.",
+        _ => "No instances match.",
+    };
     view! {
         <form method="get" action="/allocations" class="filters">
             <label>"Project "
                 <select name="project">
+                    <option value="" selected=project.is_none()>"All projects"</option>
                     {v.projects.into_iter().map(|(id, name)| { let s = project.as_deref() == Some(id.as_str()); view! { <option value=id selected=s>{name}</option> } }).collect_view()}
                 </select>
             </label>
@@ -228,13 +282,14 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
             {v.limit.map(|l| view! { <input type="hidden" name="limit" value=l.to_string() /> })}
             <button type="submit">"Filter"</button>
         </form>
+        {v.can_launch.then(|| view! { <p><a class="button" href="/catalog">"Launch an instance"</a></p> })}
         {if v.rows.is_empty() {
-            view! { <p>"No allocations match."</p> }.into_any()
+            view! { <p data-testid="empty">{empty}</p> }.into_any()
         } else {
             view! {
                 <div class="table-scroll">
                 <table class="data cards" id="allocations">
-                    <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Connect"</th><th>"Per hour"</th><th>"Created"</th></tr></thead>
+                    <thead><tr><th>"Name"</th><th>"SKU"</th><th>"GPUs"</th><th>"Region"</th><th>"State"</th><th>"Connect"</th><th>"Per hour"</th><th>"Cost so far"</th><th>"Created"</th></tr></thead>
                     <tbody>
                         {v.rows.into_iter().map(|a| view! {
                             <tr data-allocation=a.name.clone()>
@@ -247,7 +302,9 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                                         <br /><span class="hint">{format!("port {} → ", p.guest_port)}<code>{p.address}</code></span>
                                     }).collect_view()}
                                 </td>
-                                <td data-label="Per hour">{a.per_hour}</td><td data-label="Created">{a.created}</td>
+                                <td data-label="Per hour">{a.per_hour}</td>
+                                <td data-label="Cost so far" data-testid="row-cost">{a.cost.unwrap_or_else(|| "—".into())}</td>
+                                <td data-label="Created">{a.created}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
@@ -299,6 +356,8 @@ mod tests {
             state: "running".into(),
             projected: "releasing".into(),
             price_per_hour: portal_types::Money::new(598, "USD"),
+            cost_so_far: None,
+            expires_at: None,
             tags: [("team".to_owned(), "vision".to_owned())].into(),
             created_at: time::OffsetDateTime::from_unix_timestamp(1_764_640_104).unwrap(),
             ssh: None,

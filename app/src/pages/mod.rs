@@ -1,4 +1,4 @@
 pub mod admin;
 pub mod home;
+pub mod nav;
 pub mod not_found;
-pub mod placeholder;

@@ -601,6 +601,15 @@ impl AllocationsApi for ControlPlane {
                       a.currency AS "currency!", a.created_at AS "created_at!",
                       a.tags AS "tags!", a.ssh_host, a.ssh_port, a.ssh_user,
                       a.published_ports AS "published_ports!: Vec<Option<i32>>",
+                      a.expires_at,
+                      -- What it has cost so far, its listing's fee included: its usage
+                      -- interval's price over the time it has run (until now, or its end),
+                      -- rounded down to the cent, as rating rounds.
+                      (SELECT div((u.price_per_hour_minor + u.fee_per_hour_minor)::numeric
+                                  * round(date_part('epoch', coalesce(u.ended_at, now()) - u.started_at)
+                                          * 1e6)::bigint,
+                                  3600000000)::bigint
+                       FROM usage_intervals u WHERE u.allocation_id = a.id) AS cost_minor,
                       -- Where its published ports are reached: only a running allocation that
                       -- publishes some has any, so only its row reads its node and first slot
                       -- (`CASE` evaluates its branch only when the test holds). Joined and
@@ -621,7 +630,8 @@ impl AllocationsApi for ControlPlane {
                          SELECT a.id, a.project_id, a.name, a.sku_id, a.node_id, a.gpu_count,
                                 a.region, a.state, a.desired_state, a.observed_state, a.failure,
                                 a.price_per_hour_minor, a.currency, a.created_at, a.tags,
-                                a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, a.placement
+                                a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, a.placement,
+                                a.expires_at
                          FROM allocations a
                          WHERE a.project_id = p.id
                            AND (a.created_at, a.id) < (coalesce($5::timestamptz, 'infinity'),
@@ -673,12 +683,14 @@ impl AllocationsApi for ControlPlane {
                     region: r.region,
                     projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
                     state: r.state,
+                    cost_so_far: r.cost_minor.map(|c| Money::new(c, r.currency.as_str())),
                     price_per_hour: Money {
                         amount_minor: r.price_per_hour_minor,
                         currency: r.currency.into(),
                     },
                     tags: serde_json::from_value(r.tags).unwrap_or_default(),
                     created_at: r.created_at,
+                    expires_at: r.expires_at,
                 }
             })
             .collect();

@@ -113,6 +113,14 @@ pub(crate) async fn detail(
                   a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
                   a.ssh_user, a.created_at, a.expires_at, n.public_port_base, a.tags,
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
+                  ui.started_at AS "running_since?", ui.ended_at AS "ran_until?",
+                  round(date_part('epoch', coalesce(ui.ended_at, now()) - ui.started_at))::bigint
+                    AS ran_for_s,
+                  -- As the list computes it (`allocation_page`): rounded down to the cent.
+                  div((ui.price_per_hour_minor + ui.fee_per_hour_minor)::numeric
+                      * round(date_part('epoch', coalesce(ui.ended_at, now()) - ui.started_at)
+                              * 1e6)::bigint,
+                      3600000000)::bigint AS cost_minor,
                   (SELECT coalesce(json_agg(json_build_object(
                               'from', t.from_state, 'to', t.to_state, 'at', t.at,
                               'after_ms', t.after_ms, 'detail', t.detail) ORDER BY t.id), '[]')
@@ -167,6 +175,7 @@ pub(crate) async fn detail(
                          ORDER BY e.recorded_at DESC, e.observed_at DESC LIMIT 20) h
                   ) AS "gpu_health!: Json<Vec<GpuHealthNotice>>"
            FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
+           LEFT JOIN usage_intervals ui ON ui.allocation_id = a.id
                 JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
            WHERE a.id = $1 AND a.project_id = $2"#,
@@ -233,6 +242,10 @@ pub(crate) async fn detail(
             amount_minor: a.price_per_hour_minor,
             currency: a.currency.clone().into(),
         },
+        cost_so_far: a.cost_minor.map(|c| Money::new(c, a.currency.as_str())),
+        running_since: a.running_since,
+        ran_until: a.ran_until,
+        ran_for_s: a.ran_for_s,
         fee_per_hour: Money {
             amount_minor: a.fee_per_hour_minor,
             currency: a.currency.into(),
