@@ -61,12 +61,26 @@ export async function openBrowser({ javaScriptEnabled = true, viewport } = {}) {
   };
   watch(page);
   context.on('page', watch);
+  // Dangerous actions ask first (a confirm dialog): the person agrees, unless a test says
+  // otherwise by setting `b.dialogs` to 'dismiss'. Every question asked is kept in `b.asked`.
+  const asked = [];
+  const answer = { dialogs: 'accept' };
+  const onDialog = (d) => {
+    asked.push(d.message());
+    return answer.dialogs === 'dismiss' ? d.dismiss() : d.accept();
+  };
+  page.on('dialog', onDialog);
+  context.on('page', (p) => p.on('dialog', onDialog));
   const open = { context, profile };
   OPEN.add(open);
   return {
     context,
     page,
     errors,
+    asked,
+    set dialogs(how) {
+      answer.dialogs = how;
+    },
     /** Closes the browser; fails the test if any page threw (a wasm panic during
      *  hydration included) or broke the script policy, since a form's no-JS fallback could
      *  otherwise hide it. */

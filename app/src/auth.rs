@@ -55,6 +55,21 @@ impl SignedInUser {
     }
 }
 
+/// `children`, only to someone not signed in (a "sign in to …" hint).
+#[component]
+pub fn WhenSignedOut(children: ChildrenFn) -> impl IntoView {
+    let SignedInUser(user) = expect_context::<SignedInUser>();
+    let children = StoredValue::new(children);
+    view! {
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                let signed_in = matches!(user.await, Ok(Some(_)));
+                (!signed_in).then(|| children.with_value(|c| c()))
+            })}
+        </Suspense>
+    }
+}
+
 /// The main menu: the sections the signed-in person (or a visitor) can open. On a phone,
 /// once the page runs its script, it folds behind a Menu button; without the script it stays
 /// open, so every section is one tap away either way.
@@ -62,12 +77,6 @@ impl SignedInUser {
 pub fn MainNav() -> impl IntoView {
     let SignedInUser(user) = expect_context::<SignedInUser>();
     let open = RwSignal::new(false);
-    // Following a link closes the menu.
-    let location = leptos_router::hooks::use_location();
-    Effect::new(move |_| {
-        location.pathname.track();
-        open.set(false);
-    });
     let links = move || {
         Suspend::new(async move {
             let roles = match user.await {
@@ -90,7 +99,8 @@ pub fn MainNav() -> impl IntoView {
         >
             "Menu"
         </button>
-        <nav aria-label="Main" id="main-menu" class:open=open>
+        // Following one of its links folds it again.
+        <nav aria-label="Main" id="main-menu" class:open=open on:click=move |_| open.set(false)>
             <ul>
                 <Suspense fallback=|| ()>{links}</Suspense>
             </ul>

@@ -16,7 +16,9 @@ use portal_types::Shape;
 use portal_types::catalog::{CatalogEntry, Sku};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
+use crate::components::{
+    DangerButton, ErrorNotice, action_outcome as outcome, field_error, field_invalid,
+};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -213,6 +215,7 @@ fn SkuAdminBody(
                         let id = s.id.to_string();
                         let next = match s.state.as_str() { "draft" => Some(("active", "Activate")), "active" => Some(("retired", "Retire")), _ => None };
                         let name = s.name.clone();
+                        let retire = format!("Retire {}? It can no longer be launched; what runs keeps running.", s.name);
                         view! {
                             <tr data-sku=name>
                                 <td>{s.display_name}<br/><code>{s.name}</code></td>
@@ -226,7 +229,11 @@ fn SkuAdminBody(
                                     <ActionForm action=state attr:class="inline">
                                         <input type="hidden" name="id" value=id.clone() />
                                         <input type="hidden" name="state" value=to />
-                                        <button type="submit">{label}</button>
+                                        {if to == "retired" {
+                                            view! { <DangerButton question=retire.clone()>{label}</DangerButton> }.into_any()
+                                        } else {
+                                            view! { <button type="submit">{label}</button> }.into_any()
+                                        }}
                                     </ActionForm>
                                 } })}</td>
                             </tr>

@@ -176,3 +176,26 @@ pub fn CopyButton(text: String, #[prop(into)] label: String) -> impl IntoView {
         </button>
     }
 }
+
+/// A submit button for what is hard to undo (retire, drain, cordon, revoke, turning a
+/// protection off): styled as dangerous, and, once the page runs its script, it asks
+/// `question` first and submits nothing unless the person agrees. (Without the script the
+/// form posts as it is; the server's rules are the same either way.)
+#[component]
+pub fn DangerButton(
+    #[prop(into)] question: String,
+    children: Children,
+    #[prop(optional, into)] label: Option<String>,
+) -> impl IntoView {
+    let ask = move |ev: leptos::ev::MouseEvent| {
+        #[cfg(feature = "hydrate")]
+        if !window().confirm_with_message(&question).unwrap_or(false) {
+            ev.prevent_default();
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = (&ev, &question);
+    };
+    view! {
+        <button type="submit" class="danger" aria-label=label on:click=ask>{children()}</button>
+    }
+}

@@ -15,7 +15,9 @@ use portal_types::fleet::{
 use portal_types::utc;
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
+use crate::components::{
+    DangerButton, ErrorNotice, action_outcome as outcome, field_error, field_invalid,
+};
 use crate::error::AppError;
 
 /// The fleet page: the control plane's view, and whether the viewer may change it.
@@ -574,12 +576,27 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
     } = page;
     let n = page.node.clone();
     let id = n.id.to_string();
-    let state_button = |state: &'static str, label: &'static str, id: String| {
+    let hostname = n.hostname.clone();
+    let state_button = move |state: &'static str, label: &'static str, id: String| {
+        // Draining and cordoning take a node out of what can be sold: asked first.
+        let question = match state {
+            "draining" => Some(format!(
+                "Drain {hostname}? Nothing new is placed on it; what runs keeps running."
+            )),
+            "cordoned" => Some(format!(
+                "Cordon {hostname}? Nothing new is placed on it until it returns to service."
+            )),
+            _ => None,
+        };
+        let button = match question {
+            Some(q) => view! { <DangerButton question=q>{label}</DangerButton> }.into_any(),
+            None => view! { <button type="submit">{label}</button> }.into_any(),
+        };
         view! {
             <ActionForm action=actions.set_state attr:class="inline">
                 <input type="hidden" name="id" value=id />
                 <input type="hidden" name="state" value=state />
-                <button type="submit">{label}</button>
+                {button}
             </ActionForm>
         }
     };
@@ -813,8 +830,10 @@ fn Proposal(p: ProposalView, id: String, can: bool, actions: NodeActions) -> imp
             {(!p.warnings.is_empty()).then(|| view! {
                 <ul class="warnings">{p.warnings.iter().map(|w| view! { <li>{w.clone()}</li> }).collect_view()}</ul>
             })}
-            {(problems > 0).then(|| view! {
-                <p class="form-error">{problems} " problem(s) as proposed; each is listed on its slot below."</p>
+            // Once decided, what the proposal lacked is history: the approval supplied it
+            // (a wipe policy) or refused it.
+            {(pending && problems > 0).then(|| view! {
+                <p class="form-error">{crate::components::plural(problems as i64, "problem", "problems")} " as proposed; each is listed on its slot below."</p>
             })}
             <div class="table-scroll">
             <table class="data side-by-side">
@@ -827,7 +846,7 @@ fn Proposal(p: ProposalView, id: String, can: bool, actions: NodeActions) -> imp
                             <td><small>{s.current.as_ref().map_or("—".to_string(), |c| format!("{} · NUMA {} · NVMe {} · VF {} · wipe {} · {}", c.gpu_pci_address, c.numa_node, c.nvme(), c.ib_vf_pci_address, c.wipe_policy, c.state))}</small></td>
                             <td>{s.change.clone()}</td>
                             <td>
-                                <ul class="problems">{s.problems.iter().map(|x| view! { <li>{x.clone()}</li> }).collect_view()}</ul>
+                                {pending.then(|| view! { <ul class="problems">{s.problems.iter().map(|x| view! { <li>{x.clone()}</li> }).collect_view()}</ul> })}
                             </td>
                         </tr>
                     }).collect_view()}

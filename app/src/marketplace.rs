@@ -609,7 +609,7 @@ fn ListingBody(l: ListingView) -> impl IntoView {
                     <dt>"SSH user"</dt><dd><code>{v.ssh_user.clone()}</code></dd>
                 </dl>
                 <p><a class="button" id="launch-listing" href=format!("/launch?listing={slug}")>"Launch"</a>
-                   <span class="hint">" Signing in is needed to launch."</span></p>
+                   <crate::auth::WhenSignedOut><span class="hint">" Signing in is needed to launch."</span></crate::auth::WhenSignedOut></p>
             </section>
         }})}
         <section class="card" aria-labelledby="fits">

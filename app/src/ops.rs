@@ -99,6 +99,9 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
         allocations_chart,
     } = p;
     let g = o.gauges;
+    // Billing's troubles are no node's: listed above the nodes'.
+    let system = g.needing_attention();
+    let nothing = system.is_empty() && o.attention.is_empty();
     let silent = o
         .attention
         .iter()
@@ -116,8 +119,13 @@ fn OpsBody(p: OpsPage) -> impl IntoView {
     view! {
         <section class="card" aria-labelledby="attention">
             <h2 id="attention">"Needs attention"</h2>
+            {(!system.is_empty()).then(|| view! {
+                <ul class="plain" data-testid="system-attention">
+                    {system.into_iter().map(|a| view! { <li class="status bad"><a href=a.href>{a.what}</a></li> }).collect_view()}
+                </ul>
+            })}
             {if o.attention.is_empty() {
-                view! { <p data-testid="nothing-to-do">"Nothing needs attention."</p> }.into_any()
+                nothing.then(|| view! { <p data-testid="nothing-to-do">"Nothing needs attention."</p> }).into_any()
             } else {
                 view! {
                     <div class="table-scroll">

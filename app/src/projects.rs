@@ -10,7 +10,7 @@ use leptos_router::hooks::use_params_map;
 use portal_types::projects::{AuditLine, Member, ProjectDetail, ProjectSummary};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome};
+use crate::components::{DangerButton, ErrorNotice, action_outcome as outcome};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -398,7 +398,11 @@ fn project_view(
                 <ActionForm action=east_west attr:class="inline-form" attr:id="east-west-form">
                     <input type="hidden" name="id" value=pid_network />
                     <input type="hidden" name="on" value=if allowed { "no" } else { "yes" } />
-                    <button type="submit">{if allowed { "Deny east-west traffic" } else { "Allow east-west traffic" }}</button>
+                    {if allowed {
+                        view! { <DangerButton question="Deny east-west traffic? This project's VMs on one host stop reaching each other at once, running ones included.">"Deny east-west traffic"</DangerButton> }.into_any()
+                    } else {
+                        view! { <button type="submit">"Allow east-west traffic"</button> }.into_any()
+                    }}
                 </ActionForm>
                 {outcome(east_west.value(), |_| None)}
             })}

@@ -12,7 +12,9 @@ use portal_types::tokens::{ApiToken, CreatedToken, TokenScope, TokenState};
 use portal_types::{ProjectId, utc};
 use serde::{Deserialize, Serialize};
 
-use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
+use crate::components::{
+    CopyButton, DangerButton, ErrorNotice, action_outcome as outcome, field_error, field_invalid,
+};
 use crate::error::AppError;
 
 /// The tokens page: the caller's tokens, and where they may make new ones.
@@ -129,6 +131,20 @@ fn TokensBody(
             <a href="/docs/api">"API"</a>
             " as you, in " {v.organization.clone()} ", never with more than your own access, and only within their scopes. A token stops working when it is revoked, when it expires, or when you lose access: leaving the organization or the project revokes it for good. Where the organization signs in with its own identity provider, it also lapses when you have not signed in for a while."
         </p>
+        // The new secret first, where the eye lands after the form posts.
+        {move || create.value().get().and_then(Result::ok).map(|made| {
+            let example = format!("curl -H 'Authorization: Bearer {}' {}/ssh-keys", made.secret, api_base);
+            view! {
+                <section class="card token-once" role="status" aria-labelledby="new-token-h">
+                    <h2 id="new-token-h">{format!("Your new token, {}", made.token.name)}</h2>
+                    <p>"Copy its secret now: it is shown only this once."</p>
+                    <pre data-testid="token-secret">{made.secret.clone()}</pre>
+                    <CopyButton text=made.secret.clone() label="Copy the token's secret" />
+                    <p>"Try it:"</p>
+                    <pre>{example}</pre>
+                </section>
+            }
+        })}
         <section class="card" aria-labelledby="tokens-h">
             <h2 id="tokens-h">"Tokens"</h2>
             {if v.tokens.is_empty() {
@@ -146,6 +162,7 @@ fn TokensBody(
                                 {v.tokens.into_iter().map(|t| {
                                     let live = t.state == TokenState::Active;
                                     let label = format!("Revoke {}", t.name);
+                                    let question = format!("Revoke {}? Whatever uses it stops working at once.", t.name);
                                     let id = t.id.to_string();
                                     view! {
                                         <tr data-token=t.name.clone()>
@@ -171,7 +188,7 @@ fn TokensBody(
                                             <td>{live.then(|| view! {
                                                 <ActionForm action=revoke attr:class="inline">
                                                     <input type="hidden" name="id" value=id />
-                                                    <button type="submit" class="danger" aria-label=label>"Revoke"</button>
+                                                    <DangerButton label=label question=question>"Revoke"</DangerButton>
                                                 </ActionForm>
                                             })}</td>
                                         </tr>
@@ -222,17 +239,6 @@ fn TokensBody(
                         <div class="form-actions"><button type="submit">"Make token"</button></div>
                     </ActionForm>
                     {outcome(create.value(), |_: CreatedToken| None)}
-                    {move || create.value().get().and_then(Result::ok).map(|made| {
-                        let example = format!("curl -H 'Authorization: Bearer {}' {}/ssh-keys", made.secret, api_base);
-                        view! {
-                            <div class="token-once" role="status">
-                                <p>"Made " <strong>{made.token.name.clone()}</strong> ". Copy its secret now: it is shown only this once."</p>
-                                <pre data-testid="token-secret">{made.secret.clone()}</pre>
-                                <p>"Try it:"</p>
-                                <pre>{example}</pre>
-                            </div>
-                        }
-                    })}
                 </section>
             }.into_any()
         } else {

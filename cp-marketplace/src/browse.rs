@@ -135,9 +135,16 @@ impl MarketplaceApi for ControlPlane {
             .filter_map(|l| {
                 let v = l.current()?;
                 let fee = v.compatibility.fee.clone();
+                // An OS image's name says what it is ("Ubuntu 24.04 + CUDA 12.6"); its version
+                // is a revision ("1") that means nothing to whoever launches it. A stack's
+                // version is part of what they choose ("vLLM 0.6.5").
+                let name = match l.category {
+                    Category::OsImage => l.name.clone(),
+                    _ => format!("{} {}", l.name, v.version),
+                };
                 let label = match &fee {
-                    Some(f) => format!("{} {} (+{f} per hour)", l.name, v.version),
-                    None => format!("{} {}", l.name, v.version),
+                    Some(f) => format!("{name} (+{f} per hour)"),
+                    None => name,
                 };
                 Some(LaunchableListing {
                     slug: l.slug.clone(),

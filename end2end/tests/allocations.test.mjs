@@ -77,7 +77,18 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const form = page.locator('#launch');
       await form.getByLabel('Region').selectOption('us-east-1');
       await form.locator('select[name="image"]').selectOption('ubuntu-24.04-cuda');
-      await form.getByLabel('Name').fill(`train-${RUN}`);
+      // The name is checked as it is typed, the message quoting what was typed.
+      const nameField = form.getByLabel('Name');
+      await nameField.pressSequentially('Train_7');
+      await page.locator('#launch-name-live', { hasText: '"Train_7": use 1 to 63 lowercase letters' }).waitFor();
+      assert.equal(await nameField.getAttribute('aria-invalid'), 'true');
+      await nameField.fill('');
+      await nameField.pressSequentially(`train-${RUN}`);
+      await page.waitForFunction(() => document.querySelector('#launch-name-live').textContent === '');
+      assert.equal(await nameField.getAttribute('aria-invalid'), null);
+      // Tags, under the form's more options.
+      await form.getByText('Tags and cloud-init user data').click();
+      await form.getByLabel('Tags').fill('team=vision, stage=dev');
       // A bad key is refused with a reason; nothing is reserved.
       await form.locator('textarea[name="ssh_public_keys"]').fill('ssh-ed25519 not-base64!');
       await form.getByRole('button', { name: 'Launch' }).click();
@@ -108,6 +119,7 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const sshPort = Number(ssh[1]);
       assert.ok(sshPort >= 22000 && (sshPort - 22000) % 8 === 0, `${sshPort} starts a slot's block`);
       assert.equal(await page.locator('[data-testid="published"]').innerText(), `guest port 8888 at ${HOST}:${sshPort + 1}`);
+      assert.equal(await page.getByTestId('tags').innerText(), 'stage=dev, team=vision');
       // How long it has run and what that cost, while it runs.
       assert.match(await page.getByTestId('cost').innerText(), /^Running for \d+ (s|min) · \d[\d,]*\.\d{2} USD so far$/);
       const transitions = await page.locator('[data-testid="transitions"] li').allInnerTexts();

@@ -123,7 +123,14 @@ test('enrol, discover an HGX host, fix the wipe policy, approve, and see 8 sched
     await page.emulateMedia({ colorScheme: 'light' });
     await page.setViewportSize({ width: 1280, height: 800 });
 
-    // Drain is one click and shows in the posture; the fleet page counts it.
+    // Drain asks first: refused, nothing changes.
+    b.dialogs = 'dismiss';
+    await page.getByRole('button', { name: 'Drain' }).click();
+    assert.match(b.asked.at(-1), new RegExp(`^Drain ${HOST}\\? Nothing new is placed on it`));
+    await page.waitForTimeout(500);
+    assert.equal(await page.locator('[data-testid="admin-state"]').innerText(), 'active', 'not drained without a yes');
+    // Agreed to, it shows in the posture; the fleet page counts it.
+    b.dialogs = 'accept';
     await page.getByRole('button', { name: 'Drain' }).click();
     await page.locator('[data-testid="admin-state"]', { hasText: 'draining' }).waitFor();
     assert.equal(await page.locator('[data-testid="posture"]').innerText(), 'Draining');

@@ -65,7 +65,7 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     // The estimate follows the SKU and the image's fee.
     await form.locator('select[name="sku"]').selectOption('l40s.2x');
     const estimate = page.locator('#launch-estimate li');
-    assert.deepEqual((await estimate.allInnerTexts()).slice(0, 3), ['2.38 USD per hour', '57.12 USD per day', '1713.60 USD per 30 days']);
+    assert.deepEqual((await estimate.allInnerTexts()).slice(0, 3), ['2.38 USD per hour', '57.12 USD per day', '1,713.60 USD per 30 days']);
     await image.selectOption('pytorch');
     assert.equal(await estimate.first().innerText(), '2.63 USD per hour');
     await image.selectOption('ubuntu-24.04-cuda');

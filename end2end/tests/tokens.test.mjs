@@ -40,6 +40,13 @@ test('alice makes an API token, uses it on the API, sees its last use and revoke
     const secret = (await page.locator('[data-testid="token-secret"]').innerText()).trim();
     assert.match(secret, /^gpk_[A-Za-z0-9_-]{43}$/);
     await shot(page, 'tokens-made');
+    // The secret comes first on the page, with a button that copies it.
+    const secretBox = await page.getByTestId('token-secret').boundingBox();
+    const listBox = await page.locator('#tokens-h').boundingBox();
+    assert.ok(secretBox.y < listBox.y, 'the new secret is above the list');
+    await b.context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+    await page.getByRole('button', { name: "Copy the token's secret" }).click();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret);
 
     // The API answers as alice, with her keys.
     const ok = await sshKeys(secret);

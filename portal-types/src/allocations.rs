@@ -281,6 +281,41 @@ impl AllocationDetail {
     }
 }
 
+/// An instance's name as typed, checked: 1 to 63 letters, digits and '-', starting and ending
+/// with a letter or digit; lowercased. The refusal quotes what was typed. The launch form
+/// checks it as the person types; the control plane checks it again.
+pub fn check_instance_name(typed: &str) -> Result<String, String> {
+    let name = typed.trim().to_ascii_lowercase();
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if ok {
+        Ok(name)
+    } else {
+        let shown: String = typed.trim().chars().take(70).collect();
+        Err(format!(
+            "{shown:?}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
+        ))
+    }
+}
+
+/// Tags as people type them: "team=vision, stage=dev", commas or new lines, a tag without
+/// `=` having an empty value; the inverse of [`tags_label`]. The control plane checks what
+/// keys and values may be.
+pub fn parse_tags(input: &str) -> Tags {
+    input
+        .split([',', '\n'])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let (k, v) = t.split_once('=').unwrap_or((t, ""));
+            (k.trim().to_owned(), v.trim().to_owned())
+        })
+        .collect()
+}
+
 /// "team=vision, stage=dev", for a page.
 pub fn tags_label(tags: &Tags) -> String {
     tags.iter()
@@ -346,5 +381,35 @@ mod tests {
         let json = serde_json::to_value(&p).unwrap();
         assert_eq!(json["at"], "2025-11-21T13:02:11Z");
         assert_eq!(serde_json::from_value::<Transition>(json).unwrap(), p);
+    }
+}
+
+#[cfg(test)]
+mod tag_tests {
+    use super::*;
+
+    #[test]
+    fn an_instance_name_is_checked_and_its_refusal_quotes_what_was_typed() {
+        assert_eq!(check_instance_name(" Train-7 "), Ok("train-7".into()));
+        for bad in ["", "-x", "x-", "Train_7", &"a".repeat(64)] {
+            let e = check_instance_name(bad).unwrap_err();
+            assert!(e.starts_with(&format!("{:?}", bad.trim())), "{e}");
+        }
+    }
+
+    #[test]
+    fn tags_read_as_typed_and_print_back() {
+        let tags = parse_tags(" team=vision,stage = dev\ngpu-heavy\n\n");
+        assert_eq!(
+            tags,
+            Tags::from([
+                ("gpu-heavy".into(), String::new()),
+                ("stage".into(), "dev".into()),
+                ("team".into(), "vision".into()),
+            ])
+        );
+        assert_eq!(tags_label(&tags), "gpu-heavy, stage=dev, team=vision");
+        assert_eq!(parse_tags(&tags_label(&tags)), tags);
+        assert!(parse_tags("  ,\n").is_empty());
     }
 }

@@ -82,6 +82,12 @@ pub struct LaunchInput {
     pub published_ports: String,
     /// The form's own key, so a double submit launches once.
     pub idempotency_key: String,
+    /// "team=vision, stage=dev": commas or new lines; a tag without `=` has an empty value.
+    #[serde(default)]
+    pub tags: String,
+    /// cloud-init user data, for listings that accept it; empty: none.
+    #[serde(default)]
+    pub user_data: String,
 }
 
 /// What a tenant admin types for the organization's identity provider.

@@ -264,6 +264,10 @@ fn group_thousands(digits: &str) -> String {
 /// `1,722.00`): rounded half up to `places` decimals, thousands grouped. Anything that is not
 /// a plain non-negative decimal comes back as it was.
 pub fn readable_decimal(value: &str, places: u32) -> String {
+    // A quantity with its unit after it ("230.000000 h") keeps the unit.
+    if let Some((number, unit)) = value.split_once(' ') {
+        return format!("{} {unit}", readable_decimal(number, places));
+    }
     let (whole, frac) = value.split_once('.').unwrap_or((value, ""));
     let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     if whole.is_empty() || whole.len() > 18 || !digits(whole) || !digits(frac) {
@@ -316,7 +320,8 @@ mod tests {
         assert_eq!(readable_decimal("999.995", 2), "1,000.00");
         assert_eq!(readable_decimal("1234567", 0), "1,234,567");
         assert_eq!(readable_decimal("2.5", 3), "2.500");
-        for odd in ["", "-1.5", "12 h", "1e3", ".5"] {
+        assert_eq!(readable_decimal("230.000000 h", 2), "230.00 h");
+        for odd in ["", "-1.5", "1e3", ".5", "twelve h"] {
             assert_eq!(readable_decimal(odd, 2), odd);
         }
     }

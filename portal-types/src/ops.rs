@@ -38,6 +38,52 @@ pub struct OpsGauges {
     pub reconciliation_open: Vec<(String, i64)>,
 }
 
+/// Something an operator should look at now that is no one node's: billing's and the
+/// queues' health.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemAttention {
+    pub what: String,
+    /// Where to look: a page of the portal.
+    pub href: String,
+}
+
+impl OpsGauges {
+    /// What in these numbers needs an operator: invoices that differ from Stripe's, and syncs
+    /// to Stripe whose last try failed. (Stuck tasks are a node's, in [`Attention`]; queues
+    /// that run late are alert rules' business, not a to-do.)
+    pub fn needing_attention(&self) -> Vec<SystemAttention> {
+        let count = |n: i64, one: &str, many: &str| match n {
+            1 => format!("1 {one}"),
+            n => format!("{n} {many}"),
+        };
+        let mismatches = self
+            .reconciliation_open
+            .iter()
+            .find(|(k, _)| k == "invoice_mismatch")
+            .map_or(0, |(_, n)| *n);
+        let mut out = Vec::new();
+        if mismatches > 0 {
+            out.push(SystemAttention {
+                what: format!(
+                    "{} unlike Stripe's",
+                    count(mismatches, "invoice", "invoices")
+                ),
+                href: "/admin/billing".into(),
+            });
+        }
+        if self.stripe_failing > 0 {
+            out.push(SystemAttention {
+                what: format!(
+                    "{} to Stripe failing",
+                    count(self.stripe_failing, "sync", "syncs")
+                ),
+                href: "/admin/ops".into(),
+            });
+        }
+        out
+    }
+}
+
 /// Something an operator should look at now, on one node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attention {
@@ -90,4 +136,22 @@ pub struct OpsOverview {
     pub gpu_events_24h: i64,
     pub attention: Vec<Attention>,
     pub failures: Vec<Failure>,
+}
+
+#[cfg(test)]
+mod attention_tests {
+    use super::*;
+
+    #[test]
+    fn an_invoice_unlike_stripes_and_failing_syncs_need_an_operator() {
+        let mut g = OpsGauges::default();
+        assert_eq!(g.needing_attention(), []);
+        g.reconciliation_open = vec![("orphan_vm".into(), 2), ("invoice_mismatch".into(), 1)];
+        g.stripe_failing = 3;
+        let what: Vec<String> = g.needing_attention().into_iter().map(|a| a.what).collect();
+        assert_eq!(
+            what,
+            ["1 invoice unlike Stripe's", "3 syncs to Stripe failing"]
+        );
+    }
 }

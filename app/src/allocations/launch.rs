@@ -99,11 +99,9 @@ pub struct Software {
     pub fee_minor: i64,
 }
 
-/// `12345` minor units → `123.45 USD`, as the control plane's `Money` prints.
+/// `123456` minor units → `1,234.56 USD`, as money reads on every page.
 pub fn money(minor: i64, currency: &str) -> String {
-    let sign = if minor < 0 { "-" } else { "" };
-    let abs = minor.unsigned_abs();
-    format!("{sign}{}.{:02} {currency}", abs / 100, abs % 100)
+    portal_types::Money::new(minor, currency).grouped()
 }
 
 /// The launch form's estimate for one hourly price (SKU + listing fee): per hour, per day
@@ -379,8 +377,8 @@ pub async fn launch_allocation(
         idempotency_key: launch.idempotency_key,
         lifetime_hours,
         published_ports,
-        tags: Default::default(),
-        user_data: None,
+        tags: portal_types::allocations::parse_tags(&launch.tags),
+        user_data: Some(launch.user_data).filter(|u| !u.trim().is_empty()),
     };
     let request_id = crate::error::request_id();
     let launched = cp
@@ -521,6 +519,8 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         }
     };
     let initial = f.clone();
+    // The name's rule, checked as it is typed (the server checks it again).
+    let name_problem = RwSignal::new(None::<String>);
     view! {
         <section class="card" aria-labelledby="launch-form">
             <h2 id="launch-form">"What to launch"</h2>
@@ -562,12 +562,36 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         {field_error(launch.value(), "published_ports", "launch-ports-error")}
                     </label>
                     <label>"Name"
-                        <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-error" aria-invalid=field_invalid(launch.value(), "name") />
-                        <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live allocations."</span>
+                        <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-live launch-name-error"
+                            aria-invalid={
+                                let refused = field_invalid(launch.value(), "name");
+                                move || if name_problem.get().is_some() { Some("true") } else { refused() }
+                            }
+                            on:input=move |ev| {
+                                let typed = event_target_value(&ev);
+                                name_problem.set((!typed.is_empty()).then(|| portal_types::allocations::check_instance_name(&typed).err()).flatten());
+                            } />
+                        <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live instances."</span>
+                        <span class="form-error" id="launch-name-live" aria-live="polite">{move || name_problem.get().map(|p| crate::error::capitalised(&p))}</span>
                         {field_error(launch.value(), "name", "launch-name-error")}
                     </label>
                     <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
                 </div>
+                <details class="more-options">
+                    <summary>"Tags and cloud-init user data"</summary>
+                    <div class="form-grid">
+                        <label>"Tags"
+                            <input name="tags" placeholder="team=vision, stage=dev" autocomplete="off" aria-describedby="launch-tags-hint launch-tags-error" aria-invalid=field_invalid(launch.value(), "tags") />
+                            <span class="hint" id="launch-tags-hint">"key=value, separated by commas; find instances by them in the list and the API."</span>
+                            {field_error(launch.value(), "tags", "launch-tags-error")}
+                        </label>
+                        <label>"User data (cloud-init)"
+                            <textarea name="user_data" rows="4" placeholder="#cloud-config" aria-describedby="launch-user-data-hint launch-user-data-error" aria-invalid=field_invalid(launch.value(), "user_data")></textarea>
+                            <span class="hint" id="launch-user-data-hint">"Runs inside your VM at first boot, after the image's own; only for images that accept it."</span>
+                            {field_error(launch.value(), "user_data", "launch-user-data-error")}
+                        </label>
+                    </div>
+                </details>
                 <Estimate lines=Signal::derive(move || estimate_lines().unwrap_or_default()) />
                 <div class="form-actions">
                     <button type="submit" id="launch-submit" disabled=move || blocked().is_some()>
@@ -727,7 +751,7 @@ mod tests {
             [
                 "2.38 USD per hour",
                 "57.12 USD per day",
-                "1713.60 USD per 30 days"
+                "1,713.60 USD per 30 days"
             ]
         );
         assert_eq!(

@@ -108,15 +108,43 @@ pub struct PlatformHome {
     pub slots: Vec<(String, i64)>,
     /// (state, count) of the allocations not released.
     pub allocations: Vec<(String, i64)>,
-    pub capacity: Vec<Capacity>,
+    pub capacity: Capacity,
 }
 
-/// What could launch now of one SKU in one region.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What could launch now of each SKU in each region: a row per SKU, a column per region
+/// (`None` where the SKU is not sold).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capacity {
-    pub sku: String,
-    pub region: String,
-    pub available: i64,
+    pub regions: Vec<String>,
+    pub skus: Vec<(String, Vec<Option<i64>>)>,
+}
+
+impl Capacity {
+    #[cfg(feature = "ssr")]
+    fn of(catalog: Vec<portal_types::catalog::CatalogEntry>) -> Self {
+        let mut regions: Vec<String> = catalog
+            .iter()
+            .flat_map(|e| e.availability.iter().map(|r| r.region.clone()))
+            .collect();
+        regions.sort();
+        regions.dedup();
+        let skus = catalog
+            .into_iter()
+            .map(|e| {
+                let row = regions
+                    .iter()
+                    .map(|region| {
+                        e.availability
+                            .iter()
+                            .find(|r| &r.region == region)
+                            .map(|r| r.launchable)
+                    })
+                    .collect();
+                (e.sku.name, row)
+            })
+            .collect();
+        Self { regions, skus }
+    }
 }
 
 /// How many running instances the home page lists.
@@ -211,7 +239,13 @@ mod ssr {
             )
         };
         let mut attention = instances_needing_attention(&running.items, now());
-        let spend = match cp.home_tenant_access::<TenantFinance>(principal).await? {
+        // Their organization's spend, for those who may see it (others are refused: no card).
+        let finance = match cp.home_tenant_access::<TenantFinance>(principal).await {
+            Ok(access) => access,
+            Err(control_plane::Error::Forbidden { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let spend = match finance {
             Some((finance, _)) => {
                 let overview = cp.billing_overview(&finance).await?;
                 let invoices = cp.tenant_invoices(&finance).await?;
@@ -283,19 +317,7 @@ mod ssr {
                 ));
             }
         }
-        let capacity = cp
-            .catalog()
-            .await?
-            .into_iter()
-            .flat_map(|e| {
-                let sku = e.sku.name;
-                e.availability.into_iter().map(move |r| Capacity {
-                    sku: sku.clone(),
-                    region: r.region,
-                    available: r.launchable,
-                })
-            })
-            .collect();
+        let capacity = Capacity::of(cp.catalog().await?);
         Ok(PlatformHome {
             display_name: principal.display_name.clone(),
             role: format!("platform {}", staff.role().as_str()),
@@ -422,14 +444,8 @@ mod ssr {
                 format!("/fleet/{}", a.node_id),
             ));
         }
-        if ops.gauges.stripe_failing > 0 {
-            out.push(Notice::bad(
-                format!(
-                    "{} to Stripe failing",
-                    plural(ops.gauges.stripe_failing, "sync", "syncs")
-                ),
-                "/admin/ops".into(),
-            ));
+        for a in ops.gauges.needing_attention() {
+            out.push(Notice::bad(a.what, a.href));
         }
         out
     }
@@ -619,7 +635,7 @@ fn PlatformView(p: PlatformHome) -> impl IntoView {
     };
     view! {
         <h1>"Platform"</h1>
-        <p class="lede">{format!("{} · {}", p.display_name, p.role)}</p>
+        <p class="lede">{format!("What needs you, the fleet, and what could launch now. You are signed in as {} ({}).", p.display_name, p.role)}</p>
         <Attention notices=p.attention />
         <div class="grid-2">
             <section class="card" aria-labelledby="nodes-h">
@@ -644,10 +660,19 @@ fn PlatformView(p: PlatformHome) -> impl IntoView {
             <p class="hint">"How many of each could launch now, as placement would honour them."</p>
             <div class="table-scroll">
                 <table class="data" id="capacity">
-                    <thead><tr><th scope="col">"SKU"</th><th scope="col">"Region"</th><th scope="col">"Could launch now"</th></tr></thead>
+                    <thead><tr>
+                        <th scope="col">"SKU"</th>
+                        {p.capacity.regions.into_iter().map(|r| view! { <th scope="col">{r}</th> }).collect_view()}
+                    </tr></thead>
                     <tbody>
-                        {p.capacity.into_iter().map(|c| view! {
-                            <tr class=(c.available == 0).then_some("muted")><td>{c.sku}</td><td>{c.region}</td><td>{c.available}</td></tr>
+                        {p.capacity.skus.into_iter().map(|(sku, row)| view! {
+                            <tr data-sku=sku.clone()>
+                                <th scope="row">{sku.clone()}</th>
+                                {row.into_iter().map(|n| match n {
+                                    Some(n) => view! { <td class=(n == 0).then_some("none-free")>{n}</td> }.into_any(),
+                                    None => view! { <td class="hint">"not sold"</td> }.into_any(),
+                                }).collect_view()}
+                            </tr>
                         }).collect_view()}
                     </tbody>
                 </table>

@@ -117,22 +117,7 @@ pub(super) fn within_published_ports(policies: &[Resolved], ports: &[u16]) -> Re
 }
 
 pub(super) fn check_name(name: &str) -> Result<String> {
-    let name = name.trim().to_ascii_lowercase();
-    let ok = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(name)
-    } else {
-        Err(invalid(
-            "name",
-            format!(
-                "{name:?}: use 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit"
-            ),
-        ))
-    }
+    portal_types::allocations::check_instance_name(name).map_err(|reason| invalid("name", reason))
 }
 
 /// Tags as stored: at most [`MAX_TAGS`], keys of 1 to 63 lowercase letters, digits, `.`,
