@@ -353,7 +353,7 @@ fn InvoiceTable(
                     let stripe = stripe_cell(&i);
                     view! {
                         <tr data-invoice=i.number.clone()>
-                            {show_tenant.then(|| view! { <td>{i.tenant.clone()}</td> })}
+                            {show_tenant.then(|| view! { <td>{i.tenant_name.clone()}</td> })}
                             <td><a href=format!("/billing/invoices/{}", i.id)>{i.number.clone()}</a></td>
                             <td>{i.month.clone()}</td>
                             <td class="amount">{i.total.grouped()}</td>
@@ -489,7 +489,7 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
     let id = i.id.to_string();
     view! {
         <h1>"Invoice " {i.number.clone()}</h1>
-        <p class="lede">{format!("{} · {}", i.tenant, i.month)} " · " {badge} " · Stripe: " {stripe}</p>
+        <p class="lede">{format!("{} · {}", i.tenant_name, i.month)} " · " {badge} " · Stripe: " {stripe}</p>
         {i.payment_error.clone().filter(|_| i.payment_failed).map(|e| view! {
             <section class="card notice" role="alert"><p>"The last payment attempt failed: " {e} ". Stripe retries; the customer can also pay on the hosted invoice page."</p></section>
         })}

@@ -7,6 +7,7 @@
 //! transaction of the change it describes ([`audit::record`] takes that connection).
 
 pub mod audit;
+pub mod csv;
 pub mod db;
 pub mod dns;
 pub mod egress;

@@ -58,6 +58,7 @@ fn ts(t: time::OffsetDateTime) -> String {
 struct SummaryRow {
     id: Uuid,
     tenant: String,
+    tenant_name: String,
     number: Option<String>,
     month: time::Date,
     status: String,
@@ -74,6 +75,7 @@ impl From<SummaryRow> for InvoiceSummary {
         InvoiceSummary {
             id: InvoiceId(r.id),
             tenant: r.tenant,
+            tenant_name: r.tenant_name,
             number: r.number.unwrap_or_else(|| "(draft)".into()),
             month: month_label(r.month),
             payment_failed: r.status == "open" && r.payment_failed_at.is_some(),
@@ -423,7 +425,7 @@ impl BillingReportsApi for ControlPlane {
             "period_start,project,sku,allocation,allocation_id,gpus,running_seconds,price_per_hour,currency,amount,listing,fee_per_hour,fee_amount\n",
         );
         for r in rows {
-            out.push_str(&csv_row(&[
+            out.push_str(&cp_base::csv::row(&[
                 &ts(r.period_start),
                 &r.project,
                 &r.sku,
@@ -450,7 +452,7 @@ impl BillingReportsApi for ControlPlane {
             "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
         );
         for l in &d.lines {
-            out.push_str(&csv_row(&[
+            out.push_str(&cp_base::csv::row(&[
                 &d.summary.number,
                 &d.summary.month,
                 &l.line_no.to_string(),
@@ -507,7 +509,7 @@ impl BillingReportsInternal for ControlPlane {
         };
         let rows = sqlx::query_as!(
             SummaryRow,
-            r#"SELECT i.id, t.slug AS tenant, i.number, i.month, i.status, i.stripe_status,
+            r#"SELECT i.id, t.slug AS tenant, t.display_name AS tenant_name, i.number, i.month, i.status, i.stripe_status,
                       i.total_minor, i.currency, i.hosted_invoice_url, i.payment_failed_at,
                       i.payment_error
                FROM invoices i JOIN tenants t ON t.id = i.tenant_id
@@ -534,7 +536,7 @@ impl BillingReportsInternal for ControlPlane {
         id: InvoiceId,
     ) -> Result<InvoiceDetail> {
         let i = sqlx::query!(
-            r#"SELECT i.id, t.slug AS tenant, i.number, i.month, i.status, i.stripe_status,
+            r#"SELECT i.id, t.slug AS tenant, t.display_name AS tenant_name, i.number, i.month, i.status, i.stripe_status,
                       i.total_minor, i.currency, i.hosted_invoice_url, i.payment_failed_at,
                       i.payment_error, i.subtotal_minor, i.credit_applied_minor, i.finalized_at, i.paid_at
                FROM invoices i JOIN tenants t ON t.id = i.tenant_id
@@ -622,6 +624,7 @@ impl BillingReportsInternal for ControlPlane {
             summary: SummaryRow {
                 id: i.id,
                 tenant: i.tenant,
+                tenant_name: i.tenant_name,
                 number: i.number,
                 month: i.month,
                 status: i.status,
@@ -642,40 +645,4 @@ fn decimal(minor: i64) -> String {
     let sign = if minor < 0 { "-" } else { "" };
     let abs = minor.unsigned_abs();
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
-}
-
-/// One CSV record (RFC 4180 quoting). Cells that a spreadsheet would run as a formula are
-/// prefixed with a quote.
-fn csv_row(cells: &[&str]) -> String {
-    let mut out = cells
-        .iter()
-        .map(|c| {
-            let c = if c.starts_with(['=', '+', '@'])
-                || (c.starts_with('-') && c.parse::<f64>().is_err())
-            {
-                format!("'{c}")
-            } else {
-                c.to_string()
-            };
-            if c.contains([',', '"', '\n', '\r']) {
-                format!("\"{}\"", c.replace('"', "\"\""))
-            } else {
-                c
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",");
-    out.push('\n');
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn csv_quotes_and_defuses_formulas() {
-        assert_eq!(
-            super::csv_row(&["a,b", "x\"y", "=1+1", "-12.50", "plain"]),
-            "\"a,b\",\"x\"\"y\",'=1+1,-12.50,plain\n"
-        );
-    }
 }

@@ -3,6 +3,7 @@
 // role allows; another tenant sees nothing.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { BASE, dnsUnavailable, hydrated, openBrowser, shot, startDns } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
@@ -149,6 +150,36 @@ test('alice reads her organization\'s audit log, and only hers, and can filter i
     await page.waitForURL(/\/audit\?action=policy\./);
     const actions = await page.locator('#audit-log td.action').allInnerTexts();
     assert.ok(actions.length > 0 && actions.every((a) => a.startsWith('policy.')), actions.join(','));
+
+    // A change reads field by field, before → after (a rename, from the test before).
+    await page.goto(`${BASE}/audit?action=project.rename`);
+    const change = page.locator('#audit-log tr[data-action="project.rename"] ul.changes li').first();
+    await change.waitFor();
+    assert.match(await change.innerText(), /^display name: .+ → .+$/);
+
+    // Days: from tomorrow there is nothing yet; a day that isn't one is refused by name.
+    const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+    await page.goto(`${BASE}/audit?since=${tomorrow}`);
+    await page.getByTestId('no-records').waitFor();
+    const today = new Date().toISOString().slice(0, 10);
+    await page.goto(`${BASE}/audit?since=${today}&until=${tomorrow}&action=project.`);
+    assert.equal(await page.locator('#audit-filters input[name="since"]').inputValue(), today);
+    const projectRows = await page.locator('#audit-log tbody tr').count();
+    assert.ok(projectRows > 0);
+    await page.goto(`${BASE}/audit?until=31.12.2026`);
+    assert.match(await page.getByRole('alert').innerText(), /until.*"31\.12\.2026" is not a day; write it as 2026-12-01/i);
+
+    // The same records as CSV, a line per changed field.
+    await page.goto(`${BASE}/audit?since=${today}&until=${tomorrow}&action=project.`);
+    const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-audit').click()]);
+    const csv = readFileSync(await download.path(), 'utf8').trim().split('\n');
+    assert.equal(csv[0], 'id,at,actor,action,resource,field,before,after,request_id');
+    assert.ok(csv.length - 1 >= projectRows, `${csv.length - 1} lines for ${projectRows} records`);
+    assert.ok(csv.slice(1).every((l) => /^\d+,\d{4}-\d\d-\d\dT[^,]+,[^,]+,project\./.test(l)), csv.join('\n'));
+    // Asked for directly, the export still holds only her organization's records.
+    const res = await page.request.get(`${BASE}/audit/export.csv?action=project.`);
+    assert.equal(res.status(), 200);
+    assert.ok(!(await res.text()).includes(GLOBEX_ID));
   } finally {
     await b.close();
   }

@@ -55,6 +55,9 @@ pub struct InvoiceSummary {
     pub id: InvoiceId,
     /// The organization's slug.
     pub tenant: String,
+    /// The organization's name, as people read it.
+    #[serde(default)]
+    pub tenant_name: String,
     /// `(draft)` until finalised.
     pub number: String,
     pub month: String,

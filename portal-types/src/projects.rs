@@ -49,6 +49,9 @@ pub struct ProjectDetail {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditLine {
+    /// Its place in the log: a search for older records starts before it.
+    #[serde(default)]
+    pub id: i64,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,
     /// The actor's email, or `system`.
@@ -58,5 +61,18 @@ pub struct AuditLine {
     pub resource: String,
     /// `before → after`, as compact JSON.
     pub change: String,
+    /// The same, field by field: only the fields that changed.
+    #[serde(default)]
+    pub changes: Vec<FieldChange>,
     pub request_id: Option<String>,
+}
+
+/// One field of an audited change, written out for people: `None` where it was or became
+/// absent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FieldChange {
+    pub field: String,
+    pub before: Option<String>,
+    pub after: Option<String>,
 }

@@ -4,11 +4,10 @@
 
 use control_plane::prelude::*;
 
-use app::AppError;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use control_plane::Error;
@@ -18,6 +17,7 @@ use serde::Deserialize;
 use tower_sessions::Session;
 
 use crate::AppState;
+use crate::downloads::{csv, refusal};
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -58,38 +58,13 @@ async fn webhook(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -
     }
 }
 
-/// A refusal as plain text, with the status of the one mapping (`AppError::status`).
-fn refusal(e: AppError) -> Response {
-    crate::error_status::plain_response(&e)
-}
-
 /// The signed-in user's organization, if they may see its money.
 async fn finance(app: &AppState, session: &Session) -> Result<Tenant<TenantFinance>, Response> {
-    let principal = app::server::principal_of(session, &app.cp, &app.web.session)
-        .await
-        .map_err(refusal)?
-        .ok_or_else(|| refusal(AppError::Unauthenticated))?;
+    let principal = crate::downloads::signed_in(app, session).await?;
     let (who, _) = app::server::home_tenant::<TenantFinance>(&app.cp, &principal)
         .await
         .map_err(refusal)?;
     Ok(who)
-}
-
-fn csv(name: &str, body: Result<String, Error>) -> Response {
-    match body {
-        Ok(text) => (
-            [
-                (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
-                (
-                    header::CONTENT_DISPOSITION,
-                    format!("attachment; filename=\"{name}\""),
-                ),
-            ],
-            text,
-        )
-            .into_response(),
-        Err(e) => refusal(e.into()),
-    }
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@ pub mod agent_api;
 pub mod api;
 pub mod billing;
 pub mod config;
+pub mod downloads;
 pub mod error;
 pub mod error_status;
 pub mod headers;
@@ -223,6 +224,7 @@ pub fn router(state: AppState) -> Router {
         .merge(agent_api::routes().with_state(state.cp.clone()))
         .nest("/api/v1", api::routes().with_state(state.cp.clone()))
         .merge(billing::routes())
+        .merge(downloads::routes())
         .merge(marketplace::routes())
         .leptos_routes_with_context(&state, routes, context.clone(), move || {
             app::shell(leptos.clone())

@@ -421,4 +421,55 @@ async fn audit_search_is_scoped_to_the_tenant_and_filters() {
             .iter()
             .any(|l| l.action == "platform_admin.password_set")
     );
+
+    // The next page: what is older than a record, newest first.
+    let older = cp
+        .audit_search(
+            &all,
+            &AuditFilter {
+                before: Some(everything[0].id),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        older.iter().map(|l| l.id).collect::<Vec<_>>(),
+        everything[1..].iter().map(|l| l.id).collect::<Vec<_>>()
+    );
+    // A range of days, both ends included; a day that isn't one is refused by name.
+    let today = time::OffsetDateTime::now_utc().date();
+    let days = |since: time::Date, until: time::Date| AuditFilter {
+        since: Some(since.to_string()),
+        until: Some(until.to_string()),
+        ..Default::default()
+    };
+    let (yesterday, tomorrow) = (today.previous_day().unwrap(), today.next_day().unwrap());
+    let around = cp
+        .audit_search(&all, &days(yesterday, tomorrow))
+        .await
+        .unwrap();
+    assert_eq!(around.len(), everything.len());
+    let ahead = cp
+        .audit_search(&all, &days(tomorrow, tomorrow))
+        .await
+        .unwrap();
+    assert!(ahead.is_empty());
+    let refused = cp
+        .audit_search(
+            &all,
+            &AuditFilter {
+                until: Some("31/12/2026".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            control_plane::Error::Invalid { field: "until", .. }
+        ),
+        "{refused:?}"
+    );
 }

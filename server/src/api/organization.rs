@@ -318,7 +318,7 @@ pub async fn audit(
         action_prefix: Some(action),
         actor_email: Some(audit_filter("actor", q.actor, 254)?),
         resource_contains: Some(audit_filter("resource", q.resource, 200)?),
-        tenant_slug: None,
+        ..AuditFilter::default()
     };
     if caller.0.project.is_some() {
         return Err(ApiError(AppError::Forbidden(
