@@ -11,7 +11,7 @@ use leptos_router::hooks::use_query_map;
 use portal_types::projects::{AuditLine, FieldChange};
 use serde::{Deserialize, Serialize};
 
-use crate::components::ErrorNotice;
+use crate::components::{ErrorNotice, Pager};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -217,19 +217,14 @@ fn AuditBody(v: AuditView, q: AuditQuery) -> impl IntoView {
                 </div>
             }.into_any()
         }}
-        {(newest.is_some() || older.is_some()).then(|| view! {
-            <nav class="pager" aria-label="Pages of the audit log">
-                {newest.map(|h| view! { <a class="button secondary" href=h rel="first">"← Newest"</a> })}
-                {older.map(|h| view! { <a class="button secondary" href=h rel="next">"Older →"</a> })}
-            </nav>
-        })}
+        <Pager label="Pages of the audit log" newest older />
     }
 }
 
 /// A change, a line per field: `name: before → after`; a field that was set from nothing
 /// reads `name: value`, one removed `name: value → (removed)`.
 #[component]
-fn Changes(changes: Vec<FieldChange>) -> impl IntoView {
+pub fn Changes(changes: Vec<FieldChange>) -> impl IntoView {
     view! {
         <ul class="plain changes">
             {changes.into_iter().map(|c| {

@@ -199,3 +199,26 @@ pub fn DangerButton(
         <button type="submit" class="danger" aria-label=label on:click=ask>{children()}</button>
     }
 }
+
+/// The links between pages of a list, newest first: back to the newest page (from a later
+/// one) and on to older records (while there are more). Nothing when there is one page.
+#[component]
+pub fn Pager(
+    /// What the links page through, for screen readers: "Pages of instances".
+    label: &'static str,
+    /// What this page holds: "The 50 newest instances".
+    #[prop(optional)]
+    shown: Option<String>,
+    newest: Option<String>,
+    older: Option<String>,
+) -> impl IntoView {
+    (newest.is_some() || older.is_some()).then(|| {
+        view! {
+            <nav class="pager" aria-label=label>
+                {shown.map(|s| view! { <span class="hint" data-testid="page-shown">{s}</span> })}
+                {newest.map(|h| view! { <a class="button secondary" href=h rel="first">"← Newest"</a> })}
+                {older.map(|h| view! { <a class="button secondary" href=h rel="next">"Older →"</a> })}
+            </nav>
+        }
+    })
+}

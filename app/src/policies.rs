@@ -148,7 +148,15 @@ pub fn Policies(
     view: PolicyView,
     set: ServerAction<SetPolicy>,
 ) -> impl IntoView {
-    let error = crate::components::action_outcome(set.value(), |_| None);
+    // The row whose Save was pressed last: its refusal shows on it, in words. Without the
+    // page's script nobody knows which, and the refusal shows under the table.
+    let saved_row = RwSignal::new(None::<String>);
+    let error = move || {
+        saved_row
+            .get()
+            .is_none()
+            .then(|| crate::components::action_outcome(set.value(), |_| None))
+    };
     let can_edit = view.can_edit;
     view! {
         <section class="card policies" aria-labelledby=format!("pol-{scope}") data-scope=scope>
@@ -170,7 +178,7 @@ pub fn Policies(
                     {view
                         .rows
                         .into_iter()
-                        .map(|r| policy_row(r, scope, project.clone(), can_edit, set))
+                        .map(|r| policy_row(r, scope, project.clone(), can_edit, set, saved_row))
                         .collect_view()}
                 </tbody>
             </table>
@@ -188,6 +196,7 @@ fn policy_row(
     project: String,
     can_edit: bool,
     set: ServerAction<SetPolicy>,
+    saved_row: RwSignal<Option<String>>,
 ) -> impl IntoView {
     let trace = r
         .trace
@@ -200,6 +209,27 @@ fn policy_row(
     let input_id = format!("{scope}-{}", r.key);
     let key_attr = r.key.clone();
     let label = r.label.clone();
+    let error_id = format!("{input_id}-error");
+    // This row's refusal, if its Save was the last pressed: the reason alone, the row's label
+    // already says which policy.
+    let refusal = {
+        let key = r.key.clone();
+        move || {
+            if saved_row.get().as_deref() != Some(key.as_str()) {
+                return None;
+            }
+            match set.value().get() {
+                Some(Err(AppError::Invalid { reason, .. })) => {
+                    Some(crate::error::capitalised(&reason))
+                }
+                Some(Err(e)) => Some(e.to_string()),
+                _ => None,
+            }
+        }
+    };
+    let refused = refusal.clone();
+    let pressed = r.key.clone();
+    let described_by = error_id.clone();
     view! {
         <tr data-key=key_attr>
             <th scope="row">{r.label}</th>
@@ -213,9 +243,12 @@ fn policy_row(
                         <input type="hidden" name="key" value=r.key />
                         <label class="visually-hidden" for=input_id.clone()>{label}</label>
                         <input type="text" name="value" id=input_id
-                            value=r.here.unwrap_or_default() placeholder=r.hint />
-                        <button type="submit" class="secondary">"Save"</button>
+                            value=r.here.unwrap_or_default() placeholder=r.hint
+                            aria-describedby=described_by
+                            aria-invalid=move || refused().map(|_| "true") />
+                        <button type="submit" class="secondary" on:click=move |_| saved_row.set(Some(pressed.clone()))>"Save"</button>
                     </ActionForm>
+                    {move || refusal().map(|reason| view! { <p class="form-error" id=error_id.clone() role="alert">{reason}</p> })}
                 </td>
             })}
         </tr>

@@ -24,6 +24,8 @@ pub struct ProjectsView {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectView {
     pub detail: ProjectDetail,
+    /// Its instances not released yet, newest first (a page of them).
+    pub running: Vec<crate::allocations::AllocationRow>,
     pub can_manage: bool,
     pub audit: Vec<AuditLine>,
     pub policies: crate::policies::PolicyView,
@@ -88,6 +90,21 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
         .await?;
     let detail = cp.project_detail(&who).await?;
     let audit = cp.project_audit(&who).await?;
+    let running = cp
+        .allocation_page(
+            std::slice::from_ref(&who),
+            &control_plane::allocations::AllocationFilter {
+                state: Some("active".into()),
+                tag: None,
+                after: None,
+                limit: crate::pages::home::RUNNING_SHOWN,
+            },
+        )
+        .await?
+        .items
+        .into_iter()
+        .map(crate::allocations::AllocationRow::from)
+        .collect();
     let policies = crate::policies::load(
         &cp,
         &principal,
@@ -98,6 +115,7 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
         policies,
         can_manage: who.role() == ProjectRole::Admin,
         detail,
+        running,
         audit,
     })
 }
@@ -263,36 +281,72 @@ pub fn ProjectsPage() -> impl IntoView {
     }
 }
 
+#[server]
+pub async fn cancel_invitation(id: String, email: String) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectAdmins;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let who = cp
+        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .await?;
+    Ok(cp
+        .cancel_invitation(&who, &email, Some(&crate::error::request_id()))
+        .await?)
+}
+
+/// What a project's page can do; the page refetches after each.
+#[derive(Clone, Copy)]
+struct ProjectActions {
+    rename: ServerAction<RenameProject>,
+    invite: ServerAction<InviteMember>,
+    cancel: ServerAction<CancelInvitation>,
+    change: ServerAction<ChangeMemberRole>,
+    remove: ServerAction<RemoveMember>,
+    set_policy: ServerAction<crate::policies::SetPolicy>,
+    east_west: ServerAction<SetEastWest>,
+}
+
+impl ProjectActions {
+    fn new() -> Self {
+        Self {
+            rename: ServerAction::new(),
+            invite: ServerAction::new(),
+            cancel: ServerAction::new(),
+            change: ServerAction::new(),
+            remove: ServerAction::new(),
+            set_policy: ServerAction::new(),
+            east_west: ServerAction::new(),
+        }
+    }
+
+    /// Moves whenever one of them completes.
+    fn versions(&self) -> [usize; 7] {
+        [
+            self.rename.version().get(),
+            self.invite.version().get(),
+            self.cancel.version().get(),
+            self.change.version().get(),
+            self.remove.version().get(),
+            self.set_policy.version().get(),
+            self.east_west.version().get(),
+        ]
+    }
+}
+
 #[component]
 pub fn ProjectPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
-    let rename = ServerAction::<RenameProject>::new();
-    let invite = ServerAction::<InviteMember>::new();
-    let change = ServerAction::<ChangeMemberRole>::new();
-    let remove = ServerAction::<RemoveMember>::new();
-    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
-    let east_west = ServerAction::<SetEastWest>::new();
+    let actions = ProjectActions::new();
     let project = Resource::new(
-        move || {
-            (
-                id(),
-                rename.version().get(),
-                invite.version().get(),
-                change.version().get(),
-                remove.version().get(),
-                set_policy.version().get(),
-                east_west.version().get(),
-            )
-        },
-        |(id, ..)| get_project(id),
+        move || (id(), actions.versions()),
+        |(id, _)| get_project(id),
     );
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match project.await {
                     Err(e) => view! { <Title text="Project" /><h1>"Project"</h1><ErrorNotice error=e /> }.into_any(),
-                    Ok(v) => project_view(v, rename, invite, change, remove, set_policy, east_west).into_any(),
+                    Ok(v) => project_view(v, actions).into_any(),
                 }
             })}
         </Suspense>
@@ -307,17 +361,22 @@ fn role_options(selected: &str) -> impl IntoView + use<> {
         .collect_view()
 }
 
-fn project_view(
-    v: ProjectView,
-    rename: ServerAction<RenameProject>,
-    invite: ServerAction<InviteMember>,
-    change: ServerAction<ChangeMemberRole>,
-    remove: ServerAction<RemoveMember>,
-    set_policy: ServerAction<crate::policies::SetPolicy>,
-    east_west: ServerAction<SetEastWest>,
-) -> impl IntoView {
+fn project_view(v: ProjectView, actions: ProjectActions) -> impl IntoView {
+    let ProjectActions {
+        rename,
+        invite,
+        cancel,
+        change,
+        remove,
+        set_policy,
+        east_west,
+    } = actions;
     let pid = v.detail.summary.id.to_string();
     let pid_network = pid.clone();
+    let pid_list = pid.clone();
+    let pid_cancel = pid.clone();
+    let invitations = v.detail.invitations.clone();
+    let running = v.running;
     let allowed = v.detail.east_west;
     let manage = v.can_manage;
     let (pid_rename, pid_invite) = (pid.clone(), pid.clone());
@@ -334,6 +393,16 @@ fn project_view(
         <h1>{v.detail.summary.display_name.clone()}</h1>
         <p class="mono canonical">{v.detail.summary.canonical_name.clone()}</p>
         <p>"Your role: " <strong class="my-role">{v.detail.summary.my_role.as_str()}</strong></p>
+
+        <section class="card" aria-labelledby="project-running-h">
+            <h2 id="project-running-h">"Running instances"</h2>
+            {if running.is_empty() {
+                view! { <p data-testid="project-none-running">"Nothing is running in this project."</p> }.into_any()
+            } else {
+                view! { <crate::pages::home::InstanceTable rows=running id="project-running" /> }.into_any()
+            }}
+            <p><a href=format!("/allocations?project={pid_list}&state=all")>"Every instance of this project →"</a></p>
+        </section>
 
         {manage.then(move || view! {
             <section class="card" aria-labelledby="rename-h">
@@ -375,14 +444,27 @@ fn project_view(
             </section>
         })}
 
-        {(!v.detail.invitations.is_empty()).then(|| view! {
+        {(!invitations.is_empty()).then(|| view! {
             <section class="card" aria-labelledby="inv-h">
                 <h2 id="inv-h">"Waiting for first sign-in"</h2>
                 <ul id="invitations">
-                    {v.detail.invitations.iter().map(|i| view! {
-                        <li>{i.email.clone()} " as " {i.role.as_str()} " (invited by " {i.invited_by.clone()} ")"</li>
+                    {invitations.iter().map(|i| {
+                        let label = format!("Cancel the invitation of {}", i.email);
+                        let (pid, email) = (pid_cancel.clone(), i.email.clone());
+                        view! {
+                            <li data-email=i.email.clone()>{i.email.clone()} " as " {i.role.as_str()} " (invited by " {i.invited_by.clone()} ")"
+                                {manage.then(move || view! {
+                                    <ActionForm action=cancel attr:class="inline">
+                                        <input type="hidden" name="id" value=pid />
+                                        <input type="hidden" name="email" value=email />
+                                        <button type="submit" class="secondary" aria-label=label>"Cancel invitation"</button>
+                                    </ActionForm>
+                                })}
+                            </li>
+                        }
                     }).collect_view()}
                 </ul>
+                {outcome(cancel.value(), |_| Some("Invitation cancelled.".to_string()))}
             </section>
         })}
 
@@ -393,7 +475,7 @@ fn project_view(
             } else {
                 "East-west traffic is denied: this project's VMs reach only the internet, not each other."
             }}</p>
-            <p class="hint">"VMs of other projects and organizations never reach yours. A change applies to allocations launched after it."</p>
+            <p class="hint">"VMs of other projects and organizations never reach yours. A change applies at once, to running instances too."</p>
             {manage.then(move || view! {
                 <ActionForm action=east_west attr:class="inline-form" attr:id="east-west-form">
                     <input type="hidden" name="id" value=pid_network />
@@ -421,7 +503,7 @@ fn project_view(
                     {v.audit.iter().map(|a| view! {
                         <tr>
                             <td>{portal_types::utc(a.at)}</td><td>{a.actor.clone()}</td>
-                            <td class="mono action">{a.action.clone()}</td><td class="mono">{a.change.clone()}</td>
+                            <td class="mono action">{a.action.clone()}</td><td><crate::audit::Changes changes=a.changes.clone() /></td>
                             <td class="mono small">{a.request_id.clone().unwrap_or_default()}</td>
                         </tr>
                     }).collect_view()}

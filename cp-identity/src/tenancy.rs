@@ -300,6 +300,15 @@ pub trait TenancyApi {
         member: UserId,
         request_id: Option<&str>,
     ) -> Result<()>;
+
+    /// Withdraws an invitation not yet accepted: the address no longer becomes a member at
+    /// its first sign-in. None open for it: not found. Audited.
+    async fn cancel_invitation(
+        &self,
+        who: &Project<ProjectAdmins>,
+        email: &str,
+        request_id: Option<&str>,
+    ) -> Result<()>;
 }
 
 impl TenancyApi for ControlPlane {
@@ -820,6 +829,40 @@ impl TenancyApi for ControlPlane {
                 action: "project_membership.remove",
                 resource: &resource,
                 before: Some(json!({ "user_id": member, "role": before })),
+                after: None,
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn cancel_invitation(
+        &self,
+        who: &Project<ProjectAdmins>,
+        email: &str,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let email = email.trim().to_lowercase();
+        let mut tx = self.pool().begin().await?;
+        let role = sqlx::query_scalar!(
+            "DELETE FROM project_invitations
+             WHERE project_id = $1 AND email = $2 AND accepted_at IS NULL RETURNING role",
+            who.project as ProjectId,
+            email
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound { what: "invitation" })?;
+        let resource = self.naming().project(who.tenant, who.project);
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(who.user),
+                action: "project_invitation.cancel",
+                resource: &resource,
+                before: Some(json!({ "email": email, "role": role })),
                 after: None,
                 request_id,
             },

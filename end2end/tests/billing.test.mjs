@@ -122,7 +122,8 @@ test('the platform admin sees the declined payment and revenue, and grants credi
     const listed = await page.locator('#all-invoices [data-testid="invoice-status"]').allInnerTexts();
     assert.ok(listed.length > 0 && listed.every((s) => s === 'payment failed'), listed.join(','));
     await hydrated(page);
-    assert.equal(await failed.first().locator('td').first().innerText(), 'globex');
+    // The organization by its name, not its slug.
+    assert.equal(await failed.first().locator('td').first().innerText(), 'Globex');
     assert.equal(await failed.first().getByTestId('invoice-status').innerText(), 'payment failed');
     await page.getByTestId('chart-revenue').locator('canvas').first().waitFor({ timeout: 20_000 });
 

@@ -71,6 +71,16 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     await page.getByRole('status').filter({ hasText: 'Invitation sent' }).waitFor();
     assert.match(await page.locator('#invitations').innerText(), new RegExp(`${NEWCOMER} as operator`));
 
+    // An invitation sent by mistake is withdrawn before anyone uses it.
+    const MISTAKE = `mistake-${RUN}@acme.example`;
+    await invite.getByLabel('Email').fill(MISTAKE);
+    await invite.getByRole('button', { name: 'Invite' }).click();
+    await page.locator(`#invitations li[data-email="${MISTAKE}"]`).waitFor();
+    await page.getByRole('button', { name: `Cancel the invitation of ${MISTAKE}` }).click();
+    await page.getByRole('status').filter({ hasText: 'Invitation cancelled.' }).waitFor();
+    await page.locator(`#invitations li[data-email="${MISTAKE}"]`).waitFor({ state: 'detached' });
+    assert.equal(await page.locator(`#invitations li[data-email="${NEWCOMER}"]`).count(), 1, 'the other invitation stays');
+
     // Outside the organization's domains: refused, with the reason.
     await invite.getByLabel('Email').fill('dave@contractor.example');
     await invite.getByRole('button', { name: 'Invite' }).click();
@@ -100,11 +110,10 @@ test('alice creates a project, renames it, invites bob and a newcomer, and sees 
     assert.equal(await undecided.getAttribute('title'), null);
     await gpuRow('project').locator('input[name="value"]').fill('lots');
     await gpuRow('project').getByRole('button', { name: 'Save' }).click();
-    await page
-      .locator('.policies[data-scope="project"]')
-      .getByRole('alert')
-      .filter({ hasText: 'Invalid max_gpus_in_use: "lots": use a whole number from 0 to 100000.' })
-      .waitFor();
+    // The refusal sits on the row that caused it, in words (the row names the policy).
+    await gpuRow('project').getByRole('alert').filter({ hasText: '"lots": use a whole number from 0 to 100000.' }).waitFor();
+    assert.equal(await gpuRow('project').locator('input[name="value"]').getAttribute('aria-invalid'), 'true');
+    assert.doesNotMatch(await page.locator('.policies[data-scope="project"]').innerText(), /max_gpus_in_use/);
     await gpuRow('project').locator('input[name="value"]').fill('8');
     await gpuRow('project').getByRole('button', { name: 'Save' }).click();
     await gpuRow('project').locator('.effective', { hasText: '8 GPUs' }).waitFor();

@@ -55,8 +55,8 @@ use app::pages::admin::{AdminOverview, UnlockBreakGlass};
 use app::pages::home::GetHome;
 use app::policies::SetPolicy;
 use app::projects::{
-    ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects, RemoveMember,
-    RenameProject, SetEastWest,
+    CancelInvitation, ChangeMemberRole, CreateProject, GetProject, InviteMember, ListProjects,
+    RemoveMember, RenameProject, SetEastWest,
 };
 use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
@@ -458,6 +458,16 @@ fn matrix(w: &World) -> Vec<Entry> {
             true,
             &[("id", &demo::ACME_RESEARCH.to_string()), ("user", ALICE)],
         ),
+        entry(
+            CancelInvitation::PATH,
+            research(Need::Administer),
+            true,
+            &[
+                ("id", &demo::ACME_RESEARCH.to_string()),
+                ("email", "newcomer@acme.example"),
+            ],
+        )
+        .allowed_also(&[404]), // no invitation is open in the matrix's world: none to cancel, after every check
         entry(
             SetPolicy::PATH,
             research(Need::OrgAdmin),

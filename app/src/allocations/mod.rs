@@ -22,7 +22,7 @@ use portal_types::allocations::{AllocationSummary, PortAddress};
 use portal_types::{AllocationId, utc};
 use serde::{Deserialize, Serialize};
 
-use crate::components::ErrorNotice;
+use crate::components::{ErrorNotice, Pager};
 use crate::error::AppError;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -242,23 +242,14 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
         let (project, state, limit) = (project.clone(), state.clone(), v.limit);
         move |after: Option<&str>| list_href(project.as_deref(), &state, after, limit)
     };
-    let pager = (v.after.is_some() || v.next.is_some()).then(|| {
-        let newest = v.after.is_some().then(|| href(None));
-        let older = v.next.as_deref().map(|n| href(Some(n)));
-        let shown = match (v.after.is_some(), v.rows.len()) {
-            (true, 1) => "1 older instance".to_owned(),
-            (true, n) => format!("{n} older instances"),
-            (false, 1) => "The newest instance".to_owned(),
-            (false, n) => format!("The {n} newest instances"),
-        };
-        view! {
-            <nav class="pager" aria-label="Pages of instances">
-                <span class="hint" data-testid="page-shown">{shown}</span>
-                {newest.map(|h| view! { <a class="button secondary" href=h rel="first">"← Newest"</a> })}
-                {older.map(|h| view! { <a class="button secondary" href=h rel="next">"Older →"</a> })}
-            </nav>
-        }
-    });
+    let newest = v.after.is_some().then(|| href(None));
+    let older = v.next.as_deref().map(|n| href(Some(n)));
+    let shown = match (v.after.is_some(), v.rows.len()) {
+        (true, 1) => "1 older instance".to_owned(),
+        (true, n) => format!("{n} older instances"),
+        (false, 1) => "The newest instance".to_owned(),
+        (false, n) => format!("The {n} newest instances"),
+    };
     let empty = match (v.state.as_str(), v.can_launch) {
         ("active", true) => {
             "Nothing is running. Launch an instance from the catalog or the marketplace."
@@ -312,7 +303,7 @@ fn AllocationsBody(v: AllocationsView) -> impl IntoView {
                 </div>
             }.into_any()
         }}
-        {pager}
+        <Pager label="Pages of instances" shown newest older />
     }
 }
 

@@ -98,7 +98,6 @@ pub struct Spend {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlatformHome {
-    pub display_name: String,
     /// "platform admin".
     pub role: String,
     pub attention: Vec<Notice>,
@@ -238,7 +237,16 @@ mod ssr {
                     .await?,
             )
         };
-        let mut attention = instances_needing_attention(&running.items, now());
+        // A launch that failed shows among the recent ones even once it is released.
+        let mut seen = std::collections::HashSet::new();
+        let launches: Vec<AllocationSummary> = running
+            .items
+            .iter()
+            .chain(&recent.items)
+            .filter(|a| seen.insert(a.id))
+            .cloned()
+            .collect();
+        let mut attention = instances_needing_attention(&launches, now());
         // Their organization's spend, for those who may see it (others are refused: no card).
         let finance = match cp.home_tenant_access::<TenantFinance>(principal).await {
             Ok(access) => access,
@@ -319,7 +327,6 @@ mod ssr {
         }
         let capacity = Capacity::of(cp.catalog().await?);
         Ok(PlatformHome {
-            display_name: principal.display_name.clone(),
             role: format!("platform {}", staff.role().as_str()),
             attention,
             nodes: fleet
@@ -338,21 +345,23 @@ mod ssr {
         time::OffsetDateTime::now_utc()
     }
 
-    /// A launch that failed, or an instance that releases itself within a day.
+    /// A launch of the last day that failed, or an instance that releases itself within a
+    /// day.
     pub(super) fn instances_needing_attention(
-        active: &[AllocationSummary],
+        launches: &[AllocationSummary],
         now: time::OffsetDateTime,
     ) -> Vec<Notice> {
-        let soon = now + time::Duration::hours(EXPIRY_WARNING_HOURS);
-        active
+        let window = time::Duration::hours(EXPIRY_WARNING_HOURS);
+        launches
             .iter()
             .filter_map(|a| {
                 let href = format!("/allocations/{}", a.id);
                 match (a.projected.as_str(), a.expires_at) {
-                    ("failed" | "failing", _) => {
+                    ("failed" | "failing", _) if a.created_at >= now - window => {
                         Some(Notice::bad(format!("{} failed to launch", a.name), href))
                     }
-                    (_, Some(at)) if at <= soon => Some(Notice::warn(
+                    ("failed" | "failing" | "released", _) => None,
+                    (_, Some(at)) if at <= now + window => Some(Notice::warn(
                         format!(
                             "{} is released by itself at {}",
                             a.name,
@@ -440,7 +449,7 @@ mod ssr {
         }
         for a in &ops.attention {
             out.push(Notice::bad(
-                format!("{}: {} on {}", a.label(), a.detail, a.hostname),
+                format!("{}: {} — {}", a.hostname, a.label(), a.detail),
                 format!("/fleet/{}", a.node_id),
             ));
         }
@@ -596,7 +605,7 @@ fn TenantView(t: TenantHome) -> impl IntoView {
 
 /// Instances with what a person acts on: where to connect and what it has cost.
 #[component]
-fn InstanceTable(rows: Vec<AllocationRow>, id: &'static str) -> impl IntoView {
+pub fn InstanceTable(rows: Vec<AllocationRow>, id: &'static str) -> impl IntoView {
     view! {
         <div class="table-scroll">
             <table class="data cards" id=id>
@@ -635,7 +644,7 @@ fn PlatformView(p: PlatformHome) -> impl IntoView {
     };
     view! {
         <h1>"Platform"</h1>
-        <p class="lede">{format!("What needs you, the fleet, and what could launch now. You are signed in as {} ({}).", p.display_name, p.role)}</p>
+        <p class="lede">{format!("What needs you, the fleet, and what could launch now; you are signed in as {}.", p.role)}</p>
         <Attention notices=p.attention />
         <div class="grid-2">
             <section class="card" aria-labelledby="nodes-h">
@@ -723,6 +732,11 @@ mod tests {
                 summary("later", "running", Some(datetime!(2026-12-08 10:00 UTC))),
                 summary("soon", "running", Some(datetime!(2026-12-06 18:00 UTC))),
                 summary("broken", "failed", None),
+                AllocationSummary {
+                    created_at: datetime!(2026-12-04 08:00 UTC),
+                    ..summary("long-ago", "failed", None)
+                },
+                summary("done", "released", Some(datetime!(2026-12-06 09:00 UTC))),
             ],
             now,
         );

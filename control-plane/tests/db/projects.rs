@@ -276,6 +276,25 @@ async fn inviting_adds_members_or_waits_for_first_sign_in() {
     assert_eq!(detail.invitations.len(), 1);
     assert_eq!(detail.invitations[0].email, "hank@acme.example");
     assert!(detail.members.iter().any(|m| m.email == "bob@acme.example"));
+
+    // Withdrawn before the first sign-in: gone, and audited; a second time finds none.
+    cp.cancel_invitation(&p, " Hank@Acme.Example", None)
+        .await
+        .unwrap();
+    assert!(cp.project_detail(&v).await.unwrap().invitations.is_empty());
+    let again = cp
+        .cancel_invitation(&p, "hank@acme.example", None)
+        .await
+        .unwrap_err();
+    assert!(matches!(again, Error::NotFound { .. }), "{again}");
+    let trail = cp.project_audit(&v).await.unwrap();
+    assert_eq!(trail[0].action, "project_invitation.cancel");
+    assert_eq!(trail[0].changes[0].field, "email");
+    assert_eq!(
+        trail[0].changes[0].before.as_deref(),
+        Some("hank@acme.example")
+    );
+    assert_eq!(trail[0].changes[0].after, None);
 }
 
 #[tokio::test]
