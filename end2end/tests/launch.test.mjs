@@ -60,6 +60,16 @@ test('bob keeps SSH keys, sees the cost as he chooses, and launches with a saved
     assert.equal(await image.locator('optgroup').first().getAttribute('label'), 'Operating systems');
     const saved = form.getByLabel(/^laptop \(ssh-ed25519 SHA256:/);
     assert.ok(!(await saved.isChecked()));
+
+    // On a phone the saved key's long fingerprint wraps inside the form: nothing scrolls
+    // sideways.
+    await page.setViewportSize({ width: 390, height: 844 });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    assert.ok(wide <= 390, `the page is ${wide} px wide on a 390 px screen`);
+    const keyBox = await saved.locator('xpath=ancestor::label').boundingBox();
+    assert.ok(keyBox.x + keyBox.width <= 390, `the saved key ends at ${keyBox.x + keyBox.width} px`);
+    await shot(page, 'launch-saved-key-phone');
+    await page.setViewportSize({ width: 1280, height: 800 });
     await saved.check();
 
     // The estimate follows the SKU and the image's fee.

@@ -52,3 +52,9 @@ INSERT INTO break_glass_credentials (user_id, password_hash, failed_attempts, lo
 SELECT id, '$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA', 5,
        now() + interval '15 minutes'
 FROM users WHERE email = 'm-locked@platform.example';
+
+-- An invitation to Acme's Research still waiting for its first sign-in.
+INSERT INTO project_invitations (id, tenant_id, project_id, email, role, invited_by)
+SELECT gen_random_uuid(), p.tenant_id, p.id, 'm-invited@acme.example', 'viewer',
+       (SELECT id FROM users WHERE email = 'alice@acme.example')
+FROM projects p WHERE p.slug = 'research';

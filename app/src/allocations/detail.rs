@@ -11,7 +11,8 @@ use portal_types::allocations::{AllocationDetail, Certificate, Transition, tags_
 use portal_types::utc;
 
 use crate::components::{
-    ErrorNotice, action_outcome as outcome, duration_words, field_error, field_invalid, plural,
+    CopyButton, ErrorNotice, action_outcome as outcome, duration_words, field_error, field_invalid,
+    plural,
 };
 use crate::error::AppError;
 
@@ -289,7 +290,7 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
             </dl>
             {differs.then(|| view! { <p class="hint">"Desired and observed differ: the control plane is working on it."</p> })}
             {a.failure.map(|f| view! { <p class="form-error" role="alert" data-testid="failure">{f}</p> })}
-            {a.ssh.map(|s| view! { <p>"Connect: " <code data-testid="ssh">{s}</code></p> })}
+            {a.ssh.map(|s| view! { <p>"Connect: " <code data-testid="ssh">{s.clone()}</code> <CopyButton text=s label="Copy the SSH command" /></p> })}
             {(!a.published.is_empty()).then(|| view! {
                 <p>"Published ports:"</p>
                 <ul class="published" data-testid="published">

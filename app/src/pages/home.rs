@@ -190,6 +190,13 @@ mod ssr {
 
     pub async fn visitor(cp: &control_plane::ControlPlane) -> Result<VisitorHome, AppError> {
         let ready = matches!(cp.readiness().await, Readiness::Ready { .. });
+        // Unready, the page still says what the product is, and that launches will resume.
+        if !ready {
+            return Ok(VisitorHome {
+                ready,
+                offers: vec![],
+            });
+        }
         let offers = cp
             .catalog()
             .await?
