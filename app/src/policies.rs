@@ -138,6 +138,30 @@ pub async fn set_policy(
         .await?)
 }
 
+/// The policy tables' save, and which row's Save was pressed last (its refusal shows on that
+/// row). The page makes it and refetches when it completes, which draws the table again; the
+/// row survives that because the page, not the table, holds it.
+#[derive(Clone, Copy)]
+pub struct PolicyAction {
+    pub set: ServerAction<SetPolicy>,
+    pressed: RwSignal<Option<String>>,
+}
+
+impl PolicyAction {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self {
+            set: ServerAction::new(),
+            pressed: RwSignal::new(None),
+        }
+    }
+
+    /// Moves whenever a save completes.
+    pub fn version(&self) -> usize {
+        self.set.version().get()
+    }
+}
+
 /// The policy table for one level, from data the page's own server function loaded (so no
 /// resource is created while the page hydrates). `set` is the page's action: pages refetch
 /// when it completes.
@@ -146,11 +170,14 @@ pub fn Policies(
     scope: &'static str,
     #[prop(optional, into)] project: String,
     view: PolicyView,
-    set: ServerAction<SetPolicy>,
+    set: PolicyAction,
 ) -> impl IntoView {
-    // The row whose Save was pressed last: its refusal shows on it, in words. Without the
-    // page's script nobody knows which, and the refusal shows under the table.
-    let saved_row = RwSignal::new(None::<String>);
+    // The row whose Save was pressed last shows its refusal, in words. Without the page's
+    // script nobody knows which, and the refusal shows under the table.
+    let PolicyAction {
+        set,
+        pressed: saved_row,
+    } = set;
     let error = move || {
         saved_row
             .get()

@@ -212,9 +212,9 @@ pub async fn remove_member(id: String, user: String) -> Result<(), AppError> {
 #[component]
 pub fn ProjectsPage() -> impl IntoView {
     let create = ServerAction::<CreateProject>::new();
-    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
+    let set_policy = crate::policies::PolicyAction::new();
     let projects = Resource::new(
-        move || (create.version().get(), set_policy.version().get()),
+        move || (create.version().get(), set_policy.version()),
         |_| list_projects(),
     );
     view! {
@@ -301,7 +301,7 @@ struct ProjectActions {
     cancel: ServerAction<CancelInvitation>,
     change: ServerAction<ChangeMemberRole>,
     remove: ServerAction<RemoveMember>,
-    set_policy: ServerAction<crate::policies::SetPolicy>,
+    set_policy: crate::policies::PolicyAction,
     east_west: ServerAction<SetEastWest>,
 }
 
@@ -313,7 +313,7 @@ impl ProjectActions {
             cancel: ServerAction::new(),
             change: ServerAction::new(),
             remove: ServerAction::new(),
-            set_policy: ServerAction::new(),
+            set_policy: crate::policies::PolicyAction::new(),
             east_west: ServerAction::new(),
         }
     }
@@ -326,7 +326,7 @@ impl ProjectActions {
             self.cancel.version().get(),
             self.change.version().get(),
             self.remove.version().get(),
-            self.set_policy.version().get(),
+            self.set_policy.version(),
             self.east_west.version().get(),
         ]
     }

@@ -52,10 +52,10 @@ pub async fn unlock_break_glass(user: String) -> Result<(), AppError> {
 
 #[component]
 pub fn AdminPage() -> impl IntoView {
-    let set_policy = ServerAction::<crate::policies::SetPolicy>::new();
+    let set_policy = crate::policies::PolicyAction::new();
     let unlock = ServerAction::<UnlockBreakGlass>::new();
     let overview = Resource::new(
-        move || (set_policy.version().get(), unlock.version().get()),
+        move || (set_policy.version(), unlock.version().get()),
         |_| admin_overview(),
     );
     view! {
