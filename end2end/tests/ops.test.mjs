@@ -257,6 +257,13 @@ test('an XID 79 takes a GPU out of service: bob, the node page, the audit trail 
       await admin.page.locator('#xid-error', { hasText: 'not an XID number' }).waitFor();
       assert.equal(await policy.getByLabel('XID errors that take a slot out of service').getAttribute('aria-invalid'), 'true');
       await shot(admin.page, 'fleet-gpu-health-policy');
+      // Each checkbox sits right beside its words.
+      for (const words of ['Uncorrectable ECC errors', 'Hardware thermal slowdown']) {
+        const box = await policy.getByLabel(words).boundingBox();
+        const label = await policy.locator('label.check', { hasText: words }).boundingBox();
+        assert.ok(label.width < 400, `the "${words}" label is ${label.width} px wide`);
+        assert.ok(box.x - label.x < 8, `its checkbox starts the label (${box.x - label.x} px in)`);
+      }
 
       // bob releases; his slot comes back clean.
       await page.setViewportSize({ width: 1280, height: 800 });
