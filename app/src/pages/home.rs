@@ -730,6 +730,13 @@ mod tests {
         }
     }
 
+    fn levels_and_texts(notices: &[super::Notice]) -> Vec<(&str, &str)> {
+        notices
+            .iter()
+            .map(|n| (n.level.as_str(), n.text.as_str()))
+            .collect()
+    }
+
     #[test]
     fn a_failed_launch_and_an_instance_about_to_expire_need_their_owner() {
         let now = datetime!(2026-12-06 10:00 UTC);
@@ -747,10 +754,7 @@ mod tests {
             ],
             now,
         );
-        let texts: Vec<_> = notices
-            .iter()
-            .map(|n| (n.level.as_str(), n.text.as_str()))
-            .collect();
+        let texts = levels_and_texts(&notices);
         assert_eq!(
             texts,
             [
@@ -778,10 +782,7 @@ mod tests {
             budget("research", 410_000, "warning"),
             budget("organization", 510_000, "exceeded"),
         ]);
-        let texts: Vec<_> = notices
-            .iter()
-            .map(|n| (n.level.as_str(), n.text.as_str()))
-            .collect();
+        let texts = levels_and_texts(&notices);
         assert_eq!(
             texts,
             [
