@@ -177,9 +177,19 @@ async fn static_file(
     (res.status() == http::StatusCode::OK).then(|| res.map(Body::new))
 }
 
+/// The pages' routes, generated once per process. Generating them runs the app with resource
+/// loading switched off process-wide (leptos_server's `SuppressResourceLoad`, one global flag):
+/// a page rendering on another thread at that moment would wait for ever on a resource that
+/// never starts (leptos#4773). Once, before the first router exists, nothing renders beside it.
+fn route_list() -> &'static Vec<leptos_axum::AxumRouteListing> {
+    static ROUTES: std::sync::OnceLock<Vec<leptos_axum::AxumRouteListing>> =
+        std::sync::OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(app::App))
+}
+
 /// The whole HTTP surface.
 pub fn router(state: AppState) -> Router {
-    let routes = generate_route_list(app::App);
+    let routes = route_list().clone();
     let cp = state.cp.clone();
     let policy = state.web.session;
     let origin = app::server::PublicOrigin(state.web.public_origin.clone());

@@ -18,7 +18,7 @@ use control_plane::{AllocationId, ControlPlane, Naming, UserId};
 use sqlx::PgPool;
 use uuid::uuid;
 
-mod support;
+use crate::support;
 
 use support::cluster::{Host, control_plane, state, stop, until, wait_exit, write_state};
 use support::{PROVISION, RELEASE};

@@ -24,7 +24,7 @@ use node_agent::network::{
     render_dhcp_hosts, render_dnsmasq_conf, render_nftables,
 };
 
-mod support;
+use crate::support;
 use support::*;
 
 const PUBLIC: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);

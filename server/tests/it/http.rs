@@ -9,7 +9,7 @@ use server::config::Config;
 use server::{app_state, router};
 use tower::ServiceExt;
 
-mod support;
+use crate::support;
 
 use support::{ORIGIN, call, get};
 
@@ -45,7 +45,6 @@ fn cluster(label: &str) -> Cluster {
 
 #[tokio::test]
 async fn readyz_follows_the_database_down_and_back() {
-    let _one = one_at_a_time().await;
     let c = cluster("readyz");
     let pg = c.pg.as_ref().unwrap();
     let cfg = config(&pg.url("portal"));
@@ -112,7 +111,6 @@ async fn readyz_follows_the_database_down_and_back() {
 
 #[tokio::test]
 async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
-    let _one = one_at_a_time().await;
     let db = test_db::migrated().await;
     let cfg = config(&db.url());
     let state = app_state(&cfg).unwrap();
@@ -196,24 +194,6 @@ async fn every_response_carries_a_request_id_and_unknown_pages_are_404() {
 
 const ADMIN_PW: &str = "correct horse battery staple";
 
-/// These tests run one at a time. With several in flight (each its own runtime, app and
-/// database), one now and then waits for ever. What is known:
-/// - It takes pages rendered in two runtimes at once. `pages_rendered_beside_static_files…`
-///   (400 renders on one runtime) hung in 3 of 8 runs beside two other page tests. It never
-///   hung alone (6 runs), and those two never hung together without it (6 runs).
-/// - The hung runtime is parked with nothing to run and its database sessions idle: a wake
-///   was lost, not a lock held.
-/// - So some state of the rendering stack is shared between runtimes. Leptos keeps its
-///   executor and reactive arena process-wide. A server has one runtime, so this is a test
-///   artefact.
-/// - Unserialised, the binary takes 15 s instead of 47 s; worth it once the wake is found.
-///   Reproduce: `--test-threads 8` with the lock removed, `gdb -p` on the hung process.
-async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
-    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    ONE.lock().await
-}
-
-/// A migrated database with a break-glass admin, and the router over it.
 /// A portal on a fresh migrated database with the platform admin's break-glass password set.
 async fn signed_in_fixture(extra: &[&str]) -> (test_db::TestDb, axum::Router) {
     let db = test_db::migrated().await;
@@ -292,7 +272,6 @@ async fn admin_page(app: &axum::Router, cookie: &str) -> String {
 
 #[tokio::test]
 async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&["--cookie-secure", "false"]).await;
     let planted = "portal_session=AAAAAAAAAAAAAAAAAAAAAA";
 
@@ -318,7 +297,6 @@ async fn sign_in_replaces_a_planted_session_id_and_sets_safe_cookie_flags() {
 /// Finding 6 of the security review: no security headers at all.
 #[tokio::test]
 async fn every_answer_carries_the_security_headers() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     for path in ["/login", "/no-such-page", "/healthz", "/admin"] {
         let (_, h, _) = get(&app, path).await;
@@ -351,7 +329,6 @@ async fn every_answer_carries_the_security_headers() {
 /// `every_answer_carries_the_security_headers`).
 #[tokio::test]
 async fn a_portal_served_over_https_sends_hsts() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&["--public-url", "https://portal.example"]).await;
     for path in ["/healthz", "/login"] {
         let (_, h, _) = get(&app, path).await;
@@ -368,7 +345,6 @@ async fn a_portal_served_over_https_sends_hsts() {
 /// response; an answer that is not a page runs none.
 #[tokio::test]
 async fn pages_run_only_scripts_that_carry_their_own_nonce() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let nonce_of = |h: &http::HeaderMap| -> String {
         let csp = h.get("content-security-policy").unwrap().to_str().unwrap();
@@ -420,7 +396,6 @@ async fn pages_run_only_scripts_that_carry_their_own_nonce() {
 /// `Location`.)
 #[tokio::test]
 async fn pages_rendered_beside_static_files_keep_their_own_headers() {
-    let _one = one_at_a_time().await;
     let site = std::env::temp_dir().join(format!("portal-site-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(site.join("pkg")).unwrap();
     std::fs::write(site.join("pkg/portal.js"), "export default 1;\n").unwrap();
@@ -495,7 +470,6 @@ async fn pages_rendered_beside_static_files_keep_their_own_headers() {
 
 #[tokio::test]
 async fn a_wrong_password_gives_no_session() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let res = app
         .clone()
@@ -519,7 +493,6 @@ async fn a_wrong_password_gives_no_session() {
 /// Finding 6 of the security review: the cookie was not `Secure` unless configured.
 #[tokio::test]
 async fn the_session_cookie_is_secure_unless_turned_off() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     let cookie = signed_in_cookie(&app).await;
     assert!(cookie.contains("Secure"), "{cookie}");
@@ -527,7 +500,6 @@ async fn the_session_cookie_is_secure_unless_turned_off() {
 
 #[tokio::test]
 async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     for origin in [
         Some("http://evil.example"),
@@ -566,7 +538,6 @@ async fn cross_origin_posts_are_refused_before_any_server_function_runs() {
 /// is the user as they are now, and a deleted user's sessions go with them.
 #[tokio::test]
 async fn a_session_reads_its_user_as_they_are_now_and_ends_with_them() {
-    let _one = one_at_a_time().await;
     let (db, app) = signed_in_fixture(&[]).await;
     let pair = signed_in_pair(&app).await;
     assert!(admin_page(&app, &pair).await.contains("Ada Admin"));
@@ -610,7 +581,6 @@ async fn a_session_reads_its_user_as_they_are_now_and_ends_with_them() {
 
 #[tokio::test]
 async fn a_session_ends_at_its_absolute_timeout_however_active() {
-    let _one = one_at_a_time().await;
     // 0 hours: any session older than the current second is over.
     let (_c, app) = signed_in_fixture(&["--session-absolute-hours", "0"]).await;
     // Signed in and asked within the same second, the session is valid. On a loaded machine
@@ -632,7 +602,6 @@ async fn a_session_ends_at_its_absolute_timeout_however_active() {
 /// session was, because an unchanged session is never written back to the store.
 #[tokio::test]
 async fn an_active_session_slides_its_idle_expiry_at_most_once_a_tenth_of_the_timeout() {
-    let _one = one_at_a_time().await;
     // 1 minute idle: an active session is rewritten at most every 6 seconds.
     let (db, app) = signed_in_fixture(&["--session-idle-minutes", "1"]).await;
     let pair = signed_in_pair(&app).await;
@@ -688,7 +657,6 @@ async fn agent_post(
 
 #[tokio::test]
 async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers() {
-    let _one = one_at_a_time().await;
     use control_plane::auth::PlatformOperators;
     let db = test_db::migrated().await;
     let state = app_state(&config(&db.url())).unwrap();
@@ -923,6 +891,37 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(generation, 1);
 }
 
+/// Building a router (as each replica and test does) while another renders pages leaves those
+/// pages rendering: generating the route list once switches resource loading off process-wide,
+/// and a page whose resource first ran in that window waited for ever (leptos#4773).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_built_while_pages_render_leaves_them_rendering() {
+    let db = test_db::migrated().await;
+    let state = app_state(&config(&db.url())).unwrap();
+    state.cp.migrate().await.unwrap();
+    let app = router(state.clone());
+    let building = tokio::task::spawn_blocking(move || {
+        for _ in 0..40 {
+            drop(router(state.clone()));
+        }
+    });
+    let mut renders = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let app = app.clone();
+        renders.spawn(async move { get_as(&app, "/marketplace", None, "text/html").await });
+    }
+    let all = async {
+        while let Some(done) = renders.join_next().await {
+            let (status, _, body) = done.unwrap();
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), all)
+        .await
+        .expect("a page waited for ever on a resource that never started");
+    building.await.unwrap();
+}
+
 async fn get_as(
     app: &axum::Router,
     path: &str,
@@ -938,7 +937,6 @@ async fn get_as(
 
 #[tokio::test]
 async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
-    let _one = one_at_a_time().await;
     use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
     use leptos::server_fn::ServerFn;
     let (_c, app) = signed_in_fixture(&[]).await;
@@ -1056,7 +1054,6 @@ async fn five_wrong_passwords(app: &axum::Router) {
 
 #[tokio::test]
 async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
-    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (_c, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
@@ -1108,7 +1105,6 @@ async fn break_glass_sign_in_is_rate_limited_per_email_with_retry_after() {
 /// another platform admin clears it, audited.
 #[tokio::test]
 async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it() {
-    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (db, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;
@@ -1184,7 +1180,6 @@ async fn five_failures_lock_a_break_glass_account_until_another_admin_unlocks_it
 
 #[tokio::test]
 async fn single_sign_on_starts_are_rate_limited_per_client_address() {
-    let _one = one_at_a_time().await;
     use leptos::server_fn::ServerFn;
     let (_db, app) = signed_in_fixture(&[]).await;
     let path = <app::auth::SsoStart as ServerFn>::PATH;
@@ -1210,7 +1205,6 @@ async fn single_sign_on_starts_are_rate_limited_per_client_address() {
 
 #[tokio::test]
 async fn sign_in_returns_to_the_page_that_asked_for_it_and_only_to_this_site() {
-    let _one = one_at_a_time().await;
     let (_c, app) = signed_in_fixture(&[]).await;
     use leptos::server_fn::ServerFn;
     let path = <app::auth::BreakGlassSignIn as ServerFn>::PATH;

@@ -13,11 +13,11 @@
 //! `every_server_function_is_in_the_matrix` fails until it has a rule. The public API has a
 //! matrix of its own (`every_api_operation_answers_every_caller_as_its_rule_says`): every
 //! operation of the OpenAPI document, called by each caller through a token with every scope,
-//! since a token is never more than its maker (narrower scopes are tested in tests/api.rs). The agent's and
+//! since a token is never more than its maker (narrower scopes are tested in tests/it/api.rs). The agent's and
 //! Stripe's endpoints are not server functions and have no session callers: they are
 //! authenticated by a node token and a webhook signature, and their refusals are tested in
-//! tests/http.rs (`the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers`)
-//! and tests/stripe.rs.
+//! tests/it/http.rs (`the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strangers`)
+//! and tests/it/stripe.rs.
 
 use control_plane::prelude::*;
 
@@ -62,7 +62,7 @@ use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
 use app::tokens::{CreateApiToken, ListApiTokens, RevokeApiToken};
 
-mod support;
+use crate::support;
 
 // The world every copy of the database starts from (built once, as a template).
 const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
@@ -1044,7 +1044,7 @@ fn every_server_function_is_in_the_matrix() {
     for path in &registered {
         assert!(
             known.contains(&path.as_str()),
-            "server function {path} is missing from the isolation matrix (server/tests/isolation.rs): \
+            "server function {path} is missing from the isolation matrix (server/tests/it/isolation.rs): \
              give it an entry with the rule for every caller"
         );
     }
@@ -1296,7 +1296,7 @@ async fn every_api_operation_is_in_the_matrix() {
     known.dedup();
     assert_eq!(
         known, documented,
-        "the API matrix (server/tests/isolation.rs, api_matrix) must name every operation of the OpenAPI document"
+        "the API matrix (server/tests/it/isolation.rs, api_matrix) must name every operation of the OpenAPI document"
     );
 }
 

@@ -5,7 +5,7 @@
 //! that says why, or a success; never a 5xx; and the API must still work afterwards. (The
 //! public API is fuzzed by schemathesis in `cargo xtask test`.)
 
-mod support;
+use crate::support;
 
 use axum::body::Body;
 use http::{Request, StatusCode};

@@ -12,7 +12,7 @@ use node_agent::domain::{DomainSpec, domain_name, render};
 use node_agent::driver::{DomainState, Driver, GuestReady, LibvirtDriver};
 use node_agent::tools::HostTools;
 
-mod support;
+use crate::support;
 use support::*;
 
 fn validate(xml: &str, dir: &Path, name: &str) {

@@ -15,7 +15,7 @@ use serde_json::Value;
 use server::router;
 use test_db::fixtures::{answer, provisioned};
 
-mod support;
+use crate::support;
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";

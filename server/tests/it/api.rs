@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use server::router;
 use test_db::fixtures::principal;
 
-mod support;
+use crate::support;
 
 use support::get;
 
@@ -1095,7 +1095,7 @@ async fn members_and_audit_trails_with_the_pages_access_rules() {
     assert_eq!(problem["field"], "action");
 
     // Who else may read the log (admins only, not members or finance) is the isolation
-    // matrix's (tests/isolation.rs, `api_matrix`).
+    // matrix's (tests/it/isolation.rs, `api_matrix`).
     // A project's token has its trail, not the organization's log.
     let (research, _) = token_of(
         &cp,
