@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use portal_types::account::SshKey;
 use portal_types::utc;
+use portal_types::{IdArg, SshKeyId};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
 use crate::error::AppError;
@@ -34,9 +35,9 @@ pub async fn add_ssh_key(name: String, public_key: String) -> Result<String, App
 }
 
 #[server]
-pub async fn delete_ssh_key(id: String) -> Result<(), AppError> {
+pub async fn delete_ssh_key(id: IdArg<SshKeyId>) -> Result<(), AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     cp.delete_ssh_key(&principal, id, Some(&crate::error::request_id()))
         .await?;
     Ok(())

@@ -14,6 +14,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 use portal_types::billing::{InvoiceDetail, InvoiceSummary, Overview, RevenuePoint};
+use portal_types::{IdArg, InvoiceId};
 use portal_types::{TenantId, utc};
 use serde::{Deserialize, Serialize};
 
@@ -180,11 +181,11 @@ pub async fn get_billing() -> Result<BillingView, AppError> {
 }
 
 #[server]
-pub async fn get_invoice(id: String) -> Result<InvoiceView, AppError> {
+pub async fn get_invoice(id: IdArg<InvoiceId>) -> Result<InvoiceView, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     use control_plane::billing::reports::TenantFinance;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     // Platform finance sees any invoice; everyone else only their organization's.
     let (d, can_credit) = match principal.platform::<PlatformFinance>() {
         Ok(fin) => (cp.any_invoice(&fin, id).await?, true),
@@ -265,14 +266,14 @@ pub async fn get_platform_billing(
 
 #[server]
 pub async fn grant_credit(
-    tenant: String,
+    tenant: IdArg<TenantId>,
     amount: String,
     reason: String,
 ) -> Result<String, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
-    let tenant = crate::server::id(&tenant)?;
+    let tenant = crate::server::id(tenant)?;
     let granted = cp
         .grant_credit(
             &fin,
@@ -287,14 +288,14 @@ pub async fn grant_credit(
 
 #[server]
 pub async fn issue_credit_note(
-    invoice: String,
+    invoice: IdArg<InvoiceId>,
     amount: String,
     reason: String,
 ) -> Result<String, AppError> {
     use control_plane::billing::invoices::PlatformFinance;
     let (cp, principal) = crate::server::signed_in().await?;
     let fin = principal.platform::<PlatformFinance>()?;
-    let invoice = crate::server::id(&invoice)?;
+    let invoice = crate::server::id(invoice)?;
     let noted = cp
         .issue_credit_note(
             &fin,
@@ -454,7 +455,7 @@ pub fn InvoicePage() -> impl IntoView {
                 note.version().get(),
             )
         },
-        |(id, _)| get_invoice(id),
+        |(id, _)| get_invoice(id.into()),
     );
     view! {
         <Title text="Invoice" />

@@ -14,6 +14,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use portal_types::Shape;
 use portal_types::catalog::{CatalogEntry, Sku};
+use portal_types::{IdArg, SkuId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{
@@ -65,12 +66,16 @@ pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
 }
 
 #[server]
-pub async fn save_sku(id: Option<String>, sku: portal_types::SkuInput) -> Result<String, AppError> {
+pub async fn save_sku(
+    id: Option<IdArg<SkuId>>,
+    sku: portal_types::SkuInput,
+) -> Result<String, AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = match id.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
-        Some(s) => Some(crate::server::id(s)?),
+    // A new SKU's form sends an empty id.
+    let id = match id.filter(|id| !id.is_empty()) {
+        Some(id) => Some(crate::server::id(id)?),
         None => None,
     };
     let input = sku;
@@ -80,11 +85,11 @@ pub async fn save_sku(id: Option<String>, sku: portal_types::SkuInput) -> Result
 }
 
 #[server]
-pub async fn set_sku_state(id: String, state: String) -> Result<(), AppError> {
+pub async fn set_sku_state(id: IdArg<SkuId>, state: String) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     cp.set_sku_state(&ops, id, &state, Some(&crate::error::request_id()))
         .await?;
     Ok(())

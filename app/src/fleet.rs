@@ -13,6 +13,7 @@ use portal_types::fleet::{
     Enrolment, FleetView, GpuHealthEvent, GpuHealthPolicy, NodeDetail, ProposalView, SlotRow,
 };
 use portal_types::utc;
+use portal_types::{IdArg, NodeId, SlotId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{
@@ -45,7 +46,6 @@ pub struct NodeView {
 
 #[cfg(feature = "ssr")]
 mod ssr {
-    use control_plane::NodeId;
 
     use crate::AppError;
 
@@ -57,11 +57,6 @@ mod ssr {
             enrolment,
             server: crate::server::public_origin()?.0.to_string(),
         })
-    }
-
-    /// A malformed id is "not found", like an unknown one.
-    pub fn node_id(id: &str) -> Result<NodeId, AppError> {
-        crate::server::id(id)
     }
 
     /// `0-2,5` → [0, 1, 2, 5]; empty → None (all slots).
@@ -136,36 +131,40 @@ pub async fn enrol_node(
 }
 
 #[server]
-pub async fn reissue_node_token(id: String) -> Result<Enrolled, AppError> {
+pub async fn reissue_node_token(id: IdArg<NodeId>) -> Result<Enrolled, AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
     let e = cp
-        .reissue_bootstrap_token(&ops, ssr::node_id(&id)?, Some(&crate::error::request_id()))
+        .reissue_bootstrap_token(
+            &ops,
+            crate::server::id(id)?,
+            Some(&crate::error::request_id()),
+        )
         .await?;
     ssr::enrolled(e)
 }
 
 #[server]
-pub async fn get_node(id: String) -> Result<NodeView, AppError> {
+pub async fn get_node(id: IdArg<NodeId>) -> Result<NodeView, AppError> {
     use control_plane::auth::{PlatformOperators, PlatformStaff};
     let (cp, principal) = crate::server::signed_in().await?;
     let staff = principal.platform::<PlatformStaff>()?;
     Ok(NodeView {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        detail: cp.node_detail(&staff, ssr::node_id(&id)?).await?,
+        detail: cp.node_detail(&staff, crate::server::id(id)?).await?,
     })
 }
 
 #[server]
-pub async fn set_node_state(id: String, state: String) -> Result<(), AppError> {
+pub async fn set_node_state(id: IdArg<NodeId>, state: String) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
     let state = control_plane::fleet::AdminState::parse(&state)?;
     cp.set_admin_state(
         &ops,
-        ssr::node_id(&id)?,
+        crate::server::id(id)?,
         state,
         Some(&crate::error::request_id()),
     )
@@ -177,7 +176,7 @@ pub async fn set_node_state(id: String, state: String) -> Result<(), AppError> {
 /// public port.
 #[server]
 pub async fn set_node_network(
-    id: String,
+    id: IdArg<NodeId>,
     public_host: String,
     public_port_base: String,
 ) -> Result<(), AppError> {
@@ -193,7 +192,7 @@ pub async fn set_node_network(
         })?;
     cp.set_node_network(
         &ops,
-        ssr::node_id(&id)?,
+        crate::server::id(id)?,
         &public_host,
         base,
         Some(&crate::error::request_id()),
@@ -203,18 +202,22 @@ pub async fn set_node_network(
 }
 
 #[server]
-pub async fn rediscover_node(id: String) -> Result<(), AppError> {
+pub async fn rediscover_node(id: IdArg<NodeId>) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    cp.request_discovery(&ops, ssr::node_id(&id)?, Some(&crate::error::request_id()))
-        .await?;
+    cp.request_discovery(
+        &ops,
+        crate::server::id(id)?,
+        Some(&crate::error::request_id()),
+    )
+    .await?;
     Ok(())
 }
 
 #[server]
 pub async fn approve_slot_map(
-    id: String,
+    id: IdArg<NodeId>,
     generation: i32,
     wipe_policy: Option<String>,
     only: Option<String>,
@@ -230,7 +233,7 @@ pub async fn approve_slot_map(
     Ok(cp
         .decide_slot_map(
             &ops,
-            ssr::node_id(&id)?,
+            crate::server::id(id)?,
             generation,
             &decision,
             Some(&crate::error::request_id()),
@@ -239,14 +242,18 @@ pub async fn approve_slot_map(
 }
 
 #[server]
-pub async fn reject_slot_map(id: String, generation: i32, reason: String) -> Result<(), AppError> {
+pub async fn reject_slot_map(
+    id: IdArg<NodeId>,
+    generation: i32,
+    reason: String,
+) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     use control_plane::fleet::SlotMapDecision;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
     cp.decide_slot_map(
         &ops,
-        ssr::node_id(&id)?,
+        crate::server::id(id)?,
         generation,
         &SlotMapDecision::Reject { reason },
         Some(&crate::error::request_id()),
@@ -257,11 +264,11 @@ pub async fn reject_slot_map(id: String, generation: i32, reason: String) -> Res
 
 /// An operator declares a blocked slot clean, saying what they checked.
 #[server]
-pub async fn clear_blocked_slot(slot: String, reason: String) -> Result<(), AppError> {
+pub async fn clear_blocked_slot(slot: IdArg<SlotId>, reason: String) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let slot = crate::server::id(&slot)?;
+    let slot = crate::server::id(slot)?;
     cp.clear_blocked_slot(&ops, slot, &reason, Some(&crate::error::request_id()))
         .await?;
     Ok(())
@@ -269,11 +276,11 @@ pub async fn clear_blocked_slot(slot: String, reason: String) -> Result<(), AppE
 
 /// An operator puts a slot a GPU health event took out of service back into placement.
 #[server]
-pub async fn return_slot_to_service(slot: String, reason: String) -> Result<(), AppError> {
+pub async fn return_slot_to_service(slot: IdArg<SlotId>, reason: String) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let slot = crate::server::id(&slot)?;
+    let slot = crate::server::id(slot)?;
     cp.return_slot_to_service(&ops, slot, &reason, Some(&crate::error::request_id()))
         .await?;
     Ok(())
@@ -532,7 +539,7 @@ pub fn NodePage() -> impl IntoView {
                 network.version().get(),
             )
         },
-        |(id, ..)| get_node(id),
+        |(id, ..)| get_node(id.into()),
     );
     let actions = NodeActions {
         set_state,

@@ -19,6 +19,7 @@ use portal_types::marketplace::{
     Category, FittingSku, Listing, ListingCard, Payable, Publisher, VersionRow, VersionState,
     share_percent,
 };
+use portal_types::{IdArg, ListingVersionId, PublisherId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
@@ -353,9 +354,9 @@ pub async fn create_version(
 }
 
 #[server]
-pub async fn submit_version(id: String) -> Result<(), AppError> {
+pub async fn submit_version(id: IdArg<ListingVersionId>) -> Result<(), AppError> {
     let (cp, actor) = acting_publisher().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     cp.submit_version(&actor, id, Some(&crate::error::request_id()))
         .await?;
     Ok(())
@@ -393,12 +394,14 @@ pub async fn get_marketplace_admin() -> Result<AdminView, AppError> {
 }
 
 #[server]
-pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppError> {
+pub async fn get_version_review(
+    id: IdArg<ListingVersionId>,
+) -> Result<VersionReviewView, AppError> {
     use control_plane::auth::PlatformOperators;
     use control_plane::marketplace::{Curation, changes, content_digest, review_fields};
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     let r = cp.version_review(&ops, id).await?;
     let v = &r.version;
     Ok(VersionReviewView {
@@ -435,7 +438,7 @@ pub async fn get_version_review(id: String) -> Result<VersionReviewView, AppErro
 
 #[server]
 pub async fn curate_version(
-    id: String,
+    id: IdArg<ListingVersionId>,
     action: String,
     // Rejecting needs one; the queue offers no rejection and sends none.
     #[server(default)] reason: String,
@@ -445,7 +448,7 @@ pub async fn curate_version(
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let version = crate::server::id(&id)?;
+    let version = crate::server::id(id)?;
     let curation = control_plane::marketplace::Curation::parse(&action)?;
     cp.curate_version(
         &ops,
@@ -460,11 +463,15 @@ pub async fn curate_version(
 }
 
 #[server]
-pub async fn decide_publisher(id: String, decision: String, share: String) -> Result<(), AppError> {
+pub async fn decide_publisher(
+    id: IdArg<PublisherId>,
+    decision: String,
+    share: String,
+) -> Result<(), AppError> {
     use control_plane::auth::PlatformOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ops = principal.platform::<PlatformOperators>()?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     cp.decide_publisher(
         &ops,
         id,
@@ -829,7 +836,7 @@ pub fn VersionReviewPage() -> impl IntoView {
     let curate = ServerAction::<CurateVersion>::new();
     let review = Resource::new(
         move || (id(), curate.version().get()),
-        |(id, _)| get_version_review(id),
+        |(id, _)| get_version_review(id.into()),
     );
     view! {
         <Title text="Review a version" />

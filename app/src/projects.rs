@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use portal_types::projects::{AuditLine, Member, ProjectDetail, ProjectSummary};
+use portal_types::{IdArg, ProjectId, UserId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{DangerButton, ErrorNotice, action_outcome as outcome};
@@ -32,21 +33,6 @@ pub struct ProjectView {
 }
 
 pub const PROJECT_ROLES: [&str; 3] = ["admin", "operator", "viewer"];
-
-#[cfg(feature = "ssr")]
-mod ssr {
-    use crate::AppError;
-    use control_plane::ProjectId;
-
-    /// A malformed id is "not found", like an id of another tenant's project.
-    pub fn project_id(id: &str) -> Result<ProjectId, AppError> {
-        crate::server::id(id)
-    }
-
-    pub fn user_id(id: &str) -> Result<control_plane::UserId, AppError> {
-        crate::server::id(id)
-    }
-}
 
 #[server]
 pub async fn list_projects() -> Result<ProjectsView, AppError> {
@@ -82,11 +68,11 @@ pub async fn create_project(slug: String, name: String) -> Result<(), AppError> 
 }
 
 #[server]
-pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
+pub async fn get_project(id: IdArg<ProjectId>) -> Result<ProjectView, AppError> {
     use control_plane::tenancy::{ProjectRole, ProjectViewers};
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectViewers>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectViewers>(&principal, crate::server::id(id)?)
         .await?;
     let detail = cp.project_detail(&who).await?;
     let audit = cp.project_audit(&who).await?;
@@ -121,11 +107,11 @@ pub async fn get_project(id: String) -> Result<ProjectView, AppError> {
 }
 
 #[server]
-pub async fn rename_project(id: String, name: String) -> Result<(), AppError> {
+pub async fn rename_project(id: IdArg<ProjectId>, name: String) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     Ok(cp
         .rename_project(&who, &name, Some(&crate::error::request_id()))
@@ -134,11 +120,11 @@ pub async fn rename_project(id: String, name: String) -> Result<(), AppError> {
 
 /// Lets the project's guests on one host reach each other (`on` = "yes") or not.
 #[server]
-pub async fn set_east_west(id: String, on: String) -> Result<(), AppError> {
+pub async fn set_east_west(id: IdArg<ProjectId>, on: String) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     let on = match on.as_str() {
         "yes" => true,
@@ -156,11 +142,15 @@ pub async fn set_east_west(id: String, on: String) -> Result<(), AppError> {
 }
 
 #[server]
-pub async fn invite_member(id: String, email: String, role: String) -> Result<String, AppError> {
+pub async fn invite_member(
+    id: IdArg<ProjectId>,
+    email: String,
+    role: String,
+) -> Result<String, AppError> {
     use control_plane::tenancy::{InviteOutcome, ProjectAdmins, ProjectRole};
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     let role = ProjectRole::parse(&role)?;
     let outcome = cp
@@ -176,17 +166,21 @@ pub async fn invite_member(id: String, email: String, role: String) -> Result<St
 }
 
 #[server]
-pub async fn change_member_role(id: String, user: String, role: String) -> Result<(), AppError> {
+pub async fn change_member_role(
+    id: IdArg<ProjectId>,
+    user: IdArg<UserId>,
+    role: String,
+) -> Result<(), AppError> {
     use control_plane::tenancy::{ProjectAdmins, ProjectRole};
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     let role = ProjectRole::parse(&role)?;
     Ok(cp
         .change_member_role(
             &who,
-            ssr::user_id(&user)?,
+            crate::server::id(user)?,
             role,
             Some(&crate::error::request_id()),
         )
@@ -194,16 +188,16 @@ pub async fn change_member_role(id: String, user: String, role: String) -> Resul
 }
 
 #[server]
-pub async fn remove_member(id: String, user: String) -> Result<(), AppError> {
+pub async fn remove_member(id: IdArg<ProjectId>, user: IdArg<UserId>) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     Ok(cp
         .remove_member(
             &who,
-            ssr::user_id(&user)?,
+            crate::server::id(user)?,
             Some(&crate::error::request_id()),
         )
         .await?)
@@ -282,11 +276,11 @@ pub fn ProjectsPage() -> impl IntoView {
 }
 
 #[server]
-pub async fn cancel_invitation(id: String, email: String) -> Result<(), AppError> {
+pub async fn cancel_invitation(id: IdArg<ProjectId>, email: String) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectAdmins;
     let (cp, principal) = crate::server::signed_in().await?;
     let who = cp
-        .project_access::<ProjectAdmins>(&principal, ssr::project_id(&id)?)
+        .project_access::<ProjectAdmins>(&principal, crate::server::id(id)?)
         .await?;
     Ok(cp
         .cancel_invitation(&who, &email, Some(&crate::error::request_id()))
@@ -339,7 +333,7 @@ pub fn ProjectPage() -> impl IntoView {
     let actions = ProjectActions::new();
     let project = Resource::new(
         move || (id(), actions.versions()),
-        |(id, _)| get_project(id),
+        |(id, _)| get_project(id.into()),
     );
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>

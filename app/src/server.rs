@@ -17,13 +17,13 @@ use crate::AppError;
 mod store;
 pub use store::PortalSessionStore;
 
-/// The control plane provided by the server for this request.
-/// An id from a URL or a form. A malformed one names nothing the caller may see: 404, as
-/// for another tenant's id.
-pub fn id<T: std::str::FromStr>(s: &str) -> Result<T, AppError> {
-    s.parse().map_err(|_| AppError::NotFound)
+/// An id a caller sent. A malformed one names nothing the caller may see: 404, as for another
+/// tenant's id.
+pub fn id<T>(sent: impl Into<portal_types::IdArg<T>>) -> Result<T, AppError> {
+    sent.into().known().ok_or(AppError::NotFound)
 }
 
+/// The control plane provided by the server for this request.
 pub fn control_plane() -> Result<ControlPlane, AppError> {
     use_context::<ControlPlane>()
         .ok_or_else(|| AppError::internal("ControlPlane missing from the request context"))

@@ -9,7 +9,7 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use portal_types::tokens::{ApiToken, CreatedToken, TokenScope, TokenState};
-use portal_types::{ProjectId, utc};
+use portal_types::{ApiTokenId, IdArg, ProjectId, utc};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{
@@ -78,9 +78,9 @@ pub async fn create_api_token(
 }
 
 #[server]
-pub async fn revoke_api_token(id: String) -> Result<(), AppError> {
+pub async fn revoke_api_token(id: IdArg<ApiTokenId>) -> Result<(), AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     cp.revoke_api_token(&principal, id, Some(&crate::error::request_id()))
         .await?;
     Ok(())

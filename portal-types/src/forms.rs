@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Invalid;
+use crate::{IdArg, Invalid, ProjectId, SshKeyId};
 
 /// What an operator types into the SKU form.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,8 +55,7 @@ pub struct VersionDraft {
 /// user's own) and a pasted one, which is also saved under `save_key_as` when that is given.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchInput {
-    /// The project's id.
-    pub project: String,
+    pub project: IdArg<ProjectId>,
     pub sku: String,
     /// Empty for any region.
     pub region: String,
@@ -67,7 +66,7 @@ pub struct LaunchInput {
     pub version: Option<String>,
     pub name: String,
     #[serde(default)]
-    pub ssh_key_ids: Vec<String>,
+    pub ssh_key_ids: Vec<IdArg<SshKeyId>>,
     /// Key lines typed in, one per line.
     #[serde(default)]
     pub ssh_public_keys: String,

@@ -31,7 +31,7 @@ pub use forms::{
     VersionDraft,
 };
 pub use ids::{
-    AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
+    AgentTaskId, AllocationId, ApiTokenId, IdArg, InvoiceId, ListingId, ListingVersionId, NodeId,
     ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money, readable_decimal};

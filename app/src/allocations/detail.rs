@@ -9,6 +9,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 use portal_types::allocations::{AllocationDetail, Certificate, Transition, tags_label};
 use portal_types::utc;
+use portal_types::{AllocationId, IdArg};
 
 use crate::components::{
     CopyButton, ErrorNotice, action_outcome as outcome, duration_words, field_error, field_invalid,
@@ -20,9 +21,9 @@ use crate::error::AppError;
 use super::launch::parse_ports;
 
 #[server]
-pub async fn get_allocation(id: String) -> Result<AllocationDetail, AppError> {
+pub async fn get_allocation(id: IdArg<AllocationId>) -> Result<AllocationDetail, AppError> {
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     let who = crate::server::allocation_viewer(&cp, &principal, id).await?;
     Ok(cp.allocation_in(&who, id).await?)
 }
@@ -30,13 +31,13 @@ pub async fn get_allocation(id: String) -> Result<AllocationDetail, AppError> {
 /// The guest's GPU utilisation over the last day as an ECharts line (5-minute means), or
 /// `None` before its first report.
 #[server]
-pub async fn get_gpu_history(id: String) -> Result<Option<String>, AppError> {
+pub async fn get_gpu_history(id: IdArg<AllocationId>) -> Result<Option<String>, AppError> {
     use charming::Chart;
     use charming::component::{Axis, Grid};
     use charming::element::{AxisType, Tooltip, Trigger};
     use charming::series::Line;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id = crate::server::id(&id)?;
+    let id = crate::server::id(id)?;
     let who = crate::server::allocation_viewer(&cp, &principal, id).await?;
     let points = cp.gpu_utilisation_history(&who, id).await?;
     if points.is_empty() {
@@ -96,10 +97,10 @@ fn checks(c: &Certificate) -> String {
 }
 
 #[server]
-pub async fn release_allocation(id: String) -> Result<(), AppError> {
+pub async fn release_allocation(id: IdArg<AllocationId>) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
-    let id: control_plane::AllocationId = crate::server::id(&id)?;
+    let id: control_plane::AllocationId = crate::server::id(id)?;
     // Another tenant's id is "not found", a viewer is "forbidden".
     let who = cp
         .allocation_access::<ProjectOperators>(&principal, id)
@@ -111,11 +112,14 @@ pub async fn release_allocation(id: String) -> Result<(), AppError> {
 
 /// Changes the guest ports a running allocation publishes ("8888, 6006"; empty: none).
 #[server]
-pub async fn publish_ports(id: String, published_ports: String) -> Result<(), AppError> {
+pub async fn publish_ports(
+    id: IdArg<AllocationId>,
+    published_ports: String,
+) -> Result<(), AppError> {
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let ports = parse_ports(&published_ports)?;
-    let id: control_plane::AllocationId = crate::server::id(&id)?;
+    let id: control_plane::AllocationId = crate::server::id(id)?;
     let who = cp
         .allocation_access::<ProjectOperators>(&principal, id)
         .await?;
@@ -171,7 +175,7 @@ pub fn AllocationPage() -> impl IntoView {
                 tick.get(),
             )
         },
-        |(id, ..)| get_allocation(id),
+        |(id, ..)| get_allocation(id.into()),
     );
     // The ports form is outside the live part, so that what is being typed is not replaced
     // every second: it follows only what it shows (the ports, while the allocation runs and
@@ -204,7 +208,7 @@ pub fn AllocationPage() -> impl IntoView {
             live.set(false);
         }
     });
-    let history = Resource::new(id, get_gpu_history);
+    let history = Resource::new(id, |id| get_gpu_history(id.into()));
     view! {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {

@@ -180,7 +180,7 @@ pub fn nothing_free(sku: &LaunchSku, region: &str) -> Option<String> {
 async fn launchable_projects(
     cp: &control_plane::ControlPlane,
     principal: &control_plane::auth::Principal,
-) -> Result<Vec<(String, String)>, AppError> {
+) -> Result<Vec<(control_plane::ProjectId, String)>, AppError> {
     use control_plane::tenancy::{ProjectOperators, ProjectRequirement, TenantMembers};
     let (who, _) = crate::server::home_tenant::<TenantMembers>(cp, principal).await?;
     Ok(cp
@@ -188,7 +188,7 @@ async fn launchable_projects(
         .await?
         .into_iter()
         .filter(|p| ProjectOperators::ROLES.contains(&p.my_role))
-        .map(|p| (p.id.to_string(), p.display_name))
+        .map(|p| (p.id, p.display_name))
         .collect())
 }
 
@@ -207,16 +207,15 @@ pub async fn get_launch_form(
     let (cp, principal) = crate::server::signed_in().await?;
     let mut projects = Vec::new();
     for (id, name) in launchable_projects(&cp, &principal).await? {
-        let parsed = crate::server::id(&id)?;
         let who = cp
-            .project_access::<ProjectOperators>(&principal, parsed)
+            .project_access::<ProjectOperators>(&principal, id)
             .await?;
         let budget = cp.budget_left(&who).await?;
         let limit = cp.lifetime_limit(&who).await?;
         projects.push(LaunchProject {
             max_lifetime_hours: limit.as_ref().map(|l| l.0),
             lifetime_policy: limit.map(|l| l.1),
-            id,
+            id: id.to_string(),
             name,
             budget_left_minor: budget.as_ref().map(|b| b.left.amount_minor),
             budget: budget
@@ -354,14 +353,14 @@ pub async fn launch_allocation(
         })?),
     };
     let published_ports = parse_ports(&launch.published_ports)?;
-    let project = crate::server::id(&launch.project)?;
+    let project = crate::server::id(launch.project.clone())?;
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
         .await?;
     let saved = launch
         .ssh_key_ids
         .iter()
-        .map(|id| crate::server::id(id))
+        .map(|id| crate::server::id(id.clone()))
         .collect::<Result<Vec<_>, _>>()?;
     let order = LaunchOrder {
         sku: launch.sku,

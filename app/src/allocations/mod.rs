@@ -19,7 +19,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use portal_types::allocations::{AllocationSummary, PortAddress};
-use portal_types::{AllocationId, utc};
+use portal_types::{AllocationId, IdArg, ProjectId, utc};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{ErrorNotice, Pager};
@@ -102,7 +102,7 @@ pub const STATE_FILTERS: &[&str] = &[
 
 #[server]
 pub async fn list_allocations(
-    project: Option<String>,
+    project: Option<IdArg<ProjectId>>,
     state: Option<String>,
     after: Option<String>,
     limit: Option<String>,
@@ -140,7 +140,7 @@ pub async fn list_allocations(
         // Every project they see, as one list.
         None => visible.into_iter().map(|(_, who)| who).collect(),
         Some(p) => {
-            let id = crate::server::id(p)?;
+            let id = crate::server::id(p.clone())?;
             // A project of another organization they belong to is checked on its own.
             vec![match visible.into_iter().find(|(p, _)| p.id == id) {
                 Some((_, who)) => who,
@@ -165,7 +165,7 @@ pub async fn list_allocations(
     };
     Ok(AllocationsView {
         projects,
-        project,
+        project: project.map(|p| p.to_string()),
         can_launch,
         state,
         rows,
@@ -194,7 +194,7 @@ pub fn AllocationsPage() -> impl IntoView {
     let tick = RwSignal::new(0u32);
     let list = Resource::new(
         move || (filter(), tick.get()),
-        |((p, s, a, l), _)| list_allocations(p, s, a, l),
+        |((p, s, a, l), _)| list_allocations(p.map(Into::into), s, a, l),
     );
     // In the browser: every 3 seconds while a row is on its way somewhere (launching,
     // releasing), so its state and address appear without a reload; quiet otherwise.

@@ -4,6 +4,7 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use portal_types::account::Lockout;
+use portal_types::{IdArg, UserId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::ErrorNotice;
@@ -40,11 +41,11 @@ pub async fn admin_overview() -> Result<AdminView, AppError> {
 
 /// Clears a break-glass account's failed sign-ins and lock. Platform admins only; audited.
 #[server]
-pub async fn unlock_break_glass(user: String) -> Result<(), AppError> {
+pub async fn unlock_break_glass(user: IdArg<UserId>) -> Result<(), AppError> {
     let principal = crate::server::require_principal().await?;
     let admin = principal.platform::<control_plane::auth::PlatformAdmin>()?;
     let cp = crate::server::control_plane()?;
-    let user = crate::server::id(&user)?;
+    let user = crate::server::id(user)?;
     cp.unlock_break_glass(&admin, user, Some(&crate::error::request_id()))
         .await?;
     Ok(())

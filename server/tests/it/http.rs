@@ -989,6 +989,9 @@ async fn every_refusal_answers_with_the_status_it_means_and_never_500() {
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let (status, _, body) = call(&app, DeleteSshKey::PATH, Some(cookie), "id=not-a-uuid").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // Typed as it is, a malformed id is read after the sign-in check: signed out, it is 401.
+    let (status, _, body) = call(&app, DeleteSshKey::PATH, None, "id=not-a-uuid").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
 
     // Arguments the function can't read are the caller's mistake.
     let (status, _, body) = call(&app, AddSshKey::PATH, Some(cookie), "name=x").await;
