@@ -144,37 +144,8 @@ impl BillingReportsApi for ControlPlane {
         // currency (that of its latest usage, else the SKUs': all are sold in one currency
         // today), what runs now per hour, the credit it holds, its projects, and the month's
         // spend per project and currency, from which the total and every budget are summed.
-        let head = sqlx::query!(
-            // `cur` is materialised so that its column is a plain value to what uses it: were
-            // it folded in, `credit_balance`'s argument would hold its subqueries, and the
-            // planner inlines no function whose arguments do.
-            r#"WITH cur AS MATERIALIZED (
-                   SELECT coalesce((SELECT currency FROM usage_intervals WHERE tenant_id = $1
-                                    ORDER BY started_at DESC LIMIT 1),
-                                   (SELECT currency FROM skus ORDER BY created_at LIMIT 1),
-                                   'USD') AS c
-               )
-               SELECT cur.c AS "currency!",
-                      (SELECT coalesce(sum(price_per_hour_minor + fee_per_hour_minor), 0)::bigint
-                       FROM usage_intervals
-                       WHERE tenant_id = $1 AND currency = cur.c AND ended_at IS NULL
-                         -- Implied (an open interval is never fully rated); it lets the partial
-                         -- index of unrated intervals answer, instead of every interval the
-                         -- tenant ever ran.
-                         AND NOT fully_rated) AS "rate_minor!",
-                      (SELECT micro FROM credit_balance($1, cur.c)) AS "credit_micro!",
-                      p.ids AS "project_ids!", p.slugs AS "project_slugs!",
-                      s.projects AS "spend_projects!", s.currencies AS "spend_currencies!",
-                      s.micros AS "spend_micros!"
-               FROM cur,
-                    (SELECT coalesce(array_agg(id ORDER BY slug), '{}') AS ids,
-                            coalesce(array_agg(slug ORDER BY slug), '{}') AS slugs
-                     FROM projects WHERE tenant_id = $1) p,
-                    (SELECT coalesce(array_agg(project_id), '{}') AS projects,
-                            coalesce(array_agg(currency), '{}') AS currencies,
-                            coalesce(array_agg(micro), '{}') AS micros
-                     FROM (SELECT project_id, currency, sum(micro)::bigint AS micro
-                           FROM month_spend($1, $2, $3) GROUP BY project_id, currency) g) s"#,
+        let head = sqlx::query_file!(
+            "queries/billing_overview.sql",
             tenant as TenantId,
             start,
             now
@@ -182,105 +153,29 @@ impl BillingReportsApi for ControlPlane {
         .fetch_one(self.pool())
         .await?;
         let currency = head.currency;
-        let spend: Vec<(ProjectId, String, i64)> = head
-            .spend_projects
-            .into_iter()
-            .map(ProjectId)
-            .zip(head.spend_currencies)
-            .zip(head.spend_micros)
-            .map(|((p, c), m)| (p, c, m))
-            .collect();
-        // Spent this month by the tenant (or one project) in `currency`.
-        let spent_in = |project: Option<ProjectId>, currency: &str| {
-            Micros(
-                spend
-                    .iter()
-                    .filter(|(p, c, _)| project.is_none_or(|x| x == *p) && c == currency)
-                    .map(|(_, _, m)| m)
-                    .sum(),
-            )
-        };
-        let spent = spent_in(None, &currency);
+        let spend = MonthSpend(
+            head.spend_projects
+                .into_iter()
+                .map(ProjectId)
+                .zip(head.spend_currencies)
+                .zip(head.spend_micros)
+                .map(|((p, c), m)| (p, c, m))
+                .collect(),
+        );
+        let spent = spend.spent_in(None, &currency);
         let rate = head.rate_minor * Micros::PER_MINOR;
         let remaining_us = (end - now).whole_microseconds().max(0) as i64;
         let forecast =
             Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
         let credit = head.credit_micro.div_euclid(Micros::PER_MINOR);
-
-        // Budgets: the organization's, and each project's own.
-        let mut budgets = Vec::new();
-        let ids: Vec<ProjectId> = head.project_ids.into_iter().map(ProjectId).collect();
-        let (org, each) = resolve_tenant_policies_on(self.pool(), tenant, &ids).await?;
-        let mut scopes = vec![("organization".to_string(), None, org)];
-        for ((id, slug), r) in ids.iter().zip(head.project_slugs).zip(each) {
-            scopes.push((slug, Some(*id), r));
-        }
-        for (scope, project, resolved) in scopes {
-            let Some(b) = resolved.iter().find(|r| r.key == PolicyKey::MonthlyBudget) else {
-                continue;
-            };
-            let Some(PolicyValue::MonthlyBudget(limit)) = &b.value else {
-                continue;
-            };
-            // A project's row only when the project sets its own budget.
-            if project.is_some() && b.decided_by != Some(Level::Project) {
-                continue;
-            }
-            let spent_minor = spent_in(project, &limit.currency).ceil_to_minor();
-            let percent = if limit.amount_minor > 0 {
-                spent_minor * 100 / limit.amount_minor
-            } else {
-                100
-            };
-            budgets.push(BudgetStatus {
-                scope,
-                spent: Money {
-                    amount_minor: spent_minor,
-                    currency: limit.currency.clone(),
-                },
-                limit: limit.clone(),
-                percent,
-                alert: match percent {
-                    p if p >= 100 => "exceeded",
-                    p if p >= 80 => "warning",
-                    _ => "ok",
-                }
-                .into(),
-            });
-        }
-
-        // The tenant's projects and the SKUs are read once each and joined in memory. Joined
-        // to the tables, the generic plan (sqlx prepares every statement) expects one day row
-        // and looks up each row's project and SKU by index: ~180 rows, 840 buffers, 0.5 ms,
-        // against 118 buffers and ~0.3 ms this way (docs/PERFORMANCE.md). The day comes back as a
-        // date and the names sort bytewise (slugs and SKU names are ASCII): `to_char` on each
-        // row and the locale's collation took 0.17 against 0.12 ms.
-        let daily = sqlx::query!(
-            r#"WITH p AS MATERIALIZED (SELECT id, slug FROM projects WHERE tenant_id = $1),
-                    s AS MATERIALIZED (SELECT id, name FROM skus)
-               SELECT d.day AS "day!", p.slug AS "project!", s.name AS "sku!",
-                      d.amount_micro AS micro
-               FROM usage_day_totals d JOIN p ON p.id = d.project_id JOIN s ON s.id = d.sku_id
-               WHERE d.tenant_id = $1 AND d.currency = $2
-                 AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
-                 AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
-               ORDER BY d.day, p.slug COLLATE "C", s.name COLLATE "C""#,
-            tenant as TenantId,
-            currency,
-            start,
-            end
-        )
-        .fetch_all(self.pool())
-        .await?
-        .into_iter()
-        .map(|r| SpendPoint {
-            day: r.day.to_string(),
-            project: r.project,
-            sku: r.sku,
-            amount_minor: Micros(r.micro).round_to_minor(),
-        })
-        .collect();
-
+        let projects: Vec<(ProjectId, String)> = head
+            .project_ids
+            .into_iter()
+            .map(ProjectId)
+            .zip(head.project_slugs)
+            .collect();
+        let budgets = budget_statuses(self.pool(), tenant, &projects, &spend).await?;
+        let daily = daily_spend(self.pool(), tenant, &currency, start, end).await?;
         Ok(Overview {
             month: month_label(start.date()),
             month_to_date: spent.money(&currency),
@@ -645,4 +540,112 @@ fn decimal(minor: i64) -> String {
     let sign = if minor < 0 { "-" } else { "" };
     let abs = minor.unsigned_abs();
     format!("{sign}{}.{:02}", abs / 100, abs % 100)
+}
+
+/// The month's spend by project and currency, in micros.
+struct MonthSpend(Vec<(ProjectId, String, i64)>);
+
+impl MonthSpend {
+    /// Spent this month by the tenant (or one project) in `currency`.
+    fn spent_in(&self, project: Option<ProjectId>, currency: &str) -> Micros {
+        Micros(
+            self.0
+                .iter()
+                .filter(|(p, c, _)| project.is_none_or(|x| x == *p) && c == currency)
+                .map(|(_, _, m)| m)
+                .sum(),
+        )
+    }
+}
+
+/// Each budget in force against what was spent under it: the organization's, and each
+/// project's that sets its own.
+async fn budget_statuses(
+    pool: &cp_base::pool::Db,
+    tenant: TenantId,
+    projects: &[(ProjectId, String)],
+    spend: &MonthSpend,
+) -> Result<Vec<BudgetStatus>> {
+    let ids: Vec<ProjectId> = projects.iter().map(|(id, _)| *id).collect();
+    let (org, each) = resolve_tenant_policies_on(pool, tenant, &ids).await?;
+    let mut scopes = vec![("organization".to_string(), None, org)];
+    for ((id, slug), r) in projects.iter().zip(each) {
+        scopes.push((slug.clone(), Some(*id), r));
+    }
+    let mut budgets = Vec::new();
+    for (scope, project, resolved) in scopes {
+        let Some(b) = resolved.iter().find(|r| r.key == PolicyKey::MonthlyBudget) else {
+            continue;
+        };
+        let Some(PolicyValue::MonthlyBudget(limit)) = &b.value else {
+            continue;
+        };
+        // A project's row only when the project sets its own budget.
+        if project.is_some() && b.decided_by != Some(Level::Project) {
+            continue;
+        }
+        let spent_minor = spend.spent_in(project, &limit.currency).ceil_to_minor();
+        let percent = if limit.amount_minor > 0 {
+            spent_minor * 100 / limit.amount_minor
+        } else {
+            100
+        };
+        budgets.push(BudgetStatus {
+            scope,
+            spent: Money {
+                amount_minor: spent_minor,
+                currency: limit.currency.clone(),
+            },
+            limit: limit.clone(),
+            percent,
+            alert: match percent {
+                p if p >= 100 => "exceeded",
+                p if p >= 80 => "warning",
+                _ => "ok",
+            }
+            .into(),
+        });
+    }
+    Ok(budgets)
+}
+
+/// The month's spend per day, project and SKU, for the chart.
+async fn daily_spend(
+    pool: &cp_base::pool::Db,
+    tenant: TenantId,
+    currency: &str,
+    start: time::OffsetDateTime,
+    end: time::OffsetDateTime,
+) -> Result<Vec<SpendPoint>> {
+    // The tenant's projects and the SKUs are read once each and joined in memory. Joined
+    // to the tables, the generic plan (sqlx prepares every statement) expects one day row
+    // and looks up each row's project and SKU by index: ~180 rows, 840 buffers, 0.5 ms,
+    // against 118 buffers and ~0.3 ms this way (docs/PERFORMANCE.md). The day comes back as a
+    // date and the names sort bytewise (slugs and SKU names are ASCII): `to_char` on each
+    // row and the locale's collation took 0.17 against 0.12 ms.
+    Ok(sqlx::query!(
+        r#"WITH p AS MATERIALIZED (SELECT id, slug FROM projects WHERE tenant_id = $1),
+                s AS MATERIALIZED (SELECT id, name FROM skus)
+           SELECT d.day AS "day!", p.slug AS "project!", s.name AS "sku!",
+                  d.amount_micro AS micro
+           FROM usage_day_totals d JOIN p ON p.id = d.project_id JOIN s ON s.id = d.sku_id
+           WHERE d.tenant_id = $1 AND d.currency = $2
+             AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
+             AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
+           ORDER BY d.day, p.slug COLLATE "C", s.name COLLATE "C""#,
+        tenant as TenantId,
+        currency,
+        start,
+        end
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| SpendPoint {
+        day: r.day.to_string(),
+        project: r.project,
+        sku: r.sku,
+        amount_minor: Micros(r.micro).round_to_minor(),
+    })
+    .collect())
 }

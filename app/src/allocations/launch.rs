@@ -518,8 +518,6 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         }
     };
     let initial = f.clone();
-    // The name's rule, checked as it is typed (the server checks it again).
-    let name_problem = RwSignal::new(None::<String>);
     view! {
         <section class="card" aria-labelledby="launch-form">
             <h2 id="launch-form">"What to launch"</h2>
@@ -560,37 +558,10 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         <span class="hint" id="launch-ports-hint">"Optional: guest TCP ports to reach from the internet besides SSH (a notebook, an endpoint), each on its own public port."</span>
                         {field_error(launch.value(), "published_ports", "launch-ports-error")}
                     </label>
-                    <label>"Name"
-                        <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-live launch-name-error"
-                            aria-invalid={
-                                let refused = field_invalid(launch.value(), "name");
-                                move || if name_problem.get().is_some() { Some("true") } else { refused() }
-                            }
-                            on:input=move |ev| {
-                                let typed = event_target_value(&ev);
-                                name_problem.set((!typed.is_empty()).then(|| portal_types::allocations::check_instance_name(&typed).err()).flatten());
-                            } />
-                        <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live instances."</span>
-                        <span class="form-error" id="launch-name-live" aria-live="polite">{move || name_problem.get().map(|p| crate::error::capitalised(&p))}</span>
-                        {field_error(launch.value(), "name", "launch-name-error")}
-                    </label>
+                    <NameField launch=launch />
                     <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
                 </div>
-                <details class="more-options">
-                    <summary>"Tags and cloud-init user data"</summary>
-                    <div class="form-grid">
-                        <label>"Tags"
-                            <input name="tags" placeholder="team=vision, stage=dev" autocomplete="off" aria-describedby="launch-tags-hint launch-tags-error" aria-invalid=field_invalid(launch.value(), "tags") />
-                            <span class="hint" id="launch-tags-hint">"key=value, separated by commas; find instances by them in the list and the API."</span>
-                            {field_error(launch.value(), "tags", "launch-tags-error")}
-                        </label>
-                        <label>"User data (cloud-init)"
-                            <textarea name="user_data" rows="4" placeholder="#cloud-config" aria-describedby="launch-user-data-hint launch-user-data-error" aria-invalid=field_invalid(launch.value(), "user_data")></textarea>
-                            <span class="hint" id="launch-user-data-hint">"Runs inside your VM at first boot, after the image's own; only for images that accept it."</span>
-                            {field_error(launch.value(), "user_data", "launch-user-data-error")}
-                        </label>
-                    </div>
-                </details>
+                <MoreOptions launch=launch />
                 <Estimate lines=Signal::derive(move || estimate_lines().unwrap_or_default()) />
                 <div class="form-actions">
                     <button type="submit" id="launch-submit" disabled=move || blocked().is_some()>
@@ -607,6 +578,50 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         </section>
     }
     .into_any()
+}
+
+/// The instance's name, its rule checked as it is typed (the server checks it again).
+#[component]
+fn NameField(launch: ServerAction<LaunchAllocation>) -> impl IntoView {
+    let name_problem = RwSignal::new(None::<String>);
+    view! {
+        <label>"Name"
+            <input name="name" required placeholder="train-llama" autocomplete="off" aria-describedby="launch-name-live launch-name-error"
+                aria-invalid={
+                    let refused = field_invalid(launch.value(), "name");
+                    move || if name_problem.get().is_some() { Some("true") } else { refused() }
+                }
+                on:input=move |ev| {
+                    let typed = event_target_value(&ev);
+                    name_problem.set((!typed.is_empty()).then(|| portal_types::allocations::check_instance_name(&typed).err()).flatten());
+                } />
+            <span class="hint">"Lowercase letters, digits and '-'; unique among the project's live instances."</span>
+            <span class="form-error" id="launch-name-live" aria-live="polite">{move || name_problem.get().map(|p| crate::error::capitalised(&p))}</span>
+            {field_error(launch.value(), "name", "launch-name-error")}
+        </label>
+    }
+}
+
+/// What most launches leave alone, folded: tags and cloud-init user data.
+#[component]
+fn MoreOptions(launch: ServerAction<LaunchAllocation>) -> impl IntoView {
+    view! {
+        <details class="more-options">
+            <summary>"Tags and cloud-init user data"</summary>
+            <div class="form-grid">
+                <label>"Tags"
+                    <input name="tags" placeholder="team=vision, stage=dev" autocomplete="off" aria-describedby="launch-tags-hint launch-tags-error" aria-invalid=field_invalid(launch.value(), "tags") />
+                    <span class="hint" id="launch-tags-hint">"key=value, separated by commas; find instances by them in the list and the API."</span>
+                    {field_error(launch.value(), "tags", "launch-tags-error")}
+                </label>
+                <label>"User data (cloud-init)"
+                    <textarea name="user_data" rows="4" placeholder="#cloud-config" aria-describedby="launch-user-data-hint launch-user-data-error" aria-invalid=field_invalid(launch.value(), "user_data")></textarea>
+                    <span class="hint" id="launch-user-data-hint">"Runs inside your VM at first boot, after the image's own; only for images that accept it."</span>
+                    {field_error(launch.value(), "user_data", "launch-user-data-error")}
+                </label>
+            </div>
+        </details>
+    }
 }
 
 /// The software a listing page chose (its versions and fee), or the image to launch: operating
