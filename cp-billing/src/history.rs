@@ -1,6 +1,6 @@
 //! Usage that ran before this portal metered it: a migration from a previous billing system,
 //! and the demo's history. Each imported run becomes a released allocation on the
-//! `imported-usage` node (cordoned, with no slots, so nothing is ever placed on it) and a
+//! `imported-usage` node (ledger-only: cordoned, with no slots, left out of the fleet) and a
 //! usage interval with the times given; rating and invoicing then treat it like any other.
 
 use sqlx::PgConnection;
@@ -57,7 +57,7 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
         field: "sku",
         reason: format!("no SKU is named {}", run.sku),
     })?;
-    let node = match sqlx::query_scalar!("SELECT id FROM nodes WHERE hostname = 'imported-usage'")
+    let node = match sqlx::query_scalar!("SELECT id FROM nodes WHERE ledger_only")
         .fetch_optional(&mut *conn)
         .await?
     {
@@ -65,8 +65,13 @@ pub async fn import_run(conn: &mut PgConnection, run: &ImportedRun<'_>) -> Resul
         None => {
             let id = Uuid::new_v4();
             sqlx::query!(
-                "INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, admin_state, enrolled_by)
-                 VALUES ($1, 'imported-usage', $2, 'none', $3, ARRAY['gpu_slice', 'baremetal'], 'cordoned', $4)",
+                // Named for what it carries; a host enrolled under that name keeps it.
+                "INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, admin_state,
+                                    enrolled_by, ledger_only)
+                 SELECT $1::uuid, CASE WHEN EXISTS (SELECT 1 FROM nodes WHERE hostname = 'imported-usage')
+                                 THEN 'imported-usage-' || left($1::uuid::text, 8)
+                                 ELSE 'imported-usage' END,
+                        $2, 'none', $3, ARRAY['gpu_slice', 'baremetal'], 'cordoned', $4, true",
                 id,
                 sku.region,
                 sku.family,

@@ -98,7 +98,7 @@ pub async fn main() {
                                       idempotency_key, request_fingerprint, requested_by, placement,
                                       state, requested_at)
              SELECT gen_random_uuid(), r.tenant_id, r.project_id, 'run-' || r.r, s.id, s.shape, s.gpu_count,
-                    s.regions[1], (SELECT id FROM nodes WHERE hostname = 'imported-usage'),
+                    s.regions[1], (SELECT id FROM nodes WHERE ledger_only),
                     (SELECT v.id FROM listing_versions v JOIN listings l ON l.id = v.listing_id
                      WHERE l.slug = 'ubuntu-24.04-cuda' ORDER BY v.created_at LIMIT 1), 'imported', s.price_per_hour_minor,
                     s.currency, 'import-bench-' || r.project_id || '-' || r.r, 'imported', $3, '{}',

@@ -1505,3 +1505,98 @@ async fn the_unrated_spend_is_what_rating_charges_to_the_micro_unit() {
     rate_until(cp.pool(), now, 1000).await.unwrap();
     assert_eq!(spent().await, before, "all rated");
 }
+
+/// Usage imported from before the portal ran on a ledger-only node: no host, so the fleet and
+/// its counts leave it out and nothing an operator does to a node reaches it. A real host
+/// enrolled under the node's name ("imported-usage") is a host like any other, and imports never
+/// land on it.
+#[tokio::test]
+async fn imported_usage_sits_on_a_node_the_fleet_does_not_list() {
+    use control_plane::fleet::{AdminState, FleetFilter, NewNode};
+    use control_plane::{Error, NodeId};
+    let (_db, cp) = setup().await;
+    let ops = test_db::fixtures::operator(&cp, "ops@platform.example").await;
+    let staff = test_db::fixtures::staff(&cp, &ops).await;
+    let (host, _agent) = test_db::fixtures::enrolled(
+        &cp,
+        &ops,
+        NewNode {
+            hostname: "imported-usage".into(),
+            region: "eu-west-1".into(),
+            rack: "r12".into(),
+            family: "hgx-h100-8x".into(),
+            capacity_shapes: vec!["gpu_slice".into(), "baremetal".into()],
+        },
+    )
+    .await;
+    let start = datetime!(2026-10-01 00:00 UTC);
+    let hour = time::Duration::hours(1);
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "imp-1",
+        start,
+        start + hour,
+    )
+    .await;
+    let ledger: uuid::Uuid = sqlx::query_scalar!("SELECT id FROM nodes WHERE ledger_only")
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+
+    let fleet = cp.fleet(&staff, &FleetFilter::default()).await.unwrap();
+    assert_eq!(
+        fleet.nodes.iter().map(|n| n.id).collect::<Vec<_>>(),
+        vec![host],
+        "only the enrolled host is listed"
+    );
+    let counted: i64 = fleet.by_posture.iter().map(|(_, _, n)| *n).sum();
+    assert_eq!(
+        counted, 1,
+        "the counts are the listed nodes': {:?}",
+        fleet.by_posture
+    );
+    assert!(matches!(
+        cp.node_detail(&staff, NodeId(ledger)).await,
+        Err(Error::NotFound { .. })
+    ));
+    assert!(matches!(
+        cp.set_admin_state(&ops, NodeId(ledger), AdminState::Active, None)
+            .await,
+        Err(Error::NotFound { .. })
+    ));
+
+    // The next import lands on the ledger-only node, not on the host with its old name.
+    let imported = run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "imp-2",
+        start,
+        start + hour,
+    )
+    .await;
+    let on: uuid::Uuid =
+        sqlx::query_scalar!("SELECT node_id FROM allocations WHERE id = $1", imported.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(on, ledger);
+
+    // The database holds it too: a ledger-only node stays cordoned, and there is one.
+    let uncordon = sqlx::query("UPDATE nodes SET admin_state = 'active' WHERE ledger_only")
+        .execute(cp.pool())
+        .await;
+    assert!(uncordon.is_err(), "a ledger-only node was made schedulable");
+    let second = sqlx::query(
+        "INSERT INTO nodes (id, hostname, region, rack, family, capacity_shapes, admin_state, ledger_only)
+         SELECT gen_random_uuid(), 'imported-usage-2', region, rack, family, capacity_shapes, 'cordoned', true
+         FROM nodes WHERE ledger_only",
+    )
+    .execute(cp.pool())
+    .await;
+    assert!(second.is_err(), "a second ledger-only node was written");
+}

@@ -446,7 +446,7 @@ impl FleetInternal for ControlPlane {
                       (SELECT d.generation FROM slot_map_proposals d
                        WHERE d.node_id = n.id AND d.status = 'pending') AS pending_generation
                FROM nodes n JOIN node_postures p ON p.node_id = n.id
-               WHERE ($1::uuid IS NULL OR n.id = $1)
+               WHERE NOT n.ledger_only AND ($1::uuid IS NULL OR n.id = $1)
                ORDER BY n.region, n.hostname"#,
             only as Option<NodeId>,
         )
@@ -561,7 +561,9 @@ pub struct LockedNode {
 pub async fn lock_node(tx: &mut sqlx::PgConnection, node: NodeId) -> Result<LockedNode> {
     sqlx::query_as!(
         LockedNode,
-        "SELECT hostname, region, admin_state FROM nodes WHERE id = $1 FOR NO KEY UPDATE",
+        // A ledger-only node is no host: nothing an operator does to a node applies to it.
+        "SELECT hostname, region, admin_state FROM nodes
+         WHERE id = $1 AND NOT ledger_only FOR NO KEY UPDATE",
         node as NodeId
     )
     .fetch_optional(tx)
