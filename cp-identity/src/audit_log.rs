@@ -26,11 +26,11 @@ pub trait AuditLogApi {
 
 impl AuditLogApi for ControlPlane {
     async fn project_audit(&self, who: &Project<ProjectViewers>) -> Result<Vec<AuditLine>> {
-        // The project's canonical name ends in `:project:{id}`, which no other resource's
-        // name contains.
-        let name = self.naming().project(who.tenant(), who.id()).to_string();
+        // Every resource of the project (the project itself, its instances) is named
+        // `…:{tenant}:{project}:{type}:{id}`, whatever its region; no other resource's name
+        // holds that pair.
         let filter = AuditFilter {
-            resource_contains: Some(name),
+            resource_contains: Some(format!(":{}:{}:", who.tenant(), who.id())),
             ..AuditFilter::default()
         };
         self.audit_search(&AuditScope(Reach::Tenant(who.tenant())), &filter)

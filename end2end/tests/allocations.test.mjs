@@ -132,6 +132,10 @@ test('bob launches a 2-GPU slice, sees it run, releases it and sees it cleaned; 
       const slots = await page.locator('[data-testid="slots"]').innerText();
       const node = await page.locator('[data-testid="node"]').innerText();
       assert.equal(node, `us-east-1 / ${HOST}`);
+      // Why it landed there, in a tenant's words (the operators' reason is its tooltip).
+      const why = page.getByTestId('why-there');
+      assert.match(await why.innerText(), /^Your GPUs? and (its|their) CPU cores share one CPU socket, for the fastest host-to-GPU traffic\.$/);
+      assert.match(await why.getAttribute('title'), /NUMA node \d \(best fit\)/);
       await shot(page, 'allocation-running');
       await page.emulateMedia({ colorScheme: 'dark' });
       await page.setViewportSize({ width: 390, height: 844 });

@@ -121,6 +121,11 @@ test('bob, a project operator, may not make tokens and is told who may', async (
     await hydrated(page);
     await page.getByText('Organization admins make tokens for the organization').waitFor();
     assert.equal(await page.locator('#make-token').count(), 0);
+    // The API reference tells him whom to ask, not to make one.
+    await page.goto(`${BASE}/docs/api`);
+    await hydrated(page);
+    assert.match(await page.locator('#token-advice').innerText(), /ask one of them for a token/);
+    assert.equal(await page.getByRole('link', { name: 'Account → API tokens' }).count(), 0);
   } finally {
     await b.close();
   }
@@ -139,6 +144,8 @@ test('the API reference renders the generated document from local files only', a
     await page.getByRole('link', { name: 'API', exact: true }).click();
     await page.waitForURL(`${BASE}/docs/api`);
     await page.getByRole('heading', { name: 'API reference' }).waitFor();
+    // Alice administers her organization: she is sent to make one.
+    assert.match(await page.locator('#token-advice').innerText(), /^Make a token on Account → API tokens/);
     // RapiDoc (from /vendor/) draws every operation of /api/v1/openapi.json in its shadow DOM.
     for (const summary of ['Launches an instance', 'The instances the token reaches', 'Releases an instance']) {
       await page.getByText(summary).first().waitFor({ timeout: 15000 });

@@ -316,6 +316,31 @@ pub fn parse_tags(input: &str) -> Tags {
         .collect()
 }
 
+/// Placement's reason (written for operators: partitions, NUMA nodes, slot counts) in the
+/// words a tenant reads it in: what it means for their GPUs. An unknown reason is shown as it
+/// is rather than guessed at.
+pub fn placement_in_words(why: &str) -> String {
+    if why.starts_with("the whole node") {
+        "A whole machine, yours alone: the smallest free one that fits.".into()
+    } else if why.starts_with("NVLink partition") {
+        "Your GPUs are joined by NVLink on one machine, for the fastest GPU-to-GPU traffic.".into()
+    } else if why.contains("NVLink partition") {
+        "One GPU, placed so that NVLink groups stay whole for larger instances.".into()
+    } else if why.contains("across NUMA nodes") {
+        "Your GPUs are on one machine but split across its CPU sockets: no single socket had \
+         enough free GPUs."
+            .into()
+    } else if why.starts_with("1 slot(s) on NUMA node") {
+        "Your GPU and its CPU cores share one CPU socket, for the fastest host-to-GPU traffic."
+            .into()
+    } else if why.contains("on NUMA node") {
+        "Your GPUs and their CPU cores share one CPU socket, for the fastest host-to-GPU traffic."
+            .into()
+    } else {
+        why.to_string()
+    }
+}
+
 /// "team=vision, stage=dev", for a page.
 pub fn tags_label(tags: &Tags) -> String {
     tags.iter()
@@ -411,5 +436,45 @@ mod tag_tests {
         assert_eq!(tags_label(&tags), "gpu-heavy, stage=dev, team=vision");
         assert_eq!(parse_tags(&tags_label(&tags)), tags);
         assert!(parse_tags("  ,\n").is_empty());
+    }
+}
+
+#[cfg(test)]
+mod placement_words {
+    use super::placement_in_words;
+
+    #[test]
+    fn each_reason_placement_gives_reads_as_what_it_means_for_the_gpus() {
+        for (why, words) in [
+            (
+                "NVLink partition 2 (2 GPUs), leaving every larger free partition whole on gpu-a (8 free slots: best fit)",
+                "joined by NVLink",
+            ),
+            (
+                "slot 3: from an already broken NVLink partition on gpu-a (5 free slots: best fit)",
+                "NVLink groups stay whole",
+            ),
+            (
+                "2 slot(s) on NUMA node 1 (best fit) on gpu-b (4 free slots: best fit)",
+                "Your GPUs and their CPU cores share one CPU socket",
+            ),
+            (
+                "1 slot(s) on NUMA node 0 (best fit) on gpu-b (4 free slots: best fit)",
+                "Your GPU and its CPU cores share one CPU socket",
+            ),
+            (
+                "4 slots across NUMA nodes 0 and 1: no single NUMA node has 4 free on gpu-b (4 free slots: best fit)",
+                "split across its CPU sockets",
+            ),
+            (
+                "the whole node gpu-c (8 GPUs, no claims): the smallest free node that fits",
+                "A whole machine",
+            ),
+        ] {
+            let said = placement_in_words(why);
+            assert!(said.contains(words), "{why} → {said}");
+            assert!(!said.contains("slot") && !said.contains("NUMA"), "{said}");
+        }
+        assert_eq!(placement_in_words("imported"), "imported");
     }
 }

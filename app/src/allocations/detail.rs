@@ -323,7 +323,7 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
                 <dt>"Software"</dt><dd><a data-testid="software" href=format!("/marketplace/{}", a.listing)>{a.image}</a></dd>
                 <dt>"Region / node"</dt><dd data-testid="node">{a.region} " / " {a.node}</dd>
                 <dt>{if a.slot_indexes.len() == 1 { "GPU slot" } else { "GPU slots" }}</dt><dd data-testid="slots">{a.slot_indexes.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")}</dd>
-                <dt>"Why there"</dt><dd>{a.placement_why}</dd>
+                <dt>"Why there"</dt><dd data-testid="why-there" title=a.placement_why.clone()>{portal_types::allocations::placement_in_words(&a.placement_why)}</dd>
                 <dt>"Created"</dt><dd>{utc(a.created_at)}</dd>
                 {a.expires_at.map(|e| view! { <dt>"Expires"</dt><dd>{utc(e)}</dd> })}
             </dl>

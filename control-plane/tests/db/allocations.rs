@@ -392,6 +392,21 @@ async fn a_two_gpu_slice_runs_is_released_and_its_slots_return_only_with_the_pro
     assert!(detail.ssh.is_none());
     assert_eq!(availability(&cp, "h100.8x").await, 1);
 
+    // The project's audit trail holds its instances' launch and release, once each.
+    let viewer = cp
+        .project_access::<control_plane::tenancy::ProjectViewers>(&principal, ACME_RESEARCH)
+        .await
+        .unwrap();
+    let trail: Vec<String> = cp
+        .project_audit(&viewer)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.resource.ends_with(&format!(":allocation:{id}")))
+        .map(|a| a.action)
+        .collect();
+    assert_eq!(trail, ["allocation.release", "allocation.launch"]);
+
     // Another tenant gets the same slots.
     let carol = member(&cp, CAROL, GLOBEX_DEFAULT).await;
     let next = launch(&cp, &carol, "h100.2x", "eval").await.unwrap();
