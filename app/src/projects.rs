@@ -27,6 +27,8 @@ pub struct ProjectView {
     pub detail: ProjectDetail,
     /// Its instances not released yet, newest first (a page of them).
     pub running: Vec<crate::allocations::AllocationRow>,
+    /// What its usage has cost this month, per currency, as rated so far ("1,234.50 USD").
+    pub spend: Vec<String>,
     pub can_manage: bool,
     pub audit: Vec<AuditLine>,
     pub policies: crate::policies::PolicyView,
@@ -91,6 +93,12 @@ pub async fn get_project(id: IdArg<ProjectId>) -> Result<ProjectView, AppError> 
         .into_iter()
         .map(crate::allocations::AllocationRow::from)
         .collect();
+    let spend = cp
+        .project_month_spend(&who)
+        .await?
+        .iter()
+        .map(|m| m.grouped())
+        .collect();
     let policies = crate::policies::load(
         &cp,
         &principal,
@@ -99,6 +107,7 @@ pub async fn get_project(id: IdArg<ProjectId>) -> Result<ProjectView, AppError> 
     .await?;
     Ok(ProjectView {
         policies,
+        spend,
         can_manage: who.role() == ProjectRole::Admin,
         detail,
         running,
@@ -355,6 +364,20 @@ fn role_options(selected: &str) -> impl IntoView + use<> {
         .collect_view()
 }
 
+/// The month's spend so far, as billing rates it (each finished hour).
+#[component]
+fn ProjectSpend(spend: Vec<String>) -> impl IntoView {
+    let said = if spend.is_empty() {
+        "Nothing spent this month yet.".to_string()
+    } else {
+        format!(
+            "Spent this month: {} (rated each full hour).",
+            spend.join(" and ")
+        )
+    };
+    view! { <p data-testid="project-spend">{said}</p> }
+}
+
 fn project_view(v: ProjectView, actions: ProjectActions) -> impl IntoView {
     let ProjectActions {
         rename,
@@ -395,6 +418,7 @@ fn project_view(v: ProjectView, actions: ProjectActions) -> impl IntoView {
             } else {
                 view! { <crate::pages::home::InstanceTable rows=running id="project-running" /> }.into_any()
             }}
+            <ProjectSpend spend=v.spend />
             <p><a href=format!("/allocations?project={pid_list}&state=all")>"Every instance of this project →"</a></p>
         </section>
 

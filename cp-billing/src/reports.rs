@@ -10,7 +10,7 @@ use cp_base::error::{Error, Result};
 use cp_base::ids::{InvoiceId, ProjectId, TenantId};
 use cp_identity::auth::Platform;
 use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_policies_on};
-use cp_identity::tenancy::{Tenant, TenantRequirement, TenantRole};
+use cp_identity::tenancy::{Project, ProjectViewers, Tenant, TenantRequirement, TenantRole};
 pub use portal_types::billing::{
     BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
     RevenuePoint, SpendPoint,
@@ -96,6 +96,11 @@ impl From<SummaryRow> for InvoiceSummary {
 pub trait BillingReportsApi {
     /// The tenant's month so far: spend, forecast, credit, budgets and the daily series.
     async fn billing_overview(&self, who: &Tenant<TenantFinance>) -> Result<Overview>;
+
+    /// What the project's usage has cost this month, per currency, as rated so far (hourly,
+    /// as the billing page's figures). Its members see it: each of its instances' cost so far is
+    /// already theirs to see.
+    async fn project_month_spend(&self, who: &Project<ProjectViewers>) -> Result<Vec<Money>>;
 
     /// The tenant's invoices, newest month first.
     async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>>;
@@ -189,6 +194,24 @@ impl BillingReportsApi for ControlPlane {
             budgets,
             daily,
         })
+    }
+
+    async fn project_month_spend(&self, who: &Project<ProjectViewers>) -> Result<Vec<Money>> {
+        let (start, _) = month_bounds(time::OffsetDateTime::now_utc());
+        Ok(sqlx::query!(
+            "SELECT currency, amount_micro FROM usage_month_totals
+             WHERE tenant_id = $1 AND project_id = $2
+               AND month = ($3::timestamptz AT TIME ZONE 'UTC')::date
+             ORDER BY currency",
+            who.tenant() as TenantId,
+            who.id() as ProjectId,
+            start
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|r| Micros(r.amount_micro).money(&r.currency))
+        .collect())
     }
 
     async fn tenant_invoices(&self, who: &Tenant<TenantFinance>) -> Result<Vec<InvoiceSummary>> {

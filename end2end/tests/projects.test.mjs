@@ -311,6 +311,8 @@ test('bob sees his projects with his role and cannot manage them', async () => {
 
     await page.goto(projectUrl);
     assert.equal(await page.locator('.my-role').innerText(), 'viewer');
+    // A new project has spent nothing; a viewer reads that too.
+    assert.equal(await page.getByTestId('project-spend').innerText(), 'Nothing spent this month yet.');
     assert.equal(await page.locator('#rename-project, #invite-member, #east-west-form').count(), 0);
     assert.equal(await page.getByRole('button', { name: 'Remove' }).count(), 0);
     // bob sees the cap in force, and who decided it, but can't change it.

@@ -1600,3 +1600,68 @@ async fn imported_usage_sits_on_a_node_the_fleet_does_not_list() {
     .await;
     assert!(second.is_err(), "a second ledger-only node was written");
 }
+
+/// A project's page shows what its usage has cost this month, as rated: its own runs in this
+/// month, not another project's nor last month's.
+#[tokio::test]
+async fn a_project_sees_its_month_spend_as_rated() {
+    use control_plane::tenancy::ProjectViewers;
+    let (_db, cp) = setup().await;
+    let now = time::OffsetDateTime::now_utc();
+    let month_start = now
+        .replace_day(1)
+        .unwrap()
+        .replace_time(time::Time::MIDNIGHT);
+    let bob = principal(&cp, "bob@acme.example").await;
+    let viewer = crate::support::in_project::<ProjectViewers>(&cp, &bob, ACME_RESEARCH).await;
+    let before = cp.project_month_spend(&viewer).await.unwrap();
+
+    let hour = time::Duration::hours(1);
+    // Two hours this month in the project; an hour last month and one in another project.
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "this-month",
+        month_start,
+        month_start + 2 * hour,
+    )
+    .await;
+    run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.1x",
+        "last-month",
+        month_start - 3 * hour,
+        month_start - 2 * hour,
+    )
+    .await;
+    run(
+        &cp,
+        ACME,
+        ACME_INFERENCE,
+        "h100.1x",
+        "elsewhere",
+        month_start,
+        month_start + hour,
+    )
+    .await;
+    rate_until(cp.pool(), now, 1000).await.unwrap();
+
+    let price: i64 =
+        sqlx::query_scalar!("SELECT price_per_hour_minor FROM skus WHERE name = 'h100.1x'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    let spent = cp.project_month_spend(&viewer).await.unwrap();
+    assert_eq!(spent.len(), 1, "{spent:?}");
+    let was = before.first().map_or(0, |m| m.amount_minor);
+    assert_eq!(
+        spent[0].amount_minor - was,
+        2 * price,
+        "{before:?} → {spent:?}"
+    );
+    assert_eq!(spent[0].currency.as_str(), "USD");
+}
