@@ -215,10 +215,11 @@ fn audit_example() -> serde_json::Value {
 
 /// A project's audit trail.
 ///
-/// What was done to the project itself (its name, members, invitations and policies), by whom
-/// (a change made with a token names the token's maker), newest first: the same records as the
-/// project page, for anyone who may view the project. Its allocations' records are in the
-/// organization's log (`/audit?resource=<instance id>`).
+/// What was done to the project (its name, members, invitations and policies) and to its
+/// instances (launches, releases, published ports), by whom (a change made with a token names
+/// the token's maker), newest first: the same records as the project page, for anyone who may
+/// view the project. One instance's records alone: the organization's log
+/// (`/audit?resource=<instance id>`).
 #[utoipa::path(
     get,
     path = "/projects/{id}/audit",

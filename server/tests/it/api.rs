@@ -1044,7 +1044,8 @@ async fn members_and_audit_trails_with_the_pages_access_rules() {
     assert!(roles.contains(&("alice@acme.example", "admin")), "{body}");
     assert!(roles.contains(&("bob@acme.example", "operator")), "{body}");
 
-    // The project's trail: what was done to the project itself, as its page shows.
+    // The project's trail, as its page shows: what was done to the project and to its
+    // instances (the launch above), and nothing of another project's.
     let trail = format!("/api/v1/projects/{ACME_RESEARCH}/audit");
     let (status, _, body) = send(&app, "GET", &trail, Some(&alice), None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -1054,10 +1055,18 @@ async fn members_and_audit_trails_with_the_pages_access_rules() {
         "{body}"
     );
     assert!(
+        entries.iter().any(|e| e["action"] == "allocation.launch"
+            && e["resource"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!(":allocation:{instance}"))),
+        "{body}"
+    );
+    assert!(
         entries.iter().all(|e| e["resource"]
             .as_str()
             .unwrap()
-            .ends_with(&format!(":project:{ACME_RESEARCH}"))),
+            .contains(&format!(":{ACME}:{ACME_RESEARCH}:"))),
         "{body}"
     );
 
