@@ -7,6 +7,9 @@
 //! request, the launch, the hand-over to the agent, the agent's task and all its phases (as
 //! children of the task), and the server's handling of the agent's reports; the release is a
 //! trace of its own; a trace context a client sends to the public API is not adopted.
+//!
+//! A binary of its own: it installs the process's tracing subscriber, and another test's spans
+//! would land in its receiver.
 
 mod support;
 
