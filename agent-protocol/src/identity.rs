@@ -34,6 +34,42 @@ pub const PORTS_PER_SLOT: u16 = 8;
 /// The most ports one allocation may publish besides SSH.
 pub const PUBLISHED_PORTS_MAX: usize = PORTS_PER_SLOT as usize - 1;
 
+/// The guest ports to publish, sorted: each 1–65535, not SSH's 22, no repeats, at most
+/// [`PUBLISHED_PORTS_MAX`]; or why not, in words. A launch's ports and a listing's defaults
+/// follow the same rule.
+pub fn published_ports(ports: &[u16]) -> Result<Vec<u16>, String> {
+    if ports.len() > PUBLISHED_PORTS_MAX {
+        return Err(format!(
+            "{} ports: publish at most {PUBLISHED_PORTS_MAX} besides SSH",
+            ports.len()
+        ));
+    }
+    let mut sorted = ports.to_vec();
+    sorted.sort_unstable();
+    if let Some(bad) = sorted.iter().find(|&&p| p == 0 || p == 22) {
+        return Err(format!(
+            "{bad}: give TCP ports from 1 to 65535 other than 22 (SSH is published already)"
+        ));
+    }
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("{} is listed twice", w[0]));
+    }
+    Ok(sorted)
+}
+
+/// "8888, 6006" (commas or spaces) as port numbers, or the first word that is not one.
+pub fn parse_ports(input: &str) -> Result<Vec<u16>, String> {
+    input
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|p| !p.is_empty())
+        .take(64)
+        .map(|p| {
+            p.parse::<u16>()
+                .map_err(|_| format!("{p:?} is not a TCP port (1 to 65535)."))
+        })
+        .collect()
+}
+
 /// The `k`-th public port of a slot (0: SSH) on a host whose range starts at `base`, or `None`
 /// past 65535 or past the slot's block.
 pub fn public_port(base: u16, slot_index: u32, k: usize) -> Option<u16> {

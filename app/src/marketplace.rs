@@ -706,6 +706,7 @@ fn VersionFields(
             <label>"Shapes" <input name="shapes" required value="gpu_slice" placeholder="gpu_slice, baremetal" /></label>
             <label>"GPU models" <input name="gpu_models" placeholder="empty: any" /></label>
             <label>"Minimum GPUs" <input name="min_gpus" aria-describedby=id("min_gpus") aria-invalid=field_invalid(value, "min_gpus") value="1" inputmode="numeric" />{field_error(value, "min_gpus", id("min_gpus"))}</label>
+            <label>"Ports to publish" <input name="published_ports" aria-describedby=id("published_ports") aria-invalid=field_invalid(value, "published_ports") placeholder="8000 (empty: none)" inputmode="numeric" autocomplete="off" />{field_error(value, "published_ports", id("published_ports"))}</label>
             <label>"Hourly fee" <input name="fee" aria-describedby=id("fee") aria-invalid=field_invalid(value, "fee") placeholder="0.25 USD (empty: none)" />{field_error(value, "fee", id("fee"))}</label>
         </div>
         <label>"Description (Markdown)" <textarea name="description_md" rows="5"></textarea></label>

@@ -547,6 +547,8 @@ struct DemoVersion {
     gpu_models: &'static [&'static str],
     min_gpus: i32,
     fee_cents: i64,
+    /// The guest ports a launch publishes unless the tenant changes them.
+    ports: &'static [i32],
     /// Where curation left it.
     state: &'static str,
 }
@@ -572,6 +574,7 @@ const LISTINGS: &[DemoListing] = &[
             gpu_models: &[],
             min_gpus: 1,
             fee_cents: 0,
+            ports: &[],
             state: "published",
         }],
     },
@@ -593,6 +596,7 @@ const LISTINGS: &[DemoListing] = &[
             gpu_models: &[],
             min_gpus: 1,
             fee_cents: 0,
+            ports: &[],
             state: "published",
         }],
     },
@@ -615,6 +619,7 @@ const LISTINGS: &[DemoListing] = &[
                 gpu_models: &[],
                 min_gpus: 1,
                 fee_cents: 25,
+                ports: &[],
                 state: "published",
             },
             DemoVersion {
@@ -629,6 +634,7 @@ const LISTINGS: &[DemoListing] = &[
                 gpu_models: &[],
                 min_gpus: 1,
                 fee_cents: 25,
+                ports: &[],
                 state: "published",
             },
         ],
@@ -651,6 +657,7 @@ const LISTINGS: &[DemoListing] = &[
             gpu_models: &[],
             min_gpus: 1,
             fee_cents: 0,
+            ports: &[],
             state: "published",
         }],
     },
@@ -673,6 +680,7 @@ const LISTINGS: &[DemoListing] = &[
                 gpu_models: &[H100],
                 min_gpus: 1,
                 fee_cents: 40,
+                ports: &[8000],
                 state: "published",
             },
             DemoVersion {
@@ -687,6 +695,7 @@ const LISTINGS: &[DemoListing] = &[
                 gpu_models: &[H100],
                 min_gpus: 1,
                 fee_cents: 45,
+                ports: &[8000],
                 state: "in_review",
             },
         ],
@@ -709,6 +718,7 @@ const LISTINGS: &[DemoListing] = &[
             gpu_models: &[],
             min_gpus: 2,
             fee_cents: 100,
+            ports: &[],
             state: "published",
         }],
     },
@@ -730,6 +740,7 @@ const LISTINGS: &[DemoListing] = &[
             gpu_models: &[],
             min_gpus: 8,
             fee_cents: 200,
+            ports: &[],
             state: "in_review",
         }],
     },
@@ -785,10 +796,11 @@ async fn seed_marketplace(tx: &mut sqlx::PgConnection) -> Result<()> {
                 "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
                                                release_notes, image_source, ssh_user, cloud_init,
                                                shapes, gpu_models, min_gpus, fee_per_hour_minor,
-                                               fee_currency, accepts_user_data)
+                                               fee_currency, accepts_user_data,
+                                               published_ports)
                  SELECT gen_random_uuid(), id, $2, $3, $4, $5, $6, $7, $8::text::jsonb, $9, $10, $11, $12, $13,
                         -- The platform's plain OS images accept tenant user data.
-                        category = 'os_image' AND $14
+                        category = 'os_image' AND $14, $15
                  FROM listings WHERE slug = $1
                  ON CONFLICT (listing_id, version) DO NOTHING RETURNING id",
                 l.slug,
@@ -804,7 +816,8 @@ async fn seed_marketplace(tx: &mut sqlx::PgConnection) -> Result<()> {
                 v.min_gpus,
                 v.fee_cents,
                 fee_currency,
-                l.publisher.is_none()
+                l.publisher.is_none(),
+                v.ports
             )
             .fetch_optional(&mut *tx)
             .await?;

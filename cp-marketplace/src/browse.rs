@@ -151,6 +151,7 @@ impl MarketplaceApi for ControlPlane {
                     label,
                     category: l.category,
                     fee,
+                    published_ports: v.published_ports.clone(),
                 })
             })
             .collect())
@@ -207,6 +208,7 @@ impl MarketplaceApi for ControlPlane {
                     ssh_user: v.ssh_user.clone(),
                     fee_per_hour: v.compatibility.fee.clone(),
                     accepts_user_data: v.accepts_user_data,
+                    published_ports: v.published_ports.clone(),
                     slug: l.slug,
                     name: l.name,
                     category: l.category,

@@ -518,8 +518,10 @@ async fn insert_version(
         "INSERT INTO listing_versions (id, listing_id, version, summary, description_md,
                                        release_notes, image_source, ssh_user, cloud_init, shapes,
                                        gpu_models, min_gpus, fee_per_hour_minor, fee_currency,
-                                       created_by, image_sha256, accepts_user_data)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+                                       created_by, image_sha256, accepts_user_data,
+                                       published_ports)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+                 $18)",
         id as ListingVersionId,
         listing as ListingId,
         d.version,
@@ -536,7 +538,8 @@ async fn insert_version(
         d.fee.as_ref().map(|f| f.currency.as_str()),
         who.user as UserId,
         d.image_sha256,
-        d.accepts_user_data
+        d.accepts_user_data,
+        &d.published_ports
     )
     .execute(&mut *conn)
     .await;

@@ -37,6 +37,7 @@ pub(crate) struct CheckedDraft {
     pub(crate) ssh_user: String,
     pub(crate) cloud_init: Value,
     pub(crate) accepts_user_data: bool,
+    pub(crate) published_ports: Vec<i32>,
     pub(crate) shapes: Vec<String>,
     pub(crate) gpu_models: Vec<String>,
     pub(crate) min_gpus: i32,
@@ -127,6 +128,12 @@ impl CheckedDraft {
                 ));
             }
         };
+        let published_ports = agent_protocol::identity::parse_ports(&d.published_ports)
+            .and_then(|p| agent_protocol::identity::published_ports(&p))
+            .map_err(|e| invalid("published_ports", e))?
+            .into_iter()
+            .map(i32::from)
+            .collect();
         let mut shapes = Vec::new();
         for s in d.shapes.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let shape = Shape::parse(s).map_err(|_| {
@@ -188,6 +195,7 @@ impl CheckedDraft {
             ssh_user: ssh_user.to_string(),
             cloud_init,
             accepts_user_data,
+            published_ports,
             shapes,
             gpu_models,
             min_gpus,
@@ -209,6 +217,7 @@ pub(crate) struct VersionDbRow {
     pub(crate) ssh_user: String,
     pub(crate) cloud_init: Value,
     pub(crate) accepts_user_data: bool,
+    pub(crate) published_ports: Vec<i32>,
     pub(crate) shapes: Vec<String>,
     pub(crate) gpu_models: Vec<String>,
     pub(crate) min_gpus: i32,
@@ -248,6 +257,11 @@ impl TryFrom<VersionDbRow> for Version {
                 format!("{:#}", r.cloud_init)
             },
             accepts_user_data: r.accepts_user_data,
+            published_ports: r
+                .published_ports
+                .iter()
+                .map(|&p| u16::try_from(p).map_err(|_| Error::Corrupt(format!("port {p}"))))
+                .collect::<Result<_>>()?,
             compatibility: Compatibility {
                 shapes: r
                     .shapes
@@ -316,6 +330,17 @@ pub fn review_fields(v: &Version) -> Vec<(&'static str, String)> {
             .into(),
         ),
         (
+            "Published ports",
+            or(
+                &v.published_ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                "(none)",
+            ),
+        ),
+        (
             "Shapes",
             c.shapes
                 .iter()
@@ -379,8 +404,8 @@ pub(crate) async fn versions_of(
         VersionDbRow,
         r#"SELECT id AS "id: ListingVersionId", listing_id AS "listing_id: ListingId", version,
                   state, summary, description_md, release_notes, image_source, image_sha256,
-                  ssh_user, cloud_init, accepts_user_data, shapes, gpu_models, min_gpus,
-                  fee_per_hour_minor, fee_currency, review_reason, state_changed_at, published_at
+                  ssh_user, cloud_init, accepts_user_data, published_ports, shapes, gpu_models,
+                  min_gpus, fee_per_hour_minor, fee_currency, review_reason, state_changed_at, published_at
            FROM listing_versions
            WHERE listing_id = ANY($1) AND (state = 'published' OR NOT $2)
            ORDER BY created_at DESC"#,
@@ -542,10 +567,16 @@ mod tests {
             cloud_init: r#"{"packages": ["nvtop"]}"#.into(),
             shapes: "gpu_slice, baremetal".into(),
             fee: "0.25 USD".into(),
+            published_ports: "8888 8000,".into(),
             ..Default::default()
         };
         let c = CheckedDraft::check(&good).unwrap();
         assert_eq!(c.shapes, vec!["gpu_slice", "baremetal"]);
+        assert_eq!(
+            c.published_ports,
+            vec![8000, 8888],
+            "sorted, separators ignored"
+        );
         assert_eq!(c.fee.unwrap().amount_minor, 25);
         let field = |d: VersionDraft| match CheckedDraft::check(&d) {
             Err(Error::Invalid { field, .. }) => field,
@@ -649,6 +680,34 @@ mod tests {
                     ..good.clone()
                 },
                 "summary",
+            ),
+            (
+                VersionDraft {
+                    published_ports: "22".into(),
+                    ..good.clone()
+                },
+                "published_ports",
+            ),
+            (
+                VersionDraft {
+                    published_ports: "8000, 8000".into(),
+                    ..good.clone()
+                },
+                "published_ports",
+            ),
+            (
+                VersionDraft {
+                    published_ports: "http".into(),
+                    ..good.clone()
+                },
+                "published_ports",
+            ),
+            (
+                VersionDraft {
+                    published_ports: "1 2 3 4 5 6 7 8".into(),
+                    ..good.clone()
+                },
+                "published_ports",
             ),
         ] {
             assert_eq!(field(d), f);

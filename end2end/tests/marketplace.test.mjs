@@ -183,10 +183,39 @@ test('an operator reviews vLLM 0.6.5 against 0.6.4, the version in force, field 
     assert.match(await diff.locator('tr[data-field="Cloud-init"] td.after').innerText(), /"packages": \[\s*"nvtop"\s*\]/);
     // Unchanged fields are listed once, below, with everything else.
     assert.equal(await page.locator('#version-fields tr[data-field="SSH user"] td').innerText(), 'ubuntu');
+    assert.equal(await page.locator('#version-fields tr[data-field="Published ports"] td').innerText(), '8000');
     assert.deepEqual(await page.locator('#curate select[name="action"] option').allInnerTexts(), ['Approve', 'Reject']);
     await shot(page, 'marketplace-version-review');
   } finally {
     await ops.close();
+  }
+});
+
+test('the launch form publishes the ports a listing listens on, and follows the listing chosen', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await ssoSignIn(page, 'bob@acme.example');
+    // From vLLM's page: its server listens on 8000, so 8000 is filled in and the hint says why.
+    await page.goto(`${BASE}/launch?listing=vllm`);
+    await hydrated(page);
+    const ports = page.locator('#launch-ports');
+    assert.equal(await ports.inputValue(), '8000');
+    assert.match(await page.locator('#launch-ports-hint').innerText(), /listens on 8000/);
+    await shot(page, 'launch-listing-ports');
+    // From the plain launch form: choosing an image refills the field with that image's ports.
+    await page.goto(`${BASE}/launch`);
+    await hydrated(page);
+    assert.equal(await ports.inputValue(), '', 'Ubuntu publishes nothing by itself');
+    const image = page.locator('#launch-image');
+    const vllm = await image.locator('option', { hasText: 'vLLM' }).getAttribute('value');
+    await image.selectOption(vllm);
+    assert.equal(await ports.inputValue(), '8000');
+    await ports.fill('8000, 8888');
+    await image.selectOption({ index: 0 });
+    assert.equal(await ports.inputValue(), '', 'another listing, its own ports');
+  } finally {
+    await b.close();
   }
 });
 
@@ -226,6 +255,11 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     await form.getByLabel('Image SHA-256').fill(TRITON_SHA256);
     // Tenants may bring their own user data to this one; the review shows it.
     await form.getByLabel(/Tenants may add their own cloud-init user data/).check();
+    // Triton serves HTTP on 8000 and gRPC on 8001; SSH's port is not the listing's to take.
+    await form.getByLabel('Ports to publish').fill('8000 22');
+    await form.getByRole('button', { name: 'Save draft' }).click();
+    await page.locator('#new-listing-published_ports-error').filter({ hasText: /^22: give TCP ports from 1 to 65535 other than 22/ }).waitFor();
+    await form.getByLabel('Ports to publish').fill('8001, 8000');
     await shot(page, 'marketplace-publish-form');
     await form.getByRole('button', { name: 'Save draft' }).click();
     await form.getByRole('status').filter({ hasText: `Drafted ${slug}.` }).waitFor();
@@ -252,6 +286,7 @@ test('carol submits a listing; the operator rejects it with a reason, then appro
     assert.match(await fields.locator('tr[data-field="Cloud-init"] td').innerText(), /"final_message": "Triton listens on port 8000\."/);
     assert.equal(await fields.locator('tr[data-field="Hourly fee"] td').innerText(), '0.30 USD');
     assert.equal(await fields.locator('tr[data-field="Tenant user data"] td').innerText(), 'accepted');
+    assert.equal(await fields.locator('tr[data-field="Published ports"] td').innerText(), '8000, 8001');
     assert.match(await ops.page.locator('#version-diff').innerText(), /The first version of this listing/);
     await curate(ops.page, `${slug} 24.10`, 'approve');
     await curate(ops.page, `${slug} 24.10`, 'publish');

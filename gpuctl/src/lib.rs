@@ -607,13 +607,29 @@ async fn images(
                         .as_ref()
                         .map_or_else(|| "-".to_owned(), |f| format!("+{f}/h")),
                     if i.accepts_user_data { "yes" } else { "no" }.to_owned(),
+                    match i.published_ports.as_slice() {
+                        [] => "-".to_owned(),
+                        ports => ports
+                            .iter()
+                            .map(u16::to_string)
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    },
                     i.skus.join(","),
                 ]
             })
             .collect();
         table(
             out,
-            &["IMAGE", "VERSION", "KIND", "FEE", "USER-DATA", "SKUS"],
+            &[
+                "IMAGE",
+                "VERSION",
+                "KIND",
+                "FEE",
+                "USER-DATA",
+                "PORTS",
+                "SKUS",
+            ],
             rows,
         );
     }

@@ -42,6 +42,10 @@ pub struct VersionDraft {
     /// `yes` (a ticked checkbox) when a launch may carry its own cloud-init user data.
     #[serde(default)]
     pub accepts_user_data: String,
+    /// The guest ports the software listens on, which a launch publishes unless the tenant
+    /// changes them: "8000" or "8888, 6006"; empty for none.
+    #[serde(default)]
+    pub published_ports: String,
     /// Comma-separated: `gpu_slice`, `baremetal`.
     pub shapes: String,
     /// Comma-separated GPU models; empty for any.

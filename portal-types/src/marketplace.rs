@@ -173,6 +173,10 @@ pub struct Version {
     /// Whether a launch may carry its own cloud-init user data.
     #[serde(default)]
     pub accepts_user_data: bool,
+    /// The guest ports the software listens on, sorted: the launch form publishes them
+    /// unless the tenant changes the list.
+    #[serde(default)]
+    pub published_ports: Vec<u16>,
     pub compatibility: Compatibility,
     pub review_reason: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
@@ -213,6 +217,8 @@ pub struct LaunchableListing {
     pub category: Category,
     /// Per allocation-hour, on top of the SKU.
     pub fee: Option<Money>,
+    /// What the launch form publishes unless the tenant changes it.
+    pub published_ports: Vec<u16>,
 }
 
 /// What a project may launch: a published listing's current version (an OS image, or a
@@ -234,6 +240,9 @@ pub struct Image {
     pub fee_per_hour: Option<Money>,
     /// Whether a launch may carry its own cloud-init user data.
     pub accepts_user_data: bool,
+    /// The guest ports the software listens on (vLLM's 8000): worth publishing at launch.
+    #[serde(default)]
+    pub published_ports: Vec<u16>,
     /// The SKUs it runs on that the project may launch, by name.
     pub skus: Vec<String>,
 }

@@ -85,6 +85,8 @@ pub struct LaunchImage {
     /// A plain operating system image (listed first), not a marketplace stack.
     pub os: bool,
     pub fee_minor: i64,
+    /// The ports its software listens on, "8000": what the form publishes unless changed.
+    pub published_ports: String,
 }
 
 /// A listing preselected for the launch form.
@@ -97,6 +99,17 @@ pub struct Software {
     /// "0.25 USD per hour", when it has a fee.
     pub fee: Option<String>,
     pub fee_minor: i64,
+    /// The ports its current version listens on, "8000".
+    pub published_ports: String,
+}
+
+/// `[8000, 8888]` → "8000, 8888", as the ports field reads.
+pub fn ports_text(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `123456` minor units → `1,234.56 USD`, as money reads on every page.
@@ -272,6 +285,10 @@ pub async fn get_launch_form(
                     .iter()
                     .map(|v| v.version.clone())
                     .collect(),
+                published_ports: current
+                    .as_ref()
+                    .map(|v| ports_text(&v.published_ports))
+                    .unwrap_or_default(),
                 slug: page.listing.slug,
                 name: page.listing.name,
                 fee_minor: fee.as_ref().map_or(0, |f| f.amount_minor),
@@ -287,6 +304,7 @@ pub async fn get_launch_form(
                 .map(|l| LaunchImage {
                     os: l.category == Category::OsImage,
                     fee_minor: l.fee.as_ref().map_or(0, |f| f.amount_minor),
+                    published_ports: ports_text(&l.published_ports),
                     slug: l.slug,
                     label: l.label,
                 })
@@ -390,17 +408,10 @@ pub async fn launch_allocation(
 /// "8888, 6006" (commas or spaces) as port numbers; the control plane checks the rest.
 #[cfg(feature = "ssr")]
 pub(super) fn parse_ports(input: &str) -> Result<Vec<u16>, AppError> {
-    input
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|p| !p.is_empty())
-        .take(64)
-        .map(|p| {
-            p.parse::<u16>().map_err(|_| AppError::Invalid {
-                field: "published_ports".into(),
-                reason: format!("{p:?} is not a TCP port (1 to 65535)."),
-            })
-        })
-        .collect()
+    agent_protocol::identity::parse_ports(input).map_err(|reason| AppError::Invalid {
+        field: "published_ports".into(),
+        reason,
+    })
 }
 
 #[component]
@@ -471,6 +482,17 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                 .map_or(0, |i| i.fee_minor)
         }),
         fee => fee,
+    };
+    // The chosen listing's ports fill the field; choosing another listing refills it.
+    let software_ports = StoredValue::new(f.software.as_ref().map(|s| s.published_ports.clone()));
+    let listing_ports = move || match software_ports.get_value() {
+        Some(p) => p,
+        None => images.with_value(|all| {
+            all.iter()
+                .find(|i| i.slug == image.get())
+                .map(|i| i.published_ports.clone())
+                .unwrap_or_default()
+        }),
     };
     let budget =
         move || projects.with_value(|all| all.iter().find(|p| p.id == project.get()).cloned());
@@ -554,8 +576,12 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                     <ImageField software=f.software.clone() images=f.images.clone() initial=initial.image.clone() image=image />
                     <LifetimeField initial=initial.lifetime.clone() chosen=chosen_lifetime project=Signal::derive(budget) launch=launch />
                     <label>"Publish ports"
-                        <input name="published_ports" id="launch-ports" inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="launch-ports-hint launch-ports-error" aria-invalid=field_invalid(launch.value(), "published_ports") />
-                        <span class="hint" id="launch-ports-hint">"Optional: guest TCP ports to reach from the internet besides SSH (a notebook, an endpoint), each on its own public port."</span>
+                        <input name="published_ports" id="launch-ports" inputmode="numeric" placeholder="8888, 6006" autocomplete="off" aria-describedby="launch-ports-hint launch-ports-error" aria-invalid=field_invalid(launch.value(), "published_ports") value=listing_ports() prop:value=listing_ports />
+                        <span class="hint" id="launch-ports-hint">{move || if listing_ports().is_empty() {
+                            "Optional: guest TCP ports to reach from the internet besides SSH (a notebook, an endpoint), each on its own public port.".to_string()
+                        } else {
+                            format!("The image listens on {}, so those are published; change or clear them as you like. Each gets its own public port besides SSH.", listing_ports())
+                        }}</span>
                         {field_error(launch.value(), "published_ports", "launch-ports-error")}
                     </label>
                     <NameField launch=launch />

@@ -576,8 +576,9 @@ async fn a_review_shows_every_field_and_what_changed_since_the_version_in_force(
     );
     // Every field is there to read, changed or not.
     let all = control_plane::marketplace::review_fields(&review.version);
-    assert_eq!(all.len(), 12);
+    assert_eq!(all.len(), 13);
     assert!(all.contains(&("Tenant user data", "not accepted".to_string())));
+    assert!(all.contains(&("Published ports", "8000".to_string())));
     assert!(all.contains(&("SSH user", "ubuntu".to_string())));
     assert!(
         all.contains(&("Image SHA-256", "(none)".to_string())),
@@ -767,6 +768,98 @@ async fn a_version_says_whether_it_accepts_user_data_and_keeps_saying_it() {
         "UPDATE listing_versions SET accepts_user_data = NOT accepts_user_data
           WHERE state = 'in_review'",
         "its content is fixed",
+    )
+    .await;
+}
+
+/// A listing names the ports its software listens on; the reviewer sees them, the launch
+/// form and the API offer them, and the database holds them to the launch's port rule.
+#[tokio::test]
+async fn a_version_names_the_ports_a_launch_publishes() {
+    use control_plane::marketplace::browse::MarketplaceApi;
+    let db = crate::support::demo_db().await;
+    let (cp, ops) = setup(db.pool().clone()).await;
+    let carol = admin_of(&cp, CAROL, GLOBEX).await;
+    let globex = cp.tenant_publisher(&carol).await.unwrap();
+    let v = cp
+        .create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                published_ports: "8080, 8000".into(),
+                ..draft("9.7")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    cp.submit_version(&globex, v, None).await.unwrap();
+    let review = cp.version_review(&ops, v).await.unwrap();
+    assert_eq!(review.version.published_ports, vec![8000, 8080]);
+    let in_force = review.in_force.expect("0.6.4 is published");
+    assert_eq!(
+        in_force.published_ports,
+        vec![8000],
+        "the demo's vLLM serves on 8000"
+    );
+    let changes = control_plane::marketplace::changes(&in_force, &review.version);
+    let ports = changes
+        .iter()
+        .find(|c| c.field == "Published ports")
+        .expect("the review shows the ports changed");
+    assert_eq!(
+        (ports.before.as_str(), ports.after.as_str()),
+        ("8000", "8000, 8080")
+    );
+
+    // What the launch form and the API offer: the version in force's ports.
+    let listings = cp.launchable_listings().await.unwrap();
+    let vllm = listings.iter().find(|l| l.slug == "vllm").unwrap();
+    assert_eq!(vllm.published_ports, vec![8000]);
+    let ubuntu = listings
+        .iter()
+        .find(|l| l.slug.starts_with("ubuntu"))
+        .unwrap();
+    assert!(
+        ubuntu.published_ports.is_empty(),
+        "an OS image publishes nothing by itself"
+    );
+    let images = cp.launchable_images(ACME, None).await.unwrap();
+    assert_eq!(
+        images
+            .iter()
+            .find(|i| i.slug == "vllm")
+            .unwrap()
+            .published_ports,
+        vec![8000]
+    );
+
+    // SSH's port is not the publisher's to take, here or in the database.
+    match cp
+        .create_version(
+            &globex,
+            "vllm",
+            &VersionDraft {
+                published_ports: "22".into(),
+                ..draft("9.6")
+            },
+            None,
+        )
+        .await
+    {
+        Err(Error::Invalid { field, .. }) => assert_eq!(field, "published_ports"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let draft_id = cp
+        .create_version(&globex, "vllm", &draft("9.5"), None)
+        .await
+        .unwrap();
+    assert_db_refuses(
+        &cp,
+        &format!(
+            "UPDATE listing_versions SET published_ports = '{{8000,22}}' WHERE id = '{draft_id}'"
+        ),
+        "listing_versions_published_ports_valid",
     )
     .await;
 }

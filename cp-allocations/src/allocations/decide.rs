@@ -49,30 +49,7 @@ fn denied(r: &Resolved, why: Denied) -> Error {
 /// The guest ports to publish, sorted: each 1–65535, not SSH's 22, no repeats, at most
 /// [`agent_protocol::identity::PUBLISHED_PORTS_MAX`].
 pub(super) fn check_published_ports(ports: &[u16]) -> Result<Vec<u16>> {
-    let max = agent_protocol::identity::PUBLISHED_PORTS_MAX;
-    if ports.len() > max {
-        return Err(invalid(
-            "published_ports",
-            format!("{} ports: publish at most {max} besides SSH", ports.len()),
-        ));
-    }
-    let mut sorted = ports.to_vec();
-    sorted.sort_unstable();
-    if let Some(bad) = sorted.iter().find(|&&p| p == 0 || p == 22) {
-        return Err(invalid(
-            "published_ports",
-            format!(
-                "{bad}: give TCP ports from 1 to 65535 other than 22 (SSH is published already)"
-            ),
-        ));
-    }
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        return Err(invalid(
-            "published_ports",
-            format!("{} is listed twice", w[0]),
-        ));
-    }
-    Ok(sorted)
+    agent_protocol::identity::published_ports(ports).map_err(|e| invalid("published_ports", e))
 }
 
 /// Where each wanted port goes in the stored list (position `k`: public port `k + 1` of the

@@ -48,7 +48,7 @@ pub struct ImageList {
          example = json!({"images": [{"slug": "ubuntu-24.04-cuda", "name": "Ubuntu 24.04 + CUDA 12.6",
              "category": "os_image", "publisher": "GPU Cloud", "version": "1",
              "summary": "Ubuntu 24.04 LTS with the NVIDIA 560 driver and CUDA 12.6.", "ssh_user": "ubuntu",
-             "fee_per_hour": null, "accepts_user_data": true, "skus": ["h100.1x", "h100.8x"]}]})),
+             "fee_per_hour": null, "accepts_user_data": true, "published_ports": [], "skus": ["h100.1x", "h100.8x"]}]})),
         (status = 400, description = "The project is not an id.", body = Problem, content_type = "application/problem+json"),
         TokenRefusals,
         (status = 404, description = "The project is not one this token reaches.", body = Problem, content_type = "application/problem+json"),
