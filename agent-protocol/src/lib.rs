@@ -32,11 +32,12 @@ pub use topology::{
 };
 pub use trace::{TRACEPARENT, TraceParent};
 
-/// The protocol version this build speaks. The server refuses any other.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The protocol version this build speaks. The server refuses any other. Version 2 added
+/// the volumes update task, which an agent of version 1 could not read.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The URL prefix of the node API for [`PROTOCOL_VERSION`].
-pub const API_PREFIX: &str = "/agent/v1";
+pub const API_PREFIX: &str = "/agent/v2";
 
 /// The header every agent request carries: its protocol version, as a decimal number.
 pub const PROTOCOL_HEADER: &str = "x-agent-protocol";
@@ -312,6 +313,9 @@ pub enum TaskSpec {
     /// Re-render a running allocation's forwarding (the tenant published or withdrew ports).
     #[serde(rename = "allocation.network_update")]
     NetworkUpdate(NetworkUpdatePlan),
+    /// Plug in and unplug a running allocation's volumes until it has exactly the plan's.
+    #[serde(rename = "allocation.volumes_update")]
+    VolumesUpdate(VolumesPlan),
 }
 
 impl TaskSpec {
@@ -323,6 +327,7 @@ impl TaskSpec {
             TaskSpec::BaremetalProvision(_) => "baremetal.provision",
             TaskSpec::BaremetalRelease(_) => "baremetal.release",
             TaskSpec::NetworkUpdate(_) => "allocation.network_update",
+            TaskSpec::VolumesUpdate(_) => "allocation.volumes_update",
         }
     }
 }
@@ -397,6 +402,59 @@ pub struct FabricPlan {
     /// On NVSwitch hosts, the NVLink fabric partition that holds exactly the plan's GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nvlink_partition: Option<u32>,
+}
+
+/// How a host reaches a volume on its region's storage backend: what the agent writes into the
+/// guest's disk definition. Names no secret: a host authenticates to the storage network with
+/// its own configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "protocol", rename_all = "snake_case")]
+pub enum VolumeTarget {
+    /// `nbd://host:port/export`.
+    Nbd {
+        host: String,
+        port: u16,
+        export: String,
+    },
+    /// `rbd:pool/image`, through the cluster's monitors as `user`.
+    Rbd {
+        pool: String,
+        image: String,
+        monitors: Vec<String>,
+        user: String,
+    },
+}
+
+impl VolumeTarget {
+    /// The target as an address a person (or `qemu-io`) reads: `nbd://10.0.0.5:10809/vol-…`.
+    pub fn uri(&self) -> String {
+        match self {
+            VolumeTarget::Nbd { host, port, export } => format!("nbd://{host}:{port}/{export}"),
+            VolumeTarget::Rbd { pool, image, .. } => format!("rbd:{pool}/{image}"),
+        }
+    }
+}
+
+/// The most volumes one instance has attached.
+pub const MAX_VOLUMES_PER_INSTANCE: usize = 8;
+
+/// One volume a running allocation's VM is to have plugged in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeDisk {
+    pub volume_id: String,
+    /// The serial the guest sees (`/dev/disk/by-id/virtio-<serial>`): the volume's id without
+    /// dashes, cut to virtio's 20 characters.
+    pub serial: String,
+    pub target: VolumeTarget,
+}
+
+/// The volumes a running allocation's VM is to have plugged in: exactly these. The agent plugs
+/// in what is missing and unplugs what is not listed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumesPlan {
+    pub allocation_id: String,
+    pub slots: Vec<PlannedSlot>,
+    pub volumes: Vec<VolumeDisk>,
 }
 
 /// A running allocation's new network plan; its slots must be leased to it and running.
@@ -545,6 +603,9 @@ pub enum TaskOutput {
     /// The answer to a network update: the host forwards what the plan says.
     #[serde(rename = "allocation.network_updated")]
     NetworkUpdated {},
+    /// The answer to a volumes update: the ids of the volumes plugged in now.
+    #[serde(rename = "allocation.volumes_updated")]
+    VolumesUpdated { attached: Vec<String> },
 }
 
 /// Capacity metadata keys a slot needs before it may be scheduled.

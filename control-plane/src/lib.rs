@@ -17,7 +17,7 @@ pub mod prelude {
 }
 
 // Every area's modules, by name (never their `internal` ones).
-pub use cp_allocations::{agent_api, allocations, ops, reconcile};
+pub use cp_allocations::{agent_api, allocations, ops, reconcile, volumes};
 /// Billing ([`cp_billing`] without what it shares with the areas above only).
 pub mod billing {
     pub use cp_billing::{

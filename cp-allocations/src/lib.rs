@@ -6,6 +6,7 @@ pub mod agent_api;
 pub mod allocations;
 pub mod ops;
 pub mod reconcile;
+pub mod volumes;
 
 /// Every area's trait up to this crate (the facade's prelude is built from the top one).
 pub mod prelude {
@@ -14,6 +15,7 @@ pub mod prelude {
     pub use crate::allocations::lifecycle::LifecycleApi;
     pub use crate::ops::OpsApi;
     pub use crate::reconcile::ReconcileApi;
+    pub use crate::volumes::VolumesApi;
     pub use cp_billing::prelude::*;
 }
 

@@ -156,6 +156,16 @@ pub enum Denied {
     Lifetime { max: u32, asked: u32 },
     /// More ports than `max_published_ports`.
     PublishedPorts { max: u32, asked: usize },
+    /// `max_volume_gib` or `max_volumes` in this scope would be exceeded.
+    VolumeQuota {
+        /// "GiB of volumes" or "volumes".
+        unit: &'static str,
+        max: u32,
+        /// "project" or "organization".
+        scope: &'static str,
+        in_use: i64,
+        asked: i64,
+    },
 }
 
 impl std::fmt::Display for Denial {
@@ -228,6 +238,16 @@ impl std::fmt::Display for Denial {
             Denied::PublishedPorts { max, asked } => write!(
                 f,
                 "allows {max} published ports per allocation; this launch asked for {asked}"
+            ),
+            Denied::VolumeQuota {
+                unit,
+                max,
+                scope,
+                in_use,
+                asked,
+            } => write!(
+                f,
+                "allows {max} {unit} in this {scope}; {in_use} are taken and this asks for {asked} more"
             ),
         }
     }

@@ -113,6 +113,25 @@ impl Naming {
         )
     }
 
+    /// `{partition}:{service}:{region}:{tenant}:{project}:volume:{id}`
+    pub fn volume(
+        &self,
+        region: &str,
+        tenant: TenantId,
+        project: ProjectId,
+        id: crate::ids::VolumeId,
+    ) -> Result<ResourceName, ResourceNameError> {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            Some(tenant),
+            Some(project),
+            "volume",
+            &id.to_string(),
+        )
+    }
+
     fn name(
         &self,
         region: &str,

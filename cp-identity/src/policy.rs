@@ -28,6 +28,10 @@ pub enum PolicyValue {
     MonthlyBudget(Money),
     /// TCP ports an allocation may publish besides SSH.
     MaxPublishedPorts(u32),
+    /// GiB of volumes, all of them together, in the scope that set it.
+    MaxVolumeGib(u32),
+    /// Volumes, in the scope that set it.
+    MaxVolumes(u32),
 }
 
 fn parse_list(field: &'static str, input: &str) -> Result<Vec<String>> {
@@ -81,6 +85,8 @@ impl PolicyValue {
             PolicyValue::MaxAllocationLifetimeHours(_) => PolicyKey::MaxAllocationLifetimeHours,
             PolicyValue::MonthlyBudget(_) => PolicyKey::MonthlyBudget,
             PolicyValue::MaxPublishedPorts(_) => PolicyKey::MaxPublishedPorts,
+            PolicyValue::MaxVolumeGib(_) => PolicyKey::MaxVolumeGib,
+            PolicyValue::MaxVolumes(_) => PolicyKey::MaxVolumes,
         }
     }
 
@@ -107,6 +113,12 @@ impl PolicyValue {
                 0,
                 agent_protocol::identity::PUBLISHED_PORTS_MAX as u32,
             )?),
+            PolicyKey::MaxVolumeGib => {
+                PolicyValue::MaxVolumeGib(parse_whole("max_volume_gib", input, 0, 10_000_000)?)
+            }
+            PolicyKey::MaxVolumes => {
+                PolicyValue::MaxVolumes(parse_whole("max_volumes", input, 0, 100_000)?)
+            }
         })
     }
 
@@ -114,7 +126,9 @@ impl PolicyValue {
         match self {
             PolicyValue::MaxGpusInUse(n)
             | PolicyValue::MaxAllocationLifetimeHours(n)
-            | PolicyValue::MaxPublishedPorts(n) => json!(n),
+            | PolicyValue::MaxPublishedPorts(n)
+            | PolicyValue::MaxVolumeGib(n)
+            | PolicyValue::MaxVolumes(n) => json!(n),
             PolicyValue::AllowedSkus(v)
             | PolicyValue::AllowedRegions(v)
             | PolicyValue::AllowedListings(v) => json!(v),
@@ -146,6 +160,12 @@ impl PolicyValue {
             PolicyKey::MaxPublishedPorts => {
                 PolicyValue::MaxPublishedPorts(serde_json::from_value(v).map_err(bad)?)
             }
+            PolicyKey::MaxVolumeGib => {
+                PolicyValue::MaxVolumeGib(serde_json::from_value(v).map_err(bad)?)
+            }
+            PolicyKey::MaxVolumes => {
+                PolicyValue::MaxVolumes(serde_json::from_value(v).map_err(bad)?)
+            }
         })
     }
 }
@@ -160,6 +180,8 @@ impl fmt::Display for PolicyValue {
             PolicyValue::MaxAllocationLifetimeHours(h) => write!(f, "{h} hours"),
             PolicyValue::MonthlyBudget(m) => write!(f, "{m}"),
             PolicyValue::MaxPublishedPorts(n) => write!(f, "{n} ports"),
+            PolicyValue::MaxVolumeGib(n) => write!(f, "{n} GiB"),
+            PolicyValue::MaxVolumes(n) => write!(f, "{n} volumes"),
         }
     }
 }

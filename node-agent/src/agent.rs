@@ -16,7 +16,7 @@ use crate::domain::{self, DomainSpec};
 use crate::driver::{DomainState, Driver, phase};
 use crate::fabric::{self, IbFabric, Membership, NvlinkFabric, SimulatedIb, SimulatedNvlink};
 use crate::image;
-use crate::lease::{Lease, LeaseKind, LeaseStore, now_s};
+use crate::lease::{Lease, LeaseKind, LeaseStore, PluggedVolume, now_s};
 use crate::network::{Attachment, NetState, SimulatedNetwork, SlotNetwork};
 use crate::wipe;
 
@@ -156,6 +156,9 @@ impl Agent {
             TaskSpec::NetworkUpdate(plan) => self
                 .update_network(plan, &view.approved_slots, report)
                 .map(|()| TaskOutput::NetworkUpdated {}),
+            TaskSpec::VolumesUpdate(plan) => self
+                .update_volumes(plan, &view.approved_slots, report)
+                .map(|attached| TaskOutput::VolumesUpdated { attached }),
             TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan) => {
                 let whole = matches!(spec, TaskSpec::BaremetalRelease(_));
                 self.release(task_id, plan, whole, &view.approved_slots, report)
@@ -389,17 +392,7 @@ impl Agent {
         let slots = plan.slots.as_slice();
         self.step("validate_plan", None, report, || {
             self.check_plan(alloc, slots, false, approved)?;
-            for s in slots {
-                match self.leases.get(&s.slot_id)? {
-                    Some(l) if l.allocation_id == alloc && l.kind == LeaseKind::Provision && l.phase == "running" => {}
-                    _ => {
-                        return Err(format!(
-                            "slot {} is not running allocation {alloc} on this host; refusing the update",
-                            s.slot_index
-                        ));
-                    }
-                }
-            }
+            self.check_running(alloc, slots)?;
             self.check_network(alloc, &plan.network)
         })?;
         self.step("publish_ports", None, report, || {
@@ -413,6 +406,103 @@ impl Agent {
             self.apply_network(approved)
         })?;
         Ok(())
+    }
+
+    /// Makes the running VM's plugged-in volumes exactly the plan's: unplugs what the plan no
+    /// longer names, plugs in what it adds, and returns the ids plugged in. Each change is
+    /// written to the first slot's lease before it is made, so a task resumed after a crash
+    /// converges on the same devices. Idempotent.
+    pub fn update_volumes(
+        &self,
+        plan: &agent_protocol::VolumesPlan,
+        approved: &[PlannedSlot],
+        report: Report<'_>,
+    ) -> Result<Vec<String>, Stop> {
+        let alloc = plan.allocation_id.as_str();
+        let slots = plan.slots.as_slice();
+        self.step("validate_plan", None, report, || {
+            self.check_plan(alloc, slots, false, approved)?;
+            self.check_running(alloc, slots)?;
+            if plan.volumes.len() > domain::MAX_VOLUMES {
+                return Err(format!(
+                    "{} volumes: a VM has at most {}",
+                    plan.volumes.len(),
+                    domain::MAX_VOLUMES
+                ));
+            }
+            for v in &plan.volumes {
+                domain::volume_disk(v, "vdq")?;
+            }
+            Ok(())
+        })?;
+        self.step("plug_volumes", None, report, || {
+            let name = domain::domain_name(alloc);
+            let mut first = self
+                .leases
+                .get(&slots[0].slot_id)?
+                .ok_or("the allocation's first slot has no lease")?;
+            let wanted = |p: &PluggedVolume| plan.volumes.iter().any(|v| *v == p.disk);
+            for gone in first.volumes.clone().iter().filter(|p| !wanted(p)) {
+                let xml = self.device_file(alloc, gone)?;
+                self.driver.detach_device(&name, &xml)?;
+                first.volumes.retain(|p| p != gone);
+                self.leases.put(&first)?;
+            }
+            for v in &plan.volumes {
+                if first.volumes.iter().any(|p| p.disk == *v) {
+                    // Plugged in already, or by a try that crashed before it said so.
+                    let p = first.volumes.iter().find(|p| p.disk == *v).expect("found");
+                    self.driver
+                        .attach_device(&name, &self.device_file(alloc, p)?)?;
+                    continue;
+                }
+                let taken: Vec<&str> = first.volumes.iter().map(|p| p.dev.as_str()).collect();
+                let dev = (0..domain::MAX_VOLUMES)
+                    .map(domain::volume_dev)
+                    .find(|d| d.as_ref().is_ok_and(|d| !taken.contains(&d.as_str())))
+                    .ok_or("no free volume device")??;
+                let plugged = PluggedVolume {
+                    disk: v.clone(),
+                    dev,
+                };
+                first.volumes.push(plugged.clone());
+                first.updated_at = now_s();
+                self.leases.put(&first)?;
+                self.driver
+                    .attach_device(&name, &self.device_file(alloc, &plugged)?)?;
+            }
+            Ok(())
+        })?;
+        Ok(plan.volumes.iter().map(|v| v.volume_id.clone()).collect())
+    }
+
+    /// Refuses an update for slots that are not running this allocation on this host.
+    fn check_running(&self, alloc: &str, slots: &[PlannedSlot]) -> Result<(), String> {
+        for s in slots {
+            match self.leases.get(&s.slot_id)? {
+                Some(l)
+                    if l.allocation_id == alloc
+                        && l.kind == LeaseKind::Provision
+                        && l.phase == "running" => {}
+                _ => {
+                    return Err(format!(
+                        "slot {} is not running allocation {alloc} on this host; refusing the update",
+                        s.slot_index
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes a plugged volume's device definition under the state directory.
+    fn device_file(&self, alloc: &str, p: &PluggedVolume) -> Result<std::path::PathBuf, String> {
+        let xml = domain::volume_disk(&p.disk, &p.dev)?;
+        let dir = self.state_dir.join("devices");
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join(format!("{alloc}-{}.xml", p.dev));
+        std::fs::write(&path, xml).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(path)
     }
 
     /// Takes (or, for a resumed task, keeps) each slot's lease; returns the allocation's
@@ -448,6 +538,7 @@ impl Agent {
                 updated_at: now_s(),
                 network: network.filter(|_| i == 0).map(|n| n.0.clone()),
                 fabric: network.filter(|_| i == 0).map(|n| n.1.clone()),
+                volumes: Vec::new(),
             })?;
         }
         Ok(token)
@@ -749,6 +840,7 @@ impl Agent {
                     Some(p.allocation_id.as_str())
                 }
                 TaskSpec::NetworkUpdate(p) => Some(p.allocation_id.as_str()),
+                TaskSpec::VolumesUpdate(p) => Some(p.allocation_id.as_str()),
                 TaskSpec::TopologyDiscover {} => None,
             })
             .collect();

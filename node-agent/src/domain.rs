@@ -170,3 +170,77 @@ pub fn allocation_id_ok(id: &str) -> Result<(), String> {
         Err(format!("{id:?} is not an allocation id"))
     }
 }
+
+/// The most volumes one VM has plugged in; they take the virtio names `vdq` to `vdx`, clear
+/// of the slots' disks.
+pub const MAX_VOLUMES: usize = agent_protocol::MAX_VOLUMES_PER_INSTANCE;
+
+/// The guest device name of the `i`-th volume place.
+pub fn volume_dev(i: usize) -> Result<String, String> {
+    if i >= MAX_VOLUMES {
+        return Err(format!("a VM has at most {MAX_VOLUMES} volumes"));
+    }
+    Ok(format!("vd{}", (b'q' + i as u8) as char))
+}
+
+fn plain(what: &str, s: &str, extra: &[char]) -> Result<(), String> {
+    if !s.is_empty()
+        && s.len() <= 253
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || extra.contains(&c))
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {s:?} has characters a disk definition can't take"
+        ))
+    }
+}
+
+/// A volume as a hot-pluggable network disk on guest device `dev`: NBD, or RBD with the
+/// host's Ceph secret for its user (defined on the host, never sent in a plan).
+pub fn volume_disk(disk: &agent_protocol::VolumeDisk, dev: &str) -> Result<String, String> {
+    allocation_id_ok(&disk.volume_id)?;
+    if disk.serial.len() != 20 || !disk.serial.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(format!("{:?} is not a volume serial", disk.serial));
+    }
+    plain("device", dev, &[])?;
+    let mut x = String::new();
+    let w = &mut x;
+    let _ = writeln!(w, "<disk type='network' device='disk'>");
+    let _ = writeln!(w, "  <driver name='qemu' type='raw' cache='none'/>");
+    match &disk.target {
+        agent_protocol::VolumeTarget::Nbd { host, port, export } => {
+            plain("host", host, &['.', ':'])?;
+            plain("export", export, &['_', '.'])?;
+            let _ = writeln!(w, "  <source protocol='nbd' name='{export}'>");
+            let _ = writeln!(w, "    <host name='{host}' port='{port}'/>");
+            let _ = writeln!(w, "  </source>");
+        }
+        agent_protocol::VolumeTarget::Rbd {
+            pool,
+            image,
+            monitors,
+            user,
+        } => {
+            plain("pool", pool, &['_', '.'])?;
+            plain("image", image, &['_', '.'])?;
+            plain("user", user, &['_', '.'])?;
+            let _ = writeln!(w, "  <auth username='{user}'>");
+            let _ = writeln!(w, "    <secret type='ceph' usage='client.{user} secret'/>");
+            let _ = writeln!(w, "  </auth>");
+            let _ = writeln!(w, "  <source protocol='rbd' name='{pool}/{image}'>");
+            for m in monitors {
+                let addr: std::net::SocketAddr = m
+                    .parse()
+                    .map_err(|_| format!("monitor {m:?} is not an address and port"))?;
+                let _ = writeln!(w, "    <host name='{}' port='{}'/>", addr.ip(), addr.port());
+            }
+            let _ = writeln!(w, "  </source>");
+        }
+    }
+    let _ = writeln!(w, "  <target dev='{dev}' bus='virtio'/>");
+    let _ = writeln!(w, "  <serial>{}</serial>", disk.serial);
+    let _ = writeln!(w, "</disk>");
+    Ok(x)
+}

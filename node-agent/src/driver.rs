@@ -57,6 +57,10 @@ pub trait Driver: Send + Sync {
     fn shutdown(&self, name: &str) -> Result<(), String>;
     fn destroy(&self, name: &str) -> Result<(), String>;
     fn undefine(&self, name: &str) -> Result<(), String>;
+    /// Plugs the device `xml` describes into the running domain (and its definition).
+    fn attach_device(&self, name: &str, xml: &Path) -> Result<(), String>;
+    /// Unplugs it; a device that is not plugged in is no error.
+    fn detach_device(&self, name: &str, xml: &Path) -> Result<(), String>;
     /// Until the guest is reachable at `ip` (or `timeout`).
     fn wait_guest(&self, name: &str, ip: &str, timeout: Duration) -> Result<(), String>;
 
@@ -70,6 +74,15 @@ pub trait Driver: Send + Sync {
     fn reset_gpu(&self, pci: &str) -> Result<(), String>;
     /// The GPU's firmware identity (its option ROM's digest on a real host).
     fn gpu_firmware(&self, pci: &str) -> Result<String, String>;
+}
+
+/// The guest device a disk definition plugs in at (`<target dev='vdq' …/>`).
+fn device_target(xml: &str) -> Result<String, String> {
+    xml.split_once("<target dev='")
+        .and_then(|(_, r)| r.split_once('\''))
+        .map(|(dev, _)| dev.to_string())
+        .filter(|d| d.chars().all(|c| c.is_ascii_lowercase()))
+        .ok_or_else(|| "the device definition has no target".to_string())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -251,6 +264,12 @@ impl Driver for LibvirtDriver {
     }
     fn undefine(&self, name: &str) -> Result<(), String> {
         self.virsh.undefine(name)
+    }
+    fn attach_device(&self, name: &str, xml: &Path) -> Result<(), String> {
+        self.virsh.attach_device(name, xml)
+    }
+    fn detach_device(&self, name: &str, xml: &Path) -> Result<(), String> {
+        self.virsh.detach_device(name, xml)
     }
     fn wait_guest(&self, name: &str, ip: &str, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
@@ -538,8 +557,41 @@ impl Driver for SimulatedDriver {
         match self.domain_state(name)? {
             None => Err(Self::no_domain(name)),
             Some(DomainState::Running) => Err("Requested operation is not valid: cannot undefine a running domain here; destroy it first".into()),
-            Some(_) => fs::remove_file(self.domain_file(name, "xml")?)
-                .map_err(|e| format!("undefining {name}: {e}")),
+            Some(_) => {
+                for i in 0..crate::domain::MAX_VOLUMES {
+                    let dev = crate::domain::volume_dev(i)?;
+                    let _ = fs::remove_file(self.domain_file(name, &format!("dev-{dev}"))?);
+                }
+                fs::remove_file(self.domain_file(name, "xml")?)
+                    .map_err(|e| format!("undefining {name}: {e}"))
+            }
+        }
+    }
+    fn attach_device(&self, name: &str, xml: &Path) -> Result<(), String> {
+        if self.domain_state(name)? != Some(DomainState::Running) {
+            return Err(format!(
+                "Requested operation is not valid: domain '{name}' is not running"
+            ));
+        }
+        let text = fs::read_to_string(xml).map_err(|e| format!("{}: {e}", xml.display()))?;
+        let at = self.domain_file(name, &format!("dev-{}", device_target(&text)?))?;
+        match fs::read_to_string(&at) {
+            Ok(plugged) if plugged == text => Ok(()),
+            Ok(_) => Err(format!(
+                "Requested operation is not valid: target {} already exists",
+                device_target(&text)?
+            )),
+            Err(_) => fs::write(&at, text).map_err(|e| format!("{}: {e}", at.display())),
+        }
+    }
+    fn detach_device(&self, name: &str, xml: &Path) -> Result<(), String> {
+        let text = fs::read_to_string(xml).map_err(|e| format!("{}: {e}", xml.display()))?;
+        let at = self.domain_file(name, &format!("dev-{}", device_target(&text)?))?;
+        match fs::remove_file(&at) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {e}", at.display()))
+            }
+            _ => Ok(()),
         }
     }
     fn wait_guest(&self, name: &str, _ip: &str, _timeout: Duration) -> Result<(), String> {

@@ -38,6 +38,16 @@ pub struct Lease {
     /// On the same lease: the fabric partitions the allocation's slots are in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fabric: Option<agent_protocol::FabricPlan>,
+    /// On the same lease: the volumes plugged into the VM, each at its guest device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<PluggedVolume>,
+}
+
+/// A volume plugged into a VM, and where.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PluggedVolume {
+    pub disk: agent_protocol::VolumeDisk,
+    pub dev: String,
 }
 
 pub struct LeaseStore {
@@ -151,6 +161,7 @@ mod tests {
             updated_at: 1,
             network: None,
             fabric: None,
+            volumes: Vec::new(),
         }
     }
 

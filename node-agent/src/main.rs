@@ -730,6 +730,7 @@ fn journal(state_dir: &Path, task: &Task, outcome: &TaskOutcome) {
         TaskSpec::VmProvision(p) | TaskSpec::BaremetalProvision(p) => p.allocation_id.as_str(),
         TaskSpec::VmRelease(p) | TaskSpec::BaremetalRelease(p) => p.allocation_id.as_str(),
         TaskSpec::NetworkUpdate(p) => p.allocation_id.as_str(),
+        TaskSpec::VolumesUpdate(p) => p.allocation_id.as_str(),
         TaskSpec::TopologyDiscover {} => "-",
     };
     let how = match outcome {

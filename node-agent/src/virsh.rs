@@ -165,6 +165,27 @@ impl Virsh {
     pub fn undefine(&self, name: &str) -> Result<(), String> {
         self.exec(&["undefine", name]).map(|_| ())
     }
+
+    /// Plugs a device into the running domain and keeps it in the definition.
+    pub fn attach_device(&self, name: &str, xml: &std::path::Path) -> Result<(), String> {
+        let path = xml.to_str().ok_or("the device XML path is not UTF-8")?;
+        match self.exec(&["attach-device", name, path, "--live", "--config"]) {
+            Ok(_) => Ok(()),
+            // Plugged in by an earlier try of the same task.
+            Err(e) if e.contains("already exists") || e.contains("already in use") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Unplugs a device from the running domain and its definition.
+    pub fn detach_device(&self, name: &str, xml: &std::path::Path) -> Result<(), String> {
+        let path = xml.to_str().ok_or("the device XML path is not UTF-8")?;
+        match self.exec(&["detach-device", name, path, "--live", "--config"]) {
+            Ok(_) => Ok(()),
+            Err(e) if e.contains("not found") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 impl Drop for Virsh {

@@ -98,6 +98,10 @@ uuid_id!(
     AllocationId
 );
 uuid_id!(
+    /// A project's block volume on its region's storage backend.
+    VolumeId
+);
+uuid_id!(
     /// A public key a user saved on their account page.
     SshKeyId
 );

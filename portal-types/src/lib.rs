@@ -24,6 +24,7 @@ pub mod projects;
 mod roles;
 mod shape;
 pub mod tokens;
+pub mod volumes;
 
 pub use allocations::{day, utc};
 pub use forms::{
@@ -32,7 +33,7 @@ pub use forms::{
 };
 pub use ids::{
     AgentTaskId, AllocationId, ApiTokenId, IdArg, InvoiceId, ListingId, ListingVersionId, NodeId,
-    ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId,
+    ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId, VolumeId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money, readable_decimal};
 pub use policy::{Level, PolicyKey};

@@ -14,10 +14,12 @@ pub enum PolicyKey {
     MonthlyBudget,
     AllowedListings,
     MaxPublishedPorts,
+    MaxVolumeGib,
+    MaxVolumes,
 }
 
 impl PolicyKey {
-    pub const ALL: [PolicyKey; 7] = [
+    pub const ALL: [PolicyKey; 9] = [
         PolicyKey::MaxGpusInUse,
         PolicyKey::AllowedSkus,
         PolicyKey::AllowedRegions,
@@ -25,6 +27,8 @@ impl PolicyKey {
         PolicyKey::MonthlyBudget,
         PolicyKey::AllowedListings,
         PolicyKey::MaxPublishedPorts,
+        PolicyKey::MaxVolumeGib,
+        PolicyKey::MaxVolumes,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -36,6 +40,8 @@ impl PolicyKey {
             PolicyKey::MonthlyBudget => "monthly_budget",
             PolicyKey::AllowedListings => "allowed_listings",
             PolicyKey::MaxPublishedPorts => "max_published_ports",
+            PolicyKey::MaxVolumeGib => "max_volume_gib",
+            PolicyKey::MaxVolumes => "max_volumes",
         }
     }
 
@@ -48,6 +54,8 @@ impl PolicyKey {
             PolicyKey::MonthlyBudget => "Monthly budget",
             PolicyKey::AllowedListings => "Allowed marketplace listings",
             PolicyKey::MaxPublishedPorts => "Max published ports per allocation",
+            PolicyKey::MaxVolumeGib => "Max volume storage (GiB)",
+            PolicyKey::MaxVolumes => "Max volumes",
         }
     }
 
@@ -63,6 +71,8 @@ impl PolicyKey {
                 "comma-separated listing names, e.g. ubuntu-24.04-cuda, pytorch"
             }
             PolicyKey::MaxPublishedPorts => "0 to 7 ports besides SSH, e.g. 2",
+            PolicyKey::MaxVolumeGib => "GiB of volumes in all, e.g. 2048",
+            PolicyKey::MaxVolumes => "a whole number of volumes, e.g. 20",
         }
     }
 

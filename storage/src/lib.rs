@@ -81,34 +81,8 @@ impl Gib {
     }
 }
 
-/// How a GPU host reaches a volume: what its agent writes into the guest's disk definition.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "protocol", rename_all = "snake_case")]
-pub enum Target {
-    /// `nbd://host:port/export`.
-    Nbd {
-        host: String,
-        port: u16,
-        export: String,
-    },
-    /// `rbd:pool/image`, through the cluster's monitors as `user`.
-    Rbd {
-        pool: String,
-        image: String,
-        monitors: Vec<String>,
-        user: String,
-    },
-}
-
-impl Target {
-    /// The target as an address a person (or `qemu-io`) reads: `nbd://10.0.0.5:10809/vol-…`.
-    pub fn uri(&self) -> String {
-        match self {
-            Target::Nbd { host, port, export } => format!("nbd://{host}:{port}/{export}"),
-            Target::Rbd { pool, image, .. } => format!("rbd:{pool}/{image}"),
-        }
-    }
-}
+/// How a GPU host reaches a volume: the node protocol's own type, since the agent reads it.
+pub use agent_protocol::VolumeTarget as Target;
 
 /// What erasing a volume did, for its cleanup record.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -13,12 +13,13 @@ const LAYERS: &[(&str, u8)] = &[
     ("agent-protocol", 0),
     ("pgcluster", 0),
     ("stripe-test-server", 0),
-    // The storage backends volumes live on, driven by the server's storage worker.
-    ("storage", 0),
     // The portal's vocabulary (its fleet read models carry the agent contract's slot specs).
     ("portal-types", 1),
     // Trace context and the OTLP exporter, shared by the control plane and the host agent.
     ("otel", 1),
+    // The storage backends volumes live on (their targets are the node protocol's), driven
+    // by the server's storage worker.
+    ("storage", 1),
     // What every area of the domain stands on; the host agent (which never links the domain).
     ("cp-base", 2),
     ("node-agent", 2),

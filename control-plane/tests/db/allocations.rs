@@ -190,7 +190,7 @@ async fn network_update(cp: &ControlPlane, agent: &NodeAgent) -> agent_protocol:
 }
 
 /// The proof the node agent would send for a release spec.
-fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
+pub(crate) fn proof(node: NodeId, credential: &str, spec: &TaskSpec) -> TaskOutcome {
     let (TaskSpec::VmRelease(plan) | TaskSpec::BaremetalRelease(plan)) = spec else {
         panic!("not a release: {spec:?}")
     };

@@ -19,3 +19,4 @@ mod reconcile;
 mod sessions;
 mod sso;
 mod tenancy;
+mod volumes;

@@ -13,7 +13,7 @@ use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, Resolved};
 use cp_inventory::skus::Sku;
 use portal_types::allocations::{MAX_TAGS, Tags};
 
-pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
     Error::Invalid {
         field,
         reason: reason.into(),
@@ -22,11 +22,11 @@ pub(super) fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
 
 /// The scope a quota or budget counts in: the project when the project level set it, the
 /// whole tenant when the tenant (or global) level did.
-pub(super) fn counts_in_project(r: &Resolved) -> bool {
+pub(crate) fn counts_in_project(r: &Resolved) -> bool {
     r.decided_by == Some(Level::Project)
 }
 
-pub(super) fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
+pub(crate) fn policy(all: &[Resolved], key: PolicyKey) -> &Resolved {
     all.iter()
         .find(|r| r.key == key)
         .expect("resolve_policies returns every key")
@@ -42,7 +42,7 @@ pub(super) fn decided(r: &Resolved) -> String {
 }
 
 /// A refusal by the policy `r` resolved to.
-fn denied(r: &Resolved, why: Denied) -> Error {
+pub(crate) fn denied(r: &Resolved, why: Denied) -> Error {
     Denial::error(r.key, r.decided_by, why)
 }
 

@@ -4,7 +4,7 @@
 
 use cp_identity::tenancy::TenancyApi;
 
-mod decide;
+pub(crate) mod decide;
 mod group;
 pub mod lifecycle;
 mod order;

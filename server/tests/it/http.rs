@@ -688,18 +688,18 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
         .await
         .unwrap();
     let app = router(state);
-    let hello = serde_json::json!({"protocol_version": 1, "agent_version": "0.1.0"});
+    let hello = serde_json::json!({"protocol_version": 2, "agent_version": "0.1.0"});
     let beat = serde_json::json!({"hello": hello, "health": {"status": "healthy"}});
 
-    let (s, e) = agent_post(&app, "/agent/v1/heartbeat", None, None, beat.clone()).await;
+    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", None, None, beat.clone()).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(e["code"], "unsupported_protocol");
     assert_eq!(
         e["message"],
-        "this control plane speaks agent protocol 1 (/agent/v1); the agent speaks no version \
-         (missing x-agent-protocol header). Install an agent release for protocol 1."
+        "this control plane speaks agent protocol 2 (/agent/v2); the agent speaks no version \
+         (missing x-agent-protocol header). Install an agent release for protocol 2."
     );
-    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), None, beat.clone()).await;
+    let (s, e) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), None, beat.clone()).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (StatusCode::BAD_REQUEST, Some("unsupported_protocol"))
@@ -708,17 +708,17 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
         e["message"]
             .as_str()
             .unwrap()
-            .contains("the agent speaks v2 (path /agent/v2/)")
+            .contains("the agent speaks v1 (path /agent/v1/)")
     );
-    let (s, e) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), None, beat.clone()).await;
+    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), None, beat.clone()).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("unauthenticated"))
     );
     let (s, _) = agent_post(
         &app,
-        "/agent/v1/heartbeat",
-        Some("1"),
+        "/agent/v2/heartbeat",
+        Some("2"),
         Some("gpn_forged"),
         beat.clone(),
     )
@@ -729,11 +729,11 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let enroll = serde_json::json!({
         "hello": hello, "bootstrap_token": enrolment.bootstrap_token, "hostname": "gpu-hgx-01"
     });
-    let (s, answer) = agent_post(&app, "/agent/v1/enroll", Some("1"), None, enroll.clone()).await;
+    let (s, answer) = agent_post(&app, "/agent/v2/enroll", Some("2"), None, enroll.clone()).await;
     assert_eq!(s, StatusCode::OK, "{answer}");
     assert_eq!(answer["node_id"], enrolment.node_id.to_string());
     let credential = answer["node_credential"].as_str().unwrap().to_string();
-    let (s, e) = agent_post(&app, "/agent/v1/enroll", Some("1"), None, enroll).await;
+    let (s, e) = agent_post(&app, "/agent/v2/enroll", Some("2"), None, enroll).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert_eq!(
         e["message"],
@@ -741,7 +741,7 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
 
     let cred = Some(credential.as_str());
-    let (s, ack) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, beat.clone()).await;
+    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, beat.clone()).await;
     assert_eq!(
         (s, ack["heartbeat_interval_s"].as_u64()),
         (StatusCode::OK, Some(15))
@@ -752,8 +752,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     holding["holding"] = serde_json::json!({"leases": [], "vms": ["not-an-id"]});
     let (s, _) = agent_post(
         &app,
-        "/agent/v1/heartbeat",
-        Some("1"),
+        "/agent/v2/heartbeat",
+        Some("2"),
         cred,
         holding.clone(),
     )
@@ -768,7 +768,7 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(recorded, None);
     let vm = uuid::Uuid::new_v4().to_string();
     holding["holding"] = serde_json::json!({"leases": [], "vms": [vm]});
-    let (s, _) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), cred, holding).await;
+    let (s, _) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, holding).await;
     assert_eq!(s, StatusCode::OK);
     let recorded: Option<serde_json::Value> =
         sqlx::query_scalar("SELECT holding FROM nodes WHERE id = $1")
@@ -782,8 +782,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
     let (s, claim) = agent_post(
         &app,
-        "/agent/v1/tasks/claim",
-        Some("1"),
+        "/agent/v2/tasks/claim",
+        Some("2"),
         cred,
         serde_json::json!({"wait_s": 0}),
     )
@@ -793,8 +793,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let task = claim["task"]["task_id"].as_str().unwrap();
     let (s, e) = agent_post(
         &app,
-        "/agent/v1/tasks/claim",
-        Some("1"),
+        "/agent/v2/tasks/claim",
+        Some("2"),
         cred,
         serde_json::json!({"wait": 0}),
     )
@@ -808,8 +808,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     // gets the same task again, to resume.
     let (s, again) = agent_post(
         &app,
-        "/agent/v1/tasks/claim",
-        Some("1"),
+        "/agent/v2/tasks/claim",
+        Some("2"),
         cred,
         serde_json::json!({"wait_s": 0}),
     )
@@ -820,8 +820,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
     let (s, again) = agent_post(
         &app,
-        "/agent/v1/tasks/claim",
-        Some("1"),
+        "/agent/v2/tasks/claim",
+        Some("2"),
         cred,
         serde_json::json!({"wait_s": 0, "idle": true}),
     )
@@ -832,8 +832,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let phase = serde_json::json!({"phase": "read_host", "status": "succeeded", "elapsed_ms": 412});
     let (s, _) = agent_post(
         &app,
-        &format!("/agent/v1/tasks/{task}/phases"),
-        Some("1"),
+        &format!("/agent/v2/tasks/{task}/phases"),
+        Some("2"),
         cred,
         phase.clone(),
     )
@@ -852,8 +852,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let result = serde_json::json!({"outcome": {"status": "succeeded", "output": output}});
     let (s, e) = agent_post(
         &app,
-        &format!("/agent/v1/tasks/{task}/result"),
-        Some("1"),
+        &format!("/agent/v2/tasks/{task}/result"),
+        Some("2"),
         cred,
         result.clone(),
     )
@@ -861,8 +861,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
     let (s, e) = agent_post(
         &app,
-        &format!("/agent/v1/tasks/{task}/result"),
-        Some("1"),
+        &format!("/agent/v2/tasks/{task}/result"),
+        Some("2"),
         cred,
         result,
     )
@@ -873,8 +873,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
     let (s, _) = agent_post(
         &app,
-        "/agent/v1/tasks/not-a-task/phases",
-        Some("1"),
+        "/agent/v2/tasks/not-a-task/phases",
+        Some("2"),
         cred,
         phase,
     )

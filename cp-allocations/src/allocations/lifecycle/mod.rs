@@ -257,33 +257,62 @@ async fn dispatch_one(
                 slots,
                 network,
             });
-            // One waiting update per allocation: a newer plan replaces a queued one's.
-            let replaced = sqlx::query!(
-                "UPDATE agent_tasks SET spec = $2
-                 WHERE allocation_id = $1 AND kind = 'allocation.network_update' AND state = 'queued'",
-                id as AllocationId,
-                serde_json::to_value(&spec).expect("a task spec serializes"),
-            )
-            .execute(&mut *conn)
-            .await?;
-            if replaced.rows_affected() == 0 {
-                sqlx::query!(
-                    "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                    AgentTaskId::new_random() as AgentTaskId,
-                    a.node_id as NodeId,
-                    spec.kind(),
-                    serde_json::to_value(&spec).expect("a task spec serializes"),
-                    id as AllocationId,
-                    cp_base::trace_context::current().map(String::from),
-                )
-                .execute(&mut *conn)
-                .await?;
+            replace_or_queue(&mut *conn, a.node_id, id, &spec).await?;
+        }
+        "allocation.volumes_update" => {
+            if a.state != "running" {
+                return Ok(None);
             }
+            let slots: Vec<PlannedSlot> = planned_slots_of(&mut *conn, &[id])
+                .await?
+                .into_iter()
+                .map(|(_, s)| s)
+                .collect();
+            let spec = TaskSpec::VolumesUpdate(agent_protocol::VolumesPlan {
+                allocation_id: id.to_string(),
+                slots,
+                volumes: crate::volumes::jobs::volumes_plan(&mut *conn, id).await?,
+            });
+            replace_or_queue(&mut *conn, a.node_id, id, &spec).await?;
         }
         other => return Err(Error::Corrupt(format!("outbox kind {other}"))),
     }
     Ok(Some(a.node_id))
+}
+
+/// Queues an update task for a running allocation: one waiting update of a kind per
+/// allocation, so a newer plan replaces a queued one's.
+async fn replace_or_queue(
+    conn: &mut PgConnection,
+    node: NodeId,
+    id: AllocationId,
+    spec: &TaskSpec,
+) -> Result<()> {
+    let body = serde_json::to_value(spec).expect("a task spec serializes");
+    let replaced = sqlx::query!(
+        "UPDATE agent_tasks SET spec = $3
+         WHERE allocation_id = $1 AND kind = $2 AND state = 'queued'",
+        id as AllocationId,
+        spec.kind(),
+        body,
+    )
+    .execute(&mut *conn)
+    .await?;
+    if replaced.rows_affected() == 0 {
+        sqlx::query!(
+            "INSERT INTO agent_tasks (id, node_id, kind, spec, allocation_id, traceparent)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+            AgentTaskId::new_random() as AgentTaskId,
+            node as NodeId,
+            spec.kind(),
+            body,
+            id as AllocationId,
+            cp_base::trace_context::current().map(String::from),
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// What the control plane offers for the lifecycle after launch: dispatch, agent results, the reaper.

@@ -468,7 +468,7 @@ async fn insert_tasks(
          SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::uuid[], $6::text[])
          ON CONFLICT (allocation_id, kind)
              WHERE allocation_id IS NOT NULL AND state <> 'failed'
-               AND kind <> 'allocation.network_update'
+               AND kind NOT IN ('allocation.network_update', 'allocation.volumes_update')
          DO NOTHING",
         ids,
         nodes,

@@ -241,6 +241,20 @@ pub(crate) async fn task_finished(
         ("allocation.network_update", TaskOutcome::Failed { error }) => {
             ("failed", Some(error.clone()))
         }
+        ("allocation.volumes_update", TaskOutcome::Succeeded { output }) => {
+            let TaskOutput::VolumesUpdated { attached } = output else {
+                return Err(Error::Invalid {
+                    field: "result",
+                    reason: format!("a {kind} task answers with the volumes plugged in"),
+                });
+            };
+            crate::volumes::jobs::plugged(conn, id, attached).await?;
+            ("succeeded", None)
+        }
+        ("allocation.volumes_update", TaskOutcome::Failed { error }) => {
+            crate::volumes::jobs::plug_failed(conn, id, error).await?;
+            ("failed", Some(error.clone()))
+        }
         _ => {
             return Err(Error::Corrupt(format!(
                 "task {task} of kind {kind} belongs to an allocation"
@@ -305,6 +319,7 @@ async fn provisioned(
     )
     .execute(&mut *conn)
     .await?;
+    crate::volumes::jobs::after_running(conn, id).await?;
     Ok(("succeeded", None))
 }
 

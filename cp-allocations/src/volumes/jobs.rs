@@ -1,0 +1,470 @@
+//! The storage worker's side: claiming the next backend step, recording its outcome (which
+//! moves the volume on), and the host's side: which volumes a running VM is to have plugged in,
+//! and what its agent reported plugged.
+
+use serde_json::json;
+use sqlx::PgConnection;
+
+use agent_protocol::{VolumeDisk, VolumeTarget};
+use cp_base::ControlPlane;
+use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::error::{Error, Result};
+use cp_base::ids::{AllocationId, NodeId, VolumeId};
+
+use super::queue_job;
+use crate::allocations::lifecycle::{queue_later, queue_now};
+
+/// A backend step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    Create,
+    Grow,
+    Export,
+    Withdraw,
+    Erase,
+}
+
+impl JobKind {
+    fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "create" => JobKind::Create,
+            "grow" => JobKind::Grow,
+            "export" => JobKind::Export,
+            "withdraw" => JobKind::Withdraw,
+            "erase" => JobKind::Erase,
+            other => return Err(Error::Corrupt(format!("volume job kind {other}"))),
+        })
+    }
+}
+
+/// One claimed step: the worker holds it for [`JOB_LEASE`], then another may take it.
+#[derive(Clone, Debug)]
+pub struct VolumeJob {
+    pub id: i64,
+    pub volume: VolumeId,
+    pub kind: JobKind,
+    pub key: storage::VolumeKey,
+    /// The size the volume is to have.
+    pub size: storage::Gib,
+    /// Tries so far, this one included.
+    pub attempts: i32,
+}
+
+/// How long a claimed job is the claimer's before another worker may take it.
+pub const JOB_LEASE: time::Duration = time::Duration::minutes(2);
+
+/// What the backend did with a job.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Done,
+    Exported(VolumeTarget),
+    Erased {
+        backend: String,
+        erasure: storage::Erasure,
+    },
+    /// It may work later (the backend was unreachable, say): tried again with backoff.
+    Retry(String),
+    /// It cannot work as asked: the volume records why.
+    Failed(String),
+}
+
+/// The exact words an erasure record seals: one line per fact, in order.
+pub fn erasure_record(
+    volume: VolumeId,
+    backend: &str,
+    method: &str,
+    bytes: u64,
+    at: time::OffsetDateTime,
+) -> String {
+    format!(
+        "gpuaas-volume-erasure/v1\nvolume {volume}\nbackend {backend}\nmethod {method}\nbytes_overwritten {bytes}\nerased_at {}\n",
+        at.unix_timestamp()
+    )
+}
+
+#[allow(async_fn_in_trait)]
+pub trait VolumeJobs {
+    /// The oldest due step of any volume whose earlier steps are done, held for
+    /// [`JOB_LEASE`]; none when nothing is due.
+    async fn claim_volume_job(&self) -> Result<Option<VolumeJob>>;
+
+    /// Records what the backend did and moves the volume on. A job finished already is
+    /// left alone, so a worker that lost its lease can't undo another's outcome.
+    async fn finish_volume_job(&self, job: &VolumeJob, outcome: Outcome) -> Result<()>;
+}
+
+impl VolumeJobs for ControlPlane {
+    async fn claim_volume_job(&self) -> Result<Option<VolumeJob>> {
+        let row = sqlx::query!(
+            r#"UPDATE volume_jobs j SET available_at = now() + $1::interval,
+                      attempts = attempts + 1
+               FROM volumes v
+               WHERE j.id = (SELECT id FROM volume_jobs p
+                             WHERE p.done_at IS NULL AND p.available_at <= now()
+                               AND NOT EXISTS (SELECT 1 FROM volume_jobs e
+                                               WHERE e.volume_id = p.volume_id
+                                                 AND e.done_at IS NULL AND e.id < p.id)
+                             ORDER BY p.available_at, p.id
+                             FOR UPDATE SKIP LOCKED LIMIT 1)
+                 AND v.id = j.volume_id
+               RETURNING j.id, j.volume_id AS "volume: VolumeId", j.kind, j.attempts,
+                         v.size_gib"#,
+            sqlx::postgres::types::PgInterval::try_from(JOB_LEASE)
+                .map_err(|e| Error::Corrupt(e.to_string()))?
+        )
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        Ok(Some(VolumeJob {
+            id: r.id,
+            kind: JobKind::parse(&r.kind)?,
+            key: storage::VolumeKey::of(r.volume.0),
+            size: storage::Gib::new(r.size_gib as u32).map_err(Error::Corrupt)?,
+            volume: r.volume,
+            attempts: r.attempts,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(volume.id = %job.volume, job.kind = ?job.kind))]
+    async fn finish_volume_job(&self, job: &VolumeJob, outcome: Outcome) -> Result<()> {
+        let mut tx = self.pool().begin().await?;
+        let v = sqlx::query!(
+            r#"SELECT v.state, v.attached_to AS "attached_to: AllocationId",
+                      a.state AS "instance_state?"
+               FROM volumes v LEFT JOIN allocations a ON a.id = v.attached_to
+               WHERE v.id = $1 FOR NO KEY UPDATE OF v"#,
+            job.volume as VolumeId
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        let open = sqlx::query_scalar!(
+            "SELECT done_at IS NULL AS \"open!\" FROM volume_jobs WHERE id = $1 FOR UPDATE",
+            job.id
+        )
+        .fetch_one(&mut *tx)
+        .await?;
+        if !open {
+            return Ok(());
+        }
+        let mut node = None;
+        match outcome {
+            Outcome::Retry(reason) => {
+                // 2 s, 4 s, 8 s … at most 5 minutes between tries.
+                let backoff = 2i64
+                    .saturating_pow(job.attempts.clamp(1, 8) as u32)
+                    .min(300);
+                sqlx::query!(
+                    "UPDATE volume_jobs SET last_error = left($2, 2000),
+                            available_at = now() + make_interval(secs => $3)
+                     WHERE id = $1",
+                    job.id,
+                    reason,
+                    backoff as f64
+                )
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                return Ok(());
+            }
+            Outcome::Failed(reason) => {
+                failed(&mut tx, job, &v.state, &reason).await?;
+            }
+            Outcome::Done | Outcome::Exported(_) | Outcome::Erased { .. } => {
+                node = succeeded(
+                    self,
+                    &mut tx,
+                    job,
+                    &v.state,
+                    v.attached_to,
+                    v.instance_state.as_deref(),
+                    outcome,
+                )
+                .await?;
+            }
+        }
+        sqlx::query!(
+            "UPDATE volume_jobs SET done_at = now() WHERE id = $1",
+            job.id
+        )
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        if let Some(node) = node {
+            self.wakeups().task_queued(node);
+        }
+        Ok(())
+    }
+}
+
+/// A step that cannot work: a volume being made, attached, detached or deleted records why.
+async fn failed(conn: &mut PgConnection, job: &VolumeJob, state: &str, reason: &str) -> Result<()> {
+    let reason = format!("{:?} failed: {reason}", job.kind).to_lowercase();
+    sqlx::query!(
+        "UPDATE volume_jobs SET last_error = left($2, 2000) WHERE id = $1",
+        job.id,
+        reason
+    )
+    .execute(&mut *conn)
+    .await?;
+    if matches!(state, "creating" | "attaching" | "detaching" | "deleting") {
+        sqlx::query!(
+            "UPDATE volumes SET state = 'error', error_reason = left($2, 2000),
+                    attached_to = NULL
+             WHERE id = $1",
+            job.volume as VolumeId,
+            reason
+        )
+        .execute(&mut *conn)
+        .await?;
+        if state != "creating" && state != "deleting" {
+            // Nothing should reach a volume whose attachment failed.
+            queue_job(conn, job.volume, "withdraw").await?;
+        }
+    }
+    Ok(())
+}
+
+async fn succeeded(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    job: &VolumeJob,
+    state: &str,
+    attached_to: Option<AllocationId>,
+    instance_state: Option<&str>,
+    outcome: Outcome,
+) -> Result<Option<NodeId>> {
+    let id = job.volume;
+    match (job.kind, outcome) {
+        (JobKind::Create, _) => {
+            sqlx::query!(
+                "UPDATE volumes SET backend_size_gib = $2,
+                        state = CASE state WHEN 'creating' THEN 'available' ELSE state END
+                 WHERE id = $1",
+                id as VolumeId,
+                job.size.get() as i32
+            )
+            .execute(&mut *conn)
+            .await?;
+        }
+        (JobKind::Grow, _) => {
+            sqlx::query!(
+                "UPDATE volumes SET backend_size_gib = greatest(backend_size_gib, $2) WHERE id = $1",
+                id as VolumeId,
+                job.size.get() as i32
+            )
+            .execute(&mut *conn)
+            .await?;
+        }
+        (JobKind::Export, Outcome::Exported(target)) => {
+            sqlx::query!(
+                "UPDATE volumes SET target = $2 WHERE id = $1",
+                id as VolumeId,
+                serde_json::to_value(&target).expect("a target serializes")
+            )
+            .execute(&mut *conn)
+            .await?;
+            // Served now: the host plugs it in once the instance runs (or at once if it does).
+            if state == "attaching"
+                && let Some(alloc) = attached_to
+                && instance_state == Some("running")
+            {
+                return queue_now(conn, "allocation.volumes_update", alloc).await;
+            }
+        }
+        (JobKind::Withdraw, _) => {
+            sqlx::query!(
+                "UPDATE volumes SET target = NULL,
+                        state = CASE state WHEN 'detaching' THEN 'available' ELSE state END,
+                        attached_to = CASE state WHEN 'detaching' THEN NULL ELSE attached_to END
+                 WHERE id = $1",
+                id as VolumeId
+            )
+            .execute(&mut *conn)
+            .await?;
+        }
+        (JobKind::Erase, Outcome::Erased { backend, erasure }) => {
+            let at = time::OffsetDateTime::now_utc();
+            let record =
+                erasure_record(id, &backend, &erasure.method, erasure.bytes_overwritten, at);
+            let seal = cp
+                .secrets()
+                .seal(&record, &format!("volume_erasures:seal:{id}"));
+            sqlx::query!(
+                "INSERT INTO volume_erasures (volume_id, backend, method, bytes_overwritten,
+                                              erased_at, seal)
+                 VALUES ($1, left($2, 500), left($3, 500), $4, $5, $6)
+                 ON CONFLICT (volume_id) DO NOTHING",
+                id as VolumeId,
+                backend,
+                erasure.method,
+                erasure.bytes_overwritten as i64,
+                at,
+                seal
+            )
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query!(
+                "UPDATE volumes SET state = 'deleted', deleted_at = now(), target = NULL
+                 WHERE id = $1 AND state = 'deleting'",
+                id as VolumeId
+            )
+            .execute(&mut *conn)
+            .await?;
+            let resource = volume_name(cp, conn, id).await?;
+            audit::record(
+                conn,
+                AuditEntry {
+                    actor: Actor::System,
+                    action: "volume.erase",
+                    resource: &resource,
+                    before: Some(json!({"state": "deleting"})),
+                    after: Some(
+                        json!({"state": "deleted", "bytes_overwritten": erasure.bytes_overwritten}),
+                    ),
+                    request_id: None,
+                },
+            )
+            .await?;
+        }
+        (kind, outcome) => {
+            return Err(Error::Corrupt(format!(
+                "a {kind:?} job cannot end with {outcome:?}"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+async fn volume_name(
+    cp: &ControlPlane,
+    conn: &mut PgConnection,
+    id: VolumeId,
+) -> Result<cp_base::ResourceName> {
+    let r = sqlx::query!(
+        r#"SELECT tenant_id AS "tenant: cp_base::ids::TenantId",
+                  project_id AS "project: cp_base::ids::ProjectId", region
+           FROM volumes WHERE id = $1"#,
+        id as VolumeId
+    )
+    .fetch_one(conn)
+    .await?;
+    Ok(cp.naming().volume(&r.region, r.tenant, r.project, id)?)
+}
+
+/// After a volume moved to `detaching`: a running instance's host unplugs it first (then it
+/// is withdrawn, [`plugged`]); one attached to anything else is withdrawn now.
+pub(crate) async fn unplug(
+    conn: &mut PgConnection,
+    id: VolumeId,
+    attached_to: Option<AllocationId>,
+) -> Result<Option<NodeId>> {
+    if let Some(alloc) = attached_to {
+        let running = sqlx::query_scalar!(
+            "SELECT state = 'running' AS \"running!\" FROM allocations WHERE id = $1",
+            alloc as AllocationId
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        if running {
+            return queue_now(conn, "allocation.volumes_update", alloc).await;
+        }
+    }
+    queue_job(conn, id, "withdraw").await?;
+    Ok(None)
+}
+
+/// What a running allocation's VM is to have plugged in: its volumes attaching or in use that
+/// the backend serves.
+pub(crate) async fn volumes_plan(
+    conn: &mut PgConnection,
+    alloc: AllocationId,
+) -> Result<Vec<VolumeDisk>> {
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: VolumeId", target AS "target!" FROM volumes
+           WHERE attached_to = $1 AND state IN ('attaching', 'in_use') AND target IS NOT NULL
+           ORDER BY created_at, id"#,
+        alloc as AllocationId
+    )
+    .fetch_all(conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(VolumeDisk {
+                volume_id: r.id.to_string(),
+                serial: r.id.0.simple().to_string()[..20].to_string(),
+                target: serde_json::from_value(r.target)
+                    .map_err(|e| Error::Corrupt(format!("volume target: {e}")))?,
+            })
+        })
+        .collect()
+}
+
+/// What the host reported plugged in after a volumes update: those attaching become in use;
+/// those detaching that it unplugged are withdrawn.
+pub(crate) async fn plugged(
+    conn: &mut PgConnection,
+    alloc: AllocationId,
+    attached: &[String],
+) -> Result<()> {
+    let attached: Vec<uuid::Uuid> = attached.iter().filter_map(|a| a.parse().ok()).collect();
+    sqlx::query!(
+        "UPDATE volumes SET state = 'in_use'
+         WHERE attached_to = $1 AND state = 'attaching' AND id = ANY ($2)",
+        alloc as AllocationId,
+        &attached
+    )
+    .execute(&mut *conn)
+    .await?;
+    let unplugged = sqlx::query_scalar!(
+        r#"SELECT id AS "id: VolumeId" FROM volumes v
+           WHERE attached_to = $1 AND state = 'detaching' AND NOT (id = ANY ($2))
+             AND NOT EXISTS (SELECT 1 FROM volume_jobs j
+                             WHERE j.volume_id = v.id AND j.kind = 'withdraw' AND j.done_at IS NULL)"#,
+        alloc as AllocationId,
+        &attached
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for id in unplugged {
+        queue_job(conn, id, "withdraw").await?;
+    }
+    Ok(())
+}
+
+/// A volumes update the host could not do: the volumes it was to plug in record why.
+pub(crate) async fn plug_failed(
+    conn: &mut PgConnection,
+    alloc: AllocationId,
+    reason: &str,
+) -> Result<()> {
+    let failed = sqlx::query_scalar!(
+        r#"UPDATE volumes SET state = 'error', attached_to = NULL,
+                  error_reason = left('the host could not plug it in: ' || $2, 2000)
+           WHERE attached_to = $1 AND state = 'attaching'
+           RETURNING id AS "id: VolumeId""#,
+        alloc as AllocationId,
+        reason
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for id in failed {
+        queue_job(conn, id, "withdraw").await?;
+    }
+    Ok(())
+}
+
+/// Once an allocation runs: the volumes attached while it started, served already, are
+/// plugged in (by the dispatcher, after the agent's report is filed).
+pub(crate) async fn after_running(conn: &mut PgConnection, alloc: AllocationId) -> Result<()> {
+    let waiting = sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM volumes WHERE attached_to = $1 AND state = 'attaching'
+                          AND target IS NOT NULL) AS "waiting!""#,
+        alloc as AllocationId
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if waiting {
+        queue_later(conn, "allocation.volumes_update", alloc).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,164 @@
+//! Volumes: a project's block storage, kept off the GPU hosts so it outlives an instance and
+//! any host of its region can attach it.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+use crate::ids::{AllocationId, ProjectId, VolumeId};
+
+/// The most a volume holds, in GiB (16 TiB).
+pub const MAX_VOLUME_GIB: u32 = 16 * 1024;
+
+/// Where a volume is in its life. The database holds the same table of moves
+/// (`volume_transitions`) and refuses every other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum VolumeState {
+    /// The storage backend is making it.
+    Creating,
+    /// Made, attached to nothing.
+    Available,
+    /// Being attached to an instance: served by the backend, then plugged in by the host.
+    Attaching,
+    InUse,
+    /// Being unplugged from its instance and withdrawn by the backend.
+    Detaching,
+    /// Being erased; then deleted.
+    Deleting,
+    Deleted,
+    /// A step failed; the reason says which. It can still be deleted.
+    Error,
+}
+
+impl VolumeState {
+    pub const ALL: [VolumeState; 8] = [
+        VolumeState::Creating,
+        VolumeState::Available,
+        VolumeState::Attaching,
+        VolumeState::InUse,
+        VolumeState::Detaching,
+        VolumeState::Deleting,
+        VolumeState::Deleted,
+        VolumeState::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumeState::Creating => "creating",
+            VolumeState::Available => "available",
+            VolumeState::Attaching => "attaching",
+            VolumeState::InUse => "in_use",
+            VolumeState::Detaching => "detaching",
+            VolumeState::Deleting => "deleting",
+            VolumeState::Deleted => "deleted",
+            VolumeState::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        VolumeState::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a volume state"))
+    }
+
+    /// Whether a volume in this state may move to `next`.
+    pub fn can_become(self, next: VolumeState) -> bool {
+        use VolumeState::*;
+        matches!(
+            (self, next),
+            (Creating, Available | Error)
+                | (Available, Attaching | Deleting)
+                | (Attaching, InUse | Detaching | Error)
+                | (InUse, Detaching)
+                | (Detaching, Available | Error)
+                | (Deleting, Deleted | Error)
+                | (Error, Deleting)
+        )
+    }
+
+    /// Whether it holds (or is about to hold) storage that is billed and counts for quota.
+    pub fn holds_storage(self) -> bool {
+        !matches!(self, VolumeState::Deleted)
+    }
+}
+
+impl fmt::Display for VolumeState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str().replace('_', " "))
+    }
+}
+
+/// A volume as its project's members, the API and the CLI read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Volume {
+    pub id: VolumeId,
+    pub project_id: ProjectId,
+    pub name: String,
+    pub region: String,
+    pub size_gib: u32,
+    /// `block`: attached to one instance at a time.
+    pub kind: String,
+    pub state: VolumeState,
+    /// Why it is in `error`.
+    pub error: Option<String>,
+    /// The instance it is attached to (attaching, in use or detaching).
+    pub attached_to: Option<AllocationId>,
+    /// That instance's name.
+    pub attached_name: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub state_changed_at: OffsetDateTime,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_state_machines_moves_are_allowed() {
+        use VolumeState::*;
+        let allowed = [
+            (Creating, Available),
+            (Creating, Error),
+            (Available, Attaching),
+            (Available, Deleting),
+            (Attaching, InUse),
+            (Attaching, Detaching),
+            (Attaching, Error),
+            (InUse, Detaching),
+            (Detaching, Available),
+            (Detaching, Error),
+            (Deleting, Deleted),
+            (Deleting, Error),
+            (Error, Deleting),
+        ];
+        for from in VolumeState::ALL {
+            for to in VolumeState::ALL {
+                assert_eq!(
+                    from.can_become(to),
+                    allowed.contains(&(from, to)),
+                    "{from} → {to}"
+                );
+            }
+        }
+        // What people must not be able to do, said outright.
+        assert!(!InUse.can_become(Deleting), "delete while attached");
+        assert!(
+            !Deleted.can_become(Available),
+            "a deleted volume comes back"
+        );
+        assert!(!InUse.can_become(Attaching), "attach twice");
+        for s in VolumeState::ALL {
+            assert_eq!(VolumeState::parse(s.as_str()), Ok(s));
+        }
+        assert!(VolumeState::parse("gone").is_err());
+    }
+}
