@@ -25,6 +25,9 @@ pub enum AppError {
     NotFound,
     #[error("{0}")]
     Conflict(#[serde(serialize_with = "ser_bounded")] String),
+    /// A volume is attached to an instance, so it can't be deleted.
+    #[error("{0}")]
+    VolumeInUse(#[serde(serialize_with = "ser_bounded")] String),
     /// Nothing could be placed: the message is placement's explanation.
     #[error("{0}")]
     Unavailable(#[serde(serialize_with = "ser_bounded")] String),
@@ -84,7 +87,7 @@ impl AppError {
             AppError::Unauthenticated | AppError::SignInRefused(_) => 401,
             AppError::Forbidden(_) => 403,
             AppError::NotFound => 404,
-            AppError::Conflict(_) | AppError::Unavailable(_) => 409,
+            AppError::Conflict(_) | AppError::Unavailable(_) | AppError::VolumeInUse(_) => 409,
             AppError::PolicyDenied { .. } => 403,
             AppError::RateLimited { .. } => 429,
             AppError::Internal { .. } => 500,
@@ -114,8 +117,9 @@ impl AppError {
             AppError::NotFound => "not_found",
             AppError::Conflict(_) => "conflict",
             AppError::Unavailable(_) => "sku_unavailable",
+            AppError::VolumeInUse(_) => "volume_in_use",
             AppError::PolicyDenied { key, .. } => match key.as_str() {
-                "max_gpus_in_use" => "quota_exceeded",
+                "max_gpus_in_use" | "max_volume_gib" | "max_volumes" => "quota_exceeded",
                 "monthly_budget" => "budget_exceeded",
                 _ => "policy_denied",
             },
@@ -252,6 +256,7 @@ mod ssr {
                 E::ResourceName(_) => AppError::BadRequest(sentence(&e.to_string())),
                 E::Sso(sso) => AppError::BadRequest(full_stop(&format!("Sign-in failed: {sso}"))),
                 E::Conflict(m) => AppError::Conflict(sentence(&m)),
+                E::VolumeInUse(m) => AppError::VolumeInUse(sentence(&m)),
                 e @ E::SkuUnavailable(_) => AppError::Unavailable(format!("{e}.")),
                 E::PolicyDenied(d) => AppError::PolicyDenied {
                     key: d.key.as_str().to_owned(),

@@ -40,6 +40,9 @@ pub enum Error {
     /// The request is valid but clashes with the current state.
     #[error("{0}")]
     Conflict(String),
+    /// A volume can't be deleted while an instance has it attached; the message names it.
+    #[error("{0}")]
+    VolumeInUse(String),
     #[error(transparent)]
     ResourceName(#[from] ResourceNameError),
     /// Single sign-on failed; the variant says how.

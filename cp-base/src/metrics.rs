@@ -113,6 +113,7 @@ pub fn refusal_reason(e: &Error) -> &'static str {
         Error::NotFound { .. } => "not_found",
         Error::Forbidden { .. } | Error::Unauthenticated => "forbidden",
         Error::Conflict(_) => "conflict",
+        Error::VolumeInUse(_) => "volume_in_use",
         Error::RateLimited { .. } => "rate_limited",
         _ => "error",
     }
@@ -126,6 +127,7 @@ const TASK_KINDS: &[&str] = &[
     "baremetal.provision",
     "baremetal.release",
     "allocation.network_update",
+    "allocation.volumes_update",
 ];
 
 /// Stripe's event types the billing webhook acts on; every other type is counted as `other`.

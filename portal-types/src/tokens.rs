@@ -13,7 +13,7 @@ use crate::{ApiTokenId, Invalid};
 pub enum TokenScope {
     /// Read instances, images, SSH keys, projects and their members, and audit logs.
     Read,
-    /// Launch and release instances.
+    /// Launch and release instances, and create, attach, detach and delete volumes.
     Launch,
     /// Read usage and invoices.
     Billing,

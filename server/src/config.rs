@@ -291,6 +291,35 @@ pub struct Config {
     #[arg(long, env = "PORTAL_RECONCILE_EVERY_SECS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub reconcile_every_secs: u64,
+
+    /// Where volumes live. `qemu-nbd`: qcow2 files under PORTAL_VOLUME_DIR served over NBD on
+    /// PORTAL_VOLUME_LISTEN by a qemu-storage-daemon this server drives (it runs on the storage
+    /// node). `rbd`: Ceph RBD, through the `rbd` command line (PORTAL_RBD_*). Left out: no
+    /// storage worker runs here, and volumes wait in `creating` for a server that has one.
+    #[arg(long, env = "PORTAL_STORAGE", value_parser = ["qemu-nbd", "rbd"])]
+    pub storage: Option<String>,
+    #[arg(
+        long,
+        env = "PORTAL_VOLUME_DIR",
+        default_value = "/var/lib/gpuaas/volumes"
+    )]
+    pub volume_dir: std::path::PathBuf,
+    /// The storage network address hosts reach volumes at.
+    #[arg(long, env = "PORTAL_VOLUME_LISTEN", default_value = "127.0.0.1:10809")]
+    pub volume_listen: SocketAddr,
+    #[arg(long, env = "PORTAL_RBD_POOL", default_value = "volumes")]
+    pub rbd_pool: String,
+    /// Comma-separated `address:port` of the Ceph monitors.
+    #[arg(long, env = "PORTAL_RBD_MONITORS", default_value = "")]
+    pub rbd_monitors: String,
+    /// The CephX user this server acts as (`client.<id>`).
+    #[arg(long, env = "PORTAL_RBD_ID", default_value = "portal")]
+    pub rbd_id: String,
+    #[arg(long, env = "PORTAL_RBD_CONF", default_value = "/etc/ceph/ceph.conf")]
+    pub rbd_conf: std::path::PathBuf,
+    /// The CephX user hosts map volumes as (their keyring is on each host).
+    #[arg(long, env = "PORTAL_RBD_HOST_USER", default_value = "gpu-host")]
+    pub rbd_host_user: String,
 }
 
 /// The shortest scrape token the server starts with: it guards the fleet's metrics off
@@ -366,6 +395,42 @@ impl Config {
 
     pub fn shutdown_drain(&self) -> Duration {
         Duration::from_secs(self.shutdown_drain_secs)
+    }
+
+    /// The storage backend volumes live on, if this server drives one.
+    pub fn storage_backend(
+        &self,
+    ) -> Result<Option<std::sync::Arc<dyn storage::StorageBackend>>, String> {
+        Ok(match self.storage.as_deref() {
+            None => None,
+            Some("qemu-nbd") => Some(std::sync::Arc::new(storage::QemuNbd::new(
+                &self.volume_dir,
+                self.volume_listen,
+                None,
+            ))),
+            Some("rbd") => {
+                let monitors = self
+                    .rbd_monitors
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(|m| {
+                        m.parse().map_err(|_| {
+                            format!("PORTAL_RBD_MONITORS: {m:?} is not an address and port")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let cli = storage::RbdCli {
+                    id: self.rbd_id.clone(),
+                    conf: self.rbd_conf.clone(),
+                };
+                Some(std::sync::Arc::new(
+                    storage::Rbd::new(cli, &self.rbd_pool, &self.rbd_host_user, monitors)
+                        .map_err(|e| format!("PORTAL_RBD_*: {e}"))?,
+                ))
+            }
+            Some(other) => return Err(format!("PORTAL_STORAGE {other:?}: qemu-nbd or rbd")),
+        })
     }
 
     pub fn reconcile_every(&self) -> Duration {

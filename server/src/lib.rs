@@ -341,6 +341,10 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         state.cp.clone(),
         config.reconcile_every(),
     ));
+    let storage_worker = config
+        .storage_backend()
+        .map_err(ServerError::Config)?
+        .map(|backend| tokio::spawn(workers::storage(state.cp.clone(), backend)));
     // Prometheus, on its own (loopback by default) listener.
     let scrapes = match config.metrics_listen().map_err(ServerError::Config)? {
         None => None,
@@ -387,6 +391,9 @@ pub async fn serve(config: &Config, state: AppState) -> Result<(), ServerError> 
         p.abort();
     }
     workers.abort();
+    if let Some(w) = storage_worker {
+        w.abort();
+    }
     if let Some(s) = scrapes {
         s.abort();
     }

@@ -106,3 +106,82 @@ async fn billing(cp: ControlPlane) {
         }
     }
 }
+
+/// The storage worker: does each queued volume step on the backend, outside any
+/// transaction, and records the outcome. First it serves again every volume an instance has
+/// (a restarted storage daemon serves nothing until told). Several may run, on any replicas
+/// that reach the backend: a step is claimed for [`control_plane::volumes::jobs::JOB_LEASE`].
+pub async fn storage(cp: ControlPlane, backend: std::sync::Arc<dyn storage::StorageBackend>) {
+    use control_plane::volumes::jobs::VolumeJobs;
+    tracing::info!(storage.backend = %backend.describe(), "storage worker started");
+    match cp.served_volumes().await {
+        Ok(keys) => {
+            for key in keys {
+                let b = backend.clone();
+                let k = key.clone();
+                match tokio::task::spawn_blocking(move || b.export(&k)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(volume = %key, error.cause = %e, "serving a volume again failed")
+                    }
+                    Err(e) => tracing::error!(error.cause = %e, "serving a volume again panicked"),
+                }
+            }
+        }
+        Err(e) => tracing::error!(error.cause = %e, "listing the volumes to serve failed"),
+    }
+    loop {
+        let job = match cp.claim_volume_job().await {
+            Ok(Some(job)) => job,
+            Ok(None) => {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(error.cause = %e, "claiming a volume job failed");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        let b = backend.clone();
+        let j = job.clone();
+        let outcome = match tokio::task::spawn_blocking(move || run_volume_job(&*b, &j)).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                control_plane::volumes::jobs::Outcome::Retry(format!("the step panicked: {e}"))
+            }
+        };
+        if let Err(e) = cp.finish_volume_job(&job, outcome).await {
+            tracing::error!(volume.id = %job.volume, error.cause = %e, "recording a volume job failed");
+        }
+    }
+}
+
+/// The tries a step gets before the volume records it as failed.
+const VOLUME_JOB_TRIES: i32 = 10;
+
+/// One step on the backend, and what it means for the volume.
+fn run_volume_job(
+    backend: &dyn storage::StorageBackend,
+    job: &control_plane::volumes::jobs::VolumeJob,
+) -> control_plane::volumes::jobs::Outcome {
+    use control_plane::volumes::jobs::{JobKind, Outcome};
+    let done = match job.kind {
+        JobKind::Create => backend.create(&job.key, job.size).map(|()| Outcome::Done),
+        JobKind::Grow => backend.grow(&job.key, job.size).map(|()| Outcome::Done),
+        JobKind::Export => backend.export(&job.key).map(Outcome::Exported),
+        JobKind::Withdraw => backend.withdraw(&job.key).map(|()| Outcome::Done),
+        JobKind::Erase => backend.erase(&job.key).map(|erasure| Outcome::Erased {
+            backend: backend.describe(),
+            erasure,
+        }),
+    };
+    match done {
+        Ok(outcome) => outcome,
+        Err(storage::StorageError::Refused(why)) => Outcome::Failed(why),
+        Err(storage::StorageError::Backend(why)) if job.attempts >= VOLUME_JOB_TRIES => {
+            Outcome::Failed(format!("after {} tries: {why}", job.attempts))
+        }
+        Err(storage::StorageError::Backend(why)) => Outcome::Retry(why),
+    }
+}

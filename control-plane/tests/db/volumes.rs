@@ -149,7 +149,7 @@ async fn a_volume_is_made_attached_plugged_in_detached_and_erased_with_a_record(
     let other_vm = running(&cp, &bob, &agent, "other").await;
     assert!(matches!(
         cp.delete_volume(&bob, id, None).await,
-        Err(Error::Conflict(m)) if m.starts_with("volume_in_use:")
+        Err(Error::VolumeInUse(m)) if m.contains("detach it first")
     ));
     assert!(matches!(
         cp.attach_volume(&bob, id, other_vm, None).await,
@@ -422,7 +422,7 @@ async fn racing_requests_end_in_one_consistent_state() {
                 cp.delete_volume(&bob, id, None)
             );
             detached.unwrap();
-            assert!(matches!(deleted, Err(Error::Conflict(m)) if m.starts_with("volume_in_use:")));
+            assert!(matches!(deleted, Err(Error::VolumeInUse(m)) if m.contains("detach it first")));
             assert_eq!(state_of(&cp, id).await, "detaching");
         }
         // Drain what the race queued.

@@ -88,6 +88,10 @@ pub trait VolumeJobs {
     /// [`JOB_LEASE`]; none when nothing is due.
     async fn claim_volume_job(&self) -> Result<Option<VolumeJob>>;
 
+    /// The volumes an instance has (attaching, in use or detaching) that the backend served:
+    /// what a restarted storage daemon must serve again.
+    async fn served_volumes(&self) -> Result<Vec<storage::VolumeKey>>;
+
     /// Records what the backend did and moves the volume on. A job finished already is
     /// left alone, so a worker that lost its lease can't undo another's outcome.
     async fn finish_volume_job(&self, job: &VolumeJob, outcome: Outcome) -> Result<()>;
@@ -123,6 +127,18 @@ impl VolumeJobs for ControlPlane {
             volume: r.volume,
             attempts: r.attempts,
         }))
+    }
+
+    async fn served_volumes(&self) -> Result<Vec<storage::VolumeKey>> {
+        Ok(sqlx::query_scalar!(
+            r#"SELECT id AS "id: VolumeId" FROM volumes
+               WHERE state IN ('attaching', 'in_use', 'detaching') AND target IS NOT NULL"#
+        )
+        .fetch_all(self.pool())
+        .await?
+        .into_iter()
+        .map(|id| storage::VolumeKey::of(id.0))
+        .collect())
     }
 
     #[tracing::instrument(skip_all, fields(volume.id = %job.volume, job.kind = ?job.kind))]

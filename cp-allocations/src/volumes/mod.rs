@@ -15,8 +15,11 @@ use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::db::OnConstraint;
 use cp_base::error::{Denied, Error, Result};
 use cp_base::ids::{AllocationId, ProjectId, TenantId, UserId, VolumeId};
+use cp_identity::auth::Principal;
 use cp_identity::policy::{PolicyKey, PolicyValue, Resolved, resolve_policies_on};
-use cp_identity::tenancy::{Project, ProjectOperators, ProjectViewers};
+use cp_identity::tenancy::{
+    Project, ProjectOperators, ProjectRequirement, ProjectViewers, TenancyApi,
+};
 
 use crate::allocations::decide::{counts_in_project, denied, invalid, policy};
 
@@ -95,6 +98,14 @@ pub trait VolumesApi {
         req: &VolumeRequest,
         request_id: Option<&str>,
     ) -> Result<Made>;
+
+    /// The caller's proof of role `R` in the project that owns volume `id`; "not found" for a
+    /// volume they may not see, as for one that doesn't exist.
+    async fn volume_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        id: VolumeId,
+    ) -> Result<Project<R>>;
 
     /// The project's volumes that are not deleted, newest first.
     async fn volumes(&self, who: &Project<ProjectViewers>) -> Result<Vec<Volume>>;
@@ -384,6 +395,27 @@ async fn record(
 }
 
 impl VolumesApi for ControlPlane {
+    async fn volume_access<R: ProjectRequirement>(
+        &self,
+        principal: &Principal,
+        id: VolumeId,
+    ) -> Result<Project<R>> {
+        let project = sqlx::query_scalar!(
+            r#"SELECT project_id AS "project: ProjectId" FROM volumes
+               WHERE id = $1 AND state <> 'deleted'"#,
+            id as VolumeId
+        )
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(Error::NotFound { what: "volume" })?;
+        self.project_access::<R>(principal, project)
+            .await
+            .map_err(|e| match e {
+                Error::NotFound { .. } => Error::NotFound { what: "volume" },
+                other => other,
+            })
+    }
+
     #[tracing::instrument(skip_all, fields(project.id = %who.id()))]
     async fn create_volume(
         &self,
@@ -661,8 +693,8 @@ impl VolumesApi for ControlPlane {
             VolumeState::Deleting | VolumeState::Deleted => return Ok(()),
             VolumeState::Available | VolumeState::Error => {}
             VolumeState::Attaching | VolumeState::InUse | VolumeState::Detaching => {
-                return Err(Error::Conflict(format!(
-                    "volume_in_use: volume {} is attached to an instance; detach it first",
+                return Err(Error::VolumeInUse(format!(
+                    "volume {} is attached to an instance; detach it first",
                     v.name
                 )));
             }

@@ -722,3 +722,101 @@ fn a_tenants_cloud_config_never_replaces_the_platforms_part() {
         assert_eq!(mode, 0o600, "{}", path.display());
     }
 }
+
+/// A running VM's volumes follow the plan: each is a network disk libvirt's schema accepts,
+/// plugged in once however often the plan comes, unplugged when the plan drops it, and a
+/// plan with a target that could break out of the disk definition is refused before anything
+/// changes.
+#[test]
+fn volumes_plug_in_and_out_of_a_running_vm_as_the_plan_says() {
+    use agent_protocol::{VolumeDisk, VolumeTarget, VolumesPlan};
+    let dir = tempdir("volumes");
+    let agent = simulated_agent(&dir, "hgx-h100-8x");
+    let slots = approved("hgx-h100-8x", "overwrite-verify");
+    let a = "00000000-0000-4000-a000-00000000b001";
+    let mut p = plan(a, slots[..1].to_vec());
+    p.image.source = "/var/lib/gpuaas/images/ubuntu-24.04-cuda-12.6.qcow2".into();
+    agent
+        .provision("t1", &p, false, &slots, &mut |_| {})
+        .unwrap();
+    let nbd = VolumeDisk {
+        volume_id: "0a0e0000-0000-4000-8000-0000000000a1".into(),
+        serial: "0a0e0000000040008000".into(),
+        target: VolumeTarget::Nbd {
+            host: "10.20.0.5".into(),
+            port: 10809,
+            export: "vol-0a0e0000000040008000000000000a1".into(),
+        },
+    };
+    let rbd = VolumeDisk {
+        volume_id: "0a0e0000-0000-4000-8000-0000000000a2".into(),
+        serial: "0a0e0000000040008001".into(),
+        target: VolumeTarget::Rbd {
+            pool: "volumes".into(),
+            image: "vol-0a0e0000000040008000000000000a2".into(),
+            monitors: vec!["10.20.0.11:6789".into(), "10.20.0.12:6789".into()],
+            user: "gpu-host".into(),
+        },
+    };
+    let update = |volumes: Vec<VolumeDisk>| VolumesPlan {
+        allocation_id: a.into(),
+        slots: slots[..1].to_vec(),
+        volumes,
+    };
+    let name = domain_name(a);
+    let domains = dir.join("sim/domains");
+    let plugged = |dev: &str| domains.join(format!("{name}.dev-{dev}"));
+
+    let attached = agent
+        .update_volumes(&update(vec![nbd.clone(), rbd.clone()]), &slots, &mut |_| {})
+        .unwrap();
+    assert_eq!(attached, [nbd.volume_id.clone(), rbd.volume_id.clone()]);
+    let vdq = std::fs::read_to_string(plugged("vdq")).unwrap();
+    let vdr = std::fs::read_to_string(plugged("vdr")).unwrap();
+    assert!(vdq.contains("<source protocol='nbd' name='vol-0a0e0000000040008000000000000a1'>"));
+    assert!(vdr.contains("<secret type='ceph' usage='client.gpu-host secret'/>"));
+    assert!(vdr.contains("<host name='10.20.0.12' port='6789'/>"));
+    // Each, plugged into the domain, is what libvirt's schema accepts.
+    let domain = std::fs::read_to_string(domains.join(format!("{name}.xml"))).unwrap();
+    let with_volumes = domain.replace("</devices>", &format!("{vdq}{vdr}</devices>"));
+    validate(&with_volumes, &dir, "with-volumes");
+
+    // The same plan again (a retried task) changes nothing.
+    agent
+        .update_volumes(&update(vec![nbd.clone(), rbd.clone()]), &slots, &mut |_| {})
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(plugged("vdq")).unwrap(), vdq);
+
+    // Dropped from the plan: unplugged; the other keeps its device.
+    let attached = agent
+        .update_volumes(&update(vec![rbd.clone()]), &slots, &mut |_| {})
+        .unwrap();
+    assert_eq!(attached, [rbd.volume_id.clone()]);
+    assert!(!plugged("vdq").exists());
+    assert_eq!(std::fs::read_to_string(plugged("vdr")).unwrap(), vdr);
+
+    // A target that would write its own XML is refused, and nothing changes.
+    let mut evil = nbd.clone();
+    evil.target = VolumeTarget::Nbd {
+        host: "10.20.0.5'/><source file='/etc/shadow".into(),
+        port: 10809,
+        export: "vol-x".into(),
+    };
+    let refusal = agent
+        .update_volumes(&update(vec![evil, rbd.clone()]), &slots, &mut |_| {})
+        .unwrap_err();
+    assert!(
+        format!("{refusal:?}").contains("characters a disk definition can't take"),
+        "{refusal:?}"
+    );
+    assert!(!plugged("vdq").exists());
+    assert!(plugged("vdr").exists());
+
+    // A plan for an allocation this host doesn't run is refused.
+    let other = VolumesPlan {
+        allocation_id: "00000000-0000-4000-a000-00000000b002".into(),
+        ..update(vec![nbd])
+    };
+    assert!(agent.update_volumes(&other, &slots, &mut |_| {}).is_err());
+    let _ = std::fs::remove_dir_all(dir);
+}

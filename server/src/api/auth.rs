@@ -74,6 +74,21 @@ impl Caller {
         self.within_reach(who)
     }
 
+    /// The maker's proof of role `R` in the project that owns `volume`, within reach.
+    pub async fn volume<R: ProjectRequirement>(
+        &self,
+        cp: &ControlPlane,
+        volume: portal_types::VolumeId,
+        id: &RequestId,
+    ) -> Result<Project<R>, ApiError> {
+        use control_plane::volumes::VolumesApi;
+        let who = cp
+            .volume_access::<R>(&self.0.principal, volume)
+            .await
+            .map_err(|e| id.refused(e))?;
+        self.within_reach(who)
+    }
+
     /// Every project the token reaches and its maker may view.
     pub async fn projects(
         &self,

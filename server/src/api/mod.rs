@@ -10,6 +10,7 @@ pub mod offers;
 pub mod organization;
 pub mod problem;
 pub mod ssh_keys;
+pub mod volumes;
 pub mod watches;
 
 use app::error::AppError;
@@ -38,6 +39,13 @@ use problem::{ApiError, Problem};
         instances::list,
         instances::get,
         instances::release,
+        volumes::create,
+        volumes::list,
+        volumes::get,
+        volumes::resize,
+        volumes::attach,
+        volumes::detach,
+        volumes::delete,
         ssh_keys::list,
         ssh_keys::add,
         ssh_keys::delete,
@@ -53,6 +61,7 @@ use problem::{ApiError, Problem};
     tags(
         (name = "catalog", description = "What is for sale, where, and what could launch now; the images a project may launch."),
         (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
+        (name = "volumes", description = "Block storage of a project, off the GPU hosts: it outlives an instance, and any instance of its region can attach it (one at a time)."),
         (name = "organization", description = "The token's organization: its projects, their members and audit trails, the audit log for admins, and for billing tokens this month's spend and the invoices."),
         (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
     )
@@ -91,6 +100,15 @@ pub fn routes() -> Router<ControlPlane> {
             "/instances/{id}",
             get(instances::get).delete(instances::release),
         )
+        .route("/volumes", get(volumes::list).post(volumes::create))
+        .route(
+            "/volumes/{id}",
+            get(volumes::get)
+                .patch(volumes::resize)
+                .delete(volumes::delete),
+        )
+        .route("/volumes/{id}/attach", axum::routing::post(volumes::attach))
+        .route("/volumes/{id}/detach", axum::routing::post(volumes::detach))
         .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
         .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
         .route("/projects", get(organization::projects))

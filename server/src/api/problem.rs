@@ -81,6 +81,7 @@ fn title(code: &str) -> &'static str {
         "not_found" => "Not found",
         "conflict" => "Conflict",
         "sku_unavailable" => "Nothing can be placed",
+        "volume_in_use" => "Volume in use",
         "policy_denied" => "Refused by a policy",
         "quota_exceeded" => "Quota exceeded",
         "budget_exceeded" => "Budget exceeded",

@@ -10,3 +10,4 @@ mod isolation;
 mod stripe;
 #[path = "../support/mod.rs"]
 mod support;
+mod volumes;

@@ -1,0 +1,400 @@
+//! Volumes through the public API with the real storage worker: a qemu-storage-daemon serving
+//! qcow2 files over NBD on loopback, driven by the server's worker as in production; the host
+//! side answered through the agent API as the node agent answers. Data written through the
+//! export while attached to one instance is read back after attaching it to another.
+//!
+//! Needs `qemu-img`, `qemu-io` and `qemu-storage-daemon`; without them it says SKIPPED.
+
+use std::process::Command;
+use std::time::Duration;
+
+use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec};
+use axum::body::Body;
+use control_plane::api_tokens::TokenScope;
+use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
+use http::{Request, StatusCode};
+use serde_json::{Value, json};
+use test_db::fixtures::answer;
+
+use crate::support;
+
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
+
+fn missing() -> Option<String> {
+    for tool in ["qemu-img", "qemu-io", "qemu-storage-daemon"] {
+        if !Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    None
+}
+
+async fn call(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("idempotency-key", "vol-key-0001");
+    let req = match body {
+        Some(b) => req
+            .header("content-type", "application/json")
+            .body(Body::from(b.to_string())),
+        None => req.body(Body::empty()),
+    }
+    .unwrap();
+    let (status, _, text) = support::send(app, req).await;
+    let v = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"))
+    };
+    (status, v)
+}
+
+/// Polls the volume until it is in `state` (10 s at most).
+async fn until(app: &axum::Router, token: &str, id: &str, state: &str) -> Value {
+    for _ in 0..200 {
+        let (status, v) = call(app, "GET", &format!("/api/v1/volumes/{id}"), token, None).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        if v["state"] == state {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("volume {id} never became {state}");
+}
+
+/// The host answers the volumes update it is handed (10 s at most for the worker to queue
+/// it) with what the plan names; the plan.
+async fn plug(
+    cp: &control_plane::ControlPlane,
+    agent: &control_plane::agent_api::NodeAgent,
+) -> agent_protocol::VolumesPlan {
+    for _ in 0..200 {
+        let queued: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM agent_tasks WHERE kind = 'allocation.volumes_update' AND state = 'queued'",
+        )
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+        if queued > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let spec = answer(cp, agent, &["validate_plan", "plug_volumes"], |spec| {
+        let TaskSpec::VolumesUpdate(plan) = spec else {
+            panic!("{spec:?}")
+        };
+        TaskOutcome::Succeeded {
+            output: TaskOutput::VolumesUpdated {
+                attached: plan.volumes.iter().map(|v| v.volume_id.clone()).collect(),
+            },
+        }
+    })
+    .await;
+    match spec {
+        TaskSpec::VolumesUpdate(p) => p,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn qemu_io(uri: &str, command: &str) -> (bool, String) {
+    let out = Command::new("qemu-io")
+        .args(["-f", "raw", uri, "-c", command])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        text,
+    )
+}
+
+#[tokio::test]
+async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api() {
+    if let Some(why) = missing() {
+        println!("SKIPPED: {why}");
+        return;
+    }
+    let (_db, state, agent) = support::demo_with_node("gpu-vol-1").await;
+    let cp = state.cp.clone();
+    let app = server::router(state);
+    let dir = std::env::temp_dir().join(format!("volumes-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = std::sync::Arc::new(storage::QemuNbd::new(
+        &dir,
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        None,
+    ));
+    let worker = tokio::spawn(server::workers::storage(cp.clone(), backend.clone()));
+    let (alice, _) = support::api_token(
+        &cp,
+        "alice@acme.example",
+        ACME,
+        None,
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+    let (reader, _) =
+        support::api_token(&cp, "alice@acme.example", ACME, None, &[TokenScope::Read]).await;
+    let (carol, _) = support::api_token(
+        &cp,
+        "carol@globex.example",
+        GLOBEX,
+        None,
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+
+    // Created once per key; bad input names its field and makes nothing.
+    let new = json!({"project": ACME_RESEARCH.to_string(), "name": "checkpoints", "region": "eu-west-1", "size_gib": 1});
+    let (status, v) = call(&app, "POST", "/api/v1/volumes", &alice, Some(new.clone())).await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let id = v["id"].as_str().unwrap().to_owned();
+    let (status, again) = call(&app, "POST", "/api/v1/volumes", &alice, Some(new.clone())).await;
+    assert_eq!(
+        (status, again["id"].as_str()),
+        (StatusCode::CREATED, Some(id.as_str()))
+    );
+    for (body, field) in [
+        (
+            json!({"project": ACME_RESEARCH.to_string(), "name": "x", "region": "eu-west-1", "size_gib": 0}),
+            "size_gib",
+        ),
+        (
+            json!({"project": ACME_RESEARCH.to_string(), "name": "bad name", "region": "eu-west-1", "size_gib": 1}),
+            "name",
+        ),
+        (
+            json!({"project": ACME_RESEARCH.to_string(), "name": "x", "region": "mars", "size_gib": 1}),
+            "region",
+        ),
+    ] {
+        let req = Request::post("/api/v1/volumes")
+            .header("authorization", format!("Bearer {alice}"))
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let (status, _, text) = support::send(&app, req).await;
+        let problem: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (status, problem["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(field)),
+            "{text}"
+        );
+    }
+    until(&app, &alice, &id, "available").await;
+
+    // Another organization doesn't see it; a read-only token can't change it.
+    let (status, _) = call(&app, "GET", &format!("/api/v1/volumes/{id}"), &carol, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(
+        &app,
+        "DELETE",
+        &format!("/api/v1/volumes/{id}"),
+        &carol,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/detach"),
+        &reader,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Attached to a first instance; the host plugs in what the backend serves.
+    let first = launch(&app, &cp, &agent, &alice, "first").await;
+    let (status, v) = call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/attach"),
+        &alice,
+        Some(json!({"instance": first})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["state"].as_str()),
+        (StatusCode::ACCEPTED, Some("attaching")),
+        "{v}"
+    );
+    let plan = plug(&cp, &agent).await;
+    let uri = plan.volumes[0].target.uri();
+    assert_eq!(
+        uri,
+        format!(
+            "nbd://127.0.0.1:{port}/{}",
+            storage::VolumeKey::of(id.parse().unwrap())
+        )
+    );
+    let v = until(&app, &alice, &id, "in_use").await;
+    assert_eq!(v["attached_to"], first);
+    let (ok, out) = qemu_io(&uri, "write -P 0x3c 0 2M");
+    assert!(ok, "the guest writes: {out}");
+
+    // Not deleted while attached.
+    let (status, problem) = call(
+        &app,
+        "DELETE",
+        &format!("/api/v1/volumes/{id}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (StatusCode::CONFLICT, Some("volume_in_use")),
+        "{problem}"
+    );
+
+    // Detached, attached to a second instance: what the first wrote is there.
+    let (status, _) = call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/detach"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert!(plug(&cp, &agent).await.volumes.is_empty());
+    until(&app, &alice, &id, "available").await;
+    assert!(!qemu_io(&uri, "read 0 512").0, "not served while detached");
+    let second = launch(&app, &cp, &agent, &alice, "second").await;
+    call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/attach"),
+        &alice,
+        Some(json!({"instance": second})),
+    )
+    .await;
+    let plan = plug(&cp, &agent).await;
+    until(&app, &alice, &id, "in_use").await;
+    let (ok, out) = qemu_io(&plan.volumes[0].target.uri(), "read -P 0x3c 0 2M");
+    assert!(ok, "the second instance reads what the first wrote: {out}");
+
+    // Grown while attached; listed; then detached and deleted: erased, with its record.
+    let (status, v) = call(
+        &app,
+        "PATCH",
+        &format!("/api/v1/volumes/{id}"),
+        &alice,
+        Some(json!({"size_gib": 2})),
+    )
+    .await;
+    assert_eq!(
+        (status, v["size_gib"].as_u64()),
+        (StatusCode::OK, Some(2)),
+        "{v}"
+    );
+    let (_, list) = call(
+        &app,
+        "GET",
+        &format!("/api/v1/volumes?project={ACME_RESEARCH}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(list["volumes"].as_array().unwrap().len(), 1);
+    call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/detach"),
+        &alice,
+        None,
+    )
+    .await;
+    plug(&cp, &agent).await;
+    until(&app, &alice, &id, "available").await;
+    assert_eq!(backend_size(&backend, &id), Some(2));
+    let (status, _) = call(
+        &app,
+        "DELETE",
+        &format!("/api/v1/volumes/{id}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    for _ in 0..200 {
+        let (status, _) = call(&app, "GET", &format!("/api/v1/volumes/{id}"), &alice, None).await;
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let bytes: i64 = sqlx::query_scalar(
+        "SELECT bytes_overwritten FROM volume_erasures WHERE volume_id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert!(
+        bytes >= 2 << 20,
+        "what was written was overwritten: {bytes}"
+    );
+    assert_eq!(backend_size(&backend, &id), None);
+    worker.abort();
+    backend.stop_daemon().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn backend_size(backend: &storage::QemuNbd, id: &str) -> Option<u32> {
+    use storage::StorageBackend;
+    backend
+        .size(&storage::VolumeKey::of(id.parse().unwrap()))
+        .unwrap()
+        .map(|g| g.get())
+}
+
+/// A running instance launched through the API, its provision answered as the agent would.
+async fn launch(
+    app: &axum::Router,
+    cp: &control_plane::ControlPlane,
+    agent: &control_plane::agent_api::NodeAgent,
+    token: &str,
+    name: &str,
+) -> String {
+    let body = json!({"project": ACME_RESEARCH.to_string(), "sku": "h100.1x", "region": "eu-west-1",
+        "image": "ubuntu-24.04-cuda", "name": name, "ssh_public_keys": [KEY]});
+    let req = Request::post("/api/v1/instances")
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let (status, _, text) = support::send(app, req).await;
+    assert_eq!(status, StatusCode::CREATED, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    answer(
+        cp,
+        agent,
+        &["validate_plan", "write_image", "start_vm"],
+        test_db::fixtures::provisioned,
+    )
+    .await;
+    v["id"].as_str().unwrap().to_owned()
+}
