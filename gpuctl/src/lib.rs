@@ -16,6 +16,7 @@ use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label}
 use portal_types::billing::Overview;
 use portal_types::catalog::Offer;
 use portal_types::marketplace::Image;
+use portal_types::volumes::Volume;
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -120,6 +121,11 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<KeysAction>,
     },
+    /// Volumes: a project's block storage, kept when instances go.
+    Volume {
+        #[command(subcommand)]
+        action: VolumeAction,
+    },
     /// This month's spend, forecast and budgets (a token with the billing scope).
     Usage,
     /// Prints shell completions.
@@ -136,6 +142,48 @@ pub enum KeysAction {
         file: PathBuf,
     },
     /// Deletes a saved key.
+    Rm { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VolumeAction {
+    /// Lists the volumes (every project the token reaches, or one).
+    Ls {
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Creates a volume; it is `available` once the storage backend has made it.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        region: String,
+        #[arg(long = "size-gib")]
+        size_gib: u32,
+        /// The project's id; needed when the token reaches the whole organization.
+        #[arg(long)]
+        project: Option<String>,
+        /// Makes a retry of this command create one volume (default: a new UUID).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// One volume.
+    Show { id: String },
+    /// Grows a volume (never shrinks), attached or not.
+    Grow {
+        id: String,
+        #[arg(long = "size-gib")]
+        size_gib: u32,
+    },
+    /// Attaches a volume to a running instance of its project and region.
+    Attach {
+        id: String,
+        #[arg(long)]
+        instance: String,
+    },
+    /// Detaches a volume from its instance.
+    Detach { id: String },
+    /// Deletes a detached volume: it is erased, then gone.
     Rm { id: String },
 }
 
@@ -212,8 +260,8 @@ impl Failure {
                 "unauthenticated" | "forbidden" => exit::AUTH,
                 "not_found" => exit::NOT_FOUND,
                 "invalid" | "bad_request" => exit::INVALID,
-                "conflict" | "sku_unavailable" | "policy_denied" | "quota_exceeded"
-                | "budget_exceeded" => exit::REFUSED,
+                "conflict" | "volume_in_use" | "sku_unavailable" | "policy_denied"
+                | "quota_exceeded" | "budget_exceeded" => exit::REFUSED,
                 _ if status.as_u16() == 429 || status.is_server_error() => exit::RETRY,
                 _ => exit::FAILED,
             },
@@ -462,6 +510,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         Command::Keys {
             action: Some(KeysAction::Rm { id }),
         } => remove_key(&api, &id).await?,
+        Command::Volume { action } => volume(&api, action, json_out, out).await?,
     }
     Ok(Done::Exit(exit::OK))
 }
@@ -734,6 +783,112 @@ async fn release(api: &Api, id: &str, json_out: bool, out: &mut dyn Write) -> Re
         let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
     }
     Ok(())
+}
+
+/// `gpuctl volume …`: each action one call; a volume or the list as a table, or as the API's
+/// JSON with `-o json`.
+async fn volume(
+    api: &Api,
+    action: VolumeAction,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let path = |id: &str, rest: &str| format!("/volumes/{}{rest}", encode(id));
+    let v = match action {
+        VolumeAction::Ls { project } => {
+            let q = project
+                .map(|p| format!("?project={}", encode(&p)))
+                .unwrap_or_default();
+            let v = api.get(&format!("/volumes{q}")).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let volumes: Vec<Volume> = parse(v["volumes"].clone())?;
+                let rows = volumes.iter().map(volume_row).collect();
+                table(
+                    out,
+                    &["ID", "NAME", "REGION", "SIZE", "STATE", "ATTACHED TO"],
+                    rows,
+                );
+            }
+            return Ok(());
+        }
+        VolumeAction::Create {
+            name,
+            region,
+            size_gib,
+            project,
+            idempotency_key,
+        } => {
+            let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            let body =
+                json!({"project": project, "name": name, "region": region, "size_gib": size_gib});
+            api.call(
+                Method::POST,
+                "/volumes",
+                Some(&body),
+                &[("idempotency-key", &key)],
+            )
+            .await?
+            .2
+        }
+        VolumeAction::Show { id } => api.get(&path(&id, "")).await?,
+        VolumeAction::Grow { id, size_gib } => {
+            api.call(
+                Method::PATCH,
+                &path(&id, ""),
+                Some(&json!({"size_gib": size_gib})),
+                &[],
+            )
+            .await?
+            .2
+        }
+        VolumeAction::Attach { id, instance } => {
+            api.call(
+                Method::POST,
+                &path(&id, "/attach"),
+                Some(&json!({"instance": instance})),
+                &[],
+            )
+            .await?
+            .2
+        }
+        VolumeAction::Detach { id } => {
+            api.call(Method::POST, &path(&id, "/detach"), None, &[])
+                .await?
+                .2
+        }
+        VolumeAction::Rm { id } => {
+            api.call(Method::DELETE, &path(&id, ""), None, &[]).await?;
+            let _ = writeln!(out, "{id} deleting");
+            return Ok(());
+        }
+    };
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let volume: Volume = parse(v)?;
+        table(
+            out,
+            &["ID", "NAME", "REGION", "SIZE", "STATE", "ATTACHED TO"],
+            vec![volume_row(&volume)],
+        );
+    }
+    Ok(())
+}
+
+fn volume_row(v: &Volume) -> Vec<String> {
+    vec![
+        v.id.to_string(),
+        v.name.clone(),
+        v.region.clone(),
+        format!("{} GiB", v.size_gib),
+        v.state.as_str().to_owned(),
+        v.attached_name
+            .clone()
+            .or_else(|| v.attached_to.map(|a| a.to_string()))
+            .unwrap_or_else(|| "-".into()),
+    ]
 }
 
 /// This month so far: totals, budgets, and the spend per project and SKU.
@@ -1118,6 +1273,7 @@ mod tests {
         assert_eq!(p(403, "forbidden"), exit::AUTH);
         assert_eq!(p(403, "quota_exceeded"), exit::REFUSED);
         assert_eq!(p(409, "sku_unavailable"), exit::REFUSED);
+        assert_eq!(p(409, "volume_in_use"), exit::REFUSED);
         assert_eq!(p(400, "invalid"), exit::INVALID);
         assert_eq!(p(404, "not_found"), exit::NOT_FOUND);
         assert_eq!(p(429, "rate_limited"), exit::RETRY);

@@ -441,7 +441,7 @@ impl Agent {
                 .leases
                 .get(&slots[0].slot_id)?
                 .ok_or("the allocation's first slot has no lease")?;
-            let wanted = |p: &PluggedVolume| plan.volumes.iter().any(|v| *v == p.disk);
+            let wanted = |p: &PluggedVolume| plan.volumes.contains(&p.disk);
             for gone in first.volumes.clone().iter().filter(|p| !wanted(p)) {
                 let xml = self.device_file(alloc, gone)?;
                 self.driver.detach_device(&name, &xml)?;

@@ -791,7 +791,7 @@ fn volumes_plug_in_and_out_of_a_running_vm_as_the_plan_says() {
     let attached = agent
         .update_volumes(&update(vec![rbd.clone()]), &slots, &mut |_| {})
         .unwrap();
-    assert_eq!(attached, [rbd.volume_id.clone()]);
+    assert_eq!(attached, std::slice::from_ref(&rbd.volume_id));
     assert!(!plugged("vdq").exists());
     assert_eq!(std::fs::read_to_string(plugged("vdr")).unwrap(), vdr);
 

@@ -409,3 +409,150 @@ async fn key_id(w: &World) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// `gpuctl volume`: create, list, attach, refuse a delete while attached (naming why), detach
+/// and delete, with the exit codes scripts test. The storage worker's steps are answered as
+/// the backend answers them (the API test runs the real one).
+#[tokio::test]
+async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
+    use control_plane::volumes::jobs::{Outcome, VolumeJobs};
+    let w = world().await;
+    let secret = token(&w.cp, &[TokenScope::Read, TokenScope::Launch]).await;
+    let tf = w.token_file(&secret);
+    let project = ACME_RESEARCH.to_string();
+    let storage_step = |outcome: Outcome| async {
+        let job =
+            w.cp.claim_volume_job()
+                .await
+                .unwrap()
+                .expect("a step is due");
+        w.cp.finish_volume_job(&job, outcome).await.unwrap();
+    };
+
+    let (done, out, err) = w
+        .gpuctl(&[
+            "--token-file",
+            &tf,
+            "volume",
+            "create",
+            "--name",
+            "ckpt",
+            "--region",
+            "eu-west-1",
+            "--size-gib",
+            "50",
+            "--project",
+            &project,
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        out.contains("ckpt") && out.contains("50 GiB") && out.contains("creating"),
+        "{out}"
+    );
+    let id = out
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    storage_step(Outcome::Done).await;
+    let (_, out, _) = w.gpuctl(&["--token-file", &tf, "volume", "ls"]).await;
+    assert!(out.contains(&id) && out.contains("available"), "{out}");
+    // Bad input exits with its code, naming the field.
+    let (done, _, err) = w
+        .gpuctl(&[
+            "--token-file",
+            &tf,
+            "volume",
+            "create",
+            "--name",
+            "big",
+            "--region",
+            "eu-west-1",
+            "--size-gib",
+            "99999",
+            "--project",
+            &project,
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::INVALID), "{err}");
+    assert!(err.contains("size_gib"), "{err}");
+
+    // Attached to a running instance, it can't be deleted; detached, it can.
+    let instance =
+        w.cp.launch(
+            &test_db::fixtures::in_project::<control_plane::tenancy::ProjectOperators>(
+                &w.cp,
+                &test_db::fixtures::principal(&w.cp, "alice@acme.example").await,
+                ACME_RESEARCH,
+            )
+            .await,
+            &control_plane::allocations::LaunchRequest {
+                sku: "h100.1x".into(),
+                listing: "ubuntu-24.04-cuda".into(),
+                ssh_public_key: KEY.into(),
+                name: "vol-user".into(),
+                idempotency_key: uuid::Uuid::new_v4().to_string(),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .unwrap()
+        .id;
+    answer(
+        &w.cp,
+        &w.agent,
+        &["validate_plan", "write_image", "start_vm"],
+        provisioned,
+    )
+    .await;
+    let (done, out, err) = w
+        .gpuctl(&[
+            "--token-file",
+            &tf,
+            "volume",
+            "attach",
+            &id,
+            "--instance",
+            &instance.to_string(),
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        out.contains("attaching") && out.contains("vol-user"),
+        "{out}"
+    );
+    let (done, _, err) = w.gpuctl(&["--token-file", &tf, "volume", "rm", &id]).await;
+    assert_eq!(done, Done::Exit(exit::REFUSED), "{err}");
+    assert!(err.contains("volume_in_use"), "{err}");
+    let (done, out, err) = w
+        .gpuctl(&["--token-file", &tf, "volume", "detach", &id])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(out.contains("detaching"), "{out}");
+    // The host unplugs it (the instance runs), then the backend withdraws it.
+    storage_step(Outcome::Exported(agent_protocol::VolumeTarget::Nbd {
+        host: "10.0.0.5".into(),
+        port: 10809,
+        export: "vol-x".into(),
+    }))
+    .await;
+    answer(&w.cp, &w.agent, &["validate_plan", "plug_volumes"], |_| {
+        agent_protocol::TaskOutcome::Succeeded {
+            output: agent_protocol::TaskOutput::VolumesUpdated { attached: vec![] },
+        }
+    })
+    .await;
+    storage_step(Outcome::Done).await;
+    let (done, _, err) = w.gpuctl(&["--token-file", &tf, "volume", "rm", &id]).await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    let (_, out, _) = w
+        .gpuctl(&["--token-file", &tf, "-o", "json", "volume", "show", &id])
+        .await;
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "deleting");
+}
