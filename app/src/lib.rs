@@ -28,6 +28,7 @@ pub mod policies;
 pub mod projects;
 pub mod theme;
 pub mod tokens;
+pub mod volumes;
 
 #[cfg(feature = "ssr")]
 pub mod server;
@@ -129,6 +130,7 @@ pub fn App() -> impl IntoView {
                     <Route path=(StaticSegment("admin"), StaticSegment("marketplace")) view=marketplace::MarketplaceAdminPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("admin"), StaticSegment("marketplace"), StaticSegment("versions"), ParamSegment("id")) view=marketplace::VersionReviewPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("allocations") view=allocations::AllocationsPage ssr=SsrMode::Async />
+                    <Route path=StaticSegment("volumes") view=volumes::VolumesPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async />

@@ -57,7 +57,7 @@ test('bob (a member who operates Research): his instances, a launch button, no b
     assert.equal(await page.getByTestId('attention').count(), 1);
     assert.equal(await page.getByRole('link', { name: 'Launch an instance' }).count(), 1, 'an operator may launch');
     assert.equal(await page.getByTestId('home-mtd').count(), 0, 'spend is for admins and finance');
-    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Projects']);
+    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Volumes', 'Projects']);
     // Hidden from the menu and still refused.
     for (const path of ['/billing', '/organization', '/fleet', '/admin']) {
       const res = await page.request.get(`${BASE}${path}`);
@@ -77,7 +77,7 @@ test('fiona (finance): the month\'s spend and forecast, no launch button', async
     assert.match(await page.getByTestId('home-mtd').innerText(), MONEY);
     assert.match(await page.getByTestId('home-forecast').innerText(), MONEY);
     assert.equal(await page.getByRole('link', { name: 'Launch an instance' }).count(), 0, 'finance does not launch');
-    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Projects', 'Billing']);
+    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Volumes', 'Projects', 'Billing']);
     await shot(page, 'home-fiona');
   } finally {
     await b.close();
@@ -91,7 +91,7 @@ test('alice (organization admin): spend, launch, and her organization\'s setting
     await hydrated(page);
     assert.match(await page.getByTestId('home-mtd').innerText(), MONEY);
     assert.equal(await page.getByRole('link', { name: 'Launch an instance' }).count(), 1);
-    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Projects', 'Billing', 'Organization']);
+    assert.deepEqual(await menuOf(page), ['Catalog', 'Marketplace', 'Instances', 'Volumes', 'Projects', 'Billing', 'Organization']);
     await shot(page, 'home-alice');
 
     await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Organization' }).click();

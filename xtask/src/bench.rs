@@ -159,6 +159,7 @@ fn pages(args: &[String]) -> Result {
         metrics_addr: "off".into(),
         metrics_token: None,
         log: Some(log("bench-server.log")?),
+        volumes: None,
     };
     let mut server = match launch.start() {
         Ok(s) => s,

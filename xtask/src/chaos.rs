@@ -291,6 +291,7 @@ fn start_system(dir: &Path, pg: &StopOnDrop) -> Result<(System, String)> {
         metrics_addr: "off".into(),
         metrics_token: None,
         log: Some(log("server-1.log")?),
+        volumes: None,
     };
     let replica = launch.replica(
         format!("127.0.0.1:{}", ports[1]),

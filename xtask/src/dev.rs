@@ -165,6 +165,7 @@ fn start_helpers(started: &mut Started, database_url: String) -> Result<portal::
         metrics_addr: "127.0.0.1:9464".into(),
         metrics_token: None,
         log: None,
+        volumes: Some((root().join(".data/volumes"), "127.0.0.1:10809".into())),
     })
 }
 

@@ -34,6 +34,9 @@ pub struct Launch {
     pub metrics_token: Option<String>,
     /// Where server output goes; the terminal when None.
     pub log: Option<File>,
+    /// Volumes as qcow2 files in this directory, served over NBD on this loopback address by
+    /// the server's storage worker (`PORTAL_STORAGE=qemu-nbd`); none: no storage worker.
+    pub volumes: Option<(PathBuf, String)>,
 }
 
 impl Launch {
@@ -56,6 +59,11 @@ impl Launch {
             .current_dir(root());
         if let Some(token) = &self.metrics_token {
             c.env("PORTAL_METRICS_TOKEN", token);
+        }
+        if let Some((dir, listen)) = &self.volumes {
+            c.env("PORTAL_STORAGE", "qemu-nbd")
+                .env("PORTAL_VOLUME_DIR", dir)
+                .env("PORTAL_VOLUME_LISTEN", listen);
         }
         c
     }
@@ -149,6 +157,8 @@ impl Launch {
             stripe: self.stripe.clone(),
             dns_resolver: self.dns_resolver.clone(),
             secret_keys: self.secret_keys.clone(),
+            // One storage worker drives the storage node's daemon.
+            volumes: None,
         }
     }
 
@@ -334,4 +344,14 @@ pub fn dev_value(name: &str, make: impl FnOnce() -> Result<String>) -> Result<St
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
     writeln!(f, "{password}").map_err(|e| e.to_string())?;
     Ok(password)
+}
+
+/// Stops the qemu-storage-daemon a server's storage worker started for the volumes under
+/// `dir` (it outlives its server by design, as guests keep their disks through a restart),
+/// and removes what it kept there.
+pub fn stop_volume_daemon(dir: &std::path::Path) {
+    if let Ok(pid) = std::fs::read_to_string(dir.join("qemu-storage-daemon.pid")) {
+        let _ = Command::new("kill").arg(pid.trim()).status();
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -248,6 +248,9 @@ fn browser_tests(pg: Throwaway) -> Result {
     terminate(&mut server, Duration::from_secs(10));
     terminate(&mut idp, Duration::from_secs(5));
     terminate(&mut stripe, Duration::from_secs(5));
+    if let Some((dir, _)) = &launch.volumes {
+        portal::stop_volume_daemon(dir);
+    }
     result?;
     drop(pg);
     Ok(())
@@ -468,6 +471,18 @@ fn start_test_server(
         metrics_addr: format!("0.0.0.0:{metrics_port}"),
         metrics_token: Some(metrics_token.to_string()),
         log: Some(log),
+        volumes: Some((
+            {
+                // A daemon left by an interrupted run would answer this directory's socket.
+                let dir = target_dir().join("e2e-volumes");
+                portal::stop_volume_daemon(&dir);
+                dir
+            },
+            format!(
+                "127.0.0.1:{}",
+                pgcluster::free_port().map_err(|e| e.to_string())?
+            ),
+        )),
     };
     let child = launch.start()?;
     Ok((launch, child))

@@ -104,6 +104,7 @@ pub struct Software {
 }
 
 /// `[8000, 8888]` → "8000, 8888", as the ports field reads.
+#[cfg(feature = "ssr")]
 pub fn ports_text(ports: &[u16]) -> String {
     ports
         .iter()

@@ -24,6 +24,10 @@ pub const ALLOCATIONS: Section = Section {
     path: "/allocations",
     title: "Instances",
 };
+pub const VOLUMES: Section = Section {
+    path: "/volumes",
+    title: "Volumes",
+};
 pub const PROJECTS: Section = Section {
     path: "/projects",
     title: "Projects",
@@ -50,10 +54,11 @@ pub const ADMIN: Section = Section {
 };
 
 /// Every section, in menu order.
-pub const ALL: [&Section; 9] = [
+pub const ALL: [&Section; 10] = [
     &CATALOG,
     &MARKETPLACE,
     &ALLOCATIONS,
+    &VOLUMES,
     &PROJECTS,
     &BILLING,
     &ORGANIZATION,
@@ -103,14 +108,14 @@ impl Roles {
 }
 
 /// The sections `roles` can open, in menu order: the public catalog and marketplace for
-/// everyone; instances and projects for members of an organization; its billing for its
+/// everyone; instances, volumes and projects for members of an organization; its billing for its
 /// admins and finance; its settings for its admins; the fleet, the platform's billing and the
 /// admin pages for the platform staff whose role uses them.
 pub fn sections_for(roles: &Roles) -> Vec<&'static Section> {
     ALL.into_iter()
         .filter(|s| match s.path {
             "/catalog" | "/marketplace" => true,
-            "/allocations" | "/projects" => roles.tenant.is_some(),
+            "/allocations" | "/volumes" | "/projects" => roles.tenant.is_some(),
             "/billing" => roles.tenant_finance(),
             "/organization" => roles.tenant_admin(),
             "/fleet" => roles.platform_operator(),
@@ -138,11 +143,18 @@ mod tests {
         };
         assert_eq!(
             titles(tenant(TenantRole::Member)),
-            ["Catalog", "Marketplace", "Instances", "Projects"]
+            ["Catalog", "Marketplace", "Instances", "Volumes", "Projects"]
         );
         assert_eq!(
             titles(tenant(TenantRole::Finance)),
-            ["Catalog", "Marketplace", "Instances", "Projects", "Billing"]
+            [
+                "Catalog",
+                "Marketplace",
+                "Instances",
+                "Volumes",
+                "Projects",
+                "Billing"
+            ]
         );
         for admin in [TenantRole::Admin, TenantRole::Owner] {
             assert_eq!(
@@ -151,6 +163,7 @@ mod tests {
                     "Catalog",
                     "Marketplace",
                     "Instances",
+                    "Volumes",
                     "Projects",
                     "Billing",
                     "Organization"

@@ -1,0 +1,97 @@
+// Volumes in a real browser, against the portal's storage worker (qemu-storage-daemon serving
+// qcow2 files over NBD on loopback) and a real node agent (simulated driver): bob creates a
+// volume, attaches it to his running instance, sees it in use and not deletable, detaches and
+// deletes it. Phone width and both themes are screenshot.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BASE, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, stopAgent } from '../support.mjs';
+import { ssoSignIn } from '../support-sso.mjs';
+
+const RUN = Date.now().toString(36);
+const KEY = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop';
+
+test('bob keeps data on a volume: creates it, attaches it to a running instance, detaches and deletes it', async () => {
+  const state = mkdtempSync(join(tmpdir(), 'node-agent-'));
+  let agent = null;
+  const name = `data-${RUN}`;
+  const host = `vol-host-${RUN}`;
+  try {
+    ({ agent } = await enrolApprovedNode(state, `gpu-vol-${RUN}`, 'eu-west-1'));
+    const b = await openBrowser();
+    try {
+      const { page } = b;
+      await ssoSignIn(page, 'bob@acme.example');
+      await launchSlice(page, BASE, { sku: 'l40s.1x', region: 'eu-west-1', name: host, key: KEY });
+      await page.locator('[data-testid="state"]', { hasText: 'running' }).waitFor({ timeout: 40_000 });
+
+      await page.goto(`${BASE}/volumes`);
+      await hydrated(page);
+      const form = page.locator('#new-volume');
+      // A bad name is refused by name, on its field; nothing is made.
+      await form.getByLabel('Name').fill('my data!');
+      await form.getByLabel('Region').selectOption('eu-west-1');
+      await form.getByLabel('Size (GiB)').fill('20');
+      await form.getByRole('button', { name: 'Create volume' }).click();
+      await page.locator('#volume-name-error').filter({ hasText: /my data!/ }).waitFor();
+      assert.equal(await form.getByLabel('Name').getAttribute('aria-invalid'), 'true');
+      await form.getByLabel('Name').fill(name);
+      await form.getByRole('button', { name: 'Create volume' }).click();
+      const row = page.locator(`#volumes tr[data-volume="${name}"]`);
+      // Made by the storage worker; the list refreshes itself until it is available.
+      await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
+      assert.equal(await row.locator('[data-testid="size"]').innerText(), '20 GiB');
+      assert.equal(sql(`SELECT count(*) FROM volumes WHERE name = 'my data!'`), '0');
+
+      // Attached to the running instance of its region: in use, and not deletable.
+      await row.getByLabel(`Instance to attach ${name} to`).selectOption({ label: host });
+      await row.getByRole('button', { name: 'Attach' }).click();
+      await row.locator('[data-testid="state"]', { hasText: 'in use' }).waitFor({ timeout: 30_000 });
+      assert.equal(await row.locator('[data-testid="attached"]').innerText(), host);
+      assert.equal(await row.getByRole('button', { name: `Delete ${name}` }).count(), 0);
+      await shot(page, 'volumes-in-use');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot(page, 'volumes-in-use-phone');
+      await page.emulateMedia({ colorScheme: 'dark' });
+      await shot(page, 'volumes-in-use-phone-dark');
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await shot(page, 'volumes-in-use-dark');
+      await page.emulateMedia({ colorScheme: 'light' });
+      // What the host was asked to plug in is the volume's NBD export.
+      const plugged = sql(`SELECT spec->'volumes'->0->'target'->>'protocol' FROM agent_tasks
+                            WHERE kind = 'allocation.volumes_update' AND state = 'succeeded'
+                            ORDER BY finished_at DESC LIMIT 1`);
+      assert.equal(plugged, 'nbd');
+
+      // Detached (after the question), then deleted: erased, and gone from the list.
+      await row.getByRole('button', { name: `Detach ${name}` }).click();
+      assert.match(b.asked.at(-1), /^Detach data-/);
+      await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
+      await row.getByRole('button', { name: `Delete ${name}` }).click();
+      assert.match(b.asked.at(-1), /erased and can't be recovered/);
+      await row.waitFor({ state: 'detached', timeout: 30_000 });
+      assert.equal(sql(`SELECT count(*) FROM volume_erasures e JOIN volumes v ON v.id = e.volume_id WHERE v.name = '${name}'`), '1');
+    } finally {
+      await b.close();
+    }
+  } finally {
+    await stopAgent(agent, state);
+  }
+});
+
+test('fiona (finance) sees the volumes and cannot change them', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await ssoSignIn(page, 'fiona@acme.example');
+    await page.goto(`${BASE}/volumes`);
+    await hydrated(page);
+    assert.equal(await page.locator('h1').innerText(), 'Volumes');
+    assert.equal(await page.locator('#new-volume').count(), 0, 'no create form for who may not create');
+    assert.equal(await page.getByRole('button', { name: /^(Attach|Detach|Delete)/ }).count(), 0);
+  } finally {
+    await b.close();
+  }
+});
