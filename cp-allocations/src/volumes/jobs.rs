@@ -5,14 +5,14 @@
 use serde_json::json;
 use sqlx::PgConnection;
 
-use agent_protocol::{VolumeDisk, VolumeTarget};
+use agent_protocol::VolumeTarget;
 use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::error::{Error, Result};
 use cp_base::ids::{AllocationId, NodeId, VolumeId};
 
-use super::queue_job;
-use crate::allocations::lifecycle::{queue_later, queue_now};
+use crate::allocations::lifecycle::queue_now;
+use crate::allocations::lifecycle::volumes::queue_job;
 
 /// A backend step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -365,122 +365,4 @@ async fn volume_name(
     .fetch_one(conn)
     .await?;
     Ok(cp.naming().volume(&r.region, r.tenant, r.project, id)?)
-}
-
-/// After a volume moved to `detaching`: a running instance's host unplugs it first (then it
-/// is withdrawn, [`plugged`]); one attached to anything else is withdrawn now.
-pub(crate) async fn unplug(
-    conn: &mut PgConnection,
-    id: VolumeId,
-    attached_to: Option<AllocationId>,
-) -> Result<Option<NodeId>> {
-    if let Some(alloc) = attached_to {
-        let running = sqlx::query_scalar!(
-            "SELECT state = 'running' AS \"running!\" FROM allocations WHERE id = $1",
-            alloc as AllocationId
-        )
-        .fetch_one(&mut *conn)
-        .await?;
-        if running {
-            return queue_now(conn, "allocation.volumes_update", alloc).await;
-        }
-    }
-    queue_job(conn, id, "withdraw").await?;
-    Ok(None)
-}
-
-/// What a running allocation's VM is to have plugged in: its volumes attaching or in use that
-/// the backend serves.
-pub(crate) async fn volumes_plan(
-    conn: &mut PgConnection,
-    alloc: AllocationId,
-) -> Result<Vec<VolumeDisk>> {
-    let rows = sqlx::query!(
-        r#"SELECT id AS "id: VolumeId", target AS "target!" FROM volumes
-           WHERE attached_to = $1 AND state IN ('attaching', 'in_use') AND target IS NOT NULL
-           ORDER BY created_at, id"#,
-        alloc as AllocationId
-    )
-    .fetch_all(conn)
-    .await?;
-    rows.into_iter()
-        .map(|r| {
-            Ok(VolumeDisk {
-                volume_id: r.id.to_string(),
-                serial: r.id.0.simple().to_string()[..20].to_string(),
-                target: serde_json::from_value(r.target)
-                    .map_err(|e| Error::Corrupt(format!("volume target: {e}")))?,
-            })
-        })
-        .collect()
-}
-
-/// What the host reported plugged in after a volumes update: those attaching become in use;
-/// those detaching that it unplugged are withdrawn.
-pub(crate) async fn plugged(
-    conn: &mut PgConnection,
-    alloc: AllocationId,
-    attached: &[String],
-) -> Result<()> {
-    let attached: Vec<uuid::Uuid> = attached.iter().filter_map(|a| a.parse().ok()).collect();
-    sqlx::query!(
-        "UPDATE volumes SET state = 'in_use'
-         WHERE attached_to = $1 AND state = 'attaching' AND id = ANY ($2)",
-        alloc as AllocationId,
-        &attached
-    )
-    .execute(&mut *conn)
-    .await?;
-    let unplugged = sqlx::query_scalar!(
-        r#"SELECT id AS "id: VolumeId" FROM volumes v
-           WHERE attached_to = $1 AND state = 'detaching' AND NOT (id = ANY ($2))
-             AND NOT EXISTS (SELECT 1 FROM volume_jobs j
-                             WHERE j.volume_id = v.id AND j.kind = 'withdraw' AND j.done_at IS NULL)"#,
-        alloc as AllocationId,
-        &attached
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    for id in unplugged {
-        queue_job(conn, id, "withdraw").await?;
-    }
-    Ok(())
-}
-
-/// A volumes update the host could not do: the volumes it was to plug in record why.
-pub(crate) async fn plug_failed(
-    conn: &mut PgConnection,
-    alloc: AllocationId,
-    reason: &str,
-) -> Result<()> {
-    let failed = sqlx::query_scalar!(
-        r#"UPDATE volumes SET state = 'error', attached_to = NULL,
-                  error_reason = left('the host could not plug it in: ' || $2, 2000)
-           WHERE attached_to = $1 AND state = 'attaching'
-           RETURNING id AS "id: VolumeId""#,
-        alloc as AllocationId,
-        reason
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    for id in failed {
-        queue_job(conn, id, "withdraw").await?;
-    }
-    Ok(())
-}
-
-/// Once an allocation runs: the volumes attached while it started, served already, are
-/// plugged in (by the dispatcher, after the agent's report is filed).
-pub(crate) async fn after_running(conn: &mut PgConnection, alloc: AllocationId) -> Result<()> {
-    let waiting = sqlx::query_scalar!(
-        r#"SELECT EXISTS (SELECT 1 FROM volumes WHERE attached_to = $1 AND state = 'attaching'
-                          AND target IS NOT NULL) AS "waiting!""#,
-        alloc as AllocationId
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if waiting {
-        queue_later(conn, "allocation.volumes_update", alloc).await?;
-    }
-    Ok(())
 }

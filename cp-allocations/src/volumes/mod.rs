@@ -22,6 +22,7 @@ use cp_identity::tenancy::{
 };
 
 use crate::allocations::decide::{counts_in_project, denied, invalid, policy};
+use crate::allocations::lifecycle::volumes::{queue_job, unplug};
 
 pub use portal_types::volumes::{MAX_VOLUME_GIB, Volume, VolumeState};
 
@@ -233,18 +234,6 @@ async fn lock_volume(conn: &mut PgConnection, project: ProjectId, id: VolumeId) 
         state: VolumeState::parse(&r.state).map_err(Error::Corrupt)?,
         attached_to: r.attached_to,
     })
-}
-
-/// Queues one backend step for the storage worker, in the caller's transaction.
-pub(crate) async fn queue_job(conn: &mut PgConnection, id: VolumeId, kind: &str) -> Result<()> {
-    sqlx::query!(
-        "INSERT INTO volume_jobs (volume_id, kind) VALUES ($1, $2)",
-        id as VolumeId,
-        kind
-    )
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// Refuses a volume in the wrong state for `action`, in words.
@@ -659,7 +648,7 @@ impl VolumesApi for ControlPlane {
         .execute(&mut *tx)
         .await
         .map_err(cp_base::db::trigger_refusal)?;
-        let node = jobs::unplug(&mut tx, id, v.attached_to).await?;
+        let node = unplug(&mut tx, id, v.attached_to).await?;
         record(
             self,
             &mut tx,

@@ -61,6 +61,9 @@ use app::projects::{
 use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
 use app::tokens::{CreateApiToken, ListApiTokens, RevokeApiToken};
+use app::volumes::{
+    AttachVolume, CreateVolume, DeleteVolume, DetachVolume, GrowVolume, ListVolumes,
+};
 
 use crate::support;
 
@@ -68,6 +71,7 @@ use crate::support;
 const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
 const ALLOCATION: &str = "0a0e0000-0000-4000-800f-000000000002";
 const ALICE: &str = "0a0e0000-0000-4000-8002-000000000001";
+const VOLUME: &str = "0a0e0000-0000-4000-800f-000000000003";
 /// Globex Labs, the demo's third-party publisher.
 const GLOBEX_PUBLISHER: &str = "0a0e0000-0000-4000-8003-000000000001";
 const SSH_KEY: &str =
@@ -734,6 +738,45 @@ fn matrix(w: &World) -> Vec<Entry> {
                 ("share", "70"),
             ],
         ),
+        // Volumes: every member lists their own organization's; Research's operators change
+        // Research's.
+        entry(ListVolumes::PATH, org_member(), false, &[]),
+        entry(
+            CreateVolume::PATH,
+            in_own_org(research(Need::Operate)),
+            true,
+            &[
+                ("project", &demo::ACME_RESEARCH.to_string()),
+                ("name", "matrix-new"),
+                ("region", "eu-west-1"),
+                ("size_gib", "10"),
+                ("idempotency_key", "matrix-create-1"),
+            ],
+        ),
+        entry(
+            AttachVolume::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", VOLUME), ("instance", ALLOCATION)],
+        ),
+        entry(
+            DetachVolume::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", VOLUME)],
+        ),
+        entry(
+            GrowVolume::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", VOLUME), ("size_gib", "20")],
+        ),
+        entry(
+            DeleteVolume::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", VOLUME)],
+        ),
         // Platform finance.
         entry(GetPlatformBilling::PATH, platform(FINANCE), false, &[]),
         entry(
@@ -994,6 +1037,8 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT count(*) FROM audit_log),
             (SELECT string_agg(id::text || admin_state || hostname, ',' ORDER BY id) FROM nodes),
             (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
+            (SELECT string_agg(id::text || state || size_gib || coalesce(attached_to::text, ''), ',' ORDER BY id) FROM volumes),
+            (SELECT count(*) FROM volume_jobs),
             (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
             (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM listing_versions),
             (SELECT count(*) FROM listings),
@@ -1213,6 +1258,55 @@ fn api_matrix(w: &World) -> Vec<ApiEntry> {
         api(
             "DELETE",
             format!("/api/v1/instances/{ALLOCATION}"),
+            research(Need::Operate),
+            true,
+        ),
+        api("GET", "/api/v1/volumes", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/volumes?project={project}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/volumes/{VOLUME}"),
+            research(Need::See),
+            false,
+        ),
+        ApiEntry {
+            body: Some(serde_json::json!({
+                "project": project.to_string(), "name": "matrix-api", "region": "eu-west-1", "size_gib": 5,
+            })),
+            ..api("POST", "/api/v1/volumes", research(Need::Operate), true)
+        },
+        ApiEntry {
+            body: Some(serde_json::json!({"size_gib": 20})),
+            ..api(
+                "PATCH",
+                format!("/api/v1/volumes/{VOLUME}"),
+                research(Need::Operate),
+                true,
+            )
+        },
+        ApiEntry {
+            body: Some(serde_json::json!({"instance": ALLOCATION})),
+            ..api(
+                "POST",
+                format!("/api/v1/volumes/{VOLUME}/attach"),
+                research(Need::Operate),
+                true,
+            )
+        },
+        api(
+            "POST",
+            format!("/api/v1/volumes/{VOLUME}/detach"),
+            research(Need::Operate),
+            true,
+        ),
+        api(
+            "DELETE",
+            format!("/api/v1/volumes/{VOLUME}"),
             research(Need::Operate),
             true,
         ),

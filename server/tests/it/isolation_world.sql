@@ -58,3 +58,12 @@ INSERT INTO project_invitations (id, tenant_id, project_id, email, role, invited
 SELECT gen_random_uuid(), p.tenant_id, p.id, 'm-invited@acme.example', 'viewer',
        (SELECT id FROM users WHERE email = 'alice@acme.example')
 FROM projects p WHERE p.slug = 'research';
+
+-- A volume of Acme's Research, available, in the allocation's region.
+INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib, idempotency_key,
+                     request_fingerprint, created_by)
+SELECT '0a0e0000-0000-4000-800f-000000000003', p.tenant_id, p.id, 'eu-west-1', 'matrix-data', 10,
+       'matrix-volume', 'f', (SELECT id FROM users WHERE email = 'alice@acme.example')
+FROM projects p WHERE p.slug = 'research';
+UPDATE volumes SET state = 'available', backend_size_gib = 10
+WHERE id = '0a0e0000-0000-4000-800f-000000000003';

@@ -8,6 +8,7 @@ mod detail;
 mod plan;
 mod results;
 mod user_data;
+pub(crate) mod volumes;
 
 pub use detail::{
     AllocationDetail, Certificate, GpuHealthNotice, GpuUtilisation, Phase, PortAddress,
@@ -271,7 +272,7 @@ async fn dispatch_one(
             let spec = TaskSpec::VolumesUpdate(agent_protocol::VolumesPlan {
                 allocation_id: id.to_string(),
                 slots,
-                volumes: crate::volumes::jobs::volumes_plan(&mut *conn, id).await?,
+                volumes: volumes::volumes_plan(&mut *conn, id).await?,
             });
             replace_or_queue(&mut *conn, a.node_id, id, &spec).await?;
         }

@@ -248,11 +248,11 @@ pub(crate) async fn task_finished(
                     reason: format!("a {kind} task answers with the volumes plugged in"),
                 });
             };
-            crate::volumes::jobs::plugged(conn, id, attached).await?;
+            super::volumes::plugged(conn, id, attached).await?;
             ("succeeded", None)
         }
         ("allocation.volumes_update", TaskOutcome::Failed { error }) => {
-            crate::volumes::jobs::plug_failed(conn, id, error).await?;
+            super::volumes::plug_failed(conn, id, error).await?;
             ("failed", Some(error.clone()))
         }
         _ => {
@@ -319,7 +319,7 @@ async fn provisioned(
     )
     .execute(&mut *conn)
     .await?;
-    crate::volumes::jobs::after_running(conn, id).await?;
+    super::volumes::after_running(conn, id).await?;
     Ok(("succeeded", None))
 }
 
