@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, stopAgent } from '../support.mjs';
+import { BASE, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, stopAgent, until } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -20,6 +20,11 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
   const host = `vol-host-${RUN}`;
   try {
     ({ agent } = await enrolApprovedNode(state, `gpu-vol-${RUN}`, 'eu-west-1'));
+    // A node whose agent another test stopped counts as live for a minute: the slice must land
+    // on this one, whose agent answers.
+    await until('the other eu-west-1 nodes are known to be gone', async () => sql(
+      `SELECT count(*) FROM nodes WHERE region = 'eu-west-1' AND hostname <> 'gpu-vol-${RUN}'
+          AND NOT ledger_only AND NOT heartbeat_lapsed AND admin_state = 'active'`) === '0', 90);
     const b = await openBrowser();
     try {
       const { page } = b;
