@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BASE, enrolApprovedNode, hydrated, launchSlice, openBrowser, shot, sql, stopAgent, until } from '../support.mjs';
+import { BASE, enrolApprovedNode, hydrated, openBrowser, shot, sql, stopAgent, until } from '../support.mjs';
 import { ssoSignIn } from '../support-sso.mjs';
 
 const RUN = Date.now().toString(36);
@@ -29,9 +29,6 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
     try {
       const { page } = b;
       await ssoSignIn(page, 'bob@acme.example');
-      await launchSlice(page, BASE, { sku: 'l40s.1x', region: 'eu-west-1', name: host, key: KEY });
-      await page.locator('[data-testid="state"]', { hasText: 'running' }).waitFor({ timeout: 40_000 });
-
       await page.goto(`${BASE}/volumes`);
       await hydrated(page);
       const form = page.locator('#new-volume');
@@ -49,6 +46,26 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
       await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
       assert.equal(await row.locator('[data-testid="size"]').innerText(), '20 GiB');
       assert.equal(sql(`SELECT count(*) FROM volumes WHERE name = 'my data!'`), '0');
+
+      // Launched with the volume ticked: the instance starts in its region, with it attached.
+      await page.goto(`${BASE}/launch?sku=l40s.1x`);
+      await hydrated(page);
+      const launch = page.locator('#launch');
+      await launch.locator('select[name="image"]').selectOption('ubuntu-24.04-cuda');
+      await launch.getByLabel('Name').fill(host);
+      await launch.locator('textarea[name="ssh_public_keys"]').fill(KEY);
+      await launch.getByLabel(new RegExp(`^${name} \\(20 GiB, eu-west-1\\)`)).check();
+      await shot(page, 'launch-with-volume');
+      await launch.getByRole('button', { name: 'Launch' }).click();
+      await page.waitForURL(/\/allocations\/[0-9a-f-]{36}$/);
+      await page.locator('[data-testid="state"]', { hasText: 'running' }).waitFor({ timeout: 40_000 });
+      await page.goto(`${BASE}/volumes`);
+      await hydrated(page);
+      await row.locator('[data-testid="state"]', { hasText: 'in use' }).waitFor({ timeout: 30_000 });
+      assert.equal(await row.locator('[data-testid="attached"]').innerText(), host);
+      // Detached, to be attached again from this page.
+      await row.getByRole('button', { name: `Detach ${name}` }).click();
+      await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
 
       // Attached to the running instance of its region: in use, and not deletable.
       await row.getByLabel(`Instance to attach ${name} to`).selectOption({ label: host });

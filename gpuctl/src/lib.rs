@@ -221,6 +221,10 @@ pub struct LaunchArgs {
     /// images that accept one (`gpuctl images`).
     #[arg(long)]
     pub user_data: Option<PathBuf>,
+    /// An available volume of the project to attach (repeatable; the instance goes to the
+    /// volumes' region).
+    #[arg(long = "volume")]
+    pub volumes: Vec<String>,
     /// Makes a retry of this command launch once (default: a new random key).
     #[arg(long)]
     pub idempotency_key: Option<String>,
@@ -1037,7 +1041,7 @@ async fn launch(
         "project": a.project, "sku": a.sku, "image": a.image, "name": a.name,
         "region": a.region, "version": a.version, "ssh_key_ids": a.key_ids,
         "ssh_public_keys": keys, "tags": tags, "lifetime_hours": a.lifetime_hours,
-        "published_ports": a.ports, "user_data": user_data,
+        "published_ports": a.ports, "user_data": user_data, "volumes": a.volumes,
     });
     let key = a
         .idempotency_key

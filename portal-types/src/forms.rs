@@ -91,6 +91,9 @@ pub struct LaunchInput {
     /// cloud-init user data, for listings that accept it; empty: none.
     #[serde(default)]
     pub user_data: String,
+    /// Available volumes of the project to attach.
+    #[serde(default)]
+    pub volume_ids: Vec<IdArg<crate::ids::VolumeId>>,
 }
 
 /// What a tenant admin types for the organization's identity provider.

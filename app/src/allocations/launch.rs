@@ -28,6 +28,8 @@ pub struct LaunchForm {
     pub software: Option<Software>,
     /// The user's saved SSH keys: `(id, "laptop (ssh-ed25519 SHA256:…)")`.
     pub ssh_keys: Vec<(String, String)>,
+    /// The launchable projects' available volumes.
+    pub volumes: Vec<LaunchVolume>,
     /// What the form starts with (from the query string, or the defaults).
     pub project: String,
     pub sku: String,
@@ -87,6 +89,15 @@ pub struct LaunchImage {
     pub fee_minor: i64,
     /// The ports its software listens on, "8000": what the form publishes unless changed.
     pub published_ports: String,
+}
+
+/// A volume the form offers to attach.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchVolume {
+    pub id: String,
+    pub project: String,
+    /// "datasets (500 GiB, eu-west-1)".
+    pub label: String,
 }
 
 /// A listing preselected for the launch form.
@@ -220,10 +231,12 @@ pub async fn get_launch_form(
     use control_plane::tenancy::ProjectOperators;
     let (cp, principal) = crate::server::signed_in().await?;
     let mut projects = Vec::new();
+    let mut volumes = Vec::new();
     for (id, name) in launchable_projects(&cp, &principal).await? {
         let who = cp
             .project_access::<ProjectOperators>(&principal, id)
             .await?;
+        volumes.extend(available_volumes(&cp, &principal, id).await?);
         let budget = cp.budget_left(&who).await?;
         let limit = cp.lifetime_limit(&who).await?;
         projects.push(LaunchProject {
@@ -352,8 +365,34 @@ pub async fn get_launch_form(
         images,
         software,
         ssh_keys,
+        volumes,
         idempotency_key: uuid::Uuid::new_v4().to_string(),
     })
+}
+
+/// The project's available volumes, as the form offers them.
+#[cfg(feature = "ssr")]
+async fn available_volumes(
+    cp: &control_plane::ControlPlane,
+    principal: &control_plane::auth::Principal,
+    project: control_plane::ProjectId,
+) -> Result<Vec<LaunchVolume>, AppError> {
+    use control_plane::tenancy::ProjectViewers;
+    use control_plane::volumes::{VolumeState, VolumesApi};
+    let who = cp
+        .project_access::<ProjectViewers>(principal, project)
+        .await?;
+    Ok(cp
+        .volumes(&who)
+        .await?
+        .into_iter()
+        .filter(|v| v.state == VolumeState::Available)
+        .map(|v| LaunchVolume {
+            id: v.id.to_string(),
+            project: project.to_string(),
+            label: format!("{} ({} GiB, {})", v.name, v.size_gib, v.region),
+        })
+        .collect())
 }
 
 /// Launches what the form chose (see [`portal_types::LaunchInput`] for the SSH keys).
@@ -397,6 +436,11 @@ pub async fn launch_allocation(
         published_ports,
         tags: portal_types::allocations::parse_tags(&launch.tags),
         user_data: Some(launch.user_data).filter(|u| !u.trim().is_empty()),
+        volumes: launch
+            .volume_ids
+            .iter()
+            .map(|id| crate::server::id(id.clone()))
+            .collect::<Result<Vec<_>, _>>()?,
     };
     let request_id = crate::error::request_id();
     let launched = cp
@@ -587,6 +631,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                     </label>
                     <NameField launch=launch />
                     <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
+                    <VolumesFieldset volumes=f.volumes.clone() project=project launch=launch />
                 </div>
                 <MoreOptions launch=launch />
                 <Estimate lines=Signal::derive(move || estimate_lines().unwrap_or_default()) />
@@ -739,6 +784,49 @@ fn LifetimeField(
             <span class="hint" id="launch-lifetime-hint">{hint}</span>
             {field_error(launch.value(), "lifetime_hours", "launch-lifetime-error")}
         </label>
+    }
+}
+
+/// The chosen project's available volumes, to attach at launch; the instance goes to their
+/// region.
+#[component]
+fn VolumesFieldset(
+    volumes: Vec<LaunchVolume>,
+    project: RwSignal<String>,
+    launch: ServerAction<LaunchAllocation>,
+) -> impl IntoView {
+    let volumes = StoredValue::new(volumes);
+    let offered = move || {
+        volumes.with_value(|all| {
+            all.iter()
+                .filter(|v| v.project == project.get())
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+    };
+    view! {
+        <fieldset class="wide" id="launch-volumes">
+            <legend>"Volumes"</legend>
+            {move || {
+                let here = offered();
+                if here.is_empty() {
+                    view! { <p class="hint">"No available volume in this project. Create one on the " <a href="/volumes">"Volumes page"</a> " to keep data beyond this instance."</p> }.into_any()
+                } else {
+                    view! {
+                        <div aria-describedby="launch-volumes-error">
+                            {here.into_iter().map(|v| view! {
+                                <label class="check">
+                                    <input type="checkbox" name="volume_ids[]" value=v.id.clone() />
+                                    {v.label.clone()}
+                                </label>
+                            }).collect_view()}
+                            <p class="hint">"The instance starts in the volumes' region and sees each as a new disk."</p>
+                        </div>
+                    }.into_any()
+                }
+            }}
+            {field_error(launch.value(), "volumes", "launch-volumes-error")}
+        </fieldset>
     }
 }
 

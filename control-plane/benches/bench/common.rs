@@ -27,6 +27,7 @@ pub fn launch_request(sku: &str, name: String, idempotency_key: String) -> Launc
         published_ports: Vec::new(),
         tags: Default::default(),
         user_data: None,
+        volumes: Vec::new(),
     }
 }
 

@@ -59,6 +59,7 @@ fn request(sku: &str, name: &str) -> LaunchRequest {
         published_ports: Vec::new(),
         tags: Default::default(),
         user_data: None,
+        volumes: Vec::new(),
     }
 }
 

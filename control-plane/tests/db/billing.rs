@@ -1053,6 +1053,7 @@ async fn the_budget_counts_the_ledger_and_refuses_with_the_numbers() {
         published_ports: Vec::new(),
         tags: Default::default(),
         user_data: None,
+        volumes: Vec::new(),
     };
     let err = cp.launch(&who, &req, None).await.unwrap_err().to_string();
     assert_eq!(

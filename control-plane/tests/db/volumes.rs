@@ -6,6 +6,7 @@
 use control_plane::prelude::*;
 
 use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec, VolumeTarget};
+use control_plane::allocations::LaunchRequest;
 use control_plane::demo::{ACME_INFERENCE, ACME_RESEARCH};
 use control_plane::error::Denied;
 use control_plane::policy::{Level, PolicyKey, PolicyValue};
@@ -16,6 +17,9 @@ use control_plane::{ControlPlane, Error, VolumeId};
 
 use crate::allocations::{BOB, RELEASE, hgx, member, proof, research_policy, running, setup};
 use crate::support::{answer, assert_db_refuses, in_project};
+
+const KEY: &str =
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
 
 fn denial<T: std::fmt::Debug>(r: Result<T, Error>) -> control_plane::error::Denial {
     match r {
@@ -506,4 +510,97 @@ async fn quotas_count_volumes_and_gib_in_the_scope_that_set_them() {
             other => panic!("{field}: {other:?}"),
         }
     }
+}
+
+/// Volumes named at launch decide the region and are attached in the launch's transaction:
+/// plugged in once the VM runs, or, when one can't be attached, no instance at all.
+#[tokio::test]
+async fn a_launch_attaches_its_volumes_or_launches_nothing() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, agent, _) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let data = available(&cp, &bob, "data").await;
+    let far = {
+        let us = VolumeRequest {
+            region: "us-east-1".into(),
+            ..request("far", 10)
+        };
+        let id = cp.create_volume(&bob, &us, None).await.unwrap().id;
+        work(&cp, id, JobKind::Create, Outcome::Done).await;
+        id
+    };
+    let launch = |name: &str, region: &str, volumes: Vec<VolumeId>| LaunchRequest {
+        sku: "h100.1x".into(),
+        region: region.into(),
+        listing: "ubuntu-24.04-cuda".into(),
+        ssh_public_key: KEY.into(),
+        name: name.into(),
+        idempotency_key: uuid::Uuid::new_v4().to_string(),
+        volumes,
+        ..Default::default()
+    };
+    let allocations = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM allocations")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap()
+    };
+    let before = allocations().await;
+
+    // Volumes of two regions, or one the launch's region rules out: refused, nothing made.
+    assert!(matches!(
+        cp.launch(&bob, &launch("two-regions", "", vec![data, far]), None).await,
+        Err(Error::Conflict(m)) if m.contains("volumes of one region")
+    ));
+    assert!(matches!(
+        cp.launch(&bob, &launch("wrong-region", "eu-west-1", vec![far]), None).await,
+        Err(Error::Conflict(m)) if m.contains("the volumes are in us-east-1")
+    ));
+    assert!(matches!(
+        cp.launch(
+            &bob,
+            &launch("unknown", "", vec![VolumeId::new_random()]),
+            None
+        )
+        .await,
+        Err(Error::Invalid {
+            field: "volumes",
+            ..
+        })
+    ));
+    assert_eq!(allocations().await, before, "no instance was made");
+    assert_eq!(state_of(&cp, far).await, "available");
+
+    // With its volume: placed in the volume's region, the volume attaching with it.
+    let id = cp
+        .launch(&bob, &launch("with-data", "", vec![data]), None)
+        .await
+        .unwrap()
+        .id;
+    let region: String = sqlx::query_scalar("SELECT region FROM allocations WHERE id = $1")
+        .bind(id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(region, "eu-west-1");
+    let v = cp.volume(&viewer(&cp).await, data).await.unwrap();
+    assert_eq!((v.state, v.attached_to), (VolumeState::Attaching, Some(id)));
+    // A second launch can't take it.
+    assert!(matches!(
+        cp.launch(&bob, &launch("again", "", vec![data]), None).await,
+        Err(Error::Conflict(m)) if m.contains("is attaching")
+    ));
+    // Served, then the VM runs, then its host plugs it in.
+    work(&cp, data, JobKind::Export, Outcome::Exported(nbd(data))).await;
+    answer(
+        &cp,
+        &agent,
+        crate::allocations::PROVISION,
+        crate::support::provisioned,
+    )
+    .await;
+    cp.dispatch_outbox(10).await.unwrap();
+    let plan = plug(&cp, &agent).await;
+    assert_eq!(plan.volumes[0].volume_id, data.to_string());
+    assert_eq!(state_of(&cp, data).await, "in_use");
 }

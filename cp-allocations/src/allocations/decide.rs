@@ -251,6 +251,8 @@ pub(super) struct ValidLaunch {
     pub published_ports: Vec<u16>,
     pub tags: Tags,
     pub user_data: Option<String>,
+    /// Volumes to attach, sorted, without repeats.
+    pub volumes: Vec<cp_base::ids::VolumeId>,
     /// What a repeated idempotency key must match to return the first allocation.
     pub fingerprint: String,
 }
@@ -274,6 +276,16 @@ impl ValidLaunch {
         let published_ports = check_published_ports(&req.published_ports)?;
         let tags = check_tags(&req.tags)?;
         let user_data = check_user_data(req.user_data.as_deref())?;
+        let mut volumes = req.volumes.clone();
+        volumes.sort_by_key(|v| v.0);
+        volumes.dedup();
+        let most = agent_protocol::MAX_VOLUMES_PER_INSTANCE;
+        if volumes.len() > most {
+            return Err(invalid(
+                "volumes",
+                format!("{} volumes: an instance has at most {most}", volumes.len()),
+            ));
+        }
         let ports = published_ports
             .iter()
             .map(u16::to_string)
@@ -307,6 +319,13 @@ impl ValidLaunch {
                 h.update(b"\0lifetime_hours\0");
                 h.update(hours.to_string().as_bytes());
             }
+            // And volumes attached at launch.
+            if !volumes.is_empty() {
+                h.update(b"\0volumes\0");
+                for v in &volumes {
+                    h.update(v.0.as_bytes());
+                }
+            }
             format!("{:x}", h.finalize())
         };
         Ok(Self {
@@ -318,6 +337,7 @@ impl ValidLaunch {
             published_ports,
             tags,
             user_data,
+            volumes,
             fingerprint,
         })
     }
@@ -590,6 +610,7 @@ mod tests {
             published_ports: Vec::new(),
             tags: Default::default(),
             user_data: None,
+            volumes: Vec::new(),
         }
     }
 

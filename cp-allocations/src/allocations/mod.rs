@@ -54,6 +54,10 @@ pub struct LaunchRequest {
     /// 16 KiB), where the image accepts it; see [`decide::check_user_data`].
     #[serde(default)]
     pub user_data: Option<String>,
+    /// Available volumes of the project to attach (at most 8): they decide the region, and
+    /// are attached in the launch's transaction or not at all.
+    #[serde(default)]
+    pub volumes: Vec<cp_base::ids::VolumeId>,
 }
 
 /// Which allocations to list.
@@ -389,10 +393,11 @@ impl AllocationsApi for ControlPlane {
     ) -> Result<Launched> {
         let started = std::time::Instant::now();
         // Most launches are placed together with the others waiting now (see [`group`]);
-        // a launch the group can't decide, and one with published ports, is decided alone.
+        // a launch the group can't decide, and one with published ports or volumes, is
+        // decided alone.
         let launched = match decide::ValidLaunch::check(req) {
             Err(e) => Err(e),
-            Ok(valid) if valid.published_ports.is_empty() => {
+            Ok(valid) if valid.published_ports.is_empty() && valid.volumes.is_empty() => {
                 match group::join(
                     self,
                     who.user(),
@@ -740,6 +745,8 @@ async fn launch_once(
     }
     let (sku, software) = sku_and_software(&mut tx, req, &valid).await?;
     let (regions, hours) = within_policies(&mut tx, who, &sku, &software, &valid).await?;
+    let regions =
+        lifecycle::volumes::region_of_volumes(&mut tx, who.id(), &valid.volumes, regions).await?;
     name_is_free(&mut tx, who, &valid.name).await?;
 
     let id = AllocationId::new_random();
@@ -772,6 +779,7 @@ async fn launch_once(
     )
     .await?;
     publish_ports_at_launch(&mut tx, id, &valid.published_ports).await?;
+    lifecycle::volumes::attach_at_launch(&mut tx, id, &valid.volumes).await?;
     let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
     let resource = cp
         .naming()
@@ -965,6 +973,7 @@ async fn record_launch(
                 "name": valid.name, "sku": sku.name, "node": placed.hostname,
                 "software": software.label, "published_ports": valid.published_ports, "tags": valid.tags,
                 "user_data_bytes": valid.user_data.as_ref().map(String::len),
+                "volumes": valid.volumes,
                 "slots": placed.slot_indexes, "price_per_hour": sku.price.to_string(), "fee_per_hour": fee,
                 "why": placed.why,
             })),

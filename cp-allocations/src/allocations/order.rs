@@ -33,6 +33,8 @@ pub struct LaunchOrder {
     pub published_ports: Vec<u16>,
     pub tags: Tags,
     pub user_data: Option<String>,
+    /// Volumes of the project to attach.
+    pub volumes: Vec<cp_base::ids::VolumeId>,
 }
 
 /// The SSH keys a launch installs.
@@ -68,6 +70,7 @@ pub(super) async fn launch(
         published_ports: order.published_ports,
         tags: order.tags,
         user_data: order.user_data,
+        volumes: order.volumes,
     };
     cp.launch(who, &req, request_id).await.map_err(|e| match e {
         Error::Invalid { field, reason } => Error::Invalid {

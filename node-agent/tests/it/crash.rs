@@ -55,6 +55,7 @@ async fn launch(cp: &ControlPlane, who: &Project<ProjectOperators>, name: &str) 
         published_ports: Vec::new(),
         tags: Default::default(),
         user_data: None,
+        volumes: Vec::new(),
     };
     cp.launch(who, &req, None).await.unwrap().id
 }

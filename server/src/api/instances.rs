@@ -76,6 +76,11 @@ pub struct NewInstance {
     #[serde(default)]
     #[schema(max_length = 16384, pattern = r"^(#cloud-config|#!)")]
     pub user_data: Option<String>,
+    /// Available volumes of the project to attach (at most 8, all in one region): the
+    /// instance goes to their region, and they are attached with the launch or not at all.
+    #[serde(default)]
+    #[schema(max_items = 8)]
+    pub volumes: Vec<portal_types::VolumeId>,
 }
 
 /// At most 7 TCP ports.
@@ -143,9 +148,6 @@ impl Launched {
     }
 }
 
-/// The longest `Idempotency-Key` read.
-const MAX_KEY: usize = 200;
-
 /// Launches an instance.
 ///
 /// The policy chain, placement and the reservation in one transaction, as the portal's launch
@@ -192,21 +194,7 @@ pub async fn launch(
 ) -> Result<Response, ApiError> {
     caller.require(TokenScope::Launch, &id)?;
     let Json(new) = body.map_err(bad_body)?;
-    // The domain checks the key (8 to 200 printable characters) as it checks the form's.
-    let key = match headers.get("idempotency-key") {
-        None => format!("api-{}", uuid::Uuid::new_v4()),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .filter(|v| v.len() <= MAX_KEY)
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "Idempotency-Key",
-                    "use 8 to 200 printable characters (a UUID per launch, for example)",
-                )
-            })?
-            .to_owned(),
-    };
+    let key = super::idempotency_key(&headers, "launch")?;
     let who = caller
         .project::<ProjectOperators>(&cp, new.project, &id)
         .await?;
@@ -227,6 +215,7 @@ pub async fn launch(
         published_ports: new.published_ports,
         tags: new.tags,
         user_data: new.user_data,
+        volumes: new.volumes,
     };
     let launched = caller
         .acting(cp.launch_order(principal, &who, order, Some(&id.0)))

@@ -122,6 +122,29 @@ pub fn routes() -> Router<ControlPlane> {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
 }
 
+/// The longest `Idempotency-Key` read.
+const MAX_KEY: usize = 200;
+
+/// A request's `Idempotency-Key`, or a fresh one when it sent none (then a retry is a new
+/// request). The domain checks the key (8 to 200 printable characters) as it checks a
+/// form's; here only its length is bounded before it is copied.
+pub(crate) fn idempotency_key(headers: &http::HeaderMap, per: &str) -> Result<String, ApiError> {
+    match headers.get("idempotency-key") {
+        None => Ok(format!("api-{}", uuid::Uuid::new_v4())),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .filter(|v| v.len() <= MAX_KEY)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "Idempotency-Key",
+                    format!("use 8 to 200 printable characters (a UUID per {per}, for example)"),
+                )
+            }),
+    }
+}
+
 /// Request bodies larger than this are refused (413) before they are read.
 pub const MAX_BODY: usize = 32 * 1024;
 

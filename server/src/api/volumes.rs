@@ -67,9 +67,6 @@ pub struct VolumeList {
     pub volumes: Vec<Volume>,
 }
 
-/// The longest `Idempotency-Key` read.
-const MAX_KEY: usize = 200;
-
 /// Creates a volume.
 ///
 /// It starts `creating` and becomes `available` once the region's storage backend has made
@@ -104,20 +101,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     caller.require(TokenScope::Launch, &id)?;
     let Json(new) = body.map_err(bad_body)?;
-    let key = match headers.get("idempotency-key") {
-        None => format!("api-{}", uuid::Uuid::new_v4()),
-        Some(v) => v
-            .to_str()
-            .ok()
-            .filter(|v| v.len() <= MAX_KEY)
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "Idempotency-Key",
-                    "use 8 to 200 printable characters (a UUID per volume, for example)",
-                )
-            })?
-            .to_owned(),
-    };
+    let key = super::idempotency_key(&headers, "volume")?;
     let who = caller
         .project::<ProjectOperators>(&cp, new.project, &id)
         .await?;

@@ -140,3 +140,74 @@ pub(crate) async fn after_running(conn: &mut PgConnection, alloc: AllocationId) 
     }
     Ok(())
 }
+
+/// Where a launch with `volumes` may go: the region they are all in, if the launch may use it.
+/// Locks them, so they are still available when [`attach_at_launch`] takes them. Each must be
+/// the project's and available.
+pub(crate) async fn region_of_volumes(
+    conn: &mut PgConnection,
+    project: cp_base::ids::ProjectId,
+    volumes: &[VolumeId],
+    regions: Vec<String>,
+) -> Result<Vec<String>> {
+    if volumes.is_empty() {
+        return Ok(regions);
+    }
+    let rows = sqlx::query!(
+        r#"SELECT id AS "id: VolumeId", name, region, state FROM volumes
+           WHERE id = ANY ($1) AND project_id = $2 AND state <> 'deleted'
+           ORDER BY id FOR NO KEY UPDATE"#,
+        &volumes.iter().map(|v| v.0).collect::<Vec<_>>(),
+        project as cp_base::ids::ProjectId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if let Some(missing) = volumes.iter().find(|v| !rows.iter().any(|r| r.id == **v)) {
+        return Err(Error::Invalid {
+            field: "volumes",
+            reason: format!("the project has no volume {missing}"),
+        });
+    }
+    if let Some(busy) = rows.iter().find(|r| r.state != "available") {
+        return Err(Error::Conflict(format!(
+            "volume {} is {}; a launch attaches available volumes",
+            busy.name,
+            busy.state.replace('_', " ")
+        )));
+    }
+    let region = &rows[0].region;
+    if let Some(other) = rows.iter().find(|r| r.region != *region) {
+        return Err(Error::Conflict(format!(
+            "volume {} is in {} and volume {} in {}; an instance attaches volumes of one region",
+            rows[0].name, region, other.name, other.region
+        )));
+    }
+    if !regions.contains(region) {
+        return Err(Error::Conflict(format!(
+            "the volumes are in {region}, where this launch can't go (it may use {})",
+            regions.join(", ")
+        )));
+    }
+    Ok(vec![region.clone()])
+}
+
+/// Attaches the launch's volumes to its new allocation, in the launch's transaction: the
+/// backend serves them, and the host plugs them in once the VM runs ([`after_running`]).
+pub(crate) async fn attach_at_launch(
+    conn: &mut PgConnection,
+    alloc: AllocationId,
+    volumes: &[VolumeId],
+) -> Result<()> {
+    for &v in volumes {
+        sqlx::query!(
+            "UPDATE volumes SET state = 'attaching', attached_to = $2 WHERE id = $1",
+            v as VolumeId,
+            alloc as AllocationId
+        )
+        .execute(&mut *conn)
+        .await
+        .map_err(cp_base::db::trigger_refusal)?;
+        queue_job(conn, v, "export").await?;
+    }
+    Ok(())
+}
