@@ -630,11 +630,11 @@ mod tests {
             agent_version: "0.1.0".into(),
         };
         let json = serde_json::to_string(&hello).unwrap();
-        assert_eq!(json, r#"{"protocol_version":1,"agent_version":"0.1.0"}"#);
+        assert_eq!(json, r#"{"protocol_version":2,"agent_version":"0.1.0"}"#);
         let back: AgentHello = serde_json::from_str(&json).unwrap();
         assert!(back.is_supported());
         let future = AgentHello {
-            protocol_version: 2,
+            protocol_version: 3,
             ..back
         };
         assert!(!future.is_supported());
