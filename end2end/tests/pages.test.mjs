@@ -70,6 +70,7 @@ test('every page: screenshots at two widths in both themes, and no serious acces
       ['organization', '/organization'],
       ['projects', '/projects'],
       ['allocations', '/allocations'],
+      ['volumes', '/volumes'],
       ['launch', '/launch'],
       ['account', '/account'],
       ['tokens', '/account/tokens'],
