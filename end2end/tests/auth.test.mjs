@@ -121,7 +121,7 @@ test('a platform admin signs in with the break-glass password, sees who they are
     // Platform admins see, and may set, the global policies.
     const global = page.locator('.policies[data-scope="global"]');
     await global.locator('tr[data-key="allowed_regions"]').waitFor();
-    assert.equal(await global.locator('input[name="value"]').count(), 7); // one per policy key
+    assert.equal(await global.locator('input[name="value"]').count(), 9); // one per policy key
     // ... and read every organization's audit records, narrowed by organization.
     await page.goto(`${BASE}/audit?tenant=globex`);
     const resources = await page.locator('#audit-log td.resource').allInnerTexts();
