@@ -333,7 +333,7 @@ fn api_conformance(launch: &portal::Launch, port: u16) -> Result {
     let auth = format!("Authorization: Bearer {}", token.trim());
     let artifacts = root().join("test-artifacts");
     let mut cmd = Command::new(&st);
-    // end2end/schemathesis.toml: the two exceptions to its checks, each with its reason.
+    // end2end/schemathesis.toml: the exceptions to its checks, each with its reason.
     cmd.args(["--config-file", "end2end/schemathesis.toml"])
         .args(["run", &format!("{api}/openapi.json"), "--url", &api])
         .args(["--header", &auth])
