@@ -314,7 +314,7 @@ fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
                 <table class="data cards" id="volumes">
                     <thead><tr>
                         <th scope="col">"Name"</th><th scope="col">"Project"</th><th scope="col">"Region"</th>
-                        <th scope="col" class="num">"Size"</th><th scope="col">"State"</th><th scope="col">"Attached to"</th>
+                        <th scope="col">"Size"</th><th scope="col">"State"</th><th scope="col">"Attached to"</th>
                         <th scope="col"><span class="visually-hidden">"Actions"</span></th>
                     </tr></thead>
                     <tbody>
@@ -416,7 +416,7 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
             <td data-label="Name">{row.name.clone()}<br/><small>"created " {row.created.clone()}</small></td>
             <td data-label="Project">{row.project.clone()}</td>
             <td data-label="Region">{row.region.clone()}</td>
-            <td data-label="Size" class="num" data-testid="size">{format!("{} GiB", row.size_gib)}</td>
+            <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}</td>
             <td data-label="State" data-testid="state">{state_text}</td>
             <td data-label="Attached to" data-testid="attached">{attached}</td>
             <td>{manage}</td>
