@@ -470,11 +470,37 @@ pub fn InvoicePage() -> impl IntoView {
     }
 }
 
-/// A line's unit price as people read it (`6.48 USD`); empty for lines without one (credit).
-fn unit_price(per_hour: &str, currency: &str) -> String {
-    match per_hour {
+/// A line's quantity with its unit: GPU-hours, hours of a listing's fee, GiB-hours.
+fn quantity(kind: &str, q: &str) -> String {
+    match kind {
+        "usage" if !q.is_empty() => format!("{} GPU-h", portal_types::readable_decimal(q, 2)),
+        _ => portal_types::readable_decimal(q, 2),
+    }
+}
+
+/// A line's unit price as people read it (`6.48 USD / GPU-hour`), per the unit its kind is
+/// sold by; empty for lines without one (credit).
+fn unit_price(kind: &str, price: &str, currency: &str) -> String {
+    let unit = match kind {
+        "usage" => "GPU-hour",
+        "storage" => "GiB-month",
+        _ => "hour",
+    };
+    match price {
         "" => String::new(),
-        p => format!("{} {currency}", portal_types::readable_decimal(p, 2)),
+        // Storage prices are often below a cent: all the decimals that matter.
+        p if kind == "storage" => {
+            let p = p.trim_end_matches('0');
+            let p = match p.split_once('.') {
+                Some((w, f)) if f.len() < 2 => format!("{w}.{f:0<2}"),
+                _ => p.to_owned(),
+            };
+            format!("{p} {currency} / {unit}")
+        }
+        p => format!(
+            "{} {currency} / {unit}",
+            portal_types::readable_decimal(p, 2)
+        ),
     }
 }
 
@@ -496,14 +522,14 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
         })}
         <div class="table-scroll">
         <table class="data cards" id="invoice-lines">
-            <thead><tr><th>"#"</th><th>"Description"</th><th>"GPU-hours"</th><th>"Unit price / GPU-hour"</th><th>"Amount"</th></tr></thead>
+            <thead><tr><th>"#"</th><th>"Description"</th><th>"Quantity"</th><th>"Unit price"</th><th>"Amount"</th></tr></thead>
             <tbody>
                 {v.lines.into_iter().map(|l| view! {
-                    <tr data-kind=l.kind>
+                    <tr data-kind=l.kind.clone()>
                         <td class="line-no">{l.line_no}</td>
                         <td>{l.description}</td>
-                        <td data-label="GPU-hours">{portal_types::readable_decimal(&l.gpu_hours, 2)}</td>
-                        <td data-label="Unit price / GPU-hour">{unit_price(&l.unit_price, &l.amount.currency)}</td>
+                        <td data-label="Quantity">{quantity(&l.kind, &l.gpu_hours)}</td>
+                        <td data-label="Unit price">{unit_price(&l.kind, &l.unit_price, &l.amount.currency)}</td>
                         <td data-label="Amount" class="amount">{l.amount.grouped()}</td>
                     </tr>
                 }).collect_view()}

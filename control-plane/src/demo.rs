@@ -497,7 +497,8 @@ const SKUS: &[DemoSku] = &[
     ),
 ];
 
-/// Active SKUs in eu-west-1 and us-east-1, and the marketplace (idempotent; edits are kept).
+/// Active SKUs in eu-west-1 and us-east-1, their storage prices, and the marketplace
+/// (idempotent; edits are kept).
 async fn seed_catalog(tx: &mut sqlx::PgConnection) -> Result<()> {
     for &(name, display, shape, model, gpus, vcpus, mem, nvme, family, cents) in SKUS {
         sqlx::query!(
@@ -521,6 +522,14 @@ async fn seed_catalog(tx: &mut sqlx::PgConnection) -> Result<()> {
         .execute(&mut *tx)
         .await?;
     }
+    // Block storage at 0.10 USD per GiB-month in both regions.
+    sqlx::query!(
+        "INSERT INTO storage_prices (region, currency, price_per_gib_month_micro)
+         SELECT r, 'USD', 100000 FROM unnest(ARRAY['eu-west-1', 'us-east-1']) AS r
+         ON CONFLICT (region) DO NOTHING"
+    )
+    .execute(&mut *tx)
+    .await?;
     seed_marketplace(tx).await
 }
 

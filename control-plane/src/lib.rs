@@ -20,6 +20,7 @@ pub mod prelude {
 pub use cp_allocations::{agent_api, allocations, ops, reconcile, volumes};
 /// Billing ([`cp_billing`] without what it shares with the areas above only).
 pub mod billing {
+    pub use cp_billing::storage_prices::{StoragePrice, StoragePricesApi};
     pub use cp_billing::{
         Micros, cost_micros, gpu_hours, history, invoices, month_bounds, month_label, parse_month,
         rating, reports, stripe,

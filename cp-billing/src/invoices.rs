@@ -58,9 +58,12 @@ pub async fn close_months(
                                       date_trunc('month', $1::timestamptz, 'UTC') - interval '1 month',
                                       interval '1 month') AS m(month)
            WHERE a.kind = 'tenant_receivable'
-             AND EXISTS (SELECT 1 FROM usage_charges c
-                         WHERE c.tenant_id = a.tenant_id AND c.currency = a.currency
-                           AND c.period_start >= m.month AND c.period_start < m.month + interval '1 month')
+             AND (EXISTS (SELECT 1 FROM usage_charges c
+                          WHERE c.tenant_id = a.tenant_id AND c.currency = a.currency
+                            AND c.period_start >= m.month AND c.period_start < m.month + interval '1 month')
+                  OR EXISTS (SELECT 1 FROM storage_charges c
+                             WHERE c.tenant_id = a.tenant_id AND c.currency = a.currency
+                               AND c.period_start >= m.month AND c.period_start < m.month + interval '1 month'))
              AND NOT EXISTS (SELECT 1 FROM invoices i
                              WHERE i.tenant_id = a.tenant_id AND i.currency = a.currency
                                AND i.month = (m.month AT TIME ZONE 'UTC')::date)
@@ -91,14 +94,14 @@ pub async fn close_month(
     if !ready_to_close(&mut tx, tenant, month, currency).await? {
         return Ok(None);
     }
-    let (usage, fees) = month_charges(&mut tx, tenant, month, currency).await?;
-    if usage.is_empty() && fees.is_empty() {
+    let charges = month_charges(&mut tx, tenant, month, currency).await?;
+    if charges.is_empty() {
         return Ok(None);
     }
     // Prepaid credit first: what the tenant holds, up to the subtotal.
     let credit = credit_balance_on(&mut tx, tenant, currency).await?;
-    let draft = draft(&usage, &fees, credit, currency);
-    let invoice = write_invoice(&mut tx, tenant, month, currency, &draft, &usage, &fees).await?;
+    let draft = draft(&charges, credit, currency);
+    let invoice = write_invoice(&mut tx, tenant, month, currency, &draft, &charges).await?;
     let number = finalise(&mut tx, tenant, currency, invoice, &draft).await?;
     tx.commit().await?;
     let total_minor = draft.subtotal_minor - draft.credit_applied_minor;
@@ -150,9 +153,23 @@ async fn ready_to_close(
     )
     .fetch_one(&mut *conn)
     .await?;
-    if unrated > 0 {
+    let unrated_storage = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM storage_intervals
+           WHERE tenant_id = $1 AND currency = $3 AND NOT fully_rated
+             AND started_at < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
+             AND coalesce(rated_until, started_at)
+                 < least(coalesce(ended_at, 'infinity'),
+                         ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC')"#,
+        tenant as TenantId,
+        month,
+        currency
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if unrated + unrated_storage > 0 {
         tracing::info!(
             intervals = unrated,
+            storage_intervals = unrated_storage,
             "month not fully rated yet; invoice waits"
         );
         return Ok(false);
@@ -160,14 +177,14 @@ async fn ready_to_close(
     Ok(true)
 }
 
-/// The month's usage charges per project × SKU × price, and its listing fees per project ×
-/// version × fee, summed.
+/// The month's usage charges per project × SKU × price, its listing fees per project ×
+/// version × fee, and its storage per project × region × price, summed.
 async fn month_charges(
     conn: &mut PgConnection,
     tenant: TenantId,
     month: time::Date,
     currency: &str,
-) -> Result<(Vec<UsageSum>, Vec<FeeSum>)> {
+) -> Result<MonthCharges> {
     let lines = sqlx::query!(
         r#"SELECT c.project_id, p.slug AS project, c.sku_id, s.name AS sku,
                   c.gpu_count, c.price_per_hour_minor,
@@ -233,7 +250,29 @@ async fn month_charges(
             rated_micro: f.rated_micro,
         })
         .collect();
-    Ok((usage, fees))
+    let storage = sqlx::query_as!(
+        StorageSum,
+        r#"SELECT c.project_id, p.slug AS project, c.region, c.price_per_gib_month_micro,
+                  sum(c.rated_us * c.size_gib)::bigint AS "gib_us!",
+                  sum(c.amount_micro)::bigint AS "rated_micro!"
+           FROM storage_charges c
+           JOIN projects p ON p.id = c.project_id
+           WHERE c.tenant_id = $1 AND c.currency = $3
+             AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
+             AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
+           GROUP BY c.project_id, p.slug, c.region, c.price_per_gib_month_micro
+           ORDER BY p.slug, c.region, c.price_per_gib_month_micro"#,
+        tenant as TenantId,
+        month,
+        currency
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(MonthCharges {
+        usage,
+        fees,
+        storage,
+    })
 }
 
 /// The invoice and its lines, as drafted; returns its id.
@@ -243,8 +282,7 @@ async fn write_invoice(
     month: time::Date,
     currency: &str,
     draft: &Draft,
-    usage: &[UsageSum],
-    fees: &[FeeSum],
+    charges: &MonthCharges,
 ) -> Result<Uuid> {
     let invoice = Uuid::new_v4();
     sqlx::query!(
@@ -261,29 +299,37 @@ async fn write_invoice(
     .execute(&mut *conn)
     .await?;
     for line in &draft.lines {
-        let (usage, fee) = match line.charge {
-            Charge::Usage(i) => (Some(&usage[i]), None),
-            Charge::Fee(i) => (None, Some(&fees[i])),
-            Charge::Credit => (None, None),
+        let (usage, fee, storage) = match line.charge {
+            Charge::Usage(i) => (Some(&charges.usage[i]), None, None),
+            Charge::Fee(i) => (None, Some(&charges.fees[i]), None),
+            Charge::Storage(i) => (None, None, Some(&charges.storage[i])),
+            Charge::Credit => (None, None, None),
         };
         sqlx::query!(
             "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, sku_id, listing_version_id,
-                                        description, gpu_us, run_us, unit_price_micro, rated_micro, amount_minor)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                                        region, description, gpu_us, run_us, gib_us,
+                                        unit_price_micro, rated_micro, amount_minor)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             invoice,
             line.line_no,
             line.charge.kind(),
-            usage.map(|u| u.project_id).or(fee.map(|f| f.project_id)),
+            usage
+                .map(|u| u.project_id)
+                .or(fee.map(|f| f.project_id))
+                .or(storage.map(|s| s.project_id)),
             usage.map(|u| u.sku_id),
             fee.map(|f| f.listing_version_id),
+            storage.map(|s| s.region.as_str()),
             line.description,
             // What a line is not about is 0, as the columns' defaults say.
             usage.map_or(0, |u| u.gpu_us),
             fee.map_or(0, |f| f.run_us),
+            storage.map_or(0, |s| s.gib_us),
             line.unit_price_micro.unwrap_or(0),
             usage
                 .map(|u| u.rated_micro)
                 .or(fee.map(|f| f.rated_micro))
+                .or(storage.map(|s| s.rated_micro))
                 .unwrap_or(0),
             line.amount_minor
         )
@@ -386,11 +432,39 @@ pub(crate) struct FeeSum {
     pub rated_micro: i64,
 }
 
-/// What an invoice line charges for: the index of its usage or fee sum, or prepaid credit.
+/// One project × region × price of a month's storage charges, summed.
+#[derive(Clone, Debug)]
+pub(crate) struct StorageSum {
+    pub project_id: uuid::Uuid,
+    pub project: String,
+    pub region: String,
+    pub price_per_gib_month_micro: i64,
+    /// GiB × provisioned microseconds.
+    pub gib_us: i64,
+    pub rated_micro: i64,
+}
+
+/// A month's charges of one tenant in one currency, summed per line.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct MonthCharges {
+    pub usage: Vec<UsageSum>,
+    pub fees: Vec<FeeSum>,
+    pub storage: Vec<StorageSum>,
+}
+
+impl MonthCharges {
+    fn is_empty(&self) -> bool {
+        self.usage.is_empty() && self.fees.is_empty() && self.storage.is_empty()
+    }
+}
+
+/// What an invoice line charges for: the index of its usage, fee or storage sum, or prepaid
+/// credit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Charge {
     Usage(usize),
     Fee(usize),
+    Storage(usize),
     Credit,
 }
 
@@ -399,6 +473,7 @@ impl Charge {
         match self {
             Charge::Usage(_) => "usage",
             Charge::Fee(_) => "fee",
+            Charge::Storage(_) => "storage",
             Charge::Credit => "credit",
         }
     }
@@ -432,10 +507,16 @@ impl Draft {
 
 /// Builds a month's invoice from its summed charges, as a pure function: a usage line per
 /// project × SKU × price (GPU-hours at the price per GPU-hour), then a fee line per project ×
-/// listing version × fee, each amount rounded to cents once (halves away from zero), then
+/// listing version × fee, then a storage line per project × region × price (GiB-hours at the
+/// price per GiB-month), each amount rounded to cents once (halves away from zero), then
 /// prepaid `credit` applied up to the subtotal as its own negative line.
-pub(crate) fn draft(usage: &[UsageSum], fees: &[FeeSum], credit: i64, currency: &str) -> Draft {
-    let mut lines = Vec::with_capacity(usage.len() + fees.len() + 1);
+pub(crate) fn draft(charges: &MonthCharges, credit: i64, currency: &str) -> Draft {
+    let MonthCharges {
+        usage,
+        fees,
+        storage,
+    } = charges;
+    let mut lines = Vec::with_capacity(usage.len() + fees.len() + storage.len() + 1);
     let mut rated = 0i64;
     for (i, l) in usage.iter().enumerate() {
         let unit_micro = l.price_per_hour_minor * Micros::PER_MINOR / l.gpu_count as i64;
@@ -470,6 +551,22 @@ pub(crate) fn draft(usage: &[UsageSum], fees: &[FeeSum], credit: i64, currency: 
             ),
             unit_price_micro: Some(unit_micro),
             amount_minor: Micros(f.rated_micro).round_to_minor(),
+        });
+    }
+    for (i, st) in storage.iter().enumerate() {
+        rated += st.rated_micro;
+        lines.push(DraftLine {
+            line_no: lines.len() as i32 + 1,
+            charge: Charge::Storage(i),
+            description: format!(
+                "{} · block storage in {} · {} GiB-hours at {} {currency}/GiB-month",
+                st.project,
+                st.region,
+                super::gpu_hours(st.gib_us),
+                unit_price(st.price_per_gib_month_micro),
+            ),
+            unit_price_micro: Some(st.price_per_gib_month_micro),
+            amount_minor: Micros(st.rated_micro).round_to_minor(),
         });
     }
     let subtotal: i64 = lines.iter().map(|l| l.amount_minor).sum();
@@ -809,6 +906,53 @@ mod tests {
 
     const HOUR: i64 = 3_600_000_000;
 
+    fn only(usage: &[UsageSum]) -> MonthCharges {
+        MonthCharges {
+            usage: usage.to_vec(),
+            ..MonthCharges::default()
+        }
+    }
+
+    #[test]
+    fn storage_is_a_line_per_project_region_and_price_in_gib_hours() {
+        // 500 GiB for 730 hours at 0.10/GiB-month: exactly 50.00; 3 GiB for an hour at 0.085:
+        // 0.000349… rounds to nothing on its own line, and the ledger gets the difference.
+        let rated = |micro: i64, gib: i64, us: i64| {
+            (micro as i128 * gib as i128 * us as i128 / 2_628_000_000_000) as i64
+        };
+        let c = MonthCharges {
+            storage: vec![
+                StorageSum {
+                    project_id: Uuid::nil(),
+                    project: "research".into(),
+                    region: "eu-west-1".into(),
+                    price_per_gib_month_micro: 100_000,
+                    gib_us: 500 * 730 * HOUR,
+                    rated_micro: rated(100_000, 500, 730 * HOUR),
+                },
+                StorageSum {
+                    project_id: Uuid::nil(),
+                    project: "research".into(),
+                    region: "us-east-1".into(),
+                    price_per_gib_month_micro: 85_000,
+                    gib_us: 3 * HOUR,
+                    rated_micro: rated(85_000, 3, HOUR),
+                },
+            ],
+            ..only(&[usage("research", "h100.1x", 1, 298, HOUR)])
+        };
+        let d = draft(&c, 0, "USD");
+        let amounts: Vec<i64> = d.lines.iter().map(|l| l.amount_minor).collect();
+        assert_eq!(amounts, [298, 5_000, 0]);
+        assert_eq!(d.lines[1].charge, Charge::Storage(0));
+        assert_eq!(
+            d.lines[1].description,
+            "research · block storage in eu-west-1 · 365000.000000 GiB-hours at 0.10 USD/GiB-month"
+        );
+        assert_eq!(d.lines[2].unit_price_micro, Some(85_000));
+        assert_eq!(d.rounding_micro, -rated(85_000, 3, HOUR));
+    }
+
     #[test]
     fn each_line_is_rounded_once_and_the_ledger_gets_the_difference() {
         // 2 GPUs at 5.96/h for 1 h 0 min 0.5 s: 5.960828 rated, 5.96 billed.
@@ -827,7 +971,15 @@ mod tests {
             run_us: HOUR / 2,
             rated_micro: super::super::cost_micros(25, HOUR / 2).0,
         }];
-        let d = draft(&u, &f, 0, "USD");
+        let d = draft(
+            &MonthCharges {
+                usage: u.to_vec(),
+                fees: f.to_vec(),
+                storage: Vec::new(),
+            },
+            0,
+            "USD",
+        );
         let amounts: Vec<i64> = d.lines.iter().map(|l| l.amount_minor).collect();
         // 0.125 for the fee rounds half away from zero: 0.13.
         assert_eq!(amounts, [596, 447, 13]);
@@ -853,17 +1005,17 @@ mod tests {
     #[test]
     fn credit_is_applied_up_to_the_subtotal_as_its_own_line() {
         let u = [usage("research", "h100.1x", 1, 298, HOUR)];
-        let d = draft(&u, &[], 100, "USD");
+        let d = draft(&only(&u), 100, "USD");
         assert_eq!(d.total_minor(), 198);
         let last = d.lines.last().unwrap();
         assert_eq!((last.line_no, last.charge), (2, Charge::Credit));
         assert_eq!(last.amount_minor, -100);
         // More credit than the month: the month is covered, the rest stays prepaid.
-        let d = draft(&u, &[], 10_000, "USD");
+        let d = draft(&only(&u), 10_000, "USD");
         assert_eq!((d.credit_applied_minor, d.total_minor()), (298, 0));
         // No credit (or a negative balance): no credit line.
         for credit in [0, -50] {
-            let d = draft(&u, &[], credit, "USD");
+            let d = draft(&only(&u), credit, "USD");
             assert_eq!(d.lines.len(), 1);
             assert_eq!(d.total_minor(), 298);
         }

@@ -8,6 +8,8 @@
 //! - **Invoices** ([`invoices`]): one per tenant, month and currency, lines per project × SKU
 //!   price, prepaid credit applied first, rounded to cents once (per line, half up), numbered
 //!   and made immutable at finalisation, then synced to Stripe through the outbox ([`stripe`]).
+//! - **Storage** ([`storage_prices`]): a price per region and GiB-month; volumes are metered
+//!   in `storage_intervals` (migration 0050) and rated beside usage.
 //! - **Reports** ([`reports`]): month-to-date, forecast, budget alerts, spend series, CSV.
 //!
 //! Part of the control plane (see ARCHITECTURE.md); no web code.
@@ -16,6 +18,7 @@ pub mod history;
 pub mod invoices;
 pub mod rating;
 pub mod reports;
+pub mod storage_prices;
 pub mod stripe;
 
 /// Micro-units of a currency (shared with the pages and the API).
@@ -76,6 +79,7 @@ pub fn parse_month(field: &'static str, input: &str) -> cp_base::Result<time::Da
 pub mod prelude {
     pub use crate::invoices::InvoicesApi;
     pub use crate::reports::BillingReportsApi;
+    pub use crate::storage_prices::StoragePricesApi;
     pub use crate::stripe::StripeApi;
     pub use cp_marketplace::prelude::*;
 }
@@ -84,6 +88,7 @@ pub mod prelude {
 /// the API (the `control-plane` facade leaves it out, and they depend only on the facade).
 #[doc(hidden)]
 pub mod internal {
+    pub use crate::storage_prices::price_in as storage_price_in;
     pub use cp_marketplace::internal::*;
 }
 

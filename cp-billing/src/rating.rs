@@ -15,6 +15,9 @@
 //! interval's progress. Batches are serialised by an advisory lock; the primary key on
 //! (allocation, first hour) and `usage_charges_disjoint` make a second rating of an hour
 //! impossible.
+//!
+//! Storage is rated the same way in its own statement (`rate_storage_batch.sql`): a volume's
+//! storage interval at one size and price becomes storage charges, posted as usage.
 
 use serde::Serialize;
 
@@ -36,6 +39,10 @@ pub struct Rated {
     pub entries: i64,
     /// Intervals whose rating moved forward (zero: nothing was left to rate).
     pub intervals: i64,
+    /// Storage charges written (one per volume interval and UTC day at most).
+    pub storage_charges: i64,
+    /// Volume-hours those storage charges cover.
+    pub volume_hours: i64,
     /// Allocations left unrated because their price or fee is out of bounds (rows written
     /// before the schema bounded them): reported by [`rate_until`], to be corrected by hand.
     pub held: Vec<cp_base::AllocationId>,
@@ -71,11 +78,39 @@ pub async fn rate_batch(
         hours: row.hours,
         entries: row.entries,
         intervals: row.progress,
-        held: Vec::new(),
+        ..Rated::default()
     })
 }
 
-/// Rates everything that is over by `until`, batch by batch, until a batch finds nothing.
+/// Rates at most `batch` (volume interval, span) charges' worth of storage over by `until`.
+#[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
+pub async fn rate_storage_batch(
+    pool: &cp_base::pool::Db,
+    until: time::OffsetDateTime,
+    batch: i64,
+) -> Result<Rated> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query!("SET LOCAL jit = off")
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query_file!("queries/rate_storage_batch.sql", until, batch)
+        .fetch_one(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(Rated {
+        storage_charges: row.charges,
+        volume_hours: row.hours,
+        entries: row.entries,
+        intervals: row.progress,
+        ..Rated::default()
+    })
+}
+
+/// Rates everything that is over by `until`, usage then storage, batch by batch, until a
+/// batch of each finds nothing.
 pub async fn rate_until(
     pool: &cp_base::pool::Db,
     until: time::OffsetDateTime,
@@ -84,14 +119,30 @@ pub async fn rate_until(
     let mut total = Rated::default();
     loop {
         let r = rate_batch(pool, until, batch).await?;
-        total.charges += r.charges;
-        total.hours += r.hours;
-        total.entries += r.entries;
-        total.intervals += r.intervals;
+        total.add(&r);
         if r.intervals == 0 {
-            total.held = held(pool).await?;
-            return Ok(total);
+            break;
         }
+    }
+    loop {
+        let r = rate_storage_batch(pool, until, batch).await?;
+        total.add(&r);
+        if r.intervals == 0 {
+            break;
+        }
+    }
+    total.held = held(pool).await?;
+    Ok(total)
+}
+
+impl Rated {
+    fn add(&mut self, r: &Rated) {
+        self.charges += r.charges;
+        self.hours += r.hours;
+        self.storage_charges += r.storage_charges;
+        self.volume_hours += r.volume_hours;
+        self.entries += r.entries;
+        self.intervals += r.intervals;
     }
 }
 

@@ -13,8 +13,9 @@ use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_p
 use cp_identity::tenancy::{Project, ProjectViewers, Tenant, TenantRequirement, TenantRole};
 pub use portal_types::billing::{
     BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
-    RevenuePoint, SpendPoint,
+    RevenuePoint, SpendPoint, StorageSpend,
 };
+use portal_types::volumes::StoragePrice;
 
 /// Owners, admins and finance: who sees a tenant's spend and invoices.
 pub struct TenantFinance;
@@ -169,9 +170,12 @@ impl BillingReportsApi for ControlPlane {
         );
         let spent = spend.spent_in(None, &currency);
         let rate = head.rate_minor * Micros::PER_MINOR;
-        let remaining_us = (end - now).whole_microseconds().max(0) as i64;
-        let forecast =
-            Micros(spent.0 + (rate as i128 * remaining_us as i128 / 3_600_000_000) as i64);
+        let remaining_us = (end - now).whole_microseconds().max(0) as i128;
+        // What runs now, and what is stored now, until the month ends.
+        let to_come = rate as i128 * remaining_us / 3_600_000_000
+            + head.storage_per_month_micro as i128 * remaining_us
+                / (StoragePrice::HOURS_PER_MONTH as i128 * 3_600_000_000);
+        let forecast = Micros(spent.0 + to_come as i64);
         let credit = head.credit_micro.div_euclid(Micros::PER_MINOR);
         let projects: Vec<(ProjectId, String)> = head
             .project_ids
@@ -186,6 +190,11 @@ impl BillingReportsApi for ControlPlane {
             month_to_date: spent.money(&currency),
             forecast: forecast.money(&currency),
             running_per_hour: Micros(rate).money(&currency),
+            storage: StorageSpend {
+                month_to_date: Micros(head.storage_micro).money(&currency),
+                provisioned_gib: head.storage_gib,
+                per_month: Micros(head.storage_per_month_micro).money(&currency),
+            },
             credit_balance: Money {
                 amount_minor: credit,
                 currency: currency.clone().into(),
@@ -262,7 +271,10 @@ impl BillingReportsApi for ControlPlane {
             r#"WITH rated AS (
                    SELECT date_trunc('month', period_start, 'UTC')::date AS month, currency,
                           sum(amount_micro)::bigint AS micro
-                   FROM usage_charges GROUP BY 1, 2
+                   FROM (SELECT period_start, currency, amount_micro FROM usage_charges
+                         UNION ALL
+                         SELECT period_start, currency, amount_micro FROM storage_charges) c
+                   GROUP BY 1, 2
                ), inv AS (
                    SELECT month, currency,
                           sum(total_minor) FILTER (WHERE status <> 'void')::bigint AS invoiced,
@@ -471,8 +483,9 @@ impl BillingReportsInternal for ControlPlane {
         };
         let lines = sqlx::query!(
             r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?",
-                      coalesce(s.name, ls.slug || ' ' || v.version) AS "sku?",
-                      l.gpu_us, l.run_us, l.unit_price_micro, l.amount_minor
+                      coalesce(s.name, ls.slug || ' ' || v.version,
+                               'block storage · ' || l.region) AS "sku?",
+                      l.gpu_us, l.run_us, l.gib_us, l.unit_price_micro, l.amount_minor
                FROM invoice_lines l
                LEFT JOIN projects p ON p.id = l.project_id
                LEFT JOIN skus s ON s.id = l.sku_id
@@ -490,6 +503,7 @@ impl BillingReportsInternal for ControlPlane {
                 "usage" => super::gpu_hours(l.gpu_us),
                 // Fees are per allocation-hour: the quantity is hours, marked as such.
                 "fee" => format!("{} h", super::gpu_hours(l.run_us)),
+                "storage" => format!("{} GiB-h", super::gpu_hours(l.gib_us)),
                 _ => String::new(),
             },
             unit_price: if l.kind == "credit" {
@@ -649,13 +663,21 @@ async fn daily_spend(
     Ok(sqlx::query!(
         r#"WITH p AS MATERIALIZED (SELECT id, slug FROM projects WHERE tenant_id = $1),
                 s AS MATERIALIZED (SELECT id, name FROM skus)
-           SELECT d.day AS "day!", p.slug AS "project!", s.name AS "sku!",
-                  d.amount_micro AS micro
-           FROM usage_day_totals d JOIN p ON p.id = d.project_id JOIN s ON s.id = d.sku_id
-           WHERE d.tenant_id = $1 AND d.currency = $2
-             AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
-             AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
-           ORDER BY d.day, p.slug COLLATE "C", s.name COLLATE "C""#,
+           SELECT x.day AS "day!", x.project AS "project!", x.sku AS "sku!", x.micro AS "micro!"
+           FROM (SELECT d.day, p.slug AS project, s.name AS sku, d.amount_micro AS micro
+                 FROM usage_day_totals d JOIN p ON p.id = d.project_id JOIN s ON s.id = d.sku_id
+                 WHERE d.tenant_id = $1 AND d.currency = $2
+                   AND d.day >= ($3::timestamptz AT TIME ZONE 'UTC')::date
+                   AND d.day < ($4::timestamptz AT TIME ZONE 'UTC')::date
+                 UNION ALL
+                 -- Storage, per day and project (a charge never crosses a UTC day).
+                 SELECT (c.period_start AT TIME ZONE 'UTC')::date, p.slug, 'block storage',
+                        sum(c.amount_micro)::bigint
+                 FROM storage_charges c JOIN p ON p.id = c.project_id
+                 WHERE c.tenant_id = $1 AND c.currency = $2
+                   AND c.period_start >= $3 AND c.period_start < $4
+                 GROUP BY 1, 2) x
+           ORDER BY x.day, x.project COLLATE "C", x.sku COLLATE "C""#,
         tenant as TenantId,
         currency,
         start,

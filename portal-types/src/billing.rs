@@ -42,10 +42,24 @@ pub struct Overview {
     /// Month-to-date plus what is running now, at its price, until the month ends.
     pub forecast: Money,
     pub running_per_hour: Money,
+    /// Storage's part: volumes provisioned now and what they cost.
+    pub storage: StorageSpend,
     pub credit_balance: Money,
     pub budgets: Vec<BudgetStatus>,
     /// Rated spend per day, project and SKU this month.
     pub daily: Vec<SpendPoint>,
+}
+
+/// A tenant's storage this month, beside compute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StorageSpend {
+    /// Storage's part of the month-to-date.
+    pub month_to_date: Money,
+    /// GiB provisioned now, across the tenant's volumes.
+    pub provisioned_gib: i64,
+    /// What the storage provisioned now costs for a whole month.
+    pub per_month: Money,
 }
 
 /// One invoice in a list.
@@ -75,14 +89,16 @@ pub struct InvoiceSummary {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvoiceLine {
     pub line_no: i32,
-    /// `usage`, `fee` or `credit`.
+    /// `usage`, `fee`, `storage` or `credit`.
     pub kind: String,
     pub description: String,
     pub project: Option<String>,
     pub sku: Option<String>,
-    /// GPU-hours for usage, hours ("12.5 h") for fees, empty for credit.
+    /// GPU-hours for usage, hours ("12.5 h") for fees, GiB-hours ("730 GiB-h") for storage,
+    /// empty for credit.
     pub gpu_hours: String,
-    /// Per GPU-hour (or per hour for fees), in currency units; empty for credit.
+    /// Per GPU-hour (per hour for fees, per GiB-month for storage), in currency units; empty
+    /// for credit.
     pub unit_price: String,
     pub amount: Money,
 }

@@ -238,6 +238,33 @@ impl Micros {
     pub fn money(self, currency: &str) -> Money {
         Money::new(self.round_to_minor(), currency)
     }
+
+    /// An amount a person typed in currency units, with up to six decimals (`0.085`), as
+    /// micro-units, at most `max`; errors name `field`.
+    pub fn parse_amount(field: &'static str, amount: &str, max: Micros) -> Result<Self, Invalid> {
+        let amount = amount.trim();
+        let (whole, frac) = amount.split_once('.').unwrap_or((amount, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || (!frac.is_empty() && !digits(frac)) || frac.len() > 6 {
+            return Err(Invalid::new(
+                field,
+                format!("{amount:?} is not an amount: use digits and at most six decimals"),
+            ));
+        }
+        let micro = whole
+            .parse::<i64>()
+            .ok()
+            .and_then(|w| w.checked_mul(1_000_000))
+            .and_then(|w| w.checked_add(format!("{frac:0<6}").parse::<i64>().unwrap_or(0)))
+            .filter(|m| *m <= max.0)
+            .ok_or_else(|| {
+                Invalid::new(
+                    field,
+                    format!("{amount} is more than the most allowed ({max})"),
+                )
+            })?;
+        Ok(Micros(micro))
+    }
 }
 
 impl fmt::Display for Micros {

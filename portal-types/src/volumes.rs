@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use crate::ids::{AllocationId, ProjectId, VolumeId};
+use crate::{Currency, Invalid, Micros, Money};
 
 /// The most a volume holds, in GiB (16 TiB).
 pub const MAX_VOLUME_GIB: u32 = 16 * 1024;
@@ -116,11 +117,94 @@ pub struct Volume {
     #[serde(with = "time::serde::rfc3339")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub state_changed_at: OffsetDateTime,
+    /// What it costs for a month (730 hours) at its size, at the storage price of its region
+    /// when it was made; none for a volume made before storage had a price.
+    #[serde(default)]
+    pub monthly_cost: Option<Money>,
+}
+
+/// What a GiB of storage costs in a region, per GiB-month of 730 hours, rated per second.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoragePrice {
+    pub region: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "USD"))]
+    pub currency: Currency,
+    /// Micro-units (10^-6 of the currency) per GiB-month: `100000` is 0.10.
+    pub per_gib_month_micro: i64,
+}
+
+impl StoragePrice {
+    /// Hours in the month storage is priced by, whatever the calendar says.
+    pub const HOURS_PER_MONTH: i64 = 730;
+    /// The most a GiB-month may cost: 1,000.00.
+    pub const MAX_PER_GIB_MONTH: Micros = Micros(1_000_000_000);
+
+    /// A price as an operator types it: `0.10 USD` per GiB-month (up to six decimals). Errors
+    /// name `field`.
+    pub fn parse(field: &'static str, region: &str, input: &str) -> Result<Self, Invalid> {
+        let parts: Vec<&str> = input.split_whitespace().collect();
+        let [amount, currency] = parts[..] else {
+            return Err(Invalid::new(
+                field,
+                format!("{input:?}: write a price per GiB-month and a currency, e.g. \"0.10 USD\""),
+            ));
+        };
+        let currency = Currency::parse_as(field, currency)?;
+        let micro = Micros::parse_amount(field, amount, Self::MAX_PER_GIB_MONTH)?;
+        if micro.0 == 0 {
+            return Err(Invalid::new(field, "a storage price is above zero"));
+        }
+        Ok(StoragePrice {
+            region: region.to_owned(),
+            currency,
+            per_gib_month_micro: micro.0,
+        })
+    }
+
+    /// `0.10 USD`, or all six decimals where they are needed (`0.085 USD`).
+    pub fn per_gib_month(&self) -> String {
+        let m = Micros(self.per_gib_month_micro).to_string();
+        let m = m.trim_end_matches('0');
+        let m = match m.split_once('.') {
+            Some((w, f)) if f.len() < 2 => format!("{w}.{f:0<2}"),
+            _ => m.to_owned(),
+        };
+        format!("{m} {}", self.currency)
+    }
+
+    /// What `gib` GiB cost for a whole month, to the cent.
+    pub fn monthly(&self, gib: u32) -> Money {
+        Micros(self.per_gib_month_micro * i64::from(gib)).money(&self.currency)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_storage_price_is_read_as_typed_and_shown_as_people_write_it() {
+        let p = StoragePrice::parse("price", "eu-west-1", "0.10 usd").unwrap();
+        assert_eq!(p.per_gib_month_micro, 100_000);
+        assert_eq!(p.per_gib_month(), "0.10 USD");
+        assert_eq!(p.monthly(500), Money::new(5_000, "USD"));
+        let fine = StoragePrice::parse("price", "eu-west-1", "0.085 EUR").unwrap();
+        assert_eq!(fine.per_gib_month(), "0.085 EUR");
+        assert_eq!(fine.monthly(3), Money::new(26, "EUR"));
+        for bad in [
+            "0.10",
+            "0 USD",
+            "0.1234567 USD",
+            "-1 USD",
+            "1001 USD",
+            "ten USD",
+            "0.10 XYZ",
+        ] {
+            let err = StoragePrice::parse("price", "eu-west-1", bad).unwrap_err();
+            assert_eq!(err.field, "price", "{bad}");
+        }
+    }
 
     #[test]
     fn only_the_state_machines_moves_are_allowed() {

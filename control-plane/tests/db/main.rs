@@ -18,5 +18,6 @@ mod projects;
 mod reconcile;
 mod sessions;
 mod sso;
+mod storage_billing;
 mod tenancy;
 mod volumes;

@@ -34,7 +34,7 @@ async fn viewer(cp: &ControlPlane) -> Project<ProjectViewers> {
     in_project::<ProjectViewers>(cp, &bob, ACME_RESEARCH).await
 }
 
-fn request(name: &str, size_gib: u32) -> VolumeRequest {
+pub(crate) fn request(name: &str, size_gib: u32) -> VolumeRequest {
     VolumeRequest {
         name: name.into(),
         region: "eu-west-1".into(),
@@ -52,7 +52,7 @@ async fn state_of(cp: &ControlPlane, id: VolumeId) -> String {
 }
 
 /// The storage worker's next step, which must be `kind` for `volume`, answered `outcome`.
-async fn work(cp: &ControlPlane, volume: VolumeId, kind: JobKind, outcome: Outcome) {
+pub(crate) async fn work(cp: &ControlPlane, volume: VolumeId, kind: JobKind, outcome: Outcome) {
     let job = cp.claim_volume_job().await.unwrap().expect("a job is due");
     assert_eq!((job.volume, job.kind), (volume, kind));
     cp.finish_volume_job(&job, outcome).await.unwrap();
@@ -67,7 +67,11 @@ fn nbd(id: VolumeId) -> VolumeTarget {
 }
 
 /// A volume made and available.
-async fn available(cp: &ControlPlane, bob: &Project<ProjectOperators>, name: &str) -> VolumeId {
+pub(crate) async fn available(
+    cp: &ControlPlane,
+    bob: &Project<ProjectOperators>,
+    name: &str,
+) -> VolumeId {
     let Made { id, .. } = cp
         .create_volume(bob, &request(name, 10), None)
         .await

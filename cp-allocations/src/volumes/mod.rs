@@ -15,6 +15,7 @@ use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::db::OnConstraint;
 use cp_base::error::{Denied, Error, Result};
 use cp_base::ids::{AllocationId, ProjectId, TenantId, UserId, VolumeId};
+use cp_billing::internal::storage_price_in;
 use cp_identity::auth::Principal;
 use cp_identity::policy::{PolicyKey, PolicyValue, Resolved, resolve_policies_on};
 use cp_identity::tenancy::{
@@ -24,7 +25,7 @@ use cp_identity::tenancy::{
 use crate::allocations::decide::{counts_in_project, denied, invalid, policy};
 use crate::allocations::lifecycle::volumes::{queue_job, unplug};
 
-pub use portal_types::volumes::{MAX_VOLUME_GIB, Volume, VolumeState};
+pub use portal_types::volumes::{MAX_VOLUME_GIB, StoragePrice, Volume, VolumeState};
 
 /// What a project member asks for.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,11 +163,21 @@ struct VolumeRow {
     attached_name: Option<String>,
     created_at: OffsetDateTime,
     state_changed_at: OffsetDateTime,
+    price_per_gib_month_micro: Option<i64>,
+    currency: Option<String>,
 }
 
 impl TryFrom<VolumeRow> for Volume {
     type Error = Error;
     fn try_from(r: VolumeRow) -> Result<Volume> {
+        let price = r
+            .price_per_gib_month_micro
+            .zip(r.currency)
+            .map(|(micro, currency)| StoragePrice {
+                region: r.region.clone(),
+                currency: currency.into(),
+                per_gib_month_micro: micro,
+            });
         Ok(Volume {
             id: r.id,
             project_id: r.project_id,
@@ -181,6 +192,7 @@ impl TryFrom<VolumeRow> for Volume {
             attached_name: r.attached_name,
             created_at: r.created_at,
             state_changed_at: r.state_changed_at,
+            monthly_cost: price.map(|p| p.monthly(r.size_gib.unsigned_abs())),
         })
     }
 }
@@ -195,7 +207,7 @@ async fn read_volumes(
         r#"SELECT v.id AS "id: VolumeId", v.project_id AS "project_id: ProjectId", v.name,
                   v.region, v.size_gib, v.kind, v.state, v.error_reason,
                   v.attached_to AS "attached_to: AllocationId", a.name AS "attached_name?",
-                  v.created_at, v.state_changed_at
+                  v.created_at, v.state_changed_at, v.price_per_gib_month_micro, v.currency
            FROM volumes v LEFT JOIN allocations a ON a.id = v.attached_to
            WHERE v.project_id = $1 AND v.state <> 'deleted'
              AND ($2::uuid IS NULL OR v.id = $2)
@@ -436,11 +448,21 @@ impl VolumesApi for ControlPlane {
         }
         region_allowed(&mut tx, who.tenant(), who.id(), &v.region).await?;
         within_volume_quotas(&mut tx, who.tenant(), who.id(), i64::from(v.size_gib), 1).await?;
+        let price = storage_price_in(&mut tx, &v.region)
+            .await?
+            .ok_or_else(|| Error::Invalid {
+                field: "region",
+                reason: format!(
+                    "volumes are not sold in {} yet: storage there has no price",
+                    v.region
+                ),
+            })?;
         let id = VolumeId::new_random();
         sqlx::query!(
             "INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib,
-                                  idempotency_key, request_fingerprint, created_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                                  idempotency_key, request_fingerprint, created_by,
+                                  price_per_gib_month_micro, currency)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             id as VolumeId,
             who.tenant() as TenantId,
             who.id() as ProjectId,
@@ -449,7 +471,9 @@ impl VolumesApi for ControlPlane {
             v.size_gib,
             v.idempotency_key,
             v.fingerprint,
-            who.user() as UserId
+            who.user() as UserId,
+            price.per_gib_month_micro,
+            price.currency.as_str()
         )
         .execute(&mut *tx)
         .await

@@ -61,9 +61,9 @@ FROM projects p WHERE p.slug = 'research';
 
 -- A volume of Acme's Research, available, in the allocation's region.
 INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib, idempotency_key,
-                     request_fingerprint, created_by)
+                     request_fingerprint, created_by, price_per_gib_month_micro, currency)
 SELECT '0a0e0000-0000-4000-800f-000000000003', p.tenant_id, p.id, 'eu-west-1', 'matrix-data', 10,
-       'matrix-volume', 'f', (SELECT id FROM users WHERE email = 'alice@acme.example')
+       'matrix-volume', 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'), 100000, 'USD'
 FROM projects p WHERE p.slug = 'research';
 UPDATE volumes SET state = 'available', backend_size_gib = 10
 WHERE id = '0a0e0000-0000-4000-800f-000000000003';
