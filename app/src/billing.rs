@@ -413,6 +413,8 @@ fn BillingBody(b: BillingView) -> impl IntoView {
             <div class="stat"><span class="label">"Month to date"</span><span class="value" data-testid="mtd">{o.month_to_date.grouped()}</span></div>
             <div class="stat"><span class="label">"Forecast for the month"</span><span class="value" data-testid="forecast">{o.forecast.grouped()}</span>
                 <span class="hint">{format!("{}/h running now", o.running_per_hour.grouped())}</span></div>
+            <div class="stat"><span class="label">"Storage this month"</span><span class="value" data-testid="storage-mtd">{o.storage.month_to_date.grouped()}</span>
+                <span class="hint" data-testid="storage-now">{format!("{} GiB stored now, {} a month", o.storage.provisioned_gib, o.storage.per_month.grouped())}</span></div>
             <div class="stat"><span class="label">"Prepaid credit"</span><span class="value" data-testid="credit">{o.credit_balance.grouped()}</span></div>
         </div>
         {(!o.budgets.is_empty()).then(|| view! {

@@ -1,7 +1,7 @@
 //! The catalog, public: every active SKU with its price, a cost estimate for a chosen
-//! duration, and what could launch right now per region (or why nothing could). For platform
-//! staff, `/catalog/manage`: SKUs (create, edit, activate, retire) and a placement
-//! dry run.
+//! duration, what could launch right now per region (or why nothing could), and what storage
+//! costs. For platform staff, `/catalog/manage`: SKUs (create, edit, activate, retire), each
+//! region's storage price, and a placement dry run.
 
 // A SKU form has twelve fields; its server function takes them as arguments, and the
 // `#[server]` macro copies that signature into code an item-level allow does not reach.
@@ -14,6 +14,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 use portal_types::Shape;
 use portal_types::catalog::{CatalogEntry, Sku};
+use portal_types::volumes::StoragePrice;
 use portal_types::{IdArg, SkuId};
 use serde::{Deserialize, Serialize};
 
@@ -33,12 +34,22 @@ pub struct CatalogRow {
 pub struct CatalogView {
     pub hours: u32,
     pub rows: Vec<CatalogRow>,
+    pub storage: Vec<StoragePrice>,
+}
+
+/// A region the platform sells in, and its storage price if it has one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageRegion {
+    pub region: String,
+    pub price: Option<StoragePrice>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SkuAdminView {
     pub can_operate: bool,
     pub skus: Vec<Sku>,
+    /// Every region a SKU names or storage is priced in, by name.
+    pub storage: Vec<StorageRegion>,
 }
 
 /// Public: no sign-in needed.
@@ -51,7 +62,11 @@ pub async fn get_catalog(hours: Option<u32>) -> Result<CatalogView, AppError> {
         let estimate = control_plane::catalog::estimate(&e.sku.price, hours)?.to_string();
         rows.push(CatalogRow { estimate, entry: e });
     }
-    Ok(CatalogView { hours, rows })
+    Ok(CatalogView {
+        hours,
+        rows,
+        storage: cp.storage_prices().await?,
+    })
 }
 
 #[server]
@@ -59,10 +74,43 @@ pub async fn get_sku_admin() -> Result<SkuAdminView, AppError> {
     use control_plane::auth::{PlatformOperators, PlatformStaff};
     let (cp, principal) = crate::server::signed_in().await?;
     let staff = principal.platform::<PlatformStaff>()?;
+    let skus = cp.skus(&staff).await?;
+    let prices = cp.storage_prices().await?;
+    let mut regions: Vec<String> = skus
+        .iter()
+        .flat_map(|s| s.regions.iter().cloned())
+        .chain(prices.iter().map(|p| p.region.clone()))
+        .collect();
+    regions.sort();
+    regions.dedup();
+    let storage = regions
+        .into_iter()
+        .map(|region| StorageRegion {
+            price: prices.iter().find(|p| p.region == region).cloned(),
+            region,
+        })
+        .collect();
     Ok(SkuAdminView {
         can_operate: principal.platform::<PlatformOperators>().is_ok(),
-        skus: cp.skus(&staff).await?,
+        skus,
+        storage,
     })
+}
+
+/// Sets a region's storage price per GiB-month (`0.10 USD`).
+#[server]
+pub async fn set_storage_price(region: String, price: String) -> Result<String, AppError> {
+    use control_plane::auth::PlatformOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let p = cp
+        .set_storage_price(&ops, &region, &price, Some(&crate::error::request_id()))
+        .await?;
+    Ok(format!(
+        "Storage in {} now costs {} per GiB-month.",
+        p.region,
+        p.per_gib_month()
+    ))
 }
 
 #[server]
@@ -129,6 +177,7 @@ pub fn CatalogPage() -> impl IntoView {
 #[component]
 fn CatalogBody(c: CatalogView) -> impl IntoView {
     let hours = c.hours;
+    let storage = c.storage;
     view! {
         <form method="get" action="/catalog" class="filters">
             <label>"Estimate for "
@@ -168,6 +217,17 @@ fn CatalogBody(c: CatalogView) -> impl IntoView {
             </tbody>
         </table>
         </div>
+        {(!storage.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="storage">
+                <h2 id="storage">"Block storage"</h2>
+                <p class="hint">"Volumes outlive instances and attach to any instance in their region. Billed per second by provisioned size; a GiB-month is 730 hours."</p>
+                <ul class="plain" id="storage-prices">
+                    {storage.into_iter().map(|p| view! {
+                        <li data-region=p.region.clone()><code>{p.region.clone()}</code> ": " {p.per_gib_month()} " per GiB-month"</li>
+                    }).collect_view()}
+                </ul>
+            </section>
+        })}
     }
 }
 
@@ -176,8 +236,15 @@ pub fn SkuAdminPage() -> impl IntoView {
     let save = ServerAction::<SaveSku>::new();
     let state = ServerAction::<SetSkuState>::new();
     let dry = ServerAction::<DryRunPlacement>::new();
+    let storage = ServerAction::<SetStoragePrice>::new();
     let page = Resource::new(
-        move || (save.version().get(), state.version().get()),
+        move || {
+            (
+                save.version().get(),
+                state.version().get(),
+                storage.version().get(),
+            )
+        },
         |_| get_sku_admin(),
     );
     view! {
@@ -186,7 +253,7 @@ pub fn SkuAdminPage() -> impl IntoView {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Ok(p) => view! { <SkuAdminBody p save state dry /> }.into_any(),
+                    Ok(p) => view! { <SkuAdminBody p save state dry storage /> }.into_any(),
                     Err(e) => view! { <ErrorNotice error=e /> }.into_any(),
                 }
             })}
@@ -200,8 +267,10 @@ fn SkuAdminBody(
     save: ServerAction<SaveSku>,
     state: ServerAction<SetSkuState>,
     dry: ServerAction<DryRunPlacement>,
+    storage: ServerAction<SetStoragePrice>,
 ) -> impl IntoView {
     let can = p.can_operate;
+    let regions = p.storage.clone();
     let sku_names: Vec<String> = p
         .skus
         .iter()
@@ -270,6 +339,42 @@ fn SkuAdminBody(
                 </ActionForm>
                 {outcome(save.value(), |n: String| Some(format!("Saved {n}.")))}
             </section>
+        })}
+        <section class="card" aria-labelledby="storage-prices">
+            <h2 id="storage-prices">"Storage prices"</h2>
+            <p class="hint">"Volumes are billed per second by their provisioned size, at their region's price per GiB-month (730 hours) when they were made; changing a price changes what new volumes pay. A region without a price sells no volumes."</p>
+            {outcome(storage.value(), Some)}
+            <div class="table-scroll">
+            <table class="data cards" id="storage-prices-table">
+                <thead><tr><th>"Region"</th><th>"Per GiB-month"</th>{can.then(|| view! { <th>"New price"</th> })}</tr></thead>
+                <tbody>
+                    {regions.into_iter().map(|r| {
+                        let region = r.region.clone();
+                        let label = format!("New storage price for {}", r.region);
+                        view! {
+                            <tr data-region=r.region.clone()>
+                                <td><code>{r.region.clone()}</code></td>
+                                <td data-label="Per GiB-month" data-testid="storage-price">{match r.price {
+                                    Some(p) => p.per_gib_month(),
+                                    None => "not sold: no price".to_string(),
+                                }}</td>
+                                {can.then(|| view! {
+                                    <td data-label="New price">
+                                        <ActionForm action=storage attr:class="inline">
+                                            <input type="hidden" name="region" value=region.clone() />
+                                            <input name="price" required placeholder="0.10 USD" aria-label=label aria-invalid=field_invalid(storage.value(), "price") />
+                                            <button type="submit">"Set price"</button>
+                                        </ActionForm>
+                                    </td>
+                                })}
+                            </tr>
+                        }
+                    }).collect_view()}
+                </tbody>
+            </table>
+            </div>
+        </section>
+        {can.then(|| view! {
             <section class="card" aria-labelledby="dry-run">
                 <h2 id="dry-run">"Placement dry run"</h2>
                 <p class="hint">"Where would a launch go right now, and why. Nothing is reserved."</p>

@@ -21,8 +21,9 @@ use crate::error::AppError;
 pub struct VolumesView {
     /// Projects the person may create volumes in: `(id, name)`.
     pub manageable: Vec<(ProjectId, String)>,
-    /// Where volumes can live (the regions the catalog sells in).
-    pub regions: Vec<String>,
+    /// Where volumes can be made: the regions the catalog sells in whose storage has a
+    /// price, with it.
+    pub regions: Vec<portal_types::volumes::StoragePrice>,
     pub volumes: Vec<VolumeRow>,
     /// Running instances of the manageable projects, to attach to.
     pub instances: Vec<Attachable>,
@@ -43,6 +44,8 @@ pub struct VolumeRow {
     pub attached_name: Option<String>,
     pub attached_to: Option<AllocationId>,
     pub created: String,
+    /// What it costs for a month at its size (`10.00 USD`).
+    pub monthly_cost: Option<String>,
     /// The person operates its project.
     pub manageable: bool,
 }
@@ -84,6 +87,7 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
             attached_name: v.attached_name,
             attached_to: v.attached_to,
             created: portal_types::utc(v.created_at),
+            monthly_cost: v.monthly_cost.map(|m| m.grouped()),
             manageable: manages,
         }));
     }
@@ -109,14 +113,18 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
             })
             .collect()
     };
-    let mut regions: Vec<String> = cp
+    let sold: Vec<String> = cp
         .catalog()
         .await?
         .into_iter()
         .flat_map(|e| e.sku.regions)
         .collect();
-    regions.sort();
-    regions.dedup();
+    let regions = cp
+        .storage_prices()
+        .await?
+        .into_iter()
+        .filter(|p| sold.contains(&p.region))
+        .collect();
     Ok(VolumesView {
         manageable,
         regions,
@@ -416,7 +424,9 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
             <td data-label="Name">{row.name.clone()}<br/><small>"created " {row.created.clone()}</small></td>
             <td data-label="Project">{row.project.clone()}</td>
             <td data-label="Region">{row.region.clone()}</td>
-            <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}</td>
+            <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}
+                {row.monthly_cost.clone().map(|m| view! { <br/><small data-testid="monthly-cost">{m} " a month"</small> })}
+            </td>
             <td data-label="State" data-testid="state">{state_text}</td>
             <td data-label="Attached to" data-testid="attached">{attached}</td>
             <td>{manage}</td>
@@ -443,8 +453,11 @@ fn CreateForm(v: VolumesView, create: ServerAction<CreateVolume>) -> impl IntoVi
                     </label>
                     <label>"Region"
                         <select name="region">
-                            {v.regions.iter().map(|r| view! { <option value=r.clone()>{r.clone()}</option> }).collect_view()}
+                            {v.regions.iter().map(|p| view! {
+                                <option value=p.region.clone()>{format!("{} · {} per GiB-month", p.region, p.per_gib_month())}</option>
+                            }).collect_view()}
                         </select>
+                        {v.regions.is_empty().then(|| view! { <span class="hint">"No region sells volumes yet: storage there has no price. A platform operator sets one."</span> })}
                     </label>
                     <label>"Size (GiB)"
                         <input name="size_gib" required inputmode="numeric" value="100" aria-describedby="volume-size-hint volume-size-error" aria-invalid=field_invalid(create.value(), "size_gib") />

@@ -811,7 +811,15 @@ async fn volume(
                 let rows = volumes.iter().map(volume_row).collect();
                 table(
                     out,
-                    &["ID", "NAME", "REGION", "SIZE", "STATE", "ATTACHED TO"],
+                    &[
+                        "ID",
+                        "NAME",
+                        "REGION",
+                        "SIZE",
+                        "PER MONTH",
+                        "STATE",
+                        "ATTACHED TO",
+                    ],
                     rows,
                 );
             }
@@ -874,7 +882,15 @@ async fn volume(
         let volume: Volume = parse(v)?;
         table(
             out,
-            &["ID", "NAME", "REGION", "SIZE", "STATE", "ATTACHED TO"],
+            &[
+                "ID",
+                "NAME",
+                "REGION",
+                "SIZE",
+                "PER MONTH",
+                "STATE",
+                "ATTACHED TO",
+            ],
             vec![volume_row(&volume)],
         );
     }
@@ -887,6 +903,9 @@ fn volume_row(v: &Volume) -> Vec<String> {
         v.name.clone(),
         v.region.clone(),
         format!("{} GiB", v.size_gib),
+        v.monthly_cost
+            .as_ref()
+            .map_or_else(|| "-".into(), |m| m.to_string()),
         v.state.as_str().to_owned(),
         v.attached_name
             .clone()

@@ -34,6 +34,7 @@ use problem::{ApiError, Problem};
     servers((url = "/api/v1")),
     paths(
         offers::list,
+        offers::storage_prices,
         images::list,
         instances::launch,
         instances::list,
@@ -94,6 +95,7 @@ impl utoipa::Modify for BearerAuth {
 pub fn routes() -> Router<ControlPlane> {
     Router::new()
         .route("/offers", get(offers::list))
+        .route("/storage-prices", get(offers::storage_prices))
         .route("/images", get(images::list))
         .route("/instances", get(instances::list).post(instances::launch))
         .route(

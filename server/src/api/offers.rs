@@ -1,5 +1,6 @@
 //! `GET /api/v1/offers`: what is for sale where, at what hourly price, and how many could
-//! launch now. Public, like the catalog page it shares its numbers with.
+//! launch now; `GET /api/v1/storage-prices`: what storage costs per region. Public, like the
+//! catalog page they share their numbers with.
 
 use app::error::AppError;
 use axum::Json;
@@ -8,6 +9,7 @@ use axum::extract::{Query, State};
 use control_plane::ControlPlane;
 use control_plane::prelude::*;
 use portal_types::catalog::{Offer, offers};
+use portal_types::volumes::StoragePrice;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -91,5 +93,33 @@ pub async fn list(
     let catalog = cp.catalog().await.map_err(|e| id.refused(e))?;
     Ok(Json(OfferList {
         offers: offers(&catalog, region.as_deref(), gpu_model.as_deref()),
+    }))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoragePriceList {
+    /// By region; a region not listed sells no volumes.
+    pub storage_prices: Vec<StoragePrice>,
+}
+
+/// What block storage costs in each region, per GiB-month of 730 hours. Public, like the
+/// catalog.
+#[utoipa::path(
+    get,
+    path = "/storage-prices",
+    tag = "catalog",
+    operation_id = "list_storage_prices",
+    responses(
+        (status = 200, description = "Every region's storage price. Volumes are billed per second by provisioned size, at the price in force when they were made.", body = StoragePriceList,
+         example = json!({"storage_prices": [{"region": "eu-west-1", "currency": "USD", "per_gib_month_micro": 100000}]})),
+    )
+)]
+#[tracing::instrument(skip_all)]
+pub async fn storage_prices(
+    State(cp): State<ControlPlane>,
+    id: RequestId,
+) -> Result<Json<StoragePriceList>, ApiError> {
+    Ok(Json(StoragePriceList {
+        storage_prices: cp.storage_prices().await.map_err(|e| id.refused(e))?,
     }))
 }

@@ -447,7 +447,10 @@ async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
         .await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     assert!(
-        out.contains("ckpt") && out.contains("50 GiB") && out.contains("creating"),
+        out.contains("ckpt")
+            && out.contains("50 GiB")
+            && out.contains("5.00 USD")
+            && out.contains("creating"),
         "{out}"
     );
     let id = out

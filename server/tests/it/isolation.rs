@@ -39,7 +39,9 @@ use app::allocations::{
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
 use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, IssueCreditNote};
-use app::catalog::{DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState};
+use app::catalog::{
+    DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState, SetStoragePrice,
+};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
     ReissueNodeToken, RejectSlotMap, ReturnSlotToService, SetGpuHealthPolicy, SetNodeNetwork,
@@ -709,6 +711,12 @@ fn matrix(w: &World) -> Vec<Entry> {
             &[("id", &w.sku), ("state", "retired")],
         ),
         entry(
+            SetStoragePrice::PATH,
+            platform(OPERATORS),
+            true,
+            &[("region", "eu-west-1"), ("price", "0.11 USD")],
+        ),
+        entry(
             DryRunPlacement::PATH,
             platform(OPERATORS),
             false,
@@ -1229,6 +1237,7 @@ fn api_matrix(w: &World) -> Vec<ApiEntry> {
     });
     vec![
         api("GET", "/api/v1/offers", public(), false),
+        api("GET", "/api/v1/storage-prices", public(), false),
         api("GET", "/api/v1/images", token_holder(), false),
         api(
             "GET",

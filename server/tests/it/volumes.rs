@@ -202,6 +202,25 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
         );
     }
     until(&app, &alice, &id, "available").await;
+    // It costs its size at its region's price, and the prices are public.
+    let (_, v) = call(&app, "GET", &format!("/api/v1/volumes/{id}"), &alice, None).await;
+    assert_eq!(
+        v["monthly_cost"],
+        json!({"amount_minor": 10, "currency": "USD"}),
+        "1 GiB at 0.10 USD per GiB-month: {v}"
+    );
+    let req = Request::get("/api/v1/storage-prices")
+        .body(Body::empty())
+        .unwrap();
+    let (status, _, text) = support::send(&app, req).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let prices: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        prices["storage_prices"].as_array().unwrap().contains(
+            &json!({"region": "eu-west-1", "currency": "USD", "per_gib_month_micro": 100000})
+        ),
+        "{prices}"
+    );
 
     // Another organization doesn't see it; a read-only token can't change it.
     let (status, _) = call(&app, "GET", &format!("/api/v1/volumes/{id}"), &carol, None).await;
