@@ -140,36 +140,31 @@ async fn ready_to_close(
     if exists.is_some() {
         return Ok(false);
     }
-    let unrated = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM usage_intervals
-           WHERE tenant_id = $1 AND currency = $3 AND NOT fully_rated
-             AND started_at < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-             AND coalesce(rated_until, started_at)
-                 < least(coalesce(ended_at, 'infinity'),
-                         ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC')"#,
+    // Compute and storage both: a month closes once every meter that ran in it is rated.
+    let unrated = sqlx::query!(
+        r#"WITH bounds AS (
+               SELECT ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC' AS month_end
+           )
+           SELECT (SELECT count(*) FROM usage_intervals, bounds
+                   WHERE tenant_id = $1 AND currency = $3 AND NOT fully_rated
+                     AND started_at < month_end
+                     AND coalesce(rated_until, started_at) < least(coalesce(ended_at, 'infinity'), month_end))
+                  AS "usage!",
+                  (SELECT count(*) FROM storage_intervals, bounds
+                   WHERE tenant_id = $1 AND currency = $3 AND NOT fully_rated
+                     AND started_at < month_end
+                     AND coalesce(rated_until, started_at) < least(coalesce(ended_at, 'infinity'), month_end))
+                  AS "storage!""#,
         tenant as TenantId,
         month,
         currency
     )
     .fetch_one(&mut *conn)
     .await?;
-    let unrated_storage = sqlx::query_scalar!(
-        r#"SELECT count(*) AS "n!" FROM storage_intervals
-           WHERE tenant_id = $1 AND currency = $3 AND NOT fully_rated
-             AND started_at < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-             AND coalesce(rated_until, started_at)
-                 < least(coalesce(ended_at, 'infinity'),
-                         ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC')"#,
-        tenant as TenantId,
-        month,
-        currency
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if unrated + unrated_storage > 0 {
+    if unrated.usage + unrated.storage > 0 {
         tracing::info!(
-            intervals = unrated,
-            storage_intervals = unrated_storage,
+            intervals = unrated.usage,
+            storage_intervals = unrated.storage,
             "month not fully rated yet; invoice waits"
         );
         return Ok(false);

@@ -48,6 +48,20 @@ pub struct Rated {
     pub held: Vec<cp_base::AllocationId>,
 }
 
+/// A transaction for one batch: under the rating lock (batches are serialised), without JIT.
+async fn rating_tx(pool: &cp_base::pool::Db) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+    let mut tx = pool.begin().await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    // A batch's cost estimate is over the JIT threshold, and compiling it took ~60 ms of
+    // every ~280 ms batch for nothing: the plan runs once.
+    sqlx::query!("SET LOCAL jit = off")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// Rates at most `batch` (allocation, span) charges' worth of time that is over by `until`.
 #[tracing::instrument(skip(pool), fields(rating.until = %until, rating.batch = batch))]
 pub async fn rate_batch(
@@ -55,15 +69,7 @@ pub async fn rate_batch(
     until: time::OffsetDateTime,
     batch: i64,
 ) -> Result<Rated> {
-    let mut tx = pool.begin().await?;
-    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    // The batch's cost estimate is over the JIT threshold, and compiling it took ~60 ms of
-    // every ~280 ms batch for nothing: the plan runs once.
-    sqlx::query!("SET LOCAL jit = off")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = rating_tx(pool).await?;
     let row = sqlx::query_file!(
         "queries/rate_batch.sql",
         until,
@@ -89,13 +95,7 @@ pub async fn rate_storage_batch(
     until: time::OffsetDateTime,
     batch: i64,
 ) -> Result<Rated> {
-    let mut tx = pool.begin().await?;
-    sqlx::query!("SELECT pg_advisory_xact_lock($1)", RATING_LOCK)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query!("SET LOCAL jit = off")
-        .execute(&mut *tx)
-        .await?;
+    let mut tx = rating_tx(pool).await?;
     let row = sqlx::query_file!("queries/rate_storage_batch.sql", until, batch)
         .fetch_one(&mut *tx)
         .await?;

@@ -38,6 +38,9 @@ test('fiona sees the spend chart, a paid invoice with its Stripe link, and expor
     assert.equal(await page.locator('h1').innerText(), 'Billing');
     assert.match(await page.getByTestId('mtd').innerText(), /^\d{1,3}(,\d{3})*\.\d{2} USD$/);
     assert.match(await page.getByTestId('forecast').innerText(), /^\d{1,3}(,\d{3})*\.\d{2} USD$/);
+    // Storage beside compute: its part of the month, and what is stored now.
+    assert.match(await page.getByTestId('storage-mtd').innerText(), /^\d{1,3}(,\d{3})*\.\d{2} USD$/);
+    assert.match(await page.getByTestId('storage-now').innerText(), /^\d+ GiB stored now, \d{1,3}(,\d{3})*\.\d{2} USD a month$/);
 
     // The chart is drawn by ECharts (served from /vendor/, not a CDN) into a canvas. In the
     // first two hours of a month the demo has no usage in it yet, and the page says so.

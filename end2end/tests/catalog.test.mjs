@@ -1,6 +1,7 @@
 // Platform operators manage what is sold: a SKU is created as a draft from the SKU form (its
 // refusals named under their fields, nothing saved), then activated, and the public catalog
-// offers it until it is retired.
+// offers it until it is retired. Storage is priced per region on the same page, and the
+// public catalog shows the price.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { BASE, adminSignIn, hydrated, openBrowser, shot } from '../support.mjs';
@@ -60,6 +61,42 @@ test('an operator creates a SKU, is told what is wrong under the field, activate
     await row.filter({ hasText: 'retired' }).waitFor();
     await page.goto(`${BASE}/catalog`);
     assert.equal(await page.getByText(NAME).count(), 0);
+  } finally {
+    await b.close();
+  }
+});
+
+test('an operator prices storage in a region, and the public catalog shows it', async () => {
+  const b = await openBrowser();
+  try {
+    const { page } = b;
+    await adminSignIn(page);
+    await page.goto(`${BASE}/catalog/manage`);
+    await hydrated(page);
+    const row = page.locator('#storage-prices-table tr[data-region="us-east-1"]');
+    const input = row.getByLabel('New storage price for us-east-1');
+    // A price without its currency is refused, naming what to write; nothing changes.
+    await input.fill('0.09');
+    await row.getByRole('button', { name: 'Set price' }).click();
+    await page.getByText(/write a price per GiB-month and a currency/).waitFor();
+    assert.equal(await row.getByTestId('storage-price').innerText(), '0.10 USD');
+
+    await input.fill('0.085 usd');
+    await row.getByRole('button', { name: 'Set price' }).click();
+    await page.getByText('Storage in us-east-1 now costs 0.085 USD per GiB-month.').waitFor();
+    await row.getByTestId('storage-price').filter({ hasText: '0.085 USD' }).waitFor();
+    await shot(page, 'sku-admin-storage-prices');
+
+    await page.goto(`${BASE}/catalog`);
+    const listed = page.locator('#storage-prices li[data-region="us-east-1"]');
+    assert.equal(await listed.innerText(), 'us-east-1: 0.085 USD per GiB-month');
+
+    // Back to the demo's price, for the tests that make volumes there.
+    await page.goto(`${BASE}/catalog/manage`);
+    await hydrated(page);
+    await input.fill('0.10 USD');
+    await row.getByRole('button', { name: 'Set price' }).click();
+    await row.getByTestId('storage-price').filter({ hasText: '0.10 USD' }).waitFor();
   } finally {
     await b.close();
   }

@@ -34,6 +34,11 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
       const form = page.locator('#new-volume');
       // A bad name is refused by name, on its field; nothing is made.
       await form.getByLabel('Name').fill('my data!');
+      // Each region offered says what its storage costs.
+      assert.equal(
+        await form.getByLabel('Region').locator('option[value="eu-west-1"]').innerText(),
+        'eu-west-1 · 0.10 USD per GiB-month',
+      );
       await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Size (GiB)').fill('20');
       await form.getByRole('button', { name: 'Create volume' }).click();
@@ -44,7 +49,9 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
       const row = page.locator(`#volumes tr[data-volume="${name}"]`);
       // Made by the storage worker; the list refreshes itself until it is available.
       await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
-      assert.equal(await row.locator('[data-testid="size"]').innerText(), '20 GiB');
+      // 20 GiB at 0.10 USD per GiB-month.
+      assert.match(await row.locator('[data-testid="size"]').innerText(), /^20 GiB\s/);
+      assert.equal(await row.getByTestId('monthly-cost').innerText(), '2.00 USD a month');
       assert.equal(sql(`SELECT count(*) FROM volumes WHERE name = 'my data!'`), '0');
 
       // Launched with the volume ticked: the instance starts in its region, with it attached.
