@@ -454,7 +454,7 @@ fn CreateForm(v: VolumesView, create: ServerAction<CreateVolume>) -> impl IntoVi
                     <label>"Region"
                         <select name="region">
                             {v.regions.iter().map(|p| view! {
-                                <option value=p.region.clone()>{format!("{} · {} per GiB-month", p.region, p.per_gib_month())}</option>
+                                <option value=p.region.clone()>{format!("{} · {}/GiB-month", p.region, p.per_gib_month())}</option>
                             }).collect_view()}
                         </select>
                         {v.regions.is_empty().then(|| view! { <span class="hint">"No region sells volumes yet: storage there has no price. A platform operator sets one."</span> })}

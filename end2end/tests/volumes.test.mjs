@@ -37,7 +37,7 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
       // Each region offered says what its storage costs.
       assert.equal(
         await form.getByLabel('Region').locator('option[value="eu-west-1"]').innerText(),
-        'eu-west-1 · 0.10 USD per GiB-month',
+        'eu-west-1 · 0.10 USD/GiB-month',
       );
       await form.getByLabel('Region').selectOption('eu-west-1');
       await form.getByLabel('Size (GiB)').fill('20');
