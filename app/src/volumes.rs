@@ -8,8 +8,8 @@ use control_plane::prelude::*;
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use portal_types::volumes::{MAX_VOLUME_GIB, VolumeState};
-use portal_types::{AllocationId, IdArg, ProjectId, VolumeId};
+use portal_types::volumes::{MAX_VOLUME_GIB, SnapshotState, VolumeState};
+use portal_types::{AllocationId, IdArg, ProjectId, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
 
 use crate::components::{
@@ -25,6 +25,7 @@ pub struct VolumesView {
     /// price, with it.
     pub regions: Vec<portal_types::volumes::StoragePrice>,
     pub volumes: Vec<VolumeRow>,
+    pub snapshots: Vec<SnapshotRow>,
     /// Running instances of the manageable projects, to attach to.
     pub instances: Vec<Attachable>,
     /// A fresh idempotency key for the create form.
@@ -51,6 +52,23 @@ pub struct VolumeRow {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRow {
+    pub id: SnapshotId,
+    pub name: String,
+    pub volume: String,
+    pub project: String,
+    pub project_id: ProjectId,
+    pub region: String,
+    pub size_gib: u32,
+    pub state: SnapshotState,
+    pub error: Option<String>,
+    pub created: String,
+    /// What keeping it costs a month (`1.00 USD`).
+    pub monthly_cost: String,
+    pub manageable: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachable {
     pub id: AllocationId,
     pub name: String,
@@ -63,10 +81,12 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
     use control_plane::allocations::AllocationFilter;
     use control_plane::tenancy::{ProjectOperators, ProjectRequirement, TenantMembers};
     use control_plane::volumes::VolumesApi;
+    use control_plane::volumes::snapshots::SnapshotsApi;
     let (cp, principal) = crate::server::signed_in().await?;
     let (member, _) = crate::server::home_tenant::<TenantMembers>(&cp, &principal).await?;
     let visible = cp.visible_projects(&member).await?;
     let mut volumes = Vec::new();
+    let mut snapshots = Vec::new();
     let mut manageable = Vec::new();
     let mut operated = Vec::new();
     for (p, who) in &visible {
@@ -90,8 +110,23 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
             monthly_cost: v.monthly_cost.map(|m| m.grouped()),
             manageable: manages,
         }));
+        snapshots.extend(cp.snapshots(who).await?.into_iter().map(|s| SnapshotRow {
+            id: s.id,
+            name: s.name,
+            volume: s.volume_name,
+            project: p.display_name.clone(),
+            project_id: p.id,
+            region: s.region,
+            size_gib: s.size_gib,
+            state: s.state,
+            error: s.error,
+            created: portal_types::utc(s.created_at),
+            monthly_cost: s.monthly_cost.grouped(),
+            manageable: manages,
+        }));
     }
     volumes.sort_by(|a, b| b.created.cmp(&a.created));
+    snapshots.sort_by(|a, b| b.created.cmp(&a.created));
     let instances = if operated.is_empty() {
         Vec::new()
     } else {
@@ -129,6 +164,7 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
         manageable,
         regions,
         volumes,
+        snapshots,
         instances,
         idempotency_key: uuid::Uuid::new_v4().to_string(),
     })
@@ -171,6 +207,9 @@ pub async fn create_volume(
     region: String,
     size_gib: String,
     idempotency_key: String,
+    /// Made from this snapshot (its region; its size unless a bigger one is typed).
+    #[server(default)]
+    snapshot: Option<IdArg<SnapshotId>>,
 ) -> Result<VolumeId, AppError> {
     use control_plane::tenancy::ProjectOperators;
     use control_plane::volumes::{VolumeRequest, VolumesApi};
@@ -179,11 +218,20 @@ pub async fn create_volume(
     let who = cp
         .project_access::<ProjectOperators>(&principal, project)
         .await?;
+    let snapshot = match snapshot.filter(|s| !s.is_empty()) {
+        Some(s) => Some(crate::server::id(s)?),
+        None => None,
+    };
+    let size_gib = match (snapshot, size_gib.trim()) {
+        (Some(_), "") => 0,
+        _ => gib("size_gib", &size_gib)?,
+    };
     let req = VolumeRequest {
         name,
         region,
-        size_gib: gib("size_gib", &size_gib)?,
+        size_gib,
         idempotency_key,
+        snapshot,
     };
     Ok(cp
         .create_volume(&who, &req, Some(&crate::error::request_id()))
@@ -232,6 +280,35 @@ pub async fn delete_volume(id: IdArg<VolumeId>) -> Result<(), AppError> {
         .await?)
 }
 
+#[server]
+pub async fn snapshot_volume(
+    id: IdArg<VolumeId>,
+    name: String,
+    idempotency_key: String,
+) -> Result<SnapshotId, AppError> {
+    use control_plane::volumes::snapshots::{SnapshotRequest, SnapshotsApi};
+    let (cp, who, id) = operating(id).await?;
+    let req = SnapshotRequest {
+        name,
+        idempotency_key,
+    };
+    Ok(cp
+        .create_snapshot(&who, id, &req, Some(&crate::error::request_id()))
+        .await?
+        .id)
+}
+
+#[server]
+pub async fn delete_snapshot(id: IdArg<SnapshotId>) -> Result<(), AppError> {
+    use control_plane::volumes::snapshots::SnapshotsApi;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id = crate::server::id(id)?;
+    let who = cp.snapshot_access(&principal, id).await?;
+    Ok(cp
+        .delete_snapshot(&who, id, Some(&crate::error::request_id()))
+        .await?)
+}
+
 /// States that change by themselves, soon.
 fn moving(s: VolumeState) -> bool {
     matches!(
@@ -250,6 +327,8 @@ struct Actions {
     detach: ServerAction<DetachVolume>,
     grow: ServerAction<GrowVolume>,
     delete: ServerAction<DeleteVolume>,
+    snapshot: ServerAction<SnapshotVolume>,
+    delete_snapshot: ServerAction<DeleteSnapshot>,
 }
 
 #[component]
@@ -260,6 +339,8 @@ pub fn VolumesPage() -> impl IntoView {
         detach: ServerAction::new(),
         grow: ServerAction::new(),
         delete: ServerAction::new(),
+        snapshot: ServerAction::new(),
+        delete_snapshot: ServerAction::new(),
     };
     let tick = RwSignal::new(0u32);
     let page = Resource::new(
@@ -270,6 +351,10 @@ pub fn VolumesPage() -> impl IntoView {
                 actions.detach.version().get(),
                 actions.grow.version().get(),
                 actions.delete.version().get(),
+                (
+                    actions.snapshot.version().get(),
+                    actions.delete_snapshot.version().get(),
+                ),
                 tick.get(),
             )
         },
@@ -279,9 +364,14 @@ pub fn VolumesPage() -> impl IntoView {
     Effect::new(move |_| {
         let handle = set_interval_with_handle(
             move || {
-                let busy = page
-                    .get_untracked()
-                    .is_some_and(|r| r.is_ok_and(|v| v.volumes.iter().any(|x| moving(x.state))));
+                let busy = page.get_untracked().is_some_and(|r| {
+                    r.is_ok_and(|v| {
+                        v.volumes.iter().any(|x| moving(x.state))
+                            || v.snapshots.iter().any(|s| {
+                                matches!(s.state, SnapshotState::Creating | SnapshotState::Deleting)
+                            })
+                    })
+                });
                 if busy {
                     tick.update(|t| *t = t.wrapping_add(1));
                 }
@@ -312,6 +402,8 @@ pub fn VolumesPage() -> impl IntoView {
 #[component]
 fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
     let instances = StoredValue::new(v.instances.clone());
+    let snapshots = v.snapshots.clone();
+    let snapshot_key = v.idempotency_key.clone();
     let create_form = (!v.manageable.is_empty())
         .then(|| view! { <CreateForm v=v.clone() create=actions.create /> });
     let table = if v.volumes.is_empty() {
@@ -343,7 +435,9 @@ fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
             {outcome(actions.detach.value(), |_: ()| Some("Detaching.".to_string()))}
             {outcome(actions.grow.value(), |_: ()| Some("Growing: grow the file system inside the instance to use the space.".to_string()))}
             {outcome(actions.delete.value(), |_: ()| Some("Deleting: it is erased, then gone.".to_string()))}
+            {outcome(actions.snapshot.value(), |_: SnapshotId| Some("Taking the snapshot: it is available in a few seconds.".to_string()))}
         </section>
+        <Snapshots rows=snapshots actions key=snapshot_key />
         {create_form}
     }
 }
@@ -385,6 +479,7 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
                 let grow_id = id.clone();
                 view! {
                     {attach}
+                    <SnapshotForm id=id.clone() name=name.clone() snapshot=actions.snapshot />
                     <ActionForm action=actions.grow attr:class="inline">
                         <input type="hidden" name="id" value=grow_id />
                         <input name="size_gib" inputmode="numeric" size="6" aria-label=grow_label placeholder=format!("> {}", row.size_gib) />
@@ -400,6 +495,7 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
                 let question = format!("Detach {name}? Unmount it inside the instance first, or writes in flight are lost.");
                 let label = format!("Detach {name}");
                 view! {
+                    <SnapshotForm id=id.clone() name=name.clone() snapshot=actions.snapshot />
                     <ActionForm action=actions.detach attr:class="inline">
                         <input type="hidden" name="id" value=id />
                         <DangerButton label=label question=question>"Detach"</DangerButton>
@@ -432,6 +528,95 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
             <td>{manage}</td>
         </tr>
     }
+}
+
+/// Names and takes a snapshot of one volume.
+#[component]
+fn SnapshotForm(id: String, name: String, snapshot: ServerAction<SnapshotVolume>) -> impl IntoView {
+    let label = format!("Snapshot name for {name}");
+    let button = format!("Snapshot {name}");
+    view! {
+        <ActionForm action=snapshot attr:class="inline">
+            <input type="hidden" name="id" value=id />
+            <input type="hidden" name="idempotency_key" value=uuid::Uuid::new_v4().to_string() />
+            <input name="name" size="12" required maxlength="63" autocomplete="off" aria-label=label placeholder="snapshot name" />
+            <button type="submit" aria-label=button>"Snapshot"</button>
+        </ActionForm>
+    }
+}
+
+/// The project's snapshots: what each holds and costs, a new volume from it, deleting it.
+#[component]
+fn Snapshots(rows: Vec<SnapshotRow>, actions: Actions, key: String) -> impl IntoView {
+    if rows.is_empty() {
+        return ().into_any();
+    }
+    view! {
+        <section class="card" aria-labelledby="snapshots-h">
+            <h2 id="snapshots-h">"Snapshots"</h2>
+            <p class="hint">"A point-in-time copy of a volume, kept apart from it. Make a new volume from one to get its data back; a volume with snapshots can't be deleted until they are."</p>
+            <div class="table-scroll">
+                <table class="data cards" id="snapshots">
+                    <thead><tr>
+                        <th scope="col">"Name"</th><th scope="col">"Of volume"</th><th scope="col">"Region"</th>
+                        <th scope="col">"Size"</th><th scope="col">"State"</th>
+                        <th scope="col"><span class="visually-hidden">"Actions"</span></th>
+                    </tr></thead>
+                    <tbody>
+                        {rows.into_iter().map(|row| {
+                            let state_text = match (&row.error, row.state) {
+                                (Some(why), _) => format!("error: {why}"),
+                                (None, s) => s.to_string(),
+                            };
+                            let id = row.id.to_string();
+                            let name = row.name.clone();
+                            let restore = if row.manageable && row.state == SnapshotState::Available {
+                                let label = format!("Name of the new volume from {name}");
+                                let (snapshot, region, project) = (id.clone(), row.region.clone(), row.project_id.to_string());
+                                let key = format!("{key}-{id}");
+                                Some(view! {
+                                    <ActionForm action=actions.create attr:class="inline">
+                                        <input type="hidden" name="project" value=project />
+                                        <input type="hidden" name="snapshot" value=snapshot />
+                                        <input type="hidden" name="region" value=region />
+                                        <input type="hidden" name="size_gib" value="" />
+                                        <input type="hidden" name="idempotency_key" value=key />
+                                        <input name="name" size="12" required maxlength="63" autocomplete="off" aria-label=label placeholder="new volume" />
+                                        <button type="submit">"New volume"</button>
+                                    </ActionForm>
+                                })
+                            } else {
+                                None
+                            };
+                            let delete = if row.manageable && matches!(row.state, SnapshotState::Available | SnapshotState::Error) {
+                                let question = format!("Delete snapshot {name}? What it holds is erased and can't be recovered.");
+                                let label = format!("Delete snapshot {name}");
+                                Some(view! {
+                                    <ActionForm action=actions.delete_snapshot attr:class="inline">
+                                        <input type="hidden" name="id" value=id />
+                                        <DangerButton label=label question=question>"Delete"</DangerButton>
+                                    </ActionForm>
+                                })
+                            } else {
+                                None
+                            };
+                            view! {
+                                <tr data-snapshot=row.name.clone()>
+                                    <td data-label="Name">{row.name.clone()}<br/><small>"taken " {row.created.clone()}</small></td>
+                                    <td data-label="Of volume">{row.volume.clone()}</td>
+                                    <td data-label="Region">{row.region.clone()}</td>
+                                    <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}<br/><small>{row.monthly_cost.clone()} " a month"</small></td>
+                                    <td data-label="State" data-testid="state">{state_text}</td>
+                                    <td>{restore}{delete}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </tbody>
+                </table>
+            </div>
+            {outcome(actions.delete_snapshot.value(), |_: ()| Some("Deleting the snapshot: it is erased, then gone.".to_string()))}
+        </section>
+    }.into_any()
 }
 
 #[component]

@@ -16,6 +16,7 @@ pub mod prelude {
     pub use crate::ops::OpsApi;
     pub use crate::reconcile::ReconcileApi;
     pub use crate::volumes::VolumesApi;
+    pub use crate::volumes::snapshots::SnapshotsApi;
     pub use cp_billing::prelude::*;
 }
 

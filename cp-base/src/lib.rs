@@ -38,6 +38,6 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 pub mod ids {
     pub use portal_types::{
         AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
-        ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId, VolumeId,
+        ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId, TenantId, UserId, VolumeId,
     };
 }

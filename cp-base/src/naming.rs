@@ -132,6 +132,25 @@ impl Naming {
         )
     }
 
+    /// `{partition}:{service}:{region}:{tenant}:{project}:snapshot:{id}`
+    pub fn snapshot(
+        &self,
+        region: &str,
+        tenant: TenantId,
+        project: ProjectId,
+        id: crate::ids::SnapshotId,
+    ) -> Result<ResourceName, ResourceNameError> {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            Some(tenant),
+            Some(project),
+            "snapshot",
+            &id.to_string(),
+        )
+    }
+
     fn name(
         &self,
         region: &str,

@@ -3,7 +3,8 @@
 -- month totals, and each interval's progress, in one statement under the rating lock. The
 -- rules are usage's (`rate_batch.sql`); the amount is `storage_micro_until` (migration 0050).
 WITH cand AS (
-    SELECT u.id AS interval_id, s.period_start, u.tenant_id, u.project_id, u.volume_id, u.region,
+    SELECT u.id AS interval_id, s.period_start, u.tenant_id, u.project_id, u.volume_id,
+           u.snapshot_id, u.region,
            u.size_gib, u.price_per_gib_month_micro, u.currency,
            ceil(extract(epoch FROM s.through - s.period_start) / 3600)::int AS hours,
            (extract(epoch FROM greatest(s.period_start, u.started_at) - u.started_at)
@@ -40,9 +41,10 @@ WITH cand AS (
     RETURNING id, tenant_id, currency
 ), ch AS (
     INSERT INTO storage_charges (interval_id, period_start, tenant_id, project_id, volume_id,
-                                 region, size_gib, price_per_gib_month_micro, currency, hours,
-                                 rated_us, amount_micro, entry_id)
-    SELECT b.interval_id, b.period_start, b.tenant_id, b.project_id, b.volume_id, b.region,
+                                 snapshot_id, region, size_gib, price_per_gib_month_micro,
+                                 currency, hours, rated_us, amount_micro, entry_id)
+    SELECT b.interval_id, b.period_start, b.tenant_id, b.project_id, b.volume_id, b.snapshot_id,
+           b.region,
            b.size_gib, b.price_per_gib_month_micro, b.currency, b.hours, b.to_us - b.from_us,
            (storage_micro_until(b.price_per_gib_month_micro, b.size_gib, b.to_us)
             - storage_micro_until(b.price_per_gib_month_micro, b.size_gib, b.from_us))::bigint,

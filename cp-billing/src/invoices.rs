@@ -248,6 +248,7 @@ async fn month_charges(
     let storage = sqlx::query_as!(
         StorageSum,
         r#"SELECT c.project_id, p.slug AS project, c.region, c.price_per_gib_month_micro,
+                  c.snapshot_id IS NOT NULL AS "snapshots!",
                   sum(c.rated_us * c.size_gib)::bigint AS "gib_us!",
                   sum(c.amount_micro)::bigint AS "rated_micro!"
            FROM storage_charges c
@@ -255,8 +256,8 @@ async fn month_charges(
            WHERE c.tenant_id = $1 AND c.currency = $3
              AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
              AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-           GROUP BY c.project_id, p.slug, c.region, c.price_per_gib_month_micro
-           ORDER BY p.slug, c.region, c.price_per_gib_month_micro"#,
+           GROUP BY c.project_id, p.slug, c.region, c.price_per_gib_month_micro, 5
+           ORDER BY p.slug, c.region, 5, c.price_per_gib_month_micro"#,
         tenant as TenantId,
         month,
         currency
@@ -427,13 +428,15 @@ pub(crate) struct FeeSum {
     pub rated_micro: i64,
 }
 
-/// One project × region × price of a month's storage charges, summed.
+/// One project × region × price of a month's storage charges (volumes' or snapshots'), summed.
 #[derive(Clone, Debug)]
 pub(crate) struct StorageSum {
     pub project_id: uuid::Uuid,
     pub project: String,
     pub region: String,
     pub price_per_gib_month_micro: i64,
+    /// Snapshots' storage, not volumes'.
+    pub snapshots: bool,
     /// GiB × provisioned microseconds.
     pub gib_us: i64,
     pub rated_micro: i64,
@@ -554,8 +557,13 @@ pub(crate) fn draft(charges: &MonthCharges, credit: i64, currency: &str) -> Draf
             line_no: lines.len() as i32 + 1,
             charge: Charge::Storage(i),
             description: format!(
-                "{} · block storage in {} · {} GiB-hours at {} {currency}/GiB-month",
+                "{} · {} in {} · {} GiB-hours at {} {currency}/GiB-month",
                 st.project,
+                if st.snapshots {
+                    "volume snapshots"
+                } else {
+                    "block storage"
+                },
                 st.region,
                 super::gpu_hours(st.gib_us),
                 unit_price(st.price_per_gib_month_micro),
@@ -922,6 +930,7 @@ mod tests {
                     project: "research".into(),
                     region: "eu-west-1".into(),
                     price_per_gib_month_micro: 100_000,
+                    snapshots: false,
                     gib_us: 500 * 730 * HOUR,
                     rated_micro: rated(100_000, 500, 730 * HOUR),
                 },
@@ -930,6 +939,7 @@ mod tests {
                     project: "research".into(),
                     region: "us-east-1".into(),
                     price_per_gib_month_micro: 85_000,
+                    snapshots: false,
                     gib_us: 3 * HOUR,
                     rated_micro: rated(85_000, 3, HOUR),
                 },

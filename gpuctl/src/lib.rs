@@ -16,7 +16,7 @@ use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label}
 use portal_types::billing::Overview;
 use portal_types::catalog::Offer;
 use portal_types::marketplace::Image;
-use portal_types::volumes::Volume;
+use portal_types::volumes::{Snapshot, Volume};
 use reqwest::{Method, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -126,6 +126,11 @@ pub enum Command {
         #[command(subcommand)]
         action: VolumeAction,
     },
+    /// Snapshots: point-in-time copies of volumes, to make new volumes from.
+    Snapshot {
+        #[command(subcommand)]
+        action: SnapshotAction,
+    },
     /// This month's spend, forecast and budgets (a token with the billing scope).
     Usage,
     /// Prints shell completions.
@@ -156,10 +161,15 @@ pub enum VolumeAction {
     Create {
         #[arg(long)]
         name: String,
-        #[arg(long)]
+        /// Where it lives (with `--snapshot`: the snapshot's, if left out).
+        #[arg(long, default_value = "")]
         region: String,
+        /// Its size (with `--snapshot`: the snapshot's, if left out).
         #[arg(long = "size-gib")]
-        size_gib: u32,
+        size_gib: Option<u32>,
+        /// Made holding what this snapshot holds.
+        #[arg(long)]
+        snapshot: Option<String>,
         /// The project's id; needed when the token reaches the whole organization.
         #[arg(long)]
         project: Option<String>,
@@ -184,6 +194,29 @@ pub enum VolumeAction {
     /// Detaches a volume from its instance.
     Detach { id: String },
     /// Deletes a detached volume: it is erased, then gone.
+    Rm { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotAction {
+    /// Lists the snapshots (every project the token reaches, or one).
+    Ls {
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Takes a snapshot of a volume that is available or attached.
+    Create {
+        /// The volume's id.
+        volume: String,
+        #[arg(long)]
+        name: String,
+        /// Makes a retry of this command take one snapshot (default: a new UUID).
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// One snapshot.
+    Show { id: String },
+    /// Deletes a snapshot: it is erased, then gone.
     Rm { id: String },
 }
 
@@ -515,6 +548,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
             action: Some(KeysAction::Rm { id }),
         } => remove_key(&api, &id).await?,
         Command::Volume { action } => volume(&api, action, json_out, out).await?,
+        Command::Snapshot { action } => snapshot(&api, action, json_out, out).await?,
     }
     Ok(Done::Exit(exit::OK))
 }
@@ -829,12 +863,13 @@ async fn volume(
             name,
             region,
             size_gib,
+            snapshot,
             project,
             idempotency_key,
         } => {
             let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            let body =
-                json!({"project": project, "name": name, "region": region, "size_gib": size_gib});
+            let body = json!({"project": project, "name": name, "region": region,
+                              "size_gib": size_gib, "snapshot": snapshot});
             api.call(
                 Method::POST,
                 "/volumes",
@@ -895,6 +930,79 @@ async fn volume(
         );
     }
     Ok(())
+}
+
+async fn snapshot(
+    api: &Api,
+    action: SnapshotAction,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let path = |id: &str| format!("/snapshots/{}", encode(id));
+    let header = [
+        "ID",
+        "NAME",
+        "VOLUME",
+        "REGION",
+        "SIZE",
+        "PER MONTH",
+        "STATE",
+    ];
+    let v = match action {
+        SnapshotAction::Ls { project } => {
+            let q = project
+                .map(|p| format!("?project={}", encode(&p)))
+                .unwrap_or_default();
+            let v = api.get(&format!("/snapshots{q}")).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let snapshots: Vec<Snapshot> = parse(v["snapshots"].clone())?;
+                table(out, &header, snapshots.iter().map(snapshot_row).collect());
+            }
+            return Ok(());
+        }
+        SnapshotAction::Create {
+            volume,
+            name,
+            idempotency_key,
+        } => {
+            let key = idempotency_key.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+            api.call(
+                Method::POST,
+                &format!("/volumes/{}/snapshots", encode(&volume)),
+                Some(&json!({"name": name})),
+                &[("idempotency-key", &key)],
+            )
+            .await?
+            .2
+        }
+        SnapshotAction::Show { id } => api.get(&path(&id)).await?,
+        SnapshotAction::Rm { id } => {
+            api.call(Method::DELETE, &path(&id), None, &[]).await?;
+            let _ = writeln!(out, "{id} deleting");
+            return Ok(());
+        }
+    };
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let s: Snapshot = parse(v)?;
+        table(out, &header, vec![snapshot_row(&s)]);
+    }
+    Ok(())
+}
+
+fn snapshot_row(s: &Snapshot) -> Vec<String> {
+    vec![
+        s.id.to_string(),
+        s.name.clone(),
+        s.volume_name.clone(),
+        s.region.clone(),
+        format!("{} GiB", s.size_gib),
+        s.monthly_cost.to_string(),
+        s.state.as_str().to_owned(),
+    ]
 }
 
 fn volume_row(v: &Volume) -> Vec<String> {

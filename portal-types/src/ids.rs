@@ -102,6 +102,10 @@ uuid_id!(
     VolumeId
 );
 uuid_id!(
+    /// A point-in-time copy of a volume, from which new volumes are made.
+    SnapshotId
+);
+uuid_id!(
     /// A public key a user saved on their account page.
     SshKeyId
 );

@@ -33,7 +33,7 @@ pub use forms::{
 };
 pub use ids::{
     AgentTaskId, AllocationId, ApiTokenId, IdArg, InvoiceId, ListingId, ListingVersionId, NodeId,
-    ProjectId, PublisherId, SkuId, SlotId, SshKeyId, TenantId, UserId, VolumeId,
+    ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId, TenantId, UserId, VolumeId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money, readable_decimal};
 pub use policy::{Level, PolicyKey};

@@ -6,7 +6,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::ids::{AllocationId, ProjectId, VolumeId};
+use crate::ids::{AllocationId, ProjectId, SnapshotId, VolumeId};
 use crate::{Currency, Invalid, Micros, Money};
 
 /// The most a volume holds, in GiB (16 TiB).
@@ -121,6 +121,80 @@ pub struct Volume {
     /// when it was made; none for a volume made before storage had a price.
     #[serde(default)]
     pub monthly_cost: Option<Money>,
+}
+
+/// Where a snapshot is in its life (`snapshot_transitions` in the database).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotState {
+    /// The storage backend is copying the volume.
+    Creating,
+    /// Kept; new volumes can be made from it.
+    Available,
+    /// Being erased.
+    Deleting,
+    Deleted,
+    /// A step failed; `error` says which and why. It can be deleted.
+    Error,
+}
+
+impl SnapshotState {
+    pub const ALL: [SnapshotState; 5] = [
+        SnapshotState::Creating,
+        SnapshotState::Available,
+        SnapshotState::Deleting,
+        SnapshotState::Deleted,
+        SnapshotState::Error,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotState::Creating => "creating",
+            SnapshotState::Available => "available",
+            SnapshotState::Deleting => "deleting",
+            SnapshotState::Deleted => "deleted",
+            SnapshotState::Error => "error",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self, String> {
+        SnapshotState::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not a snapshot state"))
+    }
+}
+
+impl fmt::Display for SnapshotState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A snapshot as its project's members, the API and the CLI read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Snapshot {
+    pub id: SnapshotId,
+    pub project_id: ProjectId,
+    /// The volume it was taken of.
+    pub volume_id: VolumeId,
+    pub volume_name: String,
+    pub name: String,
+    pub region: String,
+    /// What it holds: its volume's size when it was taken. A volume made from it holds at
+    /// least this.
+    pub size_gib: u32,
+    pub state: SnapshotState,
+    /// Why it is in `error`.
+    pub error: Option<String>,
+    #[serde(with = "time::serde::rfc3339")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub created_at: OffsetDateTime,
+    /// What keeping it costs for a month (730 hours), at its region's storage price when it
+    /// was taken.
+    pub monthly_cost: Money,
 }
 
 /// What a GiB of storage costs in a region, per GiB-month of 730 hours, rated per second.

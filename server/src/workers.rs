@@ -167,7 +167,11 @@ fn run_volume_job(
 ) -> control_plane::volumes::jobs::Outcome {
     use control_plane::volumes::jobs::{JobKind, Outcome};
     let done = match job.kind {
-        JobKind::Create => backend.create(&job.key, job.size).map(|()| Outcome::Done),
+        JobKind::Create => match &job.source {
+            Some((from, snapshot)) => backend.create_from(&job.key, from, snapshot, job.size),
+            None => backend.create(&job.key, job.size),
+        }
+        .map(|()| Outcome::Done),
         JobKind::Grow => backend.grow(&job.key, job.size).map(|()| Outcome::Done),
         JobKind::Export => backend.export(&job.key).map(Outcome::Exported),
         JobKind::Withdraw => backend.withdraw(&job.key).map(|()| Outcome::Done),
@@ -175,6 +179,21 @@ fn run_volume_job(
             backend: backend.describe(),
             erasure,
         }),
+        JobKind::Snapshot | JobKind::EraseSnapshot => {
+            let Some((_, snapshot)) = &job.snapshot else {
+                return Outcome::Failed("a snapshot step names no snapshot".into());
+            };
+            if job.kind == JobKind::Snapshot {
+                backend.snapshot(&job.key, snapshot).map(|()| Outcome::Done)
+            } else {
+                backend
+                    .erase_snapshot(&job.key, snapshot)
+                    .map(|erasure| Outcome::Erased {
+                        backend: backend.describe(),
+                        erasure,
+                    })
+            }
+        }
     };
     match done {
         Ok(outcome) => outcome,

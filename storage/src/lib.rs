@@ -114,6 +114,16 @@ pub trait StorageBackend: Send + Sync {
     /// Makes an empty volume of `size`. A volume that exists with that size is left alone.
     fn create(&self, key: &VolumeKey, size: Gib) -> Result<()>;
 
+    /// Makes a volume of `size` holding what `snapshot` of volume `source` held (and zeros
+    /// beyond it). A volume that exists with that size is left alone.
+    fn create_from(
+        &self,
+        key: &VolumeKey,
+        source: &VolumeKey,
+        snapshot: &SnapshotKey,
+        size: Gib,
+    ) -> Result<()>;
+
     /// Grows a volume to `size`, exported or not; never shrinks (refused).
     fn grow(&self, key: &VolumeKey, size: Gib) -> Result<()>;
 

@@ -357,6 +357,57 @@ impl StorageBackend for QemuNbd {
         fs::rename(&partial, &path).map_err(|e| failed("naming the new volume", e))
     }
 
+    fn create_from(
+        &self,
+        key: &VolumeKey,
+        source: &VolumeKey,
+        snapshot: &SnapshotKey,
+        size: Gib,
+    ) -> Result<()> {
+        let path = self.file(key);
+        match self.image_size(&path)? {
+            Some(bytes) if bytes == size.bytes() => return Ok(()),
+            Some(bytes) => {
+                return Err(StorageError::Refused(format!(
+                    "{key} exists already with {bytes} bytes"
+                )));
+            }
+            None => {}
+        }
+        let from = self.snapshot_file(source, snapshot);
+        let Some(held) = self.image_size(&from)? else {
+            return Err(StorageError::Refused(format!(
+                "snapshot {} of {source} does not exist",
+                snapshot.as_str()
+            )));
+        };
+        if held > size.bytes() {
+            return Err(StorageError::Refused(format!(
+                "snapshot {} holds {held} bytes, more than {key}'s {}",
+                snapshot.as_str(),
+                size.bytes()
+            )));
+        }
+        fs::create_dir_all(&self.dir).map_err(|e| failed("the volume directory", e))?;
+        // A full copy, so the new volume never depends on the snapshot's file, then grown;
+        // made beside its name and renamed, as `create` does.
+        let partial = self.dir.join(format!("{}.partial", key.as_str()));
+        run(Command::new("qemu-img")
+            .args(["convert", "-f", "qcow2", "-O", "qcow2"])
+            .arg(&from)
+            .arg(&partial))?;
+        if held < size.bytes() {
+            run(Command::new("qemu-img")
+                .args(["resize", "-q", "-f", "qcow2"])
+                .arg(&partial)
+                .arg(size.bytes().to_string()))?;
+        }
+        File::open(&partial)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| failed("the new volume", e))?;
+        fs::rename(&partial, &path).map_err(|e| failed("naming the new volume", e))
+    }
+
     fn grow(&self, key: &VolumeKey, size: Gib) -> Result<()> {
         let path = self.file(key);
         let Some(now) = self.image_size(&path)? else {

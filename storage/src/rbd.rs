@@ -136,6 +136,32 @@ impl<C: Ceph> StorageBackend for Rbd<C> {
         }
     }
 
+    fn create_from(
+        &self,
+        key: &VolumeKey,
+        source: &VolumeKey,
+        snapshot: &SnapshotKey,
+        size: Gib,
+    ) -> Result<()> {
+        if let Some(b) = self.info(key)? {
+            return if b == size.bytes() {
+                Ok(())
+            } else {
+                Err(StorageError::Refused(format!(
+                    "{key} exists already with {b} bytes"
+                )))
+            };
+        }
+        // A full copy (`rbd cp`), not a clone: a clone would keep the snapshot, and with it
+        // the source volume, from ever being deleted.
+        self.run(&[
+            "cp",
+            &format!("{}@{}", self.image(source), snapshot.as_str()),
+            &self.image(key),
+        ])?;
+        self.grow(key, size)
+    }
+
     fn grow(&self, key: &VolumeKey, size: Gib) -> Result<()> {
         match self.info(key)? {
             None => Err(StorageError::Backend(format!("{key} does not exist"))),
@@ -284,6 +310,16 @@ mod tests {
                     }
                     Ok(String::new())
                 }
+                ["cp", at, image] => {
+                    let (from, snap) = at.split_once('@').unwrap();
+                    let (size, snaps) = &images[from];
+                    if !snaps.iter().any(|s| s == snap) {
+                        return Err(StorageError::Backend("no such snapshot".into()));
+                    }
+                    let size = *size;
+                    images.insert(image.to_string(), (size, Vec::new()));
+                    Ok(String::new())
+                }
                 ["snap", "purge", image] => {
                     images.get_mut(*image).unwrap().1.clear();
                     Ok(String::new())
@@ -321,6 +357,13 @@ mod tests {
         let snap = key.snapshot(uuid::Uuid::new_v4());
         rbd.snapshot(&key, &snap).unwrap();
         rbd.snapshot(&key, &snap).unwrap();
+        // A new volume from the snapshot: a full copy, then grown to its size.
+        let copy = VolumeKey::of(uuid::Uuid::new_v4());
+        rbd.create_from(&copy, &key, &snap, Gib::new(30).unwrap())
+            .unwrap();
+        rbd.create_from(&copy, &key, &snap, Gib::new(30).unwrap())
+            .unwrap();
+        assert_eq!(rbd.size(&copy).unwrap(), Some(Gib::new(30).unwrap()));
         rbd.erase(&key).unwrap();
         assert_eq!(rbd.size(&key).unwrap(), None);
         assert_eq!(
@@ -338,6 +381,8 @@ mod tests {
                 &format!("create --size 10G {image}"),
                 &format!("resize --size 20G {image}"),
                 &format!("snap create {image}@{}", snap.as_str()),
+                &format!("cp {image}@{} volumes/{copy}", snap.as_str()),
+                &format!("resize --size 30G volumes/{copy}"),
                 &format!("snap purge {image}"),
                 &format!("rm --no-progress {image}"),
             ],

@@ -1,6 +1,7 @@
 //! The qemu backend's data path, with real tools: volumes made with `qemu-img`, served by
 //! `qemu-storage-daemon` in a storage network namespace, written through NBD from one host
-//! namespace and read back from another, grown while served, snapshotted while served, and
+//! namespace and read back from another, grown while served, snapshotted while served (and a
+//! new volume made from the snapshot), and
 //! erased so that nothing it held can be read again.
 //!
 //! Needs root, `ip`, `qemu-img`, `qemu-io` and `qemu-storage-daemon`; without them it says
@@ -203,6 +204,26 @@ fn a_volume_written_from_one_host_is_read_from_another_then_erased() {
         "the snapshot holds the bytes from before: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+
+    // A new volume made from the snapshot holds its bytes, served to any host, and may be
+    // bigger; never smaller than what the snapshot holds.
+    let restored = VolumeKey::of(uuid::Uuid::new_v4());
+    let three = Gib::new(3).unwrap();
+    assert!(matches!(
+        backend.create_from(&restored, &key, &snap, one),
+        Err(StorageError::Refused(_))
+    ));
+    backend.create_from(&restored, &key, &snap, three).unwrap();
+    backend.create_from(&restored, &key, &snap, three).unwrap();
+    assert_eq!(backend.size(&restored).unwrap(), Some(three));
+    let t = backend.export(&restored).unwrap();
+    let (ok, out) = lab.qemu_io("b", &t, "read -P 0x5a 0 4M");
+    assert!(ok, "the new volume holds the snapshot's bytes: {out}");
+    let (ok, out) = lab.qemu_io("b", &t, "read -P 0x11 1536M 1M");
+    assert!(ok, "and what was written after the grow: {out}");
+    let (ok, out) = lab.qemu_io("a", &t, "write -P 0x33 2560M 1M");
+    assert!(ok, "its extra space is usable: {out}");
+    backend.erase(&restored).unwrap();
 
     // Erased: no host reaches it, and the bytes it held are zeros before the file goes.
     let mut held = File::open(lab.dir.join(format!("{key}.qcow2"))).unwrap();

@@ -17,6 +17,7 @@ mod pool;
 mod projects;
 mod reconcile;
 mod sessions;
+mod snapshots;
 mod sso;
 mod storage_billing;
 mod tenancy;

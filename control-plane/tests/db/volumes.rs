@@ -40,6 +40,7 @@ pub(crate) fn request(name: &str, size_gib: u32) -> VolumeRequest {
         region: "eu-west-1".into(),
         size_gib,
         idempotency_key: uuid::Uuid::new_v4().to_string(),
+        snapshot: None,
     }
 }
 

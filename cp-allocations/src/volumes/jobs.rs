@@ -9,7 +9,7 @@ use agent_protocol::VolumeTarget;
 use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::error::{Error, Result};
-use cp_base::ids::{AllocationId, NodeId, VolumeId};
+use cp_base::ids::{AllocationId, NodeId, SnapshotId, VolumeId};
 
 use crate::allocations::lifecycle::queue_now;
 use crate::allocations::lifecycle::volumes::queue_job;
@@ -22,6 +22,10 @@ pub enum JobKind {
     Export,
     Withdraw,
     Erase,
+    /// Take [`VolumeJob::snapshot`] of the volume.
+    Snapshot,
+    /// Erase [`VolumeJob::snapshot`].
+    EraseSnapshot,
 }
 
 impl JobKind {
@@ -32,6 +36,8 @@ impl JobKind {
             "export" => JobKind::Export,
             "withdraw" => JobKind::Withdraw,
             "erase" => JobKind::Erase,
+            "snapshot" => JobKind::Snapshot,
+            "erase_snapshot" => JobKind::EraseSnapshot,
             other => return Err(Error::Corrupt(format!("volume job kind {other}"))),
         })
     }
@@ -48,6 +54,10 @@ pub struct VolumeJob {
     pub size: storage::Gib,
     /// Tries so far, this one included.
     pub attempts: i32,
+    /// The snapshot a snapshot step takes or erases.
+    pub snapshot: Option<(SnapshotId, storage::SnapshotKey)>,
+    /// What a volume made from a snapshot is made from: the snapshot's volume, and it.
+    pub source: Option<(storage::VolumeKey, storage::SnapshotKey)>,
 }
 
 /// How long a claimed job is the claimer's before another worker may take it.
@@ -112,17 +122,31 @@ impl VolumeJobs for ControlPlane {
                              FOR UPDATE SKIP LOCKED LIMIT 1)
                  AND v.id = j.volume_id
                RETURNING j.id, j.volume_id AS "volume: VolumeId", j.kind, j.attempts,
-                         v.size_gib"#,
+                         v.size_gib, j.snapshot_id AS "snapshot?: SnapshotId",
+                         v.source_snapshot AS "source_snapshot?: SnapshotId",
+                         (SELECT s.volume_id FROM volume_snapshots s WHERE s.id = v.source_snapshot)
+                             AS "source_volume?: VolumeId""#,
             sqlx::postgres::types::PgInterval::try_from(JOB_LEASE)
                 .map_err(|e| Error::Corrupt(e.to_string()))?
         )
         .fetch_optional(self.pool())
         .await?;
         let Some(r) = row else { return Ok(None) };
+        let key = storage::VolumeKey::of(r.volume.0);
+        let source = match (r.source_volume, r.source_snapshot) {
+            (Some(v), Some(s)) => {
+                let from = storage::VolumeKey::of(v.0);
+                let snap = from.snapshot(s.0);
+                Some((from, snap))
+            }
+            _ => None,
+        };
         Ok(Some(VolumeJob {
             id: r.id,
             kind: JobKind::parse(&r.kind)?,
-            key: storage::VolumeKey::of(r.volume.0),
+            snapshot: r.snapshot.map(|s| (s, key.snapshot(s.0))),
+            source,
+            key,
             size: storage::Gib::new(r.size_gib as u32).map_err(Error::Corrupt)?,
             volume: r.volume,
             attempts: r.attempts,
@@ -212,7 +236,8 @@ impl VolumeJobs for ControlPlane {
     }
 }
 
-/// A step that cannot work: a volume being made, attached, detached or deleted records why.
+/// A step that cannot work: a volume being made, attached, detached or deleted records why;
+/// so does a snapshot being taken or erased (its volume is untouched).
 async fn failed(conn: &mut PgConnection, job: &VolumeJob, state: &str, reason: &str) -> Result<()> {
     let reason = format!("{:?} failed: {reason}", job.kind).to_lowercase();
     sqlx::query!(
@@ -222,6 +247,17 @@ async fn failed(conn: &mut PgConnection, job: &VolumeJob, state: &str, reason: &
     )
     .execute(&mut *conn)
     .await?;
+    if let Some((snapshot, _)) = &job.snapshot {
+        sqlx::query!(
+            "UPDATE volume_snapshots SET state = 'error', error_reason = left($2, 2000)
+             WHERE id = $1 AND state IN ('creating', 'deleting')",
+            *snapshot as SnapshotId,
+            reason
+        )
+        .execute(&mut *conn)
+        .await?;
+        return Ok(());
+    }
     if matches!(state, "creating" | "attaching" | "detaching" | "deleting") {
         sqlx::query!(
             "UPDATE volumes SET state = 'error', error_reason = left($2, 2000),
@@ -341,6 +377,51 @@ async fn succeeded(
                 },
             )
             .await?;
+        }
+        (JobKind::Snapshot, _) => {
+            if let Some((snapshot, _)) = &job.snapshot {
+                sqlx::query!(
+                    "UPDATE volume_snapshots SET state = 'available'
+                     WHERE id = $1 AND state = 'creating'",
+                    *snapshot as SnapshotId
+                )
+                .execute(&mut *conn)
+                .await?;
+            }
+        }
+        (JobKind::EraseSnapshot, Outcome::Erased { erasure, .. }) => {
+            if let Some((snapshot, _)) = &job.snapshot {
+                let r = sqlx::query!(
+                    r#"UPDATE volume_snapshots SET state = 'deleted', deleted_at = now()
+                       WHERE id = $1 AND state = 'deleting'
+                       RETURNING tenant_id AS "tenant: cp_base::ids::TenantId",
+                                 project_id AS "project: cp_base::ids::ProjectId", region"#,
+                    *snapshot as SnapshotId
+                )
+                .fetch_optional(&mut *conn)
+                .await?;
+                if let Some(r) = r {
+                    let resource = cp
+                        .naming()
+                        .snapshot(&r.region, r.tenant, r.project, *snapshot)?;
+                    audit::record(
+                        conn,
+                        AuditEntry {
+                            actor: Actor::System,
+                            action: "snapshot.erase",
+                            resource: &resource,
+                            before: Some(json!({"state": "deleting"})),
+                            after: Some(json!({
+                                "state": "deleted",
+                                "method": erasure.method,
+                                "bytes_overwritten": erasure.bytes_overwritten,
+                            })),
+                            request_id: None,
+                        },
+                    )
+                    .await?;
+                }
+            }
         }
         (kind, outcome) => {
             return Err(Error::Corrupt(format!(

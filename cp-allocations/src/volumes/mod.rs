@@ -4,6 +4,7 @@
 //! those jobs outside any transaction and reports each outcome here ([`jobs`]).
 
 pub mod jobs;
+pub mod snapshots;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -14,7 +15,7 @@ use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::db::OnConstraint;
 use cp_base::error::{Denied, Error, Result};
-use cp_base::ids::{AllocationId, ProjectId, TenantId, UserId, VolumeId};
+use cp_base::ids::{AllocationId, ProjectId, SnapshotId, TenantId, UserId, VolumeId};
 use cp_billing::internal::storage_price_in;
 use cp_identity::auth::Principal;
 use cp_identity::policy::{PolicyKey, PolicyValue, Resolved, resolve_policies_on};
@@ -35,6 +36,10 @@ pub struct VolumeRequest {
     pub size_gib: u32,
     /// The same key twice creates one volume.
     pub idempotency_key: String,
+    /// Made holding what this snapshot (of the project) holds. The region may then be left
+    /// empty (the snapshot's), and the size 0 (the snapshot's).
+    #[serde(default)]
+    pub snapshot: Option<SnapshotId>,
 }
 
 /// A volume request with every field checked; nothing read yet.
@@ -43,10 +48,11 @@ struct ValidVolume {
     region: String,
     size_gib: i32,
     idempotency_key: String,
+    snapshot: Option<SnapshotId>,
     fingerprint: String,
 }
 
-fn check_size(field: &'static str, size: u32) -> Result<i32> {
+pub(crate) fn check_size(field: &'static str, size: u32) -> Result<i32> {
     if (1..=MAX_VOLUME_GIB).contains(&size) {
         Ok(size as i32)
     } else {
@@ -73,8 +79,10 @@ impl ValidVolume {
                 "use 8 to 200 printable characters (a UUID per request, for example)",
             ));
         }
+        let from = r.snapshot.map(|s| format!("\n{s}")).unwrap_or_default();
         Ok(ValidVolume {
-            fingerprint: format!("{name}\n{region}\n{size_gib}"),
+            fingerprint: format!("{name}\n{region}\n{size_gib}{from}"),
+            snapshot: r.snapshot,
             name,
             region,
             size_gib,
@@ -221,7 +229,7 @@ async fn read_volumes(
 }
 
 /// The volume's row, locked for a change: its state, region, size and attachment.
-struct Locked {
+pub(crate) struct Locked {
     name: String,
     region: String,
     size_gib: i32,
@@ -229,7 +237,11 @@ struct Locked {
     attached_to: Option<AllocationId>,
 }
 
-async fn lock_volume(conn: &mut PgConnection, project: ProjectId, id: VolumeId) -> Result<Locked> {
+pub(crate) async fn lock_volume(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    id: VolumeId,
+) -> Result<Locked> {
     let r = sqlx::query!(
         r#"SELECT name, region, size_gib, state, attached_to AS "attached_to: AllocationId"
            FROM volumes WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE"#,
@@ -249,14 +261,14 @@ async fn lock_volume(conn: &mut PgConnection, project: ProjectId, id: VolumeId) 
 }
 
 /// Refuses a volume in the wrong state for `action`, in words.
-fn refuse(name: &str, state: VolumeState, action: &str) -> Error {
+pub(crate) fn refuse(name: &str, state: VolumeState, action: &str) -> Error {
     Error::Conflict(format!("volume {name} is {state}; {action}"))
 }
 
-/// `max_volume_gib` and `max_volumes` against what the scope holds, with `more_gib` GiB and
-/// `more_volumes` volumes added. Locks the scope first, so two requests can't both fit in the
+/// `max_volume_gib` and `max_volumes` against what the scope holds (snapshots count for the
+/// GiB they keep), with `more_gib` GiB and `more_volumes` volumes added. Locks the scope first, so two requests can't both fit in the
 /// last space.
-async fn within_volume_quotas(
+pub(crate) async fn within_volume_quotas(
     conn: &mut PgConnection,
     tenant: TenantId,
     project: ProjectId,
@@ -301,7 +313,11 @@ async fn within_volume_quotas(
     for (p, max, unit, more) in limits {
         let in_project = counts_in_project(p);
         let held = sqlx::query!(
-            r#"SELECT coalesce(sum(size_gib), 0)::bigint AS "gib!", count(*) AS "volumes!"
+            r#"SELECT (coalesce(sum(size_gib), 0)
+                       + (SELECT coalesce(sum(s.size_gib), 0) FROM volume_snapshots s
+                          WHERE s.tenant_id = $1 AND ($2::uuid IS NULL OR s.project_id = $2)
+                            AND s.state <> 'deleted'))::bigint AS "gib!",
+                      count(*) AS "volumes!"
                FROM volumes
                WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
                  AND state <> 'deleted'"#,
@@ -371,7 +387,7 @@ async fn region_allowed(
     Ok(())
 }
 
-async fn record(
+pub(crate) async fn record(
     cp: &ControlPlane,
     conn: &mut PgConnection,
     user: UserId,
@@ -424,7 +440,8 @@ impl VolumesApi for ControlPlane {
         req: &VolumeRequest,
         request_id: Option<&str>,
     ) -> Result<Made> {
-        let v = ValidVolume::check(req)?;
+        let req = snapshots::filled_from_snapshot(self.pool(), who.id(), req).await?;
+        let v = ValidVolume::check(&req)?;
         let mut tx = self.pool().begin().await?;
         let existing = sqlx::query!(
             r#"SELECT id AS "id: VolumeId", request_fingerprint FROM volumes
@@ -447,6 +464,9 @@ impl VolumesApi for ControlPlane {
             };
         }
         region_allowed(&mut tx, who.tenant(), who.id(), &v.region).await?;
+        if let Some(snapshot) = v.snapshot {
+            snapshots::holds_for(&mut tx, who.id(), snapshot, &v.region, v.size_gib).await?;
+        }
         within_volume_quotas(&mut tx, who.tenant(), who.id(), i64::from(v.size_gib), 1).await?;
         let price = storage_price_in(&mut tx, &v.region)
             .await?
@@ -461,8 +481,8 @@ impl VolumesApi for ControlPlane {
         sqlx::query!(
             "INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib,
                                   idempotency_key, request_fingerprint, created_by,
-                                  price_per_gib_month_micro, currency)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                                  price_per_gib_month_micro, currency, source_snapshot)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             id as VolumeId,
             who.tenant() as TenantId,
             who.id() as ProjectId,
@@ -473,7 +493,8 @@ impl VolumesApi for ControlPlane {
             v.fingerprint,
             who.user() as UserId,
             price.per_gib_month_micro,
-            price.currency.as_str()
+            price.currency.as_str(),
+            v.snapshot.map(|s| s.0)
         )
         .execute(&mut *tx)
         .await
@@ -492,7 +513,8 @@ impl VolumesApi for ControlPlane {
             "volume.create",
             (
                 json!(null),
-                json!({"name": v.name, "size_gib": v.size_gib, "state": "creating"}),
+                json!({"name": v.name, "size_gib": v.size_gib, "state": "creating",
+                       "snapshot": v.snapshot}),
             ),
             request_id,
         )
@@ -715,6 +737,7 @@ impl VolumesApi for ControlPlane {
                 return Err(refuse(&v.name, v.state, "delete it once it is available"));
             }
         }
+        snapshots::none_left_of(&mut tx, id, &v.name).await?;
         sqlx::query!(
             "UPDATE volumes SET state = 'deleting', error_reason = NULL WHERE id = $1",
             id as VolumeId

@@ -89,6 +89,22 @@ impl Caller {
         self.within_reach(who)
     }
 
+    /// The caller's proof of role `R` in the project of snapshot `snapshot`, within the token's
+    /// reach; "not found" otherwise.
+    pub async fn snapshot<R: ProjectRequirement>(
+        &self,
+        cp: &ControlPlane,
+        snapshot: portal_types::SnapshotId,
+        id: &RequestId,
+    ) -> Result<Project<R>, ApiError> {
+        use control_plane::volumes::snapshots::SnapshotsApi;
+        let who = cp
+            .snapshot_access::<R>(&self.0.principal, snapshot)
+            .await
+            .map_err(|e| id.refused(e))?;
+        self.within_reach(who)
+    }
+
     /// Every project the token reaches and its maker may view.
     pub async fn projects(
         &self,

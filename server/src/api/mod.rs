@@ -9,6 +9,7 @@ pub mod instances;
 pub mod offers;
 pub mod organization;
 pub mod problem;
+pub mod snapshots;
 pub mod ssh_keys;
 pub mod volumes;
 pub mod watches;
@@ -47,6 +48,10 @@ use problem::{ApiError, Problem};
         volumes::attach,
         volumes::detach,
         volumes::delete,
+        snapshots::create,
+        snapshots::list,
+        snapshots::get,
+        snapshots::delete,
         ssh_keys::list,
         ssh_keys::add,
         ssh_keys::delete,
@@ -111,6 +116,15 @@ pub fn routes() -> Router<ControlPlane> {
         )
         .route("/volumes/{id}/attach", axum::routing::post(volumes::attach))
         .route("/volumes/{id}/detach", axum::routing::post(volumes::detach))
+        .route(
+            "/volumes/{id}/snapshots",
+            axum::routing::post(snapshots::create),
+        )
+        .route("/snapshots", get(snapshots::list))
+        .route(
+            "/snapshots/{id}",
+            get(snapshots::get).delete(snapshots::delete),
+        )
         .route("/ssh-keys", get(ssh_keys::list).post(ssh_keys::add))
         .route("/ssh-keys/{id}", axum::routing::delete(ssh_keys::delete))
         .route("/projects", get(organization::projects))

@@ -13,7 +13,7 @@ use control_plane::tenancy::{ProjectOperators, ProjectViewers};
 use control_plane::volumes::VolumeRequest;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use portal_types::volumes::Volume;
-use portal_types::{AllocationId, ProjectId, VolumeId};
+use portal_types::{AllocationId, ProjectId, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -31,11 +31,17 @@ pub struct NewVolume {
     pub project: Option<ProjectId>,
     /// 1 to 63 lowercase letters, digits and `-`; unique among the project's volumes.
     pub name: String,
-    /// Where it lives: instances of this region can attach it.
+    /// Where it lives: instances of this region can attach it. May be left out with
+    /// `snapshot` (the snapshot's region).
+    #[serde(default)]
     pub region: String,
-    /// 1 to 16384.
+    /// 1 to 16384. May be left out with `snapshot` (the snapshot's size).
+    #[serde(default)]
     #[schema(minimum = 1, maximum = 16384)]
-    pub size_gib: u32,
+    pub size_gib: Option<u32>,
+    /// Made holding what this snapshot of the project holds.
+    #[serde(default)]
+    pub snapshot: Option<SnapshotId>,
 }
 
 /// A new size.
@@ -87,8 +93,8 @@ pub struct VolumeList {
                  description = "Its state.")))),
         (status = 400, description = "A field breaks a rule; `field` says which.", body = Problem, content_type = "application/problem+json"),
         TokenRefusals,
-        (status = 404, description = "The project is not one this token reaches.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The name is taken, or the idempotency key was used for another request.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The project (or the snapshot) is not one this token reaches.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken, the snapshot is not available, or the idempotency key was used for another request.", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[tracing::instrument(skip_all, fields(api_token.id = %caller.0.token))]
@@ -108,8 +114,9 @@ pub async fn create(
     let req = VolumeRequest {
         name: new.name,
         region: new.region,
-        size_gib: new.size_gib,
+        size_gib: new.size_gib.unwrap_or(0),
         idempotency_key: key,
+        snapshot: new.snapshot,
     };
     let made = caller
         .acting(cp.create_volume(&who, &req, Some(&id.0)))
@@ -324,7 +331,7 @@ pub async fn detach(
         (status = 202, description = "Being erased (or gone already)."),
         TokenRefusals,
         (status = 404, description = "No such volume this token reaches.", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "`volume_in_use`: it is attached; detach it first.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "`volume_in_use`: it is attached; detach it first. Or it has snapshots: delete them first.", body = Problem, content_type = "application/problem+json"),
     )
 )]
 #[tracing::instrument(skip_all, fields(api_token.id = %caller.0.token))]
