@@ -64,7 +64,8 @@ use app::sso_settings::{GetSsoSettings, SaveSsoSettings, VerifySsoDomain};
 use app::theme::SetTheme;
 use app::tokens::{CreateApiToken, ListApiTokens, RevokeApiToken};
 use app::volumes::{
-    AttachVolume, CreateVolume, DeleteVolume, DetachVolume, GrowVolume, ListVolumes,
+    AttachVolume, CreateVolume, DeleteSnapshot, DeleteVolume, DetachVolume, GrowVolume,
+    ListVolumes, SnapshotVolume,
 };
 
 use crate::support;
@@ -74,6 +75,8 @@ const NODE: &str = "0a0e0000-0000-4000-800f-000000000001";
 const ALLOCATION: &str = "0a0e0000-0000-4000-800f-000000000002";
 const ALICE: &str = "0a0e0000-0000-4000-8002-000000000001";
 const VOLUME: &str = "0a0e0000-0000-4000-800f-000000000003";
+/// An available snapshot of another volume of Acme's Research.
+const SNAPSHOT: &str = "0a0e0000-0000-4000-800f-000000000004";
 /// Globex Labs, the demo's third-party publisher.
 const GLOBEX_PUBLISHER: &str = "0a0e0000-0000-4000-8003-000000000001";
 const SSH_KEY: &str =
@@ -785,6 +788,22 @@ fn matrix(w: &World) -> Vec<Entry> {
             true,
             &[("id", VOLUME)],
         ),
+        entry(
+            SnapshotVolume::PATH,
+            research(Need::Operate),
+            true,
+            &[
+                ("id", VOLUME),
+                ("name", "matrix-snap-2"),
+                ("idempotency_key", "matrix-snapshot-2"),
+            ],
+        ),
+        entry(
+            DeleteSnapshot::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", SNAPSHOT)],
+        ),
         // Platform finance.
         entry(GetPlatformBilling::PATH, platform(FINANCE), false, &[]),
         entry(
@@ -1047,6 +1066,7 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
             (SELECT string_agg(id::text || state || size_gib || coalesce(attached_to::text, ''), ',' ORDER BY id) FROM volumes),
             (SELECT count(*) FROM volume_jobs),
+            (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM volume_snapshots),
             (SELECT string_agg(name || state, ',' ORDER BY name) FROM skus),
             (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM listing_versions),
             (SELECT count(*) FROM listings),
@@ -1319,6 +1339,34 @@ fn api_matrix(w: &World) -> Vec<ApiEntry> {
             research(Need::Operate),
             true,
         ),
+        ApiEntry {
+            body: Some(serde_json::json!({"name": "matrix-api-snap"})),
+            ..api(
+                "POST",
+                format!("/api/v1/volumes/{VOLUME}/snapshots"),
+                research(Need::Operate),
+                true,
+            )
+        },
+        api("GET", "/api/v1/snapshots", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/snapshots?project={project}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/snapshots/{SNAPSHOT}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "DELETE",
+            format!("/api/v1/snapshots/{SNAPSHOT}"),
+            research(Need::Operate),
+            true,
+        ),
         api("GET", "/api/v1/ssh-keys", token_holder(), false),
         ApiEntry {
             body: Some(serde_json::json!({"name": "matrix", "public_key": OTHER_KEY})),
@@ -1392,6 +1440,7 @@ async fn every_api_operation_is_in_the_matrix() {
                 .unwrap()
                 .replace(ALLOCATION, "{id}")
                 .replace(VOLUME, "{id}")
+                .replace(SNAPSHOT, "{id}")
                 .replace(&research, "{id}");
             format!("{} {path}", e.method)
         })

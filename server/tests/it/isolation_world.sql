@@ -67,3 +67,19 @@ SELECT '0a0e0000-0000-4000-800f-000000000003', p.tenant_id, p.id, 'eu-west-1', '
 FROM projects p WHERE p.slug = 'research';
 UPDATE volumes SET state = 'available', backend_size_gib = 10
 WHERE id = '0a0e0000-0000-4000-800f-000000000003';
+
+-- Another, with an available snapshot.
+INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib, idempotency_key,
+                     request_fingerprint, created_by, price_per_gib_month_micro, currency)
+SELECT '0a0e0000-0000-4000-800f-000000000005', p.tenant_id, p.id, 'eu-west-1', 'matrix-kept', 10,
+       'matrix-kept', 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'), 100000, 'USD'
+FROM projects p WHERE p.slug = 'research';
+UPDATE volumes SET state = 'available', backend_size_gib = 10
+WHERE id = '0a0e0000-0000-4000-800f-000000000005';
+INSERT INTO volume_snapshots (id, volume_id, tenant_id, project_id, region, name, size_gib,
+                              price_per_gib_month_micro, currency, idempotency_key,
+                              request_fingerprint, created_by)
+SELECT '0a0e0000-0000-4000-800f-000000000004', v.id, v.tenant_id, v.project_id, v.region,
+       'matrix-snap', 10, 100000, 'USD', 'matrix-snapshot', 'f', v.created_by
+FROM volumes v WHERE v.id = '0a0e0000-0000-4000-800f-000000000005';
+UPDATE volume_snapshots SET state = 'available' WHERE id = '0a0e0000-0000-4000-800f-000000000004';

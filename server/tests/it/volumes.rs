@@ -1,7 +1,8 @@
 //! Volumes through the public API with the real storage worker: a qemu-storage-daemon serving
 //! qcow2 files over NBD on loopback, driven by the server's worker as in production; the host
 //! side answered through the agent API as the node agent answers. Data written through the
-//! export while attached to one instance is read back after attaching it to another.
+//! export while attached to one instance is read back after attaching it to another, and a
+//! snapshot of it is made into a new volume holding the bytes of its moment.
 //!
 //! Needs `qemu-img`, `qemu-io` and `qemu-storage-daemon`; without them it says SKIPPED.
 
@@ -64,15 +65,38 @@ async fn call(
 
 /// Polls the volume until it is in `state` (10 s at most).
 async fn until(app: &axum::Router, token: &str, id: &str, state: &str) -> Value {
+    until_at(app, token, &format!("/api/v1/volumes/{id}"), state).await
+}
+
+/// Polls `path` until what it answers is in `state` (10 s at most).
+async fn until_at(app: &axum::Router, token: &str, path: &str, state: &str) -> Value {
     for _ in 0..200 {
-        let (status, v) = call(app, "GET", &format!("/api/v1/volumes/{id}"), token, None).await;
+        let (status, v) = call(app, "GET", path, token, None).await;
         assert_eq!(status, StatusCode::OK, "{v}");
         if v["state"] == state {
             return v;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("volume {id} never became {state}");
+    panic!("{path} never became {state}");
+}
+
+/// A POST with its own idempotency key.
+async fn post_keyed(
+    app: &axum::Router,
+    path: &str,
+    token: &str,
+    body: Value,
+    key: &str,
+) -> (StatusCode, Value) {
+    let req = Request::post(path)
+        .header("authorization", format!("Bearer {token}"))
+        .header("idempotency-key", key)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let (status, _, text) = support::send(app, req).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 /// The host answers the volumes update it is handed (10 s at most for the worker to queue
@@ -338,6 +362,77 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     )
     .await;
     assert_eq!(list["volumes"].as_array().unwrap().len(), 1);
+
+    // A snapshot while attached keeps the bytes of its moment; a new volume made from it
+    // (its region and size left to the snapshot) holds them, whatever was written after.
+    let (status, s) = post_keyed(
+        &app,
+        &format!("/api/v1/volumes/{id}/snapshots"),
+        &alice,
+        json!({"name": "after-first"}),
+        "snap-key-0001",
+    )
+    .await;
+    assert_eq!(
+        (status, s["state"].as_str(), s["volume_name"].as_str()),
+        (StatusCode::CREATED, Some("creating"), Some("checkpoints")),
+        "{s}"
+    );
+    let snap = s["id"].as_str().unwrap().to_owned();
+    let s = until_at(
+        &app,
+        &alice,
+        &format!("/api/v1/snapshots/{snap}"),
+        "available",
+    )
+    .await;
+    assert_eq!(
+        s["monthly_cost"],
+        json!({"amount_minor": 20, "currency": "USD"}),
+        "2 GiB at 0.10 USD per GiB-month: {s}"
+    );
+    let (ok, out) = qemu_io(&plan.volumes[0].target.uri(), "write -P 0x99 0 2M");
+    assert!(ok, "the guest writes on: {out}");
+    let (status, r) = post_keyed(
+        &app,
+        "/api/v1/volumes",
+        &alice,
+        json!({"project": ACME_RESEARCH.to_string(), "name": "restored", "snapshot": snap}),
+        "restore-key-0001",
+    )
+    .await;
+    assert_eq!(
+        (status, r["region"].as_str(), r["size_gib"].as_u64()),
+        (StatusCode::CREATED, Some("eu-west-1"), Some(2)),
+        "{r}"
+    );
+    let restored = r["id"].as_str().unwrap().to_owned();
+    until(&app, &alice, &restored, "available").await;
+    let file = dir.join(format!(
+        "{}.qcow2",
+        storage::VolumeKey::of(restored.parse().unwrap())
+    ));
+    let out = Command::new("qemu-io")
+        .args(["-f", "qcow2", "-r"])
+        .arg(&file)
+        .args(["-c", "read -P 0x3c 0 2M"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("failed"),
+        "the new volume holds the snapshot's bytes: {text}"
+    );
+    // Another organization sees none of it.
+    let (status, _) = call(
+        &app,
+        "GET",
+        &format!("/api/v1/snapshots/{snap}"),
+        &carol,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     call(
         &app,
         "POST",
@@ -349,6 +444,46 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     plug(&cp, &agent).await;
     until(&app, &alice, &id, "available").await;
     assert_eq!(backend_size(&backend, &id), Some(2));
+    // Not deleted while it has a snapshot; the snapshot is deleted first.
+    let (status, problem) = call(
+        &app,
+        "DELETE",
+        &format!("/api/v1/volumes/{id}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("snapshot"),
+        "{problem}"
+    );
+    let (status, _) = call(
+        &app,
+        "DELETE",
+        &format!("/api/v1/snapshots/{snap}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    for _ in 0..200 {
+        let (status, _) = call(
+            &app,
+            "GET",
+            &format!("/api/v1/snapshots/{snap}"),
+            &alice,
+            None,
+        )
+        .await;
+        if status == StatusCode::NOT_FOUND {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (status, _) = call(
         &app,
         "DELETE",
