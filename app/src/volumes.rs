@@ -404,6 +404,7 @@ fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
     let instances = StoredValue::new(v.instances.clone());
     let snapshots = v.snapshots.clone();
     let snapshot_key = v.idempotency_key.clone();
+    let page_key = v.idempotency_key.clone();
     let create_form = (!v.manageable.is_empty())
         .then(|| view! { <CreateForm v=v.clone() create=actions.create /> });
     let table = if v.volumes.is_empty() {
@@ -420,7 +421,8 @@ fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
                     <tbody>
                         {v.volumes.into_iter().map(|row| {
                             let here: Vec<Attachable> = instances.with_value(|all| all.iter().filter(|i| i.region == row.region && i.project_id == row.project_id).cloned().collect());
-                            view! { <VolumeLine row here actions /> }
+                            let key = page_key.clone();
+                            view! { <VolumeLine row here actions key /> }
                         }).collect_view()}
                     </tbody>
                 </table>
@@ -443,7 +445,13 @@ fn VolumesBody(v: VolumesView, actions: Actions) -> impl IntoView {
 }
 
 #[component]
-fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl IntoView {
+fn VolumeLine(
+    row: VolumeRow,
+    here: Vec<Attachable>,
+    actions: Actions,
+    /// The page's fresh idempotency key, for the forms of this line.
+    key: String,
+) -> impl IntoView {
     let id = row.id.to_string();
     let state_text = match (&row.error, row.state) {
         (Some(why), _) => format!("error: {why}"),
@@ -479,7 +487,7 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
                 let grow_id = id.clone();
                 view! {
                     {attach}
-                    <SnapshotForm id=id.clone() name=name.clone() snapshot=actions.snapshot />
+                    <SnapshotForm id=id.clone() name=name.clone() key=format!("{key}-snap-{id}") snapshot=actions.snapshot />
                     <ActionForm action=actions.grow attr:class="inline">
                         <input type="hidden" name="id" value=grow_id />
                         <input name="size_gib" inputmode="numeric" size="6" aria-label=grow_label placeholder=format!("> {}", row.size_gib) />
@@ -495,7 +503,7 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
                 let question = format!("Detach {name}? Unmount it inside the instance first, or writes in flight are lost.");
                 let label = format!("Detach {name}");
                 view! {
-                    <SnapshotForm id=id.clone() name=name.clone() snapshot=actions.snapshot />
+                    <SnapshotForm id=id.clone() name=name.clone() key=format!("{key}-snap-{id}") snapshot=actions.snapshot />
                     <ActionForm action=actions.detach attr:class="inline">
                         <input type="hidden" name="id" value=id />
                         <DangerButton label=label question=question>"Detach"</DangerButton>
@@ -525,20 +533,25 @@ fn VolumeLine(row: VolumeRow, here: Vec<Attachable>, actions: Actions) -> impl I
             </td>
             <td data-label="State" data-testid="state">{state_text}</td>
             <td data-label="Attached to" data-testid="attached">{attached}</td>
-            <td>{manage}</td>
+            <td class="row-actions">{manage}</td>
         </tr>
     }
 }
 
 /// Names and takes a snapshot of one volume.
 #[component]
-fn SnapshotForm(id: String, name: String, snapshot: ServerAction<SnapshotVolume>) -> impl IntoView {
+fn SnapshotForm(
+    id: String,
+    name: String,
+    key: String,
+    snapshot: ServerAction<SnapshotVolume>,
+) -> impl IntoView {
     let label = format!("Snapshot name for {name}");
     let button = format!("Snapshot {name}");
     view! {
         <ActionForm action=snapshot attr:class="inline">
             <input type="hidden" name="id" value=id />
-            <input type="hidden" name="idempotency_key" value=uuid::Uuid::new_v4().to_string() />
+            <input type="hidden" name="idempotency_key" value=key />
             <input name="name" size="12" required maxlength="63" autocomplete="off" aria-label=label placeholder="snapshot name" />
             <button type="submit" aria-label=button>"Snapshot"</button>
         </ActionForm>
@@ -607,7 +620,7 @@ fn Snapshots(rows: Vec<SnapshotRow>, actions: Actions, key: String) -> impl Into
                                     <td data-label="Region">{row.region.clone()}</td>
                                     <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}<br/><small>{row.monthly_cost.clone()} " a month"</small></td>
                                     <td data-label="State" data-testid="state">{state_text}</td>
-                                    <td>{restore}{delete}</td>
+                                    <td class="row-actions">{restore}{delete}</td>
                                 </tr>
                             }
                         }).collect_view()}

@@ -1,7 +1,8 @@
 // Volumes in a real browser, against the portal's storage worker (qemu-storage-daemon serving
 // qcow2 files over NBD on loopback) and a real node agent (simulated driver): bob creates a
-// volume, attaches it to his running instance, sees it in use and not deletable, detaches and
-// deletes it. Phone width and both themes are screenshot.
+// volume, attaches it to his running instance, sees it in use and not deletable, detaches it,
+// snapshots it and makes a new volume from the snapshot, and deletes them. Phone width and
+// both themes are screenshot.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync } from 'node:fs';
@@ -94,10 +95,45 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
                             ORDER BY finished_at DESC LIMIT 1`);
       assert.equal(plugged, 'nbd');
 
-      // Detached (after the question), then deleted: erased, and gone from the list.
+      // Detached (after the question).
       await row.getByRole('button', { name: `Detach ${name}` }).click();
       assert.match(b.asked.at(-1), /^Detach data-/);
       await row.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
+
+      // A snapshot of it, then a new volume made from the snapshot, of the same size.
+      const snapName = `snap-${RUN}`;
+      await row.getByLabel(`Snapshot name for ${name}`).fill(snapName);
+      await row.getByRole('button', { name: `Snapshot ${name}` }).click();
+      const snap = page.locator(`#snapshots tr[data-snapshot="${snapName}"]`);
+      await snap.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
+      assert.match(await snap.locator('[data-testid="size"]').innerText(), /^20 GiB\s+2\.00 USD a month$/);
+      assert.equal(sql(`SELECT state FROM volume_snapshots WHERE name = '${snapName}'`), 'available');
+      // The volume is kept while it has a snapshot, and the page says why.
+      await row.getByRole('button', { name: `Delete ${name}` }).click();
+      await page.getByText(/has 1 snapshot; delete it first/).waitFor();
+      assert.equal(await row.locator('[data-testid="state"]').innerText(), 'available');
+      const copyName = `copy-${RUN}`;
+      await snap.getByLabel(`Name of the new volume from ${snapName}`).fill(copyName);
+      await snap.getByRole('button', { name: 'New volume' }).click();
+      const copy = page.locator(`#volumes tr[data-volume="${copyName}"]`);
+      await copy.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
+      assert.match(await copy.locator('[data-testid="size"]').innerText(), /^20 GiB\s/);
+      assert.equal(
+        sql(`SELECT s.name FROM volumes v JOIN volume_snapshots s ON s.id = v.source_snapshot WHERE v.name = '${copyName}'`),
+        snapName,
+      );
+      await shot(page, 'volumes-snapshots');
+      await page.setViewportSize({ width: 390, height: 844 });
+      await shot(page, 'volumes-snapshots-phone');
+      await page.setViewportSize({ width: 1280, height: 800 });
+      // The snapshot deleted (after the question): erased, and gone from the list.
+      await snap.getByRole('button', { name: `Delete snapshot ${snapName}` }).click();
+      assert.match(b.asked.at(-1), /^Delete snapshot snap-/);
+      await snap.waitFor({ state: 'detached', timeout: 30_000 });
+      await copy.getByRole('button', { name: `Delete ${copyName}` }).click();
+      await copy.waitFor({ state: 'detached', timeout: 30_000 });
+
+      // Then the volume deleted: erased, and gone from the list.
       await row.getByRole('button', { name: `Delete ${name}` }).click();
       assert.match(b.asked.at(-1), /erased and can't be recovered/);
       await row.waitFor({ state: 'detached', timeout: 30_000 });
@@ -119,7 +155,7 @@ test('fiona (finance) sees the volumes and cannot change them', async () => {
     await hydrated(page);
     assert.equal(await page.locator('h1').innerText(), 'Volumes');
     assert.equal(await page.locator('#new-volume').count(), 0, 'no create form for who may not create');
-    assert.equal(await page.getByRole('button', { name: /^(Attach|Detach|Delete)/ }).count(), 0);
+    assert.equal(await page.getByRole('button', { name: /^(Attach|Detach|Delete|Snapshot|New volume)/ }).count(), 0);
   } finally {
     await b.close();
   }

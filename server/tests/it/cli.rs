@@ -410,8 +410,9 @@ async fn key_id(w: &World) -> String {
         .to_owned()
 }
 
-/// `gpuctl volume`: create, list, attach, refuse a delete while attached (naming why), detach
-/// and delete, with the exit codes scripts test. The storage worker's steps are answered as
+/// `gpuctl volume` and `gpuctl snapshot`: create, list, attach, refuse a delete while
+/// attached or snapshotted (naming why), detach, snapshot and delete, with the exit codes
+/// scripts test. The storage worker's steps are answered as
 /// the backend answers them (the API test runs the real one).
 #[tokio::test]
 async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
@@ -551,6 +552,55 @@ async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
     })
     .await;
     storage_step(Outcome::Done).await;
+
+    // A snapshot of it, listed with its cost; the volume is kept until the snapshot goes.
+    let (done, out, err) = w
+        .gpuctl(&[
+            "--token-file",
+            &tf,
+            "snapshot",
+            "create",
+            &id,
+            "--name",
+            "ckpt-snap",
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        out.contains("ckpt-snap") && out.contains("creating"),
+        "{out}"
+    );
+    let snap = out
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    storage_step(Outcome::Done).await;
+    let (_, out, _) = w.gpuctl(&["--token-file", &tf, "snapshot", "ls"]).await;
+    assert!(
+        out.contains(&snap) && out.contains("available") && out.contains("5.00 USD"),
+        "{out}"
+    );
+    let (done, _, err) = w.gpuctl(&["--token-file", &tf, "volume", "rm", &id]).await;
+    assert_eq!(done, Done::Exit(exit::REFUSED), "{err}");
+    assert!(err.contains("delete it first"), "{err}");
+    let (done, out, err) = w
+        .gpuctl(&["--token-file", &tf, "snapshot", "rm", &snap])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(out.contains("deleting"), "{out}");
+    storage_step(Outcome::Erased {
+        backend: "test".into(),
+        erasure: storage::Erasure {
+            method: "zeros".into(),
+            bytes_overwritten: 0,
+        },
+    })
+    .await;
+
     let (done, _, err) = w.gpuctl(&["--token-file", &tf, "volume", "rm", &id]).await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     let (_, out, _) = w
