@@ -170,7 +170,7 @@ impl BillingReportsApi for ControlPlane {
         );
         let spent = spend.spent_in(None, &currency);
         let rate = head.rate_minor * Micros::PER_MINOR;
-        let remaining_us = (end - now).whole_microseconds().max(0) as i128;
+        let remaining_us = (end - now).whole_microseconds().max(0);
         // What runs now, and what is stored now, until the month ends.
         let to_come = rate as i128 * remaining_us / 3_600_000_000
             + head.storage_per_month_micro as i128 * remaining_us
