@@ -105,6 +105,20 @@ impl Caller {
         self.within_reach(who)
     }
 
+    /// What a list covers: the project asked for (one the token reaches), or every project
+    /// it reaches.
+    pub async fn listed(
+        &self,
+        cp: &ControlPlane,
+        project: Option<portal_types::ProjectId>,
+        id: &RequestId,
+    ) -> Result<Vec<Project<ProjectViewers>>, ApiError> {
+        match project {
+            Some(p) => Ok(vec![self.project::<ProjectViewers>(cp, Some(p), id).await?]),
+            None => self.projects(cp, id).await,
+        }
+    }
+
     /// Every project the token reaches and its maker may view.
     pub async fn projects(
         &self,

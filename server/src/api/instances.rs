@@ -226,15 +226,7 @@ pub async fn launch(
         .await
         .map_err(|e| id.refused(e))?;
     let body = Launched::of(detail);
-    let mut response = (StatusCode::CREATED, Json(&body)).into_response();
-    let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&body.href) {
-        h.insert(header::LOCATION, v);
-    }
-    if !launched.created {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    Ok(response)
+    Ok(super::created(&body, &body.href, launched.created))
 }
 
 /// Filters and paging.
@@ -302,10 +294,7 @@ pub async fn list(
 ) -> Result<Json<InstanceList>, ApiError> {
     caller.require(TokenScope::Read, &id)?;
     let Query(q) = query.map_err(bad_query)?;
-    let projects = match q.project {
-        Some(p) => vec![caller.project::<ProjectViewers>(&cp, Some(p), &id).await?],
-        None => caller.projects(&cp, &id).await?,
-    };
+    let projects = caller.listed(&cp, q.project, &id).await?;
     let filter = AllocationFilter {
         state: q.state,
         tag: q.tag,

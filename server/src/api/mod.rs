@@ -144,6 +144,28 @@ const MAX_KEY: usize = 200;
 /// A request's `Idempotency-Key`, or a fresh one when it sent none (then a retry is a new
 /// request). The domain checks the key (8 to 200 printable characters) as it checks a
 /// form's; here only its length is bounded before it is copied.
+/// `201 Created` with what was made and its `Location`; `Idempotent-Replayed: true` when a
+/// retry found what its first try made.
+pub(crate) fn created<T: serde::Serialize>(
+    body: &T,
+    location: &str,
+    made_now: bool,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let mut response = (http::StatusCode::CREATED, axum::Json(body)).into_response();
+    let h = response.headers_mut();
+    if let Ok(v) = http::HeaderValue::from_str(location) {
+        h.insert(http::header::LOCATION, v);
+    }
+    if !made_now {
+        h.insert(
+            "idempotent-replayed",
+            http::HeaderValue::from_static("true"),
+        );
+    }
+    response
+}
+
 pub(crate) fn idempotency_key(headers: &http::HeaderMap, per: &str) -> Result<String, ApiError> {
     match headers.get("idempotency-key") {
         None => Ok(format!("api-{}", uuid::Uuid::new_v4())),

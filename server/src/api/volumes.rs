@@ -5,13 +5,13 @@ use app::error::AppError;
 use axum::Json;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use control_plane::ControlPlane;
 use control_plane::api_tokens::TokenScope;
 use control_plane::prelude::*;
 use control_plane::tenancy::{ProjectOperators, ProjectViewers};
 use control_plane::volumes::VolumeRequest;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderMap, StatusCode};
 use portal_types::volumes::Volume;
 use portal_types::{AllocationId, ProjectId, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
@@ -123,15 +123,8 @@ pub async fn create(
         .await
         .map_err(|e| id.refused(renamed(e, "idempotency_key", "Idempotency-Key")))?;
     let volume = one(&cp, &caller, &id, made.id).await?;
-    let mut response = (StatusCode::CREATED, Json(&volume)).into_response();
-    let h = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&format!("/api/v1/volumes/{}", volume.id)) {
-        h.insert(header::LOCATION, v);
-    }
-    if !made.created {
-        h.insert("idempotent-replayed", HeaderValue::from_static("true"));
-    }
-    Ok(response)
+    let location = format!("/api/v1/volumes/{}", volume.id);
+    Ok(super::created(&volume, &location, made.created))
 }
 
 /// The volumes the token reaches that are not deleted, newest first.
@@ -158,10 +151,7 @@ pub async fn list(
 ) -> Result<Json<VolumeList>, ApiError> {
     caller.require(TokenScope::Read, &id)?;
     let Query(q) = query.map_err(bad_query)?;
-    let projects = match q.project {
-        Some(p) => vec![caller.project::<ProjectViewers>(&cp, Some(p), &id).await?],
-        None => caller.projects(&cp, &id).await?,
-    };
+    let projects = caller.listed(&cp, q.project, &id).await?;
     let mut volumes = Vec::new();
     for p in &projects {
         volumes.extend(cp.volumes(p).await.map_err(|e| id.refused(e))?);
