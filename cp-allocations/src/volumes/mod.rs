@@ -617,7 +617,14 @@ impl VolumesApi for ControlPlane {
         )
         .fetch_optional(&mut *tx)
         .await?
-        .ok_or(Error::NotFound { what: "allocation" })?;
+        // The volume was found; what the body names is not an instance of its project (one
+        // of another project reads the same as one that doesn't exist).
+        .ok_or_else(|| {
+            invalid(
+                "instance",
+                format!("{to} is not an instance of this project"),
+            )
+        })?;
         if v.attached_to == Some(to) {
             return Ok(());
         }

@@ -246,9 +246,9 @@ pub async fn resize(
     request_body = Attach,
     responses(
         (status = 202, description = "Attaching.", body = Volume),
-        (status = 400, description = "The body is not an instance to attach to.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "The body names no instance of the volume's project (`field` is `instance`).", body = Problem, content_type = "application/problem+json"),
         TokenRefusals,
-        (status = 404, description = "No such volume or instance this token reaches.", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such volume this token reaches.", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "It is attached elsewhere, not available, in another region than the instance, or the instance does not run.", body = Problem, content_type = "application/problem+json"),
     )
 )]

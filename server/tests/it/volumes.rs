@@ -268,6 +268,21 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 
+    // An instance that is not the project's is refused on the field, not as a missing volume.
+    let (status, problem) = call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{id}/attach"),
+        &alice,
+        Some(json!({"instance": uuid::Uuid::new_v4()})),
+    )
+    .await;
+    assert_eq!(
+        (status, problem["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("instance")),
+        "{problem}"
+    );
+
     // Attached to a first instance; the host plugs in what the backend serves.
     let first = launch(&app, &cp, &agent, &alice, "first").await;
     let (status, v) = call(
