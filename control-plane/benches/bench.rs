@@ -1,5 +1,5 @@
 //! The benchmarks, in one binary so that they compile and link once:
-//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit [flags]`, each described in its module. `cargo xtask bench
+//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes [flags]`, each described in its module. `cargo xtask bench
 //! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
 //! runs each at smoke size.
 
@@ -15,6 +15,8 @@ mod ledger;
 mod pages_seed;
 #[path = "bench/placement.rs"]
 mod placement;
+#[path = "bench/volumes.rs"]
+mod volumes;
 
 fn main() {
     // `cargo bench` appends `--bench` after the arguments it was given.
@@ -25,9 +27,10 @@ fn main() {
         Some("pages-seed") => pages_seed::main(),
         Some("chaos-load") => chaos::load(),
         Some("chaos-audit") => chaos::audit(),
+        Some("volumes") => volumes::main(),
         other => {
             eprintln!(
-                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit [flags] (got {other:?})"
+                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes [flags] (got {other:?})"
             );
             std::process::exit(2);
         }

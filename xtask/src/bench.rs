@@ -1,6 +1,7 @@
 //! `cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]` and
 //! `cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]` and
-//! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]`: the benchmarks in
+//! `cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]` and
+//! `cargo xtask bench volumes [--nodes N] [--instances N] [--rate N]`: the benchmarks in
 //! control-plane/benches/ (one binary, `bench`) against a private PostgreSQL cluster with durable commits (fsync and
 //! synchronous_commit on), removed afterwards.
 //! `cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page NAME]`: the portal's release build serving
@@ -14,7 +15,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing] [--database tcp|socket]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench volumes [--nodes N] [--instances N] [--rate N]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing] [--database tcp|socket]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -31,6 +32,11 @@ pub fn run(args: &[String]) -> Result {
         Some("ledger") => bench(
             "ledger",
             &["--tenants", "--runs", "--hours", "--batch", "--step"],
+            &args[1..],
+        ),
+        Some("volumes") => bench(
+            "volumes",
+            &["--nodes", "--instances", "--rate"],
             &args[1..],
         ),
         Some("pages") => pages(&args[1..]),
@@ -224,7 +230,8 @@ fn bench(name: &str, flags: &[&str], args: &[String]) -> Result {
         postgres: true,
         chromium: false,
         npm: false,
-        host_tools: false,
+        // qemu-img and qemu-storage-daemon for the volumes benchmark's backend.
+        host_tools: name == "volumes",
     })?;
     step("starting PostgreSQL with durable commits");
     let dir = std::env::temp_dir().join(format!("portal-pg-bench-{}", std::process::id()));
@@ -266,6 +273,10 @@ const SMOKE: &[(&str, &[&str])] = &[
             "--batch",
             "100",
         ],
+    ),
+    (
+        "volumes",
+        &["--nodes", "2", "--instances", "4", "--rate", "20"],
     ),
 ];
 

@@ -609,3 +609,41 @@ async fn a_launch_attaches_its_volumes_or_launches_nothing() {
     assert_eq!(plan.volumes[0].volume_id, data.to_string());
     assert_eq!(state_of(&cp, data).await, "in_use");
 }
+
+/// A queued storage step is announced to the storage workers when, and only when, the
+/// transaction that queued it commits: a woken worker always finds its step.
+#[tokio::test]
+async fn a_queued_step_is_announced_to_the_storage_workers_when_it_commits() {
+    use control_plane::volumes::worker::CHANNEL;
+    let (_db, cp, _ops) = setup().await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let mut listener = sqlx::postgres::PgListener::connect_with(cp.pool().sqlx())
+        .await
+        .unwrap();
+    listener.listen(CHANNEL).await.unwrap();
+
+    let id = cp
+        .create_volume(&bob, &request("announced", 1), None)
+        .await
+        .unwrap()
+        .id;
+    assert!(heard(&mut listener).await, "the create step was announced");
+    assert!(!heard(&mut listener).await, "once");
+
+    // A step queued in a transaction that rolls back is never announced.
+    let mut tx = cp.pool().sqlx().begin().await.unwrap();
+    sqlx::query("INSERT INTO volume_jobs (volume_id, kind) VALUES ($1, 'export')")
+        .bind(id.0)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(!heard(&mut listener).await, "nothing was committed");
+}
+
+/// Whether `l` hears an announcement within half a second.
+async fn heard(l: &mut sqlx::postgres::PgListener) -> bool {
+    tokio::time::timeout(std::time::Duration::from_millis(500), l.recv())
+        .await
+        .is_ok()
+}

@@ -5,6 +5,7 @@
 
 pub mod jobs;
 pub mod snapshots;
+pub mod worker;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
