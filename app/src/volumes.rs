@@ -45,6 +45,8 @@ pub struct VolumeRow {
     pub attached_name: Option<String>,
     pub attached_to: Option<AllocationId>,
     pub created: String,
+    /// The name of the snapshot it was made from.
+    pub from_snapshot: Option<String>,
     /// What it costs for a month at its size (`10.00 USD`).
     pub monthly_cost: Option<String>,
     /// The person operates its project.
@@ -107,6 +109,10 @@ pub async fn list_volumes() -> Result<VolumesView, AppError> {
             attached_name: v.attached_name,
             attached_to: v.attached_to,
             created: portal_types::utc(v.created_at),
+            from_snapshot: v.source_snapshot.map(|id| {
+                v.source_snapshot_name
+                    .unwrap_or_else(|| format!("snapshot {id}"))
+            }),
             monthly_cost: v.monthly_cost.map(|m| m.grouped()),
             manageable: manages,
         }));
@@ -525,7 +531,9 @@ fn VolumeLine(
     });
     view! {
         <tr data-volume=row.name.clone()>
-            <td data-label="Name">{row.name.clone()}<br/><small>"created " {row.created.clone()}</small></td>
+            <td data-label="Name">{row.name.clone()}<br/><small>"created " {row.created.clone()}</small>
+                {row.from_snapshot.clone().map(|s| view! { <br/><small data-testid="from-snapshot">"from snapshot " {s}</small> })}
+            </td>
             <td data-label="Project">{row.project.clone()}</td>
             <td data-label="Region">{row.region.clone()}</td>
             <td data-label="Size" data-testid="size">{format!("{} GiB", row.size_gib)}

@@ -304,8 +304,8 @@ async fn write_invoice(
         sqlx::query!(
             "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, sku_id, listing_version_id,
                                         region, description, gpu_us, run_us, gib_us,
-                                        unit_price_micro, rated_micro, amount_minor)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                                        unit_price_micro, rated_micro, amount_minor, storage_of)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
             invoice,
             line.line_no,
             line.charge.kind(),
@@ -327,7 +327,8 @@ async fn write_invoice(
                 .or(fee.map(|f| f.rated_micro))
                 .or(storage.map(|s| s.rated_micro))
                 .unwrap_or(0),
-            line.amount_minor
+            line.amount_minor,
+            storage.map(|s| if s.snapshots { "snapshots" } else { "volumes" }),
         )
         .execute(&mut *conn)
         .await?;

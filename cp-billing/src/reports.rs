@@ -484,7 +484,8 @@ impl BillingReportsInternal for ControlPlane {
         let lines = sqlx::query!(
             r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?",
                       coalesce(s.name, ls.slug || ' ' || v.version,
-                               'block storage · ' || l.region) AS "sku?",
+                               CASE l.storage_of WHEN 'snapshots' THEN 'volume snapshots · '
+                                                 ELSE 'block storage · ' END || l.region) AS "sku?",
                       l.gpu_us, l.run_us, l.gib_us, l.unit_price_micro, l.amount_minor
                FROM invoice_lines l
                LEFT JOIN projects p ON p.id = l.project_id

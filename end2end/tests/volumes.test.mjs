@@ -118,6 +118,7 @@ test('bob keeps data on a volume: creates it, attaches it to a running instance,
       const copy = page.locator(`#volumes tr[data-volume="${copyName}"]`);
       await copy.locator('[data-testid="state"]', { hasText: 'available' }).waitFor({ timeout: 30_000 });
       assert.match(await copy.locator('[data-testid="size"]').innerText(), /^20 GiB\s/);
+      assert.equal(await copy.locator('[data-testid="from-snapshot"]').innerText(), `from snapshot ${snapName}`);
       assert.equal(
         sql(`SELECT s.name FROM volumes v JOIN volume_snapshots s ON s.id = v.source_snapshot WHERE v.name = '${copyName}'`),
         snapName,

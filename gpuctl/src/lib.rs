@@ -928,6 +928,10 @@ async fn volume(
             ],
             vec![volume_row(&volume)],
         );
+        if let Some(id) = volume.source_snapshot {
+            let name = volume.source_snapshot_name.unwrap_or_default();
+            let _ = writeln!(out, "made from snapshot {name} ({id})");
+        }
     }
     Ok(())
 }

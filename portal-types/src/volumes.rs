@@ -111,6 +111,12 @@ pub struct Volume {
     pub attached_to: Option<AllocationId>,
     /// That instance's name.
     pub attached_name: Option<String>,
+    /// The snapshot it was made from, if any (it may have been deleted since).
+    #[serde(default)]
+    pub source_snapshot: Option<SnapshotId>,
+    /// That snapshot's name.
+    #[serde(default)]
+    pub source_snapshot_name: Option<String>,
     #[serde(with = "time::serde::rfc3339")]
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: OffsetDateTime,

@@ -34,11 +34,7 @@ pub fn run(args: &[String]) -> Result {
             &["--tenants", "--runs", "--hours", "--batch", "--step"],
             &args[1..],
         ),
-        Some("volumes") => bench(
-            "volumes",
-            &["--nodes", "--instances", "--rate"],
-            &args[1..],
-        ),
+        Some("volumes") => bench("volumes", &["--nodes", "--instances", "--rate"], &args[1..]),
         Some("pages") => pages(&args[1..]),
         _ => Err(USAGE.into()),
     }

@@ -1,6 +1,8 @@
 //! `cargo xtask chaos [--seconds S] [--seed N]`: the whole system on this machine — a durable
 //! PostgreSQL, two server replicas, the Stripe test server, the demo fleet of simulated
-//! agents — with clients launching and releasing over the public API (`bench chaos-load`),
+//! agents, the first replica's storage worker on the qemu backend — with clients launching and
+//! releasing over the public API (`bench chaos-load`), half of them with a volume made,
+//! attached once the instance runs, and deleted after it,
 //! while faults chosen by the seed are injected one after another:
 //!
 //! | fault | how |
@@ -86,7 +88,8 @@ pub fn run(args: &[String]) -> Result {
         postgres: true,
         chromium: false,
         npm: false,
-        host_tools: false,
+        // qemu-img and qemu-storage-daemon for the volumes.
+        host_tools: true,
     })?;
     step("building the server, the node agent, the Stripe test server and the load client");
     crate::proc::run(
@@ -249,6 +252,7 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
     .status()
     .map_err(|e| format!("starting the audit: {e}"))?;
     drop(sys);
+    portal::stop_volume_daemon(&dir.join("volumes"));
     if audit.success() {
         Ok(())
     } else {
@@ -291,7 +295,8 @@ fn start_system(dir: &Path, pg: &StopOnDrop) -> Result<(System, String)> {
         metrics_addr: "off".into(),
         metrics_token: None,
         log: Some(log("server-1.log")?),
-        volumes: None,
+        // The first replica's storage worker serves the run's volumes (the second has none).
+        volumes: Some((dir.join("volumes"), format!("127.0.0.1:{}", free()?))),
     };
     let replica = launch.replica(
         format!("127.0.0.1:{}", ports[1]),

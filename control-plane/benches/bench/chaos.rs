@@ -222,8 +222,14 @@ async fn load_async() {
     let lines = api.answers.0.lock().unwrap().join("\n");
     std::fs::write(&out, lines + "\n").unwrap_or_else(|e| panic!("{out}: {e}"));
     println!(
-        "chaos-load: launched={} refused={} released={} gave_up={}",
-        totals.launched, totals.refused, totals.released, totals.gave_up
+        "chaos-load: launched={} refused={} released={} gave_up={} volumes_made={} volumes_attached={} volumes_deleted={}",
+        totals.launched,
+        totals.refused,
+        totals.released,
+        totals.gave_up,
+        totals.volumes_made,
+        totals.volumes_attached,
+        totals.volumes_deleted
     );
 }
 
@@ -233,6 +239,9 @@ struct Tally {
     refused: u64,
     released: u64,
     gave_up: u64,
+    volumes_made: u64,
+    volumes_attached: u64,
+    volumes_deleted: u64,
 }
 impl Tally {
     fn add(&mut self, o: &Tally) {
@@ -240,6 +249,9 @@ impl Tally {
         self.refused += o.refused;
         self.released += o.released;
         self.gave_up += o.gave_up;
+        self.volumes_made += o.volumes_made;
+        self.volumes_attached += o.volumes_attached;
+        self.volumes_deleted += o.volumes_deleted;
     }
 }
 
@@ -295,14 +307,184 @@ async fn client(
             continue;
         };
         tally.launched += 1;
+        // Half the instances get a volume of their own, attached once they run.
+        let volume = if rng.below(2) == 0 {
+            let name = format!("chaos-{c}-{n}");
+            with_volume(
+                api, token, project, region, &name, &id, &mut rng, &mut tally,
+            )
+            .await
+        } else {
+            None
+        };
         tokio::time::sleep(rng.millis(500, 3000)).await;
         if release(api, token, &id, &mut rng, Duration::from_secs(60)).await {
             tally.released += 1;
         } else {
             tally.gave_up += 1;
         }
+        // Its attachment ends with the instance; then it is deleted, as its owner would.
+        if let Some(v) = volume {
+            if delete_volume(api, token, &v, &mut rng, Duration::from_secs(60)).await {
+                tally.volumes_deleted += 1;
+            } else {
+                tally.gave_up += 1;
+            }
+        }
     }
     tally
+}
+
+/// A call retried on the other replica while it has no answer or a 5xx, for up to `patience`.
+async fn retried(
+    api: &Api,
+    token: &str,
+    req: Req<'_>,
+    rng: &mut Rng,
+    patience: Duration,
+) -> (u16, Value) {
+    let until = Instant::now() + patience;
+    let mut replica = rng.below(api.urls.len() as u64) as usize;
+    loop {
+        let (status, v) = api
+            .call(
+                replica,
+                token,
+                Req {
+                    method: req.method.clone(),
+                    path: req.path,
+                    body: req.body,
+                    key: req.key,
+                    label: req.label,
+                },
+            )
+            .await;
+        if !retryable(status) || Instant::now() > until {
+            return (status, v);
+        }
+        replica += 1;
+        tokio::time::sleep(rng.millis(300, 1200)).await;
+    }
+}
+
+/// Reads `path` until its `state` is `want` (or it can't be, or `patience` runs out).
+async fn until_state(
+    api: &Api,
+    token: &str,
+    path: &str,
+    want: &str,
+    rng: &mut Rng,
+    patience: Duration,
+) -> bool {
+    let until = Instant::now() + patience;
+    while Instant::now() < until {
+        let req = Req {
+            method: reqwest::Method::GET,
+            path,
+            body: None,
+            key: None,
+            label: "read",
+        };
+        let (status, v) = retried(api, token, req, rng, patience).await;
+        match (status, v["state"].as_str()) {
+            (200, Some(s)) if s == want => return true,
+            (200, Some("error" | "released" | "deleted")) => return false,
+            (200, _) => {}
+            _ if !retryable(status) => return false,
+            _ => {}
+        }
+        tokio::time::sleep(rng.millis(200, 600)).await;
+    }
+    false
+}
+
+/// Makes a 1 GiB volume in the instance's region and attaches it once both are ready; its id
+/// when it was made (attached or not: it is deleted either way).
+#[allow(clippy::too_many_arguments)]
+async fn with_volume(
+    api: &Api,
+    token: &str,
+    project: &str,
+    region: &str,
+    name: &str,
+    instance: &str,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) -> Option<String> {
+    let body = json!({"project": project, "name": name, "region": region, "size_gib": 1});
+    let key = uuid::Uuid::new_v4().to_string();
+    let req = Req {
+        method: reqwest::Method::POST,
+        path: "/volumes",
+        body: Some(&body),
+        key: Some(&key),
+        label: "volume",
+    };
+    let (status, v) = retried(api, token, req, rng, Duration::from_secs(45)).await;
+    let volume = v["id"].as_str().filter(|_| status == 201)?.to_string();
+    tally.volumes_made += 1;
+    let patience = Duration::from_secs(30);
+    let ready = until_state(
+        api,
+        token,
+        &format!("/volumes/{volume}"),
+        "available",
+        rng,
+        patience,
+    )
+    .await
+        && until_state(
+            api,
+            token,
+            &format!("/instances/{instance}"),
+            "running",
+            rng,
+            patience,
+        )
+        .await;
+    if ready {
+        let body = json!({"instance": instance});
+        let req = Req {
+            method: reqwest::Method::POST,
+            path: &format!("/volumes/{volume}/attach"),
+            body: Some(&body),
+            key: None,
+            label: "attach",
+        };
+        if retried(api, token, req, rng, patience).await.0 == 202 {
+            tally.volumes_attached += 1;
+        }
+    }
+    Some(volume)
+}
+
+/// Asks for the volume's deletion until it is accepted (or the volume is gone); a volume still
+/// detaching from its released instance is refused for now, and asked again.
+async fn delete_volume(
+    api: &Api,
+    token: &str,
+    id: &str,
+    rng: &mut Rng,
+    patience: Duration,
+) -> bool {
+    let until = Instant::now() + patience;
+    loop {
+        let req = Req {
+            method: reqwest::Method::DELETE,
+            path: &format!("/volumes/{id}"),
+            body: None,
+            key: None,
+            label: "vdelete",
+        };
+        let (status, _) = retried(api, token, req, rng, patience).await;
+        if (200..300).contains(&status) || status == 404 {
+            return true;
+        }
+        if Instant::now() > until {
+            return false;
+        }
+        tokio::time::sleep(rng.millis(300, 1200)).await;
+    }
 }
 
 /// Asks for the release until it is accepted (or the instance is already gone).
@@ -406,31 +588,56 @@ async fn audit_async() -> bool {
         "audit: released {} allocations the run left live",
         live.len()
     );
+    // And deletes the volumes it left (a client that gave up, or whose answer was lost).
+    let kept: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM volumes WHERE project_id = $1 AND created_at >= $2
+           AND state NOT IN ('deleting', 'deleted')",
+    )
+    .bind(project_id)
+    .bind(since)
+    .fetch_all(&pool)
+    .await
+    .expect("reads");
+    for id in &kept {
+        delete_volume(
+            &api,
+            &tokens[0],
+            &id.to_string(),
+            &mut rng,
+            Duration::from_secs(90),
+        )
+        .await;
+    }
+    println!("audit: deleted {} volumes the run left", kept.len());
 
     // 2. Settle: every allocation of the run released and fully rated, no task waiting.
     let started = Instant::now();
     let mut waiting;
     loop {
-        waiting = sqlx::query_as::<_, (i64, i64, i64)>(
+        waiting = sqlx::query_as::<_, (i64, i64, i64, i64)>(
             "SELECT (SELECT count(*) FROM allocations
                      WHERE project_id = $1 AND created_at >= $2 AND state <> 'released'),
                     (SELECT count(*) FROM agent_tasks t JOIN allocations a ON a.id = t.allocation_id
                      WHERE a.project_id = $1 AND a.created_at >= $2 AND t.state IN ('queued', 'running')),
                     (SELECT count(*) FROM usage_intervals i JOIN allocations a ON a.id = i.allocation_id
-                     WHERE a.project_id = $1 AND a.created_at >= $2 AND NOT i.fully_rated)",
+                     WHERE a.project_id = $1 AND a.created_at >= $2 AND NOT i.fully_rated),
+                    (SELECT count(*) FROM volumes
+                     WHERE project_id = $1 AND created_at >= $2 AND state NOT IN ('deleted', 'error'))
+                    + (SELECT count(*) FROM storage_intervals
+                       WHERE project_id = $1 AND started_at >= $2 AND NOT fully_rated)",
         )
         .bind(project_id)
         .bind(since)
         .fetch_one(&pool)
         .await
         .expect("reads");
-        if waiting == (0, 0, 0) || started.elapsed() > Duration::from_secs(settle_s) {
+        if waiting == (0, 0, 0, 0) || started.elapsed() > Duration::from_secs(settle_s) {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     println!(
-        "audit: settled in {:.0} s (unreleased, unfinished tasks, unrated: {waiting:?})",
+        "audit: settled in {:.0} s (unreleased, unfinished tasks, unrated, volumes not deleted or not rated: {waiting:?})",
         started.elapsed().as_secs_f64()
     );
     // The hosts' reports must be fresh and the run's last changes older than reconciliation's
@@ -529,6 +736,35 @@ async fn audit_async() -> bool {
         .await,
         "an allocation's provision or release done twice".into(),
     );
+    // Volumes: every one the run made is deleted, through its erasure, with no step left. (A
+    // volume on two instances at once is not checked here: `attached_to` is one column, and
+    // the database refuses a second attachment.)
+    let volumes =
+        q("SELECT count(*) FROM volumes WHERE project_id = $1 AND created_at >= $2").await;
+    scalar(
+        "volumes_unconverged",
+        q("SELECT count(*) FROM volumes
+           WHERE project_id = $1 AND created_at >= $2 AND state <> 'deleted'")
+        .await,
+        "volumes of the run not deleted after the settle (stuck in a step, or in error)".into(),
+    );
+    scalar(
+        "volumes_unerased",
+        q("SELECT count(*) FROM volumes v
+           WHERE v.project_id = $1 AND v.created_at >= $2 AND v.state = 'deleted'
+             AND NOT EXISTS (SELECT 1 FROM volume_erasures e WHERE e.volume_id = v.id)")
+        .await,
+        "deleted volumes without a sealed erasure record".into(),
+    );
+    scalar(
+        "volume_steps_left",
+        q(
+            "SELECT count(*) FROM volume_jobs j JOIN volumes v ON v.id = j.volume_id
+           WHERE v.project_id = $1 AND v.created_at >= $2 AND j.done_at IS NULL",
+        )
+        .await,
+        "storage steps of the run's volumes not done".into(),
+    );
     // The ledger: every interval of the run charged for exactly its time, at its price.
     let ledger = sqlx::query_as::<_, (i64, i64, f64)>(
         "SELECT coalesce(sum(abs(extract(epoch FROM i.ended_at - i.started_at) * 1000000
@@ -536,7 +772,7 @@ async fn audit_async() -> bool {
                 count(*) FILTER (WHERE (extract(epoch FROM i.ended_at - i.started_at) * 1000000)::bigint
                                        <> coalesce(c.us, 0)),
                 coalesce(sum(abs(extract(epoch FROM i.ended_at - i.started_at) * 1000000
-                                 * i.price_per_hour_minor / 3600.0 - coalesce(c.micro, 0))) / 1e6, 0)::float8
+                                 * i.price_per_hour_minor / 360000.0 - coalesce(c.micro, 0))) / 10000, 0)::float8
          FROM usage_intervals i JOIN allocations a ON a.id = i.allocation_id
          LEFT JOIN (SELECT allocation_id, sum(rated_us) AS us, sum(amount_micro) AS micro
                     FROM usage_charges GROUP BY allocation_id) c ON c.allocation_id = i.allocation_id
@@ -551,10 +787,37 @@ async fn audit_async() -> bool {
     checks.push(Check {
         name: "ledger_diff_minor",
         value: diff_minor.round() as i64,
-        // Each hourly charge rounds down to a micro-unit: under one minor unit in all.
+        // Each charge rounds down to a micro-unit (a millionth of the currency, as
+        // `micro_until` rates): under one minor unit in all.
         ok: gap_intervals == 0 && diff_minor < 1.0,
         detail: format!(
             "{gap_intervals} intervals whose charges don't cover their time ({gap_us} µs); money off by {diff_minor:.6} minor units"
+        ),
+    });
+    // The same for storage: every interval of the run's volumes charged for exactly its time,
+    // at its size and price (`storage_micro_until`).
+    let (storage_gaps, storage_diff_minor) = sqlx::query_as::<_, (i64, f64)>(
+        "SELECT count(*) FILTER (WHERE (extract(epoch FROM i.ended_at - i.started_at) * 1000000)::bigint
+                                       <> coalesce(c.us, 0)),
+                coalesce(sum(abs(extract(epoch FROM i.ended_at - i.started_at) * 1000000
+                                 * i.size_gib * i.price_per_gib_month_micro / 2628000000000.0
+                                 - coalesce(c.micro, 0))) / 10000, 0)::float8
+         FROM storage_intervals i
+         LEFT JOIN (SELECT interval_id, sum(rated_us) AS us, sum(amount_micro) AS micro
+                    FROM storage_charges GROUP BY interval_id) c ON c.interval_id = i.id
+         WHERE i.project_id = $1 AND i.started_at >= $2",
+    )
+    .bind(project_id)
+    .bind(since)
+    .fetch_one(&pool)
+    .await
+    .expect("reads the storage ledger");
+    checks.push(Check {
+        name: "storage_ledger_diff_minor",
+        value: storage_diff_minor.round() as i64,
+        ok: storage_gaps == 0 && storage_diff_minor < 1.0,
+        detail: format!(
+            "{storage_gaps} storage intervals whose charges don't cover their time; money off by {storage_diff_minor:.6} minor units"
         ),
     });
     let (mismatched, compared) = invoices_against_stripe(&pool, &stripe).await;
@@ -674,13 +937,15 @@ async fn audit_async() -> bool {
             .map_or(0, |c| c.value)
     };
     println!(
-        "RESULT chaos launches={launches} faults={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
+        "RESULT chaos launches={launches} volumes={volumes} faults={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} volumes_unconverged={} volumes_unerased={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
         windows.len(),
         value("double_bookings"),
         value("leaked_slots"),
         value("unconverged"),
         value("lost_tasks"),
         value("duplicated_tasks"),
+        value("volumes_unconverged"),
+        value("volumes_unerased"),
         value("ledger_diff_minor"),
         value("invoice_mismatches"),
         value("reconciliation_findings"),

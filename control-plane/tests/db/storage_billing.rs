@@ -335,7 +335,8 @@ async fn storage_counts_for_the_month_and_is_invoiced_beside_compute() {
         .find(|c| c.tenant == GLOBEX)
         .expect("Globex's October is invoiced");
     let lines = sqlx::query!(
-        "SELECT kind, region, gib_us, unit_price_micro, rated_micro, amount_minor, description
+        "SELECT kind, region, gib_us, unit_price_micro, rated_micro, amount_minor, description,
+                storage_of
          FROM invoice_lines WHERE invoice_id = $1 ORDER BY line_no",
         invoice.invoice.0
     )
@@ -345,6 +346,13 @@ async fn storage_counts_for_the_month_and_is_invoiced_beside_compute() {
     let storage: Vec<_> = lines.iter().filter(|l| l.kind == "storage").collect();
     assert_eq!(storage.len(), 2, "a line per price: {lines:?}");
     assert_eq!(storage[0].region.as_deref(), Some("eu-west-1"));
+    // Each says what it stores (the invoice's SKU column reads it).
+    assert!(
+        storage
+            .iter()
+            .all(|l| l.storage_of.as_deref() == Some("volumes")),
+        "{storage:?}"
+    );
     assert_eq!(
         (storage[0].unit_price_micro, storage[0].rated_micro),
         (85_000, small)

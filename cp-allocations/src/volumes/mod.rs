@@ -170,6 +170,8 @@ struct VolumeRow {
     error_reason: Option<String>,
     attached_to: Option<AllocationId>,
     attached_name: Option<String>,
+    source_snapshot: Option<SnapshotId>,
+    source_snapshot_name: Option<String>,
     created_at: OffsetDateTime,
     state_changed_at: OffsetDateTime,
     price_per_gib_month_micro: Option<i64>,
@@ -199,6 +201,8 @@ impl TryFrom<VolumeRow> for Volume {
             error: r.error_reason,
             attached_to: r.attached_to,
             attached_name: r.attached_name,
+            source_snapshot: r.source_snapshot,
+            source_snapshot_name: r.source_snapshot_name,
             created_at: r.created_at,
             state_changed_at: r.state_changed_at,
             monthly_cost: price.map(|p| p.monthly(r.size_gib.unsigned_abs())),
@@ -216,8 +220,11 @@ async fn read_volumes(
         r#"SELECT v.id AS "id: VolumeId", v.project_id AS "project_id: ProjectId", v.name,
                   v.region, v.size_gib, v.kind, v.state, v.error_reason,
                   v.attached_to AS "attached_to: AllocationId", a.name AS "attached_name?",
+                  v.source_snapshot AS "source_snapshot: SnapshotId",
+                  s.name AS "source_snapshot_name?",
                   v.created_at, v.state_changed_at, v.price_per_gib_month_micro, v.currency
            FROM volumes v LEFT JOIN allocations a ON a.id = v.attached_to
+                LEFT JOIN volume_snapshots s ON s.id = v.source_snapshot
            WHERE v.project_id = $1 AND v.state <> 'deleted'
              AND ($2::uuid IS NULL OR v.id = $2)
            ORDER BY v.created_at DESC, v.id"#,

@@ -584,6 +584,27 @@ async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
         out.contains(&snap) && out.contains("available") && out.contains("5.00 USD"),
         "{out}"
     );
+    // A new volume made from it says so.
+    let (done, out, err) = w
+        .gpuctl(&[
+            "--token-file",
+            &tf,
+            "volume",
+            "create",
+            "--snapshot",
+            &snap,
+            "--name",
+            "restored",
+            "--project",
+            &project,
+        ])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        out.contains("restored") && out.contains(&format!("made from snapshot ckpt-snap ({snap})")),
+        "{out}"
+    );
+    storage_step(Outcome::Done).await;
     let (done, _, err) = w.gpuctl(&["--token-file", &tf, "volume", "rm", &id]).await;
     assert_eq!(done, Done::Exit(exit::REFUSED), "{err}");
     assert!(err.contains("delete it first"), "{err}");
