@@ -28,6 +28,8 @@ enum Command {
         #[arg(long)]
         seed_demo: bool,
     },
+    /// Print the API's OpenAPI document (as `/api/v1/openapi.json` serves it) and exit.
+    Openapi,
     /// Apply pending migrations and exit.
     Migrate,
     /// Load the demo tenants and users (idempotent) and exit.
@@ -102,6 +104,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), ServerError> {
+    if let Some(Command::Openapi) = cli.command {
+        let doc = server::api::document();
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(());
+    }
     let config = cli.config;
     tracing::info!(config = ?config, "starting");
     let state = app_state(&config)?;
@@ -109,6 +116,8 @@ async fn run(cli: Cli) -> Result<(), ServerError> {
     let (migrate, seed, serve_after) = match cli.command {
         None => (false, false, true),
         Some(Command::Serve { migrate, seed_demo }) => (migrate, seed_demo, true),
+        // Printed before the configuration is read, above.
+        Some(Command::Openapi) => return Ok(()),
         Some(Command::Migrate) => (true, false, false),
         Some(Command::SeedDemo) => (false, true, false),
         Some(Command::DemoFleetTokens { operator, enrol }) => {

@@ -403,11 +403,89 @@ fn generated_client(launch: &portal::Launch, port: u16, venv: &Path, token: &str
                     agents_dir.display()
                 ))
             }
-        });
+        })
+        .and_then(|()| {
+            python_sdk(
+                &out.join("gpu_cloud_api_client"),
+                venv,
+                &api,
+                token,
+                PROJECT,
+            )
+        })
+        .map_err(|e| format!("{e}; agent logs in {}", agents_dir.display()));
     for a in &mut agents {
         terminate(a, Duration::from_secs(5));
     }
     result
+}
+
+/// The Python SDK (`sdk/python`): its generated layer must be what the generator just made of
+/// the served document, and its tests run against this server and fleet.
+fn python_sdk(generated: &Path, venv: &Path, api: &str, token: &str, project: &str) -> Result {
+    step("the Python SDK: its generated layer is current, and its tests pass");
+    let committed = root().join("sdk/python/src/gpuaas/_generated");
+    let differ = differing_files(generated, &committed)?;
+    if !differ.is_empty() {
+        return Err(format!(
+            "sdk/python/src/gpuaas/_generated is not what openapi-python-client makes of the served document ({}); refresh it: rm -r {} && cp -r {} {}",
+            differ.join(", "),
+            committed.display(),
+            generated.display(),
+            committed.display()
+        ));
+    }
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.args(["-m", "unittest", "discover", "-v", "-s"])
+        .arg(root().join("sdk/python/tests"))
+        .env("PYTHONPATH", root().join("sdk/python/src"))
+        .env("GPUAAS_API", api)
+        .env("GPUAAS_TOKEN", token)
+        .env("GPUAAS_PROJECT", project);
+    eprintln!("    $ python -m unittest discover -s sdk/python/tests (GPUAAS_API={api})");
+    let status = cmd.status().map_err(|e| format!("starting python: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the Python SDK's tests failed ({status})"))
+    }
+}
+
+/// The `.py` files that are in one tree and not the other, or differ (caches ignored).
+fn differing_files(a: &Path, b: &Path) -> Result<Vec<String>> {
+    fn files(
+        root: &Path,
+        dir: &Path,
+        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "__pycache__") {
+                    files(root, &path, out)?;
+                }
+            } else if path.extension().is_some_and(|e| e == "py") {
+                let rel = path.strip_prefix(root).map_err(|e| e.to_string())?;
+                let body = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                out.insert(rel.display().to_string(), body);
+            }
+        }
+        Ok(())
+    }
+    let (mut left, mut right) = (Default::default(), Default::default());
+    files(a, a, &mut left)?;
+    if b.is_dir() {
+        files(b, b, &mut right)?;
+    }
+    let mut names: Vec<&String> = left.keys().chain(right.keys()).collect();
+    names.sort();
+    names.dedup();
+    Ok(names
+        .into_iter()
+        .filter(|n| left.get(*n) != right.get(*n))
+        .cloned()
+        .collect())
 }
 
 /// A fresh cluster in a temporary directory, removed again when dropped.
