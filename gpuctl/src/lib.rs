@@ -131,6 +131,23 @@ pub enum Command {
         #[command(subcommand)]
         action: SnapshotAction,
     },
+    /// Prints a dstack SSH fleet (`dstack apply -f FILE`) of the running instances that match,
+    /// each reached at its public SSH endpoint.
+    DstackFleet {
+        /// The fleet's name in dstack: 1 to 40 lowercase letters, digits and `-`, starting
+        /// with a letter.
+        #[arg(long, default_value = "gpuaas")]
+        name: String,
+        #[arg(long)]
+        project: Option<String>,
+        /// `key` or `key=value`: only the instances with this tag.
+        #[arg(long)]
+        tag: Option<String>,
+        /// The private key dstack connects with (the pair of a key the instances were launched
+        /// with).
+        #[arg(long, default_value = "~/.ssh/id_ed25519")]
+        identity_file: String,
+    },
     /// This month's spend, forecast and budgets (a token with the billing scope).
     Usage,
     /// Prints shell completions.
@@ -540,6 +557,12 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         Command::Ssh { id, args } => return ssh(&api, &id, args).await,
         Command::Release { id } => release(&api, &id, json_out, out).await?,
         Command::Usage => usage(&api, json_out, out).await?,
+        Command::DstackFleet {
+            name,
+            project,
+            tag,
+            identity_file,
+        } => dstack_fleet(&api, &name, project, tag, &identity_file, out).await?,
         Command::Keys { action: None } => keys(&api, json_out, out).await?,
         Command::Keys {
             action: Some(KeysAction::Add { name, file }),
@@ -723,23 +746,21 @@ async fn images(
     Ok(())
 }
 
-/// Every page of the instances, then one table.
-async fn ls(
+/// Every page of the instances that match.
+async fn every_instance(
     api: &Api,
-    project: Option<String>,
-    state: String,
-    tag: Option<String>,
-    json_out: bool,
-    out: &mut dyn Write,
-) -> Result<()> {
+    project: Option<&str>,
+    state: &str,
+    tag: Option<&str>,
+) -> Result<Vec<Value>> {
     let mut all: Vec<Value> = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
-        let mut q = vec![format!("state={}", encode(&state)), "limit=200".to_owned()];
-        if let Some(p) = &project {
+        let mut q = vec![format!("state={}", encode(state)), "limit=200".to_owned()];
+        if let Some(p) = project {
             q.push(format!("project={}", encode(p)));
         }
-        if let Some(t) = &tag {
+        if let Some(t) = tag {
             q.push(format!("tag={}", encode(t)));
         }
         if let Some(c) = &cursor {
@@ -749,9 +770,80 @@ async fn ls(
         all.extend(v["instances"].as_array().cloned().unwrap_or_default());
         cursor = v["next_cursor"].as_str().map(str::to_owned);
         if cursor.is_none() {
-            break;
+            return Ok(all);
         }
     }
+}
+
+/// dstack's rule for a resource name.
+fn dstack_name_ok(name: &str) -> bool {
+    (1..=40).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// The running instances that match as a dstack SSH fleet file. Every value is written as a
+/// JSON string, which YAML reads as the same double-quoted scalar, so nothing the server
+/// answered can change the file's structure.
+async fn dstack_fleet(
+    api: &Api,
+    name: &str,
+    project: Option<String>,
+    tag: Option<String>,
+    identity_file: &str,
+    out: &mut dyn Write,
+) -> Result<()> {
+    if !dstack_name_ok(name) {
+        return Err(Failure::Other(
+            exit::INVALID,
+            format!(
+                "--name {name:?}: a dstack fleet name is 1 to 40 lowercase letters, digits and '-', starting with a letter"
+            ),
+        ));
+    }
+    let all = every_instance(api, project.as_deref(), "running", tag.as_deref()).await?;
+    let list: Vec<AllocationSummary> = parse(Value::Array(all))?;
+    let hosts: Vec<_> = list
+        .iter()
+        .filter_map(|a| a.ssh_endpoint.as_ref())
+        .collect();
+    if hosts.is_empty() {
+        return Err(Failure::Other(
+            exit::NOT_FOUND,
+            "no running instance matches; nothing to put in a fleet".into(),
+        ));
+    }
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    let mut y = format!(
+        "# {} running instance(s) as a dstack SSH fleet: dstack apply -f THIS_FILE\ntype: fleet\nname: {}\nssh_config:\n  identity_file: {}\n  hosts:\n",
+        hosts.len(),
+        q(name),
+        q(identity_file)
+    );
+    for e in hosts {
+        y.push_str(&format!(
+            "    - hostname: {}\n      port: {}\n      user: {}\n",
+            q(&e.host),
+            e.port,
+            q(&e.user)
+        ));
+    }
+    let _ = write!(out, "{y}");
+    Ok(())
+}
+
+/// Every page of the instances, then one table.
+async fn ls(
+    api: &Api,
+    project: Option<String>,
+    state: String,
+    tag: Option<String>,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let all = every_instance(api, project.as_deref(), &state, tag.as_deref()).await?;
     if json_out {
         print_json(out, &Value::Array(all));
     } else {

@@ -88,9 +88,12 @@ pub fn run(args: &[String]) -> Result {
     step("starting a throwaway PostgreSQL");
     let pg = throwaway_cluster("unit")?;
 
+    let dstack = dstack_python()?;
     step("unit and database tests");
     sh(cargo(&["test", "--workspace", "--exclude", "frontend"])
-        .env("DATABASE_URL", pg.url("postgres")))?;
+        .env("DATABASE_URL", pg.url("postgres"))
+        // The CLI test checks `gpuctl dstack-fleet`'s file with dstack's own model.
+        .env("DSTACK_PYTHON", dstack))?;
 
     step("the benchmarks at smoke size (they must keep running; `cargo xtask bench` measures)");
     crate::bench::smoke(&pg, || cargo(&["test"]))?;
@@ -286,6 +289,27 @@ fn pages_smoke(pg: &PgCluster, port: u16, server_pid: u32) -> Result {
         .env("SERVER_PID", server_pid.to_string())
         .env("PG_POSTMASTER_PID", pg.root().join("data/postmaster.pid"))
         .current_dir(root()))
+}
+
+/// The dstack release whose configuration model reads `gpuctl dstack-fleet`'s files, from PyPI.
+const DSTACK: &str = "dstack==0.19.40";
+
+/// A virtualenv with [`DSTACK`] (made once, about 15 s); its python.
+fn dstack_python() -> Result<PathBuf> {
+    let venv = target_dir().join("dstack-venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join(DSTACK);
+    if !marker.exists() {
+        step(&format!(
+            "installing {DSTACK} into {} (once, about 15 s)",
+            venv.display()
+        ));
+        let _ = std::fs::remove_dir_all(&venv);
+        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", DSTACK]))?;
+        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
+    }
+    Ok(python)
 }
 
 /// The schemathesis release the API is checked with, from PyPI.

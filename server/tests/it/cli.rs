@@ -257,6 +257,28 @@ async fn gpuctl_logs_in_launches_and_waits_connects_and_releases() {
     ];
     assert_eq!(done, Done::Exec(expected.map(str::to_owned).to_vec()));
 
+    // The running instances with the tag as a dstack SSH fleet, which dstack's own model
+    // reads (where xtask installed dstack: `DSTACK_PYTHON`).
+    let (done, fleet, err) = w
+        .gpuctl(&["dstack-fleet", "--name", "vision", "--tag", "team=vision"])
+        .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(
+        fleet.contains("type: fleet\nname: \"vision\"\n")
+            && fleet.contains(&format!(
+                "    - hostname: \"gpu-cli-1\"\n      port: {port}\n      user: \"ubuntu\"\n"
+            )),
+        "{fleet}"
+    );
+    dstack_reads(&fleet, "vision", &port);
+    let (done, _, err) = w
+        .gpuctl(&["dstack-fleet", "--name", "Vision!", "--tag", "team=vision"])
+        .await;
+    assert_eq!(done, Done::Exit(exit::INVALID), "{err}");
+    assert!(err.contains("dstack fleet name"), "{err}");
+    let (done, _, err) = w.gpuctl(&["dstack-fleet", "--tag", "team=nobody"]).await;
+    assert_eq!(done, Done::Exit(exit::NOT_FOUND), "{err}");
+
     // Refusals: the problem's sentence on stderr and a code a script can test.
     let (done, _, err) = w
         .gpuctl(&[
@@ -629,4 +651,52 @@ async fn gpuctl_creates_attaches_detaches_and_deletes_volumes() {
         .await;
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["state"], "deleting");
+}
+
+/// dstack's own configuration model reads `fleet` as an SSH fleet named `name` with one host on
+/// `port`; a port dstack can't read is refused by the same check. Needs dstack, which `cargo
+/// xtask test` installs from PyPI and names in `DSTACK_PYTHON`; without it, SKIPPED.
+fn dstack_reads(fleet: &str, name: &str, port: &str) {
+    let Ok(python) = std::env::var("DSTACK_PYTHON") else {
+        println!(
+            "SKIPPED: dstack's check of the fleet file (DSTACK_PYTHON is unset; `cargo xtask test` sets it)"
+        );
+        return;
+    };
+    const CHECK: &str = "import sys, json, yaml\n\
+from dstack._internal.core.models.fleets import FleetConfiguration\n\
+c = FleetConfiguration.parse_obj(yaml.safe_load(sys.stdin.read()))\n\
+print(json.dumps({'name': c.name, 'hosts': [[h.hostname, h.port, h.user] for h in c.ssh_config.hosts]}))\n";
+    let run = |text: &str| {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new(&python)
+            .args(["-c", CHECK])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runs dstack's python");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let read = run(fleet);
+    let said = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        read.status.success(),
+        "dstack refused the fleet file: {}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let v: Value = serde_json::from_str(said.trim()).unwrap();
+    assert_eq!(v["name"], name);
+    assert_eq!(v["hosts"][0][1].to_string(), port, "{v}");
+    let broken = fleet.replace(&format!("port: {port}"), "port: \"not-a-port\"");
+    assert!(
+        !run(&broken).status.success(),
+        "dstack's check refuses a bad port"
+    );
 }
