@@ -467,45 +467,39 @@ async fn delete_volume(
     rng: &mut Rng,
     patience: Duration,
 ) -> bool {
-    let until = Instant::now() + patience;
-    loop {
-        let req = Req {
-            method: reqwest::Method::DELETE,
-            path: &format!("/volumes/{id}"),
-            body: None,
-            key: None,
-            label: "vdelete",
-        };
-        let (status, _) = retried(api, token, req, rng, patience).await;
-        if (200..300).contains(&status) || status == 404 {
-            return true;
-        }
-        if Instant::now() > until {
-            return false;
-        }
-        tokio::time::sleep(rng.millis(300, 1200)).await;
-    }
+    let path = format!("/volumes/{id}");
+    delete_until_accepted(api, token, &path, "vdelete", &[404], rng, patience).await
 }
 
 /// Asks for the release until it is accepted (or the instance is already gone).
 async fn release(api: &Api, token: &str, id: &str, rng: &mut Rng, patience: Duration) -> bool {
+    let path = format!("/instances/{id}");
+    delete_until_accepted(api, token, &path, "release", &[], rng, patience).await
+}
+
+/// `DELETE path`, on the replicas in turn, until a 2xx (or one of `also`) answers or
+/// `patience` runs out; whether it was accepted.
+async fn delete_until_accepted(
+    api: &Api,
+    token: &str,
+    path: &str,
+    label: &str,
+    also: &[u16],
+    rng: &mut Rng,
+    patience: Duration,
+) -> bool {
     let until = Instant::now() + patience;
     let mut replica = rng.below(api.urls.len() as u64) as usize;
     loop {
-        let (status, _) = api
-            .call(
-                replica,
-                token,
-                Req {
-                    method: reqwest::Method::DELETE,
-                    path: &format!("/instances/{id}"),
-                    body: None,
-                    key: None,
-                    label: "release",
-                },
-            )
-            .await;
-        if (200..300).contains(&status) {
+        let req = Req {
+            method: reqwest::Method::DELETE,
+            path,
+            body: None,
+            key: None,
+            label,
+        };
+        let (status, _) = api.call(replica, token, req).await;
+        if (200..300).contains(&status) || also.contains(&status) {
             return true;
         }
         if Instant::now() > until {
