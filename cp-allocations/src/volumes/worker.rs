@@ -31,10 +31,11 @@ pub async fn run(cp: ControlPlane, backend: Arc<dyn storage::StorageBackend>) {
     tracing::info!(storage.backend = %backend.describe(), "storage worker started");
     serve_again(&cp, &backend).await;
     let mut listener = listen(&cp).await;
+    let mut tried_at = std::time::Instant::now();
     loop {
         match cp.claim_volume_job().await {
             Ok(Some(job)) => do_job(&cp, &backend, job).await,
-            Ok(None) => idle(&cp, &mut listener).await,
+            Ok(None) => idle(&cp, &mut listener, &mut tried_at).await,
             Err(e) => {
                 tracing::error!(error.cause = %e, "claiming a volume job failed");
                 tokio::time::sleep(Duration::from_secs(1)).await;
@@ -67,10 +68,19 @@ async fn listen(cp: &ControlPlane) -> Option<sqlx::postgres::PgListener> {
 /// Waits until a step is announced, or [`IDLE_LOOK`] (with a listener) or [`IDLE_POLL`]
 /// (without) has passed. Announcements that came while a step ran are taken at once: the
 /// next look finds their steps.
-async fn idle(cp: &ControlPlane, listener: &mut Option<sqlx::postgres::PgListener>) {
+async fn idle(
+    cp: &ControlPlane,
+    listener: &mut Option<sqlx::postgres::PgListener>,
+    tried_at: &mut std::time::Instant,
+) {
     let Some(l) = listener else {
         tokio::time::sleep(IDLE_POLL).await;
-        *listener = listen(cp).await;
+        // Listening again at most every [`IDLE_LOOK`]: a database that refuses listeners
+        // (behind a pooler in transaction mode, say) is not asked four times a second.
+        if tried_at.elapsed() >= IDLE_LOOK {
+            *tried_at = std::time::Instant::now();
+            *listener = listen(cp).await;
+        }
         return;
     };
     match tokio::time::timeout(IDLE_LOOK, l.try_recv()).await {
@@ -79,6 +89,7 @@ async fn idle(cp: &ControlPlane, listener: &mut Option<sqlx::postgres::PgListene
         // look finds what was queued meanwhile.
         Ok(Err(e)) => {
             tracing::warn!(error.cause = %e, "the storage worker's listener failed; listening again");
+            *tried_at = std::time::Instant::now();
             *listener = listen(cp).await;
         }
     }
