@@ -1,5 +1,5 @@
 //! The benchmarks, in one binary so that they compile and link once:
-//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes [flags]`, each described in its module. `cargo xtask bench
+//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement [flags]`, each described in its module. `cargo xtask bench
 //! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
 //! runs each at smoke size.
 
@@ -13,6 +13,8 @@ mod dispatch;
 mod ledger;
 #[path = "bench/pages_seed.rs"]
 mod pages_seed;
+#[path = "bench/peer_placement.rs"]
+mod peer_placement;
 #[path = "bench/placement.rs"]
 mod placement;
 #[path = "bench/volumes.rs"]
@@ -28,9 +30,10 @@ fn main() {
         Some("chaos-load") => chaos::load(),
         Some("chaos-audit") => chaos::audit(),
         Some("volumes") => volumes::main(),
+        Some("peer-placement") => peer_placement::main(),
         other => {
             eprintln!(
-                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes [flags] (got {other:?})"
+                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement [flags] (got {other:?})"
             );
             std::process::exit(2);
         }

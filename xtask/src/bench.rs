@@ -6,6 +6,8 @@
 //! synchronous_commit on), removed afterwards.
 //! `cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page NAME]`: the portal's release build serving
 //! signed-in users (see [`pages`]).
+//! `cargo xtask bench peers [--nodes N] [--clients N] [--seconds S] [--limit N] [--workers N]`: ours beside OpenStack
+//! Placement on the same fleet and load (see `crate::peers`).
 
 use std::process::Command;
 
@@ -15,7 +17,7 @@ use crate::proc::{run as run_cmd, terminate, wait_ready};
 use crate::tools::{self, Needs};
 use crate::{Result, portal, root, step, target_dir};
 
-const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench volumes [--nodes N] [--instances N] [--rate N]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing] [--database tcp|socket]";
+const USAGE: &str = "usage: cargo xtask bench placement [--clients N] [--seconds S] [--nodes N] [--servers N]\n       cargo xtask bench dispatch [--rate N] [--seconds S] [--nodes N] [--connections N]\n       cargo xtask bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]\n       cargo xtask bench volumes [--nodes N] [--instances N] [--rate N]\n       cargo xtask bench pages [--clients N] [--seconds S] [--server PATH] [--page list|allocation|catalog|billing] [--database tcp|socket]\n       cargo xtask bench peers [--nodes N] [--clients N] [--seconds S] [--limit N] [--workers N]";
 
 pub fn run(args: &[String]) -> Result {
     match args.first().map(String::as_str) {
@@ -36,11 +38,12 @@ pub fn run(args: &[String]) -> Result {
         ),
         Some("volumes") => bench("volumes", &["--nodes", "--instances", "--rate"], &args[1..]),
         Some("pages") => pages(&args[1..]),
+        Some("peers") => crate::peers::run_peers(&args[1..]),
         _ => Err(USAGE.into()),
     }
 }
 
-fn checked_flags(flags: &[&str], args: &[String]) -> Result {
+pub(crate) fn checked_flags(flags: &[&str], args: &[String]) -> Result {
     for pair in args.chunks(2) {
         let ok = flags.contains(&pair[0].as_str())
             && pair
@@ -53,7 +56,7 @@ fn checked_flags(flags: &[&str], args: &[String]) -> Result {
     Ok(())
 }
 
-fn flag_value(args: &[String], name: &str, default: &str) -> String {
+pub(crate) fn flag_value(args: &[String], name: &str, default: &str) -> String {
     args.chunks(2)
         .find(|p| p[0] == name)
         .and_then(|p| p.get(1).cloned())
@@ -203,7 +206,7 @@ fn pages(args: &[String]) -> Result {
 
 /// `cargo bench` of control-plane's one benchmark binary, running `name` on `database_url`
 /// (release; the queries' metadata from `.sqlx/`).
-fn bench_binary(name: &str, database_url: &str) -> Command {
+pub(crate) fn bench_binary(name: &str, database_url: &str) -> Command {
     let mut c = Command::new("cargo");
     c.args([
         "bench",

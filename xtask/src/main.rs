@@ -8,6 +8,7 @@ mod dev;
 mod fleet;
 mod layers;
 mod pageload;
+mod peers;
 mod portal;
 mod proc;
 mod standalone;

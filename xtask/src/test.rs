@@ -97,6 +97,8 @@ pub fn run(args: &[String]) -> Result {
 
     step("the benchmarks at smoke size (they must keep running; `cargo xtask bench` measures)");
     crate::bench::smoke(&pg, || cargo(&["test"]))?;
+    step("ours beside OpenStack Placement at smoke size (`cargo xtask bench peers` measures)");
+    crate::peers::smoke(&pg, || cargo(&["test"]))?;
 
     step("deploy/: alert rules, their unit tests and the scrape configuration (promtool)");
     let prom = root().join("deploy/prometheus");

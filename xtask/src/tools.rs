@@ -246,3 +246,20 @@ fn vendor_scripts(root: &std::path::Path) -> Result {
     }
     Ok(())
 }
+
+/// Installs those of `packages` (Debian package names) that dpkg does not list as installed.
+pub fn ensure_debian_packages(packages: &[&str]) -> Result {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            output(Command::new("dpkg-query").args(["-W", "-f=${Status}", p]))
+                .is_none_or(|s| s != "install ok installed")
+        })
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        apt_install(&missing)
+    }
+}

@@ -67,3 +67,72 @@ pub fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
     ms(sorted[i])
 }
+
+/// CPU seconds (user and system, including reaped children's) used so far by `root` and every
+/// live process below it, read from `/proc`. Taken before and after a phase, the difference is
+/// what that process tree spent on it: a child that exits is reaped into its parent's
+/// `cutime`/`cstime`, so it is neither lost nor counted twice.
+pub fn tree_cpu_seconds(root: u32) -> f64 {
+    let mut procs: Vec<(u32, u32, u64)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            if let Some((ppid, ticks)) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| stat_ticks(&s))
+            {
+                procs.push((pid, ppid, ticks));
+            }
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|p| p.1 == parent).map(|p| p.0));
+        i += 1;
+    }
+    let ticks: u64 = procs
+        .iter()
+        .filter(|p| tree.contains(&p.0))
+        .map(|p| p.2)
+        .sum();
+    // USER_HZ, the unit of /proc's times, is 100 on every Linux this runs on.
+    ticks as f64 / 100.0
+}
+
+/// `(ppid, utime + stime + cutime + cstime)` from a `/proc/PID/stat` line. The command name
+/// (field 2) may hold spaces and parentheses, so fields are counted from its last `)`.
+fn stat_ticks(stat: &str) -> Option<(u32, u64)> {
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3), ppid (4), … utime (14), stime (15), cutime (16), cstime (17).
+    let ppid = f.get(1)?.parse().ok()?;
+    let ticks = f
+        .get(11..15)?
+        .iter()
+        .map(|v| v.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some((ppid, ticks))
+}
+
+/// The PostgreSQL postmaster's pid, from the `postmaster.pid` file `PG_POSTMASTER_PID` names
+/// (as `cargo xtask bench` sets it), so a benchmark can count the database's CPU time too.
+pub fn postmaster_pid() -> Option<u32> {
+    let file = std::env::var("PG_POSTMASTER_PID").ok()?;
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// CPU seconds so far of this process and, where `cargo xtask bench` said where it is, the
+/// database's postmaster and its backends.
+pub fn ours_and_database_cpu_seconds() -> f64 {
+    tree_cpu_seconds(std::process::id()) + postmaster_pid().map_or(0.0, tree_cpu_seconds)
+}

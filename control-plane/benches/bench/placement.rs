@@ -22,8 +22,8 @@ use control_plane::{AllocationId, ControlPlane, Error};
 
 use crate::common::{ALICE, flag, launch_request, ms, pct};
 
-/// `(SKU, weight, label)`.
-const MIX: &[(&str, u32, &str)] = &[
+/// `(SKU, weight, label)`. `bench peer-placement` asks OpenStack Placement for the same mix.
+pub const MIX: &[(&str, u32, &str)] = &[
     ("h100.1x", 40, "1 GPU"),
     ("h100.2x", 25, "2 GPUs"),
     ("h100.4x", 15, "4 GPUs"),
@@ -431,7 +431,9 @@ pub async fn main() {
 
     println!();
     println!("phase              clients  seconds  committed  committed/s  unavailable  released");
+    let cpu_before = crate::common::ours_and_database_cpu_seconds();
     let (empty, empty_took) = phase(&servers, &who, "empty", clients, seconds).await;
+    let cpu_empty = crate::common::ours_and_database_cpu_seconds() - cpu_before;
     report("empty fleet", &empty, empty_took, clients);
     let (group_count, grouped) = groups(&servers);
     let mean_group = grouped as f64 / group_count.max(1) as f64;
@@ -568,13 +570,14 @@ pub async fn main() {
         pct(&full_all, 0.99)
     );
     println!(
-        "RESULT placement placements_per_s={empty_rate:.0} p99_ms={:.1} full_ratio={:.2} full_p99_ms={:.1} availability_p99_ms={:.2} availability_full_p99_ms={:.2} fleet_sum_p99_ms={:.2} availability_off={availability_off} double_bookings={doubles} errors={} clients={clients} nodes={nodes} servers={replicas} mean_group={mean_group:.1}",
+        "RESULT placement placements_per_s={empty_rate:.0} p99_ms={:.1} full_ratio={:.2} full_p99_ms={:.1} availability_p99_ms={:.2} availability_full_p99_ms={:.2} fleet_sum_p99_ms={:.2} cpu_ms_per_placement={:.2} availability_off={availability_off} double_bookings={doubles} errors={} clients={clients} nodes={nodes} servers={replicas} mean_group={mean_group:.1}",
         pct(&all, 0.99),
         full_answers / empty_rate.max(1e-9),
         pct(&full_all, 0.99),
         pct(&lat_empty, 0.99),
         pct(&lat_full, 0.99),
         pct(&lat_sum, 0.99),
+        cpu_empty * 1000.0 / empty.committed().max(1) as f64,
         errors.len(),
     );
     if doubles != 0 || availability_off != 0 || recount_off != 0 || !errors.is_empty() {
