@@ -12,6 +12,7 @@
 use crate::internal::AuditLogInternal;
 
 pub mod enrolment;
+pub mod fabric;
 pub mod gpu_health;
 pub mod slot_map;
 pub mod validate;
