@@ -12,6 +12,7 @@ pub mod prelude {
     pub use crate::catalog::CatalogApi;
     pub use crate::fleet::FleetApi;
     pub use crate::fleet::enrolment::EnrolmentApi;
+    pub use crate::fleet::fabric_places::FabricApi;
     pub use crate::fleet::gpu_health::GpuHealthApi;
     pub use crate::fleet::slot_map::SlotMapApi;
     pub use crate::placement::PlacementApi;

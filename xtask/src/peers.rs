@@ -197,7 +197,9 @@ fn placement_conf(database_url: &str) -> String {
 fn start_placement(venv: &Path, work: &Path, port: u16, workers: &str) -> Result<Child> {
     let log = std::fs::File::create(work.join("gunicorn.log")).map_err(|e| e.to_string())?;
     Command::new(venv.join("bin/gunicorn"))
-        .args(["--workers", workers, "--bind"])
+        // A request for candidates on a large fleet runs for many seconds on two cores; gunicorn's
+        // default 30 s would kill the worker mid-request and count Placement's slowness as errors.
+        .args(["--workers", workers, "--timeout", "900", "--bind"])
         .arg(format!("127.0.0.1:{port}"))
         .args(["--log-level", "warning", "placement.wsgi.api:application"])
         .env("OS_PLACEMENT_CONFIG_DIR", work)

@@ -73,6 +73,16 @@ fn checked_name(line: usize, what: &str, name: &str) -> Result<String, Error> {
     }
 }
 
+/// A fabric's name as an operator gives it on import, checked as the switches' names are.
+pub fn checked_fabric_name(name: &str) -> Result<String, Error> {
+    checked_name(0, "fabric", name).map_err(|_| Error::Invalid {
+        field: "fabric",
+        reason: format!(
+            "{name:?} is not a name (letters, digits, '-', '_', '.', at most {MAX_NAME_LEN})"
+        ),
+    })
+}
+
 fn bounded(text: &str) -> Result<(), Error> {
     if text.len() > MAX_INPUT_BYTES {
         return Err(Error::Invalid {

@@ -8,16 +8,20 @@
 //! - [`validate`]: the rules a slot must meet before an operator may approve it.
 //! - [`enrolment`]: enrolling a node and its one-time bootstrap token.
 //! - [`slot_map`]: discovery, slot-map proposals and the operator's decision.
+//! - [`fabric`], [`fabric_places`]: where each node hangs off the InfiniBand fabric, read from
+//!   `ibnetdiscover` or a Slurm `topology.conf`, and its approval.
 
 use crate::internal::AuditLogInternal;
 
 pub mod enrolment;
 pub mod fabric;
+pub mod fabric_places;
 pub mod gpu_health;
 pub mod slot_map;
 pub mod validate;
 
 pub use enrolment::{EnrolmentApi, NewNode};
+pub use fabric_places::{FabricApi, FabricDrift, FabricImport, TopologyFormat};
 pub use slot_map::{SlotMapApi, SlotMapDecision, differences, queue_discovery};
 
 use std::collections::BTreeMap;
