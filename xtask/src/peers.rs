@@ -284,7 +284,7 @@ fn summary(
     let ours_rate = field(ours, "placements_per_s")?;
     let peer_rate = field(placement, "placements_per_s")?;
     Ok(format!(
-        "RESULT peers nodes={nodes} clients={clients} ours_per_s={ours_rate:.0} ours_p99_ms={:.1} placement_per_s={peer_rate:.0} placement_p99_ms={:.1} slurm_per_s=NA slurm_p99_ms=NA ours_over_best_peer={:.1} ours_what_free_p99_ms={:.2} placement_what_free_p99_ms={:.1} ours_cpu_ms_per_alloc={:.2} placement_cpu_ms_per_alloc={:.2} placement_overcommitted={}",
+        "RESULT peers nodes={nodes} clients={clients} ours_per_s={ours_rate:.0} ours_p99_ms={:.1} placement_per_s={peer_rate:.2} placement_p99_ms={:.1} slurm_per_s=NA slurm_p99_ms=NA ours_over_best_peer={:.1} ours_what_free_p99_ms={:.2} placement_what_free_p99_ms={:.1} ours_cpu_ms_per_alloc={:.2} placement_cpu_ms_per_alloc={:.2} placement_overcommitted={}",
         field(ours, "p99_ms")?,
         field(placement, "p99_ms")?,
         ours_rate / peer_rate.max(1e-9),
@@ -332,7 +332,7 @@ mod tests {
         )
         .unwrap();
         let line = summary("10000", "32", &ours, &peer).unwrap();
-        assert!(line.starts_with("RESULT peers nodes=10000 clients=32 ours_per_s=600 ours_p99_ms=80.0 placement_per_s=150 placement_p99_ms=400.0 slurm_per_s=NA"), "{line}");
+        assert!(line.starts_with("RESULT peers nodes=10000 clients=32 ours_per_s=600 ours_p99_ms=80.0 placement_per_s=150.00 placement_p99_ms=400.0 slurm_per_s=NA"), "{line}");
         assert!(line.contains(" ours_over_best_peer=4.0 "), "{line}");
         assert!(line.ends_with("placement_overcommitted=0"), "{line}");
     }

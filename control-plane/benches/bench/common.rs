@@ -55,6 +55,47 @@ pub fn flag<T: std::str::FromStr>(name: &str, default: T) -> T {
         .unwrap_or(default)
 }
 
+/// A placement client's choices (xorshift64, seeded by the client's number): client `i` of
+/// `bench placement` and of `bench peer-placement` ask for the same SKUs in the same order and
+/// toss the same coin for each release.
+pub struct ClientStream(u64);
+
+impl ClientStream {
+    pub fn for_client(me: usize) -> Self {
+        ClientStream((me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// An index of `weights`, drawn in proportion to them.
+    pub fn pick(&mut self, weights: &[u32]) -> usize {
+        let total: u32 = weights.iter().sum();
+        let mut pick = (self.next() % total.max(1) as u64) as u32;
+        weights
+            .iter()
+            .position(|&w| {
+                if pick < w {
+                    true
+                } else {
+                    pick -= w;
+                    false
+                }
+            })
+            .unwrap_or(0)
+    }
+
+    /// Whether to release one of the client's allocations after this launch (every other, on
+    /// average).
+    pub fn release_now(&mut self) -> bool {
+        self.next().is_multiple_of(2)
+    }
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

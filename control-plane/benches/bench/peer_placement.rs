@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::common::{flag, ms, pct, postmaster_pid, tree_cpu_seconds};
+use crate::common::{ClientStream, flag, ms, pct, postmaster_pid, tree_cpu_seconds};
 use crate::placement::MIX;
 
 const MICROVERSION: &str = "placement 1.39";
@@ -193,29 +193,12 @@ struct Tally {
 /// One client: the same weighted SKU choice and release coin as `bench placement`'s clients.
 async fn client(p: Placement, me: usize, limit: u32, until: Instant) -> Tally {
     let mut t = Tally::default();
-    let total: u32 = MIX.iter().map(|m| m.1).sum();
-    let mut seed = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let weights: Vec<u32> = MIX.iter().map(|m| m.1).collect();
+    let mut stream = ClientStream::for_client(me);
     let queries: Vec<String> = MIX.iter().map(|m| request_of(m.0)).collect();
     let mut mine: Vec<Uuid> = Vec::new();
     while Instant::now() < until {
-        let mut pick = (next() % total as u64) as u32;
-        let which = MIX
-            .iter()
-            .position(|m| {
-                if pick < m.1 {
-                    true
-                } else {
-                    pick -= m.1;
-                    false
-                }
-            })
-            .unwrap_or(0);
+        let which = stream.pick(&weights);
         let started = Instant::now();
         match p.launch(&queries[which], limit, &mut t.conflicts).await {
             Ok(Some(consumer)) => {
@@ -225,7 +208,7 @@ async fn client(p: Placement, me: usize, limit: u32, until: Instant) -> Tally {
             Ok(None) => t.unavailable.push(started.elapsed()),
             Err(e) => t.errors.push(e),
         }
-        if next() % 2 == 0
+        if stream.release_now()
             && let Some(consumer) = mine.pop()
         {
             match p.release(consumer).await {
@@ -397,7 +380,7 @@ pub async fn main() {
     all.placed.sort();
     let per_s = all.placed.len() as f64 / took.as_secs_f64();
     println!(
-        "Placement, empty fleet: {} committed in {:.1} s ({per_s:.0}/s), {} unavailable, {} conflicts retried, {} released; p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        "Placement, empty fleet: {} committed in {:.1} s ({per_s:.2}/s), {} unavailable, {} conflicts retried, {} released; p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
         all.placed.len(),
         took.as_secs_f64(),
         all.unavailable.len(),
@@ -421,7 +404,7 @@ pub async fn main() {
         println!("errors ({}): first: {e}", all.errors.len());
     }
     println!(
-        "RESULT peer-placement placements_per_s={per_s:.0} p99_ms={:.1} what_free_p99_ms={:.1} cpu_ms_per_placement={:.2} conflicts={} overcommitted={over} errors={} clients={clients} nodes={nodes} limit={limit}",
+        "RESULT peer-placement placements_per_s={per_s:.2} p99_ms={:.1} what_free_p99_ms={:.1} cpu_ms_per_placement={:.2} conflicts={} overcommitted={over} errors={} clients={clients} nodes={nodes} limit={limit}",
         pct(&all.placed, 0.99),
         pct(&free, 0.99),
         cpu * 1000.0 / all.placed.len().max(1) as f64,

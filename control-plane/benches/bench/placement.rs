@@ -20,7 +20,7 @@ use control_plane::demo::ACME_RESEARCH;
 use control_plane::tenancy::{Project, ProjectOperators};
 use control_plane::{AllocationId, ControlPlane, Error};
 
-use crate::common::{ALICE, flag, launch_request, ms, pct};
+use crate::common::{ALICE, ClientStream, flag, launch_request, ms, pct};
 
 /// `(SKU, weight, label)`. `bench peer-placement` asks OpenStack Placement for the same mix.
 pub const MIX: &[(&str, u32, &str)] = &[
@@ -75,29 +75,12 @@ async fn client(
     until: Instant,
 ) -> Tally {
     let mut t = Tally::new();
-    let total: u32 = MIX.iter().map(|m| m.1).sum();
-    let mut seed = (me as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let weights: Vec<u32> = MIX.iter().map(|m| m.1).collect();
+    let mut stream = ClientStream::for_client(me);
     let mut mine: Vec<AllocationId> = Vec::new();
     let mut n = 0;
     while Instant::now() < until {
-        let mut pick = (next() % total as u64) as u32;
-        let which = MIX
-            .iter()
-            .position(|m| {
-                if pick < m.1 {
-                    true
-                } else {
-                    pick -= m.1;
-                    false
-                }
-            })
-            .unwrap_or(0);
+        let which = stream.pick(&weights);
         n += 1;
         let req = launch_request(
             MIX[which].0,
@@ -114,7 +97,7 @@ async fn client(
             Err(e) => t.errors.push(e.to_string()),
         }
         // Release every other allocation (the slots return once their cleanup proof does).
-        if next() % 2 == 0
+        if stream.release_now()
             && let Some(id) = mine.pop()
         {
             match cp.release_allocation(&who, id, None).await {
