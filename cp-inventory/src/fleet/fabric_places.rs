@@ -96,6 +96,8 @@ struct Known {
     id: NodeId,
     region: String,
     approved: Option<(String, String, String)>,
+    /// Whether an earlier import saw it elsewhere.
+    drifting: bool,
 }
 
 fn path(fabric: &str, spine_group: &str, leaf: &str) -> String {
@@ -145,7 +147,9 @@ impl FabricApi for ControlPlane {
                     done.placed.push(place.node.clone());
                 }
                 Some((f, s, l)) if (f, s, l) == (&fabric, &place.spine_group, &place.leaf) => {
-                    step.clear_drift(node).await?;
+                    if node.drifting {
+                        step.clear_drift(node).await?;
+                    }
                     done.unchanged += 1;
                 }
                 Some((f, s, l)) => {
@@ -223,7 +227,8 @@ async fn fleet_nodes_named(
     let hosts: Vec<String> = places.iter().map(|p| p.node.to_ascii_lowercase()).collect();
     let rows = sqlx::query!(
         r#"SELECT n.id AS "id: NodeId", n.hostname, n.region,
-                  p.fabric AS "fabric?", p.spine_group AS "spine_group?", p.leaf AS "leaf?"
+                  p.fabric AS "fabric?", p.spine_group AS "spine_group?", p.leaf AS "leaf?",
+                  p.drift_fabric IS NOT NULL AS "drifting!"
            FROM nodes n LEFT JOIN node_fabric_places p ON p.node_id = n.id
            WHERE n.hostname = ANY($1) AND NOT n.ledger_only"#,
         &hosts
@@ -243,6 +248,7 @@ async fn fleet_nodes_named(
                     id: r.id,
                     region: r.region,
                     approved,
+                    drifting: r.drifting,
                 },
             )
         })
@@ -299,7 +305,7 @@ impl Step<'_, '_> {
 
     /// The import agrees with the approved place: drift an earlier import saw is gone.
     async fn clear_drift(self, node: &Known) -> Result<()> {
-        let cleared = sqlx::query!(
+        sqlx::query!(
             "UPDATE node_fabric_places
              SET drift_fabric = NULL, drift_spine_group = NULL, drift_leaf = NULL,
                  drift_source = NULL, drift_seen_at = NULL
@@ -307,11 +313,7 @@ impl Step<'_, '_> {
             node.id as NodeId,
         )
         .execute(&mut **self.tx)
-        .await?
-        .rows_affected();
-        if cleared == 0 {
-            return Ok(());
-        }
+        .await?;
         let after = json!({ "source": self.source });
         self.audit(node, "node.fabric.drift_cleared", after).await
     }
