@@ -12,6 +12,7 @@ pub mod volumes;
 pub mod prelude {
     pub use crate::agent_api::AgentApi;
     pub use crate::allocations::AllocationsApi;
+    pub use crate::allocations::clusters::ClustersApi;
     pub use crate::allocations::lifecycle::LifecycleApi;
     pub use crate::ops::OpsApi;
     pub use crate::reconcile::ReconcileApi;

@@ -37,7 +37,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// The id newtypes.
 pub mod ids {
     pub use portal_types::{
-        AgentTaskId, AllocationId, ApiTokenId, InvoiceId, ListingId, ListingVersionId, NodeId,
-        ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId, TenantId, UserId, VolumeId,
+        AgentTaskId, AllocationId, ApiTokenId, ClusterId, InvoiceId, ListingId, ListingVersionId,
+        NodeId, ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId, TenantId, UserId,
+        VolumeId,
     };
 }

@@ -113,6 +113,25 @@ impl Naming {
         )
     }
 
+    /// `{partition}:{service}:{region}:{tenant}:{project}:cluster:{id}`
+    pub fn cluster(
+        &self,
+        region: &str,
+        tenant: TenantId,
+        project: ProjectId,
+        id: crate::ids::ClusterId,
+    ) -> Result<ResourceName, ResourceNameError> {
+        ResourceName::new(
+            &self.partition,
+            &self.service,
+            region,
+            Some(tenant),
+            Some(project),
+            "cluster",
+            &id.to_string(),
+        )
+    }
+
     /// `{partition}:{service}:{region}:{tenant}:{project}:volume:{id}`
     pub fn volume(
         &self,

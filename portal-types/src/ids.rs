@@ -102,6 +102,10 @@ uuid_id!(
     VolumeId
 );
 uuid_id!(
+    /// Allocations of one SKU placed together within one leaf, spine group or fabric.
+    ClusterId
+);
+uuid_id!(
     /// A point-in-time copy of a volume, from which new volumes are made.
     SnapshotId
 );

@@ -12,6 +12,7 @@ pub mod account;
 pub mod allocations;
 pub mod billing;
 pub mod catalog;
+pub mod clusters;
 pub mod fleet;
 mod forms;
 mod ids;
@@ -32,8 +33,9 @@ pub use forms::{
     VersionDraft,
 };
 pub use ids::{
-    AgentTaskId, AllocationId, ApiTokenId, IdArg, InvoiceId, ListingId, ListingVersionId, NodeId,
-    ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId, TenantId, UserId, VolumeId,
+    AgentTaskId, AllocationId, ApiTokenId, ClusterId, IdArg, InvoiceId, ListingId,
+    ListingVersionId, NodeId, ProjectId, PublisherId, SkuId, SlotId, SnapshotId, SshKeyId,
+    TenantId, UserId, VolumeId,
 };
 pub use money::{BUDGET_CURRENCIES, Currency, Micros, Money, readable_decimal};
 pub use policy::{Level, PolicyKey};

@@ -9,6 +9,7 @@ mod allocations;
 mod api_tokens;
 mod auth;
 mod billing;
+mod clusters;
 mod fabric;
 mod fleet;
 mod id_token;

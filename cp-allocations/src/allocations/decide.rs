@@ -221,7 +221,7 @@ fn check_cloud_config(u: &str) -> Result<()> {
 }
 
 /// The first 40 characters of what a caller sent, for an error message.
-fn truncated(s: &str) -> String {
+pub(super) fn truncated(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
@@ -460,13 +460,25 @@ pub(super) fn allowed<'p>(
     })
 }
 
-/// `max_gpus_in_use` against the GPUs in use in its scope.
+/// What `members` of `sku` are called in a refusal: the SKU, or "16 × the SKU".
+fn launched(sku: &Sku, members: u32) -> String {
+    if members == 1 {
+        sku.name.clone()
+    } else {
+        format!("{members} × {}", sku.name)
+    }
+}
+
+/// `max_gpus_in_use` against the GPUs in use in its scope, for `members` launches of `sku`
+/// (more than one for a cluster).
 pub(super) fn within_gpu_quota(
     (max, decided_by): (u32, &Resolved),
     in_use: i64,
     sku: &Sku,
+    members: u32,
 ) -> Result<()> {
-    if in_use + sku.gpu_count as i64 > max as i64 {
+    let gpus = i64::from(sku.gpu_count) * i64::from(members);
+    if in_use + gpus > max as i64 {
         return Err(denied(
             decided_by,
             Denied::GpuQuota {
@@ -477,8 +489,8 @@ pub(super) fn within_gpu_quota(
                     "organization"
                 },
                 in_use,
-                sku: sku.name.clone(),
-                gpus: sku.gpu_count,
+                sku: launched(sku, members),
+                gpus: i32::try_from(gpus).unwrap_or(i32::MAX),
             },
         ));
     }
@@ -501,15 +513,16 @@ pub(super) fn budget_currency((limit, decided_by): (&Money, &Resolved), sku: &Sk
 }
 
 /// `monthly_budget` against what is spent this month (in minor units, rounded up) plus the
-/// launch's first hour (SKU price and listing fee).
+/// first hour (SKU price and listing fee) of `members` launches.
 pub(super) fn within_budget(
     (limit, decided_by): (&Money, &Resolved),
     spent: i64,
     sku: &Sku,
     fee: i64,
     software_label: &str,
+    members: u32,
 ) -> Result<()> {
-    let first_hour = sku.price.amount_minor + fee;
+    let first_hour = (sku.price.amount_minor + fee).saturating_mul(i64::from(members));
     if spent + first_hour > limit.amount_minor {
         return Err(denied(
             decided_by,
@@ -517,7 +530,7 @@ pub(super) fn within_budget(
                 limit: limit.clone(),
                 spent: Money::new(spent, limit.currency.clone()),
                 first_hour: Money::new(first_hour, limit.currency.clone()),
-                sku: sku.name.clone(),
+                sku: launched(sku, members),
                 with: (fee > 0).then(|| software_label.to_string()),
             },
         ));
@@ -754,8 +767,8 @@ mod tests {
         let s = sku("h100.2x", 2, 596);
         let p = chain(&[(PolicyValue::MaxGpusInUse(8), Level::Tenant)]);
         let quota = (8, &p[0]);
-        within_gpu_quota(quota, 6, &s).unwrap();
-        let d = refusal(within_gpu_quota(quota, 7, &s));
+        within_gpu_quota(quota, 6, &s, 1).unwrap();
+        let d = refusal(within_gpu_quota(quota, 7, &s, 1));
         assert_eq!(
             (d.key, d.level),
             (PolicyKey::MaxGpusInUse, Some(Level::Tenant))
@@ -771,7 +784,7 @@ mod tests {
             }
         );
         assert_eq!(
-            denied(within_gpu_quota(quota, 7, &s)),
+            denied(within_gpu_quota(quota, 7, &s, 1)),
             "policy max_gpus_in_use (set at organization level) allows 8 GPUs in use in this organization; 7 are in use and h100.2x would need 2"
         );
         let limit = usd(10_000);
@@ -779,8 +792,8 @@ mod tests {
         let budget = (&limit, policy(&p, PolicyKey::MonthlyBudget));
         budget_currency(budget, &s).unwrap();
         // 94.04 spent + 5.96 for the first hour is exactly 100.00: allowed.
-        within_budget(budget, 9_404, &s, 0, "Ubuntu").unwrap();
-        let d = refusal(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5"));
+        within_budget(budget, 9_404, &s, 0, "Ubuntu", 1).unwrap();
+        let d = refusal(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5", 1));
         assert_eq!(
             (d.key, d.level),
             (PolicyKey::MonthlyBudget, Some(Level::Project))
@@ -791,7 +804,7 @@ mod tests {
             "{d:?}"
         );
         assert_eq!(
-            denied(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5")),
+            denied(within_budget(budget, 9_404, &s, 25, "PyTorch 2.5", 1)),
             "policy monthly_budget (set at project level) is 100.00 USD; 94.04 USD is spent this month, and 6.21 USD for the first hour of h100.2x with PyTorch 2.5 would make 100.25 USD, 0.25 USD over"
         );
         let eur = Money {

@@ -4,6 +4,7 @@
 
 use cp_identity::tenancy::TenancyApi;
 
+pub mod clusters;
 pub(crate) mod decide;
 mod group;
 pub mod lifecycle;
@@ -152,6 +153,8 @@ struct Reservation<'a> {
     fingerprint: &'a str,
     requested_at: OffsetDateTime,
     expires_at: Option<OffsetDateTime>,
+    /// The cluster it is a member of, and its index there.
+    cluster: Option<(cp_base::ids::ClusterId, i32)>,
 }
 
 impl Reserve for Reservation<'_> {
@@ -161,9 +164,9 @@ impl Reserve for Reservation<'_> {
                    (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
                     listing_version_id, ssh_public_key, price_per_hour_minor, currency, idempotency_key,
                     request_fingerprint, requested_by, placement, state, requested_at, expires_at,
-                    tags, user_data_sealed)
+                    tags, user_data_sealed, cluster_id, cluster_index)
                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,
-                       $17, 'placed', $18, $19, $20, $21)"#,
+                       $17, 'placed', $18, $19, $20, $21, $22, $23)"#,
             self.id as AllocationId,
             self.tenant as TenantId,
             self.project as ProjectId,
@@ -185,6 +188,8 @@ impl Reserve for Reservation<'_> {
             self.expires_at,
             serde_json::to_value(self.tags).unwrap_or_default(),
             self.user_data_sealed,
+            self.cluster.map(|(c, _)| c.0),
+            self.cluster.map(|(_, i)| i),
         )
         .execute(&mut *conn)
         .await;
@@ -744,7 +749,7 @@ async fn launch_once(
         return Ok(found);
     }
     let (sku, software) = sku_and_software(&mut tx, req, &valid).await?;
-    let (regions, hours) = within_policies(&mut tx, who, &sku, &software, &valid).await?;
+    let (regions, hours) = within_policies(&mut tx, who, &sku, &software, &valid, 1).await?;
     let regions =
         lifecycle::volumes::region_of_volumes(&mut tx, who.id(), &valid.volumes, regions).await?;
     name_is_free(&mut tx, who, &valid.name).await?;
@@ -768,6 +773,7 @@ async fn launch_once(
         fingerprint: &valid.fingerprint,
         requested_at,
         expires_at: hours.map(|h| requested_at + time::Duration::hours(i64::from(h))),
+        cluster: None,
     };
     let placed = placement::place(
         &mut tx,
@@ -837,14 +843,16 @@ async fn sku_and_software(
     Ok((sku, software))
 }
 
-/// The policy chain, in this transaction; limits are counted under the scope's lock. Returns
-/// the regions the launch may go to and its lifetime in hours, if it has one.
+/// The policy chain, in this transaction, for `members` launches like `valid` (more than one
+/// for a cluster); limits are counted under the scope's lock. Returns the regions the launch
+/// may go to and its lifetime in hours, if it has one.
 async fn within_policies(
     conn: &mut PgConnection,
     who: &Project<ProjectOperators>,
     sku: &Sku,
     software: &cp_marketplace::LaunchVersion,
     valid: &decide::ValidLaunch,
+    members: u32,
 ) -> Result<(Vec<String>, Option<u32>)> {
     let fee = software
         .compatibility
@@ -883,7 +891,7 @@ async fn within_policies(
         )
         .fetch_one(&mut *conn)
         .await?;
-        decide::within_gpu_quota(quota, in_use, sku)?;
+        decide::within_gpu_quota(quota, in_use, sku, members)?;
     }
     if let Some(budget) = allowed.budget {
         decide::budget_currency(budget, sku)?;
@@ -898,7 +906,7 @@ async fn within_policies(
         )
         .await?
         .ceil_to_minor();
-        decide::within_budget(budget, spent, sku, fee, &software.label)?;
+        decide::within_budget(budget, spent, sku, fee, &software.label, members)?;
     }
     let hours = decide::lifetime(&policies, valid.lifetime_hours)?;
     decide::within_published_ports(&policies, &valid.published_ports)?;

@@ -83,7 +83,7 @@ pub(super) async fn launch(
 
 /// The key lines to install, one per line: the saved ones asked for, then the typed ones
 /// (saving the typed one when asked).
-async fn keys(
+pub(super) async fn keys(
     cp: &ControlPlane,
     orderer: &Principal,
     keys: OrderKeys,
@@ -139,7 +139,7 @@ async fn save_typed_key(
 }
 
 /// The order's name for a field the launch or the key check names.
-fn order_field(field: &'static str) -> &'static str {
+pub(super) fn order_field(field: &'static str) -> &'static str {
     match field {
         "listing" => "image",
         "ssh_public_key" | "public_key" | "key" => "ssh_public_keys",

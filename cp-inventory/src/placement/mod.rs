@@ -9,6 +9,7 @@
 //! [`explain`]'s answer.
 
 pub mod choose;
+pub mod cluster;
 
 use serde::{Deserialize, Serialize};
 use sqlx::{Connection, PgConnection};
@@ -468,6 +469,53 @@ async fn node_view(conn: &mut PgConnection, node: NodeId, model: &str) -> Result
     Ok(NodeView { free, partitions })
 }
 
+/// [`node_view`] of each of `nodes` at once: two statements however many nodes.
+async fn node_views(
+    conn: &mut PgConnection,
+    nodes: &[uuid::Uuid],
+    model: &str,
+) -> Result<std::collections::HashMap<NodeId, NodeView>> {
+    let free = sqlx::query!(
+        r#"SELECT s.node_id AS "node_id: NodeId", s.id AS "id: SlotId", s.slot_index, s.numa_node
+           FROM node_resource_slots s
+           WHERE s.node_id = ANY($1) AND s.gpu_model = $2 AND s.retired_at IS NULL
+             AND s.drift IS NULL AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
+             AND NOT EXISTS (SELECT 1 FROM resource_claims c
+                             WHERE c.node_id = s.node_id AND c.released_at IS NULL
+                               AND (c.slot_id = s.id OR c.kind = 'baremetal'))"#,
+        nodes,
+        model
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let partitions = sqlx::query!(
+        r#"SELECT node_id AS "node_id: NodeId", partition_id, slot_ids AS "slot_ids: Vec<uuid::Uuid>"
+           FROM node_fabric_partitions WHERE node_id = ANY($1)"#,
+        nodes
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut views: std::collections::HashMap<NodeId, NodeView> = std::collections::HashMap::new();
+    for r in free {
+        views.entry(r.node_id).or_default().free.push(FreeSlot {
+            id: r.id,
+            index: r.slot_index,
+            numa: r.numa_node,
+        });
+    }
+    for r in partitions {
+        views
+            .entry(r.node_id)
+            .or_default()
+            .partitions
+            .push(Partition {
+                id: r.partition_id,
+                slots: r.slot_ids.into_iter().map(SlotId).collect(),
+            });
+    }
+    Ok(views)
+}
+
 /// What to do with a placement inside the caller's transaction (a savepoint): write the
 /// allocation and its claims. An error from the database there means "try the next node".
 #[allow(async_fn_in_trait)]
@@ -609,44 +657,9 @@ pub async fn place_group(
         .map(|c| (c, NodeView::default()))
         .collect();
     if sku.shape == Shape::GpuSlice && !nodes.is_empty() {
-        let free = sqlx::query!(
-            r#"SELECT s.node_id AS "node_id: NodeId", s.id AS "id: SlotId", s.slot_index, s.numa_node
-               FROM node_resource_slots s
-               WHERE s.node_id = ANY($1) AND s.gpu_model = $2 AND s.retired_at IS NULL
-                 AND s.drift IS NULL AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
-                 AND NOT EXISTS (SELECT 1 FROM resource_claims c
-                                 WHERE c.node_id = s.node_id AND c.released_at IS NULL
-                                   AND (c.slot_id = s.id OR c.kind = 'baremetal'))"#,
-            &locked,
-            sku.gpu_model
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let partitions = sqlx::query!(
-            r#"SELECT node_id AS "node_id: NodeId", partition_id, slot_ids AS "slot_ids: Vec<uuid::Uuid>"
-               FROM node_fabric_partitions WHERE node_id = ANY($1)"#,
-            &locked
-        )
-        .fetch_all(&mut *conn)
-        .await?;
+        let mut views = node_views(&mut *conn, &locked, &sku.gpu_model).await?;
         for (c, view) in &mut nodes {
-            view.free = free
-                .iter()
-                .filter(|r| r.node_id == c.node_id)
-                .map(|r| FreeSlot {
-                    id: r.id,
-                    index: r.slot_index,
-                    numa: r.numa_node,
-                })
-                .collect();
-            view.partitions = partitions
-                .iter()
-                .filter(|r| r.node_id == c.node_id)
-                .map(|r| Partition {
-                    id: r.partition_id,
-                    slots: r.slot_ids.iter().copied().map(SlotId).collect(),
-                })
-                .collect();
+            *view = views.remove(&c.node_id).unwrap_or_default();
         }
     }
     let mut placed = Vec::new();
@@ -711,6 +724,257 @@ pub async fn place_group(
         .await?;
     }
     Ok(placed)
+}
+
+/// Where a cluster's members went: one [`Placement`] per member, in member order, with the
+/// leaf and spine of each, and the fabric they share.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterPlacement {
+    pub fabric: String,
+    pub within: cluster::Locality,
+    pub members: Vec<(Placement, cluster::Where)>,
+    /// "16 members on 2 leaf switches of spine s1 (fabric ib0)".
+    pub why: String,
+}
+
+/// How many times a cluster's placement reads the fleet again after a node it chose turned
+/// out to have changed (taken by a launch that committed between the read and the lock).
+const CLUSTER_ROUNDS: u32 = 4;
+
+/// Places every member of a cluster of `sku` within `regions` on the caller's transaction,
+/// or none: reads the room of every node of the SKU on an approved fabric place (no drift),
+/// lets [`cluster::choose`] decide, locks the chosen nodes in id order (waiting for a launch
+/// that holds one, as every path that locks several nodes locks them in that order), reads
+/// their free slots under the lock, and picks each member's slots. If a chosen node no longer
+/// has the room it was read with, that round is rolled back (its locks with it) and the fleet
+/// read again. Nothing is written: the caller writes the members, and the database still
+/// refuses a double booking and a partial cluster (`clusters_whole`).
+#[tracing::instrument(skip_all, fields(sku = %sku.name, members = want.members))]
+pub async fn place_cluster(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    regions: &[String],
+    want: cluster::Want,
+) -> Result<ClusterPlacement> {
+    let mut refusal = None;
+    for region in regions {
+        for round in 0..CLUSTER_ROUNDS {
+            let rooms = cluster_rooms(&mut *conn, sku, region).await?;
+            let pick = match cluster::choose(&rooms, want) {
+                Ok(pick) => pick,
+                Err(short) => {
+                    // The region that came closest is the one worth explaining.
+                    let room = |s: &cluster::Shortfall| s.best.iter().map(|b| b.1).max();
+                    if refusal
+                        .as_ref()
+                        .is_none_or(|(kept, _)| room(&short) > room(kept))
+                    {
+                        refusal = Some((short, region.clone()));
+                    }
+                    break;
+                }
+            };
+            let mut sp = conn.begin().await?;
+            if let Some(placed) = lock_and_pick_slots(&mut sp, sku, region, &rooms, &pick).await? {
+                sp.commit().await?;
+                return Ok(placed);
+            }
+            sp.rollback().await?;
+            tokio::time::sleep(backoff(round)).await;
+        }
+    }
+    let Some((short, region)) = refusal else {
+        return Err(Error::SkuUnavailable(format!(
+            "the nodes chosen for this cluster of {} kept changing while it was placed; try again",
+            want.members
+        )));
+    };
+    let held = held_back(&mut *conn, sku, &region, short.closest()).await?;
+    Err(Error::SkuUnavailable(format!("{short} in {region}{held}")))
+}
+
+/// Every node of `region` selling `sku` on an approved fabric place, with how many members of
+/// `sku` it can take now.
+async fn cluster_rooms(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    region: &str,
+) -> Result<Vec<cluster::Room>> {
+    let per = sku.per_gpu();
+    let baremetal = sku.shape == Shape::Baremetal;
+    let rows = sqlx::query!(
+        r#"SELECT b.node_id AS "node_id: NodeId", n.hostname, p.fabric, p.spine_group, p.leaf,
+                  CASE WHEN $7 THEN 1 ELSE b.free_blocks END AS "members!"
+           FROM node_free_blocks b
+           JOIN nodes n ON n.id = b.node_id
+           JOIN node_fabric_places p ON p.node_id = b.node_id AND p.drift_seen_at IS NULL
+           WHERE b.gpu_model = $1 AND n.region = $6 AND n.family = ANY($8)
+             AND CASE WHEN $7
+                      THEN b.block_size = 1 AND b.whole_node_free AND b.live_slots >= $2
+                           AND node_sells(n, 'baremetal')
+                      ELSE b.block_size = $2 AND b.free_blocks > 0 AND b.min_vcpus >= $3
+                           AND b.min_memory_mib >= $4 AND b.min_nvme_bytes >= $5
+                           AND node_sells(n, 'gpu_slice') END"#,
+        sku.gpu_model,
+        sku.gpu_count,
+        per.vcpus,
+        per.memory_mib,
+        per.nvme_bytes,
+        region,
+        baremetal,
+        &sku.families,
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| cluster::Room {
+            node: r.node_id,
+            hostname: r.hostname,
+            fabric: r.fabric,
+            spine: r.spine_group,
+            leaf: r.leaf,
+            members: u32::try_from(r.members).unwrap_or(0),
+        })
+        .collect())
+}
+
+/// Locks the nodes `pick` chose and picks each member's slots on them; `None` when one of
+/// them no longer has the room it was read with.
+async fn lock_and_pick_slots(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    region: &str,
+    rooms: &[cluster::Room],
+    pick: &cluster::Pick,
+) -> Result<Option<ClusterPlacement>> {
+    let mut ids: Vec<uuid::Uuid> = pick.nodes.iter().map(|(i, _)| rooms[*i].node.0).collect();
+    ids.sort_unstable();
+    sqlx::query!(
+        "SELECT id FROM nodes WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE",
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let still = cluster_rooms(&mut *conn, sku, region).await?;
+    let mut views = match sku.shape {
+        Shape::GpuSlice => node_views(&mut *conn, &ids, &sku.gpu_model).await?,
+        Shape::Baremetal => Default::default(),
+    };
+    let per = usize::try_from(sku.gpu_count).unwrap_or(1);
+    let mut members = Vec::new();
+    for (i, count) in &pick.nodes {
+        let room = &rooms[*i];
+        if !still
+            .iter()
+            .any(|r| r.node == room.node && r.members >= *count)
+        {
+            return Ok(None);
+        }
+        let at = cluster::Where {
+            fabric: room.fabric.clone(),
+            spine: Some(room.spine.clone()),
+            leaf: Some(room.leaf.clone()),
+        };
+        let base = |slots: Vec<SlotId>, slot_indexes: Vec<i32>, why: String| Placement {
+            node_id: room.node,
+            hostname: room.hostname.clone(),
+            region: region.to_string(),
+            slots,
+            slot_indexes,
+            why,
+        };
+        for _ in 0..*count {
+            let placement = match sku.shape {
+                Shape::Baremetal => base(
+                    vec![],
+                    vec![],
+                    format!("the whole node {} on {at}: {}", room.hostname, pick.why),
+                ),
+                Shape::GpuSlice => {
+                    let Some(view) = views.get_mut(&room.node) else {
+                        return Ok(None);
+                    };
+                    let Some(choice) = view.choose(per) else {
+                        return Ok(None);
+                    };
+                    let indexes = choice.slots.iter().map(|id| view.index_of(*id)).collect();
+                    view.take(&choice.slots);
+                    base(
+                        choice.slots,
+                        indexes,
+                        format!("{} on {} ({at}): {}", choice.why, room.hostname, pick.why),
+                    )
+                }
+            };
+            members.push((placement, at.clone()));
+        }
+    }
+    let slots: Vec<uuid::Uuid> = members
+        .iter()
+        .flat_map(|(p, _)| p.slots.iter().map(|s| s.0))
+        .collect();
+    if !slots.is_empty() {
+        sqlx::query!(
+            "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
+            &slots
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    Ok(Some(ClusterPlacement {
+        fabric: rooms[pick.nodes[0].0].fabric.clone(),
+        within: pick.within,
+        members,
+        why: pick.why.clone(),
+    }))
+}
+
+/// What keeps nodes of `at` out of clusters now, as the end of a refusal: "; in spine s2,
+/// 3 nodes are draining, unhealthy or silent and 1 awaits approval of a fabric move".
+async fn held_back(
+    conn: &mut PgConnection,
+    sku: &Sku,
+    region: &str,
+    at: Option<&cluster::Where>,
+) -> Result<String> {
+    let Some(at) = at else {
+        return Ok(String::new());
+    };
+    let counts = sqlx::query!(
+        r#"SELECT count(*) FILTER (WHERE p.drift_seen_at IS NOT NULL) AS "drift!",
+                  count(*) FILTER (WHERE p.drift_seen_at IS NULL AND NOT node_sells(n, $5))
+                      AS "not_selling!"
+           FROM node_fabric_places p JOIN nodes n ON n.id = p.node_id
+           WHERE p.fabric = $1 AND ($2::text IS NULL OR p.spine_group = $2)
+             AND ($3::text IS NULL OR p.leaf = $3) AND n.region = $4"#,
+        at.fabric,
+        at.spine,
+        at.leaf,
+        region,
+        sku.shape.as_str(),
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let mut parts = Vec::new();
+    if counts.not_selling > 0 {
+        parts.push(format!(
+            "{} node(s) are draining, unhealthy, silent or not selling {}",
+            counts.not_selling,
+            sku.shape.as_str()
+        ));
+    }
+    if counts.drift > 0 {
+        parts.push(format!(
+            "{} node(s) await an operator's approval of a fabric move",
+            counts.drift
+        ));
+    }
+    Ok(if parts.is_empty() {
+        String::new()
+    } else {
+        format!("; in {at}, {}", parts.join(" and "))
+    })
 }
 
 /// 1, 2, 4, 8, 16, then 20 ms, with up to half of it again as jitter so that launches that

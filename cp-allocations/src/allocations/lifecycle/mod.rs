@@ -4,6 +4,7 @@
 //! with the claims released and the slots either cleaned (proof) or `blocked` for an operator,
 //! never leaked.
 
+pub(crate) mod cluster;
 mod detail;
 mod plan;
 mod results;
@@ -400,6 +401,7 @@ impl LifecycleApi for ControlPlane {
             .execute(&mut *tx)
             .await?;
             end_blocked(&mut tx, a.id, &failure, "lost").await?;
+            cluster::member_failed(&mut tx, a.id, &failure).await?;
             audit::record(
                 &mut tx,
                 AuditEntry {

@@ -334,6 +334,7 @@ async fn provision_failed(
     if state == "provisioning" {
         begin_release(&mut *conn, id, Some(&format!("provision failed: {error}"))).await?;
         queue_later(&mut *conn, "allocation.release", id).await?;
+        super::cluster::member_failed(&mut *conn, id, error).await?;
     }
     Ok(("failed", Some(error.to_owned())))
 }
