@@ -15,6 +15,7 @@ use portal_types::account::SshKey;
 use portal_types::allocations::{AllocationDetail, AllocationSummary, tags_label};
 use portal_types::billing::Overview;
 use portal_types::catalog::Offer;
+use portal_types::clusters::Cluster;
 use portal_types::marketplace::Image;
 use portal_types::volumes::{Snapshot, Volume};
 use reqwest::{Method, StatusCode};
@@ -121,6 +122,12 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<KeysAction>,
     },
+    /// Clusters: instances of one SKU placed together on one leaf switch, spine group or
+    /// fabric, launched and released as one.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+    },
     /// Volumes: a project's block storage, kept when instances go.
     Volume {
         #[command(subcommand)]
@@ -165,6 +172,65 @@ pub enum KeysAction {
     },
     /// Deletes a saved key.
     Rm { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterAction {
+    /// Launches every member within the locality, or none; with `--wait`, follows them until
+    /// all run and prints how to reach each.
+    Launch(Box<ClusterLaunchArgs>),
+    /// Lists the clusters (every project the token reaches, or one).
+    Ls {
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// One cluster: its members, their leaf and spine, state and SSH command.
+    Show { id: String },
+    /// Prints the members' place in the fabric as a Slurm topology.conf.
+    Topology { id: String },
+    /// Releases every member (idempotent).
+    Release { id: String },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ClusterLaunchArgs {
+    #[arg(long)]
+    pub sku: String,
+    /// How many members: 2 to 128.
+    #[arg(long)]
+    pub members: u32,
+    /// `leaf`, `spine` or `fabric`.
+    #[arg(long, default_value = "leaf")]
+    pub locality: String,
+    /// Within the locality or not at all (without it: the next wider one if it must).
+    #[arg(long)]
+    pub required: bool,
+    /// The image (a marketplace listing's slug), e.g. `ubuntu-24.04-cuda`.
+    #[arg(long)]
+    pub image: String,
+    /// Members are named NAME-1, NAME-2, …
+    #[arg(long)]
+    pub name: String,
+    /// The project's id; needed when the token reaches the whole organization.
+    #[arg(long)]
+    pub project: Option<String>,
+    #[arg(long)]
+    pub region: Option<String>,
+    /// A saved key's id (repeatable).
+    #[arg(long = "key-id")]
+    pub key_ids: Vec<String>,
+    /// A public key file to install on every member (repeatable).
+    #[arg(long = "ssh-key")]
+    pub ssh_keys: Vec<PathBuf>,
+    /// Makes a retry of this command launch once (default: a new random key).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// Follow the members until all run, then print how to reach each.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -357,13 +423,14 @@ struct Api {
 }
 
 impl Api {
-    async fn call(
+    /// One request; the answer's text as sent, or the problem a refusal answered.
+    async fn call_text(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
         headers: &[(&str, &str)],
-    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Value)> {
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, String)> {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.base))
@@ -397,6 +464,17 @@ impl Api {
             });
             return Err(Failure::Problem(status, Box::new(problem)));
         }
+        Ok((status, headers, text))
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, reqwest::header::HeaderMap, Value)> {
+        let (status, headers, text) = self.call_text(method, path, body, headers).await?;
         let value = if text.is_empty() {
             Value::Null
         } else {
@@ -570,6 +648,7 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         Command::Keys {
             action: Some(KeysAction::Rm { id }),
         } => remove_key(&api, &id).await?,
+        Command::Cluster { action } => return cluster(&api, action, json_out, out, err).await,
         Command::Volume { action } => volume(&api, action, json_out, out).await?,
         Command::Snapshot { action } => snapshot(&api, action, json_out, out).await?,
     }
@@ -913,6 +992,177 @@ async fn release(api: &Api, id: &str, json_out: bool, out: &mut dyn Write) -> Re
         let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
     }
     Ok(())
+}
+
+/// `gpuctl cluster …`: each action one call (a launch with `--wait` polls until every member
+/// runs); a cluster as its members' table, or the API's JSON with `-o json`.
+async fn cluster(
+    api: &Api,
+    action: ClusterAction,
+    json_out: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Done> {
+    let path = |id: &str, rest: &str| format!("/clusters/{}{rest}", encode(id));
+    let v = match action {
+        ClusterAction::Ls { project } => {
+            let q = project
+                .map(|p| format!("?project={}", encode(&p)))
+                .unwrap_or_default();
+            let v = api.get(&format!("/clusters{q}")).await?;
+            if json_out {
+                print_json(out, &v);
+            } else {
+                let clusters: Vec<Cluster> = parse(v["clusters"].clone())?;
+                let rows = clusters
+                    .iter()
+                    .map(|c| {
+                        vec![
+                            c.id.to_string(),
+                            c.name.clone(),
+                            c.state.clone(),
+                            format!("{} × {}", c.size, c.sku),
+                            c.region.clone(),
+                            format!("{} {}", c.placed_within, c.fabric),
+                        ]
+                    })
+                    .collect();
+                table(
+                    out,
+                    &["ID", "NAME", "STATE", "MEMBERS", "REGION", "WITHIN"],
+                    rows,
+                );
+            }
+            return Ok(Done::Exit(exit::OK));
+        }
+        ClusterAction::Topology { id } => {
+            let (_, _, text) = api
+                .call_text(Method::GET, &path(&id, "/topology?format=slurm"), None, &[])
+                .await?;
+            let _ = write!(out, "{text}");
+            return Ok(Done::Exit(exit::OK));
+        }
+        ClusterAction::Show { id } => api.get(&path(&id, "")).await?,
+        ClusterAction::Release { id } => {
+            api.call(Method::DELETE, &path(&id, ""), None, &[]).await?.2
+        }
+        ClusterAction::Launch(a) => return cluster_launch(api, *a, json_out, out, err).await,
+    };
+    if json_out {
+        print_json(out, &v);
+    } else {
+        cluster_table(out, &parse(v)?);
+    }
+    Ok(Done::Exit(exit::OK))
+}
+
+/// The cluster's line, then a row per member.
+fn cluster_table(out: &mut dyn Write, c: &Cluster) {
+    let _ = writeln!(
+        out,
+        "{} {}: {} × {} in {}, {} ({})",
+        c.id, c.name, c.size, c.sku, c.region, c.state, c.why
+    );
+    if let Some(f) = &c.failure {
+        let _ = writeln!(out, "failed: {f}");
+    }
+    let rows = c
+        .members
+        .iter()
+        .map(|m| {
+            vec![
+                m.index.to_string(),
+                m.name.clone(),
+                m.state.clone(),
+                m.spine.clone(),
+                m.leaf.clone(),
+                m.ssh.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &["#", "MEMBER", "STATE", "SPINE", "LEAF", "CONNECT"],
+        rows,
+    );
+}
+
+async fn cluster_launch(
+    api: &Api,
+    a: ClusterLaunchArgs,
+    json_out: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Done> {
+    let keys = a
+        .ssh_keys
+        .iter()
+        .map(|f| read_key(f))
+        .collect::<Result<Vec<_>>>()?;
+    let body = json!({
+        "project": a.project, "sku": a.sku, "members": a.members, "locality": a.locality,
+        "locality_required": a.required, "image": a.image, "name": a.name, "region": a.region,
+        "ssh_key_ids": a.key_ids, "ssh_public_keys": keys,
+    });
+    let key = a
+        .idempotency_key
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let (_, _, launched) = api
+        .call(
+            Method::POST,
+            "/clusters",
+            Some(&body),
+            &[("idempotency-key", &key)],
+        )
+        .await?;
+    let mut c: Cluster = parse(launched.clone())?;
+    if a.wait {
+        let _ = writeln!(
+            err,
+            "Launched {} ({}): {}; waiting for every member to run…",
+            c.name, c.id, c.why
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(a.timeout);
+        let mut last = String::new();
+        while c.state != "running" {
+            if matches!(c.state.as_str(), "releasing" | "released" | "failed") {
+                cluster_table(out, &c);
+                return Err(other(
+                    exit::INSTANCE_FAILED,
+                    format!(
+                        "{} is {}: {}",
+                        c.name,
+                        c.state,
+                        c.failure.as_deref().unwrap_or("released")
+                    ),
+                ));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(other(
+                    exit::TIMED_OUT,
+                    format!(
+                        "{} is still {} after {} s; `gpuctl cluster show {}` follows it",
+                        c.name, c.state, a.timeout, c.id
+                    ),
+                ));
+            }
+            let running = c.members.iter().filter(|m| m.state == "running").count();
+            let now = format!("{running} of {} members running", c.size);
+            if now != last {
+                let _ = writeln!(err, "{now}");
+                last = now;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            c = parse(api.get(&format!("/clusters/{}", c.id)).await?)?;
+        }
+    }
+    if json_out {
+        print_json(out, &serde_json::to_value(&c).unwrap_or(launched));
+    } else {
+        cluster_table(out, &c);
+    }
+    Ok(Done::Exit(exit::OK))
 }
 
 /// `gpuctl volume …`: each action one call; a volume or the list as a table, or as the API's

@@ -89,6 +89,22 @@ impl Caller {
         self.within_reach(who)
     }
 
+    /// The caller's proof of role `R` in the project of cluster `cluster`, within the token's
+    /// reach; "not found" otherwise.
+    pub async fn cluster<R: ProjectRequirement>(
+        &self,
+        cp: &ControlPlane,
+        cluster: portal_types::ClusterId,
+        id: &RequestId,
+    ) -> Result<Project<R>, ApiError> {
+        use control_plane::allocations::clusters::ClustersApi;
+        let who = cp
+            .cluster_access::<R>(&self.0.principal, cluster)
+            .await
+            .map_err(|e| id.refused(e))?;
+        self.within_reach(who)
+    }
+
     /// The caller's proof of role `R` in the project of snapshot `snapshot`, within the token's
     /// reach; "not found" otherwise.
     pub async fn snapshot<R: ProjectRequirement>(

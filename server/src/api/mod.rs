@@ -4,6 +4,7 @@
 //! read and bound the request, call the control plane, return its read model.
 
 pub mod auth;
+pub mod clusters;
 pub mod images;
 pub mod instances;
 pub mod offers;
@@ -41,6 +42,11 @@ use problem::{ApiError, Problem};
         instances::list,
         instances::get,
         instances::release,
+        clusters::launch,
+        clusters::list,
+        clusters::get,
+        clusters::topology,
+        clusters::release,
         volumes::create,
         volumes::list,
         volumes::get,
@@ -67,6 +73,7 @@ use problem::{ApiError, Problem};
     tags(
         (name = "catalog", description = "What is for sale, where, and what could launch now; the images a project may launch."),
         (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
+        (name = "clusters", description = "Instances of one SKU placed together within one leaf switch, spine group or fabric, launched and released as one."),
         (name = "volumes", description = "Block storage of a project, off the GPU hosts: it outlives an instance, and any instance of its region can attach it (one at a time)."),
         (name = "organization", description = "The token's organization: its projects, their members and audit trails, the audit log for admins, and for billing tokens this month's spend and the invoices."),
         (name = "ssh-keys", description = "The SSH public keys of the token's maker, the same the account page shows.")
@@ -107,6 +114,12 @@ pub fn routes() -> Router<ControlPlane> {
             "/instances/{id}",
             get(instances::get).delete(instances::release),
         )
+        .route("/clusters", get(clusters::list).post(clusters::launch))
+        .route(
+            "/clusters/{id}",
+            get(clusters::get).delete(clusters::release),
+        )
+        .route("/clusters/{id}/topology", get(clusters::topology))
         .route("/volumes", get(volumes::list).post(volumes::create))
         .route(
             "/volumes/{id}",

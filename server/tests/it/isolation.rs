@@ -77,6 +77,8 @@ const ALICE: &str = "0a0e0000-0000-4000-8002-000000000001";
 const VOLUME: &str = "0a0e0000-0000-4000-800f-000000000003";
 /// An available snapshot of another volume of Acme's Research.
 const SNAPSHOT: &str = "0a0e0000-0000-4000-800f-000000000004";
+/// A cluster of two members of Acme's Research.
+const CLUSTER: &str = "0a0e0000-0000-4000-800f-000000000006";
 /// Globex Labs, the demo's third-party publisher.
 const GLOBEX_PUBLISHER: &str = "0a0e0000-0000-4000-8003-000000000001";
 const SSH_KEY: &str =
@@ -1064,6 +1066,7 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT count(*) FROM audit_log),
             (SELECT string_agg(id::text || admin_state || hostname, ',' ORDER BY id) FROM nodes),
             (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
+            (SELECT string_agg(id::text || coalesce(release_requested_at::text, ''), ',' ORDER BY id) FROM clusters),
             (SELECT string_agg(id::text || state || size_gib || coalesce(attached_to::text, ''), ',' ORDER BY id) FROM volumes),
             (SELECT count(*) FROM volume_jobs),
             (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM volume_snapshots),
@@ -1290,6 +1293,40 @@ fn api_matrix(w: &World) -> Vec<ApiEntry> {
             research(Need::Operate),
             true,
         ),
+        api("GET", "/api/v1/clusters", token_holder(), false),
+        api(
+            "GET",
+            format!("/api/v1/clusters?project={project}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/clusters/{CLUSTER}"),
+            research(Need::See),
+            false,
+        ),
+        api(
+            "GET",
+            format!("/api/v1/clusters/{CLUSTER}/topology?format=slurm"),
+            research(Need::See),
+            false,
+        ),
+        ApiEntry {
+            body: Some(serde_json::json!({
+                "project": project.to_string(), "sku": "h100.8x", "members": 2, "locality": "leaf",
+                "image": "ubuntu-24.04-cuda", "name": "matrix-cluster", "ssh_public_keys": [SSH_KEY],
+            })),
+            // No fabric has room for it in the matrix's world: a refusal on the merits.
+            allowed_also: &[409],
+            ..api("POST", "/api/v1/clusters", research(Need::Operate), true)
+        },
+        api(
+            "DELETE",
+            format!("/api/v1/clusters/{CLUSTER}"),
+            research(Need::Operate),
+            true,
+        ),
         api("GET", "/api/v1/volumes", token_holder(), false),
         api(
             "GET",
@@ -1441,6 +1478,7 @@ async fn every_api_operation_is_in_the_matrix() {
                 .replace(ALLOCATION, "{id}")
                 .replace(VOLUME, "{id}")
                 .replace(SNAPSHOT, "{id}")
+                .replace(CLUSTER, "{id}")
                 .replace(&research, "{id}");
             format!("{} {path}", e.method)
         })

@@ -83,3 +83,30 @@ SELECT '0a0e0000-0000-4000-800f-000000000004', v.id, v.tenant_id, v.project_id, 
        'matrix-snap', 10, 100000, 'USD', 'matrix-snapshot', 'f', v.created_by
 FROM volumes v WHERE v.id = '0a0e0000-0000-4000-800f-000000000005';
 UPDATE volume_snapshots SET state = 'available' WHERE id = '0a0e0000-0000-4000-800f-000000000004';
+
+-- A cluster of Acme's Research: two members on the matrix node, which has a fabric place.
+-- One transaction: the database checks at commit that a cluster has all its members.
+BEGIN;
+INSERT INTO node_fabric_places (node_id, fabric, spine_group, leaf, source, approved_by)
+VALUES ('0a0e0000-0000-4000-800f-000000000001', 'ib0', 's1', 'l1', 'operator',
+        (SELECT id FROM users WHERE email = 'm-operator@platform.example'));
+INSERT INTO clusters (id, tenant_id, project_id, name, sku_id, region, size, locality,
+                      locality_required, fabric, placed_within, placement_why, idempotency_key,
+                      request_fingerprint, requested_by)
+SELECT '0a0e0000-0000-4000-800f-000000000006', p.tenant_id, p.id, 'matrix-ring', s.id, 'eu-west-1',
+       2, 'leaf', true, 'ib0', 'leaf', '2 members on 1 leaf switch', 'matrix-cluster', 'f',
+       (SELECT id FROM users WHERE email = 'alice@acme.example')
+FROM projects p, skus s WHERE p.slug = 'research' AND s.name = 'h100.1x';
+INSERT INTO allocations (id, tenant_id, project_id, name, sku_id, shape, gpu_count, region, node_id,
+                         listing_version_id, ssh_public_key, price_per_hour_minor, currency,
+                         idempotency_key, request_fingerprint, requested_by, placement, state,
+                         requested_at, cluster_id, cluster_index)
+SELECT gen_random_uuid(), p.tenant_id, p.id, 'matrix-ring-' || i, s.id, 'gpu_slice', 1,
+       'eu-west-1', '0a0e0000-0000-4000-800f-000000000001', v.id, 'k', 299, 'USD',
+       'matrix-cluster-' || i, 'f', (SELECT id FROM users WHERE email = 'alice@acme.example'), '{}',
+       'placed', now(), '0a0e0000-0000-4000-800f-000000000006', i
+FROM projects p, skus s, listing_versions v, generate_series(1, 2) AS i
+WHERE p.slug = 'research' AND s.name = 'h100.1x'
+  AND v.listing_id = (SELECT id FROM listings WHERE slug = 'ubuntu-24.04-cuda')
+  AND v.state = 'published';
+COMMIT;

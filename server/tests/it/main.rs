@@ -5,6 +5,7 @@
 mod api;
 mod bad_input;
 mod cli;
+mod clusters;
 mod http;
 mod isolation;
 mod stripe;
