@@ -415,6 +415,7 @@ fn FleetBody(
                 }.into_any()
             }}
         </section>
+        <crate::fabric::FabricSection can_operate />
         <HealthPolicy policy=health_policy can_operate save=save_policy />
         {can_operate.then(|| view! { <EnrolForm enrol /> })}
     }

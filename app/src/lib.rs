@@ -15,10 +15,12 @@ pub mod audit;
 pub mod auth;
 pub mod billing;
 pub mod catalog;
+pub mod clusters;
 pub mod components;
 #[cfg(feature = "ssr")]
 pub mod csp;
 pub mod error;
+pub mod fabric;
 pub mod fleet;
 pub mod marketplace;
 pub mod ops;
@@ -132,6 +134,7 @@ pub fn App() -> impl IntoView {
                     <Route path=StaticSegment("allocations") view=allocations::AllocationsPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("volumes") view=volumes::VolumesPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("allocations"), ParamSegment("id")) view=allocations::AllocationPage ssr=SsrMode::Async />
+                    <Route path=(StaticSegment("clusters"), ParamSegment("id")) view=clusters::ClusterPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("projects") view=projects::ProjectsPage ssr=SsrMode::Async />
                     <Route path=(StaticSegment("projects"), ParamSegment("id")) view=projects::ProjectPage ssr=SsrMode::Async />
                     <Route path=StaticSegment("billing") view=billing::BillingPage ssr=SsrMode::Async />

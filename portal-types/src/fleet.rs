@@ -325,3 +325,54 @@ mod tests {
         assert_eq!(t.finished_phases(), "create_vm ok in 120 ms");
     }
 }
+
+/// The fleet's approved fabric places as a tree, for the fleet page: fabric → spine group →
+/// leaf → nodes, with what each leaf has free now, and the nodes whose last import saw them
+/// elsewhere.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricTree {
+    pub fabrics: Vec<FabricBranch>,
+    pub drifting: Vec<FabricDriftRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricBranch {
+    pub name: String,
+    pub spines: Vec<SpineBranch>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpineBranch {
+    pub name: String,
+    pub leaves: Vec<LeafBranch>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeafBranch {
+    pub name: String,
+    /// Free GPUs on the leaf's nodes that sell now.
+    pub free_gpus: i64,
+    pub gpus: i64,
+    pub nodes: Vec<FabricNodeRow>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricNodeRow {
+    pub id: NodeId,
+    pub hostname: String,
+    pub free_gpus: i64,
+    pub gpus: i64,
+    /// False while draining, unhealthy, silent or unapproved: not counted as free.
+    pub selling: bool,
+    /// Out of clusters until an operator approves the place an import saw.
+    pub drifting: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricDriftRow {
+    pub id: NodeId,
+    pub hostname: String,
+    /// `fabric/spine group/leaf`.
+    pub approved: String,
+    pub seen: String,
+}

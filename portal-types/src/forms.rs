@@ -94,6 +94,15 @@ pub struct LaunchInput {
     /// Available volumes of the project to attach.
     #[serde(default)]
     pub volume_ids: Vec<IdArg<crate::ids::VolumeId>>,
+    /// How many nodes: empty or 1 for one instance, more for a cluster of them.
+    #[serde(default)]
+    pub nodes: String,
+    /// A cluster's locality: `leaf`, `spine` or `fabric`.
+    #[serde(default)]
+    pub locality: String,
+    /// Present (a ticked box): the locality or nothing.
+    #[serde(default)]
+    pub locality_required: Option<String>,
 }
 
 /// What a tenant admin types for the organization's identity provider.

@@ -443,6 +443,43 @@ pub async fn launch_allocation(
             .collect::<Result<Vec<_>, _>>()?,
     };
     let request_id = crate::error::request_id();
+    let nodes = match launch.nodes.trim() {
+        "" => 1,
+        n => n.parse::<u32>().map_err(|_| AppError::Invalid {
+            field: "nodes".into(),
+            reason: format!(
+                "{:?} is not a number of nodes.",
+                n.chars().take(20).collect::<String>()
+            ),
+        })?,
+    };
+    if nodes > 1 {
+        use control_plane::allocations::clusters::ClusterOrder;
+        let order = ClusterOrder {
+            launch: order,
+            members: nodes,
+            // A form without JavaScript never showed the choice: the narrowest, preferred.
+            locality: Some(launch.locality)
+                .filter(|l| !l.trim().is_empty())
+                .unwrap_or_else(|| "leaf".into()),
+            locality_required: launch.locality_required.is_some(),
+        };
+        let launched = cp
+            .launch_cluster(&principal, &who, order, Some(&request_id))
+            .await
+            .map_err(|e| match e {
+                control_plane::Error::Invalid {
+                    field: "members",
+                    reason,
+                } => AppError::Invalid {
+                    field: "nodes".into(),
+                    reason,
+                },
+                e => e.into(),
+            })?;
+        leptos_axum::redirect(&format!("/clusters/{}", launched.id));
+        return Ok(());
+    }
     let launched = cp
         .launch_order(&principal, &who, order, Some(&request_id))
         .await?;
@@ -549,15 +586,21 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
             p.as_ref().and_then(|p| p.lifetime_policy.as_deref()),
         )
     };
+    let nodes = RwSignal::new(1u32);
     let estimate_lines = move || {
         chosen_sku().map(|s| {
             let left = budget().and_then(|b| b.budget_left_minor);
-            estimate(
-                s.price_minor + fee(),
+            let n = nodes.get().max(1);
+            let mut lines = estimate(
+                (s.price_minor + fee()) * i64::from(n),
                 &s.currency,
                 left,
                 lives().ok().flatten(),
-            )
+            );
+            if n > 1 {
+                lines.insert(0, format!("For {n} nodes, each billed as an instance:"));
+            }
+            lines
         })
     };
     let blocked = move || {
@@ -630,6 +673,7 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
                         {field_error(launch.value(), "published_ports", "launch-ports-error")}
                     </label>
                     <NameField launch=launch />
+                    <ClusterFields nodes launch=launch />
                     <KeysFieldset keys=f.ssh_keys.clone() launch=launch />
                     <VolumesFieldset volumes=f.volumes.clone() project=project launch=launch />
                 </div>
@@ -650,6 +694,33 @@ fn LaunchBody(f: LaunchForm, launch: ServerAction<LaunchAllocation>) -> impl Int
         </section>
     }
     .into_any()
+}
+
+/// How many nodes, and for more than one (a cluster) how close they must be.
+#[component]
+fn ClusterFields(nodes: RwSignal<u32>, launch: ServerAction<LaunchAllocation>) -> impl IntoView {
+    view! {
+        <label>"Nodes"
+            <input type="number" name="nodes" id="launch-nodes" min="1" max="128" value="1" inputmode="numeric"
+                aria-describedby="launch-nodes-hint launch-nodes-error" aria-invalid=field_invalid(launch.value(), "nodes")
+                on:input=move |ev| nodes.set(event_target_value(&ev).trim().parse().unwrap_or(1)) />
+            <span class="hint" id="launch-nodes-hint">"1 launches one instance. 2 to 128 launch a cluster: every node placed together on one InfiniBand fabric, or none; members are named NAME-1, NAME-2, …"</span>
+            {field_error(launch.value(), "nodes", "launch-nodes-error")}
+        </label>
+        <fieldset id="launch-locality" hidden=move || nodes.get() <= 1>
+            <legend>"Keep the nodes"</legend>
+            <label>"Within"
+                <select name="locality" aria-describedby="launch-locality-error" aria-invalid=field_invalid(launch.value(), "locality")>
+                    <option value="leaf" selected>"one leaf switch (fastest)"</option>
+                    <option value="spine">"one spine group"</option>
+                    <option value="fabric">"one fabric"</option>
+                </select>
+            </label>
+            <label class="check"><input type="checkbox" name="locality_required" value="on" />
+                " Only there: refuse rather than spread wider"</label>
+            {field_error(launch.value(), "locality", "launch-locality-error")}
+        </fieldset>
+    }
 }
 
 /// The instance's name, its rule checked as it is typed (the server checks it again).

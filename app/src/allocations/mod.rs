@@ -223,6 +223,7 @@ pub fn AllocationsPage() -> impl IntoView {
     view! {
         <Title text="Instances" />
         <h1>"Instances"</h1>
+        <crate::clusters::ClustersSection />
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match list.await {

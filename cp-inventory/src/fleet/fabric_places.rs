@@ -13,7 +13,10 @@ use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
 use cp_base::error::{Error, Result};
 use cp_base::ids::{NodeId, UserId};
-use cp_identity::auth::{Platform, PlatformOperators};
+use cp_identity::auth::{Platform, PlatformOperators, PlatformStaff};
+pub use portal_types::fleet::{
+    FabricBranch, FabricDriftRow, FabricNodeRow, FabricTree, LeafBranch, SpineBranch,
+};
 
 /// Which tool's output an import is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +92,9 @@ pub trait FabricApi {
         node: NodeId,
         request_id: Option<&str>,
     ) -> Result<()>;
+
+    /// Every placed node as a tree, with the free GPUs of each leaf, and the drifting nodes.
+    async fn fabric_tree(&self, who: &Platform<PlatformStaff>) -> Result<FabricTree>;
 }
 
 /// A fleet node named by the topology, with its approved place if it has one.
@@ -217,6 +223,93 @@ impl FabricApi for ControlPlane {
         tx.commit().await?;
         Ok(())
     }
+
+    async fn fabric_tree(&self, _who: &Platform<PlatformStaff>) -> Result<FabricTree> {
+        let rows = sqlx::query!(
+            r#"SELECT n.id AS "id: NodeId", n.hostname, p.fabric, p.spine_group, p.leaf,
+                      p.drift_fabric || '/' || p.drift_spine_group || '/' || p.drift_leaf AS seen,
+                      (node_sells(n, 'gpu_slice') OR node_sells(n, 'baremetal')) AS "selling!",
+                      (SELECT count(*) FROM node_resource_slots s
+                        WHERE s.node_id = n.id AND s.retired_at IS NULL) AS "gpus!",
+                      (SELECT count(*) FROM node_resource_slots s
+                        WHERE s.node_id = n.id AND s.retired_at IS NULL AND s.drift IS NULL
+                          AND s.cleanup_state = 'clean' AND s.out_of_service_event IS NULL
+                          AND NOT EXISTS (SELECT 1 FROM resource_claims c
+                                          WHERE c.node_id = n.id AND c.released_at IS NULL
+                                            AND (c.slot_id = s.id OR c.kind = 'baremetal')))
+                          AS "free!"
+               FROM node_fabric_places p JOIN nodes n ON n.id = p.node_id
+               ORDER BY p.fabric, p.spine_group, p.leaf, n.hostname"#
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut drifting = Vec::new();
+        let mut tree = Vec::with_capacity(rows.len());
+        for r in rows {
+            let drifts = r.seen.is_some();
+            if let Some(seen) = r.seen {
+                drifting.push(FabricDriftRow {
+                    id: r.id,
+                    hostname: r.hostname.clone(),
+                    approved: path(&r.fabric, &r.spine_group, &r.leaf),
+                    seen,
+                });
+            }
+            tree.push((
+                r.fabric,
+                r.spine_group,
+                r.leaf,
+                FabricNodeRow {
+                    id: r.id,
+                    hostname: r.hostname,
+                    free_gpus: r.free,
+                    gpus: r.gpus,
+                    selling: r.selling,
+                    drifting: drifts,
+                },
+            ));
+        }
+        Ok(FabricTree {
+            fabrics: fold_tree(tree),
+            drifting,
+        })
+    }
+}
+
+/// The rows of [`FabricApi::fabric_tree`], in tree order, folded into the tree.
+fn fold_tree(rows: Vec<(String, String, String, FabricNodeRow)>) -> Vec<FabricBranch> {
+    let mut fabrics: Vec<FabricBranch> = Vec::new();
+    for (fabric, spine, leaf, node) in rows {
+        if fabrics.last().is_none_or(|f| f.name != fabric) {
+            fabrics.push(FabricBranch {
+                name: fabric,
+                spines: Vec::new(),
+            });
+        }
+        let spines = &mut fabrics.last_mut().expect("pushed above").spines;
+        if spines.last().is_none_or(|s| s.name != spine) {
+            spines.push(SpineBranch {
+                name: spine,
+                leaves: Vec::new(),
+            });
+        }
+        let leaves = &mut spines.last_mut().expect("pushed above").leaves;
+        if leaves.last().is_none_or(|l| l.name != leaf) {
+            leaves.push(LeafBranch {
+                name: leaf,
+                free_gpus: 0,
+                gpus: 0,
+                nodes: Vec::new(),
+            });
+        }
+        let branch = leaves.last_mut().expect("pushed above");
+        branch.gpus += node.gpus;
+        if node.selling {
+            branch.free_gpus += node.free_gpus;
+        }
+        branch.nodes.push(node);
+    }
+    fabrics
 }
 
 /// The fleet's nodes among the topology's hosts, by lowercase hostname.

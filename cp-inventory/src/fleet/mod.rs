@@ -21,7 +21,7 @@ pub mod slot_map;
 pub mod validate;
 
 pub use enrolment::{EnrolmentApi, NewNode};
-pub use fabric_places::{FabricApi, FabricDrift, FabricImport, TopologyFormat};
+pub use fabric_places::{FabricApi, FabricDrift, FabricImport, FabricTree, TopologyFormat};
 pub use slot_map::{SlotMapApi, SlotMapDecision, differences, queue_discovery};
 
 use std::collections::BTreeMap;
