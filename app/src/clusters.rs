@@ -204,7 +204,7 @@ fn ClusterBody(v: ClusterView, release: ServerAction<ReleaseCluster>) -> impl In
         <section class="card" aria-labelledby="cluster-topology">
             <h2 id="cluster-topology">"Topology for Slurm"</h2>
             <p class="hint">"A topology.conf for the tree plugin, with the members' names: give it to your own Slurm so jobs are placed on as few switches as they can."</p>
-            <pre data-testid="topology">{topology}</pre>
+            <pre class="wide" data-testid="topology">{topology}</pre>
         </section>
         {releasable.then(|| view! {
             <section class="card" aria-labelledby="cluster-release">

@@ -134,7 +134,7 @@ fn Tree(
                 <thead><tr><th>"Node"</th><th>"Approved place"</th><th>"Seen at"</th><th></th></tr></thead>
                 <tbody>
                     {tree.drifting.into_iter().map(|d| { let label = format!("Approve the new place of {}", d.hostname); let id = d.id.to_string(); view! {
-                        <tr data-node=d.hostname.clone()>
+                        <tr data-drift-node=d.hostname.clone()>
                             <td><a href=format!("/fleet/{}", d.id)>{d.hostname.clone()}</a></td>
                             <td>{d.approved}</td>
                             <td>{d.seen}</td>
@@ -185,7 +185,7 @@ fn Leaf(leaf: LeafBranch) -> impl IntoView {
                 </summary>
                 <ul class="fabric-nodes">
                     {leaf.nodes.into_iter().map(|n| view! {
-                        <li data-node=n.hostname.clone()>
+                        <li data-fabric-node=n.hostname.clone()>
                             <a href=format!("/fleet/{}", n.id)>{n.hostname.clone()}</a>
                             {format!(" · {} of {} GPUs free", n.free_gpus, n.gpus)}
                             {(!n.selling).then(|| " · not selling now")}

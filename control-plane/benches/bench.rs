@@ -1,10 +1,12 @@
 //! The benchmarks, in one binary so that they compile and link once:
-//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement [flags]`, each described in its module. `cargo xtask bench
+//! `bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement|clusters [flags]`, each described in its module. `cargo xtask bench
 //! <name> [flags]` runs one against a private cluster with durable commits; `cargo xtask test`
 //! runs each at smoke size.
 
 #[path = "bench/chaos.rs"]
 mod chaos;
+#[path = "bench/clusters.rs"]
+mod clusters;
 #[path = "bench/common.rs"]
 mod common;
 #[path = "bench/dispatch.rs"]
@@ -31,9 +33,10 @@ fn main() {
         Some("chaos-audit") => chaos::audit(),
         Some("volumes") => volumes::main(),
         Some("peer-placement") => peer_placement::main(),
+        Some("clusters") => clusters::main(),
         other => {
             eprintln!(
-                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement [flags] (got {other:?})"
+                "usage: bench placement|dispatch|ledger|pages-seed|chaos-load|chaos-audit|volumes|peer-placement|clusters [flags] (got {other:?})"
             );
             std::process::exit(2);
         }

@@ -37,6 +37,11 @@ pub fn run(args: &[String]) -> Result {
             &args[1..],
         ),
         Some("volumes") => bench("volumes", &["--nodes", "--instances", "--rate"], &args[1..]),
+        Some("clusters") => bench(
+            "clusters",
+            &["--clients", "--nodes", "--members", "--clusters"],
+            &args[1..],
+        ),
         Some("pages") => pages(&args[1..]),
         Some("peers") => crate::peers::run_peers(&args[1..]),
         _ => Err(USAGE.into()),
@@ -276,6 +281,19 @@ const SMOKE: &[(&str, &[&str])] = &[
     (
         "volumes",
         &["--nodes", "2", "--instances", "4", "--rate", "20"],
+    ),
+    (
+        "clusters",
+        &[
+            "--clients",
+            "2",
+            "--nodes",
+            "200",
+            "--members",
+            "4",
+            "--clusters",
+            "12",
+        ],
     ),
 ];
 

@@ -35,6 +35,9 @@ usage: cargo xtask <command>
                  launch → agent acknowledgement and release → claimable latency
   bench ledger [--tenants N] [--runs N] [--hours N] [--batch N] [--step H]
                  usage rows rated per second, and a month's invoices for N tenants
+  bench clusters [--clients N] [--nodes N] [--members N] [--clusters N]
+                 clusters of N 8-GPU slices placed on the fleet's fabric (leaves of 18
+                 nodes), all or nothing: rate, latency and the locality audit
   bench pages [--clients N] [--seconds S]
                  the release server: N signed-in sessions (default 64) loading pages, the
                  hydration bundle's size, and the launch page's time to interactive

@@ -704,7 +704,7 @@ fn ClusterFields(nodes: RwSignal<u32>, launch: ServerAction<LaunchAllocation>) -
             <input type="number" name="nodes" id="launch-nodes" min="1" max="128" value="1" inputmode="numeric"
                 aria-describedby="launch-nodes-hint launch-nodes-error" aria-invalid=field_invalid(launch.value(), "nodes")
                 on:input=move |ev| nodes.set(event_target_value(&ev).trim().parse().unwrap_or(1)) />
-            <span class="hint" id="launch-nodes-hint">"1 launches one instance. 2 to 128 launch a cluster: every node placed together on one InfiniBand fabric, or none; members are named NAME-1, NAME-2, …"</span>
+            <span class="hint" id="launch-nodes-hint">"1 launches one instance. 2 to 128 launch a cluster: every node placed together on one InfiniBand fabric, or none. Members are numbered: train-1, train-2, …"</span>
             {field_error(launch.value(), "nodes", "launch-nodes-error")}
         </label>
         <fieldset id="launch-locality" hidden=move || nodes.get() <= 1>

@@ -236,7 +236,7 @@ async fn build_nodes(pool: &sqlx::PgPool, lo: i64, hi: i64) -> Result<(), sqlx::
 
 /// Claims free slots in bulk (one allocation per node): `fraction` of the free ones, or of
 /// the nodes' first `first_k` slots.
-async fn occupy(pool: &sqlx::PgPool, condition: &str) -> Result<u64, sqlx::Error> {
+pub async fn occupy(pool: &sqlx::PgPool, condition: &str) -> Result<u64, sqlx::Error> {
     let sql = format!(
         "WITH pick AS (
              SELECT s.node_id, s.id AS slot_id FROM node_resource_slots s JOIN nodes n ON n.id = s.node_id

@@ -271,10 +271,13 @@ fn best_group(rooms: &[Room], members: u32, within: Locality) -> Option<Pick> {
         within,
         leaves,
         spines,
-        why: format!(
-            "{members} members on {leaves} leaf switch{} of {group}",
-            if leaves == 1 { "" } else { "es" }
-        ),
+        why: match within {
+            Locality::Leaf => format!("{members} members on {group}"),
+            _ => format!(
+                "{members} members on {leaves} leaf switch{} of {group}",
+                if leaves == 1 { "" } else { "es" }
+            ),
+        },
     })
 }
 

@@ -9,6 +9,9 @@ from .b_tree_map import BTreeMap
 from .budget_status import BudgetStatus
 from .category import Category
 from .certificate import Certificate
+from .cluster import Cluster
+from .cluster_list import ClusterList
+from .cluster_member import ClusterMember
 from .field_change import FieldChange
 from .gpu_health_notice import GpuHealthNotice
 from .gpu_utilisation import GpuUtilisation
@@ -23,6 +26,8 @@ from .launched_tags import LaunchedTags
 from .member import Member
 from .member_list import MemberList
 from .money import Money
+from .new_cluster import NewCluster
+from .new_cluster_tags import NewClusterTags
 from .new_instance import NewInstance
 from .new_instance_tags import NewInstanceTags
 from .new_snapshot import NewSnapshot
@@ -64,6 +69,9 @@ __all__ = (
     "BudgetStatus",
     "Category",
     "Certificate",
+    "Cluster",
+    "ClusterList",
+    "ClusterMember",
     "FieldChange",
     "GpuHealthNotice",
     "GpuUtilisation",
@@ -78,6 +86,8 @@ __all__ = (
     "Member",
     "MemberList",
     "Money",
+    "NewCluster",
+    "NewClusterTags",
     "NewInstance",
     "NewInstanceTags",
     "NewSnapshot",
