@@ -188,8 +188,8 @@ fn Leaf(leaf: LeafBranch) -> impl IntoView {
                         <li data-fabric-node=n.hostname.clone()>
                             <a href=format!("/fleet/{}", n.id)>{n.hostname.clone()}</a>
                             {format!(" · {} of {} GPUs free", n.free_gpus, n.gpus)}
-                            {(!n.selling).then(|| " · not selling now")}
-                            {n.drifting.then(|| " · seen elsewhere: out of clusters")}
+                            {(!n.selling).then_some(" · not selling now")}
+                            {n.drifting.then_some(" · seen elsewhere: out of clusters")}
                         </li>
                     }).collect_view()}
                 </ul>

@@ -240,22 +240,28 @@ fn best_group(rooms: &[Room], members: u32, within: Locality) -> Option<Pick> {
         leaf.room = leaf.room.saturating_add(r.members);
         leaf.nodes.push(i);
     }
-    // (leaves used, room left over, group) for each group that holds them: the smallest wins.
-    let mut best: Option<(usize, u32, &Group, Vec<(&Leaf, u32)>)> = None;
+    // For each group that holds them, (leaves used, room left over): the smallest wins.
+    struct Candidate<'g> {
+        key: (usize, u32),
+        group: &'g Group<'g>,
+        used: Vec<(&'g Leaf, u32)>,
+    }
+    let mut best: Option<Candidate> = None;
     for (group, leaves) in &groups {
         let Some(used) = fewest_leaves(leaves.values().collect(), members) else {
             continue;
         };
         let total: u32 = leaves.values().map(|l| l.room).sum();
         let key = (used.len(), total - members);
-        if best
-            .as_ref()
-            .is_none_or(|(n, over, _, _)| key < (*n, *over))
-        {
-            best = Some((key.0, key.1, group, used));
+        if best.as_ref().is_none_or(|b| key < b.key) {
+            best = Some(Candidate { key, group, used });
         }
     }
-    let (leaves, _, group, used) = best?;
+    let Candidate {
+        key: (leaves, _),
+        group,
+        used,
+    } = best?;
     let spines = {
         let mut s: Vec<&str> = used.iter().map(|(l, _)| l.spine.as_str()).collect();
         s.sort_unstable();
@@ -286,7 +292,7 @@ fn best_group(rooms: &[Room], members: u32, within: Locality) -> Option<Pick> {
 /// (as few leaves either way, and the large leaves left whole). None if all of them together
 /// are too few.
 fn fewest_leaves(mut leaves: Vec<&Leaf>, members: u32) -> Option<Vec<(&Leaf, u32)>> {
-    leaves.sort_by(|a, b| b.room.cmp(&a.room));
+    leaves.sort_by_key(|l| std::cmp::Reverse(l.room));
     let mut used = Vec::new();
     let mut left = members;
     let mut rest = leaves.as_slice();
