@@ -42,6 +42,8 @@ use app::billing::{GetBilling, GetInvoice, GetPlatformBilling, GrantCredit, Issu
 use app::catalog::{
     DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState, SetStoragePrice,
 };
+use app::clusters::{GetCluster, ListClusters, ReleaseCluster};
+use app::fabric::{ApproveFabricDrift, GetFabricTree, ImportFabric};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
     ReissueNodeToken, RejectSlotMap, ReturnSlotToService, SetGpuHealthPolicy, SetNodeNetwork,
@@ -615,6 +617,28 @@ fn matrix(w: &World) -> Vec<Entry> {
         // Platform operators.
         // Reading the fleet: all platform staff; changing it: operators.
         entry(FleetOverview::PATH, platform(STAFF), false, &[]),
+        entry(GetFabricTree::PATH, platform(STAFF), false, &[]),
+        entry(
+            ImportFabric::PATH,
+            platform(OPERATORS),
+            true,
+            // The matrix's node is placed on ib0: seen elsewhere, it is kept as drift.
+            &[
+                ("fabric", "ib9"),
+                ("format", "slurm_topology"),
+                (
+                    "topology",
+                    "SwitchName=l9 Nodes=matrix-01\nSwitchName=s9 Switches=l9\n",
+                ),
+            ],
+        ),
+        entry(
+            ApproveFabricDrift::PATH,
+            platform(OPERATORS),
+            true,
+            &[("id", NODE)],
+        )
+        .allowed_also(&[409]), // the matrix's node may have no drift to approve
         entry(GetNode::PATH, platform(STAFF), false, &[("id", NODE)]),
         entry(
             EnrolNode::PATH,
@@ -754,6 +778,21 @@ fn matrix(w: &World) -> Vec<Entry> {
         // Volumes: every member lists their own organization's; Research's operators change
         // Research's.
         entry(ListVolumes::PATH, org_member(), false, &[]),
+        // Clusters: every member lists their own organization's; Research's viewers read
+        // Research's cluster, its operators release it.
+        entry(ListClusters::PATH, org_member(), false, &[]),
+        entry(
+            GetCluster::PATH,
+            research(Need::See),
+            false,
+            &[("id", CLUSTER)],
+        ),
+        entry(
+            ReleaseCluster::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", CLUSTER)],
+        ),
         entry(
             CreateVolume::PATH,
             research(Need::Operate),
@@ -1067,6 +1106,7 @@ async fn fingerprint(pool: &sqlx::PgPool) -> String {
             (SELECT string_agg(id::text || admin_state || hostname, ',' ORDER BY id) FROM nodes),
             (SELECT string_agg(id::text || state || desired_state, ',' ORDER BY id) FROM allocations),
             (SELECT string_agg(id::text || coalesce(release_requested_at::text, ''), ',' ORDER BY id) FROM clusters),
+            (SELECT string_agg(node_id::text || fabric || leaf || coalesce(drift_leaf, ''), ',' ORDER BY node_id) FROM node_fabric_places),
             (SELECT string_agg(id::text || state || size_gib || coalesce(attached_to::text, ''), ',' ORDER BY id) FROM volumes),
             (SELECT count(*) FROM volume_jobs),
             (SELECT string_agg(id::text || state, ',' ORDER BY id) FROM volume_snapshots),
