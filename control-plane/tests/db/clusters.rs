@@ -205,7 +205,7 @@ async fn the_order_is_checked_and_the_key_returns_the_first_cluster() {
     let long = launch(&cp, order(&"x".repeat(57), "h100.8x", 2, "leaf", true))
         .await
         .unwrap_err();
-    assert!(field(long).starts_with("name: use 1 to 56"));
+    assert!(field(long).starts_with("name: 57 characters: a cluster's name is at most 56"));
     let mut with_volume = order("x", "h100.8x", 2, "leaf", true);
     with_volume.launch.volumes = vec![control_plane::VolumeId(uuid::Uuid::new_v4())];
     assert!(field(launch(&cp, with_volume).await.unwrap_err()).starts_with("volumes:"));

@@ -392,22 +392,18 @@ fn check_want(order: &ClusterOrder) -> Result<Want> {
 
 /// A cluster's name: an allocation name short enough that `<name>-128` still is one.
 fn check_cluster_name(name: &str) -> Result<String> {
-    let name = name.trim().to_string();
-    let ok = (1..=56).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if ok {
-        Ok(name)
-    } else {
-        Err(invalid(
+    let name = decide::check_name(name)?;
+    if name.len() > 56 {
+        return Err(invalid(
             "name",
-            "use 1 to 56 lowercase letters, digits and '-', starting and ending with a letter \
-             or digit (members are named <name>-1, <name>-2, …)",
-        ))
+            format!(
+                "{} characters: a cluster's name is at most 56, so that its members' \
+                 (<name>-1 … <name>-128) are names too",
+                name.len()
+            ),
+        ));
     }
+    Ok(name)
 }
 
 fn member_name(cluster: &str, index: u32) -> String {

@@ -565,14 +565,7 @@ pub async fn place(
             let Some(placement) = plan_on(&mut *conn, sku, &candidate).await? else {
                 continue;
             };
-            if !placement.slots.is_empty() {
-                sqlx::query!(
-                    "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
-                    &placement.slots.iter().map(|s| s.0).collect::<Vec<_>>()
-                )
-                .fetch_all(&mut *conn)
-                .await?;
-            }
+            lock_slots(&mut *conn, std::slice::from_ref(&placement)).await?;
             let mut sp = conn.begin().await?;
             match reserve.reserve(&mut sp, &placement).await {
                 Ok(()) => {
@@ -711,18 +704,7 @@ pub async fn place_group(
         }
         break;
     }
-    let slots: Vec<uuid::Uuid> = placed
-        .iter()
-        .flat_map(|p| p.slots.iter().map(|s| s.0))
-        .collect();
-    if !slots.is_empty() {
-        sqlx::query!(
-            "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
-            &slots
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-    }
+    lock_slots(&mut *conn, &placed).await?;
     Ok(placed)
 }
 
@@ -910,18 +892,8 @@ async fn lock_and_pick_slots(
             members.push((placement, at.clone()));
         }
     }
-    let slots: Vec<uuid::Uuid> = members
-        .iter()
-        .flat_map(|(p, _)| p.slots.iter().map(|s| s.0))
-        .collect();
-    if !slots.is_empty() {
-        sqlx::query!(
-            "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
-            &slots
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-    }
+    let placements: Vec<Placement> = members.iter().map(|(p, _)| p.clone()).collect();
+    lock_slots(&mut *conn, &placements).await?;
     Ok(Some(ClusterPlacement {
         fabric: rooms[pick.nodes[0].0].fabric.clone(),
         within: pick.within,
@@ -975,6 +947,24 @@ async fn held_back(
     } else {
         format!("; in {at}, {}", parts.join(" and "))
     })
+}
+
+/// Locks the slots `placed` chose (one statement), so the claims the caller writes find them
+/// as they were read.
+async fn lock_slots(conn: &mut PgConnection, placed: &[Placement]) -> Result<()> {
+    let slots: Vec<uuid::Uuid> = placed
+        .iter()
+        .flat_map(|p| p.slots.iter().map(|s| s.0))
+        .collect();
+    if !slots.is_empty() {
+        sqlx::query!(
+            "SELECT id FROM node_resource_slots WHERE id = ANY($1) FOR NO KEY UPDATE",
+            &slots
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// 1, 2, 4, 8, 16, then 20 ms, with up to half of it again as jitter so that launches that
