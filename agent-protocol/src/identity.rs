@@ -27,6 +27,57 @@ pub fn slot_interface(slot_index: u32) -> String {
     format!("gslot{slot_index}")
 }
 
+/// Every project's private network: one L2 segment per project (a VXLAN across hosts), all
+/// with this range, as every VPC may use the same one. A member's address is
+/// [`private_address`] of its host number, unique within its project.
+pub const PRIVATE_NETWORK: &str = "10.128.0.0/16";
+
+/// The host numbers a project's members take on [`PRIVATE_NETWORK`] (`.0.10` to `.255.254`).
+pub const PRIVATE_HOSTS: std::ops::RangeInclusive<u16> = 10..=65534;
+
+/// `10.128.{host / 256}.{host % 256}`.
+pub fn private_address(host: u16) -> String {
+    format!("10.128.{}.{}", host >> 8, host & 0xff)
+}
+
+/// The host number of a private address, if it is one ([`PRIVATE_HOSTS`] in
+/// [`PRIVATE_NETWORK`]).
+pub fn private_host(address: &str) -> Option<u16> {
+    let rest = address.strip_prefix("10.128.")?;
+    let (hi, lo) = rest.split_once('.')?;
+    let host = hi.parse::<u8>().ok()? as u16 * 256 + lo.parse::<u8>().ok()? as u16;
+    (PRIVATE_HOSTS.contains(&host) && private_address(host) == address).then_some(host)
+}
+
+/// A private NIC's MAC: `52:56:0a:80:` + its host number, so unique within a project's
+/// segment like the address it follows from.
+pub fn private_mac(host: u16) -> String {
+    format!("52:56:0a:80:{:02x}:{:02x}", host >> 8, host & 0xff)
+}
+
+/// The host-side name of a slot's private NIC (the VM's second tap), a port of its project's
+/// [`overlay_bridge`].
+pub fn private_interface(slot_index: u32) -> String {
+    format!("gpriv{slot_index}")
+}
+
+/// The VXLAN network identifiers a project may have (24 bits; below 4096 left to the
+/// operator's own segments).
+pub const VNIS: std::ops::RangeInclusive<u32> = 4096..=16_777_215;
+
+/// The bridge a project's private NICs on one host join.
+pub fn overlay_bridge(vni: u32) -> String {
+    format!("gpb{vni}")
+}
+
+/// The VXLAN device that carries a project's segment to other hosts, a port of its bridge.
+pub fn overlay_vxlan(vni: u32) -> String {
+    format!("gpx{vni}")
+}
+
+/// The UDP port VXLAN travels on between hosts (IANA's).
+pub const VXLAN_PORT: u16 = 4789;
+
 /// How many public ports each slot owns on its host, from the host's port base: the first
 /// forwards to the guest's SSH port, the others to the ports the tenant publishes.
 pub const PORTS_PER_SLOT: u16 = 8;
@@ -107,6 +158,25 @@ mod tests {
         assert_eq!(public_port(22000, 1, 8), None, "past the slot's block");
         assert_eq!(public_port(65530, 1, 0), None, "past 65535");
         assert_eq!(slot_interface(3), "gslot3");
+    }
+
+    #[test]
+    fn a_private_address_and_its_mac_follow_from_the_host_number() {
+        assert_eq!(private_address(10), "10.128.0.10");
+        assert_eq!(private_address(258), "10.128.1.2");
+        assert_eq!(private_mac(258), "52:56:0a:80:01:02");
+        assert_eq!(private_host("10.128.1.2"), Some(258));
+        for bad in [
+            "10.128.0.9",
+            "10.128.255.255",
+            "10.129.0.10",
+            "10.128.01.2",
+            "10.128.1",
+        ] {
+            assert_eq!(private_host(bad), None, "{bad}");
+        }
+        assert_eq!(overlay_bridge(4096), "gpb4096");
+        assert!(overlay_vxlan(*VNIS.end()).len() <= 15, "an interface name");
     }
 
     const MAC_0: &str = "52:54:b5:e2:f5:90";

@@ -180,6 +180,11 @@ pub struct Heartbeat {
     /// agent sends none and is not reconciled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holding: Option<Holding>,
+    /// The host's VXLAN tunnel endpoint: its address on the network between hosts, where
+    /// other hosts send its guests' private traffic. Optional, without a version bump: a host
+    /// without one carries no private network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vtep: Option<String>,
 }
 
 /// The leases and VMs on a host, as its agent reads them at a heartbeat.
@@ -261,6 +266,10 @@ pub struct ReconcileResponse {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeartbeatAck {
     pub heartbeat_interval_s: u32,
+    /// The private networks of this host's guests, with every member (when the heartbeat
+    /// named a tunnel endpoint). Optional: an older server sends none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlay: Option<Overlay>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -482,7 +491,49 @@ pub struct NetworkPlan {
     /// project that allows east-west traffic); `None`: this guest reaches no other guest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub east_west_group: Option<String>,
+    /// The guest's NIC on its project's private network across hosts, when its project allows
+    /// east-west traffic. Optional, without a version bump: an older agent gives the guest
+    /// none, and the guest keeps its slot network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private: Option<PrivateNic>,
 }
+
+/// A guest's second NIC, on its project's segment ([`identity::PRIVATE_NETWORK`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrivateNic {
+    /// The project's segment ([`identity::VNIS`]).
+    pub vni: u32,
+    /// [`identity::private_address`] of the member's host number.
+    pub address: String,
+    /// [`identity::private_mac`] of the same host number.
+    pub mac: String,
+}
+
+/// The members of the private networks a host carries: what its VXLAN forwarding entries
+/// are made of. Sent with each heartbeat's answer; the host keeps the entries of other hosts'
+/// members, so that a packet for any other address goes nowhere (no flooding).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlay {
+    pub networks: Vec<OverlayNetwork>,
+}
+
+/// One project's segment: every member, on every host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayNetwork {
+    pub vni: u32,
+    pub members: Vec<OverlayMember>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayMember {
+    pub address: String,
+    pub mac: String,
+    /// The member's host's tunnel endpoint (its [`Heartbeat::vtep`]).
+    pub vtep: String,
+}
+
+/// The most members an [`Overlay`] lists in all, so that one answer stays small.
+pub const MAX_OVERLAY_MEMBERS: usize = 8192;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublishedPort {

@@ -185,7 +185,7 @@ fn ClusterBody(v: ClusterView, release: ServerAction<ReleaseCluster>) -> impl In
             <h2 id="cluster-members">"Members"</h2>
             <div class="table-scroll">
             <table class="data" id="cluster-members-table">
-                <thead><tr><th>"#"</th><th>"Instance"</th><th>"State"</th><th>"Spine"</th><th>"Leaf"</th><th>"Connect"</th></tr></thead>
+                <thead><tr><th>"#"</th><th>"Instance"</th><th>"State"</th><th>"Spine"</th><th>"Leaf"</th><th>"Private address"</th><th>"Connect"</th></tr></thead>
                 <tbody>
                     {c.members.iter().map(|m| view! {
                         <tr data-member=m.index.to_string()>
@@ -194,6 +194,7 @@ fn ClusterBody(v: ClusterView, release: ServerAction<ReleaseCluster>) -> impl In
                             <td><span class=format!("state state-{}", m.state) data-testid="member-state">{m.state.clone()}</span></td>
                             <td>{m.spine.clone()}</td>
                             <td data-testid="member-leaf">{m.leaf.clone()}</td>
+                            <td data-testid="member-private"><code>{m.private_address.clone().unwrap_or_else(|| "—".into())}</code></td>
                             <td><code>{m.ssh.clone().unwrap_or_else(|| "—".into())}</code></td>
                         </tr>
                     }).collect_view()}

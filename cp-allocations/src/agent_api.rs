@@ -5,13 +5,15 @@
 use std::time::Duration;
 
 use agent_protocol::{
-    Discovery, GpuEvent, GpuUtilisation, HealthStatus, Holding, PhaseReport, PhaseStatus,
-    ReconcileResponse, Task, TaskOutcome, TaskOutput, TaskSpec, TraceParent,
+    Discovery, GpuEvent, GpuUtilisation, HealthStatus, Holding, Overlay, OverlayMember,
+    OverlayNetwork, PhaseReport, PhaseStatus, ReconcileResponse, Task, TaskOutcome, TaskOutput,
+    TaskSpec, TraceParent,
 };
 use serde_json::json;
 
 use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
+use cp_base::db::OnConstraint;
 use cp_base::error::{Error, Result};
 use cp_base::ids::{AgentTaskId, AllocationId, NodeId, SlotId};
 use cp_inventory::fleet::{
@@ -109,6 +111,14 @@ pub trait AgentApi {
     /// whole when it lists more than [`agent_protocol::MAX_HOLDING`] of either, or an id that
     /// isn't one.
     async fn record_holding(&self, agent: &NodeAgent, holding: &Holding) -> Result<()>;
+
+    /// Records the host's VXLAN tunnel endpoint: a unicast IPv4 address no other node has.
+    async fn record_vtep(&self, agent: &NodeAgent, vtep: &str) -> Result<()>;
+
+    /// The members of the private segments of this node's guests, on every host with an
+    /// endpoint: only the projects this node hosts a live member of, and only while they
+    /// allow east-west traffic.
+    async fn overlay(&self, agent: &NodeAgent) -> Result<Overlay>;
 
     /// What this node should hold, for an agent checking a plan or restarting: its live
     /// approved slots (as plans name them), its claimed and unfinished tasks, and the
@@ -326,6 +336,78 @@ impl AgentApi for ControlPlane {
         .execute(self.pool())
         .await?;
         Ok(())
+    }
+
+    async fn record_vtep(&self, agent: &NodeAgent, vtep: &str) -> Result<()> {
+        let refuse = |reason: String| Error::Invalid {
+            field: "vtep",
+            reason,
+        };
+        let at: std::net::Ipv4Addr = vtep.parse().map_err(|_| {
+            refuse(format!(
+                "{:?} is not an IPv4 address",
+                vtep.chars().take(64).collect::<String>()
+            ))
+        })?;
+        if at.is_unspecified()
+            || at.is_loopback()
+            || at.is_multicast()
+            || at.is_broadcast()
+            || at.is_link_local()
+        {
+            return Err(refuse(format!("{at} can't be a tunnel endpoint")));
+        }
+        sqlx::query!(
+            "UPDATE nodes SET vtep = $2::text::inet WHERE id = $1 AND vtep IS DISTINCT FROM $2::text::inet",
+            agent.id as NodeId,
+            at.to_string()
+        )
+        .execute(self.pool())
+        .await
+        .on_constraint("nodes_vtep", || {
+            Error::Conflict(format!("another node's tunnel endpoint is {at}"))
+        })?;
+        Ok(())
+    }
+
+    async fn overlay(&self, agent: &NodeAgent) -> Result<Overlay> {
+        let rows = sqlx::query!(
+            r#"WITH mine AS (
+                   SELECT DISTINCT a.project_id FROM allocations a
+                   JOIN projects p ON p.id = a.project_id
+                   WHERE a.node_id = $1 AND p.east_west AND a.private_host IS NOT NULL
+                     AND a.state IN ('provisioning', 'running') AND a.desired_state = 'running')
+               SELECT p.vni, a.private_host AS "host!", host(n.vtep) AS "vtep!"
+               FROM mine JOIN allocations a ON a.project_id = mine.project_id
+                    JOIN projects p ON p.id = a.project_id
+                    JOIN nodes n ON n.id = a.node_id
+               WHERE a.private_host IS NOT NULL AND n.vtep IS NOT NULL
+                 AND a.state IN ('provisioning', 'running') AND a.desired_state = 'running'
+               ORDER BY p.vni, a.private_host
+               LIMIT $2"#,
+            agent.id as NodeId,
+            agent_protocol::MAX_OVERLAY_MEMBERS as i64
+        )
+        .fetch_all(self.pool())
+        .await?;
+        let mut overlay = Overlay::default();
+        for r in rows {
+            let nic = crate::allocations::lifecycle::private_nic(r.vni, r.host)?;
+            if overlay.networks.last().is_none_or(|n| n.vni != nic.vni) {
+                overlay.networks.push(OverlayNetwork {
+                    vni: nic.vni,
+                    members: Vec::new(),
+                });
+            }
+            if let Some(n) = overlay.networks.last_mut() {
+                n.members.push(OverlayMember {
+                    address: nic.address,
+                    mac: nic.mac,
+                    vtep: r.vtep,
+                });
+            }
+        }
+        Ok(overlay)
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id))]

@@ -186,8 +186,13 @@ pub enum ClusterAction {
     },
     /// One cluster: its members, their leaf and spine, state and SSH command.
     Show { id: String },
-    /// Prints the members' place in the fabric as a Slurm topology.conf.
-    Topology { id: String },
+    /// Prints the members' place in the fabric as a Slurm topology.conf, or with
+    /// `--format hosts` their private addresses as /etc/hosts lines.
+    Topology {
+        id: String,
+        #[arg(long, default_value = "slurm", value_parser = ["slurm", "hosts"])]
+        format: String,
+    },
     /// Releases every member (idempotent).
     Release { id: String },
 }
@@ -1035,9 +1040,11 @@ async fn cluster(
             }
             return Ok(Done::Exit(exit::OK));
         }
-        ClusterAction::Topology { id } => {
+        ClusterAction::Topology { id, format } => {
+            // clap allows only the two formats, so the query needs no encoding.
+            let rest = format!("/topology?format={format}");
             let (_, _, text) = api
-                .call_text(Method::GET, &path(&id, "/topology?format=slurm"), None, &[])
+                .call_text(Method::GET, &path(&id, &rest), None, &[])
                 .await?;
             let _ = write!(out, "{text}");
             return Ok(Done::Exit(exit::OK));
@@ -1076,13 +1083,16 @@ fn cluster_table(out: &mut dyn Write, c: &Cluster) {
                 m.state.clone(),
                 m.spine.clone(),
                 m.leaf.clone(),
+                m.private_address.clone().unwrap_or_default(),
                 m.ssh.clone().unwrap_or_default(),
             ]
         })
         .collect();
     table(
         out,
-        &["#", "MEMBER", "STATE", "SPINE", "LEAF", "CONNECT"],
+        &[
+            "#", "MEMBER", "STATE", "SPINE", "LEAF", "PRIVATE", "CONNECT",
+        ],
         rows,
     );
 }

@@ -3,12 +3,12 @@
 //! they move through, the cleanup proof, fault injection, and recovery after a crash.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_protocol::{
-    FabricPlan, NetworkPlan, PhaseReport, PlannedSlot, ProvisionPlan, Provisioned,
+    FabricPlan, NetworkPlan, Overlay, PhaseReport, PlannedSlot, ProvisionPlan, Provisioned,
     ReconcileResponse, ReleasePlan, SlotCleanup, TaskOutput, TaskSpec, identity,
 };
 
@@ -62,6 +62,12 @@ pub struct Agent {
     pub wipe_timeout: Duration,
     /// Set on SIGTERM: the current phase finishes, the next does not start.
     pub stopping: AtomicBool,
+    /// The members of this host's private segments on every host, as the last heartbeat's
+    /// answer listed them.
+    overlay: Mutex<Overlay>,
+    /// The approved slots the network was last applied with, to apply it again when only the
+    /// overlay changed.
+    approved: Mutex<Option<Vec<PlannedSlot>>>,
 }
 
 type Report<'a> = &'a mut dyn FnMut(PhaseReport);
@@ -88,6 +94,8 @@ impl Agent {
             shutdown_timeout: Duration::from_secs(60),
             wipe_timeout: Duration::from_secs(6 * 3600),
             stopping: AtomicBool::new(false),
+            overlay: Mutex::new(Overlay::default()),
+            approved: Mutex::new(None),
         }
     }
 
@@ -323,6 +331,7 @@ impl Agent {
                 slots,
                 disks: &disks,
                 seed_iso: &seed_iso,
+                private: plan.network.private.as_ref(),
             })?;
             std::fs::write(&xml_path, xml).map_err(|e| format!("{}: {e}", xml_path.display()))?;
             if running {
@@ -882,6 +891,7 @@ impl Agent {
     /// Makes the slot network what the approved slots and the leases say.
     pub fn apply_network(&self, approved: &[PlannedSlot]) -> Result<(), String> {
         let mut state = NetState::from_approved(approved)?;
+        state.overlay = lock(&self.overlay).clone();
         for l in self.leases.all()? {
             if l.kind == LeaseKind::Provision
                 && let Some(n) = l.network
@@ -892,10 +902,30 @@ impl Agent {
                     ssh_port: n.ssh_port,
                     published: n.published,
                     east_west_group: n.east_west_group,
+                    private: n.private,
                 });
             }
         }
-        self.network.apply(&state)
+        self.network.apply(&state)?;
+        *lock(&self.approved) = Some(approved.to_vec());
+        Ok(())
+    }
+
+    /// Takes the control plane's list of the segments' members; when it changed, applies the
+    /// network again (once the approved slots are known). Whether it changed.
+    pub fn set_overlay(&self, overlay: Overlay) -> Result<bool, String> {
+        {
+            let mut current = lock(&self.overlay);
+            if *current == overlay {
+                return Ok(false);
+            }
+            *current = overlay;
+        }
+        let approved = lock(&self.approved).clone();
+        if let Some(approved) = approved {
+            self.apply_network(&approved)?;
+        }
+        Ok(true)
     }
 
     /// Every provision lease's slots in its allocation's partition: the membership the IB
@@ -981,6 +1011,22 @@ impl Agent {
                 || !g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         {
             return Err(format!("{g:?} is not an east-west group"));
+        }
+        if let Some(nic) = &net.private {
+            crate::overlay::check_nic(nic)?;
+            let taken = self.leases.all()?.into_iter().any(|l| {
+                l.allocation_id != alloc
+                    && l.kind == LeaseKind::Provision
+                    && l.network
+                        .and_then(|n| n.private)
+                        .is_some_and(|p| p.vni == nic.vni && p.address == nic.address)
+            });
+            if taken {
+                return Err(format!(
+                    "{} on segment {} is another allocation's on this host; refusing the plan",
+                    nic.address, nic.vni
+                ));
+            }
         }
         let public: Vec<u16> = net
             .ssh_port
@@ -1091,4 +1137,9 @@ fn differences(a: &PlannedSlot, p: &PlannedSlot) -> Vec<&'static str> {
     check("MAC address", a.mac_address == p.mac_address);
     check("IP address", a.ip_address == p.ip_address);
     d
+}
+
+/// A lock whose holder can't leave its value half-written (each is replaced whole).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -79,6 +79,13 @@ pub struct Settings {
     /// and link-local ranges).
     #[arg(long, value_delimiter = ',')]
     pub blocked_egress: Option<Vec<String>>,
+    /// The interface to the other hosts that carries projects' private networks (VXLAN);
+    /// with `vtep_address`. Without them a project's private network stays on this host.
+    #[arg(long)]
+    pub vtep_device: Option<String>,
+    /// This host's IPv4 address on `vtep_device`, its tunnel endpoint.
+    #[arg(long)]
+    pub vtep_address: Option<String>,
     /// OpenSM's partition file, which the agent writes (with `ib_reload`); without it the IB
     /// partitions are simulated under the state directory.
     #[arg(long)]
@@ -127,6 +134,8 @@ impl Settings {
             uplink: self.uplink.or(file.uplink),
             public_address: self.public_address.or(file.public_address),
             blocked_egress: self.blocked_egress.or(file.blocked_egress),
+            vtep_device: self.vtep_device.or(file.vtep_device),
+            vtep_address: self.vtep_address.or(file.vtep_address),
             ib_partitions_file: self.ib_partitions_file.or(file.ib_partitions_file),
             ib_reload: self.ib_reload.or(file.ib_reload),
             fabric_manager: self.fabric_manager.or(file.fabric_manager),

@@ -24,6 +24,8 @@ pub struct DomainSpec<'a> {
     /// One per slot, in the same order: a block device or a raw file.
     pub disks: &'a [std::path::PathBuf],
     pub seed_iso: &'a Path,
+    /// The guest's NIC on its project's segment, if it has one.
+    pub private: Option<&'a agent_protocol::PrivateNic>,
 }
 
 fn esc(s: &str) -> String {
@@ -141,6 +143,23 @@ pub fn render(spec: &DomainSpec<'_>) -> Result<String, String> {
     );
     let _ = writeln!(w, "      <model type='virtio'/>");
     let _ = writeln!(w, "    </interface>");
+    if let Some(nic) = spec.private {
+        let _ = writeln!(w, "    <interface type='bridge'>");
+        let _ = writeln!(w, "      <mac address='{}'/>", esc(&nic.mac));
+        let _ = writeln!(
+            w,
+            "      <source bridge='{}'/>",
+            agent_protocol::identity::overlay_bridge(nic.vni)
+        );
+        let _ = writeln!(
+            w,
+            "      <target dev='{}'/>",
+            agent_protocol::identity::private_interface(slots[0].slot_index)
+        );
+        let _ = writeln!(w, "      <model type='virtio'/>");
+        let _ = writeln!(w, "      <mtu size='{}'/>", crate::overlay::PRIVATE_MTU);
+        let _ = writeln!(w, "    </interface>");
+    }
     for s in slots {
         for addr in [&s.gpu_pci_address, &s.ib_vf_pci_address] {
             let _ = writeln!(w, "    <hostdev mode='subsystem' type='pci' managed='yes'>");

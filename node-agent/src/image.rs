@@ -215,7 +215,7 @@ pub fn seed_files(
         "instance-id": plan.allocation_id,
         "local-hostname": hostname,
     });
-    let ethernets: serde_json::Map<String, serde_json::Value> = plan
+    let mut ethernets: serde_json::Map<String, serde_json::Value> = plan
         .slots
         .iter()
         .take(1)
@@ -232,6 +232,21 @@ pub fn seed_files(
             )
         })
         .collect();
+    // The project's segment: an address of its own, no gateway (nothing is routed there).
+    if let Some(nic) = &plan.network.private {
+        let prefix = agent_protocol::identity::PRIVATE_NETWORK
+            .split_once('/')
+            .map_or("16", |(_, p)| p);
+        ethernets.insert(
+            "private0".to_string(),
+            json!({
+                "match": { "macaddress": nic.mac },
+                "set-name": "eth1",
+                "addresses": [format!("{}/{prefix}", nic.address)],
+                "mtu": crate::overlay::PRIVATE_MTU,
+            }),
+        );
+    }
     let network = json!({ "version": 2, "ethernets": ethernets });
     let platform = format!("#cloud-config\n{user_data:#}\n");
     let user_data = match plan.user_data.as_deref().filter(|u| !u.trim().is_empty()) {

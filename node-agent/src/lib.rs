@@ -14,6 +14,7 @@ pub mod image;
 pub mod lease;
 pub mod metrics;
 pub mod network;
+pub mod overlay;
 pub mod proof;
 pub mod state;
 pub mod telemetry;

@@ -276,7 +276,22 @@ fn host_network(
     if let Some(blocked) = &settings.blocked_egress {
         cfg.blocked_egress = blocked.clone();
     }
+    cfg.vtep = vtep(settings)?;
     node_agent::network::HostNetwork::new(state_dir, cfg).map(Some)
+}
+
+/// The tunnel endpoint the settings name: both of its settings, or neither.
+fn vtep(settings: &Settings) -> Result<Option<node_agent::overlay::Vtep>, String> {
+    match (&settings.vtep_device, &settings.vtep_address) {
+        (None, None) => Ok(None),
+        (Some(device), Some(address)) => Ok(Some(node_agent::overlay::Vtep {
+            device: device.clone(),
+            address: address
+                .parse()
+                .map_err(|_| format!("vtep_address {address:?} is not an IPv4 address"))?,
+        })),
+        _ => Err("give both vtep_device and vtep_address, or neither".into()),
+    }
 }
 
 /// Runs the agent until SIGTERM or Ctrl-C: the telemetry sink, heartbeats and metrics beside
@@ -327,13 +342,18 @@ async fn run(settings: Settings) -> Result<(), String> {
     }
     let watch = Arc::new(node_agent::gpu_health::Watch::default());
     let every = Duration::from_secs(settings.heartbeat_s.unwrap_or(15));
+    let vtep = if settings.uplink.is_some() {
+        vtep(&settings)?.map(|v| v.address.to_string())
+    } else {
+        None
+    };
     background.push(spawn_heartbeats(
         client.clone(),
         driver.clone(),
         agent.clone(),
         totals,
         watch.clone(),
-        every,
+        (every, vtep),
     ));
     let agent_metrics = node_agent::metrics::AgentMetrics::default();
     background.extend(serve_metrics(&settings, &agent, &agent_metrics, &watch).await);
@@ -422,7 +442,7 @@ fn spawn_heartbeats(
     agent: Arc<Agent>,
     totals: Arc<Aggregator>,
     watch: Arc<node_agent::gpu_health::Watch>,
-    every: Duration,
+    (every, vtep): (Duration, Option<String>),
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
@@ -440,14 +460,32 @@ fn spawn_heartbeats(
                 utilisation: totals.drain(),
                 gpu_events: watch.pending(),
                 holding,
+                vtep: vtep.clone(),
             };
             match client.heartbeat(&beat).await {
-                Ok(_) => watch.acknowledged(&beat.gpu_events),
+                Ok(ack) => {
+                    watch.acknowledged(&beat.gpu_events);
+                    if let Some(overlay) = ack.overlay {
+                        apply_overlay(&agent, overlay).await;
+                    }
+                }
                 Err(e) => eprintln!("heartbeat failed: {e}"),
             }
             tokio::time::sleep(every).await;
         }
     })
+}
+
+/// The segments' members a heartbeat's answer listed, applied when they changed (blocking
+/// commands, off the runtime's threads).
+async fn apply_overlay(agent: &Arc<Agent>, overlay: agent_protocol::Overlay) {
+    let a = agent.clone();
+    match tokio::task::spawn_blocking(move || a.set_overlay(overlay)).await {
+        Ok(Ok(true)) => eprintln!("private networks: applied the members' new list"),
+        Ok(Ok(false)) => {}
+        Ok(Err(e)) => eprintln!("private networks not applied: {e}"),
+        Err(e) => eprintln!("private networks not applied: {e}"),
+    }
 }
 
 /// Reads each GPU's figures and the kernel's XIDs into `watch` (blocking reads, off the

@@ -40,7 +40,9 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agent_protocol::{PlannedSlot, PublishedPort, identity};
+use agent_protocol::{Overlay, PlannedSlot, PrivateNic, PublishedPort, identity};
+
+use crate::overlay::{self, Segment, Vtep};
 
 /// The bridge every slot NIC joins.
 pub use crate::domain::BRIDGE;
@@ -72,6 +74,9 @@ pub struct NetConfig {
     pub telemetry_port: u16,
     /// CIDRs guests may not reach through the uplink.
     pub blocked_egress: Vec<String>,
+    /// Where this host's private segments meet other hosts' ([`crate::overlay`]); without
+    /// one, a segment stays on this host.
+    pub vtep: Option<Vtep>,
 }
 
 impl NetConfig {
@@ -81,6 +86,7 @@ impl NetConfig {
             public_address,
             telemetry_port,
             blocked_egress: DEFAULT_BLOCKED_EGRESS.map(String::from).to_vec(),
+            vtep: None,
         }
     }
 
@@ -92,6 +98,15 @@ impl NetConfig {
         }
         for c in &self.blocked_egress {
             cidr_ok(c)?;
+        }
+        if let Some(v) = &self.vtep {
+            interface_ok(&v.device)?;
+            if v.device == BRIDGE || v.address.is_loopback() || v.address.is_unspecified() {
+                return Err(format!(
+                    "{} on {} can't be the tunnel endpoint",
+                    v.address, v.device
+                ));
+            }
         }
         Ok(())
     }
@@ -113,6 +128,8 @@ pub struct Attachment {
     pub ssh_port: Option<u16>,
     pub published: Vec<PublishedPort>,
     pub east_west_group: Option<String>,
+    /// Its NIC on its project's segment across hosts.
+    pub private: Option<PrivateNic>,
 }
 
 /// Everything the rendered configuration follows.
@@ -122,6 +139,9 @@ pub struct NetState {
     pub slots: Vec<SlotNic>,
     /// Every allocation holding slots for a provision (not one being released).
     pub attached: Vec<Attachment>,
+    /// The members of the segments of this host's guests, on every host (the control
+    /// plane's last list).
+    pub overlay: Overlay,
 }
 
 impl NetState {
@@ -143,6 +163,7 @@ impl NetState {
         Ok(Self {
             slots,
             attached: Vec::new(),
+            overlay: Overlay::default(),
         })
     }
 
@@ -230,21 +251,24 @@ pub fn render_nftables(cfg: &NetConfig, state: &NetState) -> Result<String, Stri
         // Declaring, then deleting, makes the deletion valid on a host without the table.
         let _ = writeln!(w, "table {t}\ndelete table {t}");
     }
-    bridge_table(w, state);
-    inet_table(w, cfg);
+    let segments = overlay::segments(state, cfg.vtep.as_ref())?;
+    bridge_table(w, state, &segments, cfg.vtep.is_some());
+    inet_table(w, cfg, &segments);
     nat_table(w, cfg, state);
     Ok(o)
 }
 
 /// `bridge gpuaas`: each slot's port sends only as its own MAC and IP; guests reach each
 /// other only as east-west pairs or through a published port.
-fn bridge_table(w: &mut String, state: &NetState) {
+fn bridge_table(w: &mut String, state: &NetState, segments: &[Segment], tunnel: bool) {
     let gw = identity::GATEWAY;
     let net = identity::SLOT_NETWORK;
     let ports: Vec<String> = state
         .slots
         .iter()
-        .map(|s| format!("\"{}\"", identity::slot_interface(s.slot_index)))
+        .map(|s| identity::slot_interface(s.slot_index))
+        .chain(overlay::ports(segments, tunnel))
+        .map(|p| format!("\"{p}\""))
         .collect();
 
     let _ = writeln!(w, "\ntable bridge gpuaas {{");
@@ -275,6 +299,7 @@ fn bridge_table(w: &mut String, state: &NetState) {
         );
         let _ = writeln!(w, "    iifname \"{port}\" ip saddr != {ip} drop");
     }
+    overlay::bridge_prerouting(w, segments, tunnel);
     let _ = writeln!(
         w,
         "    ether daddr {BRIDGE_MAC} ip daddr {net} ip daddr != {gw} drop"
@@ -299,12 +324,13 @@ fn bridge_table(w: &mut String, state: &NetState) {
             identity::slot_interface(b)
         );
     }
+    overlay::bridge_forward(w, segments, tunnel);
     let _ = writeln!(w, "  }}\n}}");
 }
 
 /// `inet gpuaas`: what guests may reach on the host (DHCP, DNS, telemetry, ping), and where
 /// their traffic may go (the uplink, never a blocked range).
-fn inet_table(w: &mut String, cfg: &NetConfig) {
+fn inet_table(w: &mut String, cfg: &NetConfig, segments: &[Segment]) {
     let gw = identity::GATEWAY;
     let blocked = cfg.blocked_egress.join(", ");
     let up = &cfg.uplink;
@@ -328,6 +354,7 @@ fn inet_table(w: &mut String, cfg: &NetConfig) {
         "    type filter hook input priority filter; policy accept;"
     );
     let _ = writeln!(w, "    iifname \"{BRIDGE}\" jump from_guests");
+    overlay::inet_input(w, segments, cfg.vtep.as_ref());
     let _ = writeln!(w, "  }}");
     let _ = writeln!(w, "  chain from_guests {{");
     let _ = writeln!(w, "    ct state established,related accept");
@@ -352,6 +379,7 @@ fn inet_table(w: &mut String, cfg: &NetConfig) {
         "    # bridged frames (under br_netfilter) were judged by table bridge gpuaas"
     );
     let _ = writeln!(w, "    iifname \"{BRIDGE}\" oifname \"{BRIDGE}\" accept");
+    overlay::inet_forward(w, segments);
     let _ = writeln!(
         w,
         "    oifname \"{BRIDGE}\" ct state established,related accept"
@@ -624,6 +652,10 @@ impl SlotNetwork for HostNetwork {
         let ruleset = render_nftables(&self.config, state)?;
         std::fs::create_dir_all(&self.dir).map_err(|e| format!("{}: {e}", self.dir.display()))?;
         self.bridge()?;
+        // The segments' devices before the rules that name them; a port the rules do not name
+        // yet sends nothing (the bridge table drops every port it does not know).
+        let vtep = self.config.vtep.as_ref();
+        overlay::apply(&overlay::segments(state, vtep)?, vtep)?;
         let path = self.dir.join("ruleset.nft");
         write_file(&path, &ruleset)?;
         run(
@@ -652,7 +684,7 @@ fn wait_gone(pid: u32) {
     }
 }
 
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -684,8 +716,10 @@ mod tests {
             ssh_port: identity::public_port(22000, i, 0),
             published: vec![],
             east_west_group: group.map(String::from),
+            private: None,
         };
         NetState {
+            overlay: Overlay::default(),
             slots: (0..4).map(slot).collect(),
             attached: vec![
                 attach("a", 0, Some("p1")),

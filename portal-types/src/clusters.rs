@@ -52,4 +52,7 @@ pub struct ClusterMember {
     pub leaf: String,
     /// `ssh -p PORT ubuntu@HOST`, once it runs.
     pub ssh: Option<String>,
+    /// Its address on the project's private network (its second NIC), while the project
+    /// allows east-west traffic.
+    pub private_address: Option<String>,
 }

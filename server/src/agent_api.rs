@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use agent_protocol::{
     API_PREFIX, ApiError, ClaimRequest, ClaimResponse, EnrollRequest, EnrollResponse, Heartbeat,
-    HeartbeatAck, MAX_CLAIM_WAIT_S, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport, TaskResult,
-    codes,
+    HeartbeatAck, MAX_CLAIM_WAIT_S, Overlay, PROTOCOL_HEADER, PROTOCOL_VERSION, PhaseReport,
+    TaskResult, codes,
 };
 use app::AppError;
 use axum::Router;
@@ -167,6 +167,24 @@ async fn enroll(
     }))
 }
 
+/// The host's tunnel endpoint recorded, and the members of its guests' segments. An endpoint
+/// the control plane refuses (not an address, another node's) costs the host its segments'
+/// other members, not its heartbeat.
+async fn overlay(
+    cp: &ControlPlane,
+    agent: &NodeAgent,
+    vtep: &str,
+) -> Result<Option<Overlay>, Refusal> {
+    match cp.record_vtep(agent, vtep).await {
+        Ok(()) => Ok(Some(cp.overlay(agent).await?)),
+        Err(e @ (control_plane::Error::Invalid { .. } | control_plane::Error::Conflict(_))) => {
+            tracing::warn!(node.id = %agent.node_id(), error.cause = %e, "tunnel endpoint refused");
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn heartbeat(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,
@@ -193,8 +211,13 @@ async fn heartbeat(
             other => other?,
         }
     }
+    let overlay = match beat.vtep.as_deref() {
+        Some(vtep) => overlay(&cp, &agent, vtep).await?,
+        None => None,
+    };
     Ok(json(HeartbeatAck {
         heartbeat_interval_s: HEARTBEAT_INTERVAL_S,
+        overlay,
     }))
 }
 

@@ -22,7 +22,7 @@ use uuid::uuid;
 
 use crate::support::{answer, approved, node, operator, provisioned, refusal};
 
-const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
+pub(crate) const ALICE: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000001"));
 pub(crate) const BOB: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000002"));
 const CAROL: UserId = UserId(uuid!("0a0e0000-0000-4000-8002-000000000004"));
 const KEY: &str =

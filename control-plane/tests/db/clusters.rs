@@ -387,3 +387,48 @@ async fn the_database_refuses_a_partial_cluster_and_a_member_joining_later() {
     )
     .await;
 }
+
+/// In a project that allows east-west traffic, each member has its own address on the
+/// project's private network from the launch on, and the cluster's hosts file names them.
+#[tokio::test]
+async fn members_have_private_addresses_and_a_hosts_file_names_them() {
+    use control_plane::tenancy::ProjectAdmins;
+    let (_db, cp, ops) = setup().await;
+    let _fleet = fleet(&cp, &ops).await;
+    let alice = cp
+        .principal(crate::allocations::ALICE)
+        .await
+        .unwrap()
+        .unwrap();
+    let admin = in_project::<ProjectAdmins>(&cp, &alice, ACME_RESEARCH).await;
+    cp.set_east_west(&admin, true, None).await.unwrap();
+    let launched = launch(&cp, order("ring", "h100.8x", 3, "leaf", true))
+        .await
+        .unwrap();
+    let c = read(&cp, launched.id).await;
+    let addresses: Vec<Option<&str>> = c
+        .members
+        .iter()
+        .map(|m| m.private_address.as_deref())
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            Some("10.128.0.10"),
+            Some("10.128.0.11"),
+            Some("10.128.0.12")
+        ]
+    );
+    let p = cp.principal(BOB).await.unwrap().unwrap();
+    let viewer = in_project::<ProjectViewers>(&cp, &p, ACME_RESEARCH).await;
+    let hosts = cp.cluster_hosts(&viewer, c.id).await.unwrap();
+    assert_eq!(
+        hosts.lines().skip(1).collect::<Vec<_>>(),
+        [
+            "10.128.0.10\tring-1",
+            "10.128.0.11\tring-2",
+            "10.128.0.12\tring-3"
+        ],
+        "{hosts}"
+    );
+}

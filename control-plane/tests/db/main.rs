@@ -16,6 +16,7 @@ mod id_token;
 mod marketplace;
 mod policy;
 mod pool;
+mod private_networks;
 mod projects;
 mod reconcile;
 mod sessions;

@@ -96,6 +96,9 @@ pub trait ClustersApi {
         who: &Project<ProjectViewers>,
         id: ClusterId,
     ) -> Result<String>;
+
+    /// `/etc/hosts` lines naming each member at its private address (see [`hosts_file`]).
+    async fn cluster_hosts(&self, who: &Project<ProjectViewers>, id: ClusterId) -> Result<String>;
 }
 
 impl ClustersApi for ControlPlane {
@@ -219,6 +222,11 @@ impl ClustersApi for ControlPlane {
     ) -> Result<String> {
         let cluster = self.cluster(who, id).await?;
         Ok(slurm_topology(&cluster))
+    }
+
+    async fn cluster_hosts(&self, who: &Project<ProjectViewers>, id: ClusterId) -> Result<String> {
+        let cluster = self.cluster(who, id).await?;
+        Ok(hosts_file(&cluster))
     }
 }
 
@@ -511,8 +519,11 @@ async fn read(
         r#"SELECT a.cluster_id AS "cluster: ClusterId", a.id AS "id: AllocationId",
                   a.cluster_index AS "index!", a.name, a.state, a.desired_state, a.failure,
                   a.ssh_host, a.ssh_port, a.ssh_user,
-                  coalesce(p.spine_group, '') AS "spine!", coalesce(p.leaf, '') AS "leaf!"
+                  coalesce(p.spine_group, '') AS "spine!", coalesce(p.leaf, '') AS "leaf!",
+                  CASE WHEN pr.east_west AND a.state <> 'released' THEN a.private_host END
+                      AS private_host
            FROM allocations a LEFT JOIN node_fabric_places p ON p.node_id = a.node_id
+                JOIN projects pr ON pr.id = a.project_id
            WHERE a.cluster_id = ANY($1) AND a.project_id = $2
            ORDER BY a.cluster_index"#,
         &wanted,
@@ -541,6 +552,10 @@ async fn read(
                     )
                     .as_ref()
                     .map(SshEndpoint::command),
+                    private_address: m
+                        .private_host
+                        .and_then(|h| u16::try_from(h).ok())
+                        .map(agent_protocol::identity::private_address),
                 })
                 .collect();
             let count = |f: fn(&ClusterMember) -> &str| {
@@ -590,6 +605,23 @@ fn cluster_state(release_asked: bool, failed: bool, members: &[ClusterMember]) -
         "provisioning"
     }
     .to_string()
+}
+
+/// The members by name at their private addresses, as `/etc/hosts` lines (and an MPI or
+/// DeepSpeed hostfile's first column). A member without one (its project does not allow
+/// east-west traffic, or it was released) is a comment saying so.
+pub fn hosts_file(cluster: &Cluster) -> String {
+    let mut out = format!(
+        "# {}: each member at its address on the project's private network\n",
+        cluster.name
+    );
+    for m in &cluster.members {
+        match &m.private_address {
+            Some(a) => out.push_str(&format!("{a}\t{}\n", m.name)),
+            None => out.push_str(&format!("# {}: no private address\n", m.name)),
+        }
+    }
+    out
 }
 
 /// See [`ClustersApi::cluster_topology_slurm`]. Names are the members' (the tenant's own

@@ -44,6 +44,11 @@ fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
                 plans.push(slots[..size].to_vec());
             }
         }
+        let private = agent_protocol::PrivateNic {
+            vni: 4096,
+            address: agent_protocol::identity::private_address(11),
+            mac: agent_protocol::identity::private_mac(11),
+        };
         for (i, plan) in plans.iter().enumerate() {
             let disks: Vec<PathBuf> = plan
                 .iter()
@@ -54,9 +59,15 @@ fn domain_xml_validates_against_libvirts_schema_for_every_slot_and_size() {
                 slots: plan,
                 disks: &disks,
                 seed_iso: Path::new("/var/lib/gpu-node-agent/allocations/a/seed.iso"),
+                private: (i % 2 == 0).then_some(&private),
             })
             .unwrap();
             validate(&xml, &dir, &format!("{name}-{i}"));
+            assert_eq!(
+                xml.contains("<source bridge='gpb4096'/>"),
+                i % 2 == 0,
+                "the private NIC is on its segment's bridge, when the plan has one"
+            );
             // What the XML must say, beyond being valid.
             let cpus: usize = plan
                 .iter()

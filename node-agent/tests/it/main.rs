@@ -6,6 +6,7 @@ mod crash;
 mod fixtures;
 mod host;
 mod network;
+mod overlay;
 #[path = "../support/mod.rs"]
 mod support;
 mod telemetry;

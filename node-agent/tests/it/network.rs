@@ -34,7 +34,7 @@ const FORBIDDEN: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 200);
 const BASE: u16 = 22000;
 
 /// Why this machine can't run the test, if it can't.
-fn missing() -> Option<String> {
+pub(crate) fn missing() -> Option<String> {
     if sh(&["id", "-u"]).trim() != "0" {
         return Some("network namespaces and nftables need root".into());
     }
@@ -52,7 +52,7 @@ fn missing() -> Option<String> {
     None
 }
 
-fn sh(args: &[&str]) -> String {
+pub(crate) fn sh(args: &[&str]) -> String {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(
         out.status.success(),
@@ -64,7 +64,7 @@ fn sh(args: &[&str]) -> String {
 }
 
 /// Whether a command exits 0.
-fn ok(args: &[&str]) -> bool {
+pub(crate) fn ok(args: &[&str]) -> bool {
     Command::new(args[0])
         .args(&args[1..])
         .output()
@@ -72,18 +72,18 @@ fn ok(args: &[&str]) -> bool {
 }
 
 /// The namespaces of one run, deleted (with the dnsmasq started in them) when dropped.
-struct Lab {
-    prefix: String,
-    names: Vec<String>,
-    state_dir: std::path::PathBuf,
-    stop: Arc<AtomicBool>,
+pub(crate) struct Lab {
+    pub(crate) prefix: String,
+    pub(crate) names: Vec<String>,
+    pub(crate) state_dir: std::path::PathBuf,
+    pub(crate) stop: Arc<AtomicBool>,
 }
 
 impl Lab {
-    fn ns(&self, role: &str) -> String {
+    pub(crate) fn ns(&self, role: &str) -> String {
         format!("{}-{role}", self.prefix)
     }
-    fn add(&mut self, role: &str) -> String {
+    pub(crate) fn add(&mut self, role: &str) -> String {
         let name = self.ns(role);
         sh(&["ip", "netns", "add", &name]);
         self.names.push(name.clone());
@@ -107,7 +107,7 @@ impl Drop for Lab {
 
 /// Runs `f` on a thread inside namespace `ns` (sockets it opens and processes it starts live
 /// there).
-fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+pub(crate) fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| {
         s.spawn(|| {
             enter(ns);
@@ -121,7 +121,7 @@ fn in_ns<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
 /// Moves this thread into namespace `ns` (`setns(2)`: the one unsafe call of the tests, as
 /// no safe wrapper is in the dependency set).
 #[allow(unsafe_code)]
-fn enter(ns: &str) {
+pub(crate) fn enter(ns: &str) {
     let file = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
     // SAFETY: a valid namespace fd; this thread alone moves.
     let rc = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
@@ -129,7 +129,7 @@ fn enter(ns: &str) {
 }
 
 /// A TCP listener in `ns` that answers every connection with `{name}:{port} from {peer}`.
-fn listen(ns: &str, addr: Ipv4Addr, port: u16, name: &str, stop: &Arc<AtomicBool>) {
+pub(crate) fn listen(ns: &str, addr: Ipv4Addr, port: u16, name: &str, stop: &Arc<AtomicBool>) {
     let (ns, name, stop) = (ns.to_string(), name.to_string(), stop.clone());
     let (ready_tx, ready) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -151,7 +151,7 @@ fn listen(ns: &str, addr: Ipv4Addr, port: u16, name: &str, stop: &Arc<AtomicBool
 
 /// What a connection from `ns` (bound to `from`, if given) to `to:port` reads, or `None` if
 /// nothing answers within a second.
-fn reach(ns: &str, from: Option<Ipv4Addr>, to: Ipv4Addr, port: u16) -> Option<String> {
+pub(crate) fn reach(ns: &str, from: Option<Ipv4Addr>, to: Ipv4Addr, port: u16) -> Option<String> {
     in_ns(ns, || {
         let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
         if let Some(from) = from {
@@ -178,7 +178,7 @@ fn udp_arrives(from_ns: &str, to_ns: &str, to: Ipv4Addr) -> bool {
 }
 
 /// [`udp_arrives`], sent from address `from`.
-fn udp_arrives_from(from_ns: &str, from: Ipv4Addr, to_ns: &str, to: Ipv4Addr) -> bool {
+pub(crate) fn udp_arrives_from(from_ns: &str, from: Ipv4Addr, to_ns: &str, to: Ipv4Addr) -> bool {
     let (tx, rx) = std::sync::mpsc::channel();
     let to_ns = to_ns.to_string();
     let receiver = std::thread::spawn(move || {
@@ -201,7 +201,11 @@ fn udp_arrives_from(from_ns: &str, from: Ipv4Addr, to_ns: &str, to: Ipv4Addr) ->
     receiver.join().unwrap()
 }
 
-fn guest_network(alloc_group: Option<&str>, slot: u32, published: &[(u16, u16)]) -> NetworkPlan {
+pub(crate) fn guest_network(
+    alloc_group: Option<&str>,
+    slot: u32,
+    published: &[(u16, u16)],
+) -> NetworkPlan {
     NetworkPlan {
         public_host: Some("gpu-host-3.example".into()),
         ssh_port: identity::public_port(BASE, slot, 0),
@@ -213,14 +217,15 @@ fn guest_network(alloc_group: Option<&str>, slot: u32, published: &[(u16, u16)])
             })
             .collect(),
         east_west_group: alloc_group.map(String::from),
+        private: None,
     }
 }
 
-fn alloc_id(n: u32) -> String {
+pub(crate) fn alloc_id(n: u32) -> String {
     format!("00000000-0000-4000-a000-{n:012}")
 }
 
-fn provision(
+pub(crate) fn provision(
     agent: &Agent,
     host_ns: &str,
     n: u32,
@@ -241,7 +246,13 @@ fn provision(
     );
 }
 
-fn release(agent: &Agent, host_ns: &str, n: u32, slot: &PlannedSlot, approved: &[PlannedSlot]) {
+pub(crate) fn release(
+    agent: &Agent,
+    host_ns: &str,
+    n: u32,
+    slot: &PlannedSlot,
+    approved: &[PlannedSlot],
+) {
     let plan = ReleasePlan {
         allocation_id: alloc_id(n),
         slots: vec![slot.clone()],
@@ -287,7 +298,7 @@ fn dhcp(ns: &str, script: &Path) -> Option<Ipv4Addr> {
     .flatten()
 }
 
-fn ping(ns: &str, to: Ipv4Addr) -> bool {
+pub(crate) fn ping(ns: &str, to: Ipv4Addr) -> bool {
     ok(&[
         "ip",
         "netns",
@@ -700,16 +711,46 @@ fn the_rendered_network_of_each_fixture_is_the_reviewed_one() {
         let approved = approved(name, "overwrite-verify");
         let mut state = NetState::from_approved(&approved).unwrap();
         for (n, slot, group, published) in attached {
-            let net = guest_network(group, slot, &published);
+            let mut net = guest_network(group, slot, &published);
+            // Project A's members are on its private segment too.
+            if group == Some("project-a") {
+                let number = 10 + n as u16;
+                net.private = Some(agent_protocol::PrivateNic {
+                    vni: 4096,
+                    address: identity::private_address(number),
+                    mac: identity::private_mac(number),
+                });
+            }
             state.attached.push(Attachment {
                 allocation_id: alloc_id(n),
                 slot_index: slot,
                 ssh_port: net.ssh_port,
                 published: net.published,
                 east_west_group: net.east_west_group,
+                private: net.private,
             });
         }
-        let cfg = NetConfig::new("eth0", "203.0.113.7".parse().unwrap(), 9400);
+        let mut cfg = NetConfig::new("eth0", "203.0.113.7".parse().unwrap(), 9400);
+        // The HGX host meets other hosts on eth1, where project A has a member on one other.
+        if name.starts_with("hgx") {
+            cfg.vtep = Some(node_agent::overlay::Vtep {
+                device: "eth1".into(),
+                address: "192.0.2.7".parse().unwrap(),
+            });
+            let member = |number: u16, vtep: &str| agent_protocol::OverlayMember {
+                address: identity::private_address(number),
+                mac: identity::private_mac(number),
+                vtep: vtep.into(),
+            };
+            state.overlay.networks.push(agent_protocol::OverlayNetwork {
+                vni: 4096,
+                members: vec![
+                    member(11, "192.0.2.7"),
+                    member(12, "192.0.2.7"),
+                    member(20, "192.0.2.8"),
+                ],
+            });
+        }
         let text = format!(
             "# nft -f ruleset.nft\n{}\n# dnsmasq.conf\n{}\n# dhcp-hosts\n{}",
             render_nftables(&cfg, &state).unwrap(),

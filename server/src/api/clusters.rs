@@ -91,8 +91,9 @@ pub struct ClusterList {
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct TopologyQuery {
-    /// `slurm`: a `topology.conf` for the tree plugin.
-    #[param(pattern = "^slurm$")]
+    /// `slurm` (the default): a `topology.conf` for the tree plugin. `hosts`: `/etc/hosts`
+    /// lines naming each member at its private address.
+    #[param(pattern = "^(slurm|hosts)$")]
     pub format: Option<String>,
 }
 
@@ -248,7 +249,7 @@ pub async fn get(
     params(("id" = String, Path, description = "The cluster's id.", format = Uuid), TopologyQuery),
     responses(
         (status = 200, description = "A Slurm `topology.conf` (tree plugin): a switch per leaf naming its members, one per spine group over its leaves, and the fabric over those.", body = String, content_type = "text/plain"),
-        (status = 400, description = "A format other than `slurm`.", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "A format other than `slurm` or `hosts`.", body = Problem, content_type = "application/problem+json"),
         TokenRefusals,
         (status = 404, description = "No such cluster this token reaches.", body = Problem, content_type = "application/problem+json"),
     )
@@ -264,17 +265,24 @@ pub async fn topology(
     caller.require(TokenScope::Read, &id)?;
     let Path(cluster) = cluster.map_err(|_| ApiError(AppError::NotFound))?;
     let Query(q) = query.map_err(bad_query)?;
-    if q.format.as_deref().is_some_and(|f| f != "slurm") {
-        return Err(ApiError(AppError::Invalid {
-            field: "format".into(),
-            reason: "the one format is slurm (a topology.conf)".into(),
-        }));
-    }
+    let hosts = match q.format.as_deref() {
+        None | Some("slurm") => false,
+        Some("hosts") => true,
+        Some(_) => {
+            return Err(ApiError(AppError::Invalid {
+                field: "format".into(),
+                reason: "the formats are slurm (a topology.conf) and hosts (/etc/hosts lines)"
+                    .into(),
+            }));
+        }
+    };
     let who = caller.cluster::<ProjectViewers>(&cp, cluster, &id).await?;
-    let text = cp
-        .cluster_topology_slurm(&who, cluster)
-        .await
-        .map_err(|e| id.refused(e))?;
+    let text = if hosts {
+        cp.cluster_hosts(&who, cluster).await
+    } else {
+        cp.cluster_topology_slurm(&who, cluster).await
+    }
+    .map_err(|e| id.refused(e))?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 

@@ -780,6 +780,24 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
         recorded,
         Some(serde_json::json!({"leases": [], "vms": [vm]}))
     );
+    // A tunnel endpoint is answered with the host's segments (none yet); one that is no
+    // address costs the host its segments' list, not its heartbeat.
+    let mut tunnel = beat.clone();
+    tunnel["vtep"] = serde_json::json!("192.0.2.41");
+    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, tunnel.clone()).await;
+    assert_eq!(
+        (s, &ack["overlay"]),
+        (StatusCode::OK, &serde_json::json!({"networks": []}))
+    );
+    tunnel["vtep"] = serde_json::json!("localhost");
+    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, tunnel).await;
+    assert_eq!((s, ack.get("overlay")), (StatusCode::OK, None));
+    let vtep: Option<String> = sqlx::query_scalar("SELECT host(vtep) FROM nodes WHERE id = $1")
+        .bind(enrolment.node_id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    assert_eq!(vtep.as_deref(), Some("192.0.2.41"), "the valid one stays");
     let (s, claim) = agent_post(
         &app,
         "/agent/v2/tasks/claim",

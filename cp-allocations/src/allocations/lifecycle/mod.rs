@@ -17,6 +17,11 @@ pub use detail::{
 };
 pub(crate) use detail::{detail, published_at, ssh_endpoint};
 pub(crate) use plan::{Written, planned_slots, queue_provisions, queue_releases};
+
+/// A member's NIC on its project's segment, from the stored VNI and host number.
+pub(crate) fn private_nic(vni: i32, host: i32) -> Result<agent_protocol::PrivateNic> {
+    plan::Private { vni, host }.nic()
+}
 pub(crate) use results::{
     lock_allocation_of, phase_changes_claims, result_changes_claims, task_finished, wipe_started,
 };
@@ -211,7 +216,9 @@ async fn dispatch_one(
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
                   n.public_port_base,
-                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
+                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId",
+                  CASE WHEN p.east_west THEN p.vni END AS private_vni,
+                  CASE WHEN p.east_west THEN a.private_host END AS private_host
            FROM allocations a JOIN nodes n ON n.id = a.node_id
                 JOIN projects p ON p.id = a.project_id
            WHERE a.id = $1 FOR NO KEY UPDATE OF a"#,
@@ -253,6 +260,7 @@ async fn dispatch_one(
                 a.public_port_base,
                 &a.published_ports,
                 a.east_west_group,
+                plan::Private::of(a.private_vni, a.private_host),
             )?;
             let spec = TaskSpec::NetworkUpdate(agent_protocol::NetworkUpdatePlan {
                 allocation_id: id.to_string(),

@@ -2,8 +2,8 @@
 //! release tasks written from them.
 
 use agent_protocol::{
-    FabricPlan, ImageRef, NetworkPlan, PlannedSlot, ProvisionPlan, PublishedPort, ReleasePlan,
-    TaskSpec, identity,
+    FabricPlan, ImageRef, NetworkPlan, PlannedSlot, PrivateNic, ProvisionPlan, PublishedPort,
+    ReleasePlan, TaskSpec, identity,
 };
 use sqlx::PgConnection;
 
@@ -83,6 +83,7 @@ pub(crate) fn network_plan(
     port_base: i32,
     published: &[Option<i32>],
     east_west: Option<ProjectId>,
+    private: Option<Private>,
 ) -> Result<NetworkPlan> {
     let first = slots
         .first()
@@ -113,7 +114,95 @@ pub(crate) fn network_plan(
             })
             .collect::<Result<_>>()?,
         east_west_group: east_west.map(|p| p.to_string()),
+        private: private.map(Private::nic).transpose()?,
     })
+}
+
+/// A member's place on its project's segment, as stored: the project's VNI and the member's
+/// host number (migration 0056).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Private {
+    pub vni: i32,
+    pub host: i32,
+}
+
+impl Private {
+    /// Both columns, or none: a member has a place only while its project allows east-west
+    /// traffic.
+    pub fn of(vni: Option<i32>, host: Option<i32>) -> Option<Self> {
+        Some(Self {
+            vni: vni?,
+            host: host?,
+        })
+    }
+
+    pub fn nic(self) -> Result<PrivateNic> {
+        let vni = u32::try_from(self.vni)
+            .ok()
+            .filter(|v| identity::VNIS.contains(v))
+            .ok_or_else(|| Error::Corrupt(format!("segment {}", self.vni)))?;
+        let host = u16::try_from(self.host)
+            .ok()
+            .filter(|h| identity::PRIVATE_HOSTS.contains(h))
+            .ok_or_else(|| Error::Corrupt(format!("private host number {}", self.host)))?;
+        Ok(PrivateNic {
+            vni,
+            address: identity::private_address(host),
+            mac: identity::private_mac(host),
+        })
+    }
+}
+
+/// Gives each allocation in `ids` whose project allows east-west traffic and that has no
+/// place on its project's segment yet the lowest free host numbers. Concurrent launches into
+/// one project take turns (a transaction-scoped lock per project), so two never pick one
+/// number; the unique index (migration 0056) would refuse it anyway.
+async fn give_private_hosts(conn: &mut PgConnection, ids: &[uuid::Uuid]) -> Result<()> {
+    let wanting = sqlx::query!(
+        r#"SELECT a.project_id AS "project_id: ProjectId", array_agg(a.id ORDER BY a.id) AS "ids!"
+           FROM allocations a JOIN projects p ON p.id = a.project_id
+           WHERE a.id = ANY($1) AND p.east_west AND a.private_host IS NULL
+           GROUP BY a.project_id ORDER BY a.project_id"#,
+        ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for w in wanting {
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended('private-network ' || $1::text, 0))",
+            w.project_id as ProjectId
+        )
+        .execute(&mut *conn)
+        .await?;
+        let free: Vec<i32> = sqlx::query_scalar!(
+            r#"SELECT n AS "n!" FROM generate_series($2::int, $3::int) AS n
+               WHERE NOT EXISTS (SELECT 1 FROM allocations a
+                                 WHERE a.project_id = $1 AND a.private_host = n
+                                   AND a.state <> 'released')
+               ORDER BY n LIMIT $4"#,
+            w.project_id as ProjectId,
+            i32::from(*identity::PRIVATE_HOSTS.start()),
+            i32::from(*identity::PRIVATE_HOSTS.end()),
+            w.ids.len() as i64
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        if free.len() < w.ids.len() {
+            return Err(Error::Conflict(format!(
+                "the project's private network has no free address for {} more member(s)",
+                w.ids.len() - free.len()
+            )));
+        }
+        sqlx::query!(
+            "UPDATE allocations a SET private_host = x.host
+             FROM unnest($1::uuid[], $2::int[]) AS x(id, host) WHERE a.id = x.id",
+            &w.ids,
+            &free
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// How the allocations handed to [`queue_provisions`] stand.
@@ -140,6 +229,7 @@ pub(crate) async fn queue_provisions(
     written: Written,
 ) -> Result<Vec<NodeId>> {
     let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
+    give_private_hosts(&mut *conn, &wanted).await?;
     let expected = match written {
         Written::Placed => "placed",
         Written::AsProvisioning => "provisioning",
@@ -152,7 +242,9 @@ pub(crate) async fn queue_provisions(
                   a.published_ports AS "published_ports: Vec<Option<i32>>",
                   coalesce(n.public_host, lower(n.hostname)) AS "public_host!",
                   n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
-                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId"
+                  CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId",
+                  CASE WHEN p.east_west THEN p.vni END AS private_vni,
+                  CASE WHEN p.east_west THEN a.private_host END AS private_host
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
@@ -186,6 +278,7 @@ pub(crate) async fn queue_provisions(
             a.public_port_base,
             &a.published_ports,
             a.east_west_group,
+            Private::of(a.private_vni, a.private_host),
         )?;
         let fabric = fabric_plan(&a, &planned, &pkeys, &partitions)?;
         let trace = ids
@@ -237,6 +330,8 @@ struct ProvisionRow {
     public_port_base: i32,
     tenant_id: TenantId,
     east_west_group: Option<ProjectId>,
+    private_vni: Option<i32>,
+    private_host: Option<i32>,
 }
 
 /// The provision tasks to write, as the columns [`insert_tasks`] takes.

@@ -32,6 +32,9 @@ class ClusterMember:
             name (str):
             spine (str):
             state (str):
+            private_address (None | str | Unset): Its address on the project's private network (its second NIC), while the
+                project
+                allows east-west traffic.
             ssh (None | str | Unset): `ssh -p PORT ubuntu@HOST`, once it runs.
      """
 
@@ -41,6 +44,7 @@ class ClusterMember:
     name: str
     spine: str
     state: str
+    private_address: None | str | Unset = UNSET
     ssh: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -61,6 +65,12 @@ class ClusterMember:
 
         state = self.state
 
+        private_address: None | str | Unset
+        if isinstance(self.private_address, Unset):
+            private_address = UNSET
+        else:
+            private_address = self.private_address
+
         ssh: None | str | Unset
         if isinstance(self.ssh, Unset):
             ssh = UNSET
@@ -78,6 +88,8 @@ class ClusterMember:
             "spine": spine,
             "state": state,
         })
+        if private_address is not UNSET:
+            field_dict["private_address"] = private_address
         if ssh is not UNSET:
             field_dict["ssh"] = ssh
 
@@ -103,6 +115,16 @@ class ClusterMember:
 
         state = d.pop("state")
 
+        def _parse_private_address(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        private_address = _parse_private_address(d.pop("private_address", UNSET))
+
+
         def _parse_ssh(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -120,6 +142,7 @@ class ClusterMember:
             name=name,
             spine=spine,
             state=state,
+            private_address=private_address,
             ssh=ssh,
         )
 
