@@ -399,7 +399,45 @@ pub struct ProvisionPlan {
     /// The fabric partitions the slots join before the VM starts (absent: none).
     #[serde(default)]
     pub fabric: FabricPlan,
+    /// For a cluster's member: what a multi-node job needs at boot. Optional, without a
+    /// version bump: an older agent boots the member as a lone instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterBoot>,
 }
+
+/// A cluster member's view of its cluster: every member by name and private address (for
+/// `/etc/hosts` and a hostfile), and the cluster's own SSH key pair, so that members reach
+/// each other without the tenant copying a key around.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterBoot {
+    pub cluster_id: String,
+    pub name: String,
+    /// This member's place, 1 to the cluster's size.
+    pub index: u32,
+    /// Every member, this one included, by index. Filled in when the task is handed over.
+    #[serde(default)]
+    pub members: Vec<ClusterPeer>,
+    /// The cluster's key pair: an OpenSSH public key line, and its private key. The private
+    /// key is never stored with the task; the control plane adds it when handing the task
+    /// over, and the agent writes it into the guest only.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ssh_public_key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub ssh_private_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterPeer {
+    pub index: u32,
+    /// The member's instance name (its hostname, as the agent derives one from a name).
+    pub name: String,
+    /// Its address on the project's private network, if its project allows east-west.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+}
+
+/// The most members a cluster has (the control plane's limit too).
+pub const MAX_CLUSTER_MEMBERS: usize = 128;
 
 /// An allocation's fabric isolation.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -287,9 +287,44 @@ impl DemoApi for crate::ControlPlane {
         )
         .fetch_one(self.pool())
         .await?;
+        if ready as usize == DEMO_FLEET.len() {
+            demo_fabric(self, who).await?;
+        }
         Ok(ready as usize)
     }
 }
+
+/// The demo fabric, once (an operator's later moves stay theirs): eu-west-1's two HGX slice
+/// hosts on leaves l1 and l2 under spine s1, so that a cluster of four 2-GPU members fits on
+/// one leaf and one of eight needs the spine.
+async fn demo_fabric(
+    cp: &crate::ControlPlane,
+    who: &crate::auth::Platform<crate::auth::PlatformOperators>,
+) -> Result<()> {
+    let hosts = ["hgx-demo-01", "hgx-demo-02"].map(String::from);
+    let placed = sqlx::query_scalar!(
+        r#"SELECT count(*) AS "n!" FROM node_fabric_places p JOIN nodes n ON n.id = p.node_id
+           WHERE n.hostname = ANY($1)"#,
+        &hosts
+    )
+    .fetch_one(cp.pool())
+    .await?;
+    if placed == 0 {
+        cp.import_fabric(
+            who,
+            DEMO_FABRIC,
+            crate::fleet::TopologyFormat::SlurmTopology,
+            "SwitchName=l1 Nodes=hgx-demo-01\nSwitchName=l2 Nodes=hgx-demo-02\n\
+             SwitchName=s1 Switches=l[1-2]\n",
+            None,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The fabric the demo fleet's eu-west-1 slice hosts are placed on.
+pub const DEMO_FABRIC: &str = "ib-demo";
 
 #[tracing::instrument(skip_all)]
 pub async fn seed(pool: &PgPool, naming: &Naming) -> Result<SeedReport> {

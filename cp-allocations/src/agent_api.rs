@@ -51,14 +51,16 @@ pub struct ClaimedTask {
 impl ClaimedTask {
     /// From a task row: its spec as stored (a spec that doesn't parse is corruption), and its
     /// stored trace context (one that doesn't parse is only a lost trace).
-    /// A stored task as its agent is handed it (a provision's sealed user data opened).
-    fn from_row(
-        keys: &cp_base::secrets::Keyring,
+    /// A stored task as its agent is handed it (a provision's sealed user data opened, a
+    /// cluster member's cluster filled in).
+    async fn from_row(
+        cp: &ControlPlane,
         id: AgentTaskId,
         spec: serde_json::Value,
         traceparent: Option<String>,
     ) -> Result<Self> {
-        let spec = crate::allocations::lifecycle::open_user_data(keys, spec)?;
+        let spec = crate::allocations::lifecycle::open_user_data(cp.secrets(), spec)?;
+        let spec = crate::allocations::clusters::with_cluster(cp, spec).await?;
         Ok(Self {
             spec: serde_json::from_value(spec)
                 .map_err(|e| Error::Corrupt(format!("task {id} spec: {e}")))?,
@@ -422,12 +424,14 @@ impl AgentApi for ControlPlane {
         )
         .fetch_all(&mut *conn)
         .await?;
-        let running_tasks = tasks
-            .into_iter()
-            .map(|t| {
-                ClaimedTask::from_row(self.secrets(), t.id, t.spec, t.traceparent).map(Task::from)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut running_tasks = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            running_tasks.push(
+                ClaimedTask::from_row(self, t.id, t.spec, t.traceparent)
+                    .await?
+                    .into(),
+            );
+        }
         let active_allocations = sqlx::query_scalar!(
             r#"SELECT id AS "id: AllocationId" FROM allocations
                WHERE node_id = $1 AND state IN ('placed', 'provisioning', 'running', 'releasing', 'cleaning')
@@ -484,7 +488,7 @@ impl AgentApi for ControlPlane {
                 self.metrics()
                     .task_claimed(Duration::from_secs_f64(row.waited_s.max(0.0)));
                 let mut task =
-                    ClaimedTask::from_row(self.secrets(), row.id, row.spec, row.traceparent)?;
+                    ClaimedTask::from_row(self, row.id, row.spec, row.traceparent).await?;
                 // The hand-over is a span of the launch's trace; the agent's spans are its
                 // children. (No stored context, or no exporter here: the agent gets whatever
                 // was stored.)
@@ -529,7 +533,9 @@ impl AgentApi for ControlPlane {
         };
         tracing::warn!(task.id = %row.id, task.kind = %row.kind,
                        "sending a running task again: its agent is idle, so the claim's answer was lost");
-        ClaimedTask::from_row(self.secrets(), row.id, row.spec, row.traceparent).map(Some)
+        ClaimedTask::from_row(self, row.id, row.spec, row.traceparent)
+            .await
+            .map(Some)
     }
 
     #[tracing::instrument(skip_all, fields(node.id = %agent.id, task.id = %task))]

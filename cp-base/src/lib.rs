@@ -21,6 +21,7 @@ pub mod ratelimit;
 pub mod reasons;
 pub mod resource_name;
 pub mod secrets;
+pub mod ssh_key;
 pub mod stripe_link;
 pub mod trace_context;
 

@@ -279,6 +279,9 @@ impl Agent {
             }
             self.check_plan(alloc, slots, whole_node, approved)?;
             self.check_network(alloc, &plan.network)?;
+            if let Some(c) = &plan.cluster {
+                crate::cluster_boot::check(c, &plan.image.ssh_user)?;
+            }
             self.check_fabric(slots, &plan.fabric)
         })?;
         let token = self.step("take_leases", None, report, || {

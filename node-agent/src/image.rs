@@ -210,6 +210,10 @@ pub fn seed_files(
             }).to_string(),
         }],
     });
+    let mut user_data = user_data;
+    if let Some(c) = &plan.cluster {
+        crate::cluster_boot::add(&mut user_data, c, &plan.image.ssh_user, plan.slots.len());
+    }
     let user_data = merge_fragment(user_data, &plan.image.cloud_init);
     let meta_data = json!({
         "instance-id": plan.allocation_id,

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod client;
+pub mod cluster_boot;
 pub mod config;
 pub mod discover;
 pub mod domain;

@@ -222,14 +222,16 @@ async fn load_async() {
     let lines = api.answers.0.lock().unwrap().join("\n");
     std::fs::write(&out, lines + "\n").unwrap_or_else(|e| panic!("{out}: {e}"));
     println!(
-        "chaos-load: launched={} refused={} released={} gave_up={} volumes_made={} volumes_attached={} volumes_deleted={}",
+        "chaos-load: launched={} refused={} released={} gave_up={} volumes_made={} volumes_attached={} volumes_deleted={} clusters_launched={} clusters_released={}",
         totals.launched,
         totals.refused,
         totals.released,
         totals.gave_up,
         totals.volumes_made,
         totals.volumes_attached,
-        totals.volumes_deleted
+        totals.volumes_deleted,
+        totals.clusters_launched,
+        totals.clusters_released
     );
 }
 
@@ -242,6 +244,8 @@ struct Tally {
     volumes_made: u64,
     volumes_attached: u64,
     volumes_deleted: u64,
+    clusters_launched: u64,
+    clusters_released: u64,
 }
 impl Tally {
     fn add(&mut self, o: &Tally) {
@@ -252,6 +256,8 @@ impl Tally {
         self.volumes_made += o.volumes_made;
         self.volumes_attached += o.volumes_attached;
         self.volumes_deleted += o.volumes_deleted;
+        self.clusters_launched += o.clusters_launched;
+        self.clusters_released += o.clusters_released;
     }
 }
 
@@ -267,8 +273,25 @@ async fn client(
     let mut rng = Rng(seed ^ ((c as u64 + 1) << 32));
     let mut tally = Tally::default();
     let mut n = 0;
+    // One client launches a cluster every third round, on the fabric the demo fleet's
+    // eu-west-1 hosts share.
+    let cluster_offer = offers.iter().find(|(_, r)| r == "eu-west-1");
     while Instant::now() < deadline {
         n += 1;
+        if let (0, 0, Some((sku, region))) = (c, n % 3, cluster_offer) {
+            let name = format!("chaos-{c}-{n}");
+            cluster_round(
+                api,
+                token,
+                project,
+                (sku, region),
+                &name,
+                &mut rng,
+                &mut tally,
+            )
+            .await;
+            continue;
+        }
         let (sku, region) = &offers[rng.below(offers.len() as u64) as usize];
         let body = json!({
             "project": project, "sku": sku, "region": region, "image": "ubuntu-24.04-cuda",
@@ -333,6 +356,45 @@ async fn client(
         }
     }
     tally
+}
+
+/// Launches a cluster of two (leaf preferred), waits a little, and releases it whole.
+async fn cluster_round(
+    api: &Api,
+    token: &str,
+    project: &str,
+    (sku, region): (&str, &str),
+    name: &str,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) {
+    let body = json!({
+        "project": project, "sku": sku, "region": region, "members": 2, "locality": "leaf",
+        "image": "ubuntu-24.04-cuda", "name": name, "ssh_public_keys": [KEY],
+    });
+    let key = uuid::Uuid::new_v4().to_string();
+    let req = Req {
+        method: reqwest::Method::POST,
+        path: "/clusters",
+        body: Some(&body),
+        key: Some(&key),
+        label: "cluster",
+    };
+    let (status, v) = retried(api, token, req, rng, Duration::from_secs(45)).await;
+    let Some(id) = v["id"].as_str().filter(|_| matches!(status, 200 | 201)) else {
+        tally.refused += 1;
+        tokio::time::sleep(rng.millis(300, 1500)).await;
+        return;
+    };
+    tally.clusters_launched += 1;
+    tokio::time::sleep(rng.millis(500, 3000)).await;
+    let path = format!("/clusters/{id}");
+    let patience = Duration::from_secs(60);
+    if delete_until_accepted(api, token, &path, "crelease", &[], rng, patience).await {
+        tally.clusters_released += 1;
+    } else {
+        tally.gave_up += 1;
+    }
 }
 
 /// A call retried on the other replica while it has no answer or a 5xx, for up to `patience`.
@@ -557,10 +619,10 @@ async fn audit_async() -> bool {
     let api = Api::new(urls);
 
     // 1. Release what the run left live (a launch whose answer was lost, a release that gave
-    //    up), the way its owner would: through the API.
-    let live: Vec<uuid::Uuid> = sqlx::query_scalar(
-        "SELECT id FROM allocations WHERE project_id = $1 AND created_at >= $2
-           AND desired_state = 'running'",
+    //    up), the way its owner would: through the API, a cluster whole.
+    let clusters: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM clusters WHERE project_id = $1 AND created_at >= $2
+           AND release_requested_at IS NULL",
     )
     .bind(project_id)
     .bind(since)
@@ -568,6 +630,20 @@ async fn audit_async() -> bool {
     .await
     .expect("reads");
     let mut rng = Rng(7);
+    for id in &clusters {
+        let path = format!("/clusters/{id}");
+        let patience = Duration::from_secs(60);
+        delete_until_accepted(&api, &tokens[0], &path, "crelease", &[], &mut rng, patience).await;
+    }
+    let live: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "SELECT id FROM allocations WHERE project_id = $1 AND created_at >= $2
+           AND desired_state = 'running' AND cluster_id IS NULL",
+    )
+    .bind(project_id)
+    .bind(since)
+    .fetch_all(&pool)
+    .await
+    .expect("reads");
     for id in &live {
         release(
             &api,
@@ -579,7 +655,8 @@ async fn audit_async() -> bool {
         .await;
     }
     println!(
-        "audit: released {} allocations the run left live",
+        "audit: released {} clusters and {} allocations the run left live",
+        clusters.len(),
         live.len()
     );
     // And deletes the volumes it left (a client that gave up, or whose answer was lost).
@@ -708,6 +785,22 @@ async fn audit_async() -> bool {
                                       WHERE t.allocation_id = a.id AND t.claimed_at IS NOT NULL)))")
         .await,
         "not released, or a slot some host had released without a verified certificate".into(),
+    );
+    scalar(
+        "partial_clusters",
+        q(
+            "SELECT count(*) FROM clusters c WHERE c.project_id = $1 AND c.created_at >= $2 AND (
+             (SELECT count(*) FROM allocations a WHERE a.cluster_id = c.id) <> c.size
+             OR (c.release_requested_at IS NULL
+                 AND EXISTS (SELECT 1 FROM allocations a
+                             WHERE a.cluster_id = c.id AND a.desired_state = 'released'))
+             OR (c.release_requested_at IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM allocations a
+                             WHERE a.cluster_id = c.id AND a.desired_state = 'running')))",
+        )
+        .await,
+        "clusters of the run with a member missing, or with members on both sides of a release"
+            .into(),
     );
     scalar(
         "lost_tasks",

@@ -15,8 +15,8 @@ use control_plane::tenancy::{Project, ProjectOperators, ProjectViewers};
 use control_plane::{ClusterId, ControlPlane, Error, NodeId};
 
 use crate::allocations::{BOB, hgx, member, setup};
-use crate::support::{answer, assert_db_refuses, in_project, refusal};
-use agent_protocol::TaskOutcome;
+use crate::support::{answer, assert_db_refuses, in_project, provisioned, refusal};
+use agent_protocol::{TaskOutcome, TaskSpec};
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl bob@laptop";
@@ -394,7 +394,7 @@ async fn the_database_refuses_a_partial_cluster_and_a_member_joining_later() {
 async fn members_have_private_addresses_and_a_hosts_file_names_them() {
     use control_plane::tenancy::ProjectAdmins;
     let (_db, cp, ops) = setup().await;
-    let _fleet = fleet(&cp, &ops).await;
+    let fleet = fleet(&cp, &ops).await;
     let alice = cp
         .principal(crate::allocations::ALICE)
         .await
@@ -431,4 +431,64 @@ async fn members_have_private_addresses_and_a_hosts_file_names_them() {
         ],
         "{hosts}"
     );
+    // A member's agent is handed the cluster as it boots: every member, and the cluster's
+    // own key pair, which no stored task holds.
+    let second = &c.members[1];
+    let node: uuid::Uuid = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
+        .bind(second.id.0)
+        .fetch_one(cp.pool())
+        .await
+        .unwrap();
+    let (_, _, agent) = fleet.agents.iter().find(|a| a.1.0 == node).unwrap();
+    let spec = answer(&cp, agent, crate::allocations::PROVISION, provisioned).await;
+    let TaskSpec::VmProvision(plan) = spec else {
+        panic!("{spec:?}")
+    };
+    let boot = plan.cluster.expect("a member boots with its cluster");
+    assert_eq!((boot.index, boot.name.as_str()), (2, "ring"));
+    assert_eq!(
+        boot.members
+            .iter()
+            .map(|m| (m.name.as_str(), m.address.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            ("ring-1", Some("10.128.0.10")),
+            ("ring-2", Some("10.128.0.11")),
+            ("ring-3", Some("10.128.0.12"))
+        ]
+    );
+    assert!(boot.ssh_public_key.starts_with("ssh-ed25519 "));
+    assert!(boot.ssh_public_key.ends_with(" ring@cluster"));
+    assert!(
+        boot.ssh_private_key
+            .starts_with("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    );
+    let stored: Vec<String> =
+        sqlx::query_scalar("SELECT spec::text FROM agent_tasks WHERE allocation_id = $1")
+            .bind(second.id.0)
+            .fetch_all(cp.pool())
+            .await
+            .unwrap();
+    assert!(
+        stored.iter().all(|s| !s.contains("PRIVATE KEY")),
+        "no task keeps the key"
+    );
+
+    // A member is not released alone: the cluster is, with its key forgotten.
+    let operator = in_project::<ProjectOperators>(&cp, &p, ACME_RESEARCH).await;
+    match cp.release_allocation(&operator, second.id, None).await {
+        Err(Error::Conflict(m)) => assert!(
+            m.contains("member 2 of cluster ring") && m.contains("release the cluster"),
+            "{m}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    cp.release_cluster(&operator, c.id, None).await.unwrap();
+    let sealed: Option<String> =
+        sqlx::query_scalar("SELECT ssh_private_key_sealed FROM clusters WHERE id = $1")
+            .bind(c.id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(sealed, None);
 }

@@ -1006,6 +1006,53 @@ async fn the_demo_fleet_is_enrolled_by_token_and_approved_by_the_operator() {
         .await
         .unwrap();
     assert_eq!(cred.node_id, node);
+
+    // No fabric until the whole fleet is approved; then eu-west-1's two slice hosts are
+    // placed on two leaves under one spine, once.
+    let places = || async {
+        sqlx::query_as::<_, (String, String, String, String)>(
+            "SELECT n.hostname, p.fabric, p.spine_group, p.leaf FROM node_fabric_places p
+             JOIN nodes n ON n.id = p.node_id ORDER BY n.hostname",
+        )
+        .fetch_all(cp.pool())
+        .await
+        .unwrap()
+    };
+    assert_eq!(places().await, []);
+    let last = cp.demo_fleet_tokens(&who, &hosts[3..]).await.unwrap();
+    let cred = cp
+        .exchange_bootstrap_token(&last[0].1, hosts[3], "0.1.0")
+        .await
+        .unwrap();
+    let agent = cp.authenticate_node(&cred.credential).await.unwrap();
+    discover(
+        &cp,
+        &ops,
+        cred.node_id,
+        &agent,
+        &discovery(DEMO_FLEET[3].fixture),
+    )
+    .await;
+    assert_eq!(cp.demo_fleet_approve(&who).await.unwrap(), 4);
+    let placed = |h: &str, leaf: &str| {
+        (
+            h.to_string(),
+            "ib-demo".to_string(),
+            "s1".to_string(),
+            leaf.to_string(),
+        )
+    };
+    assert_eq!(
+        places().await,
+        [placed("hgx-demo-01", "l1"), placed("hgx-demo-02", "l2")]
+    );
+    assert_eq!(cp.demo_fleet_approve(&who).await.unwrap(), 4);
+    let imports: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_log WHERE action LIKE 'node.fabric.%'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    assert_eq!(imports, 2, "each host placed once");
 }
 
 fn gpu_event(

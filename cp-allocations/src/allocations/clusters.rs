@@ -283,11 +283,14 @@ async fn launch(
     let region = placed.members[0].0.region.clone();
 
     let id = ClusterId::new_random();
+    // The members' own key pair: each member trusts it and holds it (`ClusterBoot`).
+    let keys = cp_base::ssh_key::ed25519(&format!("{name}@cluster")).map_err(Error::Corrupt)?;
     sqlx::query!(
         "INSERT INTO clusters (id, tenant_id, project_id, name, sku_id, region, size, locality,
                                locality_required, fabric, placed_within, placement_why,
-                               idempotency_key, request_fingerprint, requested_by, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                               idempotency_key, request_fingerprint, requested_by, created_at,
+                               ssh_public_key, ssh_private_key_sealed)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         id as ClusterId,
         who.tenant() as cp_base::ids::TenantId,
         who.id() as ProjectId,
@@ -304,6 +307,8 @@ async fn launch(
         fingerprint,
         who.user() as cp_base::ids::UserId,
         requested_at,
+        keys.public,
+        cp.secrets().seal(&keys.private, &key_place(id)),
     )
     .execute(&mut *tx)
     .await?;
@@ -622,6 +627,75 @@ pub fn hosts_file(cluster: &Cluster) -> String {
         }
     }
     out
+}
+
+/// Why a member is not released alone: a cluster is released whole, so that none survives
+/// with a member missing.
+pub(crate) fn member_refusal(cluster: &str, index: Option<i32>) -> Error {
+    Error::Conflict(format!(
+        "this instance is member {} of cluster {cluster}, whose members leave together: release the cluster",
+        index.unwrap_or_default()
+    ))
+}
+
+/// Where a cluster's private key is sealed to: this cluster's row, and nothing else's.
+fn key_place(id: ClusterId) -> String {
+    format!("clusters.ssh_private_key:{id}")
+}
+
+/// A cluster member's provision as its agent is handed it: the cluster's members by name and
+/// private address, as they stand now, and its key pair opened. Other specs pass unchanged.
+pub(crate) async fn with_cluster(
+    cp: &ControlPlane,
+    mut spec: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let Some(boot) = spec.get("cluster") else {
+        return Ok(spec);
+    };
+    let id: ClusterId = boot
+        .get("cluster_id")
+        .and_then(|i| i.as_str())
+        .and_then(|i| i.parse().ok())
+        .ok_or_else(|| Error::Corrupt("a provision's cluster".into()))?;
+    let cluster = sqlx::query!(
+        "SELECT ssh_public_key, ssh_private_key_sealed FROM clusters WHERE id = $1",
+        id as ClusterId
+    )
+    .fetch_one(cp.pool())
+    .await?;
+    let members = sqlx::query!(
+        r#"SELECT a.cluster_index AS "index!", a.name,
+                  CASE WHEN p.east_west AND a.state <> 'released' THEN a.private_host END
+                      AS private_host
+           FROM allocations a JOIN projects p ON p.id = a.project_id
+           WHERE a.cluster_id = $1 ORDER BY a.cluster_index"#,
+        id as ClusterId
+    )
+    .fetch_all(cp.pool())
+    .await?;
+    let peers: Vec<agent_protocol::ClusterPeer> = members
+        .into_iter()
+        .map(|m| agent_protocol::ClusterPeer {
+            index: u32::try_from(m.index).unwrap_or(0),
+            name: m.name,
+            address: m
+                .private_host
+                .and_then(|h| u16::try_from(h).ok())
+                .map(agent_protocol::identity::private_address),
+        })
+        .collect();
+    let private = match &cluster.ssh_private_key_sealed {
+        Some(sealed) => cp
+            .secrets()
+            .open(sealed, &key_place(id))
+            .map_err(|e| Error::Corrupt(format!("cluster {id}'s key: {e}")))?,
+        None => String::new(),
+    };
+    let boot = &mut spec["cluster"];
+    boot["members"] = serde_json::to_value(peers).map_err(|e| Error::Corrupt(e.to_string()))?;
+    boot["ssh_public_key"] = cluster.ssh_public_key.unwrap_or_default().into();
+    boot["ssh_private_key"] = private.into();
+    Ok(spec)
 }
 
 /// See [`ClustersApi::cluster_topology_slurm`]. Names are the members' (the tenant's own

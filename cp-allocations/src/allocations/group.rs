@@ -709,8 +709,8 @@ async fn release_together(
     let mut tx = cp.pool().begin().await?;
     let found = sqlx::query!(
         r#"SELECT a.id AS "id: AllocationId", a.project_id AS "project_id: ProjectId", a.state,
-                  a.region
-           FROM allocations a
+                  a.region, a.cluster_index, c.name AS "cluster?"
+           FROM allocations a LEFT JOIN clusters c ON c.id = a.cluster_id
            WHERE a.id = ANY($1)
              AND EXISTS (SELECT 1 FROM unnest($1::uuid[], $2::uuid[]) AS k(id, project)
                          WHERE k.id = a.id AND k.project = a.project_id)
@@ -731,8 +731,15 @@ async fn release_together(
         {
             None => answers.push(Err(cp_base::error::Error::NotFound { what: "allocation" })),
             Some(r) => {
-                answers.push(Ok(()));
                 let done = matches!(r.state.as_str(), "releasing" | "cleaning" | "released");
+                if let (false, Some(cluster)) = (done, &r.cluster) {
+                    answers.push(Err(super::clusters::member_refusal(
+                        cluster,
+                        r.cluster_index,
+                    )));
+                    continue;
+                }
+                answers.push(Ok(()));
                 if !done && !releasing.contains(&m.id.0) {
                     releasing.push(m.id.0);
                     entries_for.push((i, r.state.clone(), r.region.clone()));

@@ -452,7 +452,9 @@ impl AllocationsApi for ControlPlane {
         let user = who.user();
         let mut tx = self.pool().begin().await?;
         let row = sqlx::query!(
-            "SELECT state, region FROM allocations WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE",
+            r#"SELECT a.state, a.region, a.cluster_index, c.name AS "cluster?"
+               FROM allocations a LEFT JOIN clusters c ON c.id = a.cluster_id
+               WHERE a.id = $1 AND a.project_id = $2 FOR NO KEY UPDATE OF a"#,
             id as AllocationId,
             who.id() as ProjectId
         )
@@ -461,6 +463,9 @@ impl AllocationsApi for ControlPlane {
         .ok_or(Error::NotFound { what: "allocation" })?;
         if matches!(row.state.as_str(), "releasing" | "cleaning" | "released") {
             return Ok(());
+        }
+        if let Some(cluster) = &row.cluster {
+            return Err(clusters::member_refusal(cluster, row.cluster_index));
         }
         let unstarted = lifecycle::begin_release(&mut tx, id, None).await?;
         let node = lifecycle::queue_now(&mut tx, "allocation.release", id).await?;

@@ -68,6 +68,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
         slots: vec![s.clone()],
         network: Default::default(),
         fabric: Default::default(),
+        cluster: None,
     };
     let a = agent.clone();
     let approved = vec![s.clone()];

@@ -102,6 +102,7 @@ pub fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
         slots,
         network: Default::default(),
         fabric: Default::default(),
+        cluster: None,
     }
 }
 

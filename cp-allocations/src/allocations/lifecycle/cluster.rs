@@ -19,7 +19,8 @@ pub(crate) async fn release_members(
     failure: Option<&str>,
 ) -> Result<Option<Released>> {
     let marked = sqlx::query_scalar!(
-        "UPDATE clusters SET release_requested_at = now(), failure = $2
+        "UPDATE clusters SET release_requested_at = now(), failure = $2,
+                             ssh_private_key_sealed = NULL
          WHERE id = $1 AND release_requested_at IS NULL RETURNING id",
         cluster as ClusterId,
         failure

@@ -9,7 +9,7 @@ use sqlx::PgConnection;
 
 use super::user_data::SEALED_USER_DATA;
 use cp_base::error::{Error, Result};
-use cp_base::ids::{AgentTaskId, AllocationId, NodeId, ProjectId, SlotId, TenantId};
+use cp_base::ids::{AgentTaskId, AllocationId, ClusterId, NodeId, ProjectId, SlotId, TenantId};
 
 /// A slot as a plan names it, as [`planned_slots`] and [`planned_slots_of`] read it.
 struct SlotRow {
@@ -244,8 +244,10 @@ pub(crate) async fn queue_provisions(
                   n.public_port_base, a.tenant_id AS "tenant_id: TenantId",
                   CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId",
                   CASE WHEN p.east_west THEN p.vni END AS private_vni,
-                  CASE WHEN p.east_west THEN a.private_host END AS private_host
+                  CASE WHEN p.east_west THEN a.private_host END AS private_host,
+                  a.cluster_id AS "cluster_id: ClusterId", a.cluster_index, c.name AS "cluster_name?"
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
+                LEFT JOIN clusters c ON c.id = a.cluster_id
                 JOIN listings l ON l.id = v.listing_id
                 JOIN nodes n ON n.id = a.node_id
                 JOIN projects p ON p.id = a.project_id
@@ -332,6 +334,9 @@ struct ProvisionRow {
     east_west_group: Option<ProjectId>,
     private_vni: Option<i32>,
     private_host: Option<i32>,
+    cluster_id: Option<ClusterId>,
+    cluster_index: Option<i32>,
+    cluster_name: Option<String>,
 }
 
 /// The provision tasks to write, as the columns [`insert_tasks`] takes.
@@ -495,6 +500,19 @@ fn provision_spec(
         slots,
         network,
         fabric,
+        // The members and the key are added when the task is handed over
+        // (`clusters::with_cluster`): the key never rests in a task, and the list is current.
+        cluster: match (a.cluster_id, a.cluster_index, a.cluster_name) {
+            (Some(id), Some(index), Some(name)) => Some(agent_protocol::ClusterBoot {
+                cluster_id: id.to_string(),
+                name,
+                index: u32::try_from(index).unwrap_or(0),
+                members: Vec::new(),
+                ssh_public_key: String::new(),
+                ssh_private_key: String::new(),
+            }),
+            _ => None,
+        },
     };
     let spec = if a.shape == "baremetal" {
         TaskSpec::BaremetalProvision(plan)
