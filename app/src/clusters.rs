@@ -195,12 +195,15 @@ fn ClusterBody(v: ClusterView, release: ServerAction<ReleaseCluster>) -> impl In
                             <td>{m.spine.clone()}</td>
                             <td data-testid="member-leaf">{m.leaf.clone()}</td>
                             <td data-testid="member-private"><code>{m.private_address.clone().unwrap_or_else(|| "—".into())}</code></td>
-                            <td><code>{m.ssh.clone().unwrap_or_else(|| "—".into())}</code></td>
+                            <td><code data-testid="member-ssh">{m.ssh.clone().unwrap_or_else(|| "—".into())}</code></td>
                         </tr>
                     }).collect_view()}
                 </tbody>
             </table>
             </div>
+            {c.members.iter().all(|m| m.private_address.is_none()).then(|| view! {
+                <p class="hint" data-testid="no-private-network">"No private network: this project keeps east-west traffic off, so members reach each other only through their public ports. A project admin can turn it on in the project's settings; instances launched after that get an address on it."</p>
+            })}
         </section>
         <section class="card" aria-labelledby="cluster-topology">
             <h2 id="cluster-topology">"Topology for Slurm"</h2>

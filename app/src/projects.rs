@@ -489,17 +489,17 @@ fn project_view(v: ProjectView, actions: ProjectActions) -> impl IntoView {
         <section class="card" aria-labelledby="network-h">
             <h2 id="network-h">"Network"</h2>
             <p data-testid="east-west">{if allowed {
-                "East-west traffic is allowed: this project's VMs on one host can reach each other."
+                "East-west traffic is allowed: this project's VMs reach each other, on one host and across hosts on the project's private network (their second NIC, 10.128.0.0/16)."
             } else {
                 "East-west traffic is denied: this project's VMs reach only the internet, not each other."
             }}</p>
-            <p class="hint">"VMs of other projects and organizations never reach yours. A change applies at once, to running instances too."</p>
+            <p class="hint">"VMs of other projects and organizations never reach yours. A change applies at once, to running instances too; a VM launched while traffic was denied gets its private network address only if it is launched again."</p>
             {manage.then(move || view! {
                 <ActionForm action=east_west attr:class="inline-form" attr:id="east-west-form">
                     <input type="hidden" name="id" value=pid_network />
                     <input type="hidden" name="on" value=if allowed { "no" } else { "yes" } />
                     {if allowed {
-                        view! { <DangerButton question="Deny east-west traffic? This project's VMs on one host stop reaching each other at once, running ones included.">"Deny east-west traffic"</DangerButton> }.into_any()
+                        view! { <DangerButton question="Deny east-west traffic? This project's VMs stop reaching each other at once, on one host and across hosts, running ones included.">"Deny east-west traffic"</DangerButton> }.into_any()
                     } else {
                         view! { <button type="submit">"Allow east-west traffic"</button> }.into_any()
                     }}

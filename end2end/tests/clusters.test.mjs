@@ -101,8 +101,11 @@ test('an admin places nodes on the fabric; bob launches a 4-node cluster on one 
         const row = members.nth(i);
         assert.equal(await row.getByTestId('member-leaf').innerText(), 'l1');
         assert.equal(await row.getByTestId('member-state').innerText(), 'running');
-        assert.match(await row.locator('code').innerText(), /^ssh /);
+        assert.match(await row.getByTestId('member-ssh').innerText(), /^ssh /);
+        // Bob's project keeps east-west traffic off: no private network, and the page says so.
+        assert.equal(await row.getByTestId('member-private').innerText(), '—');
       }
+      await page.getByTestId('no-private-network').waitFor();
       assert.match(await page.getByTestId('cluster-why').innerText(), new RegExp(`^4 members on leaf l1 \\(spine s1, fabric ${fabric}\\)$`));
       assert.equal(
         await page.getByTestId('topology').innerText(),

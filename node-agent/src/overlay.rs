@@ -429,28 +429,31 @@ fn sync_entries(s: &Segment) -> Result<(), String> {
 
 /// The device's own (`self`) forwarding entries with a destination: (MAC, endpoint).
 fn fdb_entries(vx: &str) -> Result<BTreeSet<(String, String)>, String> {
-    let out = output("bridge", &["fdb", "show", "dev", vx])?;
-    Ok(out
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let dst = w.iter().position(|x| *x == "dst")?;
-            Some((w.first()?.to_string(), w.get(dst + 1)?.to_string()))
-        })
-        .collect())
+    Ok(first_and_after(
+        &output("bridge", &["fdb", "show", "dev", vx])?,
+        "dst",
+    ))
 }
 
-/// The device's permanent neighbour entries: (address, MAC).
+/// The device's neighbour entries: (address, MAC).
 fn neigh_entries(vx: &str) -> Result<BTreeSet<(String, String)>, String> {
-    let out = output("ip", &["-4", "neigh", "show", "dev", vx])?;
-    Ok(out
+    Ok(first_and_after(
+        &output("ip", &["-4", "neigh", "show", "dev", vx])?,
+        "lladdr",
+    ))
+}
+
+/// Of each line of `ip`'s or `bridge`'s listing that has the word `key`: its first word and
+/// the word after `key`.
+fn first_and_after(listing: &str, key: &str) -> BTreeSet<(String, String)> {
+    listing
         .lines()
         .filter_map(|l| {
             let w: Vec<&str> = l.split_whitespace().collect();
-            let mac = w.iter().position(|x| *x == "lladdr")?;
-            Some((w.first()?.to_string(), w.get(mac + 1)?.to_string()))
+            let at = w.iter().position(|x| *x == key)?;
+            Some((w.first()?.to_string(), w.get(at + 1)?.to_string()))
         })
-        .collect())
+        .collect()
 }
 
 /// Deletes the segment devices of segments no longer carried (and every VXLAN device when the

@@ -2,7 +2,8 @@
 //! PostgreSQL, two server replicas, the Stripe test server, the demo fleet of simulated
 //! agents, the first replica's storage worker on the qemu backend — with clients launching and
 //! releasing over the public API (`bench chaos-load`), half of them with a volume made,
-//! attached once the instance runs, and deleted after it,
+//! attached once the instance runs, and deleted after it, two of them also launching and
+//! releasing clusters,
 //! while faults chosen by the seed are injected one after another:
 //!
 //! | fault | how |

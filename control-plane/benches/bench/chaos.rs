@@ -3,11 +3,13 @@
 //!
 //! - `chaos-load`: clients that launch and release over the public API the way a program
 //!   does (an `Idempotency-Key` per intended launch, retried on the other replica when a
-//!   connection drops or a 5xx comes back), for `--seconds`; every answer is written to
+//!   connection drops or a 5xx comes back), two of them launching a cluster of two every
+//!   other round and releasing it whole, for `--seconds`; every answer is written to
 //!   `--answers` (time, call, status, replica) for the audit.
 //! - `chaos-audit`: once the faults have stopped, releases whatever the run left live
 //!   (through the API), waits for the system to settle, and checks what the issue names:
-//!   double-bookings, leaked slots, unconverged allocations, lost or duplicated tasks, the
+//!   double-bookings, leaked slots, unconverged allocations, partial clusters, lost or
+//!   duplicated tasks, the
 //!   ledger against the allocations' intervals, invoices against Stripe, open reconciliation
 //!   findings, and 500s outside the injected faults' windows (`--faults`). Prints a table
 //!   and `RESULT chaos …`; exits 1 when a check fails.
@@ -273,12 +275,12 @@ async fn client(
     let mut rng = Rng(seed ^ ((c as u64 + 1) << 32));
     let mut tally = Tally::default();
     let mut n = 0;
-    // One client launches a cluster every third round, on the fabric the demo fleet's
+    // Two clients launch a cluster every other round, on the fabric the demo fleet's
     // eu-west-1 hosts share.
     let cluster_offer = offers.iter().find(|(_, r)| r == "eu-west-1");
     while Instant::now() < deadline {
         n += 1;
-        if let (0, 0, Some((sku, region))) = (c, n % 3, cluster_offer) {
+        if let (true, 0, Some((sku, region))) = (c < 2, n % 2, cluster_offer) {
             let name = format!("chaos-{c}-{n}");
             cluster_round(
                 api,

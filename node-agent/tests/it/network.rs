@@ -315,6 +315,11 @@ pub(crate) fn ping(ns: &str, to: Ipv4Addr) -> bool {
 }
 
 fn arping(ns: &str, to: Ipv4Addr) -> bool {
+    arping_on(ns, "eth0", to)
+}
+
+/// Whether `to` answers ARP on `ns`'s interface `dev`.
+pub(crate) fn arping_on(ns: &str, dev: &str, to: Ipv4Addr) -> bool {
     ok(&[
         "ip",
         "netns",
@@ -328,7 +333,7 @@ fn arping(ns: &str, to: Ipv4Addr) -> bool {
         "-w",
         "2",
         "-I",
-        "eth0",
+        dev,
         &to.to_string(),
     ])
 }

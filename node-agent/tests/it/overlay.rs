@@ -18,7 +18,7 @@ use node_agent::network::{HostNetwork, NetConfig, SlotNetwork};
 use node_agent::overlay::Vtep;
 
 use super::network::{
-    Lab, guest_network, in_ns, listen, missing, ok, ping, provision, reach, release, sh,
+    Lab, arping_on, guest_network, in_ns, listen, missing, ok, ping, provision, reach, release, sh,
     udp_arrives_from,
 };
 use crate::support::*;
@@ -144,22 +144,7 @@ fn overlay(members: &[(u32, u16, u8)]) -> Overlay {
 }
 
 fn arping(ns: &str, to: Ipv4Addr) -> bool {
-    ok(&[
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "busybox",
-        "arping",
-        "-f",
-        "-c",
-        "2",
-        "-w",
-        "2",
-        "-I",
-        "eth1",
-        &to.to_string(),
-    ])
+    arping_on(ns, "eth1", to)
 }
 
 fn link_exists(ns: &str, dev: &str) -> bool {
