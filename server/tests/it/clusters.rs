@@ -231,6 +231,15 @@ async fn a_cluster_launches_whole_through_gpuctl_and_the_api_and_is_released_as_
     let (done, topo, err) = gpuctl(&api, token_file, &["cluster", "topology", &id]).await;
     assert_eq!(done, Done::Exit(exit::OK), "{err}");
     assert!(topo.contains("SwitchName=l1 Nodes=ring-1,ring-2\nSwitchName=l2 Nodes=ring-3,ring-4\nSwitchName=s1 Switches=l1,l2\n"), "{topo}");
+    // Its hosts file: the project keeps east-west traffic off, so no member has an address.
+    let (done, hosts, err) = gpuctl(
+        &api,
+        token_file,
+        &["cluster", "topology", &id, "--format", "hosts"],
+    )
+    .await;
+    assert_eq!(done, Done::Exit(exit::OK), "{err}");
+    assert!(hosts.contains("# ring-1: no private address\n"), "{hosts}");
     let (status, _) = rest(
         &app,
         "GET",
