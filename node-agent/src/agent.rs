@@ -925,8 +925,12 @@ impl Agent {
             *current = overlay;
         }
         let approved = lock(&self.approved).clone();
-        if let Some(approved) = approved {
-            self.apply_network(&approved)?;
+        if let Some(approved) = approved
+            && let Err(e) = self.apply_network(&approved)
+        {
+            // Not in force: forgotten, so that the next heartbeat's list is applied again.
+            *lock(&self.overlay) = Overlay::default();
+            return Err(e);
         }
         Ok(true)
     }

@@ -46,6 +46,10 @@ pub fn check(boot: &ClusterBoot, ssh_user: &str) -> Result<(), String> {
             return Err(format!("{a:?} is not an address of the private network"));
         }
     }
+    // A cluster launched before clusters had keys (or released since) hands over none.
+    if boot.ssh_public_key.is_empty() && boot.ssh_private_key.is_empty() {
+        return Ok(());
+    }
     let public_ok = boot.ssh_public_key.len() <= 200
         && boot.ssh_public_key.split(' ').count() == 3
         && boot.ssh_public_key.starts_with("ssh-ed25519 ")
@@ -113,22 +117,31 @@ pub fn add(user_data: &mut Value, boot: &ClusterBoot, ssh_user: &str, gpus: usiz
     );
     let home = format!("/home/{ssh_user}/.ssh");
     let owner = format!("{ssh_user}:{ssh_user}");
-    let files = [
+    let mut files = vec![
         json!({ "path": "/etc/hosts", "append": true, "content": hosts }),
         json!({ "path": HOSTFILE, "permissions": "0644", "content": hostfile }),
         json!({ "path": PROFILE, "permissions": "0644", "content": profile }),
         json!({ "path": "/etc/ssh/ssh_config.d/90-gpuaas-cluster.conf", "permissions": "0644",
                 "content": ssh_config }),
-        // `defer`: written after the user exists, so that the owner can be.
-        json!({ "path": format!("{home}/id_cluster"), "permissions": "0600", "owner": owner,
-                "defer": true, "content": boot.ssh_private_key }),
-        json!({ "path": format!("{home}/id_cluster.pub"), "permissions": "0644", "owner": owner,
-                "defer": true, "content": format!("{}\n", boot.ssh_public_key) }),
     ];
+    let keyed = !boot.ssh_private_key.is_empty();
+    if keyed {
+        files.extend([
+            // `defer`: written after the user exists, so that the owner can be.
+            json!({ "path": format!("{home}/id_cluster"), "permissions": "0600", "owner": owner,
+                    "defer": true, "content": boot.ssh_private_key }),
+            json!({ "path": format!("{home}/id_cluster.pub"), "permissions": "0644",
+                    "owner": owner, "defer": true,
+                    "content": format!("{}\n", boot.ssh_public_key) }),
+        ]);
+    }
     if let Some(list) = user_data["write_files"].as_array_mut() {
         list.extend(files);
     }
-    if let Some(keys) = user_data["users"][0]["ssh_authorized_keys"].as_array_mut() {
+    if let (true, Some(keys)) = (
+        keyed,
+        user_data["users"][0]["ssh_authorized_keys"].as_array_mut(),
+    ) {
         keys.push(boot.ssh_public_key.clone().into());
     }
 }
@@ -217,5 +230,26 @@ mod tests {
         let mut b = boot();
         b.index = 4;
         assert!(check(&b, "ubuntu").is_err());
+        let mut b = boot();
+        b.ssh_private_key.clear();
+        assert!(check(&b, "ubuntu").is_err(), "half a key pair");
+    }
+
+    #[test]
+    fn a_cluster_without_a_key_pair_boots_without_key_files() {
+        let mut b = boot();
+        b.ssh_public_key.clear();
+        b.ssh_private_key.clear();
+        check(&b, "ubuntu").unwrap();
+        let mut ud = json!({ "users": [{ "ssh_authorized_keys": ["mine"] }], "write_files": [] });
+        add(&mut ud, &b, "ubuntu", 8);
+        let paths: Vec<&str> = ud["write_files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f["path"].as_str())
+            .collect();
+        assert!(paths.contains(&HOSTFILE) && !paths.iter().any(|p| p.contains("id_cluster")));
+        assert_eq!(ud["users"][0]["ssh_authorized_keys"], json!(["mine"]));
     }
 }

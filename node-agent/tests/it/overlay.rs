@@ -374,3 +374,38 @@ fn a_projects_guests_reach_each_other_across_hosts_and_nobody_else_does() {
     );
     drop(hosts);
 }
+
+/// A network that refuses its next apply when told to, and counts the others.
+#[derive(Default)]
+struct FailNext(AtomicBool);
+
+impl SlotNetwork for FailNext {
+    fn describe(&self) -> String {
+        "fails when told".into()
+    }
+    fn apply(&self, _: &node_agent::network::NetState) -> Result<(), String> {
+        if self.0.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            Err("the host's network is busy".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A members' list the host failed to put in force is not taken as in force: the next
+/// heartbeat's list, though the same, is applied again.
+#[test]
+fn a_list_that_failed_to_apply_is_applied_again_with_the_next_heartbeat() {
+    let dir = tempdir("overlay-retry");
+    let mut agent = simulated_agent(&dir, "pcie-l40s-4x");
+    let network = Arc::new(FailNext::default());
+    agent.network = network.clone();
+    let approved = approved("pcie-l40s-4x", "overwrite-verify");
+    agent.apply_network(&approved).unwrap();
+    let list = overlay(&[(A, 11, 1), (A, 12, 2)]);
+    network.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(agent.set_overlay(list.clone()).is_err());
+    assert_eq!(agent.set_overlay(list.clone()), Ok(true), "applied again");
+    assert_eq!(agent.set_overlay(list), Ok(false), "then in force");
+    let _ = std::fs::remove_dir_all(&dir);
+}
