@@ -588,13 +588,7 @@ impl HostNetwork {
     }
 
     fn bridge(&self) -> Result<(), String> {
-        let exists = Command::new("ip")
-            .args(["link", "show", "dev", BRIDGE])
-            .output()
-            .map_err(|e| format!("ip: {e}"))?
-            .status
-            .success();
-        if !exists {
+        if !link_exists(BRIDGE) {
             run("ip", &["link", "add", BRIDGE, "type", "bridge"])?;
         }
         run("ip", &["link", "set", "dev", BRIDGE, "address", BRIDGE_MAC])?;
@@ -671,6 +665,15 @@ impl SlotNetwork for HostNetwork {
     }
 }
 
+/// Whether the host has an interface named `dev` (when `ip` can't say, it is created, and
+/// that step names the problem).
+pub(crate) fn link_exists(dev: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", "dev", dev])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 fn is_dnsmasq(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "dnsmasq")
 }
@@ -684,7 +687,7 @@ fn wait_gone(pid: u32) {
     }
 }
 
-pub(crate) fn run(program: &str, args: &[&str]) -> Result<(), String> {
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(program)
         .args(args)
         .output()

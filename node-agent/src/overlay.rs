@@ -23,11 +23,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::Ipv4Addr;
-use std::process::Command;
 
 use agent_protocol::{PrivateNic, identity};
 
-use crate::network::{NetState, run};
+use crate::network::{NetState, link_exists};
 
 /// The MTU of a private NIC: a 1500-byte underlay less VXLAN's 50 bytes of headers.
 pub const PRIVATE_MTU: u32 = 1450;
@@ -298,17 +297,8 @@ pub fn apply(segments: &[Segment], vtep: Option<&Vtep>) -> Result<(), String> {
     remove_stale(segments, vtep.is_some())
 }
 
-fn exists(dev: &str) -> Result<bool, String> {
-    Ok(Command::new("ip")
-        .args(["link", "show", "dev", dev])
-        .output()
-        .map_err(|e| format!("ip: {e}"))?
-        .status
-        .success())
-}
-
 fn ensure_bridge(b: &str) -> Result<(), String> {
-    if !exists(b)? {
+    if !link_exists(b) {
         run("ip", &["link", "add", b, "type", "bridge"])?;
     }
     // No address, no ARP and no IPv6: the host is nobody on a tenant's segment.
@@ -334,7 +324,7 @@ fn ensure_bridge(b: &str) -> Result<(), String> {
 
 fn ensure_vxlan(s: &Segment, vtep: &Vtep) -> Result<(), String> {
     let (vx, b) = (s.vxlan(), s.bridge());
-    if !exists(&vx)? {
+    if !link_exists(&vx) {
         let (vni, local, port) = (
             s.vni.to_string(),
             vtep.address.to_string(),
@@ -371,58 +361,53 @@ fn ensure_vxlan(s: &Segment, vtep: &Vtep) -> Result<(), String> {
 /// The VXLAN device's forwarding and neighbour entries: exactly the segment's remote members.
 fn sync_entries(s: &Segment) -> Result<(), String> {
     let vx = s.vxlan();
-    let want_fdb: BTreeSet<(String, String)> = s
+    let fdb = s.remote.iter().map(|r| (r.mac.clone(), r.vtep.to_string()));
+    sync(fdb_entries(&vx)?, fdb.collect(), |(mac, dst), add| {
+        let verb = if add { "replace" } else { "del" };
+        let mut args = vec!["fdb", verb, mac, "dev", &vx, "dst", dst, "self"];
+        if add {
+            args.push("permanent");
+        }
+        run("bridge", &args)
+    })?;
+    let neigh = s
         .remote
         .iter()
-        .map(|r| (r.mac.clone(), r.vtep.to_string()))
-        .collect();
-    let have_fdb = fdb_entries(&vx)?;
-    for (mac, dst) in have_fdb.difference(&want_fdb) {
-        run(
-            "bridge",
-            &["fdb", "del", mac, "dev", &vx, "dst", dst, "self"],
-        )?;
+        .map(|r| (r.address.to_string(), r.mac.clone()));
+    sync(neigh_entries(&vx)?, neigh.collect(), |(ip, mac), add| {
+        if add {
+            run(
+                "ip",
+                &[
+                    "neigh",
+                    "replace",
+                    ip,
+                    "lladdr",
+                    mac,
+                    "dev",
+                    &vx,
+                    "nud",
+                    "permanent",
+                ],
+            )
+        } else {
+            run("ip", &["neigh", "del", ip, "dev", &vx])
+        }
+    })
+}
+
+/// Removes what `have` has and `want` has not, then adds what `want` adds (`apply(entry,
+/// add)`), so that a device's entries become exactly `want`.
+fn sync(
+    have: BTreeSet<(String, String)>,
+    want: BTreeSet<(String, String)>,
+    apply: impl Fn((&str, &str), bool) -> Result<(), String>,
+) -> Result<(), String> {
+    for (a, b) in have.difference(&want) {
+        apply((a, b), false)?;
     }
-    for (mac, dst) in want_fdb.difference(&have_fdb) {
-        run(
-            "bridge",
-            &[
-                "fdb",
-                "replace",
-                mac,
-                "dev",
-                &vx,
-                "dst",
-                dst,
-                "self",
-                "permanent",
-            ],
-        )?;
-    }
-    let want_neigh: BTreeSet<(String, String)> = s
-        .remote
-        .iter()
-        .map(|r| (r.address.to_string(), r.mac.clone()))
-        .collect();
-    let have_neigh = neigh_entries(&vx)?;
-    for (ip, _) in have_neigh.difference(&want_neigh) {
-        run("ip", &["neigh", "del", ip, "dev", &vx])?;
-    }
-    for (ip, mac) in want_neigh.difference(&have_neigh) {
-        run(
-            "ip",
-            &[
-                "neigh",
-                "replace",
-                ip,
-                "lladdr",
-                mac,
-                "dev",
-                &vx,
-                "nud",
-                "permanent",
-            ],
-        )?;
+    for (a, b) in want.difference(&have) {
+        apply((a, b), true)?;
     }
     Ok(())
 }
@@ -430,7 +415,7 @@ fn sync_entries(s: &Segment) -> Result<(), String> {
 /// The device's own (`self`) forwarding entries with a destination: (MAC, endpoint).
 fn fdb_entries(vx: &str) -> Result<BTreeSet<(String, String)>, String> {
     Ok(first_and_after(
-        &output("bridge", &["fdb", "show", "dev", vx])?,
+        &crate::image::run("bridge", &["fdb", "show", "dev", vx])?,
         "dst",
     ))
 }
@@ -438,7 +423,7 @@ fn fdb_entries(vx: &str) -> Result<BTreeSet<(String, String)>, String> {
 /// The device's neighbour entries: (address, MAC).
 fn neigh_entries(vx: &str) -> Result<BTreeSet<(String, String)>, String> {
     Ok(first_and_after(
-        &output("ip", &["-4", "neigh", "show", "dev", vx])?,
+        &crate::image::run("ip", &["-4", "neigh", "show", "dev", vx])?,
         "lladdr",
     ))
 }
@@ -463,7 +448,7 @@ fn remove_stale(segments: &[Segment], tunnel: bool) -> Result<(), String> {
     if tunnel {
         keep.extend(segments.iter().map(Segment::vxlan));
     }
-    let out = output("ip", &["-o", "link", "show"])?;
+    let out = crate::image::run("ip", &["-o", "link", "show"])?;
     for line in out.lines() {
         // `7: gpb4096: <BROADCAST,…>` or `8: gpx4096@eth1: …`
         let Some(name) = line.split(": ").nth(1) else {
@@ -481,18 +466,7 @@ fn remove_stale(segments: &[Segment], tunnel: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn output(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+/// A fixed command line whose output nobody reads.
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    crate::image::run(program, args).map(drop)
 }

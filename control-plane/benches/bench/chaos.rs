@@ -374,29 +374,44 @@ async fn cluster_round(
         "project": project, "sku": sku, "region": region, "members": 2, "locality": "leaf",
         "image": "ubuntu-24.04-cuda", "name": name, "ssh_public_keys": [KEY],
     });
-    let key = uuid::Uuid::new_v4().to_string();
-    let req = Req {
-        method: reqwest::Method::POST,
-        path: "/clusters",
-        body: Some(&body),
-        key: Some(&key),
-        label: "cluster",
-    };
-    let (status, v) = retried(api, token, req, rng, Duration::from_secs(45)).await;
-    let Some(id) = v["id"].as_str().filter(|_| matches!(status, 200 | 201)) else {
+    let Some(id) = created(api, token, "/clusters", "cluster", &body, rng).await else {
         tally.refused += 1;
         tokio::time::sleep(rng.millis(300, 1500)).await;
         return;
     };
     tally.clusters_launched += 1;
     tokio::time::sleep(rng.millis(500, 3000)).await;
-    let path = format!("/clusters/{id}");
-    let patience = Duration::from_secs(60);
-    if delete_until_accepted(api, token, &path, "crelease", &[], rng, patience).await {
+    if release_cluster(api, token, &id, rng, Duration::from_secs(60)).await {
         tally.clusters_released += 1;
     } else {
         tally.gave_up += 1;
     }
+}
+
+/// `POST path` with `body` under one new `Idempotency-Key` (the same on every try, so a retry
+/// after a lost answer finds what the first made), retried as [`retried`] does; the id of
+/// what it made or found.
+async fn created(
+    api: &Api,
+    token: &str,
+    path: &str,
+    label: &str,
+    body: &Value,
+    rng: &mut Rng,
+) -> Option<String> {
+    let key = uuid::Uuid::new_v4().to_string();
+    let req = Req {
+        method: reqwest::Method::POST,
+        path,
+        body: Some(body),
+        key: Some(&key),
+        label,
+    };
+    let (status, v) = retried(api, token, req, rng, Duration::from_secs(45)).await;
+    v["id"]
+        .as_str()
+        .filter(|_| matches!(status, 200 | 201))
+        .map(String::from)
 }
 
 /// A call retried on the other replica while it has no answer or a 5xx, for up to `patience`.
@@ -476,16 +491,7 @@ async fn with_volume(
     tally: &mut Tally,
 ) -> Option<String> {
     let body = json!({"project": project, "name": name, "region": region, "size_gib": 1});
-    let key = uuid::Uuid::new_v4().to_string();
-    let req = Req {
-        method: reqwest::Method::POST,
-        path: "/volumes",
-        body: Some(&body),
-        key: Some(&key),
-        label: "volume",
-    };
-    let (status, v) = retried(api, token, req, rng, Duration::from_secs(45)).await;
-    let volume = v["id"].as_str().filter(|_| status == 201)?.to_string();
+    let volume = created(api, token, "/volumes", "volume", &body, rng).await?;
     tally.volumes_made += 1;
     let patience = Duration::from_secs(30);
     let ready = until_state(
@@ -533,6 +539,18 @@ async fn delete_volume(
 ) -> bool {
     let path = format!("/volumes/{id}");
     delete_until_accepted(api, token, &path, "vdelete", &[404], rng, patience).await
+}
+
+/// Asks for a cluster's release until it is accepted.
+async fn release_cluster(
+    api: &Api,
+    token: &str,
+    id: &str,
+    rng: &mut Rng,
+    patience: Duration,
+) -> bool {
+    let path = format!("/clusters/{id}");
+    delete_until_accepted(api, token, &path, "crelease", &[], rng, patience).await
 }
 
 /// Asks for the release until it is accepted (or the instance is already gone).
@@ -633,9 +651,8 @@ async fn audit_async() -> bool {
     .expect("reads");
     let mut rng = Rng(7);
     for id in &clusters {
-        let path = format!("/clusters/{id}");
-        let patience = Duration::from_secs(60);
-        delete_until_accepted(&api, &tokens[0], &path, "crelease", &[], &mut rng, patience).await;
+        let id = id.to_string();
+        release_cluster(&api, &tokens[0], &id, &mut rng, Duration::from_secs(60)).await;
     }
     let live: Vec<uuid::Uuid> = sqlx::query_scalar(
         "SELECT id FROM allocations WHERE project_id = $1 AND created_at >= $2

@@ -34,6 +34,20 @@ fn private(host: u16) -> Ipv4Addr {
     identity::private_address(host).parse().unwrap()
 }
 
+/// Plugs namespace `ns` into the underlay switch on port `port`, as `under0` at `addr`.
+fn on_underlay(switch: &str, ns: &str, port: &str, addr: Ipv4Addr) {
+    sh(&[
+        "ip", "-n", switch, "link", "add", port, "type", "veth", "peer", "name", "under0", "netns",
+        ns,
+    ]);
+    sh(&[
+        "ip", "-n", switch, "link", "set", port, "master", "sw0", "up",
+    ]);
+    let cidr = format!("{addr}/24");
+    sh(&["ip", "-n", ns, "addr", "add", &cidr, "dev", "under0"]);
+    sh(&["ip", "-n", ns, "link", "set", "under0", "up"]);
+}
+
 /// One "host": its namespace, its agent with the real network applied there, its approved
 /// slots.
 struct Host {
@@ -52,17 +66,7 @@ fn host(prefix: &str, n: u8, switch: &str) -> Host {
         stop: Arc::new(AtomicBool::new(false)),
     };
     let ns = lab.add("host");
-    let port = format!("{prefix}p{n}");
-    sh(&[
-        "ip", "-n", switch, "link", "add", &port, "type", "veth", "peer", "name", "under0",
-        "netns", &ns,
-    ]);
-    sh(&[
-        "ip", "-n", switch, "link", "set", &port, "master", "sw0", "up",
-    ]);
-    let cidr = format!("{}/24", underlay(n));
-    sh(&["ip", "-n", &ns, "addr", "add", &cidr, "dev", "under0"]);
-    sh(&["ip", "-n", &ns, "link", "set", "under0", "up"]);
+    on_underlay(switch, &ns, &format!("{prefix}p{n}"), underlay(n));
 
     let mut cfg = NetConfig::new("under0", underlay(n), 9400);
     cfg.vtep = Some(Vtep {
@@ -288,17 +292,8 @@ fn a_projects_guests_reach_each_other_across_hosts_and_nobody_else_does() {
     // A host that is no member's hears nothing of a segment: a rogue on the underlay sends
     // tenant A's frames as a2 (its MAC and address) straight to host 1's endpoint.
     let rogue = lab.add("rogue");
-    let port = format!("{prefix}p9");
-    sh(&[
-        "ip", "-n", &switch, "link", "add", &port, "type", "veth", "peer", "name", "under0",
-        "netns", &rogue,
-    ]);
-    sh(&[
-        "ip", "-n", &switch, "link", "set", &port, "master", "sw0", "up",
-    ]);
+    on_underlay(&switch, &rogue, &format!("{prefix}p9"), underlay(9));
     for cmd in [
-        "ip addr add 192.0.2.9/24 dev under0",
-        "ip link set under0 up",
         "ip link add vx type vxlan id 5001 local 192.0.2.9 dstport 4789 dev under0 nolearning",
         "ip link set vx address 52:56:0a:80:00:0c mtu 1450 up",
         "ip addr add 10.128.0.12/16 dev vx",

@@ -153,24 +153,26 @@ impl Private {
     }
 }
 
-/// Gives each allocation in `ids` whose project allows east-west traffic and that has no
-/// place on its project's segment yet the lowest free host numbers. Concurrent launches into
+/// Gives each row whose project allows east-west traffic and that has no place on its
+/// project's segment yet the lowest free host numbers, per project. Concurrent launches into
 /// one project take turns (a transaction-scoped lock per project), so two never pick one
-/// number; the unique index (migration 0056) would refuse it anyway.
-async fn give_private_hosts(conn: &mut PgConnection, ids: &[uuid::Uuid]) -> Result<()> {
-    let wanting = sqlx::query!(
-        r#"SELECT a.project_id AS "project_id: ProjectId", array_agg(a.id ORDER BY a.id) AS "ids!"
-           FROM allocations a JOIN projects p ON p.id = a.project_id
-           WHERE a.id = ANY($1) AND p.east_west AND a.private_host IS NULL
-           GROUP BY a.project_id ORDER BY a.project_id"#,
-        ids
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    for w in wanting {
+/// number; the unique index (migration 0056) would refuse it anyway. Rows that need nothing
+/// cost no statement: this runs on every provision queued.
+async fn give_private_hosts(conn: &mut PgConnection, rows: &mut [ProvisionRow]) -> Result<()> {
+    let mut projects: Vec<ProjectId> = rows
+        .iter()
+        .filter(|r| r.private_host.is_none())
+        .filter_map(|r| r.east_west_group)
+        .collect();
+    projects.sort_unstable_by_key(|p| p.0);
+    projects.dedup();
+    for project in projects {
+        let wanting: Vec<usize> = (0..rows.len())
+            .filter(|&i| rows[i].east_west_group == Some(project) && rows[i].private_host.is_none())
+            .collect();
         sqlx::query!(
             "SELECT pg_advisory_xact_lock(hashtextextended('private-network ' || $1::text, 0))",
-            w.project_id as ProjectId
+            project as ProjectId
         )
         .execute(&mut *conn)
         .await?;
@@ -180,27 +182,31 @@ async fn give_private_hosts(conn: &mut PgConnection, ids: &[uuid::Uuid]) -> Resu
                                  WHERE a.project_id = $1 AND a.private_host = n
                                    AND a.state <> 'released')
                ORDER BY n LIMIT $4"#,
-            w.project_id as ProjectId,
+            project as ProjectId,
             i32::from(*identity::PRIVATE_HOSTS.start()),
             i32::from(*identity::PRIVATE_HOSTS.end()),
-            w.ids.len() as i64
+            wanting.len() as i64
         )
         .fetch_all(&mut *conn)
         .await?;
-        if free.len() < w.ids.len() {
+        if free.len() < wanting.len() {
             return Err(Error::Conflict(format!(
                 "the project's private network has no free address for {} more member(s)",
-                w.ids.len() - free.len()
+                wanting.len() - free.len()
             )));
         }
+        let ids: Vec<uuid::Uuid> = wanting.iter().map(|&i| rows[i].id.0).collect();
         sqlx::query!(
             "UPDATE allocations a SET private_host = x.host
              FROM unnest($1::uuid[], $2::int[]) AS x(id, host) WHERE a.id = x.id",
-            &w.ids,
+            &ids,
             &free
         )
         .execute(&mut *conn)
         .await?;
+        for (&i, host) in wanting.iter().zip(free) {
+            rows[i].private_host = Some(host);
+        }
     }
     Ok(())
 }
@@ -229,12 +235,11 @@ pub(crate) async fn queue_provisions(
     written: Written,
 ) -> Result<Vec<NodeId>> {
     let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
-    give_private_hosts(&mut *conn, &wanted).await?;
     let expected = match written {
         Written::Placed => "placed",
         Written::AsProvisioning => "provisioning",
     };
-    let rows = sqlx::query_as!(
+    let mut rows = sqlx::query_as!(
         ProvisionRow,
         r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.name,
                   a.ssh_public_key, l.slug || ' ' || v.version AS "image!", v.image_source,
@@ -262,6 +267,7 @@ pub(crate) async fn queue_provisions(
     if rows.is_empty() {
         return Ok(Vec::new());
     }
+    give_private_hosts(&mut *conn, &mut rows).await?;
     let ids_found: Vec<AllocationId> = rows.iter().map(|r| r.id).collect();
     let slots = planned_slots_of(&mut *conn, &ids_found).await?;
     let pkeys = tenant_pkeys(&mut *conn, &rows).await?;
