@@ -13,7 +13,7 @@ use control_plane::prelude::*;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
-use portal_types::billing::{InvoiceDetail, InvoiceSummary, Overview, RevenuePoint};
+use portal_types::billing::{InvoiceDetail, InvoiceLine, InvoiceSummary, Overview, RevenuePoint};
 use portal_types::{IdArg, InvoiceId};
 use portal_types::{TenantId, utc};
 use serde::{Deserialize, Serialize};
@@ -439,6 +439,26 @@ fn BillingBody(b: BillingView) -> impl IntoView {
             }}
             <p><a class="button" href=format!("/billing/export/usage.csv?month={month}") download data-testid="export-usage">"Export usage (CSV)"</a></p>
         </section>
+        {(!o.clusters.is_empty()).then(|| view! {
+            <section class="card" aria-labelledby="clusters-h">
+                <h2 id="clusters-h">"Clusters this month"</h2>
+                <p class="hint">"Members are billed as instances; here is what each cluster's members cost together. It is part of the month to date."</p>
+                <div class="table-scroll">
+                <table class="data cards" id="cluster-spend">
+                    <thead><tr><th>"Cluster"</th><th>"Project"</th><th>"Nodes"</th><th>"State"</th><th>"Month to date"</th></tr></thead>
+                    <tbody>{o.clusters.into_iter().map(|c| view! {
+                        <tr data-testid="cluster-spend">
+                            <td>{c.name}</td>
+                            <td data-label="Project">{c.project}</td>
+                            <td data-label="Nodes">{c.nodes}</td>
+                            <td data-label="State">{if c.released { "released" } else { "running" }}</td>
+                            <td data-label="Month to date" class="amount">{c.month_to_date.grouped()}</td>
+                        </tr>
+                    }).collect_view()}</tbody>
+                </table>
+                </div>
+            </section>
+        })}
         <section class="card" aria-labelledby="invoices-h">
             <h2 id="invoices-h">"Invoices"</h2>
             <InvoiceTable invoices=invoices show_tenant=false id="invoices" />
@@ -506,6 +526,20 @@ fn unit_price(kind: &str, price: &str, currency: &str) -> String {
     }
 }
 
+/// Each line with the heading to show above it: a cluster's name before the first of its lines
+/// (they are consecutive, as an invoice is drafted).
+fn cluster_groups(lines: Vec<InvoiceLine>) -> Vec<(Option<String>, InvoiceLine)> {
+    let mut last: Option<String> = None;
+    lines
+        .into_iter()
+        .map(|l| {
+            let heading = l.cluster.clone().filter(|c| last.as_ref() != Some(c));
+            last = l.cluster.clone();
+            (heading, l)
+        })
+        .collect()
+}
+
 #[component]
 fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl IntoView {
     let InvoiceView {
@@ -526,7 +560,10 @@ fn InvoiceBody(v: InvoiceView, note: ServerAction<IssueCreditNote>) -> impl Into
         <table class="data cards" id="invoice-lines">
             <thead><tr><th>"#"</th><th>"Description"</th><th>"Quantity"</th><th>"Unit price"</th><th>"Amount"</th></tr></thead>
             <tbody>
-                {v.lines.into_iter().map(|l| view! {
+                {cluster_groups(v.lines).into_iter().map(|(heading, l)| view! {
+                    {heading.map(|name| view! {
+                        <tr class="group" data-testid="invoice-cluster"><th colspan="5">{format!("Cluster {name}")}</th></tr>
+                    })}
                     <tr data-kind=l.kind.clone()>
                         <td class="line-no">{l.line_no}</td>
                         <td>{l.description}</td>
@@ -668,5 +705,44 @@ fn PlatformBody(
             </ActionForm>
             {outcome(grant.value(), |m: String| Some(format!("Granted {m}.")))}
         </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(line_no: i32, cluster: Option<&str>) -> InvoiceLine {
+        InvoiceLine {
+            line_no,
+            kind: "usage".into(),
+            description: String::new(),
+            project: Some("research".into()),
+            cluster: cluster.map(Into::into),
+            sku: Some("h100.8x".into()),
+            gpu_hours: "1.000000".into(),
+            unit_price: "2.990000".into(),
+            amount: portal_types::Money {
+                amount_minor: 299,
+                currency: "USD".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_clusters_heading_comes_once_before_its_first_line() {
+        let lines = vec![
+            line(1, None),
+            line(2, Some("train")),
+            line(3, Some("train")),
+            line(4, Some("eval")),
+            line(5, None),
+        ];
+        let headings: Vec<Option<String>> =
+            cluster_groups(lines).into_iter().map(|(h, _)| h).collect();
+        assert_eq!(
+            headings,
+            [None, Some("train".into()), None, Some("eval".into()), None]
+        );
     }
 }

@@ -181,18 +181,22 @@ async fn month_charges(
     currency: &str,
 ) -> Result<MonthCharges> {
     let lines = sqlx::query!(
-        r#"SELECT c.project_id, p.slug AS project, c.sku_id, s.name AS sku,
+        r#"SELECT c.project_id, p.slug AS project, a.cluster_id AS "cluster_id?",
+                  k.name AS "cluster?", k.size AS "cluster_size?", c.sku_id, s.name AS sku,
                   c.gpu_count, c.price_per_hour_minor,
                   sum(c.rated_us * c.gpu_count)::bigint AS "gpu_us!",
                   sum(c.amount_micro)::bigint AS "rated_micro!"
            FROM usage_charges c
            JOIN projects p ON p.id = c.project_id
            JOIN skus s ON s.id = c.sku_id
+           JOIN allocations a ON a.id = c.allocation_id
+           LEFT JOIN clusters k ON k.id = a.cluster_id
            WHERE c.tenant_id = $1 AND c.currency = $3
              AND c.period_start >= $2::date::timestamp AT TIME ZONE 'UTC'
              AND c.period_start < ($2::date + interval '1 month')::date::timestamp AT TIME ZONE 'UTC'
-           GROUP BY c.project_id, p.slug, c.sku_id, s.name, c.gpu_count, c.price_per_hour_minor
-           ORDER BY p.slug, s.name, c.price_per_hour_minor"#,
+           GROUP BY c.project_id, p.slug, a.cluster_id, k.name, k.size, k.created_at, c.sku_id,
+                    s.name, c.gpu_count, c.price_per_hour_minor
+           ORDER BY p.slug, k.created_at NULLS FIRST, a.cluster_id, s.name, c.price_per_hour_minor"#,
         tenant as TenantId,
         month,
         currency
@@ -224,6 +228,11 @@ async fn month_charges(
         .map(|l| UsageSum {
             project_id: l.project_id,
             project: l.project,
+            cluster: l
+                .cluster_id
+                .zip(l.cluster)
+                .zip(l.cluster_size)
+                .map(|((id, name), size)| ClusterOf { id, name, size }),
             sku_id: l.sku_id,
             sku: l.sku,
             gpu_count: l.gpu_count,
@@ -304,8 +313,9 @@ async fn write_invoice(
         sqlx::query!(
             "INSERT INTO invoice_lines (invoice_id, line_no, kind, project_id, sku_id, listing_version_id,
                                         region, description, gpu_us, run_us, gib_us,
-                                        unit_price_micro, rated_micro, amount_minor, storage_of)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                                        unit_price_micro, rated_micro, amount_minor, storage_of,
+                                        cluster_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
             invoice,
             line.line_no,
             line.charge.kind(),
@@ -329,6 +339,7 @@ async fn write_invoice(
                 .unwrap_or(0),
             line.amount_minor,
             storage.map(|s| if s.snapshots { "snapshots" } else { "volumes" }),
+            usage.and_then(|u| u.cluster.as_ref()).map(|c| c.id),
         )
         .execute(&mut *conn)
         .await?;
@@ -403,17 +414,27 @@ async fn finalise(
     Ok(number)
 }
 
-/// One project × SKU × price of a month's usage charges, summed.
+/// One project × cluster × SKU × price of a month's usage charges, summed.
 #[derive(Clone, Debug)]
 pub(crate) struct UsageSum {
     pub project_id: uuid::Uuid,
     pub project: String,
+    /// The cluster whose members ran it; none for lone instances.
+    pub cluster: Option<ClusterOf>,
     pub sku_id: uuid::Uuid,
     pub sku: String,
     pub gpu_count: i32,
     pub price_per_hour_minor: i64,
     pub gpu_us: i64,
     pub rated_micro: i64,
+}
+
+/// The cluster a usage line is for, as the invoice names it.
+#[derive(Clone, Debug)]
+pub(crate) struct ClusterOf {
+    pub id: uuid::Uuid,
+    pub name: String,
+    pub size: i32,
 }
 
 /// One project × listing version × fee of a month's marketplace fees, summed.
@@ -505,7 +526,7 @@ impl Draft {
 }
 
 /// Builds a month's invoice from its summed charges, as a pure function: a usage line per
-/// project × SKU × price (GPU-hours at the price per GPU-hour), then a fee line per project ×
+/// project × cluster × SKU × price (a cluster's lines follow the project's lone instances') (GPU-hours at the price per GPU-hour), then a fee line per project ×
 /// listing version × fee, then a storage line per project × region × price (GiB-hours at the
 /// price per GiB-month), each amount rounded to cents once (halves away from zero), then
 /// prepaid `credit` applied up to the subtotal as its own negative line.
@@ -524,8 +545,12 @@ pub(crate) fn draft(charges: &MonthCharges, credit: i64, currency: &str) -> Draf
             line_no: lines.len() as i32 + 1,
             charge: Charge::Usage(i),
             description: format!(
-                "{} · {} · {} GPU-hours at {} {currency}/GPU-hour",
+                "{} · {}{} · {} GPU-hours at {} {currency}/GPU-hour",
                 l.project,
+                l.cluster.as_ref().map_or(String::new(), |c| format!(
+                    "cluster {} ({} nodes) · ",
+                    c.name, c.size
+                )),
                 l.sku,
                 super::gpu_hours(l.gpu_us),
                 unit_price(unit_micro),
@@ -899,6 +924,7 @@ mod tests {
         UsageSum {
             project_id: Uuid::nil(),
             project: project.into(),
+            cluster: None,
             sku_id: Uuid::nil(),
             sku: sku.into(),
             gpu_count: gpus,
@@ -1006,6 +1032,32 @@ mod tests {
             "research · PyTorch 2.5 marketplace fee · 0.500000 hours at 0.25 USD/hour"
         );
         assert_eq!(d.lines[2].charge, Charge::Fee(0));
+    }
+
+    #[test]
+    fn a_clusters_members_are_a_line_of_their_own_that_names_it() {
+        let lone = usage("research", "h100.8x", 8, 2384, HOUR);
+        let members = UsageSum {
+            cluster: Some(ClusterOf {
+                id: Uuid::nil(),
+                name: "train".into(),
+                size: 4,
+            }),
+            ..usage("research", "h100.8x", 8, 2384, 4 * HOUR)
+        };
+        let d = draft(&only(&[lone, members]), 0, "USD");
+        let text: Vec<&str> = d.lines.iter().map(|l| l.description.as_str()).collect();
+        assert_eq!(
+            text,
+            [
+                "research · h100.8x · 8.000000 GPU-hours at 2.98 USD/GPU-hour",
+                "research · cluster train (4 nodes) · h100.8x · 32.000000 GPU-hours at 2.98 USD/GPU-hour",
+            ]
+        );
+        assert_eq!(
+            d.lines.iter().map(|l| l.amount_minor).collect::<Vec<_>>(),
+            [2384, 4 * 2384]
+        );
     }
 
     #[test]

@@ -7,13 +7,13 @@ use super::{Micros, month_bounds, month_label};
 use crate::invoices::PlatformFinance;
 use cp_base::ControlPlane;
 use cp_base::error::{Error, Result};
-use cp_base::ids::{InvoiceId, ProjectId, TenantId};
+use cp_base::ids::{ClusterId, InvoiceId, ProjectId, TenantId};
 use cp_identity::auth::Platform;
 use cp_identity::policy::{Level, Money, PolicyKey, PolicyValue, resolve_tenant_policies_on};
 use cp_identity::tenancy::{Project, ProjectViewers, Tenant, TenantRequirement, TenantRole};
 pub use portal_types::billing::{
-    BudgetStatus, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine, InvoiceSummary, Overview,
-    RevenuePoint, SpendPoint, StorageSpend,
+    BudgetStatus, ClusterSpend, CreditNote, InvoiceDetail, InvoiceFilter, InvoiceLine,
+    InvoiceSummary, Overview, RevenuePoint, SpendPoint, StorageSpend,
 };
 use portal_types::volumes::StoragePrice;
 
@@ -185,6 +185,7 @@ impl BillingReportsApi for ControlPlane {
             .collect();
         let budgets = budget_statuses(self.pool(), tenant, &projects, &spend).await?;
         let daily = daily_spend(self.pool(), tenant, &currency, start, end).await?;
+        let clusters = cluster_spend(self.pool(), tenant, &currency, start, now).await?;
         Ok(Overview {
             month: month_label(start.date()),
             month_to_date: spent.money(&currency),
@@ -202,6 +203,7 @@ impl BillingReportsApi for ControlPlane {
             currency,
             budgets,
             daily,
+            clusters,
         })
     }
 
@@ -379,7 +381,7 @@ impl BillingReportsApi for ControlPlane {
     async fn invoice_csv(&self, who: &Tenant<TenantFinance>, id: InvoiceId) -> Result<String> {
         let d = self.tenant_invoice(who, id).await?;
         let mut out = String::from(
-            "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description\n",
+            "invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description,cluster\n",
         );
         for l in &d.lines {
             out.push_str(&cp_base::csv::row(&[
@@ -394,6 +396,7 @@ impl BillingReportsApi for ControlPlane {
                 &decimal(l.amount.amount_minor),
                 &l.amount.currency,
                 &l.description,
+                l.cluster.as_deref().unwrap_or(""),
             ]));
         }
         Ok(out)
@@ -482,7 +485,7 @@ impl BillingReportsInternal for ControlPlane {
             currency: i.currency.clone().into(),
         };
         let lines = sqlx::query!(
-            r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?",
+            r#"SELECT l.line_no, l.kind, l.description, p.slug AS "project?", k.name AS "cluster?",
                       coalesce(s.name, ls.slug || ' ' || v.version,
                                CASE l.storage_of WHEN 'snapshots' THEN 'volume snapshots · '
                                                  ELSE 'block storage · ' END || l.region) AS "sku?",
@@ -492,6 +495,7 @@ impl BillingReportsInternal for ControlPlane {
                LEFT JOIN skus s ON s.id = l.sku_id
                LEFT JOIN listing_versions v ON v.id = l.listing_version_id
                LEFT JOIN listings ls ON ls.id = v.listing_id
+               LEFT JOIN clusters k ON k.id = l.cluster_id
                WHERE l.invoice_id = $1 ORDER BY l.line_no"#,
             id.0
         )
@@ -515,6 +519,7 @@ impl BillingReportsInternal for ControlPlane {
             kind: l.kind,
             description: l.description,
             project: l.project,
+            cluster: l.cluster,
             sku: l.sku,
             amount: money(l.amount_minor),
         })
@@ -648,6 +653,42 @@ async fn budget_statuses(
 }
 
 /// The month's spend per day, project and SKU, for the chart.
+/// The tenant's clusters that cost something this month, newest first, with what their
+/// members cost in `currency` up to `now` (`cluster_month_spend`, migration 0058).
+async fn cluster_spend(
+    pool: &cp_base::pool::Db,
+    tenant: TenantId,
+    currency: &str,
+    start: time::OffsetDateTime,
+    now: time::OffsetDateTime,
+) -> Result<Vec<ClusterSpend>> {
+    Ok(sqlx::query!(
+        r#"SELECT k.id, k.name, p.slug AS project, k.size, k.release_requested_at IS NOT NULL AS "released!",
+                  s.micro::bigint AS "micro!"
+           FROM cluster_month_spend($1, $3, $4) s
+           JOIN clusters k ON k.id = s.cluster_id
+           JOIN projects p ON p.id = k.project_id
+           WHERE s.currency = $2
+           ORDER BY k.created_at DESC, k.id"#,
+        tenant as TenantId,
+        currency,
+        start,
+        now
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| ClusterSpend {
+        id: ClusterId(r.id),
+        name: r.name,
+        project: r.project,
+        nodes: r.size,
+        released: r.released,
+        month_to_date: Micros(r.micro).money(currency),
+    })
+    .collect())
+}
+
 async fn daily_spend(
     pool: &cp_base::pool::Db,
     tenant: TenantId,

@@ -85,7 +85,7 @@ test('fiona sees the spend chart, a paid invoice with its Stripe link, and expor
     // CSV of the invoice's lines: the same lines, machine-readable.
     const [download] = await Promise.all([page.waitForEvent('download'), page.getByTestId('export-lines').click()]);
     const csv = readFileSync(await download.path(), 'utf8').trim().split('\n');
-    assert.equal(csv[0], 'invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description');
+    assert.equal(csv[0], 'invoice,month,line,kind,project,sku,gpu_hours,unit_price_per_gpu_hour,amount,currency,description,cluster');
     assert.ok(csv.slice(1).every((l) => l.startsWith(`${number},`)), csv.join('\n'));
     assert.equal(csv.length - 1, await page.locator('#invoice-lines tbody tr').count());
 

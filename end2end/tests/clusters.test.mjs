@@ -2,7 +2,8 @@
 // admin imports a topology.conf on the fleet page and sees the tree with each leaf's free
 // GPUs; bob asks for five nodes on one leaf and is told what fits, launches four (two per
 // node, both under one leaf), follows the cluster page until every member runs, reads the
-// topology for his own Slurm, finds the cluster above his instances, and releases it whole.
+// topology for his own Slurm, finds the cluster above his instances, and releases it whole;
+// fiona (finance) finds what its members cost under its name on the billing page.
 // The fleet's fabric and the cluster page are screenshot at desktop and phone width, in both
 // themes.
 import { test } from 'node:test';
@@ -122,6 +123,21 @@ test('an admin places nodes on the fabric; bob launches a 4-node cluster on one 
       await hydrated(page);
       const row = page.locator(`#cluster-list tr[data-cluster="${name}"]`);
       assert.match(await row.innerText(), /running[\s\S]*4 × l40s\.2x · 4 of 4 running/);
+
+      // Finance sees what the members cost together, under the cluster's name.
+      const f = await openBrowser();
+      try {
+        await ssoSignIn(f.page, 'fiona@acme.example');
+        await f.page.goto(`${BASE}/billing`);
+        await hydrated(f.page);
+        const spend = f.page.locator('[data-testid="cluster-spend"]', { hasText: name });
+        const project = sql(`SELECT p.slug FROM clusters c JOIN projects p ON p.id = c.project_id WHERE c.name = '${name}'`);
+        assert.match(await spend.innerText(), new RegExp(`^${name}\\s+${project}\\s+4\\s+running\\s+\\d{1,3}(,\\d{3})*\\.\\d{2} USD$`));
+        await f.page.locator('#cluster-spend').scrollIntoViewIfNeeded();
+        await shots(f.page, 'billing-clusters');
+      } finally {
+        await f.close();
+      }
 
       // Released whole, after the question.
       await page.goto(clusterUrl);

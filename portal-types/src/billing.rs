@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use crate::{InvoiceId, Money};
+use crate::{ClusterId, InvoiceId, Money};
 
 /// A budget and how much of it this month has used.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +48,25 @@ pub struct Overview {
     pub budgets: Vec<BudgetStatus>,
     /// Rated spend per day, project and SKU this month.
     pub daily: Vec<SpendPoint>,
+    /// Each cluster that ran this month and what its members cost: part of the month to date,
+    /// newest first.
+    #[serde(default)]
+    pub clusters: Vec<ClusterSpend>,
+}
+
+/// What one cluster's members have cost this month: their usage and fees, rated or running.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ClusterSpend {
+    pub id: ClusterId,
+    pub name: String,
+    /// The project's slug.
+    pub project: String,
+    /// How many members it has (or had).
+    pub nodes: i32,
+    /// Its release was asked for: it costs nothing more once its members are gone.
+    pub released: bool,
+    pub month_to_date: Money,
 }
 
 /// A tenant's storage this month, beside compute.
@@ -93,6 +112,9 @@ pub struct InvoiceLine {
     pub kind: String,
     pub description: String,
     pub project: Option<String>,
+    /// The cluster whose members ran a usage line; none for lone instances and other lines.
+    #[serde(default)]
+    pub cluster: Option<String>,
     pub sku: Option<String>,
     /// GPU-hours for usage, hours ("12.5 h") for fees, GiB-hours ("730 GiB-h") for storage,
     /// empty for credit.

@@ -492,3 +492,159 @@ async fn members_have_private_addresses_and_a_hosts_file_names_them() {
             .unwrap();
     assert_eq!(sealed, None);
 }
+
+/// Members are billed as instances, under their cluster: the billing page's month so far per
+/// cluster adds up to what the members cost, and a closed month's invoice has the cluster's
+/// usage as a line of its own, apart from a lone instance of the same SKU and price.
+#[tokio::test]
+async fn a_clusters_members_are_billed_under_it() {
+    use control_plane::billing::invoices::close_months;
+    use control_plane::billing::rating::rate_until;
+    use control_plane::billing::reports::TenantFinance;
+    use control_plane::demo::ACME;
+    use time::macros::datetime;
+
+    let (_db, cp, ops) = setup().await;
+    let fleet = fleet(&cp, &ops).await;
+    let launched = launch(&cp, order("train", "h100.8x", 2, "leaf", true))
+        .await
+        .unwrap();
+    for m in read(&cp, launched.id).await.members {
+        let node: uuid::Uuid = sqlx::query_scalar("SELECT node_id FROM allocations WHERE id = $1")
+            .bind(m.id.0)
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+        let (_, _, agent) = fleet.agents.iter().find(|a| a.1.0 == node).unwrap();
+        answer(&cp, agent, crate::allocations::PROVISION, provisioned).await;
+    }
+    // Two hours in: what the members cost so far is enough to see.
+    let members = "SELECT id FROM allocations WHERE cluster_id = $1";
+    let mut conn = cp.pool().acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let moved = sqlx::query(&format!(
+        "UPDATE usage_intervals SET started_at = started_at - interval '2 hours'
+         WHERE allocation_id IN ({members})"
+    ))
+    .bind(launched.id.0)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    assert_eq!(moved.rows_affected(), 2, "both members are running");
+
+    let fiona = crate::support::principal(&cp, "fiona@acme.example").await;
+    let fin = crate::support::in_tenant::<TenantFinance>(&cp, &fiona, ACME).await;
+    let o = cp.billing_overview(&fin).await.unwrap();
+    let [c] = o.clusters.as_slice() else {
+        panic!("{:?}", o.clusters)
+    };
+    assert_eq!(
+        (
+            c.id,
+            c.name.as_str(),
+            c.project.as_str(),
+            c.nodes,
+            c.released
+        ),
+        (launched.id, "train", "research", 2, false)
+    );
+    // The demo tenant runs nothing else: the cluster is the whole month so far, by the same
+    // rule (each figure is taken at its own instant, a moment apart).
+    let price: i64 =
+        sqlx::query_scalar("SELECT price_per_hour_minor FROM skus WHERE name = 'h100.8x'")
+            .fetch_one(cp.pool())
+            .await
+            .unwrap();
+    let two_hours = 2 * 2 * price;
+    assert!(
+        (two_hours..=two_hours + 1).contains(&c.month_to_date.amount_minor),
+        "{} for two members over two hours at {price}/h",
+        c.month_to_date
+    );
+    assert!(
+        (c.month_to_date.amount_minor..=c.month_to_date.amount_minor + 1)
+            .contains(&o.month_to_date.amount_minor),
+        "{} against {}",
+        c.month_to_date,
+        o.month_to_date
+    );
+
+    // Moved to October and ended there, beside a lone instance of the same SKU: October's
+    // invoice has a line for each.
+    sqlx::query(&format!(
+        "UPDATE usage_intervals SET started_at = '2026-10-05 00:00Z', ended_at = '2026-10-05 02:00Z'
+         WHERE allocation_id IN ({members})"
+    ))
+    .bind(launched.id.0)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+    crate::billing::run(
+        &cp,
+        ACME,
+        ACME_RESEARCH,
+        "h100.8x",
+        "lone",
+        datetime!(2026-10-06 00:00 UTC),
+        datetime!(2026-10-06 01:00 UTC),
+    )
+    .await;
+    rate_until(cp.pool(), datetime!(2026-11-02 00:00 UTC), 1000)
+        .await
+        .unwrap();
+    let closed = close_months(cp.pool(), datetime!(2026-11-02 00:00 UTC))
+        .await
+        .unwrap();
+    let acme = closed.iter().find(|c| c.tenant == ACME).unwrap();
+    let invoice = cp.tenant_invoice(&fin, acme.invoice).await.unwrap();
+    let lines: Vec<(&str, Option<&str>, i64)> = invoice
+        .lines
+        .iter()
+        .map(|l| {
+            (
+                l.description.as_str(),
+                l.cluster.as_deref(),
+                l.amount.amount_minor,
+            )
+        })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            (
+                "research · h100.8x · 8.000000 GPU-hours at 2.99 USD/GPU-hour",
+                None,
+                price
+            ),
+            (
+                "research · cluster train (2 nodes) · h100.8x · 32.000000 GPU-hours at 2.99 USD/GPU-hour",
+                Some("train"),
+                2 * 2 * price
+            ),
+        ]
+    );
+    let csv = cp.invoice_csv(&fin, acme.invoice).await.unwrap();
+    assert!(csv.lines().nth(2).unwrap().ends_with(",train"), "{csv}");
+    // The database keeps a cluster off every line that is not usage (its guard of final
+    // invoices set aside, so the check is what refuses).
+    let mut conn = cp.pool().acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let err = sqlx::query(
+        "INSERT INTO invoice_lines (invoice_id, line_no, kind, description, amount_minor, cluster_id)
+         VALUES ($1, 9, 'credit', 'Prepaid credit applied', -1, $2)",
+    )
+    .bind(acme.invoice.0)
+    .bind(launched.id.0)
+    .execute(&mut *conn)
+    .await
+    .expect_err("a credit line can't be a cluster's")
+    .to_string();
+    assert!(err.contains("invoice_lines_cluster_is_usage"), "{err}");
+}

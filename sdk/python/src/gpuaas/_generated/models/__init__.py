@@ -12,6 +12,7 @@ from .certificate import Certificate
 from .cluster import Cluster
 from .cluster_list import ClusterList
 from .cluster_member import ClusterMember
+from .cluster_spend import ClusterSpend
 from .field_change import FieldChange
 from .gpu_health_notice import GpuHealthNotice
 from .gpu_utilisation import GpuUtilisation
@@ -72,6 +73,7 @@ __all__ = (
     "Cluster",
     "ClusterList",
     "ClusterMember",
+    "ClusterSpend",
     "FieldChange",
     "GpuHealthNotice",
     "GpuUtilisation",

@@ -8,10 +8,12 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
   from ..models.budget_status import BudgetStatus
+  from ..models.cluster_spend import ClusterSpend
   from ..models.money import Money
   from ..models.spend_point import SpendPoint
   from ..models.storage_spend import StorageSpend
@@ -38,6 +40,9 @@ class Overview:
             month_to_date (Money): Integer minor units (cents) of a currency.
             running_per_hour (Money): Integer minor units (cents) of a currency.
             storage (StorageSpend): A tenant's storage this month, beside compute.
+            clusters (list[ClusterSpend] | Unset): Each cluster that ran this month and what its members cost: part of the
+                month to date,
+                newest first.
      """
 
     budgets: list[BudgetStatus]
@@ -49,6 +54,7 @@ class Overview:
     month_to_date: Money
     running_per_hour: Money
     storage: StorageSpend
+    clusters: list[ClusterSpend] | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -57,6 +63,7 @@ class Overview:
 
     def to_dict(self) -> dict[str, Any]:
         from ..models.budget_status import BudgetStatus # noqa: PLC0415
+        from ..models.cluster_spend import ClusterSpend # noqa: PLC0415
         from ..models.money import Money # noqa: PLC0415
         from ..models.spend_point import SpendPoint # noqa: PLC0415
         from ..models.storage_spend import StorageSpend # noqa: PLC0415
@@ -88,6 +95,15 @@ class Overview:
 
         storage = self.storage.to_dict()
 
+        clusters: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.clusters, Unset):
+            clusters = []
+            for clusters_item_data in self.clusters:
+                clusters_item = clusters_item_data.to_dict()
+                clusters.append(clusters_item)
+
+
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -102,6 +118,8 @@ class Overview:
             "running_per_hour": running_per_hour,
             "storage": storage,
         })
+        if clusters is not UNSET:
+            field_dict["clusters"] = clusters
 
         return field_dict
 
@@ -110,6 +128,7 @@ class Overview:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         from ..models.budget_status import BudgetStatus # noqa: PLC0415
+        from ..models.cluster_spend import ClusterSpend # noqa: PLC0415
         from ..models.money import Money # noqa: PLC0415
         from ..models.spend_point import SpendPoint # noqa: PLC0415
         from ..models.storage_spend import StorageSpend # noqa: PLC0415
@@ -163,6 +182,18 @@ class Overview:
 
 
 
+        _clusters = d.pop("clusters", UNSET)
+        clusters: list[ClusterSpend] | Unset = UNSET
+        if _clusters is not UNSET:
+            clusters = []
+            for clusters_item_data in _clusters:
+                clusters_item = ClusterSpend.from_dict(clusters_item_data)
+
+
+
+                clusters.append(clusters_item)
+
+
         overview = cls(
             budgets=budgets,
             credit_balance=credit_balance,
@@ -173,6 +204,7 @@ class Overview:
             month_to_date=month_to_date,
             running_per_hour=running_per_hour,
             storage=storage,
+            clusters=clusters,
         )
 
 
