@@ -738,10 +738,11 @@ pub async fn place_cluster(
     regions: &[String],
     want: cluster::Want,
 ) -> Result<ClusterPlacement> {
+    take_turns(&mut *conn, regions).await?;
     let mut refusal = None;
     for region in regions {
         for round in 0..CLUSTER_ROUNDS {
-            let rooms = cluster_rooms(&mut *conn, sku, region).await?;
+            let rooms = cluster_rooms(&mut *conn, sku, region, None).await?;
             let pick = match cluster::choose(&rooms, want) {
                 Ok(pick) => pick,
                 Err(short) => {
@@ -775,12 +776,34 @@ pub async fn place_cluster(
     Err(Error::SkuUnavailable(format!("{short} in {region}{held}")))
 }
 
-/// Every node of `region` selling `sku` on an approved fabric place, with how many members of
-/// `sku` it can take now.
+/// Cluster placements in a region take turns, until the caller's transaction ends. Each reads
+/// the same fleet and [`cluster::choose`] is deterministic, so concurrent ones pick the same
+/// nodes: without turns all but one found their nodes taken, read the fleet again, and after
+/// [`CLUSTER_ROUNDS`] were refused while room was left (4 of 200 in `bench clusters`).
+/// Lone launches don't take turns; they still race a cluster's choice, which the rounds
+/// absorb. The regions are locked in one order, so two orders can't deadlock.
+async fn take_turns(conn: &mut PgConnection, regions: &[String]) -> Result<()> {
+    let mut sorted: Vec<&String> = regions.iter().collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    for region in sorted {
+        sqlx::query!(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 74)) AS locked",
+            format!("cluster placement in {region}")
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Every node of `region` selling `sku` on an approved fabric place (or those of them in
+/// `only`), with how many members of `sku` it can take now.
 async fn cluster_rooms(
     conn: &mut PgConnection,
     sku: &Sku,
     region: &str,
+    only: Option<&[uuid::Uuid]>,
 ) -> Result<Vec<cluster::Room>> {
     let per = sku.per_gpu();
     let baremetal = sku.shape == Shape::Baremetal;
@@ -791,6 +814,7 @@ async fn cluster_rooms(
            JOIN nodes n ON n.id = b.node_id
            JOIN node_fabric_places p ON p.node_id = b.node_id AND p.drift_seen_at IS NULL
            WHERE b.gpu_model = $1 AND n.region = $6 AND n.family = ANY($8)
+             AND ($9::uuid[] IS NULL OR b.node_id = ANY($9))
              AND CASE WHEN $7
                       THEN b.block_size = 1 AND b.whole_node_free AND b.live_slots >= $2
                            AND node_sells(n, 'baremetal')
@@ -805,6 +829,7 @@ async fn cluster_rooms(
         region,
         baremetal,
         &sku.families,
+        only,
     )
     .fetch_all(&mut *conn)
     .await?;
@@ -838,7 +863,7 @@ async fn lock_and_pick_slots(
     )
     .fetch_all(&mut *conn)
     .await?;
-    let still = cluster_rooms(&mut *conn, sku, region).await?;
+    let still = cluster_rooms(&mut *conn, sku, region, Some(&ids)).await?;
     let mut views = match sku.shape {
         Shape::GpuSlice => node_views(&mut *conn, &ids, &sku.gpu_model).await?,
         Shape::Baremetal => Default::default(),
