@@ -87,6 +87,43 @@ class Live(unittest.TestCase):
         done = self.cloud.wait_until_released(first.id, timeout=180)
         self.assertEqual(done.projected, "released")
 
+    def test_a_cluster_launches_whole_runs_and_is_released_whole(self):
+        # The demo fleet's eu-west-1 HGX hosts are on one fabric (a leaf each, one spine).
+        name = f"sdk-{uuid.uuid4().hex[:6]}"
+        order = dict(
+            project=self.project, sku="h100.2x", region="eu-west-1",
+            image="ubuntu-24.04-cuda", name=name, ssh_public_keys=[KEY],
+        )
+        with self.assertRaises(errors.NoCapacity) as refused:
+            self.cloud.launch_cluster(members=5, locality="leaf", locality_required=True, **order)
+        self.assertIn("one leaf", str(refused.exception))
+        key = str(uuid.uuid4())
+        c = self.cloud.launch_cluster(members=2, locality="leaf", idempotency_key=key, **order)
+        try:
+            self.assertEqual(
+                self.cloud.launch_cluster(members=2, locality="leaf", idempotency_key=key, **order).id,
+                c.id,
+                "one key, one cluster",
+            )
+            self.assertEqual([m.name for m in c.members], [f"{name}-1", f"{name}-2"])
+            running = self.cloud.wait_until_cluster_running(c.id, timeout=300)
+            self.assertEqual(running.placed_within, "leaf")
+            self.assertTrue(all(m.ssh.startswith("ssh ") for m in running.members))
+            self.assertIn(c.id, [x.id for x in self.cloud.clusters(project=self.project)])
+            topology = self.cloud.cluster_topology(c.id)
+            leaf = running.members[0].leaf
+            self.assertIn(f"SwitchName={leaf} Nodes={name}-1,{name}-2", topology)
+            hosts = self.cloud.cluster_topology(c.id, format="hosts")
+            self.assertTrue(hosts.startswith(f"# {name}:"), hosts)
+            # A member is released with its cluster, not alone.
+            with self.assertRaises(errors.Conflict):
+                self.cloud.release(c.members[0].id)
+        finally:
+            released = self.cloud.release_cluster(c.id)
+        self.assertIn(released.state, ("releasing", "released"))
+        for m in c.members:
+            self.assertEqual(self.cloud.wait_until_released(m.id, timeout=180).projected, "released")
+
     def test_refusals_are_typed(self):
         with self.assertRaises(errors.Invalid) as bad:
             self.launch("Not A Valid Name!")

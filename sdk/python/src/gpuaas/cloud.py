@@ -20,6 +20,13 @@ import httpx
 from . import errors
 from ._generated import AuthenticatedClient
 from ._generated.api.catalog import list_offers, list_storage_prices
+from ._generated.api.clusters import (
+    get_cluster,
+    get_cluster_topology,
+    launch_cluster,
+    list_clusters,
+    release_cluster,
+)
 from ._generated.api.instances import (
     get_instance,
     launch_instance,
@@ -38,6 +45,9 @@ from ._generated.models import (
     AllocationDetail,
     AllocationSummary,
     Attach,
+    Cluster,
+    NewCluster,
+    NewClusterTags,
     NewInstance,
     NewInstanceTags,
     NewVolume,
@@ -224,6 +234,83 @@ class Cloud:
             etag = r.headers.get("etag")
             if detail.projected in states or detail.projected in _ENDED:
                 return detail
+
+    # Clusters.
+
+    def launch_cluster(
+        self,
+        *,
+        sku: str,
+        image: str,
+        name: str,
+        members: int,
+        locality: str = "leaf",
+        locality_required: bool = False,
+        ssh_public_keys: list[str] | None = None,
+        project: str | uuid.UUID | None = None,
+        region: str | None = None,
+        version: str | None = None,
+        lifetime_hours: int | None = None,
+        tags: dict[str, str] | None = None,
+        user_data: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Cluster:
+        """Launches ``members`` instances of one SKU on one fabric, all or none: within
+        ``locality`` (``leaf``, ``spine`` or ``fabric``), or wider when it is only preferred.
+        Members are ``<name>-1`` … and boot with a hostfile, ``/etc/hosts`` names and a key
+        pair for each other. Raises ``NoCapacity`` with what would fit when nothing does."""
+        body = NewCluster(
+            sku=sku,
+            image=image,
+            name=name,
+            members=members,
+            locality=locality,
+            locality_required=locality_required,
+            project=_uuid(project),
+            region=_opt(region),
+            version=_opt(version),
+            lifetime_hours=_opt(lifetime_hours),
+            ssh_public_keys=_opt(ssh_public_keys),
+            tags=NewClusterTags.from_dict(tags) if tags else UNSET,
+            user_data=_opt(user_data),
+        )
+        key = idempotency_key or str(uuid.uuid4())
+        return _ok(launch_cluster.sync_detailed(client=self._client, body=body, idempotency_key=key))
+
+    def cluster(self, id: str | uuid.UUID) -> Cluster:
+        """The cluster with each member's leaf, spine, state, SSH command and private address."""
+        return _ok(get_cluster.sync_detailed(_uuid(id), client=self._client))
+
+    def clusters(self, project: str | uuid.UUID | None = None) -> list[Cluster]:
+        return _ok(list_clusters.sync_detailed(client=self._client, project=_uuid(project))).clusters
+
+    def wait_until_cluster_running(
+        self, id: str | uuid.UUID, timeout: float = 900.0, every: float = 1.0
+    ) -> Cluster:
+        """Reads the cluster until every member runs. Raises ``Failed`` if it is being released
+        instead (a member failed to come up takes the others with it), ``Timeout`` if
+        ``timeout`` ran out."""
+        deadline = time.monotonic() + timeout
+        while True:
+            c = self.cluster(id)
+            if c.state == "running":
+                return c
+            if c.state in ("releasing", "released", "failed"):
+                raise errors.Failed(f"cluster {c.name} is {c.state}: {_text(c.failure)}")
+            if time.monotonic() > deadline:
+                raise errors.Timeout(f"cluster {id} is {c.state}, not running, after {timeout} s")
+            time.sleep(every)
+
+    def release_cluster(self, id: str | uuid.UUID) -> Cluster:
+        """Releases every member. Releasing again is the same release."""
+        return _ok(release_cluster.sync_detailed(_uuid(id), client=self._client))
+
+    def cluster_topology(self, id: str | uuid.UUID, format: str = "slurm") -> str:
+        """``slurm``: a ``topology.conf`` for the tenant's own Slurm; ``hosts``: ``/etc/hosts``
+        lines naming each member at its private address."""
+        return _ok(
+            get_cluster_topology.sync_detailed(_uuid(id), client=self._client, format_=format)
+        )
 
     # Volumes.
 
