@@ -7,7 +7,7 @@
 use control_plane::prelude::*;
 
 use leptos::prelude::*;
-use portal_types::fleet::{FabricTree, LeafBranch};
+use portal_types::fleet::{FabricTree, LeafBranch, NodeFabricPlace};
 use portal_types::{IdArg, NodeId};
 
 use crate::components::{ErrorNotice, action_outcome as outcome, field_error, field_invalid};
@@ -89,6 +89,80 @@ pub async fn approve_fabric_drift(id: IdArg<NodeId>) -> Result<(), AppError> {
     cp.approve_fabric_drift(&ops, node, Some(&crate::error::request_id()))
         .await?;
     Ok(())
+}
+
+/// Sets a node's place by hand, from its page.
+#[server]
+pub async fn set_fabric_place(
+    id: IdArg<NodeId>,
+    fabric: String,
+    spine_group: String,
+    leaf: String,
+) -> Result<(), AppError> {
+    use control_plane::auth::PlatformOperators;
+    use control_plane::fleet::PlaceInput;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let ops = principal.platform::<PlatformOperators>()?;
+    let node = crate::server::id(id)?;
+    let place = PlaceInput {
+        fabric,
+        spine_group,
+        leaf,
+    };
+    cp.set_fabric_place(&ops, node, &place, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+/// A node's place on its page: what is approved (and what an import saw instead), and for
+/// operators a form that sets it.
+#[component]
+pub fn NodePlace(
+    node: NodeId,
+    place: Option<NodeFabricPlace>,
+    set: Option<ServerAction<SetFabricPlace>>,
+) -> impl IntoView {
+    let (fabric, spine, leaf) = place.as_ref().map_or_else(Default::default, |p| {
+        (p.fabric.clone(), p.spine_group.clone(), p.leaf.clone())
+    });
+    view! {
+        <section class="card" aria-labelledby="fabric-place">
+            <h2 id="fabric-place">"Fabric place"</h2>
+            {match &place {
+                Some(p) => view! {
+                    <p data-testid="fabric-place">{format!("Leaf {} of spine group {} on fabric {}", p.leaf, p.spine_group, p.fabric)}
+                        <span class="hint">{format!(" (set by {})", match p.source.as_str() {
+                            "operator" => "an operator",
+                            "ibnetdiscover" => "an ibnetdiscover import",
+                            _ => "a topology.conf import",
+                        })}</span></p>
+                    {p.drift.clone().map(|seen| view! {
+                        <p class="form-error" data-testid="fabric-drift">{format!("An import saw it at {seen}: it stays out of clusters until that is approved on the fleet page or a place is set here.")}</p>
+                    })}
+                }.into_any(),
+                None => view! { <p data-testid="fabric-place">"Not placed: clusters don't use this node until it has a place."</p> }.into_any(),
+            }}
+            {set.map(|set| view! {
+                <ActionForm action=set attr:class="form-grid" attr:id="node-fabric-place">
+                    <input type="hidden" name="id" value=node.to_string() />
+                    <label>"Fabric"
+                        <input name="fabric" value=fabric required autocomplete="off" aria-describedby="place-fabric-error" aria-invalid=field_invalid(set.value(), "fabric") />
+                        {field_error(set.value(), "fabric", "place-fabric-error")}
+                    </label>
+                    <label>"Spine group"
+                        <input name="spine_group" value=spine required autocomplete="off" aria-describedby="place-spine-error" aria-invalid=field_invalid(set.value(), "spine_group") />
+                        {field_error(set.value(), "spine_group", "place-spine-error")}
+                    </label>
+                    <label>"Leaf switch"
+                        <input name="leaf" value=leaf required autocomplete="off" aria-describedby="place-leaf-error" aria-invalid=field_invalid(set.value(), "leaf") />
+                        {field_error(set.value(), "leaf", "place-leaf-error")}
+                    </label>
+                    <div class="form-actions"><button type="submit">"Set place"</button></div>
+                </ActionForm>
+                {outcome(set.value(), |_| Some("Place set; clusters use it from now on.".into()))}
+            })}
+        </section>
+    }
 }
 
 /// The fabric section: the tree for staff, the import and approvals for operators.

@@ -526,6 +526,7 @@ pub fn NodePage() -> impl IntoView {
     let clear = ServerAction::<ClearBlockedSlot>::new();
     let restore = ServerAction::<ReturnSlotToService>::new();
     let network = ServerAction::<SetNodeNetwork>::new();
+    let place = ServerAction::<crate::fabric::SetFabricPlace>::new();
     let page = Resource::new(
         move || {
             (
@@ -538,6 +539,7 @@ pub fn NodePage() -> impl IntoView {
                 clear.version().get(),
                 restore.version().get(),
                 network.version().get(),
+                place.version().get(),
             )
         },
         |(id, ..)| get_node(id.into()),
@@ -551,6 +553,7 @@ pub fn NodePage() -> impl IntoView {
         clear,
         restore,
         network,
+        place,
     };
     view! {
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -574,6 +577,7 @@ struct NodeActions {
     clear: ServerAction<ClearBlockedSlot>,
     restore: ServerAction<ReturnSlotToService>,
     network: ServerAction<SetNodeNetwork>,
+    place: ServerAction<crate::fabric::SetFabricPlace>,
 }
 
 #[component]
@@ -674,6 +678,7 @@ fn NodeBody(page: NodeView, actions: NodeActions) -> impl IntoView {
                 {outcome(actions.network.value(), |_| Some("Saved; new allocations are reached there.".into()))}
             })}
         </section>
+        <crate::fabric::NodePlace node=n.id place=page.fabric_place.clone() set=can.then_some(actions.place) />
         {page.proposal.clone().map(|p| view! { <Proposal p id=id.clone() can actions /> }.into_any())}
         <section class="card" aria-labelledby="slots">
             <h2 id="slots">"Approved slots"</h2>

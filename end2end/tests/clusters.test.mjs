@@ -3,7 +3,8 @@
 // GPUs; bob asks for five nodes on one leaf and is told what fits, launches four (two per
 // node, both under one leaf), follows the cluster page until every member runs, reads the
 // topology for his own Slurm, finds the cluster above his instances, and releases it whole;
-// fiona (finance) finds what its members cost under its name on the billing page.
+// fiona (finance) finds what its members cost under its name on the billing page; the admin
+// then moves a node to another leaf on its own page.
 // The fleet's fabric and the cluster page are screenshot at desktop and phone width, in both
 // themes.
 import { test } from 'node:test';
@@ -150,6 +151,33 @@ test('an admin places nodes on the fabric; bob launches a 4-node cluster on one 
       await page.locator('[data-testid="cluster-state"]', { hasText: 'released' }).waitFor({ timeout: 60_000 });
     } finally {
       await b.close();
+    }
+
+    // The admin recables the second node by hand on its page: a bad name is refused on its
+    // field, then it moves to leaf l2, and the fleet's tree shows it there.
+    const c = await openBrowser();
+    try {
+      const { page } = c;
+      await adminSignIn(page);
+      const node = sql(`SELECT id FROM nodes WHERE hostname = '${hosts[1]}'`);
+      await page.goto(`${BASE}/fleet/${node}`);
+      await hydrated(page);
+      assert.equal(await page.getByTestId('fabric-place').innerText(), `Leaf l1 of spine group s1 on fabric ${fabric} (set by a topology.conf import)`);
+      const form = page.locator('#node-fabric-place');
+      await form.getByLabel('Leaf switch').fill('l 2');
+      await form.getByRole('button', { name: 'Set place' }).click();
+      await page.locator('#place-leaf-error').waitFor();
+      await form.getByLabel('Leaf switch').fill('l2');
+      await form.getByRole('button', { name: 'Set place' }).click();
+      await page.getByTestId('fabric-place').filter({ hasText: 'Leaf l2 of spine group s1' }).waitFor();
+      assert.match(await page.getByTestId('fabric-place').innerText(), /\(set by an operator\)$/);
+      await page.locator('#fabric-place').scrollIntoViewIfNeeded();
+      await shots(page, 'node-fabric-place');
+      await page.goto(`${BASE}/fleet`);
+      await hydrated(page);
+      await page.locator(`#fabric-tree li[data-fabric="${fabric}"] li[data-leaf="l2"]`, { hasText: hosts[1] }).waitFor();
+    } finally {
+      await c.close();
     }
   } finally {
     for (const [i, agent] of agents.entries()) await stopAgent(agent, states[i]);

@@ -216,6 +216,22 @@ pub struct NodeDetail {
     /// The latest GPU health events of the node, newest first.
     pub gpu_events: Vec<GpuHealthEvent>,
     pub audit: Vec<AuditLine>,
+    /// Where it hangs off the fabric, as approved; none until imported or set.
+    #[serde(default)]
+    pub fabric_place: Option<NodeFabricPlace>,
+}
+
+/// A node's approved place in the fabric, and the place an import saw instead, if one did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFabricPlace {
+    pub fabric: String,
+    pub spine_group: String,
+    pub leaf: String,
+    /// `ibnetdiscover`, `slurm_topology` or `operator`.
+    pub source: String,
+    /// `fabric/spine group/leaf` as an import saw it: the node is out of clusters until an
+    /// operator approves that or sets a place.
+    pub drift: Option<String>,
 }
 
 /// A GPU health event an agent reported, as operators see it.

@@ -7,6 +7,7 @@ mod chaos;
 mod dev;
 mod fleet;
 mod layers;
+mod package;
 mod pageload;
 mod peers;
 mod portal;
@@ -44,6 +45,9 @@ usage: cargo xtask <command>
   chaos [--seconds S] [--seed N]
                  the whole system (two replicas, PostgreSQL, Stripe, simulated agents) under
                  launches and releases while seeded faults are injected, then an audit
+  package        the node agent's Debian package (release build) in target/package/
+  package check  the package's check from `test`: contents, unit, and install, upgrade,
+                 remove and purge in a Debian root made by debootstrap
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
         // The page benchmark's load generator, which end2end/bench/pages.mjs runs.
         Some("pages-load") => pageload::run(&args[1..]),
         Some("test") => test::run(&args[1..]),
+        Some("package") => package::run(&args[1..]),
         Some("sqlx-prepare") => test::sqlx_prepare(),
         Some("setup") => tools::ensure_all(tools::Needs::everything()),
         Some("-h") | Some("--help") | Some("help") | None => {

@@ -112,6 +112,9 @@ pub fn run(args: &[String]) -> Result {
         .args(["check", "config", "--syntax-only"])
         .arg(prom.join("prometheus.yml")))?;
 
+    step("the node agent's Debian package: its contents, its unit (systemd-analyze verify)");
+    crate::package::check()?;
+
     // The local Stripe test server, for the browser tests (a debug build is plenty).
     sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
     browser_tests(pg)?;

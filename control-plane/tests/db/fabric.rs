@@ -218,3 +218,84 @@ async fn bad_input_is_refused_whole_and_the_table_refuses_half_a_drift() {
     )
     .await;
 }
+
+/// An operator sets a place on the node's page: an unplaced node is placed, a drifting node is
+/// put where the operator says (its drift dropped, so clusters use it again), setting the same
+/// place twice is one change, each change is audited with before and after, and a bad name is
+/// refused on its field with nothing written.
+#[tokio::test]
+async fn an_operator_sets_a_place_by_hand_and_it_replaces_any_drift() {
+    use control_plane::fleet::PlaceInput;
+    let db = crate::support::empty_db().await;
+    let cp = db.control_plane();
+    let ops = operator(&cp, "olga@platform.example").await;
+    let mut ids: Vec<NodeId> = Vec::new();
+    for h in ["gpu001", "gpu002", "gpu003"] {
+        ids.push(cp.enrol_node(&ops, &node(h), None).await.unwrap().node_id);
+    }
+    let place = |f: &str, s: &str, l: &str| PlaceInput {
+        fabric: f.into(),
+        spine_group: s.into(),
+        leaf: l.into(),
+    };
+
+    // Not placed yet: set by hand, twice, is one change.
+    for _ in 0..2 {
+        cp.set_fabric_place(&ops, ids[0], &place("ib-a", "spine1", "leaf9"), None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        places(&cp).await,
+        [("gpu001".into(), "ib-a/spine1/leaf9".into(), None)]
+    );
+    assert_eq!(fabric_actions(&cp).await, ["node.fabric.set"]);
+
+    // gpu002 imported on leaf1, then seen on leaf2: drifting, out of clusters.
+    cp.import_fabric(&ops, "ib-a", TopologyFormat::SlurmTopology, FIRST, None)
+        .await
+        .unwrap();
+    cp.import_fabric(&ops, "ib-a", TopologyFormat::SlurmTopology, RECABLED, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        places(&cp).await[1],
+        (
+            "gpu002".into(),
+            "ib-a/spine1/leaf1".into(),
+            Some("ib-a/spine1/leaf2".into())
+        )
+    );
+    // The operator knows better than both: leaf3. The drift is gone with the decision.
+    cp.set_fabric_place(&ops, ids[1], &place("ib-a", "spine1", " leaf3 "), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        places(&cp).await[1],
+        ("gpu002".into(), "ib-a/spine1/leaf3".into(), None)
+    );
+    let (source, before, after): (String, serde_json::Value, serde_json::Value) = sqlx::query_as(
+        "SELECT p.source, a.before, a.after FROM node_fabric_places p, audit_log a
+         WHERE p.node_id = $1 AND a.action = 'node.fabric.set' ORDER BY a.id DESC LIMIT 1",
+    )
+    .bind(ids[1].0)
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(source, "operator");
+    assert_eq!(before["place"], "ib-a/spine1/leaf1");
+    assert_eq!(after["place"], "ib-a/spine1/leaf3");
+
+    // A bad name is refused on its own field; nothing changes.
+    for (input, field) in [
+        (place("ib a", "spine1", "leaf1"), "fabric"),
+        (place("ib-a", "", "leaf1"), "spine_group"),
+        (place("ib-a", "spine1", &"l".repeat(65)), "leaf"),
+    ] {
+        match cp.set_fabric_place(&ops, ids[2], &input, None).await {
+            Err(Error::Invalid { field: got, .. }) => assert_eq!(got, field),
+            other => panic!("expected {field} refused, got {other:?}"),
+        }
+    }
+    assert_eq!(places(&cp).await[2].1, "ib-a/spine1/leaf2");
+}

@@ -75,8 +75,14 @@ fn checked_name(line: usize, what: &str, name: &str) -> Result<String, Error> {
 
 /// A fabric's name as an operator gives it on import, checked as the switches' names are.
 pub fn checked_fabric_name(name: &str) -> Result<String, Error> {
-    checked_name(0, "fabric", name).map_err(|_| Error::Invalid {
-        field: "fabric",
+    checked_place_name("fabric", name)
+}
+
+/// A fabric's, spine group's or leaf's name as an operator types it into `field`, checked as
+/// the parsers check the names they read.
+pub fn checked_place_name(field: &'static str, name: &str) -> Result<String, Error> {
+    checked_name(0, field, name.trim()).map_err(|_| Error::Invalid {
+        field,
         reason: format!(
             "{name:?} is not a name (letters, digits, '-', '_', '.', at most {MAX_NAME_LEN})"
         ),

@@ -7,7 +7,9 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
-use super::fabric::{FabricPlace, checked_fabric_name, parse_ibnetdiscover, parse_slurm_topology};
+use super::fabric::{
+    FabricPlace, checked_fabric_name, checked_place_name, parse_ibnetdiscover, parse_slurm_topology,
+};
 use super::lock_node;
 use cp_base::ControlPlane;
 use cp_base::audit::{self, Actor, AuditEntry};
@@ -93,8 +95,26 @@ pub trait FabricApi {
         request_id: Option<&str>,
     ) -> Result<()>;
 
+    /// Sets a node's place by hand (its node page): approved as it is given, any drift an
+    /// import saw is dropped, and the change is audited. Setting the place it has is nothing.
+    async fn set_fabric_place(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        place: &PlaceInput,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
     /// Every placed node as a tree, with the free GPUs of each leaf, and the drifting nodes.
     async fn fabric_tree(&self, who: &Platform<PlatformStaff>) -> Result<FabricTree>;
+}
+
+/// A place as an operator types it on a node's page.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlaceInput {
+    pub fabric: String,
+    pub spine_group: String,
+    pub leaf: String,
 }
 
 /// A fleet node named by the topology, with its approved place if it has one.
@@ -216,6 +236,66 @@ impl FabricApi for ControlPlane {
                 after: Some(json!({
                     "place": path(&moved.new_fabric, &moved.new_spine_group, &moved.new_leaf)
                 })),
+                request_id,
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    #[tracing::instrument(skip_all, fields(node.id = %node))]
+    async fn set_fabric_place(
+        &self,
+        who: &Platform<PlatformOperators>,
+        node: NodeId,
+        place: &PlaceInput,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        let fabric = checked_place_name("fabric", &place.fabric)?;
+        let spine_group = checked_place_name("spine_group", &place.spine_group)?;
+        let leaf = checked_place_name("leaf", &place.leaf)?;
+        let actor = who.principal().user_id;
+        let mut tx = self.pool().begin().await?;
+        let locked = lock_node(&mut tx, node).await?;
+        let before = sqlx::query!(
+            "SELECT fabric, spine_group, leaf, drift_fabric IS NOT NULL AS drifting
+             FROM node_fabric_places WHERE node_id = $1",
+            node as NodeId
+        )
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(b) = &before
+            && (&b.fabric, &b.spine_group, &b.leaf) == (&fabric, &spine_group, &leaf)
+            && b.drifting != Some(true)
+        {
+            return Ok(());
+        }
+        sqlx::query!(
+            "INSERT INTO node_fabric_places (node_id, fabric, spine_group, leaf, source, approved_by)
+             VALUES ($1, $2, $3, $4, 'operator', $5)
+             ON CONFLICT (node_id) DO UPDATE
+             SET fabric = EXCLUDED.fabric, spine_group = EXCLUDED.spine_group, leaf = EXCLUDED.leaf,
+                 source = 'operator', approved_by = EXCLUDED.approved_by, approved_at = now(),
+                 drift_fabric = NULL, drift_spine_group = NULL, drift_leaf = NULL,
+                 drift_source = NULL, drift_seen_at = NULL",
+            node as NodeId,
+            fabric,
+            spine_group,
+            leaf,
+            actor as UserId,
+        )
+        .execute(&mut *tx)
+        .await?;
+        audit::record(
+            &mut tx,
+            AuditEntry {
+                actor: Actor::User(actor),
+                action: "node.fabric.set",
+                resource: &self.naming().node(&locked.region, node)?,
+                before: before
+                    .map(|b| json!({ "place": path(&b.fabric, &b.spine_group, &b.leaf) })),
+                after: Some(json!({ "place": path(&fabric, &spine_group, &leaf) })),
                 request_id,
             },
         )

@@ -21,7 +21,9 @@ pub mod slot_map;
 pub mod validate;
 
 pub use enrolment::{EnrolmentApi, NewNode};
-pub use fabric_places::{FabricApi, FabricDrift, FabricImport, FabricTree, TopologyFormat};
+pub use fabric_places::{
+    FabricApi, FabricDrift, FabricImport, FabricTree, PlaceInput, TopologyFormat,
+};
 pub use slot_map::{SlotMapApi, SlotMapDecision, differences, queue_discovery};
 
 use std::collections::BTreeMap;
@@ -36,8 +38,8 @@ use cp_base::error::{Error, Result};
 use cp_base::ids::{NodeId, SlotId};
 use cp_identity::auth::{Platform, PlatformOperators, PlatformStaff};
 pub use portal_types::fleet::{
-    Enrolment, FleetView, NodeDetail, NodeSummary, POSTURES, ProposalSlot, ProposalView, SlotRow,
-    TaskRow,
+    Enrolment, FleetView, NodeDetail, NodeFabricPlace, NodeSummary, POSTURES, ProposalSlot,
+    ProposalView, SlotRow, TaskRow,
 };
 use slot_map::{proposal_view, wipe_policy_of};
 pub use validate::{SlotProblem, validate_slots};
@@ -322,8 +324,12 @@ impl FleetApi for ControlPlane {
                       public_port_base,
                       (SELECT expires_at FROM node_bootstrap_tokens t
                        WHERE t.node_id = n.id AND t.used_at IS NULL AND t.revoked_at IS NULL
-                         AND t.expires_at > now()) AS open_token_expires
-               FROM nodes n WHERE id = $1"#,
+                         AND t.expires_at > now()) AS open_token_expires,
+                      p.fabric AS "fabric?", p.spine_group AS "spine_group?", p.leaf AS "leaf?",
+                      p.source AS "fabric_source?",
+                      p.drift_fabric || '/' || p.drift_spine_group || '/' || p.drift_leaf AS fabric_drift
+               FROM nodes n LEFT JOIN node_fabric_places p ON p.node_id = n.id
+               WHERE n.id = $1"#,
             node as NodeId
         )
         .fetch_one(self.pool())
@@ -401,7 +407,23 @@ impl FleetApi for ControlPlane {
         let base = u16::try_from(facts.public_port_base)
             .map_err(|_| Error::Corrupt(format!("public_port_base {}", facts.public_port_base)))?;
         let last_slot = slots.iter().map(|s| s.slot_index).max();
+        let fabric_place = match (
+            facts.fabric,
+            facts.spine_group,
+            facts.leaf,
+            facts.fabric_source,
+        ) {
+            (Some(fabric), Some(spine_group), Some(leaf), Some(source)) => Some(NodeFabricPlace {
+                fabric,
+                spine_group,
+                leaf,
+                source,
+                drift: facts.fabric_drift,
+            }),
+            _ => None,
+        };
         Ok(NodeDetail {
+            fabric_place,
             public_host: facts.public_host,
             public_port_base: base,
             public_ports: match last_slot.and_then(|i| {

@@ -3,7 +3,9 @@
 //! simulated driver. For every provision and release phase the agent dies the moment the
 //! phase starts (exit, no cleanup: what SIGKILL leaves), and a fresh agent is started on the
 //! same state directory. Each time the allocation must converge (running, or released with a
-//! verified proof), with one domain at most and no leaked slot, lease or claim.
+//! verified proof), with one domain at most and no leaked slot, lease or claim. A cluster's
+//! members do the same: a crash at any phase of one member's provision still ends with every
+//! member running and booting with the cluster's files, and the cluster released whole.
 
 use control_plane::prelude::*;
 
@@ -204,5 +206,133 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
         "{text}"
     );
     assert!(text.contains("slice.vm_release allocation"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The members' states, in member order.
+async fn member_states(pool: &PgPool, cluster: control_plane::ClusterId) -> Vec<String> {
+    sqlx::query_scalar("SELECT state FROM allocations WHERE cluster_id = $1 ORDER BY cluster_index")
+        .bind(cluster.0)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+async fn members_until(pool: &PgPool, cluster: control_plane::ClusterId, want: &str, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let states = member_states(pool, cluster).await;
+        if states.iter().all(|s| s == want) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: members are {states:?}, not all {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn cluster_members_converge_after_a_crash_at_every_provision_phase() {
+    use control_plane::allocations::clusters::ClusterOrder;
+    use control_plane::allocations::{LaunchOrder, OrderKeys};
+    use control_plane::fleet::TopologyFormat;
+
+    let db = test_db::demo().await;
+    let pool = db.pool().clone();
+    let cp = ControlPlane::new(pool.clone(), Naming::default());
+    let ops = fixtures::operator(&cp, "ops@platform.example").await;
+    let (node, _agent, credential) = fixtures::approved(
+        &cp,
+        &ops,
+        fixtures::node("gpu-crash-02", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
+        "pcie-l40s-4x",
+        "overwrite-verify",
+    )
+    .await;
+    cp.import_fabric(
+        &ops,
+        "ib-crash",
+        TopologyFormat::SlurmTopology,
+        "SwitchName=l1 Nodes=gpu-crash-02\nSwitchName=s1 Switches=l1\n",
+        None,
+    )
+    .await
+    .unwrap();
+    let url = control_plane(server::agent_api::routes().with_state(cp.clone()), &cp).await;
+    let dir = std::env::temp_dir().join(format!("agent-crash-{}", uuid::Uuid::new_v4()));
+    let host = Host {
+        state: dir.join("state"),
+        fixture: Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-l40s-4x"),
+    };
+    write_state(&host.state, node, &url, &credential);
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    let bob = cp
+        .project_access::<ProjectOperators>(&principal, ACME_RESEARCH)
+        .await
+        .unwrap();
+
+    for phase in PROVISION {
+        let what = format!("a cluster member's crash at provision phase {phase}");
+        let name = format!("c-{}", phase.replace('_', "-"));
+        let order = ClusterOrder {
+            launch: LaunchOrder {
+                sku: "l40s.1x".into(),
+                image: "ubuntu-24.04-cuda".into(),
+                name: name.clone(),
+                keys: OrderKeys {
+                    typed: vec![KEY.into()],
+                    ..Default::default()
+                },
+                idempotency_key: uuid::Uuid::new_v4().to_string(),
+                ..Default::default()
+            },
+            members: 2,
+            locality: "leaf".into(),
+            locality_required: true,
+        };
+        let cluster = cp
+            .launch_cluster(&principal, &bob, order, None)
+            .await
+            .unwrap();
+        let mut crashing = host.agent(Some(phase));
+        let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+        assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+        let agent = host.agent(None);
+        members_until(&pool, cluster.id, "running", &what).await;
+        assert_eq!(host.domains().len(), 2, "{what}: a VM per member");
+        assert_eq!(host.leases(), 2, "{what}");
+        // Each member boots with the cluster: both names in its hostfile.
+        let ids: Vec<uuid::Uuid> =
+            sqlx::query_scalar("SELECT id FROM allocations WHERE cluster_id = $1")
+                .bind(cluster.id.0)
+                .fetch_all(&pool)
+                .await
+                .unwrap();
+        for id in &ids {
+            let seed = host
+                .state
+                .join("allocations")
+                .join(id.to_string())
+                .join("seed/user-data");
+            let user_data = std::fs::read_to_string(&seed)
+                .unwrap_or_else(|e| panic!("{what}: {}: {e}", seed.display()));
+            for member in [1, 2] {
+                assert!(
+                    user_data.contains(&format!("{name}-{member} slots=1")),
+                    "{what}: the hostfile names member {member}:\n{user_data}"
+                );
+            }
+        }
+        cp.release_cluster(&bob, cluster.id, None).await.unwrap();
+        members_until(&pool, cluster.id, "released", &what).await;
+        for id in ids {
+            assert_released_clean(&pool, AllocationId(id), 1, &what).await;
+        }
+        assert!(host.domains().is_empty(), "{what}: no VM left");
+        assert_eq!(host.leases(), 0, "{what}: no lease left");
+        stop(agent).await;
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
