@@ -112,6 +112,13 @@ pub fn run(args: &[String]) -> Result {
         .args(["check", "config", "--syntax-only"])
         .arg(prom.join("prometheus.yml")))?;
 
+    step(
+        "deploy/kubernetes: the sample manifests against Kubernetes' own schemas (kubernetes-validate, strict)",
+    );
+    sh(Command::new(kubernetes_validate()?)
+        .args(["--strict", "--quiet", "--kubernetes-version", KUBERNETES])
+        .arg(root().join("deploy/kubernetes/portal.yaml")))?;
+
     step("the node agent's Debian package: its contents, its unit (systemd-analyze verify)");
     crate::package::check()?;
 
@@ -315,6 +322,28 @@ fn dstack_python() -> Result<PathBuf> {
         std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
     }
     Ok(python)
+}
+
+/// The validator of the Kubernetes sample, with the API's schemas bundled, from PyPI.
+const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
+/// The oldest Kubernetes release the sample is written for.
+const KUBERNETES: &str = "1.30.0";
+
+/// `kubernetes-validate` in a virtualenv of its own, made once.
+fn kubernetes_validate() -> Result<PathBuf> {
+    let venv = target_dir().join("kubernetes-venv");
+    let marker = venv.join(KUBERNETES_VALIDATE);
+    if !marker.exists() {
+        step(&format!(
+            "installing {KUBERNETES_VALIDATE} into {} (once, seconds)",
+            venv.display()
+        ));
+        let _ = std::fs::remove_dir_all(&venv);
+        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", KUBERNETES_VALIDATE]))?;
+        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
+    }
+    Ok(venv.join("bin/kubernetes-validate"))
 }
 
 /// The schemathesis release the API is checked with, from PyPI.
