@@ -72,8 +72,21 @@ async fn acme_pkey(pool: &PgPool) -> u16 {
     k as u16
 }
 
-#[tokio::test]
-async fn allocations_converge_after_a_crash_at_every_phase() {
+/// What each crash test runs on: a demo database, its control plane serving the agent API on
+/// loopback with the workers, and an approved `pcie-l40s-4x` host named `hostname` whose agent
+/// state is written (no agent running yet), with bob's proof in Acme Research.
+struct Setup {
+    _db: test_db::TestDb,
+    pool: PgPool,
+    cp: ControlPlane,
+    ops: control_plane::auth::Platform<control_plane::auth::PlatformOperators>,
+    host: Host,
+    dir: std::path::PathBuf,
+    principal: control_plane::auth::Principal,
+    bob: Project<ProjectOperators>,
+}
+
+async fn setup(hostname: &str) -> Setup {
     let db = test_db::demo().await;
     let pool = db.pool().clone();
     let cp = ControlPlane::new(pool.clone(), Naming::default());
@@ -81,25 +94,47 @@ async fn allocations_converge_after_a_crash_at_every_phase() {
     let (node, _agent, credential) = fixtures::approved(
         &cp,
         &ops,
-        fixtures::node("gpu-crash-01", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
+        fixtures::node(hostname, "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
         "pcie-l40s-4x",
         "overwrite-verify",
     )
     .await;
-    // The control plane: the agent API on loopback and the workers.
     let url = control_plane(server::agent_api::routes().with_state(cp.clone()), &cp).await;
-
     let dir = std::env::temp_dir().join(format!("agent-crash-{}", uuid::Uuid::new_v4()));
     let host = Host {
         state: dir.join("state"),
         fixture: Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-l40s-4x"),
     };
     write_state(&host.state, node, &url, &credential);
-    let bob = cp.principal(BOB).await.unwrap().unwrap();
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
     let bob = cp
-        .project_access::<ProjectOperators>(&bob, ACME_RESEARCH)
+        .project_access::<ProjectOperators>(&principal, ACME_RESEARCH)
         .await
         .unwrap();
+    Setup {
+        _db: db,
+        pool,
+        cp,
+        ops,
+        host,
+        dir,
+        principal,
+        bob,
+    }
+}
+
+#[tokio::test]
+async fn allocations_converge_after_a_crash_at_every_phase() {
+    // `_db` is bound so the database lives to the end of the test.
+    let Setup {
+        _db,
+        pool,
+        cp,
+        host,
+        dir,
+        bob,
+        ..
+    } = setup("gpu-crash-01").await;
 
     for phase in PROVISION {
         let what = format!("crash at provision phase {phase}");
@@ -239,18 +274,16 @@ async fn cluster_members_converge_after_a_crash_at_every_provision_phase() {
     use control_plane::allocations::{LaunchOrder, OrderKeys};
     use control_plane::fleet::TopologyFormat;
 
-    let db = test_db::demo().await;
-    let pool = db.pool().clone();
-    let cp = ControlPlane::new(pool.clone(), Naming::default());
-    let ops = fixtures::operator(&cp, "ops@platform.example").await;
-    let (node, _agent, credential) = fixtures::approved(
-        &cp,
-        &ops,
-        fixtures::node("gpu-crash-02", "us-east-1", "pcie-l40s-4x", &["gpu_slice"]),
-        "pcie-l40s-4x",
-        "overwrite-verify",
-    )
-    .await;
+    let Setup {
+        _db,
+        pool,
+        cp,
+        ops,
+        host,
+        dir,
+        principal,
+        bob,
+    } = setup("gpu-crash-02").await;
     cp.import_fabric(
         &ops,
         "ib-crash",
@@ -260,18 +293,6 @@ async fn cluster_members_converge_after_a_crash_at_every_provision_phase() {
     )
     .await
     .unwrap();
-    let url = control_plane(server::agent_api::routes().with_state(cp.clone()), &cp).await;
-    let dir = std::env::temp_dir().join(format!("agent-crash-{}", uuid::Uuid::new_v4()));
-    let host = Host {
-        state: dir.join("state"),
-        fixture: Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/pcie-l40s-4x"),
-    };
-    write_state(&host.state, node, &url, &credential);
-    let principal = cp.principal(BOB).await.unwrap().unwrap();
-    let bob = cp
-        .project_access::<ProjectOperators>(&principal, ACME_RESEARCH)
-        .await
-        .unwrap();
 
     for phase in PROVISION {
         let what = format!("a cluster member's crash at provision phase {phase}");

@@ -12,8 +12,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 
@@ -57,6 +57,8 @@ from ._generated.models import (
 )
 from ._generated.types import UNSET
 from ._retry import RetryingTransport
+
+T = TypeVar("T")
 
 # The states an instance can wait in, as the API projects them.
 _ENDED = ("released", "failed")
@@ -290,16 +292,15 @@ class Cloud:
         """Reads the cluster until every member runs. Raises ``Failed`` if it is being released
         instead (a member failed to come up takes the others with it), ``Timeout`` if
         ``timeout`` ran out."""
-        deadline = time.monotonic() + timeout
-        while True:
-            c = self.cluster(id)
-            if c.state == "running":
-                return c
+        def failed(c: Cluster) -> str | None:
             if c.state in ("releasing", "released", "failed"):
-                raise errors.Failed(f"cluster {c.name} is {c.state}: {_text(c.failure)}")
-            if time.monotonic() > deadline:
-                raise errors.Timeout(f"cluster {id} is {c.state}, not running, after {timeout} s")
-            time.sleep(every)
+                return f"cluster {c.name} is {c.state}: {_text(c.failure)}"
+            return None
+
+        return _poll(
+            lambda: self.cluster(id), lambda c: c.state, "running", failed,
+            f"cluster {id}", timeout, every,
+        )
 
     def release_cluster(self, id: str | uuid.UUID) -> Cluster:
         """Releases every member. Releasing again is the same release."""
@@ -359,17 +360,39 @@ class Cloud:
         self, id: str | uuid.UUID, state: str, timeout: float = 120.0, every: float = 0.5
     ) -> Volume:
         """Reads the volume until it is in ``state``; raises ``Failed`` on ``error``."""
-        deadline = time.monotonic() + timeout
-        while True:
-            v = self.volume(id)
-            now = str(v.state.value if hasattr(v.state, "value") else v.state)
-            if now == state:
-                return v
-            if now == "error":
-                raise errors.Failed(f"volume {v.name}: {_text(v.error)}")
-            if time.monotonic() > deadline:
-                raise errors.Timeout(f"volume {id} is {now}, not {state}, after {timeout} s")
-            time.sleep(every)
+        def failed(v: Volume) -> str | None:
+            return f"volume {v.name}: {_text(v.error)}" if _state(v) == "error" else None
+
+        return _poll(lambda: self.volume(id), _state, state, failed, f"volume {id}", timeout, every)
+
+
+def _poll(
+    read: Callable[[], T],
+    state_of: Callable[[T], str],
+    want: str,
+    failed: Callable[[T], str | None],
+    what: str,
+    timeout: float,
+    every: float,
+) -> T:
+    """Reads until the state is ``want``; raises ``Failed`` with what ``failed`` says, or
+    ``Timeout`` once ``timeout`` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        thing = read()
+        now = state_of(thing)
+        if now == want:
+            return thing
+        reason = failed(thing)
+        if reason is not None:
+            raise errors.Failed(reason)
+        if time.monotonic() > deadline:
+            raise errors.Timeout(f"{what} is {now}, not {want}, after {timeout} s")
+        time.sleep(every)
+
+
+def _state(v: Volume) -> str:
+    return str(v.state.value if hasattr(v.state, "value") else v.state)
 
 
 def _opt(value: Any) -> Any:
