@@ -43,7 +43,7 @@ use app::catalog::{
     DryRunPlacement, GetCatalog, GetSkuAdmin, SaveSku, SetSkuState, SetStoragePrice,
 };
 use app::clusters::{GetCluster, ListClusters, ReleaseCluster};
-use app::fabric::{ApproveFabricDrift, GetFabricTree, ImportFabric};
+use app::fabric::{ApproveFabricDrift, GetFabricTree, ImportFabric, SetFabricPlace};
 use app::fleet::{
     ApproveSlotMap, ClearBlockedSlot, EnrolNode, FleetOverview, GetNode, RediscoverNode,
     ReissueNodeToken, RejectSlotMap, ReturnSlotToService, SetGpuHealthPolicy, SetNodeNetwork,
@@ -639,6 +639,17 @@ fn matrix(w: &World) -> Vec<Entry> {
             &[("id", NODE)],
         )
         .allowed_also(&[409]), // the matrix's node may have no drift to approve
+        entry(
+            SetFabricPlace::PATH,
+            platform(OPERATORS),
+            true,
+            &[
+                ("id", NODE),
+                ("fabric", "ib0"),
+                ("spine_group", "s1"),
+                ("leaf", "l1"),
+            ],
+        ),
         entry(GetNode::PATH, platform(STAFF), false, &[("id", NODE)]),
         entry(
             EnrolNode::PATH,
