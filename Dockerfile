@@ -1,8 +1,9 @@
 # syntax=docker/dockerfile:1
 # Multi-stage build: a builder with the Rust toolchain, cargo-leptos, the wasm-bindgen CLI
 # and npm's binaryen (wasm-opt); a small Debian runtime with the server, the site and the
-# node agent. Not built here (no Docker engine on the development machines); kept correct by
-# reading. `cargo xtask test` exercises the same `cargo leptos build --release`.
+# node agent, for sites with a registry. Where there is none, `cargo xtask package` builds the
+# same runtime with podman (`deploy/container/Containerfile`, on a debootstrap'd bookworm), and
+# `cargo xtask test` builds that image and starts it.
 
 FROM rust:1.95-bookworm AS builder
 RUN apt-get update \

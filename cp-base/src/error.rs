@@ -345,5 +345,12 @@ mod tests {
             Error::from(sqlx::Error::Protocol("unexpected message".into())),
             Error::Database(_)
         ));
+        // HAProxy with no primary behind it, as sqlx saw it during a failover.
+        assert!(matches!(
+            Error::from(sqlx::Error::Protocol(
+                "unexpected response from SSLRequest: 0x00".into()
+            )),
+            Error::Outage(_)
+        ));
     }
 }

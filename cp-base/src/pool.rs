@@ -68,29 +68,59 @@ pub fn outage_seen() {
 }
 
 /// Whether a database error means the database is unreachable or restarting, rather than that
-/// a statement is wrong: no connection (I/O, pool timeout, a closed pool), or PostgreSQL's
-/// connection exceptions (class 08), too many connections (53300), and shutting down, crashed
-/// or not yet accepting connections (57P01–57P03).
+/// a statement is wrong: no connection (I/O, pool timeout, a closed pool), a connection closed
+/// before it began (a proxy with no server behind it, HAProxy during a failover, accepts a
+/// connection and closes it; sqlx reports the end of its first read, the answer to
+/// `SSLRequest`, as a protocol error), or PostgreSQL's
+/// connection exceptions (class 08), too many connections (53300), shutting down, crashed
+/// or not yet accepting connections (57P01–57P03), and a write refused because the server
+/// reached is a standby (25006: a failover moved the primary under an open connection).
 pub fn is_outage(e: &sqlx::Error) -> bool {
     match e {
+        sqlx::Error::Protocol(m) => m.starts_with(CLOSED_AT_ONCE),
         sqlx::Error::Io(_)
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(d) => d.code().is_some_and(|c| {
-            c.starts_with("08") || matches!(c.as_ref(), "53300" | "57P01" | "57P02" | "57P03")
+            c.starts_with("08")
+                || matches!(
+                    c.as_ref(),
+                    "53300" | "57P01" | "57P02" | "57P03" | READ_ONLY
+                )
         }),
         _ => false,
     }
 }
 
-/// Whether a connection that has sat idle for `idle_for` is checked before it is used.
-fn needs_check(idle_for: Duration) -> bool {
-    if idle_for >= CHECK_AFTER_IDLE {
-        return true;
-    }
+/// How sqlx reports a connection the other end closed before answering its first message.
+const CLOSED_AT_ONCE: &str = "unexpected response from SSLRequest";
+
+/// `read_only_sql_transaction`: what a standby answers a write.
+const READ_ONLY: &str = "25006";
+
+/// Whether an outage was seen since a connection that has sat idle for `idle_for` was last
+/// used.
+fn outage_since(idle_for: Duration) -> bool {
     let outage = LAST_OUTAGE_US.load(Ordering::Relaxed);
     outage != 0 && Duration::from_micros(outage) >= epoch().elapsed().saturating_sub(idle_for)
+}
+
+/// Whether a connection that has sat idle for `idle_for` may be handed out: checked with a
+/// round trip once it sat [`CHECK_AFTER_IDLE`] or an outage was seen since. After an outage
+/// the check also asks whether the server is still a primary: behind a proxy, a connection
+/// made before a failover may reach a server that has since become a standby (a demoted
+/// primary) and would refuse every write; it is closed instead.
+async fn usable(conn: &mut PgConnection, idle_for: Duration) -> bool {
+    if outage_since(idle_for) {
+        return matches!(
+            sqlx::query_scalar::<_, bool>("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut *conn)
+                .await,
+            Ok(false)
+        );
+    }
+    idle_for < CHECK_AFTER_IDLE || conn.ping().await.is_ok()
 }
 
 /// Options for sqlx's pool of a handle that may open `connections` in all: half of them (rounded
@@ -106,15 +136,8 @@ pub fn sized(connections: u32) -> PgPoolOptions {
 pub fn options() -> PgPoolOptions {
     PgPoolOptions::new()
         .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if needs_check(meta.idle_for) {
-                    // An error closes this connection and the pool tries another.
-                    conn.ping().await?;
-                }
-                Ok(true)
-            })
-        })
+        // `false` closes this connection and the pool tries another.
+        .before_acquire(|conn, meta| Box::pin(async move { Ok(usable(conn, meta.idle_for).await) }))
 }
 
 /// A connection older than this is closed rather than reused (sqlx's pool does the same with
@@ -176,9 +199,13 @@ impl Lease<'_> {
     fn keep_if<T>(&mut self, result: &Result<T, sqlx::Error>) {
         self.keep = match result {
             Ok(_) => true,
-            Err(sqlx::Error::Database(e)) => e
-                .try_downcast_ref::<PgDatabaseError>()
-                .is_some_and(|e| !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)),
+            // A standby's refusal to write: the next statement belongs on the primary.
+            Err(sqlx::Error::Database(e)) => {
+                e.try_downcast_ref::<PgDatabaseError>().is_some_and(|e| {
+                    !matches!(e.severity(), PgSeverity::Fatal | PgSeverity::Panic)
+                        && e.code() != READ_ONLY
+                })
+            }
             Err(_) => false,
         };
         if let Err(e) = result
@@ -224,7 +251,7 @@ impl Statements {
             if idle.born.elapsed() >= MAX_LIFETIME {
                 continue;
             }
-            if needs_check(idle.since.elapsed()) && idle.conn.ping().await.is_err() {
+            if !usable(&mut idle.conn, idle.since.elapsed()).await {
                 continue;
             }
             return Ok(Lease {

@@ -272,7 +272,7 @@ pub struct Config {
 
     /// The scrape token (`Authorization: Bearer …`): needed off loopback on the metrics
     /// listener, and on the public listener, which serves `/metrics` to nobody without it.
-    /// At least [`MIN_SCRAPE_TOKEN_LEN`] characters (`openssl rand -hex 32`).
+    /// At least 32 characters (`MIN_SCRAPE_TOKEN_LEN`; `openssl rand -hex 32`).
     #[arg(long, env = "PORTAL_METRICS_TOKEN")]
     pub metrics_token: Option<Secret>,
 
@@ -298,26 +298,29 @@ pub struct Config {
     /// storage worker runs here, and volumes wait in `creating` for a server that has one.
     #[arg(long, env = "PORTAL_STORAGE", value_parser = ["qemu-nbd", "rbd"])]
     pub storage: Option<String>,
+    /// `qemu-nbd`: the directory holding the volumes' qcow2 files, on the storage node.
     #[arg(
         long,
         env = "PORTAL_VOLUME_DIR",
         default_value = "/var/lib/gpuaas/volumes"
     )]
     pub volume_dir: std::path::PathBuf,
-    /// The storage network address hosts reach volumes at.
+    /// `qemu-nbd`: the storage network address hosts reach volumes at.
     #[arg(long, env = "PORTAL_VOLUME_LISTEN", default_value = "127.0.0.1:10809")]
     pub volume_listen: SocketAddr,
+    /// `rbd`: the Ceph pool volumes are images in.
     #[arg(long, env = "PORTAL_RBD_POOL", default_value = "volumes")]
     pub rbd_pool: String,
-    /// Comma-separated `address:port` of the Ceph monitors.
+    /// `rbd`: comma-separated `address:port` of the Ceph monitors.
     #[arg(long, env = "PORTAL_RBD_MONITORS", default_value = "")]
     pub rbd_monitors: String,
-    /// The CephX user this server acts as (`client.<id>`).
+    /// `rbd`: the CephX user this server acts as (`client.<id>`).
     #[arg(long, env = "PORTAL_RBD_ID", default_value = "portal")]
     pub rbd_id: String,
+    /// `rbd`: the Ceph configuration file the `rbd` command line reads.
     #[arg(long, env = "PORTAL_RBD_CONF", default_value = "/etc/ceph/ceph.conf")]
     pub rbd_conf: std::path::PathBuf,
-    /// The CephX user hosts map volumes as (their keyring is on each host).
+    /// `rbd`: the CephX user hosts map volumes as (their keyring is on each host).
     #[arg(long, env = "PORTAL_RBD_HOST_USER", default_value = "gpu-host")]
     pub rbd_host_user: String,
 }
@@ -535,6 +538,83 @@ mod tests {
         );
         assert!(parse(&["--max-tokens-per-org", "0"]).is_err());
         assert_eq!(parse(&[]).unwrap().max_tokens_per_org, 50);
+    }
+
+    /// Every setting as the code defines it, one table row each: its variable, its flag, its
+    /// default, and its documentation comment.
+    fn reference() -> String {
+        use clap::Args;
+        let command = Config::augment_args(clap::Command::new("server"));
+        let mut rows = String::from(
+            "| variable | flag | default | what it does |\n| --- | --- | --- | --- |\n",
+        );
+        for arg in command.get_arguments() {
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            let env = env.unwrap_or_else(|| panic!("--{} has no variable", arg.get_id()));
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(!help.is_empty(), "{env} has no documentation comment");
+            let default: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| format!("`{}`", v.to_string_lossy()))
+                .collect();
+            let cell = |s: &str| {
+                s.split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .replace('|', "\\|")
+            };
+            rows.push_str(&format!(
+                "| `{env}` | `--{}` | {} | {} |\n",
+                arg.get_long().unwrap_or_default(),
+                if default.is_empty() {
+                    "—".into()
+                } else {
+                    default.join(", ")
+                },
+                cell(&help),
+            ));
+        }
+        rows
+    }
+
+    const BEGIN: &str = "<!-- settings: generated from server/src/config.rs; to renew it, \
+                         UPDATE_DOCS=1 cargo test -p server --lib config -->\n";
+    const END: &str = "<!-- settings end -->";
+
+    /// docs/OPERATIONS.md's configuration reference is the code's, so it can't drift; and
+    /// `.env.example` names every setting.
+    #[test]
+    fn the_operators_guide_lists_every_setting_as_the_code_defines_it() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let guide_path = root.join("docs/OPERATIONS.md");
+        let guide = std::fs::read_to_string(&guide_path).expect("docs/OPERATIONS.md");
+        let (start, end) = (
+            guide
+                .find(BEGIN)
+                .expect("the guide has the settings' start marker")
+                + BEGIN.len(),
+            guide
+                .find(END)
+                .expect("the guide has the settings' end marker"),
+        );
+        let want = reference();
+        if guide[start..end] != want {
+            if std::env::var_os("UPDATE_DOCS").is_some() {
+                let renewed = format!("{}{want}{}", &guide[..start], &guide[end..]);
+                std::fs::write(&guide_path, renewed).expect("writes the guide");
+            } else {
+                panic!(
+                    "docs/OPERATIONS.md's settings differ from the code's; renew them with \
+                     `UPDATE_DOCS=1 cargo test -p server --lib config`. The code's:\n{want}"
+                );
+            }
+        }
+        let example = std::fs::read_to_string(root.join(".env.example")).expect(".env.example");
+        for line in want.lines().skip(2) {
+            let env = line.split('`').nth(1).expect("a variable");
+            assert!(example.contains(env), ".env.example does not name {env}");
+        }
     }
 
     #[test]

@@ -27,8 +27,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use pgcluster::{Durability, PgCluster, StopMode, StopOnDrop};
 
 use crate::fleet::{self, Agent};
+use crate::ha::{self, HaSet};
 use crate::portal::{self, Launch};
-use crate::proc::{http_post, terminate, wait_ready};
+use crate::proc::{http_post, http_status, terminate, wait_ready};
 use crate::test::cargo;
 use crate::tools::{self, Needs};
 use crate::{Result, root, step, target_dir};
@@ -63,7 +64,7 @@ impl Rng {
     }
 }
 
-fn flag(args: &[String], name: &str, default: u64) -> Result<u64> {
+pub fn flag(args: &[String], name: &str, default: u64) -> Result<u64> {
     match args.iter().position(|a| a == name) {
         None => Ok(default),
         Some(i) => args
@@ -85,6 +86,13 @@ pub fn run(args: &[String]) -> Result {
     }
     let seconds = flag(args, "--seconds", 300)?;
     let seed = flag(args, "--seed", 1)?;
+    build()?;
+    chaos(seconds, seed)
+}
+
+/// What a run needs installed and built: the server, the node agent, the Stripe test server
+/// and the load client.
+pub fn build() -> Result {
     tools::ensure_all(Needs {
         postgres: true,
         chromium: false,
@@ -105,7 +113,14 @@ pub fn run(args: &[String]) -> Result {
         "--package",
         "stripe-test-server",
     ]))?;
-    chaos(seconds, seed)
+    crate::proc::run(&mut cargo(&[
+        "test",
+        "--no-run",
+        "--package",
+        "control-plane",
+        "--bench",
+        "bench",
+    ]))
 }
 
 /// The bench binary's `chaos-load` / `chaos-audit` with `args`.
@@ -137,6 +152,13 @@ struct System {
 
 impl Drop for System {
     fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl System {
+    /// Stops the agents (continued first if cut off), the servers and Stripe. Idempotent.
+    fn stop(&mut self) {
         for (_, child) in &mut self.agents {
             if let Some(c) = child {
                 let _ = Command::new("kill")
@@ -145,16 +167,17 @@ impl Drop for System {
                 terminate(c, Duration::from_secs(5));
             }
         }
+        self.agents.clear();
         for c in self.servers.iter_mut().flatten() {
             terminate(c, Duration::from_secs(10));
         }
+        self.servers = [None, None];
         if let Some(c) = &mut self.stripe {
             terminate(c, Duration::from_secs(5));
         }
+        self.stripe = None;
     }
-}
 
-impl System {
     fn start_server(&mut self, i: usize) -> Result {
         let mut child = if i == 0 {
             self.launch.start_replica()?
@@ -167,6 +190,40 @@ impl System {
     }
 }
 
+/// Waits until the load client says it has started (its first line, `chaos-load: N clients
+/// …`), forwarding what it prints; the rest is forwarded as it comes.
+fn until_the_load_runs(load: &mut Child) -> Result {
+    use std::io::BufRead;
+    let stderr = load.stderr.take().ok_or("the load's stderr is not piped")?;
+    let (started, wait) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(|l| l.ok())
+        {
+            eprintln!("{line}");
+            if line.starts_with("chaos-load:") {
+                let _ = started.send(());
+            }
+        }
+    });
+    loop {
+        match wait.recv_timeout(Duration::from_millis(200)) {
+            Ok(()) => return Ok(()),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                return Err("the load client ended before it started".into());
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(status) = load.try_wait().map_err(|e| e.to_string())? {
+                    return Err(format!(
+                        "the load client ended before it started ({status})"
+                    ));
+                }
+            }
+        }
+    }
+}
+
 /// One fault as injected: when, what, for how long.
 struct Injected {
     kind: &'static str,
@@ -175,12 +232,49 @@ struct Injected {
     end_ms: u64,
 }
 
+/// Where the run's database lives, and so what can go wrong with it.
+pub enum Database {
+    /// One durable PostgreSQL: restarted (fast, and as after a crash) and starved of
+    /// connections.
+    Single(StopOnDrop),
+    /// Patroni's pair behind HAProxy (`xtask/src/ha.rs`): its primary lost.
+    Ha(HaSet),
+}
+
+impl Database {
+    fn url(&self, database: &str) -> String {
+        match self {
+            Database::Single(pg) => pg.url(database),
+            Database::Ha(set) => set.url(database),
+        }
+    }
+
+    /// The faults that fit this database, for a run of `seconds`.
+    fn faults(&self, seconds: u64) -> Vec<&'static str> {
+        match self {
+            Database::Single(_) => {
+                let mut kinds = vec![
+                    "replica_kill",
+                    "agent_kill",
+                    "pg_restart_fast",
+                    "pg_restart_immediate",
+                    "pool_exhaustion",
+                    "stripe_faults",
+                ];
+                // Long enough runs also cut an agent off for longer than the heartbeat timeout.
+                if seconds >= 150 {
+                    kinds.push("agent_cutoff");
+                }
+                kinds
+            }
+            Database::Ha(_) => vec!["primary_kill"],
+        }
+    }
+}
+
 /// The run itself, once everything is built (`cargo xtask test` calls this after its builds).
 pub fn chaos(seconds: u64, seed: u64) -> Result {
-    let dir = target_dir().join("chaos");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-
+    let dir = fresh_dir("chaos")?;
     step(
         "chaos: a durable PostgreSQL, the Stripe test server, two server replicas, the demo fleet",
     );
@@ -189,84 +283,221 @@ pub fn chaos(seconds: u64, seed: u64) -> Result {
     );
     pg.start().map_err(|e| e.to_string())?;
     pg.ensure_database("chaos").map_err(|e| e.to_string())?;
-    let (mut sys, stripe_api) = start_system(&dir, &pg)?;
-    let ports = sys.ports;
-    let tokens_file = api_tokens(&sys.launch, &dir)?;
+    let mut run = Run::start(&dir, Database::Single(pg))?;
+    let round = run.round(seconds, seed, Faults::Inject)?;
+    step("chaos: faults stopped; releasing what is left, settling, auditing");
+    run.audit(&round)?.passed()
+}
 
-    let urls = format!(
-        "http://127.0.0.1:{},http://127.0.0.1:{}",
-        ports[0], ports[1]
-    );
-    let answers = dir.join("answers.tsv");
-    let faults_file = dir.join("faults.tsv");
-    let common = |extra: &[(&str, String)]| -> Vec<String> {
+/// `target/{name}`, emptied.
+pub fn fresh_dir(name: &str) -> Result<PathBuf> {
+    let dir = target_dir().join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Whether a round of load has faults injected into it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Faults {
+    Inject,
+    None,
+}
+
+/// The whole system on one database, its clients' API tokens, and the run's files.
+pub struct Run {
+    dir: PathBuf,
+    pub db: Database,
+    sys: System,
+    stripe_api: String,
+    tokens_file: PathBuf,
+}
+
+/// One round of load: when it began, what was injected, and what each lost primary cost.
+pub struct Round {
+    since_ms: u64,
+    faults_file: PathBuf,
+    pub failovers: Vec<Failover>,
+}
+
+/// A primary lost under load: how long the portal could not serve, whether `/readyz` said so
+/// meanwhile, and how long the lost server took to come back as a replica.
+pub struct Failover {
+    pub unavailable: Duration,
+    pub degraded_seen: bool,
+    pub rejoined_after: Duration,
+}
+
+/// What the audit printed, and whether its checks passed.
+pub struct Audit {
+    pub ok: bool,
+    /// `RESULT chaos key=value …`
+    pub result: String,
+    dir: PathBuf,
+}
+
+impl Audit {
+    /// One value of the `RESULT chaos` line.
+    pub fn value(&self, key: &str) -> Option<i64> {
+        self.result.split_whitespace().find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            (k == key).then(|| v.parse().ok())?
+        })
+    }
+
+    pub fn passed(&self) -> Result {
+        if self.ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "the chaos audit failed (logs in {}; server logs server-1.log, server-2.log)",
+                self.dir.display()
+            ))
+        }
+    }
+}
+
+impl Run {
+    /// The Stripe test server, two server replicas and the demo fleet on `db` (whose `chaos`
+    /// database exists), and the clients' tokens.
+    pub fn start(dir: &Path, db: Database) -> Result<Run> {
+        let (sys, stripe_api) = start_system(dir, &db.url("chaos"))?;
+        let tokens_file = api_tokens(&sys.launch, dir)?;
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            db,
+            sys,
+            stripe_api,
+            tokens_file,
+        })
+    }
+
+    fn client_args(&self, extra: &[(&str, String)]) -> Vec<String> {
+        let [a, b] = self.sys.ports;
         let mut v = vec![
             "--urls".to_string(),
-            urls.clone(),
+            format!("http://127.0.0.1:{a},http://127.0.0.1:{b}"),
             "--tokens-file".into(),
-            tokens_file.display().to_string(),
+            self.tokens_file.display().to_string(),
             "--project".into(),
             PROJECT.into(),
             "--answers".into(),
-            answers.display().to_string(),
+            self.dir.join("answers.tsv").display().to_string(),
         ];
         for (k, val) in extra {
             v.push(k.to_string());
             v.push(val.clone());
         }
         v
-    };
-    let since_ms = now_ms();
-    step(&format!(
-        "chaos: {seconds} s of launches and releases over the API, faults from seed {seed} (logs in {})",
-        dir.display()
-    ));
-    let mut load = bench(
-        "chaos-load",
-        &common(&[
-            ("--seconds", seconds.to_string()),
-            ("--seed", seed.to_string()),
-            ("--clients", "6".into()),
-        ]),
-    )
-    .spawn()
-    .map_err(|e| format!("starting the load: {e}"))?;
-
-    let injected = inject(&mut sys, &pg, &mut load, seconds, seed)?;
-    write_faults(&injected, &faults_file)?;
-    let load_status = load.wait().map_err(|e| e.to_string())?;
-    if !load_status.success() {
-        return Err(format!("the load client failed ({load_status})"));
     }
 
-    print_faults(&injected, since_ms);
-    step("chaos: faults stopped; releasing what is left, settling, auditing");
-    let audit = bench(
-        "chaos-audit",
-        &common(&[
-            ("--faults", faults_file.display().to_string()),
-            ("--since-ms", since_ms.to_string()),
-            ("--stripe", stripe_api.trim_end_matches('/').to_string()),
-        ]),
-    )
-    .env("DATABASE_URL", pg.url("chaos"))
-    .status()
-    .map_err(|e| format!("starting the audit: {e}"))?;
-    drop(sys);
-    portal::stop_volume_daemon(&dir.join("volumes"));
-    if audit.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "the chaos audit failed (logs in {}; server logs server-1.log, server-2.log)",
-            dir.display()
-        ))
+    /// `seconds` of launches and releases over the API, with the seed's faults injected
+    /// one after another when asked.
+    pub fn round(&mut self, seconds: u64, seed: u64, faults: Faults) -> Result<Round> {
+        let since_ms = now_ms();
+        step(&format!(
+            "chaos: {seconds} s of launches and releases over the API, {} (logs in {})",
+            match faults {
+                Faults::Inject => format!("faults from seed {seed}"),
+                Faults::None => "no faults".into(),
+            },
+            self.dir.display()
+        ));
+        let mut load = bench(
+            "chaos-load",
+            &self.client_args(&[
+                ("--seconds", seconds.to_string()),
+                ("--seed", seed.to_string()),
+                ("--clients", "6".into()),
+            ]),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting the load: {e}"))?;
+        // Faults go into load, not into the load client's build.
+        until_the_load_runs(&mut load)?;
+        let mut failovers = Vec::new();
+        let injected = match faults {
+            Faults::Inject => inject(self, &mut load, seconds, seed, &mut failovers)?,
+            Faults::None => Vec::new(),
+        };
+        let faults_file = self.dir.join("faults.tsv");
+        write_faults(&injected, &faults_file)?;
+        let load_status = load.wait().map_err(|e| e.to_string())?;
+        if !load_status.success() {
+            return Err(format!("the load client failed ({load_status})"));
+        }
+        if faults == Faults::Inject {
+            print_faults(&injected, since_ms);
+        }
+        Ok(Round {
+            since_ms,
+            faults_file,
+            failovers,
+        })
+    }
+
+    /// `bench chaos-audit` over what `round` did: releases what it left, settles, checks.
+    pub fn audit(&self, round: &Round) -> Result<Audit> {
+        let out = bench(
+            "chaos-audit",
+            &self.client_args(&[
+                ("--faults", round.faults_file.display().to_string()),
+                ("--since-ms", round.since_ms.to_string()),
+                (
+                    "--stripe",
+                    self.stripe_api.trim_end_matches('/').to_string(),
+                ),
+            ]),
+        )
+        .env("DATABASE_URL", self.db.url("chaos"))
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("starting the audit: {e}"))?;
+        let printed = String::from_utf8_lossy(&out.stdout);
+        print!("{printed}");
+        Ok(Audit {
+            ok: out.status.success(),
+            result: printed
+                .lines()
+                .find(|l| l.starts_with("RESULT chaos"))
+                .unwrap_or_default()
+                .to_string(),
+            dir: self.dir.clone(),
+        })
+    }
+
+    /// Stops both server replicas (the agents go on, and wait for them).
+    pub fn stop_servers(&mut self) {
+        for c in self.sys.servers.iter_mut().flatten() {
+            terminate(c, Duration::from_secs(20));
+        }
+        self.sys.servers = [None, None];
+    }
+
+    /// Starts both server replicas again.
+    pub fn start_servers(&mut self) -> Result {
+        self.sys.start_server(0)?;
+        self.sys.start_server(1)
+    }
+
+    /// The first replica's launch settings, to start one more server like it.
+    pub fn launch(&self) -> &Launch {
+        &self.sys.launch
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // Everything that uses the volume daemon and the database first.
+        self.sys.stop();
+        portal::stop_volume_daemon(&self.dir.join("volumes"));
     }
 }
 
 /// The Stripe test server, two server replicas (the first migrates and loads the demo data)
 /// and the demo fleet's agents; and the Stripe API's address.
-fn start_system(dir: &Path, pg: &StopOnDrop) -> Result<(System, String)> {
+fn start_system(dir: &Path, database_url: &str) -> Result<(System, String)> {
     let log = |name: &str| -> Result<File> {
         File::create(dir.join(name)).map_err(|e| format!("creating {name}: {e}"))
     };
@@ -284,7 +515,7 @@ fn start_system(dir: &Path, pg: &StopOnDrop) -> Result<(System, String)> {
     )?;
     let launch = Launch {
         binary: target_dir().join("debug/server"),
-        database_url: pg.url("chaos"),
+        database_url: database_url.to_string(),
         addr: format!("127.0.0.1:{}", ports[0]),
         site_root: target_dir().join("site"),
         site_env: "dev",
@@ -377,28 +608,16 @@ fn print_faults(injected: &[Injected], since_ms: u64) {
 /// Injects faults until the load ends, one at a time, each restored before the next; returns
 /// what it did. Everything is up again when it returns.
 fn inject(
-    sys: &mut System,
-    pg: &PgCluster,
+    run: &mut Run,
     load: &mut Child,
     seconds: u64,
     seed: u64,
+    failovers: &mut Vec<Failover>,
 ) -> Result<Vec<Injected>> {
     let mut rng = Rng(seed);
     let mut done = Vec::new();
     let ends = Instant::now() + Duration::from_secs(seconds);
-    let mut kinds = vec![
-        "replica_kill",
-        "agent_kill",
-        "pg_restart_fast",
-        "pg_restart_immediate",
-        "pool_exhaustion",
-        "stripe_faults",
-    ];
-    // Long enough runs also cut an agent off for longer than the heartbeat timeout.
-    let cutoff_fits = seconds >= 150;
-    if cutoff_fits {
-        kinds.push("agent_cutoff");
-    }
+    let kinds = run.db.faults(seconds);
     let mut next = Instant::now() + rng.secs(2, 5);
     // Each kind once before any repeats, in the seed's order.
     let mut bag: Vec<&'static str> = Vec::new();
@@ -423,8 +642,32 @@ fn inject(
         if kind == "agent_cutoff" && left < Duration::from_secs(HEARTBEAT_TIMEOUT_S + 15) {
             kind = "agent_kill";
         }
+        // A lost primary needs the leader lock to expire and the server to come back: it is
+        // not started where the load would end before that.
+        if kind == "primary_kill" && left < Duration::from_secs(ha::LEADER_TTL_S + 20) {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
         let start_ms = now_ms();
-        let detail = one_fault(kind, sys, pg, &mut rng)?;
+        let detail = match (kind, &mut run.db) {
+            ("primary_kill", Database::Ha(set)) => {
+                let f = lose_primary(set, run.sys.ports)?;
+                let detail = format!(
+                    "the portal unavailable {:.1} s ({}), the lost server a replica again {:.1} s after",
+                    f.unavailable.as_secs_f64(),
+                    if f.degraded_seen {
+                        "/readyz said so"
+                    } else {
+                        "/readyz never said so"
+                    },
+                    f.rejoined_after.as_secs_f64()
+                );
+                failovers.push(f);
+                detail
+            }
+            (kind, Database::Single(pg)) => one_fault(kind, &mut run.sys, pg, &mut rng)?,
+            (kind, Database::Ha(_)) => return Err(format!("{kind} does not fit the HA set")),
+        };
         eprintln!("    fault: {kind} ({detail})");
         done.push(Injected {
             kind,
@@ -435,6 +678,54 @@ fn inject(
         next = Instant::now() + rng.secs(2, 6);
     }
     Ok(done)
+}
+
+/// Kills the primary (Patroni and PostgreSQL, `SIGKILL`), watches both replicas' `/readyz`
+/// until each answers 200 again, then starts the lost server again and waits until it follows
+/// the new primary.
+fn lose_primary(set: &mut HaSet, ports: [u16; 2]) -> Result<Failover> {
+    let lost = set
+        .primary()
+        .ok_or("no server is primary before the kill")?;
+    let killed = Instant::now();
+    set.kill(lost)?;
+    let mut degraded_seen = false;
+    let mut back = [None::<Duration>; 2];
+    while back.iter().any(Option::is_none) {
+        if killed.elapsed() > Duration::from_secs(120) {
+            return Err("the portal did not answer /readyz 200 within 120 s of the kill".into());
+        }
+        for (i, port) in ports.iter().enumerate() {
+            if back[i].is_some() {
+                continue;
+            }
+            match http_status(*port, "/readyz") {
+                Some(200) if degraded_seen => back[i] = Some(killed.elapsed()),
+                Some(503) => degraded_seen = true,
+                _ => {}
+            }
+        }
+        // A replica that never saw the outage must still be seen to answer after it.
+        if !degraded_seen && killed.elapsed() > Duration::from_secs(ha::LEADER_TTL_S + 30) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let unavailable = back
+        .iter()
+        .flatten()
+        .max()
+        .copied()
+        .unwrap_or(killed.elapsed());
+    // The lost machine is repaired and its server started again.
+    std::thread::sleep(Duration::from_secs(2));
+    set.restart(lost)?;
+    set.wait_member(lost, "/replica", Duration::from_secs(120))?;
+    Ok(Failover {
+        unavailable,
+        degraded_seen,
+        rejoined_after: killed.elapsed(),
+    })
 }
 
 fn one_fault(kind: &str, sys: &mut System, pg: &PgCluster, rng: &mut Rng) -> Result<String> {
@@ -549,17 +840,5 @@ fn one_fault(kind: &str, sys: &mut System, pg: &PgCluster, rng: &mut Rng) -> Res
 }
 
 fn pg_output(pg: &PgCluster, sql: &str) -> Result<String> {
-    let out = pg
-        .psql("chaos")
-        .args(["-At", "-c", sql])
-        .output()
-        .map_err(|e| format!("running psql: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "psql `{sql}`: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    crate::proc::checked_output(pg.psql("chaos").args(["-At", "-c", sql]))
 }

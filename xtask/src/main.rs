@@ -6,6 +6,8 @@ mod bench;
 mod chaos;
 mod dev;
 mod fleet;
+mod ha;
+mod image;
 mod layers;
 mod package;
 mod pageload;
@@ -45,9 +47,18 @@ usage: cargo xtask <command>
   chaos [--seconds S] [--seed N]
                  the whole system (two replicas, PostgreSQL, Stripe, simulated agents) under
                  launches and releases while seeded faults are injected, then an audit
-  package        the node agent's Debian package (release build) in target/package/
+  ha             PostgreSQL made highly available (Patroni, etcd, HAProxy) with
+                 continuous backups (pgBackRest) on loopback, for an operator to try
+  ha drill [--seconds S] [--seed N]
+                 the primary lost under load (launches, releases, agents), the chaos
+                 audit, then a point-in-time restore into a new cluster with a portal on it
+  package        the node agent's Debian package and the portal's container image (release
+                 builds; podman, no registry) in target/package/
   package check  the package's check from `test`: contents, unit, and install, upgrade,
                  remove and purge in a Debian root made by debootstrap
+  package check-image
+                 the image's check from `test`: built from the debug server, inspected,
+                 started against a throwaway database, signed in to
   sqlx-prepare   regenerate .sqlx/ (query metadata for offline builds) against a live database
   setup          only install what is missing
 ";
@@ -58,6 +69,7 @@ fn main() -> ExitCode {
         Some("dev") => dev::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("chaos") => chaos::run(&args[1..]),
+        Some("ha") => ha::run(&args[1..]),
         // The page benchmark's load generator, which end2end/bench/pages.mjs runs.
         Some("pages-load") => pageload::run(&args[1..]),
         Some("test") => test::run(&args[1..]),

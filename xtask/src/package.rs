@@ -1,5 +1,5 @@
-//! The node agent as a Debian package (`cargo xtask package`), and its check in `cargo xtask
-//! test`: the package is assembled with `dpkg-deb` from the binary and `deploy/debian/node-agent/`
+//! The node agent as a Debian package and the portal's container image (`cargo xtask package`;
+//! the image is `xtask/src/image.rs`), and the package's check in `cargo xtask test`: the package is assembled with `dpkg-deb` from the binary and `deploy/debian/node-agent/`
 //! (the systemd unit, the commented settings file, the maintainer scripts), its unit is checked
 //! with `systemd-analyze verify`, and it is installed, upgraded, removed and purged with `dpkg`
 //! in a Debian root made by `debootstrap`, where the installed agent runs `discover` against a
@@ -25,7 +25,8 @@ const FILES: &[(&str, &str, u32)] = &[
 ];
 const SCRIPTS: &[&str] = &["postinst", "prerm", "postrm"];
 
-/// `cargo xtask package`: the release agent and its package in `target/package/`;
+/// `cargo xtask package`: the release agent and its package, and the portal's image from the
+/// release server (also saved as an OCI archive), in `target/package/`;
 /// `cargo xtask package check`: the check `cargo xtask test` runs, on the debug agent.
 pub fn run(args: &[String]) -> Result {
     match args {
@@ -39,7 +40,25 @@ pub fn run(args: &[String]) -> Result {
             ]))?;
             return check();
         }
-        _ => return Err(format!("usage: cargo xtask package [check], not {args:?}")),
+        [c] if c == "check-image" => {
+            // The debug server and the site as `cargo xtask test` builds them.
+            sh(Command::new("cargo")
+                .args(["leptos", "build", "--server-only"])
+                .current_dir(root()))?;
+            if !target_dir().join("site/pkg").exists() {
+                sh(Command::new("cargo")
+                    .args(["leptos", "build", "--release", "--frontend-only"])
+                    .current_dir(root()))?;
+            }
+            let pg = crate::test::throwaway_cluster("image")?;
+            pg.ensure_database("image").map_err(|e| e.to_string())?;
+            return crate::image::check(&pg.url("image"));
+        }
+        _ => {
+            return Err(format!(
+                "usage: cargo xtask package [check | check-image], not {args:?}"
+            ));
+        }
     }
     crate::tools::ensure_debian_packages(&["dpkg-dev"])?;
     step(
@@ -53,19 +72,36 @@ pub fn run(args: &[String]) -> Result {
         Compression::Xz,
     )?;
     eprintln!("    {}", deb.display());
+
+    step(
+        "the portal, release build (cargo leptos build --release; the server with whole-program LTO, ~20 minutes cold on 2 cores)",
+    );
+    sh(Command::new("cargo")
+        .args(["leptos", "build", "--release"])
+        .current_dir(root()))?;
+    let version = crate_version("server")?;
+    let reference = crate::image::build(&target_dir().join("server-release/server"), &version)?;
+    let archive = crate::image::archive_path(&version);
+    crate::image::save(&reference, &archive)?;
+    eprintln!("    {reference}, saved as {}", archive.display());
     Ok(())
 }
 
 /// The agent's version, from its Cargo.toml.
 fn agent_version() -> Result<String> {
-    let manifest = std::fs::read_to_string(root().join("node-agent/Cargo.toml"))
-        .map_err(|e| format!("node-agent/Cargo.toml: {e}"))?;
+    crate_version("node-agent")
+}
+
+/// A workspace crate's version, from its Cargo.toml.
+fn crate_version(krate: &str) -> Result<String> {
+    let manifest = std::fs::read_to_string(root().join(krate).join("Cargo.toml"))
+        .map_err(|e| format!("{krate}/Cargo.toml: {e}"))?;
     manifest
         .lines()
         .find_map(|l| l.strip_prefix("version = \""))
         .and_then(|v| v.strip_suffix('"'))
         .map(str::to_string)
-        .ok_or_else(|| "node-agent/Cargo.toml has no version".into())
+        .ok_or_else(|| format!("{krate}/Cargo.toml has no version"))
 }
 
 /// How the package's data is compressed: xz as Debian ships, or gzip at its fastest for a

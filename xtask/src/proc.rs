@@ -29,6 +29,25 @@ pub fn output(cmd: &mut Command) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Runs `cmd` to completion and returns its stdout; an error names the command and carries
+/// what it printed.
+pub fn checked_output(cmd: &mut Command) -> Result<String> {
+    let shown = show(cmd);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("could not start `{shown}`: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{shown}` failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        ))
+    }
+}
+
 pub fn show(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {

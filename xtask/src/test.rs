@@ -2,7 +2,9 @@
 //!
 //! fmt → clippy (ssr) → clippy (hydrate, wasm32) → unit and database tests against a private
 //! throwaway PostgreSQL → every benchmark at smoke size → the site's release build with cargo-leptos (wasm-opt included) and a
-//! debug server → browser tests in Chromium against them → a minute of the chaos run.
+//! debug server → browser tests in Chromium against them → the portal's image built and started
+//! (podman) → a minute of the chaos run → a minute of the HA drill (the primary lost under
+//! load, then a point-in-time restore).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -126,9 +128,21 @@ pub fn run(args: &[String]) -> Result {
     sh(&mut cargo(&["build", "--package", "stripe-test-server"]))?;
     browser_tests(pg)?;
 
+    // With the debug server and the site the browser tests used.
+    {
+        let pg = throwaway_cluster("image")?;
+        pg.ensure_database("image").map_err(|e| e.to_string())?;
+        crate::image::check(&pg.url("image"))?;
+    }
+
     // With the servers, agents and Stripe the browser tests used, already built.
     step("a short chaos run (`cargo xtask chaos` runs 5 minutes)");
     crate::chaos::chaos(CHAOS_SECONDS, CHAOS_SEED)?;
+
+    step(
+        "PostgreSQL's primary lost under load, then a point-in-time restore (`cargo xtask ha drill` runs 3 minutes)",
+    );
+    crate::ha::drill(HA_DRILL_SECONDS, CHAOS_SEED)?;
 
     eprintln!("\n\x1b[1mall checks passed\x1b[0m");
     Ok(())
@@ -138,6 +152,9 @@ pub fn run(args: &[String]) -> Result {
 /// agent cut-off, which needs longer than the heartbeat timeout).
 const CHAOS_SECONDS: u64 = 60;
 const CHAOS_SEED: u64 = 1;
+/// Long enough for one lost primary: the leader lock's expiry, the promotion, the lost server
+/// back as a replica.
+const HA_DRILL_SECONDS: u64 = 60;
 
 /// The site as shipped (wasm in the `wasm-release` profile, wasm-opt'd) and a debug server,
 /// then the browser tests against them. The debug server shares the test step's compiled
@@ -566,7 +583,7 @@ impl Drop for Throwaway {
     }
 }
 
-fn throwaway_cluster(label: &str) -> Result<Throwaway> {
+pub fn throwaway_cluster(label: &str) -> Result<Throwaway> {
     let dir = std::env::temp_dir().join(format!("portal-pg-{label}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let pg = PgCluster::init(&dir, Durability::Throwaway).map_err(|e| e.to_string())?;

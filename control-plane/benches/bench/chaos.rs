@@ -60,8 +60,10 @@ impl Rng {
 #[derive(Default)]
 struct Answers(Mutex<Vec<String>>);
 impl Answers {
-    fn record(&self, call: &str, status: u16, replica: usize, code: &str) {
-        let line = format!("{}\t{call}\t{status}\t{replica}\t{code}", now_ms());
+    /// One line: time, call, status, replica, refusal code, and the id of what a 2xx answer
+    /// made or found (`-` for none).
+    fn record(&self, call: &str, status: u16, replica: usize, code: &str, id: &str) {
+        let line = format!("{}\t{call}\t{status}\t{replica}\t{code}\t{id}", now_ms());
         self.0.lock().unwrap().push(line);
     }
 }
@@ -125,8 +127,12 @@ impl Api {
         };
         // A refusal's machine-readable code (`sku_unavailable`, `rate_limited`, …).
         let code = value["code"].as_str().unwrap_or("-");
+        let id = match status {
+            200..=299 => value["id"].as_str().unwrap_or("-"),
+            _ => "-",
+        };
         self.answers
-            .record(label, status, replica % self.urls.len(), code);
+            .record(label, status, replica % self.urls.len(), code, id);
         (status, value)
     }
 }
@@ -968,6 +974,39 @@ async fn audit_async() -> bool {
         ),
     });
 
+    // Every launch and cluster the clients were told was made must still be there: an
+    // answer sent before a commit was durable (or before a failover kept it) is a lost one.
+    let mut acknowledged: Vec<uuid::Uuid> = std::fs::read_to_string(&answers)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            let made = matches!(f.get(1), Some(&"launch" | &"cluster"))
+                && matches!(f.get(2), Some(&"200" | &"201"));
+            made.then(|| f.get(5)?.parse().ok())?
+        })
+        .collect();
+    acknowledged.sort();
+    acknowledged.dedup();
+    let found: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM allocations WHERE id = ANY($1))
+              + (SELECT count(*) FROM clusters WHERE id = ANY($1))",
+    )
+    .bind(&acknowledged)
+    .fetch_one(&pool)
+    .await
+    .expect("reads");
+    let lost = acknowledged.len() as i64 - found;
+    checks.push(Check {
+        name: "lost",
+        value: lost,
+        ok: lost == 0,
+        detail: format!(
+            "launches and clusters answered 200/201 that are not in the database (of {} acknowledged)",
+            acknowledged.len()
+        ),
+    });
+
     // 500s, and when they came: inside a fault's window (or its aftermath) they are the
     // fault showing; outside, they are ours.
     let windows: Vec<Window> = std::fs::read_to_string(&faults)
@@ -1043,8 +1082,10 @@ async fn audit_async() -> bool {
             .map_or(0, |c| c.value)
     };
     println!(
-        "RESULT chaos launches={launches} volumes={volumes} faults={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} volumes_unconverged={} volumes_unerased={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
+        "RESULT chaos launches={launches} volumes={volumes} faults={} acknowledged={} lost={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} volumes_unconverged={} volumes_unerased={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
         windows.len(),
+        acknowledged.len(),
+        value("lost"),
         value("double_bookings"),
         value("leaked_slots"),
         value("unconverged"),

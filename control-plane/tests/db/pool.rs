@@ -68,6 +68,50 @@ async fn a_statement_connection_is_kept_after_an_answer_and_closed_after_a_cance
     assert_eq!(done.rows_affected(), 3);
 }
 
+/// Behind a proxy, a connection opened before a failover can end up on a server that is now a
+/// standby. Its refusal to write (25006) is an outage for the caller (503, retry), and the
+/// connection is closed rather than handed to the next statement. A session set read-only
+/// answers a write exactly as a standby does.
+#[tokio::test]
+async fn a_standbys_refusal_to_write_is_an_outage_and_its_connection_is_closed() {
+    let test_db = crate::support::empty_db().await;
+    let cp = control_plane::ControlPlane::new(test_db.pool().clone(), Naming::default());
+    let db = cp.pool();
+
+    let first = backend(db).await.unwrap();
+    db.execute("SET SESSION default_transaction_read_only = on")
+        .await
+        .unwrap();
+    assert_eq!(
+        backend(db).await.unwrap(),
+        first,
+        "still the same connection"
+    );
+    let refused = db
+        .execute("CREATE TABLE written_on_a_standby (x int)")
+        .await
+        .expect_err("a read-only session refuses to write");
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("25006")
+    );
+    assert!(
+        matches!(Error::from(refused), Error::Outage(_)),
+        "an outage, not a bug"
+    );
+    assert_ne!(
+        backend(db).await.unwrap(),
+        first,
+        "the read-only connection was closed, not kept"
+    );
+    db.execute("CREATE TABLE written_on_the_primary (x int)")
+        .await
+        .expect("a new connection writes");
+}
+
 #[tokio::test]
 async fn statements_open_no_more_connections_than_the_pool_and_wait_then_time_out_as_an_outage() {
     let test_db = crate::support::empty_db().await;
