@@ -212,7 +212,9 @@ fn run_and_sign_in(reference: &str, database_url: &str) -> Result {
     let name = format!("gpuaas-image-check-{}", std::process::id());
     let container = |args: &[&str], detached: bool| {
         let mut c = podman();
-        c.arg("run");
+        // Podman runs health checks from systemd timers; where there is no systemd it only
+        // complains. The image's check is inspected above instead.
+        c.args(["run", "--no-healthcheck"]);
         if detached {
             c.args(["--detach", "--name", &name]);
         } else {
@@ -308,10 +310,9 @@ fn signed_in(port: u16, public: &str, password: &str) -> Result {
         &format!("password={password}"),
         &format!("{public}{action}"),
     ])?;
-    if !matches!(answered.trim(), "302" | "303") {
-        return Err(format!(
-            "the break-glass sign-in answered {answered}, not a redirect"
-        ));
+    // 200 to a script, a redirect to a browser's form post: either way the cookie is set.
+    if !matches!(answered.trim(), "200" | "302" | "303") {
+        return Err(format!("the break-glass sign-in answered {answered}"));
     }
     let admin = curl(&["--fail", &format!("{public}/admin")])?;
     if !admin.contains("Platform admin") {
