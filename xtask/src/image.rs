@@ -74,39 +74,28 @@ fn base_image() -> Result {
     if exists {
         return Ok(());
     }
-    let rootfs = target_dir().join("image-root");
-    let done = rootfs.join(".made-by-xtask");
-    if !done.exists() {
-        step(
-            "the image's Debian root (debootstrap --variant=minbase --include=ca-certificates bookworm; under a minute, once)",
-        );
-        let _ = std::fs::remove_dir_all(&rootfs);
-        let log = target_dir().join("image-debootstrap.log");
-        let made = Command::new("debootstrap")
-            .args(["--variant=minbase", "--include=ca-certificates", "bookworm"])
-            .arg(&rootfs)
-            .arg("http://deb.debian.org/debian")
-            .stdout(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .stderr(Stdio::inherit())
-            .status()
-            .map_err(|e| format!("starting debootstrap: {e}"))?;
-        if !made.success() {
-            return Err(format!(
-                "debootstrap failed ({made}); its log: {}",
-                log.display()
-            ));
-        }
+    let fresh = !target_dir()
+        .join("image-root")
+        .join(crate::package::MADE)
+        .exists();
+    let rootfs = crate::package::made_by_debootstrap(
+        "image-root",
+        &["ca-certificates"],
+        &target_dir().join("image-debootstrap.log"),
+        "the portal's image",
+    )?;
+    if fresh {
         // Nothing of the build machine's apt state belongs in an image.
         for dir in ["var/cache/apt/archives", "var/lib/apt/lists"] {
             let _ = clear_dir(&rootfs.join(dir));
         }
-        std::fs::write(&done, "").map_err(|e| e.to_string())?;
     }
     step(&format!("importing the Debian root as {BASE}"));
     let tar = Command::new("tar")
         .arg("-C")
         .arg(&rootfs)
-        .args(["--exclude=./.made-by-xtask", "-c", "."])
+        .arg(format!("--exclude=./{}", crate::package::MADE))
+        .args(["-c", "."])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("starting tar: {e}"))?;

@@ -268,32 +268,58 @@ fn verify_unit(deb: &Path, out: &Path) -> Result {
 /// A minimal Debian bookworm root made by `debootstrap` from Debian's registry, kept under
 /// the target directory between runs (a few minutes to make once).
 fn debian_root(out: &Path) -> Result<PathBuf> {
-    let chroot = target_dir().join("debian-root");
-    let done = chroot.join(".made-by-xtask");
-    if !done.exists() {
-        step(
-            "a Debian root for the package (debootstrap --variant=minbase bookworm; a few minutes, once)",
-        );
-        let _ = std::fs::remove_dir_all(&chroot);
-        let log = out.join("debootstrap.log");
-        let made = Command::new("debootstrap")
-            .args(["--variant=minbase", "bookworm"])
-            .arg(&chroot)
-            .arg("http://deb.debian.org/debian")
-            .stdout(std::fs::File::create(&log).map_err(|e| e.to_string())?)
-            .stderr(std::process::Stdio::inherit())
-            .status()
-            .map_err(|e| format!("debootstrap: {e}"))?;
-        if !made.success() {
-            return Err(format!(
-                "debootstrap failed ({made}); its log is {}",
-                log.display()
-            ));
-        }
-        std::fs::write(&done, "").map_err(|e| e.to_string())?;
+    made_by_debootstrap(
+        "debian-root",
+        &[],
+        &out.join("debootstrap.log"),
+        "the package",
+    )
+}
+
+/// `target/{name}`: a Debian bookworm root (`debootstrap --variant=minbase`, with `include`d
+/// packages) made once and kept; what it is `for` is said while it is made, `log` keeps
+/// debootstrap's output.
+pub fn made_by_debootstrap(
+    name: &str,
+    include: &[&str],
+    log: &Path,
+    purpose: &str,
+) -> Result<PathBuf> {
+    let chroot = target_dir().join(name);
+    let done = chroot.join(MADE);
+    if done.exists() {
+        return Ok(chroot);
     }
+    let mut args = vec!["--variant=minbase".to_string()];
+    if !include.is_empty() {
+        args.push(format!("--include={}", include.join(",")));
+    }
+    step(&format!(
+        "a Debian root for {purpose} (debootstrap {} bookworm; a minute or two, once)",
+        args.join(" ")
+    ));
+    let _ = std::fs::remove_dir_all(&chroot);
+    let made = Command::new("debootstrap")
+        .args(&args)
+        .arg("bookworm")
+        .arg(&chroot)
+        .arg("http://deb.debian.org/debian")
+        .stdout(std::fs::File::create(log).map_err(|e| e.to_string())?)
+        .stderr(std::process::Stdio::inherit())
+        .status()
+        .map_err(|e| format!("debootstrap: {e}"))?;
+    if !made.success() {
+        return Err(format!(
+            "debootstrap failed ({made}); its log is {}",
+            log.display()
+        ));
+    }
+    std::fs::write(&done, "").map_err(|e| e.to_string())?;
     Ok(chroot)
 }
+
+/// The file that says a root was made whole (a root without it is made again).
+pub const MADE: &str = ".made-by-xtask";
 
 /// Runs `args` in the root; its output.
 fn chrooted(chroot: &Path, args: &[&str]) -> Result<String> {

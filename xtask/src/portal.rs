@@ -75,20 +75,7 @@ impl Launch {
 
     /// Runs a server subcommand and returns its standard output.
     pub fn output(&self, args: &[&str]) -> Result<String> {
-        let mut cmd = self.command();
-        cmd.args(args);
-        let shown = show(&cmd);
-        let out = cmd
-            .output()
-            .map_err(|e| format!("starting `{shown}`: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(format!(
-                "`{shown}` failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        crate::proc::checked_output(self.command().args(args))
     }
 
     fn run_quiet(&self, args: &[&str], stdin: Option<&str>) -> Result {

@@ -2972,3 +2972,61 @@ async fn user_data_is_sealed_at_rest_handed_open_to_its_agent_and_then_forgotten
     assert_eq!(left, (None, None, false));
     assert_eq!(state(&cp, id).await.0, "running");
 }
+
+/// A rolling upgrade: the next release's migrations run while this release's replicas still
+/// serve. The next release may only expand the schema (columns added nullable or with a
+/// default, tables added), and this release must go on working on it: ready, launching,
+/// reading and releasing. It must not run migrations itself, which sqlx refuses once the
+/// database holds one this build doesn't know.
+#[tokio::test]
+async fn this_release_keeps_serving_on_the_next_releases_expanded_schema() {
+    let (_db, cp, ops) = setup().await;
+    let (_node, _agent, _credential) = hgx(&cp, &ops, "gpu-a").await;
+    let bob = member(&cp, BOB, ACME_RESEARCH).await;
+    let before = launch(&cp, &bob, "h100.2x", "before-the-upgrade")
+        .await
+        .unwrap();
+
+    // What the next release's migration might do to the tables a launch and a release touch.
+    sqlx::raw_sql(
+        "ALTER TABLE allocations ADD COLUMN next_release_note text;
+         ALTER TABLE resource_claims ADD COLUMN next_release_flag boolean NOT NULL DEFAULT false;
+         ALTER TABLE agent_tasks ADD COLUMN next_release_hint jsonb;
+         ALTER TABLE node_resource_slots ADD COLUMN next_release_weight int NOT NULL DEFAULT 1;
+         ALTER TABLE usage_intervals ADD COLUMN next_release_tag text;
+         CREATE TABLE next_release_things (id bigint PRIMARY KEY);
+         INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES (99991231000000, 'the next release', true, '\\x00', 0);",
+    )
+    .execute(cp.pool())
+    .await
+    .unwrap();
+
+    let known = control_plane::MIGRATOR.iter().count();
+    assert_eq!(
+        cp.readiness().await,
+        control_plane::health::Readiness::Ready { migrations: known },
+        "ready: every migration this build knows is applied"
+    );
+    let during = launch(&cp, &bob, "h100.2x", "during-the-upgrade")
+        .await
+        .unwrap();
+    let principal = cp.principal(BOB).await.unwrap().unwrap();
+    for id in [before, during] {
+        let detail = cp.allocation(&principal, id).await.unwrap();
+        assert_eq!(detail.id, id);
+        cp.release_allocation(&bob, id, None).await.unwrap();
+    }
+    let releasing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM allocations WHERE id = ANY($1) AND desired_state = 'released'",
+    )
+    .bind(vec![before.0, during.0])
+    .fetch_one(cp.pool())
+    .await
+    .unwrap();
+    assert_eq!(releasing, 2);
+    assert!(
+        cp.migrate().await.is_err(),
+        "this build refuses to migrate a database a newer release migrated"
+    );
+}
