@@ -360,7 +360,9 @@ impl HaSet {
             .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_err())
         {
             return Err(format!(
-                "port {taken} on 127.0.0.1 is taken: is another `cargo xtask ha` running?"
+                "port {taken} on 127.0.0.1 is taken: by another `cargo xtask ha`, or by a system \
+                 service (Debian's etcd-server starts one on 2379 where systemd runs; \
+                 `systemctl disable --now etcd`)"
             ));
         }
         let _ = std::fs::remove_dir_all(dir);
