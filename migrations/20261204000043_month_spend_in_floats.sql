@@ -1,5 +1,5 @@
 -- `month_spend` (0041) measures the unrated time of each interval in float8 seconds
--- (`date_part`) instead of `numeric` (`extract`), for the billing page (#22, session 48).
+-- (`date_part`) instead of `numeric` (`extract`), for the billing page (#22).
 --
 -- Under the pages benchmark the billing overview's statement cost ~0.45 ms a call, much of it
 -- this expression over the tenant's 200 running intervals; `extract` returns `numeric` since

@@ -383,6 +383,7 @@ impl ControlPlane {
     /// Applies pending migrations (sqlx takes an advisory lock, so replicas may race safely).
     #[tracing::instrument(skip_all)]
     pub async fn migrate(&self) -> Result<()> {
+        crate::migrations::accept_rewordings(self.inner.pool.sqlx()).await?;
         MIGRATOR.run(self.inner.pool.sqlx()).await?;
         Ok(())
     }

@@ -15,6 +15,7 @@ pub mod error;
 mod handle;
 pub mod health;
 pub mod metrics;
+pub mod migrations;
 pub mod naming;
 pub mod pool;
 pub mod ratelimit;

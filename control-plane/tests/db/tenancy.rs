@@ -217,3 +217,53 @@ async fn readiness_waits_for_migrations() {
         }
     );
 }
+
+/// A database that applied migration 0043 before its header comment was corrected still
+/// migrates: its record moves to the new text's checksum. One that applied any other text
+/// is refused, as sqlx refuses it.
+#[tokio::test]
+async fn a_reworded_migration_is_accepted_only_from_its_old_text() {
+    let db = crate::support::blank_db().await;
+    let cp = cp(db.pool().clone());
+    cp.migrate().await.unwrap();
+    let record = |checksum: Vec<u8>| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query("UPDATE _sqlx_migrations SET checksum = $1 WHERE version = 20261204000043")
+                .bind(checksum)
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    let old = (0..96)
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(
+                &"320fdfa8722c08df915dc62f1090c3d60119e5f6aaac37f76b9eec8cffdf6f7aeb9ec625cb000003e99760e55c516d0b"[i..i + 2],
+                16,
+            )
+            .unwrap()
+        })
+        .collect::<Vec<u8>>();
+    record(old).await;
+    cp.migrate()
+        .await
+        .expect("the old text's record is moved on");
+    let now: Vec<u8> =
+        sqlx::query_scalar("SELECT checksum FROM _sqlx_migrations WHERE version = 20261204000043")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    let current = MIGRATOR
+        .iter()
+        .find(|m| m.version == 20261204000043)
+        .unwrap();
+    assert_eq!(now, current.checksum.as_ref());
+
+    record(vec![0; 48]).await;
+    assert!(
+        cp.migrate().await.is_err(),
+        "another text than the old one is still refused"
+    );
+}
