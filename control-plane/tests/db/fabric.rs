@@ -20,6 +20,23 @@ fn node(hostname: &str) -> NewNode {
 }
 
 /// `(hostname, fabric/spine group/leaf, drift)` for every placed node.
+/// An empty database with an operator and three enrolled nodes, gpu001 to gpu003.
+async fn three_nodes() -> (
+    test_db::TestDb,
+    ControlPlane,
+    control_plane::auth::Platform<control_plane::auth::PlatformOperators>,
+    Vec<NodeId>,
+) {
+    let db = crate::support::empty_db().await;
+    let cp = db.control_plane();
+    let ops = operator(&cp, "olga@platform.example").await;
+    let mut ids: Vec<NodeId> = Vec::new();
+    for h in ["gpu001", "gpu002", "gpu003"] {
+        ids.push(cp.enrol_node(&ops, &node(h), None).await.unwrap().node_id);
+    }
+    (db, cp, ops, ids)
+}
+
 async fn places(cp: &ControlPlane) -> Vec<(String, String, Option<String>)> {
     sqlx::query_as(
         "SELECT n.hostname, p.fabric || '/' || p.spine_group || '/' || p.leaf,
@@ -46,13 +63,7 @@ const RECABLED: &str = "SwitchName=leaf1 Nodes=gpu001\nSwitchName=leaf2 Nodes=gp
 
 #[tokio::test]
 async fn an_import_places_new_nodes_and_keeps_a_move_as_drift_until_approved() {
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "olga@platform.example").await;
-    let mut ids: Vec<NodeId> = Vec::new();
-    for h in ["gpu001", "gpu002", "gpu003"] {
-        ids.push(cp.enrol_node(&ops, &node(h), None).await.unwrap().node_id);
-    }
+    let (_db, cp, ops, ids) = three_nodes().await;
 
     let first = cp
         .import_fabric(&ops, "ib-a", TopologyFormat::SlurmTopology, FIRST, None)
@@ -226,13 +237,7 @@ async fn bad_input_is_refused_whole_and_the_table_refuses_half_a_drift() {
 #[tokio::test]
 async fn an_operator_sets_a_place_by_hand_and_it_replaces_any_drift() {
     use control_plane::fleet::PlaceInput;
-    let db = crate::support::empty_db().await;
-    let cp = db.control_plane();
-    let ops = operator(&cp, "olga@platform.example").await;
-    let mut ids: Vec<NodeId> = Vec::new();
-    for h in ["gpu001", "gpu002", "gpu003"] {
-        ids.push(cp.enrol_node(&ops, &node(h), None).await.unwrap().node_id);
-    }
+    let (_db, cp, ops, ids) = three_nodes().await;
     let place = |f: &str, s: &str, l: &str| PlaceInput {
         fabric: f.into(),
         spine_group: s.into(),
