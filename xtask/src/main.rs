@@ -8,6 +8,7 @@ mod dev;
 mod fleet;
 mod ha;
 mod image;
+mod integrations;
 mod layers;
 mod package;
 mod pageload;

@@ -90,7 +90,7 @@ pub fn run(args: &[String]) -> Result {
     step("starting a throwaway PostgreSQL");
     let pg = throwaway_cluster("unit")?;
 
-    let dstack = dstack_python()?;
+    let dstack = crate::integrations::dstack_python()?;
     step("unit and database tests");
     sh(cargo(&["test", "--workspace", "--exclude", "frontend"])
         .env("DATABASE_URL", pg.url("postgres"))
@@ -320,27 +320,6 @@ fn pages_smoke(pg: &PgCluster, port: u16, server_pid: u32) -> Result {
         .current_dir(root()))
 }
 
-/// The dstack release whose configuration model reads `gpuctl dstack-fleet`'s files, from PyPI.
-const DSTACK: &str = "dstack==0.19.40";
-
-/// A virtualenv with [`DSTACK`] (made once, about 15 s); its python.
-fn dstack_python() -> Result<PathBuf> {
-    let venv = target_dir().join("dstack-venv");
-    let python = venv.join("bin/python");
-    let marker = venv.join(DSTACK);
-    if !marker.exists() {
-        step(&format!(
-            "installing {DSTACK} into {} (once, about 15 s)",
-            venv.display()
-        ));
-        let _ = std::fs::remove_dir_all(&venv);
-        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", DSTACK]))?;
-        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
-    }
-    Ok(python)
-}
-
 /// The validator of the Kubernetes sample, with the API's schemas bundled, from PyPI.
 const KUBERNETES_VALIDATE: &str = "kubernetes-validate==1.37.0";
 /// The oldest Kubernetes release the sample is written for.
@@ -488,6 +467,8 @@ fn generated_client(launch: &portal::Launch, port: u16, venv: &Path, token: &str
                 PROJECT,
             )
         })
+        .and_then(|()| crate::integrations::skypilot(&api, token, PROJECT))
+        .and_then(|()| crate::integrations::dstack(&api, token, PROJECT))
         .map_err(|e| format!("{e}; agent logs in {}", agents_dir.display()));
     for a in &mut agents {
         terminate(a, Duration::from_secs(5));

@@ -21,8 +21,9 @@ pub struct Needs {
     /// What the node agent runs on a host: qemu-img, xorriso, virsh and libvirt's schema
     /// validator, nvme-cli, dnsmasq (also the local DNS server the domain-proof tests query),
     /// `ip` and `nft` for the slot network, busybox (the guests' DHCP client, ping and
-    /// arping in the network tests), Prometheus with promtool (the metrics tests), and
-    /// cloud-init (the seed's user-data is merged by cloud-init's own code in a test).
+    /// arping in the network tests), Prometheus with promtool (the metrics tests),
+    /// cloud-init (the seed's user-data is merged by cloud-init's own code in a test), and
+    /// rsync (SkyPilot will not launch without it).
     pub host_tools: bool,
 }
 
@@ -38,7 +39,7 @@ impl Needs {
 }
 
 /// The node agent's host tools, by the Debian package that ships each.
-const HOST_TOOLS: [(&str, &str); 13] = [
+const HOST_TOOLS: [(&str, &str); 14] = [
     ("/usr/bin/qemu-img", "qemu-utils"),
     ("/usr/bin/xorriso", "xorriso"),
     ("/usr/bin/virsh", "libvirt-clients"),
@@ -55,6 +56,8 @@ const HOST_TOOLS: [(&str, &str); 13] = [
     ("/usr/bin/promtool", "prometheus"),
     // What a guest does with the seed: a test merges its user-data with cloud-init's code.
     ("/usr/bin/cloud-init", "cloud-init"),
+    // SkyPilot will not launch without rsync (the SkyPilot provider's test).
+    ("/usr/bin/rsync", "rsync"),
 ];
 
 pub fn ensure_all(needs: Needs) -> Result {
