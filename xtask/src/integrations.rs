@@ -15,38 +15,32 @@ pub const SKYPILOT: &str = "skypilot==0.14.1";
 /// model also reads `gpuctl dstack-fleet`'s files.
 pub const DSTACK: &str = "dstack==0.19.40";
 
-/// A virtualenv with [`DSTACK`] (made once, about 15 s); its python.
-pub fn dstack_python() -> Result<PathBuf> {
-    let venv = target_dir().join("dstack-venv");
-    let marker = venv.join(DSTACK);
+/// A virtualenv under the target directory with one pinned requirement from PyPI, made once
+/// (`about` says how long that takes); its directory.
+pub fn pinned_venv(name: &str, requirement: &str, about: &str) -> Result<PathBuf> {
+    let venv = target_dir().join(name);
+    let marker = venv.join(requirement);
     if !marker.exists() {
         step(&format!(
-            "installing {DSTACK} into {} (once, about 15 s)",
+            "installing {requirement} into {} (once, {about})",
             venv.display()
         ));
         let _ = std::fs::remove_dir_all(&venv);
         sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", DSTACK]))?;
+        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", requirement]))?;
         std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
     }
-    Ok(venv.join("bin/python"))
+    Ok(venv)
 }
 
-/// A virtualenv with [`SKYPILOT`] (made once, about 40 s); its python.
+/// The python of a virtualenv with [`DSTACK`].
+pub fn dstack_python() -> Result<PathBuf> {
+    Ok(pinned_venv("dstack-venv", DSTACK, "about 15 s")?.join("bin/python"))
+}
+
+/// The python of a virtualenv with [`SKYPILOT`].
 fn skypilot_python() -> Result<PathBuf> {
-    let venv = target_dir().join("skypilot-venv");
-    let marker = venv.join(SKYPILOT);
-    if !marker.exists() {
-        step(&format!(
-            "installing {SKYPILOT} into {} (once, about 40 s)",
-            venv.display()
-        ));
-        let _ = std::fs::remove_dir_all(&venv);
-        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", SKYPILOT]))?;
-        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
-    }
-    Ok(venv.join("bin/python"))
+    Ok(pinned_venv("skypilot-venv", SKYPILOT, "about 40 s")?.join("bin/python"))
 }
 
 /// Installs the provider into the pinned SkyPilot and runs its tests against the portal at
@@ -57,7 +51,9 @@ fn skypilot_python() -> Result<PathBuf> {
 pub fn skypilot(api: &str, token: &str, project: &str) -> Result {
     let python = skypilot_python()?;
     step("SkyPilot: the GPUaaS provider installed into it, against this portal");
-    sh(Command::new(&python).arg(root().join("integrations/skypilot/install.py")))?;
+    sh(Command::new(&python)
+        .arg(root().join("integrations/install.py"))
+        .arg("skypilot"))?;
     let home = target_dir().join("skypilot-home");
     let _ = std::fs::remove_dir_all(&home);
     std::fs::create_dir_all(&home).map_err(|e| format!("{}: {e}", home.display()))?;
@@ -94,7 +90,9 @@ pub fn skypilot(api: &str, token: &str, project: &str) -> Result {
 pub fn dstack(api: &str, token: &str, project: &str) -> Result {
     let python = dstack_python()?;
     step("dstack: the GPUaaS backend installed into it, against this portal");
-    sh(Command::new(&python).arg(root().join("integrations/dstack/install.py")))?;
+    sh(Command::new(&python)
+        .arg(root().join("integrations/install.py"))
+        .arg("dstack"))?;
     let mut cmd = Command::new(&python);
     cmd.args(["-m", "unittest", "discover", "-v", "-p", "test_*.py", "-s"])
         .arg(root().join("integrations/dstack/tests"))

@@ -327,18 +327,7 @@ const KUBERNETES: &str = "1.30.0";
 
 /// `kubernetes-validate` in a virtualenv of its own, made once.
 fn kubernetes_validate() -> Result<PathBuf> {
-    let venv = target_dir().join("kubernetes-venv");
-    let marker = venv.join(KUBERNETES_VALIDATE);
-    if !marker.exists() {
-        step(&format!(
-            "installing {KUBERNETES_VALIDATE} into {} (once, seconds)",
-            venv.display()
-        ));
-        let _ = std::fs::remove_dir_all(&venv);
-        sh(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-        sh(Command::new(venv.join("bin/pip")).args(["install", "-q", KUBERNETES_VALIDATE]))?;
-        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
-    }
+    let venv = crate::integrations::pinned_venv("kubernetes-venv", KUBERNETES_VALIDATE, "seconds")?;
     Ok(venv.join("bin/kubernetes-validate"))
 }
 

@@ -1,7 +1,7 @@
 """The GPUaaS backend, installed into the pinned dstack, against a portal.
 
 Run by ``cargo xtask test`` with the dstack virtualenv's python, after
-``install.py``, with ``GPUAAS_API`` (the portal's ``/api/v1``),
+``integrations/install.py dstack``, with ``GPUAAS_API`` (the portal's ``/api/v1``),
 ``GPUAAS_TOKEN`` (read and launch scopes) and ``GPUAAS_PROJECT`` set. The
 portal runs its demo fleet of simulated hosts: H100 slices and one H100
 bare-metal host in eu-west-1, L40S slices in us-east-1; every SKU is sold in

@@ -1,7 +1,7 @@
 """The GPUaaS provider, installed into the pinned SkyPilot, against a portal.
 
 Run by ``cargo xtask test`` with the SkyPilot virtualenv's python, after
-``install.py``, with ``HOME`` a fresh directory and these set:
+``integrations/install.py skypilot``, with ``HOME`` a fresh directory and these set:
 ``GPUAAS_API`` (the portal's ``/api/v1``), ``GPUAAS_TOKEN`` (read and launch
 scopes) and ``GPUAAS_PROJECT``. The portal runs its demo fleet of simulated
 hosts: H100 slices and one H100 bare-metal host in eu-west-1, L40S slices in

@@ -17,8 +17,8 @@ is ``ProvisionUnsupportedError``, which failover does not retry here; a bad
 token is ``InvalidCloudCredentials``.
 """
 import hashlib
-import typing
 import time
+import typing
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from sky import exceptions
