@@ -43,6 +43,14 @@ pub async fn accept_rewordings(pool: &PgPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// The checksum databases recorded for `version` before it was reworded, if it was.
+pub fn old_checksum(version: i64) -> Option<Vec<u8>> {
+    REWORDED
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map(|(_, old)| hex(old))
+}
+
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
         .step_by(2)

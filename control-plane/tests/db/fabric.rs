@@ -19,7 +19,6 @@ fn node(hostname: &str) -> NewNode {
     }
 }
 
-/// `(hostname, fabric/spine group/leaf, drift)` for every placed node.
 /// An empty database with an operator and three enrolled nodes, gpu001 to gpu003.
 async fn three_nodes() -> (
     test_db::TestDb,
@@ -37,6 +36,7 @@ async fn three_nodes() -> (
     (db, cp, ops, ids)
 }
 
+/// `(hostname, fabric/spine group/leaf, drift)` for every placed node.
 async fn places(cp: &ControlPlane) -> Vec<(String, String, Option<String>)> {
     sqlx::query_as(
         "SELECT n.hostname, p.fabric || '/' || p.spine_group || '/' || p.leaf,

@@ -236,16 +236,8 @@ async fn a_reworded_migration_is_accepted_only_from_its_old_text() {
                 .unwrap();
         }
     };
-    let old = (0..96)
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(
-                &"320fdfa8722c08df915dc62f1090c3d60119e5f6aaac37f76b9eec8cffdf6f7aeb9ec625cb000003e99760e55c516d0b"[i..i + 2],
-                16,
-            )
-            .unwrap()
-        })
-        .collect::<Vec<u8>>();
+    let old = cp_base::migrations::old_checksum(20261204000043).expect("0043 was reworded");
+    assert_eq!(old.len(), 48, "a SHA-384");
     record(old).await;
     cp.migrate()
         .await

@@ -156,10 +156,6 @@ def get_region_zones_for_instance_type(instance_type: str,
     return common.get_region_zones(df, use_spot)
 
 
-def regions() -> List['cloud.Region']:
-    return common.get_region_zones(_df, use_spot=False)
-
-
 def list_accelerators(
         gpus_only: bool,
         name_filter: Optional[str],

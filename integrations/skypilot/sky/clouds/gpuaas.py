@@ -63,7 +63,6 @@ class GPUaaS(clouds.Cloud):
     }
     # Nodes are named `<cluster>-<generation>-worker-<i>`, within the API's 63.
     _MAX_CLUSTER_NAME_LEN_LIMIT = 40
-    _regions: List[clouds.Region] = []
 
     PROVISIONER_VERSION = clouds.ProvisionerVersion.SKYPILOT
     STATUS_VERSION = clouds.StatusVersion.SKYPILOT

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Dict, List
 
-import requests
+from sky.provision.gpuaas import gpuaas_utils
 
 COLUMNS = [
     'InstanceType', 'AcceleratorName', 'AcceleratorCount', 'vCPUs',
@@ -119,12 +119,11 @@ def rows(offers: List[Dict[str, Any]]) -> List[List[Any]]:
 
 def create_catalog(api: str, output_path: str) -> None:
     """Writes the catalog of the deployment at ``api`` to ``output_path``."""
-    response = requests.get(f'{api.rstrip("/")}/offers', timeout=30)
-    response.raise_for_status()
+    offers = gpuaas_utils.GpuaasClient(api, token=None, project=None).offers()
     with open(output_path, mode='w', encoding='utf-8', newline='') as f:
         writer = csv.writer(f, delimiter=',', quotechar='"')
         writer.writerow(COLUMNS)
-        writer.writerows(rows(response.json()['offers']))
+        writer.writerows(rows(offers))
 
 
 if __name__ == '__main__':

@@ -50,7 +50,7 @@ _STATUS_MAP: Dict[str, Optional[status_lib.ClusterStatus]] = {
     'released': None,
     'failed': None,
 }
-_LIVE = ('placed', 'provisioning', 'running')
+_LIVE = tuple(state for state, status in _STATUS_MAP.items() if status is not None)
 
 
 def _client() -> gpuaas_utils.GpuaasClient:
