@@ -33,11 +33,13 @@ pub use topology::{
 pub use trace::{TRACEPARENT, TraceParent};
 
 /// The protocol version this build speaks. The server refuses any other. Version 2 added
-/// the volumes update task, which an agent of version 1 could not read.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// the volumes update task, which an agent of version 1 could not read; version 3 added stop
+/// and start ([`ReleasePlan::save_root`], [`ProvisionPlan::restore_from`]), which an older agent
+/// would ignore, wiping a disk it was to save or booting an image instead of the saved disk.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The URL prefix of the node API for [`PROTOCOL_VERSION`].
-pub const API_PREFIX: &str = "/agent/v2";
+pub const API_PREFIX: &str = "/agent/v3";
 
 /// The header every agent request carries: its protocol version, as a decimal number.
 pub const PROTOCOL_HEADER: &str = "x-agent-protocol";
@@ -403,6 +405,10 @@ pub struct ProvisionPlan {
     /// version bump: an older agent boots the member as a lone instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterBoot>,
+    /// A started instance: its boot disk is this saved root disk, copied onto the first
+    /// slot's disk instead of the image (the image still names the SSH user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_from: Option<VolumeTarget>,
 }
 
 /// A cluster member's view of its cluster: every member by name and private address (for
@@ -583,6 +589,10 @@ pub struct PublishedPort {
 pub struct ReleasePlan {
     pub allocation_id: String,
     pub slots: Vec<PlannedSlot>,
+    /// A stop: the first slot's disk (the boot disk) is copied here after the VM is gone and
+    /// before the wipe. A release resumed once its wipe began never copies again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub save_root: Option<VolumeTarget>,
 }
 
 /// What a successful provision reports: where the tenant connects.
@@ -719,11 +729,11 @@ mod tests {
             agent_version: "0.1.0".into(),
         };
         let json = serde_json::to_string(&hello).unwrap();
-        assert_eq!(json, r#"{"protocol_version":2,"agent_version":"0.1.0"}"#);
+        assert_eq!(json, r#"{"protocol_version":3,"agent_version":"0.1.0"}"#);
         let back: AgentHello = serde_json::from_str(&json).unwrap();
         assert!(back.is_supported());
         let future = AgentHello {
-            protocol_version: 3,
+            protocol_version: 4,
             ..back
         };
         assert!(!future.is_supported());

@@ -1,4 +1,5 @@
--- One allocation's page (`lifecycle::detail`): the allocation with its history, phases,
+-- One allocation's page (`lifecycle::detail`): an instance's current run, with its stopped
+-- disk if it has one, its history, phases,
 -- latest task, cleanup certificates, GPU utilisation and health notices as JSON beside it.
 SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
        l.name || ' ' || v.version AS "image!", l.slug AS listing, a.fee_per_hour_minor,
@@ -6,6 +7,9 @@ SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
        a.observed_state, a.state, a.failure, a.placement, a.ssh_host, a.ssh_port,
        a.ssh_user, a.created_at, a.expires_at, n.public_port_base, a.tags,
        a.published_ports AS "published_ports: Vec<Option<i32>>",
+       a.stop_root_volume IS NOT NULL AS "stops!", a.cluster_id IS NOT NULL AS "in_cluster!",
+       r.size_gib AS "root_gib?", r.price_per_gib_month_micro AS root_price_micro,
+       r.currency AS "root_currency?",
        ui.started_at AS "running_since?", ui.ended_at AS "ran_until?",
        round(date_part('epoch', coalesce(ui.ended_at, now()) - ui.started_at))::bigint
          AS ran_for_s,
@@ -69,6 +73,7 @@ SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
        ) AS "gpu_health!: Json<Vec<GpuHealthNotice>>"
 FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
 LEFT JOIN usage_intervals ui ON ui.allocation_id = a.id
+LEFT JOIN volumes r ON r.id = a.stop_root_volume
      JOIN listing_versions v ON v.id = a.listing_version_id
      JOIN listings l ON l.id = v.listing_id
 WHERE a.id = $1 AND a.project_id = $2

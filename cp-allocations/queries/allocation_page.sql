@@ -1,6 +1,9 @@
 -- One page of the allocations list (`AllocationsApi::allocation_page`), newest first, with
--- what each has cost so far.
-SELECT a.id AS "id!: AllocationId", a.project_id AS "project_id!: ProjectId",
+-- what each has cost so far: each instance's current run, under the instance's id.
+SELECT a.id AS "run!: AllocationId",
+       coalesce(a.instance_id, a.id) AS "id!: AllocationId",
+       a.stop_root_volume IS NOT NULL AS "stops!",
+       a.project_id AS "project_id!: ProjectId",
        a.name AS "name!", s.name AS sku, a.gpu_count AS "gpu_count!",
        a.region AS "region!", a.state AS "state!",
        a.desired_state AS "desired_state!", a.observed_state AS "observed_state!",
@@ -38,13 +41,15 @@ FROM (SELECT page.*
                  a.region, a.state, a.desired_state, a.observed_state, a.failure,
                  a.price_per_hour_minor, a.currency, a.created_at, a.tags,
                  a.ssh_host, a.ssh_port, a.ssh_user, a.published_ports, a.placement,
-                 a.expires_at
+                 a.expires_at, a.instance_id, a.stop_root_volume
           FROM allocations a
-          WHERE a.project_id = p.id
+          WHERE a.project_id = p.id AND a.superseded_by IS NULL
             AND (a.created_at, a.id) < (coalesce($5::timestamptz, 'infinity'),
                                         coalesce($6::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
             AND CASE WHEN $2::text IS NULL THEN true
-                     WHEN $2 = 'active' THEN a.state <> 'released'
+                     -- A stopped instance is still the tenant's, and still costs its disk.
+                     WHEN $2 = 'active' THEN a.state <> 'released' OR a.stop_root_volume IS NOT NULL
+                     WHEN $2 = 'stopped' THEN a.state = 'released' AND a.stop_root_volume IS NOT NULL
                      ELSE a.state = $2 END
             AND CASE WHEN $3::text IS NULL THEN true
                      ELSE a.tags ? $3 AND ($4::text IS NULL OR a.tags ->> $3 = $4) END

@@ -115,8 +115,14 @@ pub enum Command {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Releases an instance (idempotent).
+    /// Releases an instance (idempotent); a stopped one's saved disk is erased.
     Release { id: String },
+    /// Stops an instance: its disk is kept (billed as storage), its GPUs are released
+    /// (idempotent).
+    Stop { id: String },
+    /// Starts a stopped instance on its saved disk, anywhere in its region with its SKU free
+    /// (idempotent); `gpuctl show ID` follows it to running.
+    Start { id: String },
     /// Your saved SSH public keys.
     Keys {
         #[command(subcommand)]
@@ -639,6 +645,8 @@ async fn execute(cli: Cli, out: &mut dyn Write, err: &mut dyn Write) -> Result<D
         Command::Show { id } => show_instance(&api, &id, json_out, out).await?,
         Command::Ssh { id, args } => return ssh(&api, &id, args).await,
         Command::Release { id } => release(&api, &id, json_out, out).await?,
+        Command::Stop { id } => stop_or_start(&api, &id, "stop", json_out, out).await?,
+        Command::Start { id } => stop_or_start(&api, &id, "start", json_out, out).await?,
         Command::Usage => usage(&api, json_out, out).await?,
         Command::DstackFleet {
             name,
@@ -995,6 +1003,39 @@ async fn release(api: &Api, id: &str, json_out: bool, out: &mut dyn Write) -> Re
     } else {
         let d: AllocationDetail = parse(v)?;
         let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
+    }
+    Ok(())
+}
+
+/// `POST /instances/{id}/stop` or `…/start`, then the instance's state.
+async fn stop_or_start(
+    api: &Api,
+    id: &str,
+    action: &str,
+    json_out: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let (_, _, v) = api
+        .call(
+            Method::POST,
+            &format!("/instances/{}/{action}", encode(id)),
+            None,
+            &[],
+        )
+        .await?;
+    if json_out {
+        print_json(out, &v);
+    } else {
+        let d: AllocationDetail = parse(v)?;
+        let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
+        if let Some(disk) = d.stopped_disk {
+            let _ = writeln!(
+                out,
+                "disk: {} GiB kept for {} a month",
+                disk.size_gib,
+                disk.monthly_cost.grouped()
+            );
+        }
     }
     Ok(())
 }
@@ -1643,6 +1684,16 @@ fn show(out: &mut dyn Write, d: &AllocationDetail) {
     ];
     for p in &d.published {
         lines.push(("port", format!("{} at {}", p.guest_port, p.address)));
+    }
+    if let Some(disk) = &d.stopped_disk {
+        lines.push((
+            "disk",
+            format!(
+                "{} GiB kept for {} a month",
+                disk.size_gib,
+                disk.monthly_cost.grouped()
+            ),
+        ));
     }
     if let Some(f) = &d.failure {
         lines.push(("failure", f.clone()));

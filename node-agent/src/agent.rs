@@ -311,6 +311,14 @@ impl Agent {
             if running {
                 return Ok(()); // A restarted agent: the VM is up on this disk already.
             }
+            if let Some(root) = &plan.restore_from {
+                // A started instance boots the disk it was stopped with, not the image.
+                self.driver.open_disk(&slots[0]).map(drop)?;
+                image::restore_root(root, &disks[0])?;
+                return slots[1..]
+                    .iter()
+                    .try_for_each(|s| self.driver.open_disk(s).map(drop));
+            }
             let source = self.driver.image_path(&plan.image)?;
             if let Some(expected) = &plan.image.sha256 {
                 image::verify_sha256(&source, expected)?;
@@ -602,6 +610,11 @@ impl Agent {
             .iter()
             .map(|s| self.leases.get(&s.slot_id).map(|l| l.is_none()))
             .collect::<Result<_, _>>()?;
+        // Read before this release's leases replace the phase the last try reached.
+        let save_root = match &plan.save_root {
+            Some(target) if self.may_save_root(alloc, &slots[0])? => Some(target),
+            _ => None,
+        };
         // That baseline is recorded now, before this release's leases: once they exist, a
         // restarted agent can no longer tell that no tenant had the GPU (the chaos run found
         // a release killed at `check_firmware` that then blocked a never-used slot).
@@ -629,6 +642,14 @@ impl Agent {
         self.step("destroy_domain", leased, report, || {
             self.destroy_domain(&name, alloc)
         })?;
+        // A stop keeps the boot disk: copied to the instance's root volume while the disk is
+        // still the tenant's and nothing runs on it, before anything is wiped.
+        if plan.save_root.is_some() {
+            self.step("save_root_disk", leased, report, || match save_root {
+                Some(target) => image::save_root(&self.driver.slot_disk(&slots[0])?, target),
+                None => Ok(()),
+            })?;
+        }
         // Out of the tenant's fabric partitions before the wipe: the VFs leave its IB partition
         // (release leases hold no fabric), and every NVLink partition over these GPUs is
         // deactivated, whatever the lease remembers.
@@ -676,6 +697,25 @@ impl Agent {
                 firmware_ok: true,
             })
             .collect())
+    }
+
+    /// Whether a stop may still copy the boot disk: the first slot's lease is this
+    /// allocation's, and no earlier try of its release went past the copy. A lease that says
+    /// the wipe began, or none (the release finished), means the disk may already be zeros:
+    /// the copy that try made is the one to keep.
+    fn may_save_root(&self, alloc: &str, first: &PlannedSlot) -> Result<bool, String> {
+        const UNTIL_SAVED: [&str; 4] = [
+            "disconnect_network",
+            "stop_vm",
+            "destroy_domain",
+            "save_root_disk",
+        ];
+        Ok(match self.leases.get(&first.slot_id)? {
+            Some(l) if l.allocation_id == alloc => {
+                l.kind == LeaseKind::Provision || UNTIL_SAVED.contains(&l.phase.as_str())
+            }
+            _ => false,
+        })
     }
 
     /// A release's plan: the provision's checks, and a wipe method this agent has.

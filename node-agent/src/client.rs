@@ -1,4 +1,4 @@
-//! The agent's side of `/agent/v2`: every request carries the protocol header, and all but
+//! The agent's side of `/agent/v3`: every request carries the protocol header, and all but
 //! enrolment the node credential.
 
 use std::time::Duration;

@@ -216,6 +216,24 @@ fn plain(what: &str, s: &str, extra: &[char]) -> Result<(), String> {
     }
 }
 
+/// Refuses a volume target with a field a disk definition or a `qemu-img` filename can't
+/// take.
+pub fn check_target(target: &agent_protocol::VolumeTarget) -> Result<(), String> {
+    match target {
+        agent_protocol::VolumeTarget::Nbd { host, export, .. } => {
+            plain("host", host, &['.', ':'])?;
+            plain("export", export, &['_', '.'])
+        }
+        agent_protocol::VolumeTarget::Rbd {
+            pool, image, user, ..
+        } => {
+            plain("pool", pool, &['_', '.'])?;
+            plain("image", image, &['_', '.'])?;
+            plain("user", user, &['_', '.'])
+        }
+    }
+}
+
 /// A volume as a hot-pluggable network disk on guest device `dev`: NBD, or RBD with the
 /// host's Ceph secret for its user (defined on the host, never sent in a plan).
 pub fn volume_disk(disk: &agent_protocol::VolumeDisk, dev: &str) -> Result<String, String> {
@@ -228,6 +246,7 @@ pub fn volume_disk(disk: &agent_protocol::VolumeDisk, dev: &str) -> Result<Strin
     let w = &mut x;
     let _ = writeln!(w, "<disk type='network' device='disk'>");
     let _ = writeln!(w, "  <driver name='qemu' type='raw' cache='none'/>");
+    check_target(&disk.target)?;
     match &disk.target {
         agent_protocol::VolumeTarget::Nbd { host, port, export } => {
             plain("host", host, &['.', ':'])?;

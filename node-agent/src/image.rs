@@ -144,6 +144,88 @@ pub fn write_image(source: &Path, disk: &Path, size_bytes: Option<u64>) -> Resul
     Ok(())
 }
 
+/// A volume as `qemu-img` opens it: a `json:` filename with the raw format over the network
+/// protocol, built from the target's checked fields with a JSON serializer (never by pasting
+/// text into an option string), cut to `size` bytes when given.
+pub fn volume_source(
+    target: &agent_protocol::VolumeTarget,
+    size: Option<u64>,
+) -> Result<String, String> {
+    crate::domain::check_target(target)?;
+    let file = match target {
+        agent_protocol::VolumeTarget::Nbd { host, port, export } => json!({
+            "driver": "nbd",
+            "server": {"type": "inet", "host": host, "port": port.to_string()},
+            "export": export,
+        }),
+        agent_protocol::VolumeTarget::Rbd {
+            pool,
+            image,
+            monitors,
+            user,
+        } => {
+            let servers = monitors
+                .iter()
+                .map(|m| {
+                    let a: std::net::SocketAddr = m
+                        .parse()
+                        .map_err(|_| format!("monitor {m:?} is not an address and port"))?;
+                    Ok(json!({"host": a.ip().to_string(), "port": a.port().to_string()}))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            json!({"driver": "rbd", "pool": pool, "image": image, "user": user, "server": servers})
+        }
+    };
+    let mut raw = json!({"driver": "raw", "file": file});
+    if let Some(size) = size {
+        raw["size"] = json!(size);
+    }
+    Ok(format!("json:{raw}"))
+}
+
+/// The size in bytes of a raw disk (a block device or a file), as `qemu-img` reads it.
+fn raw_size(disk: &str) -> Result<u64, String> {
+    let out = run("qemu-img", &["info", "-f", "raw", "--output=json", disk])?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out).map_err(|e| format!("qemu-img info: {e}"))?;
+    v["virtual-size"]
+        .as_u64()
+        .ok_or_else(|| format!("qemu-img info reports no size for {disk}"))
+}
+
+/// Copies a stopped instance's boot disk onto its root volume, which the storage backend made
+/// empty and at least as large: zeros are skipped (`--target-is-zero`), so a mostly empty disk
+/// costs what it holds.
+pub fn save_root(disk: &Path, target: &agent_protocol::VolumeTarget) -> Result<(), String> {
+    let dst = volume_source(target, None)?;
+    let src = path_str(disk)?;
+    run(
+        "qemu-img",
+        &[
+            "convert",
+            "-n",
+            "--target-is-zero",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            src,
+            &dst,
+        ],
+    )
+    .map(drop)
+}
+
+/// Copies a saved root volume onto a started instance's boot disk (which exists, at its size):
+/// as much of it as the disk holds.
+pub fn restore_root(target: &agent_protocol::VolumeTarget, disk: &Path) -> Result<(), String> {
+    let dst = path_str(disk)?;
+    let volume = raw_size(&volume_source(target, None)?)?;
+    let size = raw_size(dst)?.min(volume);
+    let src = volume_source(target, Some(size))?;
+    run("qemu-img", &["convert", "-n", "-O", "raw", &src, dst]).map(drop)
+}
+
 /// The virtual size qemu-img reports for `image`.
 pub fn virtual_size(image: &Path) -> Result<u64, String> {
     let out = run(

@@ -256,7 +256,7 @@ async fn one_launch_is_one_trace_from_the_api_to_the_agents_phases() {
             .count();
         let result = ours
             .iter()
-            .any(|s| s.name == "POST /agent/v2/tasks/{task_id}/result");
+            .any(|s| s.name == "POST /agent/v3/tasks/{task_id}/result");
         let task = ours
             .iter()
             .any(|s| s.name == "agent_task slice.vm_provision");
@@ -319,12 +319,12 @@ async fn one_launch_is_one_trace_from_the_api_to_the_agents_phases() {
         );
     }
     // The agent's reports are filed under its task span.
-    let result = one("POST /agent/v2/tasks/{task_id}/result");
+    let result = one("POST /agent/v3/tasks/{task_id}/result");
     assert_eq!(result.parent, task.id);
     assert!(
         spans
             .iter()
-            .filter(|s| s.name == "POST /agent/v2/tasks/{task_id}/phases")
+            .filter(|s| s.name == "POST /agent/v3/tasks/{task_id}/phases")
             .all(|s| s.parent == task.id),
         "phase reports too"
     );

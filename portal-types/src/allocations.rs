@@ -261,6 +261,26 @@ pub struct AllocationDetail {
     pub certificates: Vec<Certificate>,
     /// Whether the caller may release it now.
     pub can_release: bool,
+    /// A stopping or stopped instance's boot disk, kept as storage until it is started
+    /// again (or released).
+    #[serde(default)]
+    pub stopped_disk: Option<StoppedDisk>,
+    /// Whether the caller may stop it now (it runs, and is no cluster's member).
+    #[serde(default)]
+    pub can_stop: bool,
+    /// Whether the caller may start it now (it is stopped).
+    #[serde(default)]
+    pub can_start: bool,
+}
+
+/// A stopped instance's boot disk, saved on the region's storage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoppedDisk {
+    pub size_gib: u32,
+    /// What it costs for a month while the instance stays stopped, at the region's storage
+    /// price when it was saved.
+    pub monthly_cost: Money,
 }
 
 impl AllocationDetail {

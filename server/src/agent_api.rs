@@ -1,4 +1,4 @@
-//! `/agent/v2/*`: the node API. Machine callers only: no cookies, no sessions. Enrolment is
+//! `/agent/v3/*`: the node API. Machine callers only: no cookies, no sessions. Enrolment is
 //! authenticated by the one-time bootstrap token in its body; everything else by the node
 //! credential (`Authorization: Bearer …`, hashed at rest). Every request must carry
 //! `x-agent-protocol: 1`; another version, on the header or in the path, gets a clear refusal.
@@ -129,12 +129,12 @@ fn json<T: Serialize>(value: T) -> Response {
 
 pub fn routes() -> Router<ControlPlane> {
     Router::new()
-        .route("/agent/v2/enroll", post(enroll))
-        .route("/agent/v2/heartbeat", post(heartbeat))
-        .route("/agent/v2/tasks/claim", post(claim))
-        .route("/agent/v2/tasks/{task_id}/phases", post(phase))
-        .route("/agent/v2/tasks/{task_id}/result", post(result))
-        .route("/agent/v2/reconcile", post(reconcile))
+        .route("/agent/v3/enroll", post(enroll))
+        .route("/agent/v3/heartbeat", post(heartbeat))
+        .route("/agent/v3/tasks/claim", post(claim))
+        .route("/agent/v3/tasks/{task_id}/phases", post(phase))
+        .route("/agent/v3/tasks/{task_id}/result", post(result))
+        .route("/agent/v3/reconcile", post(reconcile))
         .route("/agent/{version}/{*rest}", any(other_version))
 }
 

@@ -110,6 +110,34 @@ pub async fn release_allocation(id: IdArg<AllocationId>) -> Result<(), AppError>
     Ok(())
 }
 
+/// Stops a running instance: its disk is kept as storage, its GPUs are released.
+#[server]
+pub async fn stop_instance(id: IdArg<AllocationId>) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id: control_plane::AllocationId = crate::server::id(id)?;
+    let who = cp
+        .allocation_access::<ProjectOperators>(&principal, id)
+        .await?;
+    cp.stop_instance(&who, id, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
+/// Starts a stopped instance on its saved disk, wherever its region has its SKU free.
+#[server]
+pub async fn start_instance(id: IdArg<AllocationId>) -> Result<(), AppError> {
+    use control_plane::tenancy::ProjectOperators;
+    let (cp, principal) = crate::server::signed_in().await?;
+    let id: control_plane::AllocationId = crate::server::id(id)?;
+    let who = cp
+        .allocation_access::<ProjectOperators>(&principal, id)
+        .await?;
+    cp.start_instance(&who, id, Some(&crate::error::request_id()))
+        .await?;
+    Ok(())
+}
+
 /// Changes the guest ports a running allocation publishes ("8888, 6006"; empty: none).
 #[server]
 pub async fn publish_ports(
@@ -146,6 +174,8 @@ pub fn AllocationPage() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.with(|p| p.get("id").unwrap_or_default());
     let release = ServerAction::<ReleaseAllocation>::new();
+    let stop = ServerAction::<StopInstance>::new();
+    let start = ServerAction::<StartInstance>::new();
     let tick = RwSignal::new(0u32);
     // Until it is released, for a change after that would be a new allocation.
     let live = RwSignal::new(true);
@@ -171,6 +201,8 @@ pub fn AllocationPage() -> impl IntoView {
             (
                 id(),
                 release.version().get(),
+                stop.version().get(),
+                start.version().get(),
                 publish.version().get(),
                 tick.get(),
             )
@@ -213,7 +245,7 @@ pub fn AllocationPage() -> impl IntoView {
         <Transition fallback=|| view! { <p>"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match page.await {
-                    Ok(a) => view! { <AllocationBody a release /> }.into_any(),
+                    Ok(a) => view! { <AllocationBody a release stop start /> }.into_any(),
                     Err(e) => view! { <Title text="Allocation" /><ErrorNotice error=e /> }.into_any(),
                 }
             })}
@@ -262,8 +294,14 @@ fn PortsForm(id: String, current: String, publish: ServerAction<PublishPorts>) -
 }
 
 #[component]
-fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>) -> impl IntoView {
+fn AllocationBody(
+    a: AllocationDetail,
+    release: ServerAction<ReleaseAllocation>,
+    stop: ServerAction<StopInstance>,
+    start: ServerAction<StartInstance>,
+) -> impl IntoView {
     let id = a.id.to_string();
+    let (stop_id, start_id) = (id.clone(), id.clone());
     let differs = a.desired_state != a.observed_state && a.state != "released";
     let price = a.price_label();
     let running = a.state == "running";
@@ -305,6 +343,29 @@ fn AllocationBody(a: AllocationDetail, release: ServerAction<ReleaseAllocation>)
             })}
             {cost}
             {a.gpu_utilisation.filter(|_| running).map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{format!("{}% (reported by the guest, {})", u.percent, utc(u.at))}</span></p> })}
+            {a.stopped_disk.as_ref().map(|d| view! {
+                <p data-testid="stopped-disk">{format!(
+                    "Its {} GiB disk is kept on the region's storage for {} a month; its GPUs are free for others.",
+                    d.size_gib,
+                    d.monthly_cost.grouped()
+                )}</p>
+            })}
+            {a.can_stop.then(|| view! {
+                <ActionForm action=stop attr:id="stop" attr:class="inline-form">
+                    <input type="hidden" name="id" value=stop_id />
+                    <button type="submit">"Stop"</button>
+                    <span class="hint">" Shuts the guest down and keeps its disk (billed as storage); the GPUs are released. Start it again later, on any host of its region."</span>
+                </ActionForm>
+            })}
+            {outcome(stop.value(), |_: ()| Some("Stopping: the disk is being saved.".to_string()))}
+            {a.can_start.then(|| view! {
+                <ActionForm action=start attr:id="start" attr:class="inline-form">
+                    <input type="hidden" name="id" value=start_id />
+                    <button type="submit">"Start"</button>
+                    <span class="hint">" Places it again in its region and boots its saved disk; the SSH port may change."</span>
+                </ActionForm>
+            })}
+            {outcome(start.value(), |_: ()| Some("Starting.".to_string()))}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />

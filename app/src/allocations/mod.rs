@@ -6,7 +6,10 @@
 mod detail;
 mod launch;
 
-pub use detail::{AllocationPage, GetAllocation, GetGpuHistory, PublishPorts, ReleaseAllocation};
+pub use detail::{
+    AllocationPage, GetAllocation, GetGpuHistory, PublishPorts, ReleaseAllocation, StartInstance,
+    StopInstance,
+};
 pub use launch::{
     GetLaunchForm, LaunchAllocation, LaunchForm, LaunchImage, LaunchPage, LaunchProject, LaunchSku,
     Software,

@@ -9,8 +9,10 @@ pub(crate) mod decide;
 mod group;
 pub mod lifecycle;
 mod order;
+pub(crate) mod stop_start;
 
 pub use order::{LaunchOrder, OrderKeys};
+pub use stop_start::instance_state;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -293,6 +295,26 @@ pub trait AllocationsApi {
         request_id: Option<&str>,
     ) -> Result<()>;
 
+    /// Stops a running instance: its boot disk is saved as its root volume (billed as
+    /// storage), then its GPUs are released and wiped. Idempotent; audited.
+    async fn stop_instance(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<()>;
+
+    /// Starts a stopped instance again anywhere in its region with its SKU free, on its saved
+    /// disk, with the same id, name, keys, tags and ports. Refused with placement's (or the
+    /// policies') explanation when it can't be placed; it then stays stopped. Idempotent;
+    /// audited.
+    async fn start_instance(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<Launched>;
+
     /// Changes the guest ports a running allocation publishes (checked as at launch, within
     /// `max_published_ports`); the node's agent re-renders its forwarding. Audited.
     async fn publish_ports(
@@ -416,10 +438,10 @@ impl AllocationsApi for ControlPlane {
                 {
                     group::Answer::Placed(id) => Ok(Launched { id, created: true }),
                     group::Answer::Unavailable(why) => Err(Error::SkuUnavailable(why)),
-                    group::Answer::Alone => launch_once(self, who, req, request_id).await,
+                    group::Answer::Alone => launch_once(self, who, req, None, request_id).await,
                 }
             }
-            Ok(_) => launch_once(self, who, req, request_id).await,
+            Ok(_) => launch_once(self, who, req, None, request_id).await,
         };
         self.metrics()
             .launch_decided(&launched.as_ref().map(|l| l.created), started.elapsed());
@@ -443,6 +465,15 @@ impl AllocationsApi for ControlPlane {
         id: AllocationId,
         request_id: Option<&str>,
     ) -> Result<()> {
+        let id = {
+            let mut tx = self.pool().begin().await?;
+            let run = stop_start::current_run(&mut tx, who.id(), id).await?;
+            if stop_start::release_stopped(self, &mut tx, who, run, request_id).await? {
+                tx.commit().await?;
+                return Ok(());
+            }
+            run
+        };
         // With the other releases waiting now (see [`group`]); alone if that group failed.
         if let Some(done) =
             group::release(self, who.user(), who.tenant(), who.id(), id, request_id).await
@@ -494,6 +525,26 @@ impl AllocationsApi for ControlPlane {
     }
 
     #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    async fn stop_instance(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<()> {
+        stop_start::stop(self, who, id, request_id).await
+    }
+
+    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
+    async fn start_instance(
+        &self,
+        who: &Project<ProjectOperators>,
+        id: AllocationId,
+        request_id: Option<&str>,
+    ) -> Result<Launched> {
+        stop_start::start(self, who, id, request_id).await
+    }
+
+    #[tracing::instrument(skip_all, fields(allocation.id = %id))]
     async fn publish_ports(
         &self,
         who: &Project<ProjectOperators>,
@@ -503,6 +554,7 @@ impl AllocationsApi for ControlPlane {
     ) -> Result<()> {
         let ports = decide::check_published_ports(ports)?;
         let mut tx = self.pool().begin().await?;
+        let id = stop_start::current_run(&mut tx, who.id(), id).await?;
         let row = sqlx::query!(
             r#"SELECT state, region, published_ports AS "published_ports: Vec<Option<i32>>"
                FROM allocations WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE"#,
@@ -566,11 +618,12 @@ impl AllocationsApi for ControlPlane {
             .filter(|s| !s.is_empty() && *s != "all");
         if let Some(s) = state
             && s != "active"
+            && s != "stopped"
             && !STATES.contains(&s)
         {
             return Err(invalid(
                 "state",
-                format!("{s:?} is not one of active, {}", STATES.join(", ")),
+                format!("{s:?} is not one of active, stopped, {}", STATES.join(", ")),
             ));
         }
         if !(1..=MAX_PAGE).contains(&filter.limit) {
@@ -619,9 +672,12 @@ impl AllocationsApi for ControlPlane {
         )
         .fetch_all(self.pool())
         .await?;
+        let mut runs: Vec<(AllocationId, OffsetDateTime)> = Vec::with_capacity(rows.len());
         let mut items: Vec<AllocationSummary> = rows
             .into_iter()
             .map(|r| {
+                runs.push((r.run, r.created_at));
+                let shown = stop_start::instance_state(&r.state, r.stops);
                 let ssh = lifecycle::ssh_endpoint(
                     &r.state,
                     r.ssh_host.as_deref(),
@@ -643,8 +699,11 @@ impl AllocationsApi for ControlPlane {
                     sku: r.sku,
                     gpu_count: r.gpu_count,
                     region: r.region,
-                    projected: projected(&r.state, &r.desired_state, r.failure.as_deref()),
-                    state: r.state,
+                    projected: shown.map_or_else(
+                        || projected(&r.state, &r.desired_state, r.failure.as_deref()),
+                        str::to_owned,
+                    ),
+                    state: shown.map_or(r.state, str::to_owned),
                     cost_so_far: r.cost_minor.map(|c| Money::new(c, r.currency.as_str())),
                     price_per_hour: Money {
                         amount_minor: r.price_per_hour_minor,
@@ -656,15 +715,11 @@ impl AllocationsApi for ControlPlane {
                 }
             })
             .collect();
+        // The cursor names the run, which the page walks, not the instance it shows.
         let next = if items.len() > filter.limit as usize {
             items.truncate(filter.limit as usize);
-            items.last().map(|a| {
-                PageCursor {
-                    created_at: a.created_at,
-                    id: a.id,
-                }
-                .to_string()
-            })
+            runs.get(items.len() - 1)
+                .map(|&(id, created_at)| PageCursor { created_at, id }.to_string())
         } else {
             None
         };
@@ -695,8 +750,12 @@ impl AllocationsApi for ControlPlane {
         who: &Project<ProjectViewers>,
         id: AllocationId,
     ) -> Result<AllocationDetail> {
-        let can_release = ProjectOperators::ROLES.contains(&who.role());
-        lifecycle::detail(self, who, id, can_release).await
+        let can_change = ProjectOperators::ROLES.contains(&who.role());
+        let run = {
+            let mut conn = self.pool().acquire().await?;
+            stop_start::current_run(&mut conn, who.id(), id).await?
+        };
+        lifecycle::detail(self, who, id, run, can_change).await
     }
 
     #[tracing::instrument(skip_all, fields(allocation.id = %id, project.id = %who.id()))]
@@ -705,6 +764,10 @@ impl AllocationsApi for ControlPlane {
         who: &Project<ProjectViewers>,
         id: AllocationId,
     ) -> Result<Vec<GpuUtilisation>> {
+        let id = {
+            let mut conn = self.pool().acquire().await?;
+            stop_start::current_run(&mut conn, who.id(), id).await?
+        };
         Ok(sqlx::query!(
             r#"SELECT date_bin('5 minutes', u.at, '2000-01-01') AS "at!",
                       round(avg(u.gpu_util_pct))::int2 AS "percent!"
@@ -731,6 +794,7 @@ async fn launch_once(
     cp: &ControlPlane,
     who: &Project<ProjectOperators>,
     req: &LaunchRequest,
+    resume: Option<&stop_start::Resume>,
     request_id: Option<&str>,
 ) -> Result<Launched> {
     let requested_at = OffsetDateTime::now_utc();
@@ -791,6 +855,10 @@ async fn launch_once(
     .await?;
     publish_ports_at_launch(&mut tx, id, &valid.published_ports).await?;
     lifecycle::volumes::attach_at_launch(&mut tx, id, &valid.volumes).await?;
+    if let Some(resume) = resume {
+        resume.continue_with(&mut tx, id).await?;
+        stop_start::record_start(cp, &mut tx, who, &placed.region, resume, id, request_id).await?;
+    }
     let node = lifecycle::queue_now(&mut tx, "allocation.provision", id).await?;
     let resource = cp
         .naming()

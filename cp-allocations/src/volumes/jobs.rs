@@ -58,6 +58,8 @@ pub struct VolumeJob {
     pub snapshot: Option<(SnapshotId, storage::SnapshotKey)>,
     /// What a volume made from a snapshot is made from: the snapshot's volume, and it.
     pub source: Option<(storage::VolumeKey, storage::SnapshotKey)>,
+    /// The volume is a stopped instance's root disk.
+    pub root: bool,
 }
 
 /// How long a claimed job is the claimer's before another worker may take it.
@@ -98,8 +100,8 @@ pub trait VolumeJobs {
     /// [`JOB_LEASE`]; none when nothing is due.
     async fn claim_volume_job(&self) -> Result<Option<VolumeJob>>;
 
-    /// The volumes an instance has (attaching, in use or detaching) that the backend served:
-    /// what a restarted storage daemon must serve again.
+    /// The volumes an instance has (attaching, in use or detaching, or a stopped one's root
+    /// disk) that the backend served: what a restarted storage daemon must serve again.
     async fn served_volumes(&self) -> Result<Vec<storage::VolumeKey>>;
 
     /// Records what the backend did and moves the volume on. A job finished already is
@@ -125,7 +127,8 @@ impl VolumeJobs for ControlPlane {
                          v.size_gib, j.snapshot_id AS "snapshot?: SnapshotId",
                          v.source_snapshot AS "source_snapshot?: SnapshotId",
                          (SELECT s.volume_id FROM volume_snapshots s WHERE s.id = v.source_snapshot)
-                             AS "source_volume?: VolumeId""#,
+                             AS "source_volume?: VolumeId",
+                         v.root_of IS NOT NULL AS "root!""#,
             sqlx::postgres::types::PgInterval::try_from(JOB_LEASE)
                 .map_err(|e| Error::Corrupt(e.to_string()))?
         )
@@ -150,13 +153,16 @@ impl VolumeJobs for ControlPlane {
             size: storage::Gib::new(r.size_gib as u32).map_err(Error::Corrupt)?,
             volume: r.volume,
             attempts: r.attempts,
+            root: r.root,
         }))
     }
 
     async fn served_volumes(&self) -> Result<Vec<storage::VolumeKey>> {
         Ok(sqlx::query_scalar!(
             r#"SELECT id AS "id: VolumeId" FROM volumes
-               WHERE state IN ('attaching', 'in_use', 'detaching') AND target IS NOT NULL"#
+               WHERE (state IN ('attaching', 'in_use', 'detaching')
+                      OR (root_of IS NOT NULL AND state = 'available'))
+                 AND target IS NOT NULL"#
         )
         .fetch_all(self.pool())
         .await?
@@ -208,6 +214,10 @@ impl VolumeJobs for ControlPlane {
             }
             Outcome::Failed(reason) => {
                 failed(&mut tx, job, &v.state, &reason).await?;
+                if job.root && matches!(job.kind, JobKind::Create | JobKind::Export) {
+                    crate::allocations::stop_start::root_failed(&mut tx, job.volume, &reason)
+                        .await?;
+                }
             }
             Outcome::Done | Outcome::Exported(_) | Outcome::Erased { .. } => {
                 node = succeeded(
@@ -315,6 +325,10 @@ async fn succeeded(
             )
             .execute(&mut *conn)
             .await?;
+            // A stopped instance's root disk: the run waiting for it is released into it.
+            if job.root {
+                return crate::allocations::stop_start::root_served(conn, id).await;
+            }
             // Served now: the host plugs it in once the instance runs (or at once if it does).
             if state == "attaching"
                 && let Some(alloc) = attached_to

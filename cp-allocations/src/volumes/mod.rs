@@ -225,7 +225,7 @@ async fn read_volumes(
                   v.created_at, v.state_changed_at, v.price_per_gib_month_micro, v.currency
            FROM volumes v LEFT JOIN allocations a ON a.id = v.attached_to
                 LEFT JOIN volume_snapshots s ON s.id = v.source_snapshot
-           WHERE v.project_id = $1 AND v.state <> 'deleted'
+           WHERE v.project_id = $1 AND v.state <> 'deleted' AND v.root_of IS NULL
              AND ($2::uuid IS NULL OR v.id = $2)
            ORDER BY v.created_at DESC, v.id"#,
         project as ProjectId,
@@ -252,7 +252,8 @@ pub(crate) async fn lock_volume(
 ) -> Result<Locked> {
     let r = sqlx::query!(
         r#"SELECT name, region, size_gib, state, attached_to AS "attached_to: AllocationId"
-           FROM volumes WHERE id = $1 AND project_id = $2 FOR NO KEY UPDATE"#,
+           FROM volumes WHERE id = $1 AND project_id = $2 AND root_of IS NULL
+           FOR NO KEY UPDATE"#,
         id as VolumeId,
         project as ProjectId
     )
@@ -328,7 +329,7 @@ pub(crate) async fn within_volume_quotas(
                       count(*) AS "volumes!"
                FROM volumes
                WHERE tenant_id = $1 AND ($2::uuid IS NULL OR project_id = $2)
-                 AND state <> 'deleted'"#,
+                 AND state <> 'deleted' AND root_of IS NULL"#,
             tenant as TenantId,
             in_project.then_some(project.0)
         )
@@ -427,7 +428,7 @@ impl VolumesApi for ControlPlane {
     ) -> Result<Project<R>> {
         let project = sqlx::query_scalar!(
             r#"SELECT project_id AS "project: ProjectId" FROM volumes
-               WHERE id = $1 AND state <> 'deleted'"#,
+               WHERE id = $1 AND state <> 'deleted' AND root_of IS NULL"#,
             id as VolumeId
         )
         .fetch_optional(self.pool())

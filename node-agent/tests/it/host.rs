@@ -349,6 +349,7 @@ fn a_flashed_gpu_or_an_unknown_wipe_fails_the_release_and_keeps_the_lease() {
     let release = ReleasePlan {
         allocation_id: a.into(),
         slots: vec![slots[1].clone()],
+        save_root: None,
     };
     let e = refused(agent.release("t2", &release, false, &slots, &mut quiet));
     assert_eq!(
@@ -482,6 +483,7 @@ fn the_libvirt_driver_runs_a_whole_lifecycle_against_test_default() {
     let release = ReleasePlan {
         allocation_id: a.into(),
         slots: slots[..2].to_vec(),
+        save_root: None,
     };
     let cleaned = agent
         .release("t2", &release, false, &slots, &mut |_| {})
@@ -612,6 +614,7 @@ fn fabric_partitions_follow_the_allocation_from_plan_to_release() {
             &ReleasePlan {
                 allocation_id: a.into(),
                 slots: slots.clone(),
+                save_root: None,
             },
             false,
             &all,

@@ -7,6 +7,7 @@ mod fixtures;
 mod host;
 mod network;
 mod overlay;
+mod stop_start;
 #[path = "../support/mod.rs"]
 mod support;
 mod telemetry;

@@ -256,6 +256,7 @@ pub(crate) fn release(
     let plan = ReleasePlan {
         allocation_id: alloc_id(n),
         slots: vec![slot.clone()],
+        save_root: None,
     };
     in_ns(host_ns, || {
         agent.release(&format!("release-{n}"), &plan, false, approved, &mut |_| {})

@@ -69,6 +69,7 @@ async fn only_a_running_allocations_token_reports_and_nothing_reads_back() {
         network: Default::default(),
         fabric: Default::default(),
         cluster: None,
+        restore_from: None,
     };
     let a = agent.clone();
     let approved = vec![s.clone()];

@@ -103,6 +103,7 @@ pub fn plan(alloc: &str, slots: Vec<PlannedSlot>) -> ProvisionPlan {
         network: Default::default(),
         fabric: Default::default(),
         cluster: None,
+        restore_from: None,
     }
 }
 

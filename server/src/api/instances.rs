@@ -466,3 +466,90 @@ pub async fn release(
         .map_err(|e| id.refused(e))?;
     Ok((StatusCode::ACCEPTED, Json(detail)))
 }
+
+/// Stops an instance.
+///
+/// The guest shuts down and its boot disk is saved on the region's storage; then its GPUs are
+/// released and wiped, and it costs only its disk (at the region's storage price) until it is
+/// started again. Its id, name, keys, tags, ports and attached volumes stay. Idempotent: a
+/// stopping or stopped instance answers the same. Audited with the token's id.
+#[utoipa::path(
+    post,
+    path = "/instances/{id}/stop",
+    tag = "instances",
+    operation_id = "stop_instance",
+    security(("token" = [])),
+    params(("id" = String, Path, description = "The instance's id.", format = Uuid)),
+    responses(
+        (status = 202, description = "Stopping or stopped; watch `GET /instances/{id}` for `stopped`.", body = AllocationDetail),
+        TokenRefusals,
+        (status = 404, description = "No such instance this token reaches.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "It is not running (or is a cluster's member), or its region has no storage price.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[tracing::instrument(skip_all, fields(api_token.id = %caller.0.token))]
+pub async fn stop(
+    State(cp): State<ControlPlane>,
+    id: RequestId,
+    caller: Caller,
+    instance: Result<Path<AllocationId>, PathRejection>,
+) -> Result<(StatusCode, Json<AllocationDetail>), ApiError> {
+    caller.require(TokenScope::Launch, &id)?;
+    let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
+    let who = caller
+        .allocation::<ProjectOperators>(&cp, instance, &id)
+        .await?;
+    caller
+        .acting(cp.stop_instance(&who, instance, Some(&id.0)))
+        .await
+        .map_err(|e| id.refused(e))?;
+    let detail = cp
+        .allocation(&caller.0.principal, instance)
+        .await
+        .map_err(|e| id.refused(e))?;
+    Ok((StatusCode::ACCEPTED, Json(detail)))
+}
+
+/// Starts a stopped instance.
+///
+/// It is placed again anywhere in its region where its SKU is free, and boots its saved disk
+/// with the same id, name, keys, tags and ports; the SSH port may change (the answer and
+/// `GET /instances/{id}` show the new one). When nothing fits, or a policy (GPU quota, budget)
+/// refuses, the answer says why and it stays stopped. Idempotent: a starting or running
+/// instance answers the same. Audited with the token's id.
+#[utoipa::path(
+    post,
+    path = "/instances/{id}/start",
+    tag = "instances",
+    operation_id = "start_instance",
+    security(("token" = [])),
+    params(("id" = String, Path, description = "The instance's id.", format = Uuid)),
+    responses(
+        (status = 202, description = "Starting or running; watch `GET /instances/{id}` for `running`.", body = AllocationDetail),
+        TokenRefusals,
+        (status = 404, description = "No such instance this token reaches.", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "It is not stopped, a policy refuses it, or no host in its region has its SKU free (`sku_unavailable`); it stays stopped.", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+#[tracing::instrument(skip_all, fields(api_token.id = %caller.0.token))]
+pub async fn start(
+    State(cp): State<ControlPlane>,
+    id: RequestId,
+    caller: Caller,
+    instance: Result<Path<AllocationId>, PathRejection>,
+) -> Result<(StatusCode, Json<AllocationDetail>), ApiError> {
+    caller.require(TokenScope::Launch, &id)?;
+    let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
+    let who = caller
+        .allocation::<ProjectOperators>(&cp, instance, &id)
+        .await?;
+    caller
+        .acting(cp.start_instance(&who, instance, Some(&id.0)))
+        .await
+        .map_err(|e| id.refused(e))?;
+    let detail = cp
+        .allocation(&caller.0.principal, instance)
+        .await
+        .map_err(|e| id.refused(e))?;
+    Ok((StatusCode::ACCEPTED, Json(detail)))
+}

@@ -42,6 +42,8 @@ use problem::{ApiError, Problem};
         instances::list,
         instances::get,
         instances::release,
+        instances::stop,
+        instances::start,
         clusters::launch,
         clusters::list,
         clusters::get,
@@ -72,7 +74,7 @@ use problem::{ApiError, Problem};
     modifiers(&BearerAuth),
     tags(
         (name = "catalog", description = "What is for sale, where, and what could launch now; the images a project may launch."),
-        (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, release."),
+        (name = "instances", description = "GPU slices and bare-metal nodes: launch, list, watch, stop, start, release."),
         (name = "clusters", description = "Instances of one SKU placed together within one leaf switch, spine group or fabric, launched and released as one."),
         (name = "volumes", description = "Block storage of a project, off the GPU hosts: it outlives an instance, and any instance of its region can attach it (one at a time)."),
         (name = "organization", description = "The token's organization: its projects, their members and audit trails, the audit log for admins, and for billing tokens this month's spend and the invoices."),
@@ -113,6 +115,11 @@ pub fn routes() -> Router<ControlPlane> {
         .route(
             "/instances/{id}",
             get(instances::get).delete(instances::release),
+        )
+        .route("/instances/{id}/stop", axum::routing::post(instances::stop))
+        .route(
+            "/instances/{id}/start",
+            axum::routing::post(instances::start),
         )
         .route("/clusters", get(clusters::list).post(clusters::launch))
         .route(

@@ -109,7 +109,7 @@ async fn post(
 ) -> (StatusCode, String) {
     let req = Request::post(path)
         .header("content-type", "application/json")
-        .header("x-agent-protocol", "2")
+        .header("x-agent-protocol", "3")
         .header("authorization", format!("Bearer {credential}"))
         .body(Body::from(body))
         .unwrap();
@@ -138,11 +138,11 @@ async fn mutated_agent_payloads_get_a_clear_4xx_and_never_a_5xx() {
     let cp = state.cp.clone();
     let app = server::router(state);
 
-    let hello = json!({"protocol_version": 2, "agent_version": "0.1.0"});
+    let hello = json!({"protocol_version": 3, "agent_version": "0.1.0"});
     let id = "6f1c2d3e-0000-4000-8000-00000000abcd";
     let cases: [(&str, Value); 5] = [
         (
-            "/agent/v2/heartbeat",
+            "/agent/v3/heartbeat",
             json!({
                 "hello": hello,
                 "health": {"status": "degraded", "detail": "fan"},
@@ -152,16 +152,16 @@ async fn mutated_agent_payloads_get_a_clear_4xx_and_never_a_5xx() {
                 "holding": {"leases": [{"slot_id": id, "allocation_id": id}], "vms": [id]},
             }),
         ),
-        ("/agent/v2/tasks/claim", json!({"wait_s": 0, "idle": true})),
+        ("/agent/v3/tasks/claim", json!({"wait_s": 0, "idle": true})),
         (
-            "/agent/v2/tasks/6f1c2d3e-0000-4000-8000-00000000abcd/phases",
+            "/agent/v3/tasks/6f1c2d3e-0000-4000-8000-00000000abcd/phases",
             json!({"phase": "write_image", "status": "failed", "elapsed_ms": 12, "detail": "disk"}),
         ),
         (
-            "/agent/v2/tasks/6f1c2d3e-0000-4000-8000-00000000abcd/result",
+            "/agent/v3/tasks/6f1c2d3e-0000-4000-8000-00000000abcd/result",
             json!({"outcome": {"status": "failed", "error": "no"}}),
         ),
-        ("/agent/v2/reconcile", json!({})),
+        ("/agent/v3/reconcile", json!({})),
     ];
     let mut rng = Rng(20261126);
     let mut answered = std::collections::BTreeMap::<u16, usize>::new();
@@ -194,7 +194,7 @@ async fn mutated_agent_payloads_get_a_clear_4xx_and_never_a_5xx() {
     );
     let (status, text) = post(
         &app,
-        "/agent/v2/heartbeat",
+        "/agent/v3/heartbeat",
         &credential,
         json!({"hello": hello, "health": {"status": "healthy"}})
             .to_string()
@@ -210,7 +210,7 @@ async fn mutated_agent_payloads_get_a_clear_4xx_and_never_a_5xx() {
     cp.request_discovery(&ops, node_id, None).await.unwrap();
     let (status, claim) = post(
         &app,
-        "/agent/v2/tasks/claim",
+        "/agent/v3/tasks/claim",
         &credential,
         json!({"wait_s": 0}).to_string().into_bytes(),
     )
@@ -225,7 +225,7 @@ async fn mutated_agent_payloads_get_a_clear_4xx_and_never_a_5xx() {
             .to_string()
             .into_bytes()
     };
-    let path = format!("/agent/v2/tasks/{task}/result");
+    let path = format!("/agent/v3/tasks/{task}/result");
     let (status, text) = post(&app, &path, &credential, result("bad\u{0}byte")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
     let e: Value = serde_json::from_str(&text).unwrap();

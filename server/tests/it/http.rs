@@ -688,16 +688,16 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
         .await
         .unwrap();
     let app = router(state);
-    let hello = serde_json::json!({"protocol_version": 2, "agent_version": "0.1.0"});
+    let hello = serde_json::json!({"protocol_version": 3, "agent_version": "0.1.0"});
     let beat = serde_json::json!({"hello": hello, "health": {"status": "healthy"}});
 
-    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", None, None, beat.clone()).await;
+    let (s, e) = agent_post(&app, "/agent/v3/heartbeat", None, None, beat.clone()).await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(e["code"], "unsupported_protocol");
     assert_eq!(
         e["message"],
-        "this control plane speaks agent protocol 2 (/agent/v2); the agent speaks no version \
-         (missing x-agent-protocol header). Install an agent release for protocol 2."
+        "this control plane speaks agent protocol 3 (/agent/v3); the agent speaks no version \
+         (missing x-agent-protocol header). Install an agent release for protocol 3."
     );
     let (s, e) = agent_post(&app, "/agent/v1/heartbeat", Some("1"), None, beat.clone()).await;
     assert_eq!(
@@ -710,15 +710,15 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
             .unwrap()
             .contains("the agent speaks v1 (path /agent/v1/)")
     );
-    let (s, e) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), None, beat.clone()).await;
+    let (s, e) = agent_post(&app, "/agent/v3/heartbeat", Some("3"), None, beat.clone()).await;
     assert_eq!(
         (s, e["code"].as_str()),
         (StatusCode::UNAUTHORIZED, Some("unauthenticated"))
     );
     let (s, _) = agent_post(
         &app,
-        "/agent/v2/heartbeat",
-        Some("2"),
+        "/agent/v3/heartbeat",
+        Some("3"),
         Some("gpn_forged"),
         beat.clone(),
     )
@@ -729,11 +729,11 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let enroll = serde_json::json!({
         "hello": hello, "bootstrap_token": enrolment.bootstrap_token, "hostname": "gpu-hgx-01"
     });
-    let (s, answer) = agent_post(&app, "/agent/v2/enroll", Some("2"), None, enroll.clone()).await;
+    let (s, answer) = agent_post(&app, "/agent/v3/enroll", Some("3"), None, enroll.clone()).await;
     assert_eq!(s, StatusCode::OK, "{answer}");
     assert_eq!(answer["node_id"], enrolment.node_id.to_string());
     let credential = answer["node_credential"].as_str().unwrap().to_string();
-    let (s, e) = agent_post(&app, "/agent/v2/enroll", Some("2"), None, enroll).await;
+    let (s, e) = agent_post(&app, "/agent/v3/enroll", Some("3"), None, enroll).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
     assert_eq!(
         e["message"],
@@ -741,7 +741,7 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
 
     let cred = Some(credential.as_str());
-    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, beat.clone()).await;
+    let (s, ack) = agent_post(&app, "/agent/v3/heartbeat", Some("3"), cred, beat.clone()).await;
     assert_eq!(
         (s, ack["heartbeat_interval_s"].as_u64()),
         (StatusCode::OK, Some(15))
@@ -752,8 +752,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     holding["holding"] = serde_json::json!({"leases": [], "vms": ["not-an-id"]});
     let (s, _) = agent_post(
         &app,
-        "/agent/v2/heartbeat",
-        Some("2"),
+        "/agent/v3/heartbeat",
+        Some("3"),
         cred,
         holding.clone(),
     )
@@ -768,7 +768,7 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(recorded, None);
     let vm = uuid::Uuid::new_v4().to_string();
     holding["holding"] = serde_json::json!({"leases": [], "vms": [vm]});
-    let (s, _) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, holding).await;
+    let (s, _) = agent_post(&app, "/agent/v3/heartbeat", Some("3"), cred, holding).await;
     assert_eq!(s, StatusCode::OK);
     let recorded: Option<serde_json::Value> =
         sqlx::query_scalar("SELECT holding FROM nodes WHERE id = $1")
@@ -784,13 +784,13 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     // address costs the host its segments' list, not its heartbeat.
     let mut tunnel = beat.clone();
     tunnel["vtep"] = serde_json::json!("192.0.2.41");
-    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, tunnel.clone()).await;
+    let (s, ack) = agent_post(&app, "/agent/v3/heartbeat", Some("3"), cred, tunnel.clone()).await;
     assert_eq!(
         (s, &ack["overlay"]),
         (StatusCode::OK, &serde_json::json!({"networks": []}))
     );
     tunnel["vtep"] = serde_json::json!("localhost");
-    let (s, ack) = agent_post(&app, "/agent/v2/heartbeat", Some("2"), cred, tunnel).await;
+    let (s, ack) = agent_post(&app, "/agent/v3/heartbeat", Some("3"), cred, tunnel).await;
     assert_eq!((s, ack.get("overlay")), (StatusCode::OK, None));
     let vtep: Option<String> = sqlx::query_scalar("SELECT host(vtep) FROM nodes WHERE id = $1")
         .bind(enrolment.node_id.0)
@@ -800,8 +800,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(vtep.as_deref(), Some("192.0.2.41"), "the valid one stays");
     let (s, claim) = agent_post(
         &app,
-        "/agent/v2/tasks/claim",
-        Some("2"),
+        "/agent/v3/tasks/claim",
+        Some("3"),
         cred,
         serde_json::json!({"wait_s": 0}),
     )
@@ -811,8 +811,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let task = claim["task"]["task_id"].as_str().unwrap();
     let (s, e) = agent_post(
         &app,
-        "/agent/v2/tasks/claim",
-        Some("2"),
+        "/agent/v3/tasks/claim",
+        Some("3"),
         cred,
         serde_json::json!({"wait": 0}),
     )
@@ -826,8 +826,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     // gets the same task again, to resume.
     let (s, again) = agent_post(
         &app,
-        "/agent/v2/tasks/claim",
-        Some("2"),
+        "/agent/v3/tasks/claim",
+        Some("3"),
         cred,
         serde_json::json!({"wait_s": 0}),
     )
@@ -838,8 +838,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
     let (s, again) = agent_post(
         &app,
-        "/agent/v2/tasks/claim",
-        Some("2"),
+        "/agent/v3/tasks/claim",
+        Some("3"),
         cred,
         serde_json::json!({"wait_s": 0, "idle": true}),
     )
@@ -850,8 +850,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let phase = serde_json::json!({"phase": "read_host", "status": "succeeded", "elapsed_ms": 412});
     let (s, _) = agent_post(
         &app,
-        &format!("/agent/v2/tasks/{task}/phases"),
-        Some("2"),
+        &format!("/agent/v3/tasks/{task}/phases"),
+        Some("3"),
         cred,
         phase.clone(),
     )
@@ -870,8 +870,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     let result = serde_json::json!({"outcome": {"status": "succeeded", "output": output}});
     let (s, e) = agent_post(
         &app,
-        &format!("/agent/v2/tasks/{task}/result"),
-        Some("2"),
+        &format!("/agent/v3/tasks/{task}/result"),
+        Some("3"),
         cred,
         result.clone(),
     )
@@ -879,8 +879,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
     let (s, e) = agent_post(
         &app,
-        &format!("/agent/v2/tasks/{task}/result"),
-        Some("2"),
+        &format!("/agent/v3/tasks/{task}/result"),
+        Some("3"),
         cred,
         result,
     )
@@ -891,8 +891,8 @@ async fn the_agent_api_enrols_with_a_token_and_refuses_other_versions_and_strang
     );
     let (s, _) = agent_post(
         &app,
-        "/agent/v2/tasks/not-a-task/phases",
-        Some("2"),
+        "/agent/v3/tasks/not-a-task/phases",
+        Some("3"),
         cred,
         phase,
     )

@@ -8,6 +8,7 @@ mod cli;
 mod clusters;
 mod http;
 mod isolation;
+mod stop_start;
 mod stripe;
 #[path = "../support/mod.rs"]
 mod support;

@@ -93,7 +93,8 @@ pub(crate) async fn detail(
     cp: &ControlPlane,
     who: &Project<ProjectViewers>,
     id: AllocationId,
-    can_release: bool,
+    run: AllocationId,
+    can_change: bool,
 ) -> Result<AllocationDetail> {
     use sqlx::types::Json;
     /// The allocation's latest agent task, for the one-line summary.
@@ -108,7 +109,7 @@ pub(crate) async fn detail(
     // GPU reports as JSON beside it (a page shows all of them; each was a round trip).
     let a = sqlx::query_file!(
         "queries/allocation_detail.sql",
-        id as AllocationId,
+        run as AllocationId,
         who.id() as ProjectId
     )
     .fetch_optional(cp.pool())
@@ -140,8 +141,32 @@ pub(crate) async fn detail(
         a.ssh_port,
         a.ssh_user.as_deref(),
     );
+    let shown = crate::allocations::stop_start::instance_state(&a.state, a.stops);
+    let stopped_disk = match (a.root_gib, a.root_price_micro, a.root_currency) {
+        (Some(gib), Some(micro), Some(currency)) => {
+            let size_gib =
+                u32::try_from(gib).map_err(|_| Error::Corrupt("root disk size".into()))?;
+            Some(portal_types::allocations::StoppedDisk {
+                size_gib,
+                monthly_cost: portal_types::volumes::StoragePrice {
+                    region: a.region.clone(),
+                    currency: currency.into(),
+                    per_gib_month_micro: micro,
+                }
+                .monthly(size_gib),
+            })
+        }
+        _ => None,
+    };
     Ok(AllocationDetail {
         id,
+        can_stop: can_change
+            && !a.stops
+            && !a.in_cluster
+            && a.state == "running"
+            && a.desired_state == "running",
+        can_start: can_change && shown == Some("stopped"),
+        stopped_disk,
         canonical_name: cp
             .naming()
             .allocation(&a.region, who.tenant(), who.id(), id)?
@@ -149,7 +174,10 @@ pub(crate) async fn detail(
         project_id: who.id(),
         gpu_utilisation,
         gpu_health,
-        projected: projected(&a.state, &a.desired_state, a.failure.as_deref()),
+        projected: shown.map_or_else(
+            || projected(&a.state, &a.desired_state, a.failure.as_deref()),
+            str::to_owned,
+        ),
         ssh: ssh.as_ref().map(SshEndpoint::command),
         ssh_endpoint: ssh,
         published: match (&a.ssh_host, slot_indexes.iter().min()) {
@@ -182,9 +210,10 @@ pub(crate) async fn detail(
         tags: serde_json::from_value(a.tags).unwrap_or_default(),
         desired_state: a.desired_state,
         observed_state: a.observed_state,
-        can_release: can_release
-            && matches!(a.state.as_str(), "placed" | "provisioning" | "running"),
-        state: a.state,
+        can_release: can_change
+            && (matches!(a.state.as_str(), "placed" | "provisioning" | "running")
+                || shown == Some("stopped")),
+        state: shown.map_or(a.state, str::to_owned),
         execution,
         failure: a.failure,
         placement_why: a

@@ -250,7 +250,8 @@ pub(crate) async fn queue_provisions(
                   CASE WHEN p.east_west THEN a.project_id END AS "east_west_group: ProjectId",
                   CASE WHEN p.east_west THEN p.vni END AS private_vni,
                   CASE WHEN p.east_west THEN a.private_host END AS private_host,
-                  a.cluster_id AS "cluster_id: ClusterId", a.cluster_index, c.name AS "cluster_name?"
+                  a.cluster_id AS "cluster_id: ClusterId", a.cluster_index, c.name AS "cluster_name?",
+                  (SELECT r.target FROM volumes r WHERE r.id = a.restore_from) AS restore_from
            FROM allocations a JOIN listing_versions v ON v.id = a.listing_version_id
                 LEFT JOIN clusters c ON c.id = a.cluster_id
                 JOIN listings l ON l.id = v.listing_id
@@ -294,7 +295,7 @@ pub(crate) async fn queue_provisions(
             .find(|(id, _)| *id == a.id)
             .and_then(|(_, t)| t.clone());
         let (id, node) = (a.id, a.node_id);
-        let spec = provision_spec(a, planned, network, fabric);
+        let spec = provision_spec(a, planned, network, fabric)?;
         tasks.push(id, node, spec, trace);
     }
     insert_tasks(
@@ -343,6 +344,8 @@ struct ProvisionRow {
     cluster_id: Option<ClusterId>,
     cluster_index: Option<i32>,
     cluster_name: Option<String>,
+    /// A started run's saved root disk, as the storage backend serves it.
+    restore_from: Option<serde_json::Value>,
 }
 
 /// The provision tasks to write, as the columns [`insert_tasks`] takes.
@@ -486,8 +489,10 @@ fn provision_spec(
     slots: Vec<PlannedSlot>,
     network: NetworkPlan,
     fabric: FabricPlan,
-) -> (TaskSpec, Option<String>) {
+) -> Result<(TaskSpec, Option<String>)> {
+    let restore_from = a.restore_from.map(volume_target).transpose()?;
     let plan = ProvisionPlan {
+        restore_from,
         allocation_id: a.id.to_string(),
         name: a.name,
         image: ImageRef {
@@ -525,7 +530,12 @@ fn provision_spec(
     } else {
         TaskSpec::VmProvision(plan)
     };
-    (spec, a.user_data_sealed)
+    Ok((spec, a.user_data_sealed))
+}
+
+/// A volume's stored target, as a plan carries it.
+fn volume_target(v: serde_json::Value) -> Result<agent_protocol::VolumeTarget> {
+    serde_json::from_value(v).map_err(|e| Error::Corrupt(format!("volume target: {e}")))
 }
 
 /// The planned slots of each allocation in `ids` (every live slot of the node for bare
@@ -610,11 +620,12 @@ pub(crate) async fn queue_releases(
 ) -> Result<Vec<NodeId>> {
     let wanted: Vec<uuid::Uuid> = ids.iter().map(|(id, _)| id.0).collect();
     let rows = sqlx::query!(
-        r#"SELECT id AS "id: AllocationId", shape, node_id AS "node_id: NodeId", state
-           FROM allocations
-           WHERE id = ANY($1)
-           ORDER BY id
-           FOR NO KEY UPDATE"#,
+        r#"SELECT a.id AS "id: AllocationId", a.shape, a.node_id AS "node_id: NodeId", a.state,
+                  (SELECT r.target FROM volumes r WHERE r.id = a.stop_root_volume) AS save_root
+           FROM allocations a
+           WHERE a.id = ANY($1)
+           ORDER BY a.id
+           FOR NO KEY UPDATE OF a"#,
         &wanted
     )
     .fetch_all(&mut *conn)
@@ -634,6 +645,7 @@ pub(crate) async fn queue_releases(
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for a in rows {
         let plan = ReleasePlan {
+            save_root: a.save_root.map(volume_target).transpose()?,
             allocation_id: a.id.to_string(),
             slots: slots
                 .iter()

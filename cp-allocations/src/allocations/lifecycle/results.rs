@@ -320,6 +320,7 @@ async fn provisioned(
     .execute(&mut *conn)
     .await?;
     super::volumes::after_running(conn, id).await?;
+    crate::allocations::stop_start::restored(conn, id).await?;
     Ok(("succeeded", None))
 }
 

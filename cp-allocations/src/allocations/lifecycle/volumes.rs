@@ -155,7 +155,7 @@ pub(crate) async fn region_of_volumes(
     }
     let rows = sqlx::query!(
         r#"SELECT id AS "id: VolumeId", name, region, state FROM volumes
-           WHERE id = ANY ($1) AND project_id = $2 AND state <> 'deleted'
+           WHERE id = ANY ($1) AND project_id = $2 AND state <> 'deleted' AND root_of IS NULL
            ORDER BY id FOR NO KEY UPDATE"#,
         &volumes.iter().map(|v| v.0).collect::<Vec<_>>(),
         project as cp_base::ids::ProjectId
