@@ -98,6 +98,7 @@ pub const STATE_FILTERS: &[&str] = &[
     "placed",
     "provisioning",
     "running",
+    "stopped",
     "releasing",
     "cleaning",
     "released",

@@ -87,6 +87,25 @@ class Live(unittest.TestCase):
         done = self.cloud.wait_until_released(first.id, timeout=180)
         self.assertEqual(done.projected, "released")
 
+    def test_an_instance_stops_and_starts_again_under_its_id(self):
+        first = self.launch(f"sdk-{uuid.uuid4().hex[:8]}", tags={"suite": "stop"})
+        try:
+            self.cloud.wait_until_running(first.id, timeout=180)
+            with self.assertRaises(errors.Conflict):
+                self.cloud.start(first.id)
+            self.assertEqual(self.cloud.stop(first.id).projected, "stopping")
+            stopped = self.cloud.wait_until_stopped(first.id, timeout=180)
+            self.assertIsNone(stopped.ssh)
+            self.assertGreaterEqual(stopped.stopped_disk.size_gib, 1)
+            self.assertEqual(stopped.tags.to_dict(), {"suite": "stop"})
+            started = self.cloud.start(first.id)
+            self.assertEqual((started.id, started.name), (first.id, first.name))
+            running = self.cloud.wait_until_running(first.id, timeout=180)
+            self.assertTrue(running.ssh.startswith("ssh "), running.ssh)
+        finally:
+            self.cloud.release(first.id)
+        self.assertEqual(self.cloud.wait_until_released(first.id, timeout=180).projected, "released")
+
     def test_a_cluster_launches_whole_runs_and_is_released_whole(self):
         # The demo fleet's eu-west-1 HGX hosts are on one fabric (a leaf each, one spine).
         name = f"sdk-{uuid.uuid4().hex[:6]}"

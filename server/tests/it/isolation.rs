@@ -34,7 +34,7 @@ use tower_sessions::Session;
 use app::account::{AddSshKey, DeleteSshKey, ListSshKeys};
 use app::allocations::{
     GetAllocation, GetGpuHistory, GetLaunchForm, LaunchAllocation, ListAllocations, PublishPorts,
-    ReleaseAllocation,
+    ReleaseAllocation, StartInstance, StopInstance,
 };
 use app::audit::SearchAudit;
 use app::auth::{BreakGlassSignIn, CurrentUser, SignOut, SsoStart};
@@ -424,6 +424,20 @@ fn matrix(w: &World) -> Vec<Entry> {
             true,
             &[("id", ALLOCATION)],
         ),
+        entry(
+            StopInstance::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", ALLOCATION)],
+        )
+        .allowed_also(&[409]), // the matrix's allocation may not be running
+        entry(
+            StartInstance::PATH,
+            research(Need::Operate),
+            true,
+            &[("id", ALLOCATION)],
+        )
+        .allowed_also(&[409]), // nor stopped
         entry(
             GetProject::PATH,
             research(Need::See),
@@ -1344,6 +1358,26 @@ fn api_matrix(w: &World) -> Vec<ApiEntry> {
             research(Need::Operate),
             true,
         ),
+        ApiEntry {
+            // The matrix's instance may not be running.
+            allowed_also: &[409],
+            ..api(
+                "POST",
+                format!("/api/v1/instances/{ALLOCATION}/stop"),
+                research(Need::Operate),
+                true,
+            )
+        },
+        ApiEntry {
+            // Nor stopped.
+            allowed_also: &[409],
+            ..api(
+                "POST",
+                format!("/api/v1/instances/{ALLOCATION}/start"),
+                research(Need::Operate),
+                true,
+            )
+        },
         api("GET", "/api/v1/clusters", token_holder(), false),
         api(
             "GET",

@@ -32,6 +32,8 @@ from ._generated.api.instances import (
     launch_instance,
     list_instances,
     release_instance,
+    start_instance,
+    stop_instance,
 )
 from ._generated.api.volumes import (
     attach_volume,
@@ -211,6 +213,26 @@ class Cloud:
         self, id: str | uuid.UUID, timeout: float = 600.0
     ) -> AllocationDetail:
         return self._wait(id, ("released",), timeout)
+
+    def stop(self, id: str | uuid.UUID) -> AllocationDetail:
+        """Asks for a stop: the disk is saved (and billed as storage), the GPUs released.
+        Stopping again answers the same."""
+        return _ok(stop_instance.sync_detailed(_uuid(id), client=self._client))
+
+    def wait_until_stopped(
+        self, id: str | uuid.UUID, timeout: float = 600.0
+    ) -> AllocationDetail:
+        """Waits until the instance is stopped; raises ``Failed`` if it ended instead."""
+        detail = self._wait(id, ("stopped",), timeout)
+        if detail.projected != "stopped":
+            raise errors.Failed(f"{detail.name} did not stop: {_text(detail.failure)}")
+        return detail
+
+    def start(self, id: str | uuid.UUID) -> AllocationDetail:
+        """Starts a stopped instance on its saved disk, under the same id; ``NoCapacity``
+        when its region has no room for its SKU now (it stays stopped). Then
+        ``wait_until_running``."""
+        return _ok(start_instance.sync_detailed(_uuid(id), client=self._client))
 
     def _wait(self, id: str | uuid.UUID, states: tuple[str, ...], timeout: float) -> Any:
         """Long-polls `GET /instances/{id}?wait=` with the last ETag until the projected

@@ -52,6 +52,7 @@ from .spend_point import SpendPoint
 from .ssh_endpoint import SshEndpoint
 from .ssh_key import SshKey
 from .ssh_key_list import SshKeyList
+from .stopped_disk import StoppedDisk
 from .storage_price import StoragePrice
 from .storage_price_list import StoragePriceList
 from .storage_spend import StorageSpend
@@ -113,6 +114,7 @@ __all__ = (
     "SshEndpoint",
     "SshKey",
     "SshKeyList",
+    "StoppedDisk",
     "StoragePrice",
     "StoragePriceList",
     "StorageSpend",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
   from ..models.phase import Phase
   from ..models.port_address import PortAddress
   from ..models.ssh_endpoint import SshEndpoint
+  from ..models.stopped_disk import StoppedDisk
   from ..models.transition import Transition
 
 
@@ -65,6 +66,8 @@ class AllocationDetail:
             state (str):
             tags (BTreeMap):
             transitions (list[Transition]):
+            can_start (bool | Unset): Whether the caller may start it now (it is stopped).
+            can_stop (bool | Unset): Whether the caller may stop it now (it runs, and is no cluster's member).
             cost_so_far (Money | None | Unset):
             execution (None | str | Unset): The current (or last) task and its last phase.
             expires_at (datetime.datetime | None | Unset):
@@ -75,6 +78,7 @@ class AllocationDetail:
             running_since (datetime.datetime | None | Unset): When it started running (and so costing), if it has.
             ssh (None | str | Unset): `ssh -p port user@host`, once running: [`SshEndpoint::command`] of `ssh_endpoint`.
             ssh_endpoint (None | SshEndpoint | Unset):
+            stopped_disk (None | StoppedDisk | Unset):
      """
 
     can_release: bool
@@ -104,6 +108,8 @@ class AllocationDetail:
     state: str
     tags: BTreeMap
     transitions: list[Transition]
+    can_start: bool | Unset = UNSET
+    can_stop: bool | Unset = UNSET
     cost_so_far: Money | None | Unset = UNSET
     execution: None | str | Unset = UNSET
     expires_at: datetime.datetime | None | Unset = UNSET
@@ -114,6 +120,7 @@ class AllocationDetail:
     running_since: datetime.datetime | None | Unset = UNSET
     ssh: None | str | Unset = UNSET
     ssh_endpoint: None | SshEndpoint | Unset = UNSET
+    stopped_disk: None | StoppedDisk | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -129,6 +136,7 @@ class AllocationDetail:
         from ..models.phase import Phase # noqa: PLC0415
         from ..models.port_address import PortAddress # noqa: PLC0415
         from ..models.ssh_endpoint import SshEndpoint # noqa: PLC0415
+        from ..models.stopped_disk import StoppedDisk # noqa: PLC0415
         from ..models.transition import Transition # noqa: PLC0415
         can_release = self.can_release
 
@@ -211,6 +219,10 @@ class AllocationDetail:
 
 
 
+        can_start = self.can_start
+
+        can_stop = self.can_stop
+
         cost_so_far: dict[str, Any] | None | Unset
         if isinstance(self.cost_so_far, Unset):
             cost_so_far = UNSET
@@ -283,6 +295,14 @@ class AllocationDetail:
         else:
             ssh_endpoint = self.ssh_endpoint
 
+        stopped_disk: dict[str, Any] | None | Unset
+        if isinstance(self.stopped_disk, Unset):
+            stopped_disk = UNSET
+        elif isinstance(self.stopped_disk, StoppedDisk):
+            stopped_disk = self.stopped_disk.to_dict()
+        else:
+            stopped_disk = self.stopped_disk
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -315,6 +335,10 @@ class AllocationDetail:
             "tags": tags,
             "transitions": transitions,
         })
+        if can_start is not UNSET:
+            field_dict["can_start"] = can_start
+        if can_stop is not UNSET:
+            field_dict["can_stop"] = can_stop
         if cost_so_far is not UNSET:
             field_dict["cost_so_far"] = cost_so_far
         if execution is not UNSET:
@@ -335,6 +359,8 @@ class AllocationDetail:
             field_dict["ssh"] = ssh
         if ssh_endpoint is not UNSET:
             field_dict["ssh_endpoint"] = ssh_endpoint
+        if stopped_disk is not UNSET:
+            field_dict["stopped_disk"] = stopped_disk
 
         return field_dict
 
@@ -350,6 +376,7 @@ class AllocationDetail:
         from ..models.phase import Phase # noqa: PLC0415
         from ..models.port_address import PortAddress # noqa: PLC0415
         from ..models.ssh_endpoint import SshEndpoint # noqa: PLC0415
+        from ..models.stopped_disk import StoppedDisk # noqa: PLC0415
         from ..models.transition import Transition # noqa: PLC0415
         d = dict(src_dict)
         can_release = d.pop("can_release")
@@ -464,6 +491,10 @@ class AllocationDetail:
 
             transitions.append(transitions_item)
 
+
+        can_start = d.pop("can_start", UNSET)
+
+        can_stop = d.pop("can_stop", UNSET)
 
         def _parse_cost_so_far(data: object) -> Money | None | Unset:
             if data is None:
@@ -625,6 +656,26 @@ class AllocationDetail:
         ssh_endpoint = _parse_ssh_endpoint(d.pop("ssh_endpoint", UNSET))
 
 
+        def _parse_stopped_disk(data: object) -> None | StoppedDisk | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                stopped_disk_type_1 = StoppedDisk.from_dict(data)
+
+
+
+                return stopped_disk_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | StoppedDisk | Unset, data)
+
+        stopped_disk = _parse_stopped_disk(d.pop("stopped_disk", UNSET))
+
+
         allocation_detail = cls(
             can_release=can_release,
             canonical_name=canonical_name,
@@ -653,6 +704,8 @@ class AllocationDetail:
             state=state,
             tags=tags,
             transitions=transitions,
+            can_start=can_start,
+            can_stop=can_stop,
             cost_so_far=cost_so_far,
             execution=execution,
             expires_at=expires_at,
@@ -663,6 +716,7 @@ class AllocationDetail:
             running_since=running_since,
             ssh=ssh,
             ssh_endpoint=ssh_endpoint,
+            stopped_disk=stopped_disk,
         )
 
 
