@@ -61,3 +61,23 @@ END;
 $$;
 CREATE TRIGGER allocations_stop_and_start_end BEFORE UPDATE OF state ON allocations
     FOR EACH ROW EXECUTE FUNCTION allocations_stop_and_start_end();
+
+-- A stopped instance keeps its volumes: they stay attached to the run that was stopped (its
+-- host unplugged them with the VM, and the storage backend keeps serving them) until a start
+-- moves them to the new run, or the instance is released. The same function as 0049's
+-- otherwise.
+CREATE OR REPLACE FUNCTION allocations_release_volumes() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state IN ('cleaning', 'released') AND OLD.state NOT IN ('cleaning', 'released')
+       AND NEW.stop_root_volume IS NULL THEN
+        WITH detached AS (
+            UPDATE volumes SET state = 'detaching'
+            WHERE attached_to = NEW.id AND state IN ('attaching', 'in_use')
+            RETURNING id
+        )
+        INSERT INTO volume_jobs (volume_id, kind) SELECT id, 'withdraw' FROM detached;
+    END IF;
+    RETURN NEW;
+END;
+$$;

@@ -1,5 +1,6 @@
 //! `cargo xtask bench volumes`: how long a tenant waits for a volume to attach to a running
-//! instance, and to detach from it.
+//! instance, and to detach from it; then for the instance to stop (its disk saved into a root
+//! volume the storage worker makes and serves, its release answered) and to start again.
 //!
 //! Enrols a fleet of HGX nodes (default 8 × 8 slots), runs one simulated agent per node in this
 //! process (provisions answered at once, volumes updates answered with what the plan lists),
@@ -8,9 +9,10 @@
 //! instances (default 32), makes a 1 GiB volume for each, then attaches them at `--rate` per
 //! second (default 8) and, once all are in use, detaches them at the same rate.
 //!
-//! Prints attach → in use (the backend serves it, the host plugged it in) and detach →
-//! available (the host unplugged it, the backend no longer serves it), as p50/p99 in
-//! milliseconds. The state is read every 2 ms. Needs `DATABASE_URL`, and `qemu-img` and
+//! Prints attach → in use (the backend serves it, the host plugged it in), detach → available
+//! (the host unplugged it, the backend no longer serves it), stop → stopped (the root volume
+//! made and served, the release answered with its proof) and start → running (placed again and
+//! provisioned), as p50/p99 in milliseconds. The state is read every 2 ms. Needs `DATABASE_URL`, and `qemu-img` and
 //! `qemu-storage-daemon` (without them it says SKIPPED).
 
 use control_plane::prelude::*;
@@ -84,7 +86,7 @@ pub async fn main() {
     let errors = Arc::new(Mutex::new(0usize));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut tasks = Vec::new();
-    for (_node, agent, _credential) in agents {
+    for (node, agent, credential) in agents {
         let (cp, stop, errors) = (cp.clone(), stop.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -104,6 +106,9 @@ pub async fn main() {
                     TaskSpec::VolumesUpdate(plan) => TaskOutput::VolumesUpdated {
                         attached: plan.volumes.iter().map(|v| v.volume_id.clone()).collect(),
                     },
+                    TaskSpec::VmRelease(plan) => {
+                        TaskOutput::Cleaned(support::signed_proof(node, &credential, plan))
+                    }
                     other => panic!("unexpected task {other:?}"),
                 };
                 let outcome = TaskOutcome::Succeeded { output };
@@ -201,6 +206,24 @@ pub async fn main() {
     })
     .await;
 
+    let ids: Vec<AllocationId> = pairs.iter().map(|&(id, _)| id).collect();
+    let stopping = timed_instances(&pool, &ids, rate, "stopped", {
+        let (cp, who) = (cp.clone(), who.clone());
+        move |id| {
+            let (cp, who) = (cp.clone(), who.clone());
+            async move { cp.stop_instance(&who, id, None).await }
+        }
+    })
+    .await;
+    let starting = timed_instances(&pool, &ids, rate, "running", {
+        let (cp, who) = (cp.clone(), who.clone());
+        move |id| {
+            let (cp, who) = (cp.clone(), who.clone());
+            async move { cp.start_instance(&who, id, None).await.map(drop) }
+        }
+    })
+    .await;
+
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
@@ -215,6 +238,8 @@ pub async fn main() {
     for (name, v) in [
         ("attach -> in use", &attach),
         ("detach -> available", &detach),
+        ("stop -> stopped", &stopping),
+        ("start -> running", &starting),
     ] {
         println!(
             "{name:<32} {:>7} {:>9.1} {:>9.1}",
@@ -224,13 +249,21 @@ pub async fn main() {
         );
     }
     println!(
-        "RESULT volumes instances={instances} rate={rate} attach_p50_ms={:.1} attach_p99_ms={:.1} detach_p50_ms={:.1} detach_p99_ms={:.1} agent_errors={errors}",
+        "RESULT volumes instances={instances} rate={rate} attach_p50_ms={:.1} attach_p99_ms={:.1} detach_p50_ms={:.1} detach_p99_ms={:.1} stop_p50_ms={:.1} stop_p99_ms={:.1} start_p50_ms={:.1} start_p99_ms={:.1} agent_errors={errors}",
         pct(&attach, 0.5),
         pct(&attach, 0.99),
         pct(&detach, 0.5),
         pct(&detach, 0.99),
+        pct(&stopping, 0.5),
+        pct(&stopping, 0.99),
+        pct(&starting, 0.5),
+        pct(&starting, 0.99),
     );
-    if errors != 0 || attach.len() != instances || detach.len() != instances {
+    if errors != 0
+        || [&attach, &detach, &stopping, &starting]
+            .iter()
+            .any(|v| v.len() != instances)
+    {
         std::process::exit(1);
     }
 }
@@ -258,6 +291,61 @@ where
             let t0 = Instant::now();
             call.await.expect("the volume call is accepted");
             wait_for(&pool, "volumes", volume.0, state).await;
+            t0.elapsed()
+        }));
+    }
+    let mut took = Vec::new();
+    for w in waits {
+        took.push(w.await.expect("timed"));
+    }
+    took.sort();
+    took
+}
+
+/// Calls `act` for each instance at `rate` per second, and times each until the instance
+/// reads `state` (`stopped`, or `running` on its current run).
+async fn timed_instances<F, Fut>(
+    pool: &sqlx::PgPool,
+    ids: &[AllocationId],
+    rate: u64,
+    state: &'static str,
+    act: F,
+) -> Vec<Duration>
+where
+    F: Fn(AllocationId) -> Fut,
+    Fut: std::future::Future<Output = control_plane::error::Result<()>> + Send + 'static,
+{
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut waits = Vec::new();
+    for &id in ids {
+        tick.tick().await;
+        let call = act(id);
+        let pool = pool.clone();
+        waits.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            call.await.expect("the instance call is accepted");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let now: String = sqlx::query_scalar(
+                    "SELECT CASE WHEN state = 'released' AND stop_root_volume IS NOT NULL
+                                 THEN 'stopped' ELSE state END
+                     FROM allocations
+                     WHERE (id = $1 OR instance_id = $1) AND superseded_by IS NULL",
+                )
+                .bind(id.0)
+                .fetch_one(&pool)
+                .await
+                .expect("reads the state");
+                if now == state {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "instance {id} is still {now}, not {state}, after a minute"
+                );
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
             t0.elapsed()
         }));
     }

@@ -235,6 +235,38 @@ impl Resume {
         )
         .execute(&mut *conn)
         .await?;
+        self.carry_volumes(conn, run).await
+    }
+
+    /// The volumes the stopped run kept move to the new run, by the state machine's own steps
+    /// (detaching, available, attaching: no move skips the guard), still served by the
+    /// backend; the new run's host plugs them in once it runs.
+    async fn carry_volumes(&self, conn: &mut PgConnection, run: AllocationId) -> Result<()> {
+        let kept: Vec<uuid::Uuid> = sqlx::query_scalar!(
+            r#"UPDATE volumes SET state = 'detaching'
+               WHERE attached_to = $1 AND state IN ('attaching', 'in_use')
+               RETURNING id AS "id!""#,
+            self.previous as AllocationId
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        if kept.is_empty() {
+            return Ok(());
+        }
+        sqlx::query!(
+            "UPDATE volumes SET state = 'available', attached_to = NULL WHERE id = ANY($1)",
+            &kept
+        )
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query!(
+            "UPDATE volumes SET state = 'attaching', attached_to = $2 WHERE id = ANY($1)",
+            &kept,
+            run as AllocationId
+        )
+        .execute(&mut *conn)
+        .await
+        .map_err(cp_base::db::trigger_refusal)?;
         Ok(())
     }
 }
@@ -401,6 +433,18 @@ pub(crate) async fn release_stopped(
     .await?;
     let Some(r) = r else { return Ok(false) };
     erase_root(conn, r.root).await?;
+    // The volumes it kept are detached now, as a release detaches them.
+    let kept = sqlx::query_scalar!(
+        r#"UPDATE volumes SET state = 'detaching'
+           WHERE attached_to = $1 AND state IN ('attaching', 'in_use')
+           RETURNING id AS "id: VolumeId""#,
+        run as AllocationId
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for v in kept {
+        queue_job(conn, v, "withdraw").await?;
+    }
     sqlx::query!(
         "UPDATE allocations SET stop_root_volume = NULL WHERE id = $1",
         run as AllocationId

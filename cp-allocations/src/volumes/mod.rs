@@ -219,7 +219,8 @@ async fn read_volumes(
         VolumeRow,
         r#"SELECT v.id AS "id: VolumeId", v.project_id AS "project_id: ProjectId", v.name,
                   v.region, v.size_gib, v.kind, v.state, v.error_reason,
-                  v.attached_to AS "attached_to: AllocationId", a.name AS "attached_name?",
+                  coalesce(a.instance_id, v.attached_to) AS "attached_to: AllocationId",
+                  a.name AS "attached_name?",
                   v.source_snapshot AS "source_snapshot: SnapshotId",
                   s.name AS "source_snapshot_name?",
                   v.created_at, v.state_changed_at, v.price_per_gib_month_micro, v.currency
@@ -618,6 +619,16 @@ impl VolumesApi for ControlPlane {
     ) -> Result<()> {
         let mut tx = self.pool().begin().await?;
         let v = lock_volume(&mut tx, who.id(), id).await?;
+        let not_ours = || {
+            invalid(
+                "instance",
+                format!("{to} is not an instance of this project"),
+            )
+        };
+        // The instance's current run (a started instance's id is its first run's).
+        let to = crate::allocations::stop_start::current_run(&mut tx, who.id(), to)
+            .await
+            .map_err(|_| not_ours())?;
         let instance = sqlx::query!(
             "SELECT name, region, state, desired_state FROM allocations
              WHERE id = $1 AND project_id = $2 FOR SHARE",
@@ -628,12 +639,7 @@ impl VolumesApi for ControlPlane {
         .await?
         // The volume was found; what the body names is not an instance of its project (one
         // of another project reads the same as one that doesn't exist).
-        .ok_or_else(|| {
-            invalid(
-                "instance",
-                format!("{to} is not an instance of this project"),
-            )
-        })?;
+        .ok_or_else(not_ours)?;
         if v.attached_to == Some(to) {
             return Ok(());
         }

@@ -254,6 +254,44 @@ class Provisioner(unittest.TestCase):
         provision.terminate_instances('gpuaas', cluster,
                                       {'region': 'eu-west-1'})
 
+    def test_a_stopped_cluster_resumes_on_its_disks(self):
+        from sky import provision
+        from sky.utils import status_lib
+        cluster = f'sky-stop-{uuid.uuid4().hex[:8]}'
+        record = provision.run_instances('gpuaas', 'eu-west-1', cluster,
+                                         cluster, self.config(1))
+        [head] = record.created_instance_ids
+        # `sky stop`: the node's disk is kept, its GPUs released.
+        provision.stop_instances('gpuaas', cluster, {'region': 'eu-west-1'})
+        provision.stop_instances('gpuaas', cluster, {'region': 'eu-west-1'})
+        provision.wait_instances('gpuaas', 'eu-west-1', cluster,
+                                 status_lib.ClusterStatus.STOPPED)
+        self.assertEqual(
+            provision.query_instances('gpuaas', cluster, cluster,
+                                      {'region': 'eu-west-1'}),
+            {head: (status_lib.ClusterStatus.STOPPED, None)})
+        self.assertGreaterEqual(
+            api('GET', f'/instances/{head}')['stopped_disk']['size_gib'], 1)
+        # `sky start`: the same node, resumed, not a new one.
+        again = provision.run_instances('gpuaas', 'eu-west-1', cluster,
+                                        cluster, self.config(1))
+        self.assertEqual(
+            (again.resumed_instance_ids, again.created_instance_ids,
+             again.head_instance_id), ([head], [], head))
+        self.assertEqual(
+            provision.query_instances('gpuaas', cluster, cluster,
+                                      {'region': 'eu-west-1'}),
+            {head: (status_lib.ClusterStatus.UP, None)})
+        # `sky down` of a stopped cluster releases it, disk and all.
+        provision.stop_instances('gpuaas', cluster, {'region': 'eu-west-1'})
+        provision.wait_instances('gpuaas', 'eu-west-1', cluster,
+                                 status_lib.ClusterStatus.STOPPED)
+        provision.terminate_instances('gpuaas', cluster,
+                                      {'region': 'eu-west-1'})
+        self.assertEqual(
+            provision.query_instances('gpuaas', cluster, cluster,
+                                      {'region': 'eu-west-1'}), {})
+
     def test_refusals_map_to_skypilots_failover_errors(self):
         from sky import exceptions
         from sky.provision.gpuaas import gpuaas_utils

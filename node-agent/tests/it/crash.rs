@@ -357,3 +357,150 @@ async fn cluster_members_converge_after_a_crash_at_every_provision_phase() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The slot disk a run's first slot has on the simulated host.
+async fn boot_disk(pool: &PgPool, host: &Host, run: AllocationId) -> std::path::PathBuf {
+    let namespace: String = sqlx::query_scalar(
+        "SELECT s.nvme_namespace FROM resource_claims c
+         JOIN node_resource_slots s ON s.id = c.slot_id
+         WHERE c.allocation_id = $1 ORDER BY s.slot_index LIMIT 1",
+    )
+    .bind(run.0)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    host.state.join("sim/nvme").join(format!("{namespace}.raw"))
+}
+
+async fn current_run(pool: &PgPool, instance: AllocationId) -> AllocationId {
+    AllocationId(
+        sqlx::query_scalar(
+            "SELECT id FROM allocations
+             WHERE (id = $1 OR instance_id = $1) AND superseded_by IS NULL",
+        )
+        .bind(instance.0)
+        .fetch_one(pool)
+        .await
+        .unwrap(),
+    )
+}
+
+/// Stop and start with the real storage worker (qemu-storage-daemon over NBD on loopback):
+/// the agent dies at each phase of a stop's release (the copy of the disk among them) and at
+/// the restore of a start. Each time the instance converges, stopped with its slot clean, then
+/// running again on whichever slot placement chose, with what the guest wrote before the stop.
+#[tokio::test]
+async fn stops_and_starts_converge_after_a_crash_at_every_phase() {
+    let missing = ["qemu-img", "qemu-storage-daemon"]
+        .into_iter()
+        .find(|tool| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+    if let Some(tool) = missing {
+        println!("SKIPPED: {tool} is not installed");
+        return;
+    }
+    let Setup {
+        _db,
+        pool,
+        cp,
+        host,
+        dir,
+        bob,
+        ..
+    } = setup("gpu-crash-03").await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = std::sync::Arc::new(storage::QemuNbd::new(
+        dir.join("storage"),
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        None,
+    ));
+    let worker = tokio::spawn(server::workers::storage(cp.clone(), backend.clone()));
+    let secret = b"GUEST-CHECKPOINT-7";
+    let mut stop_phases = RELEASE.to_vec();
+    let at = stop_phases
+        .iter()
+        .position(|p| *p == "destroy_domain")
+        .unwrap();
+    stop_phases.insert(at + 1, "save_root_disk");
+    let crashes = stop_phases
+        .iter()
+        .map(|p| (Some(*p), None))
+        .chain([(None, Some("write_image")), (None, Some("start_vm"))]);
+
+    for (stop_crash, start_crash) in crashes {
+        let what = format!("crash at stop phase {stop_crash:?}, start phase {start_crash:?}");
+        let agent = host.agent(None);
+        let id = launch(&cp, &bob, &format!("s-{}", uuid::Uuid::new_v4().simple())).await;
+        until(&pool, id, "running", &what).await;
+        // The guest writes to its disk.
+        let disk = boot_disk(&pool, &host, id).await;
+        let mut bytes = std::fs::read(&disk).unwrap();
+        bytes[4096..4096 + secret.len()].copy_from_slice(secret);
+        std::fs::write(&disk, bytes).unwrap();
+
+        stop(agent).await;
+        cp.stop_instance(&bob, id, None).await.unwrap();
+        // The storage worker serves the root volume, and the release is queued.
+        until(&pool, id, "releasing", &what).await;
+        let agent = match stop_crash {
+            Some(phase) => {
+                let mut crashing = host.agent(Some(phase));
+                let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+                assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+                host.agent(None)
+            }
+            None => host.agent(None),
+        };
+        until(&pool, id, "released", &what).await;
+        assert_released_clean(&pool, id, 1, &what).await;
+        assert_eq!(host.leases(), 0, "{what}: no lease left");
+        let stops: bool = sqlx::query_scalar(
+            "SELECT stop_root_volume IS NOT NULL FROM allocations WHERE id = $1",
+        )
+        .bind(id.0)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert!(stops, "{what}: it is stopped, not released");
+
+        let agent = match start_crash {
+            Some(phase) => {
+                stop(agent).await;
+                cp.start_instance(&bob, id, None).await.unwrap();
+                let mut crashing = host.agent(Some(phase));
+                let status = wait_exit(&mut crashing, Duration::from_secs(30)).await;
+                assert_eq!(status.code(), Some(86), "{what}: the knob killed it");
+                host.agent(None)
+            }
+            None => {
+                cp.start_instance(&bob, id, None).await.unwrap();
+                agent
+            }
+        };
+        let run = current_run(&pool, id).await;
+        assert_ne!(run, id, "{what}: a start is a new run");
+        until(&pool, run, "running", &what).await;
+        assert_eq!(host.domains(), [format!("gpuaas-{run}")], "{what}: one VM");
+        let restored = std::fs::read(boot_disk(&pool, &host, run).await).unwrap();
+        assert_eq!(
+            &restored[4096..4096 + secret.len()],
+            secret,
+            "{what}: the started run boots what the guest wrote"
+        );
+        cp.release_allocation(&bob, id, None).await.unwrap();
+        until(&pool, run, "released", &what).await;
+        assert_released_clean(&pool, run, 1, &what).await;
+        stop(agent).await;
+    }
+    worker.abort();
+    backend.stop_daemon().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -14,6 +14,7 @@ use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec};
 use axum::body::Body;
 use control_plane::api_tokens::TokenScope;
 use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
+use control_plane::prelude::*;
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use test_db::fixtures::{answer, approved, node, operator, provisioned, signed_proof};
@@ -113,6 +114,44 @@ async fn launch(app: &axum::Router, token: &str, sku: &str, name: &str) -> (Stat
     call(app, "POST", "/api/v1/instances", token, Some(body)).await
 }
 
+/// Polls the volume until it is in `state` (10 s at most).
+async fn volume_until(app: &axum::Router, token: &str, id: &str, state: &str) -> Value {
+    for _ in 0..200 {
+        let (_, v) = call(app, "GET", &format!("/api/v1/volumes/{id}"), token, None).await;
+        if v["state"] == state {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("volume {id} never became {state}");
+}
+
+/// The host answers the volumes update it is handed (once the worker queued it), plugging in
+/// what the plan names; the plan, which must name `n` volumes.
+async fn plug(
+    cp: &control_plane::ControlPlane,
+    agent: &control_plane::agent_api::NodeAgent,
+    n: usize,
+) -> agent_protocol::VolumesPlan {
+    queued(cp, "allocation.volumes_update").await;
+    let spec = answer(cp, agent, &["validate_plan", "plug_volumes"], |spec| {
+        let TaskSpec::VolumesUpdate(plan) = spec else {
+            panic!("{spec:?}")
+        };
+        TaskOutcome::Succeeded {
+            output: TaskOutput::VolumesUpdated {
+                attached: plan.volumes.iter().map(|v| v.volume_id.clone()).collect(),
+            },
+        }
+    })
+    .await;
+    let TaskSpec::VolumesUpdate(plan) = spec else {
+        panic!("{spec:?}")
+    };
+    assert_eq!(plan.volumes.len(), n, "{plan:?}");
+    plan
+}
+
 async fn root_volume(cp: &control_plane::ControlPlane, instance: &str) -> (uuid::Uuid, String) {
     sqlx::query_as(
         "SELECT id, state FROM volumes WHERE root_of = $1::uuid ORDER BY created_at DESC LIMIT 1",
@@ -191,6 +230,29 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
     .await;
     let running = until(&app, &alice, &id, "running").await;
     assert_eq!(running["can_stop"], true, "{running}");
+    // A data volume attached to it, plugged in by its host.
+    let (status, v) = call(
+        &app,
+        "POST",
+        "/api/v1/volumes",
+        &alice,
+        Some(json!({"project": ACME_RESEARCH.to_string(), "name": "datasets", "region": "eu-west-1", "size_gib": 1})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v}");
+    let data = v["id"].as_str().unwrap().to_owned();
+    volume_until(&app, &alice, &data, "available").await;
+    let (status, v) = call(
+        &app,
+        "POST",
+        &format!("/api/v1/volumes/{data}/attach"),
+        &alice,
+        Some(json!({"instance": id})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{v}");
+    plug(&cp, &agent, 1).await;
+    volume_until(&app, &alice, &data, "in_use").await;
     let stop = format!("/api/v1/instances/{id}/stop");
     let start = format!("/api/v1/instances/{id}/start");
 
@@ -302,7 +364,13 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
         None,
     )
     .await;
-    assert_eq!(volumes["volumes"], json!([]), "{volumes}");
+    let names: Vec<&str> = volumes["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["datasets"], "the root disk is no volume of the project's");
     let (status, _) = call(
         &app,
         "GET",
@@ -312,6 +380,20 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
     )
     .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // The data volume stays attached to the stopped instance.
+    let (_, v) = call(
+        &app,
+        "GET",
+        &format!("/api/v1/volumes/{data}"),
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (v["state"].as_str(), v["attached_to"].as_str()),
+        (Some("in_use"), Some(id.as_str())),
+        "{v}"
+    );
 
     // While it is stopped, something else takes the whole node: starting it is refused with
     // placement's reason, and it stays stopped.
@@ -373,6 +455,12 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
     assert_eq!(plan.name, "trainer");
     assert_eq!(plan.network.published.len(), 1, "{:?}", plan.network);
     let again = until(&app, &alice, &id, "running").await;
+    // Its volume is plugged into the new run's VM, and still reads as attached to it.
+    cp.dispatch_outbox(10).await.unwrap();
+    let plan = plug(&cp, &agent, 1).await;
+    assert_eq!(plan.volumes[0].volume_id, data);
+    let v = volume_until(&app, &alice, &data, "in_use").await;
+    assert_eq!(v["attached_to"].as_str(), Some(id.as_str()), "{v}");
     assert_eq!(again["tags"], json!({"team": "vision"}));
     assert!(again["ssh"].as_str().is_some(), "{again}");
     assert_eq!(again["stopped_disk"], Value::Null);
@@ -443,6 +531,8 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(root_volume(&cp, &id).await.1, "deleted");
+    // Its volume is free again.
+    volume_until(&app, &alice, &data, "available").await;
     let actions: Vec<String> = sqlx::query_scalar(
         "SELECT action FROM audit_log WHERE action LIKE 'instance.%' ORDER BY id",
     )

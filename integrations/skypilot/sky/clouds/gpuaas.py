@@ -36,10 +36,8 @@ class GPUaaS(clouds.Cloud):
 
     _REPR = 'GPUaaS'
     _CLOUD_UNSUPPORTED_FEATURES = {
-        clouds.CloudImplementationFeatures.STOP:
-            ('GPUaaS instances are released, not stopped, for now.'),
         clouds.CloudImplementationFeatures.AUTOSTOP:
-            ('GPUaaS instances are released, not stopped, for now.'),
+            ('Autostop is not supported on GPUaaS yet: use sky stop.'),
         clouds.CloudImplementationFeatures.CLONE_DISK_FROM_CLUSTER:
             ('Disk cloning is not supported on GPUaaS.'),
         clouds.CloudImplementationFeatures.SPOT_INSTANCE:

@@ -177,6 +177,14 @@ class GpuaasClient:
         """Idempotent: releasing a released instance answers the same."""
         self._call('DELETE', f'/instances/{instance_id}')
 
+    def stop(self, instance_id: str) -> Dict[str, Any]:
+        """Idempotent: the disk is kept, the GPUs released."""
+        return self._call('POST', f'/instances/{instance_id}/stop')
+
+    def start(self, instance_id: str) -> Dict[str, Any]:
+        """Idempotent: a stopped instance is placed again, on its disk."""
+        return self._call('POST', f'/instances/{instance_id}/start')
+
 
 def _retry_after(response: requests.Response, attempt: int) -> float:
     try:

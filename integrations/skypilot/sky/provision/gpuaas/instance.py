@@ -40,17 +40,21 @@ LAUNCH_TIMEOUT_SECONDS = 900
 
 # The instance's state as the API projects it (`projected`), to SkyPilot's.
 # An instance that is being released, or has been, or failed (a failed launch
-# is released by the platform) no longer exists for SkyPilot.
+# is released by the platform) no longer exists for SkyPilot; a stopped one
+# keeps its disk and its id until it is started again.
 _STATUS_MAP: Dict[str, Optional[status_lib.ClusterStatus]] = {
     'placed': status_lib.ClusterStatus.INIT,
     'provisioning': status_lib.ClusterStatus.INIT,
     'running': status_lib.ClusterStatus.UP,
+    'stopping': status_lib.ClusterStatus.STOPPED,
+    'stopped': status_lib.ClusterStatus.STOPPED,
     'releasing': None,
     'cleaning': None,
     'released': None,
     'failed': None,
 }
 _LIVE = tuple(state for state, status in _STATUS_MAP.items() if status is not None)
+_STOPPED = ('stopping', 'stopped')
 
 
 def _client() -> gpuaas_utils.GpuaasClient:
@@ -138,6 +142,16 @@ def _run_instances(client: gpuaas_utils.GpuaasClient, region: str,
             f'Cluster {cluster_name_on_cloud} already has {len(live)} nodes, '
             f'but {config.count} are required.')
 
+    # Stopped nodes start again on their disks, under their ids (`sky start`).
+    resumed = [
+        inst_id for inst_id, inst in live.items()
+        if inst['projected'] in _STOPPED
+    ]
+    for inst_id in resumed:
+        _wait_for(client, cluster_name_on_cloud, {inst_id}, ('stopped',))
+        client.start(inst_id)
+        logger.debug(f'Started {live[inst_id]["name"]} ({inst_id}) again.')
+
     taken = {inst['tags'].get(NODE_TAG) for inst in live.values()}
     prefix = (cluster_name_on_cloud if generation == 0 else
               f'{cluster_name_on_cloud}-{generation}')
@@ -170,7 +184,7 @@ def _run_instances(client: gpuaas_utils.GpuaasClient, region: str,
                                   region=region,
                                   zone=None,
                                   head_instance_id=head_id,
-                                  resumed_instance_ids=[],
+                                  resumed_instance_ids=resumed,
                                   created_instance_ids=created)
 
 
@@ -223,9 +237,32 @@ def _wait_running(client: gpuaas_utils.GpuaasClient,
         time.sleep(POLL_INTERVAL_SECONDS)
 
 
+def _wait_for(client: gpuaas_utils.GpuaasClient, cluster_name_on_cloud: str,
+              nodes: Set[str], states: Tuple[str, ...]) -> None:
+    """Until every node in `nodes` is in one of `states`."""
+    deadline = time.time() + LAUNCH_TIMEOUT_SECONDS
+    while True:
+        mine = [
+            i for i in _all_instances(client, cluster_name_on_cloud)
+            if i['id'] in nodes
+        ]
+        if all(i['projected'] in states for i in mine):
+            return
+        if time.time() > deadline:
+            raise TimeoutError(
+                f'GPUaaS instances of {cluster_name_on_cloud} not '
+                f'{" or ".join(states)} after {LAUNCH_TIMEOUT_SECONDS} s')
+        time.sleep(POLL_INTERVAL_SECONDS)
+
+
 def wait_instances(region: str, cluster_name_on_cloud: str,
                    state: Optional[status_lib.ClusterStatus]) -> None:
-    del region, cluster_name_on_cloud, state  # run_instances waits.
+    """run_instances waits for running; this waits for a stop to finish."""
+    del region  # unused
+    if state == status_lib.ClusterStatus.STOPPED:
+        client = _client()
+        live = _live_instances(client, cluster_name_on_cloud)
+        _wait_for(client, cluster_name_on_cloud, set(live), ('stopped',))
 
 
 def stop_instances(
@@ -233,8 +270,21 @@ def stop_instances(
     provider_config: Optional[Dict[str, Any]] = None,
     worker_only: bool = False,
 ) -> None:
-    # The cloud declares STOP unsupported, so SkyPilot never calls this.
-    raise NotImplementedError('GPUaaS instances cannot be stopped yet.')
+    """See sky/provision/__init__.py. Each node's disk is kept (billed as
+    storage) and its GPUs are released; stopping again changes nothing."""
+    del provider_config  # unused
+    client = _client()
+    for inst_id, inst in _live_instances(client,
+                                         cluster_name_on_cloud).items():
+        if worker_only and _is_head(inst):
+            continue
+        if inst['projected'] in _STOPPED:
+            continue
+        try:
+            client.stop(inst_id)
+        except gpuaas_utils.GpuaasApiError as e:
+            if e.status != 404:
+                raise
 
 
 def terminate_instances(
