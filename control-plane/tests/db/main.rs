@@ -22,6 +22,7 @@ mod reconcile;
 mod sessions;
 mod snapshots;
 mod sso;
+mod stop_start;
 mod storage_billing;
 mod tenancy;
 mod volumes;

@@ -370,7 +370,11 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
         .iter()
         .map(|v| v["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["datasets"], "the root disk is no volume of the project's");
+    assert_eq!(
+        names,
+        ["datasets"],
+        "the root disk is no volume of the project's"
+    );
     let (status, _) = call(
         &app,
         "GET",
