@@ -10,6 +10,13 @@ SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
        a.stop_root_volume IS NOT NULL AS "stops!", a.cluster_id IS NOT NULL AS "in_cluster!",
        r.size_gib AS "root_gib?", r.price_per_gib_month_micro AS root_price_micro,
        r.currency AS "root_currency?",
+       -- What a stop would keep: the first slot's disk, at the region's storage price.
+       (SELECT s.nvme_size_bytes FROM resource_claims c
+          JOIN node_resource_slots s
+            ON s.id = c.slot_id OR (c.kind = 'baremetal' AND s.node_id = c.node_id)
+        WHERE c.allocation_id = a.id
+        ORDER BY s.slot_index LIMIT 1) AS boot_disk_bytes,
+       sp.price_per_gib_month_micro AS "storage_price_micro?", sp.currency AS "storage_currency?",
        ui.started_at AS "running_since?", ui.ended_at AS "ran_until?",
        round(date_part('epoch', coalesce(ui.ended_at, now()) - ui.started_at))::bigint
          AS ran_for_s,
@@ -74,6 +81,7 @@ SELECT a.name, s.name AS sku, a.shape, a.gpu_count, a.region, n.hostname,
 FROM allocations a JOIN skus s ON s.id = a.sku_id JOIN nodes n ON n.id = a.node_id
 LEFT JOIN usage_intervals ui ON ui.allocation_id = a.id
 LEFT JOIN volumes r ON r.id = a.stop_root_volume
+LEFT JOIN storage_prices sp ON sp.region = a.region
      JOIN listing_versions v ON v.id = a.listing_version_id
      JOIN listings l ON l.id = v.listing_id
 WHERE a.id = $1 AND a.project_id = $2

@@ -42,13 +42,20 @@ test('bob stops his instance, keeping its disk, and starts it again under the sa
       await lifecycle.filter({ hasText: 'running' }).waitFor({ timeout: 40_000 });
       assert.equal(await page.locator('#start').count(), 0, 'a running instance has no Start');
 
+      // Before stopping, the page says what the kept disk will cost.
+      assert.match(
+        await page.getByTestId('stop-keeps').innerText(),
+        /keeps its disk \([\d,]+ GiB for [\d,]+\.\d{2} USD a month\)/,
+      );
       // Stopped: the agent saves the disk before the wipe, and the page says what it keeps.
       await page.locator('#stop').getByRole('button', { name: 'Stop' }).click();
       await lifecycle.filter({ hasText: 'stopped' }).waitFor({ timeout: 60_000 });
       assert.match(
         await page.getByTestId('stopped-disk').innerText(),
-        /^Its [\d,]+ GiB disk is kept on the region's storage for [\d,]+\.\d{2} USD a month; its GPUs are free for others\.$/,
+        /^Its disk is kept on the region's storage: [\d,]+ GiB for [\d,]+\.\d{2} USD a month\. Its GPUs are free for others\.$/,
       );
+      assert.equal(await page.getByTestId('desired').innerText(), 'stopped');
+      assert.equal(await page.getByText('Desired and observed differ').count(), 0);
       assert.equal(await page.getByTestId('ssh').count(), 0, 'nothing to connect to while stopped');
       assert.equal(await page.locator('#stop').count(), 0);
       const saved = sql(`SELECT p.status FROM agent_task_phases p JOIN agent_tasks t ON t.id = p.task_id

@@ -1029,12 +1029,7 @@ async fn stop_or_start(
         let d: AllocationDetail = parse(v)?;
         let _ = writeln!(out, "{} {} ({})", d.id, d.name, d.projected);
         if let Some(disk) = d.stopped_disk {
-            let _ = writeln!(
-                out,
-                "disk: {} GiB kept for {} a month",
-                disk.size_gib,
-                disk.monthly_cost.grouped()
-            );
+            let _ = writeln!(out, "disk kept: {}", disk.label());
         }
     }
     Ok(())
@@ -1686,14 +1681,7 @@ fn show(out: &mut dyn Write, d: &AllocationDetail) {
         lines.push(("port", format!("{} at {}", p.guest_port, p.address)));
     }
     if let Some(disk) = &d.stopped_disk {
-        lines.push((
-            "disk",
-            format!(
-                "{} GiB kept for {} a month",
-                disk.size_gib,
-                disk.monthly_cost.grouped()
-            ),
-        ));
+        lines.push(("disk", format!("kept: {}", disk.label())));
     }
     if let Some(f) = &d.failure {
         lines.push(("failure", f.clone()));

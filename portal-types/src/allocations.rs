@@ -265,7 +265,11 @@ pub struct AllocationDetail {
     /// again (or released).
     #[serde(default)]
     pub stopped_disk: Option<StoppedDisk>,
-    /// Whether the caller may stop it now (it runs, and is no cluster's member).
+    /// What a stop would keep, and its monthly cost, while it runs and can be stopped (it is
+    /// no cluster's member, and its region prices storage).
+    #[serde(default)]
+    pub stop_keeps: Option<StoppedDisk>,
+    /// Whether the caller may stop it now.
     #[serde(default)]
     pub can_stop: bool,
     /// Whether the caller may start it now (it is stopped).
@@ -281,6 +285,17 @@ pub struct StoppedDisk {
     /// What it costs for a month while the instance stays stopped, at the region's storage
     /// price when it was saved.
     pub monthly_cost: Money,
+}
+
+impl StoppedDisk {
+    /// "7,154 GiB for 715.40 USD a month".
+    pub fn label(&self) -> String {
+        format!(
+            "{} GiB for {} a month",
+            crate::money::group_thousands(&self.size_gib.to_string()),
+            self.monthly_cost.grouped()
+        )
+    }
 }
 
 impl AllocationDetail {

@@ -276,7 +276,7 @@ impl fmt::Display for Micros {
 }
 
 /// `1234567` → `1,234,567`: ASCII digits, grouped by three from the right.
-fn group_thousands(digits: &str) -> String {
+pub(crate) fn group_thousands(digits: &str) -> String {
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {

@@ -7,7 +7,9 @@ use leptos::prelude::*;
 use leptos::reactive::computed::ScopedFuture;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
-use portal_types::allocations::{AllocationDetail, Certificate, Transition, tags_label};
+use portal_types::allocations::{
+    AllocationDetail, Certificate, StoppedDisk, Transition, tags_label,
+};
 use portal_types::utc;
 use portal_types::{AllocationId, IdArg};
 
@@ -302,6 +304,12 @@ fn AllocationBody(
 ) -> impl IntoView {
     let id = a.id.to_string();
     let (stop_id, start_id) = (id.clone(), id.clone());
+    let stopped_disk = a.stopped_disk.as_ref().map(StoppedDisk::label);
+    let stop_keeps = a
+        .stop_keeps
+        .as_ref()
+        .filter(|_| a.can_stop)
+        .map(StoppedDisk::label);
     let differs = a.desired_state != a.observed_state && a.state != "released";
     let price = a.price_label();
     let running = a.state == "running";
@@ -343,21 +351,21 @@ fn AllocationBody(
             })}
             {cost}
             {a.gpu_utilisation.filter(|_| running).map(|u| view! { <p>"GPU utilisation: " <span data-testid="gpu-utilisation">{format!("{}% (reported by the guest, {})", u.percent, utc(u.at))}</span></p> })}
-            {a.stopped_disk.as_ref().map(|d| view! {
+            {stopped_disk.map(|label| view! {
                 <p data-testid="stopped-disk">{format!(
-                    "Its {} GiB disk is kept on the region's storage for {} a month; its GPUs are free for others.",
-                    d.size_gib,
-                    d.monthly_cost.grouped()
+                    "Its disk is kept on the region's storage: {label}. Its GPUs are free for others."
                 )}</p>
             })}
-            {a.can_stop.then(|| view! {
+            {stop_keeps.map(|label| view! {
                 <ActionForm action=stop attr:id="stop" attr:class="inline-form">
                     <input type="hidden" name="id" value=stop_id />
                     <button type="submit">"Stop"</button>
-                    <span class="hint">" Shuts the guest down and keeps its disk (billed as storage); the GPUs are released. Start it again later, on any host of its region."</span>
+                    <span class="hint" data-testid="stop-keeps">{format!(
+                        " Shuts the guest down and keeps its disk ({label}); the GPUs are released. Start it again later, on any host of its region."
+                    )}</span>
                 </ActionForm>
             })}
-            {outcome(stop.value(), |_: ()| Some("Stopping: the disk is being saved.".to_string()))}
+            {outcome(stop.value(), |_: ()| Some("Stop requested.".to_string()))}
             {a.can_start.then(|| view! {
                 <ActionForm action=start attr:id="start" attr:class="inline-form">
                     <input type="hidden" name="id" value=start_id />
@@ -365,7 +373,7 @@ fn AllocationBody(
                     <span class="hint">" Places it again in its region and boots its saved disk; the SSH port may change."</span>
                 </ActionForm>
             })}
-            {outcome(start.value(), |_: ()| Some("Starting.".to_string()))}
+            {outcome(start.value(), |_: ()| Some("Start requested.".to_string()))}
             {a.can_release.then(|| view! {
                 <ActionForm action=release attr:id="release">
                     <input type="hidden" name="id" value=id.clone() />

@@ -35,6 +35,11 @@ pub fn instance_state(run_state: &str, stops: bool) -> Option<&'static str> {
     }
 }
 
+/// The root volume a boot disk of `bytes` is saved into: whole GiB, rounded up.
+pub(crate) fn root_disk_gib(bytes: i64) -> i64 {
+    (bytes + (1 << 30) - 1) >> 30
+}
+
 /// The current run of instance `id` in `project`: the instance itself until it was first
 /// started again. An id of another project is not found.
 pub(crate) async fn current_run(
@@ -131,7 +136,7 @@ pub(crate) async fn stop(
     let bytes = run
         .boot_disk_bytes
         .ok_or_else(|| Error::Corrupt(format!("running allocation {} holds no slot", run.id)))?;
-    let gib = (bytes + (1 << 30) - 1) >> 30;
+    let gib = root_disk_gib(bytes);
     if !(1..=MAX_ROOT_GIB).contains(&gib) {
         return Err(Error::Conflict(format!(
             "{}'s boot disk holds {gib} GiB; a stop keeps at most {MAX_ROOT_GIB} GiB",

@@ -141,30 +141,47 @@ pub(crate) async fn detail(
         a.ssh_port,
         a.ssh_user.as_deref(),
     );
-    let shown = crate::allocations::stop_start::instance_state(&a.state, a.stops);
+    use crate::allocations::stop_start::{instance_state, root_disk_gib};
+    let shown = instance_state(&a.state, a.stops);
+    let disk = |gib: i64, micro: i64, currency: String| {
+        let size_gib = u32::try_from(gib).map_err(|_| Error::Corrupt("root disk size".into()))?;
+        Ok::<_, Error>(portal_types::allocations::StoppedDisk {
+            size_gib,
+            monthly_cost: portal_types::volumes::StoragePrice {
+                region: a.region.clone(),
+                currency: currency.into(),
+                per_gib_month_micro: micro,
+            }
+            .monthly(size_gib),
+        })
+    };
     let stopped_disk = match (a.root_gib, a.root_price_micro, a.root_currency) {
-        (Some(gib), Some(micro), Some(currency)) => {
-            let size_gib =
-                u32::try_from(gib).map_err(|_| Error::Corrupt("root disk size".into()))?;
-            Some(portal_types::allocations::StoppedDisk {
-                size_gib,
-                monthly_cost: portal_types::volumes::StoragePrice {
-                    region: a.region.clone(),
-                    currency: currency.into(),
-                    per_gib_month_micro: micro,
-                }
-                .monthly(size_gib),
-            })
+        (Some(gib), Some(micro), Some(currency)) => Some(disk(gib.into(), micro, currency)?),
+        _ => None,
+    };
+    let stoppable =
+        !a.stops && !a.in_cluster && a.state == "running" && a.desired_state == "running";
+    let stop_keeps = match (
+        stoppable,
+        a.boot_disk_bytes,
+        a.storage_price_micro,
+        a.storage_currency,
+    ) {
+        (true, Some(bytes), Some(micro), Some(currency)) => {
+            Some(disk(root_disk_gib(bytes), micro, currency)?)
         }
         _ => None,
     };
+    // A stopped instance is where it is meant to be: its run is released, its disk kept.
+    let (desired_state, observed_state) = match shown {
+        Some("stopped") => ("stopped".to_owned(), "stopped".to_owned()),
+        Some(_) => ("stopped".to_owned(), a.observed_state),
+        None => (a.desired_state.clone(), a.observed_state),
+    };
     Ok(AllocationDetail {
         id,
-        can_stop: can_change
-            && !a.stops
-            && !a.in_cluster
-            && a.state == "running"
-            && a.desired_state == "running",
+        can_stop: can_change && stop_keeps.is_some(),
+        stop_keeps,
         can_start: can_change && shown == Some("stopped"),
         stopped_disk,
         canonical_name: cp
@@ -208,8 +225,8 @@ pub(crate) async fn detail(
             currency: a.currency.into(),
         },
         tags: serde_json::from_value(a.tags).unwrap_or_default(),
-        desired_state: a.desired_state,
-        observed_state: a.observed_state,
+        desired_state,
+        observed_state,
         can_release: can_change
             && (matches!(a.state.as_str(), "placed" | "provisioning" | "running")
                 || shown == Some("stopped")),

@@ -67,7 +67,7 @@ class AllocationDetail:
             tags (BTreeMap):
             transitions (list[Transition]):
             can_start (bool | Unset): Whether the caller may start it now (it is stopped).
-            can_stop (bool | Unset): Whether the caller may stop it now (it runs, and is no cluster's member).
+            can_stop (bool | Unset): Whether the caller may stop it now.
             cost_so_far (Money | None | Unset):
             execution (None | str | Unset): The current (or last) task and its last phase.
             expires_at (datetime.datetime | None | Unset):
@@ -78,6 +78,7 @@ class AllocationDetail:
             running_since (datetime.datetime | None | Unset): When it started running (and so costing), if it has.
             ssh (None | str | Unset): `ssh -p port user@host`, once running: [`SshEndpoint::command`] of `ssh_endpoint`.
             ssh_endpoint (None | SshEndpoint | Unset):
+            stop_keeps (None | StoppedDisk | Unset):
             stopped_disk (None | StoppedDisk | Unset):
      """
 
@@ -120,6 +121,7 @@ class AllocationDetail:
     running_since: datetime.datetime | None | Unset = UNSET
     ssh: None | str | Unset = UNSET
     ssh_endpoint: None | SshEndpoint | Unset = UNSET
+    stop_keeps: None | StoppedDisk | Unset = UNSET
     stopped_disk: None | StoppedDisk | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -295,6 +297,14 @@ class AllocationDetail:
         else:
             ssh_endpoint = self.ssh_endpoint
 
+        stop_keeps: dict[str, Any] | None | Unset
+        if isinstance(self.stop_keeps, Unset):
+            stop_keeps = UNSET
+        elif isinstance(self.stop_keeps, StoppedDisk):
+            stop_keeps = self.stop_keeps.to_dict()
+        else:
+            stop_keeps = self.stop_keeps
+
         stopped_disk: dict[str, Any] | None | Unset
         if isinstance(self.stopped_disk, Unset):
             stopped_disk = UNSET
@@ -359,6 +369,8 @@ class AllocationDetail:
             field_dict["ssh"] = ssh
         if ssh_endpoint is not UNSET:
             field_dict["ssh_endpoint"] = ssh_endpoint
+        if stop_keeps is not UNSET:
+            field_dict["stop_keeps"] = stop_keeps
         if stopped_disk is not UNSET:
             field_dict["stopped_disk"] = stopped_disk
 
@@ -656,6 +668,26 @@ class AllocationDetail:
         ssh_endpoint = _parse_ssh_endpoint(d.pop("ssh_endpoint", UNSET))
 
 
+        def _parse_stop_keeps(data: object) -> None | StoppedDisk | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                stop_keeps_type_1 = StoppedDisk.from_dict(data)
+
+
+
+                return stop_keeps_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | StoppedDisk | Unset, data)
+
+        stop_keeps = _parse_stop_keeps(d.pop("stop_keeps", UNSET))
+
+
         def _parse_stopped_disk(data: object) -> None | StoppedDisk | Unset:
             if data is None:
                 return data
@@ -716,6 +748,7 @@ class AllocationDetail:
             running_since=running_since,
             ssh=ssh,
             ssh_endpoint=ssh_endpoint,
+            stop_keeps=stop_keeps,
             stopped_disk=stopped_disk,
         )
 
