@@ -230,7 +230,7 @@ async fn load_async() {
     let lines = api.answers.0.lock().unwrap().join("\n");
     std::fs::write(&out, lines + "\n").unwrap_or_else(|e| panic!("{out}: {e}"));
     println!(
-        "chaos-load: launched={} refused={} released={} gave_up={} volumes_made={} volumes_attached={} volumes_deleted={} clusters_launched={} clusters_released={}",
+        "chaos-load: launched={} refused={} released={} gave_up={} volumes_made={} volumes_attached={} volumes_deleted={} restarted={} clusters_launched={} clusters_released={}",
         totals.launched,
         totals.refused,
         totals.released,
@@ -238,6 +238,7 @@ async fn load_async() {
         totals.volumes_made,
         totals.volumes_attached,
         totals.volumes_deleted,
+        totals.restarted,
         totals.clusters_launched,
         totals.clusters_released
     );
@@ -252,6 +253,7 @@ struct Tally {
     volumes_made: u64,
     volumes_attached: u64,
     volumes_deleted: u64,
+    restarted: u64,
     clusters_launched: u64,
     clusters_released: u64,
 }
@@ -264,6 +266,7 @@ impl Tally {
         self.volumes_made += o.volumes_made;
         self.volumes_attached += o.volumes_attached;
         self.volumes_deleted += o.volumes_deleted;
+        self.restarted += o.restarted;
         self.clusters_launched += o.clusters_launched;
         self.clusters_released += o.clusters_released;
     }
@@ -349,6 +352,10 @@ async fn client(
             None
         };
         tokio::time::sleep(rng.millis(500, 3000)).await;
+        // A quarter of them are stopped and started again first (their volumes stay).
+        if rng.below(4) == 0 && stop_and_start(api, token, &id, &mut rng).await {
+            tally.restarted += 1;
+        }
         if release(api, token, &id, &mut rng, Duration::from_secs(60)).await {
             tally.released += 1;
         } else {
@@ -450,6 +457,31 @@ async fn retried(
         replica += 1;
         tokio::time::sleep(rng.millis(300, 1200)).await;
     }
+}
+
+/// Stops a running instance and starts it again, each until it reads so; false when a step
+/// was refused (a start with no room in its region stays stopped) or ran out of patience.
+async fn stop_and_start(api: &Api, token: &str, id: &str, rng: &mut Rng) -> bool {
+    let path = format!("/instances/{id}");
+    if !until_state(api, token, &path, "running", rng, Duration::from_secs(60)).await {
+        return false;
+    }
+    for (action, want) in [("stop", "stopped"), ("start", "running")] {
+        let req = Req {
+            method: reqwest::Method::POST,
+            path: &format!("{path}/{action}"),
+            body: None,
+            key: None,
+            label: action,
+        };
+        let (status, _) = retried(api, token, req, rng, Duration::from_secs(60)).await;
+        if status != 202
+            || !until_state(api, token, &path, want, rng, Duration::from_secs(90)).await
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// Reads `path` until its `state` is `want` (or it can't be, or `patience` runs out).
@@ -660,9 +692,11 @@ async fn audit_async() -> bool {
         let id = id.to_string();
         release_cluster(&api, &tokens[0], &id, &mut rng, Duration::from_secs(60)).await;
     }
+    // Stopped instances too: their kept disks are erased with them.
     let live: Vec<uuid::Uuid> = sqlx::query_scalar(
-        "SELECT id FROM allocations WHERE project_id = $1 AND created_at >= $2
-           AND desired_state = 'running' AND cluster_id IS NULL",
+        "SELECT coalesce(instance_id, id) FROM allocations WHERE project_id = $1 AND created_at >= $2
+           AND cluster_id IS NULL AND superseded_by IS NULL
+           AND (desired_state = 'running' OR (state = 'released' AND stop_root_volume IS NOT NULL))",
     )
     .bind(project_id)
     .bind(since)
@@ -687,7 +721,7 @@ async fn audit_async() -> bool {
     // And deletes the volumes it left (a client that gave up, or whose answer was lost).
     let kept: Vec<uuid::Uuid> = sqlx::query_scalar(
         "SELECT id FROM volumes WHERE project_id = $1 AND created_at >= $2
-           AND state NOT IN ('deleting', 'deleted')",
+           AND state NOT IN ('deleting', 'deleted') AND root_of IS NULL",
     )
     .bind(project_id)
     .bind(since)
@@ -867,6 +901,21 @@ async fn audit_async() -> bool {
              AND NOT EXISTS (SELECT 1 FROM volume_erasures e WHERE e.volume_id = v.id)")
         .await,
         "deleted volumes without a sealed erasure record".into(),
+    );
+    // Stop and start: a started run that ran booted a disk a host saved at a stop before (a
+    // root disk is then erased like any volume: the checks above cover it).
+    scalar(
+        "restored_unsaved",
+        q("SELECT count(*) FROM allocations n
+           WHERE n.project_id = $1 AND n.created_at >= $2 AND n.restore_from IS NOT NULL
+             AND EXISTS (SELECT 1 FROM usage_intervals u WHERE u.allocation_id = n.id)
+             AND NOT EXISTS (SELECT 1 FROM allocations p
+                             JOIN agent_tasks t ON t.allocation_id = p.id
+                             JOIN agent_task_phases ph ON ph.task_id = t.id
+                             WHERE p.stop_root_volume = n.restore_from
+                               AND ph.phase = 'save_root_disk' AND ph.status = 'succeeded')")
+        .await,
+        "a started run booted a disk no stop had saved".into(),
     );
     scalar(
         "volume_steps_left",
@@ -1082,7 +1131,7 @@ async fn audit_async() -> bool {
             .map_or(0, |c| c.value)
     };
     println!(
-        "RESULT chaos launches={launches} volumes={volumes} faults={} acknowledged={} lost={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} volumes_unconverged={} volumes_unerased={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
+        "RESULT chaos launches={launches} volumes={volumes} faults={} acknowledged={} lost={} double_bookings={} leaked_slots={} unconverged={} lost_tasks={} duplicated_tasks={} volumes_unconverged={} volumes_unerased={} restored_unsaved={} ledger_diff_minor={} invoice_mismatches={} findings={} errors_500={}",
         windows.len(),
         acknowledged.len(),
         value("lost"),
@@ -1093,6 +1142,7 @@ async fn audit_async() -> bool {
         value("duplicated_tasks"),
         value("volumes_unconverged"),
         value("volumes_unerased"),
+        value("restored_unsaved"),
         value("ledger_diff_minor"),
         value("invoice_mismatches"),
         value("reconciliation_findings"),
