@@ -764,9 +764,14 @@ impl AllocationsApi for ControlPlane {
         who: &Project<ProjectViewers>,
         id: AllocationId,
     ) -> Result<Vec<GpuUtilisation>> {
+        // Another project's allocation has no history here, as it has no allocation.
         let id = {
             let mut conn = self.pool().acquire().await?;
-            stop_start::current_run(&mut conn, who.id(), id).await?
+            match stop_start::current_run(&mut conn, who.id(), id).await {
+                Ok(run) => run,
+                Err(Error::NotFound { .. }) => return Ok(Vec::new()),
+                Err(e) => return Err(e),
+            }
         };
         Ok(sqlx::query!(
             r#"SELECT date_bin('5 minutes', u.at, '2000-01-01') AS "at!",

@@ -235,10 +235,11 @@ pub async fn launch(
 pub struct InstanceQuery {
     /// Only this project's (one the token reaches).
     pub project: Option<ProjectId>,
-    /// A lifecycle state (`requested`, `placed`, `provisioning`, `running`, `releasing`,
-    /// `cleaning`, `released`), `active` for every one not released, or `all`.
+    /// A lifecycle state (`requested`, `placed`, `provisioning`, `running`, `stopped`,
+    /// `releasing`, `cleaning`, `released`), `active` for every one not released (stopped ones
+    /// included), or `all`.
     #[param(
-        pattern = r"^(active|all|requested|placed|provisioning|running|releasing|cleaning|released)?$"
+        pattern = r"^(active|all|requested|placed|provisioning|running|stopped|releasing|cleaning|released)?$"
     )]
     pub state: Option<String>,
     /// `key` (has the tag) or `key=value`.
@@ -451,13 +452,37 @@ pub async fn release(
     caller: Caller,
     instance: Result<Path<AllocationId>, PathRejection>,
 ) -> Result<(StatusCode, Json<AllocationDetail>), ApiError> {
-    caller.require(TokenScope::Launch, &id)?;
+    let c = cp.clone();
+    changed(
+        &cp,
+        &id,
+        &caller,
+        instance,
+        |who, instance, rid| async move { c.release_allocation(&who, instance, Some(&rid)).await },
+    )
+    .await
+}
+
+/// What release, stop and start share: the launch scope, the caller's operator proof in the
+/// instance's project, the change (audited with the token), then the instance as it is now.
+async fn changed<F, Fut>(
+    cp: &ControlPlane,
+    id: &RequestId,
+    caller: &Caller,
+    instance: Result<Path<AllocationId>, PathRejection>,
+    change: F,
+) -> Result<(StatusCode, Json<AllocationDetail>), ApiError>
+where
+    F: FnOnce(control_plane::tenancy::Project<ProjectOperators>, AllocationId, String) -> Fut,
+    Fut: std::future::Future<Output = control_plane::error::Result<()>>,
+{
+    caller.require(TokenScope::Launch, id)?;
     let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
     let who = caller
-        .allocation::<ProjectOperators>(&cp, instance, &id)
+        .allocation::<ProjectOperators>(cp, instance, id)
         .await?;
     caller
-        .acting(cp.release_allocation(&who, instance, Some(&id.0)))
+        .acting(change(who, instance, id.0.clone()))
         .await
         .map_err(|e| id.refused(e))?;
     let detail = cp
@@ -494,20 +519,15 @@ pub async fn stop(
     caller: Caller,
     instance: Result<Path<AllocationId>, PathRejection>,
 ) -> Result<(StatusCode, Json<AllocationDetail>), ApiError> {
-    caller.require(TokenScope::Launch, &id)?;
-    let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
-    let who = caller
-        .allocation::<ProjectOperators>(&cp, instance, &id)
-        .await?;
-    caller
-        .acting(cp.stop_instance(&who, instance, Some(&id.0)))
-        .await
-        .map_err(|e| id.refused(e))?;
-    let detail = cp
-        .allocation(&caller.0.principal, instance)
-        .await
-        .map_err(|e| id.refused(e))?;
-    Ok((StatusCode::ACCEPTED, Json(detail)))
+    let c = cp.clone();
+    changed(
+        &cp,
+        &id,
+        &caller,
+        instance,
+        |who, instance, rid| async move { c.stop_instance(&who, instance, Some(&rid)).await },
+    )
+    .await
 }
 
 /// Starts a stopped instance.
@@ -538,18 +558,9 @@ pub async fn start(
     caller: Caller,
     instance: Result<Path<AllocationId>, PathRejection>,
 ) -> Result<(StatusCode, Json<AllocationDetail>), ApiError> {
-    caller.require(TokenScope::Launch, &id)?;
-    let Path(instance) = instance.map_err(|_| ApiError(AppError::NotFound))?;
-    let who = caller
-        .allocation::<ProjectOperators>(&cp, instance, &id)
-        .await?;
-    caller
-        .acting(cp.start_instance(&who, instance, Some(&id.0)))
-        .await
-        .map_err(|e| id.refused(e))?;
-    let detail = cp
-        .allocation(&caller.0.principal, instance)
-        .await
-        .map_err(|e| id.refused(e))?;
-    Ok((StatusCode::ACCEPTED, Json(detail)))
+    let c = cp.clone();
+    changed(&cp, &id, &caller, instance, |who, instance, rid| async move {
+        c.start_instance(&who, instance, Some(&rid)).await.map(drop)
+    })
+    .await
 }

@@ -7,7 +7,6 @@
 //!
 //! Needs `qemu-img`, `qemu-io` and `qemu-storage-daemon`; without them it says SKIPPED.
 
-use std::process::Command;
 use std::time::Duration;
 
 use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec};
@@ -23,18 +22,6 @@ use crate::support;
 
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
-
-fn missing() -> Option<String> {
-    ["qemu-img", "qemu-io", "qemu-storage-daemon"]
-        .into_iter()
-        .find_map(|tool| {
-            let found = Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            (!found).then(|| format!("{tool} is not installed"))
-        })
-}
 
 async fn call(
     app: &axum::Router,
@@ -94,19 +81,6 @@ async fn queued(cp: &control_plane::ControlPlane, kind: &str) {
     panic!("no {kind} task was queued");
 }
 
-fn qemu_io(uri: &str, command: &str) -> (bool, String) {
-    let out = Command::new("qemu-io")
-        .args(["-f", "raw", uri, "-c", command])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (
-        out.status.success() && !text.contains("failed") && !text.contains("error"),
-        text,
-    )
-}
-
 async fn launch(app: &axum::Router, token: &str, sku: &str, name: &str) -> (StatusCode, Value) {
     let body = json!({"project": ACME_RESEARCH.to_string(), "sku": sku, "region": "eu-west-1",
         "image": "ubuntu-24.04-cuda", "name": name, "ssh_public_keys": [KEY],
@@ -164,7 +138,7 @@ async fn root_volume(cp: &control_plane::ControlPlane, instance: &str) -> (uuid:
 
 #[tokio::test]
 async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id() {
-    if let Some(why) = missing() {
+    if let Some(why) = support::missing_qemu_tools() {
         println!("SKIPPED: {why}");
         return;
     }
@@ -311,7 +285,7 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
             let target = plan.save_root.as_ref().expect("a stop saves the disk");
             assert_eq!(target.uri(), expected);
             // The host copies the boot disk there.
-            let (ok, out) = qemu_io(&target.uri(), "write -P 0x5a 0 1M");
+            let (ok, out) = support::qemu_io(&target.uri(), "write -P 0x5a 0 1M");
             assert!(ok, "{out}");
             TaskOutcome::Succeeded {
                 output: TaskOutput::Cleaned(signed_proof(node_id, &credential, plan)),
@@ -447,7 +421,7 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
                 .as_ref()
                 .expect("a start restores the disk");
             assert_eq!(target.uri(), expected);
-            let (ok, out) = qemu_io(&target.uri(), "read -P 0x5a 0 1M");
+            let (ok, out) = support::qemu_io(&target.uri(), "read -P 0x5a 0 1M");
             assert!(ok, "the start's host reads what the stop saved: {out}");
             provisioned(spec)
         },

@@ -22,19 +22,6 @@ use crate::support;
 const KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl alice@laptop";
 
-fn missing() -> Option<String> {
-    for tool in ["qemu-img", "qemu-io", "qemu-storage-daemon"] {
-        if !Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
-            return Some(format!("{tool} is not installed"));
-        }
-    }
-    None
-}
-
 async fn call(
     app: &axum::Router,
     method: &str,
@@ -134,22 +121,9 @@ async fn plug(
     }
 }
 
-fn qemu_io(uri: &str, command: &str) -> (bool, String) {
-    let out = Command::new("qemu-io")
-        .args(["-f", "raw", uri, "-c", command])
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (
-        out.status.success() && !text.contains("failed") && !text.contains("error"),
-        text,
-    )
-}
-
 #[tokio::test]
 async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api() {
-    if let Some(why) = missing() {
+    if let Some(why) = support::missing_qemu_tools() {
         println!("SKIPPED: {why}");
         return;
     }
@@ -309,7 +283,7 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     );
     let v = until(&app, &alice, &id, "in_use").await;
     assert_eq!(v["attached_to"], first);
-    let (ok, out) = qemu_io(&uri, "write -P 0x3c 0 2M");
+    let (ok, out) = support::qemu_io(&uri, "write -P 0x3c 0 2M");
     assert!(ok, "the guest writes: {out}");
 
     // Not deleted while attached.
@@ -339,7 +313,10 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     assert_eq!(status, StatusCode::ACCEPTED);
     assert!(plug(&cp, &agent).await.volumes.is_empty());
     until(&app, &alice, &id, "available").await;
-    assert!(!qemu_io(&uri, "read 0 512").0, "not served while detached");
+    assert!(
+        !support::qemu_io(&uri, "read 0 512").0,
+        "not served while detached"
+    );
     let second = launch(&app, &cp, &agent, &alice, "second").await;
     call(
         &app,
@@ -351,7 +328,7 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     .await;
     let plan = plug(&cp, &agent).await;
     until(&app, &alice, &id, "in_use").await;
-    let (ok, out) = qemu_io(&plan.volumes[0].target.uri(), "read -P 0x3c 0 2M");
+    let (ok, out) = support::qemu_io(&plan.volumes[0].target.uri(), "read -P 0x3c 0 2M");
     assert!(ok, "the second instance reads what the first wrote: {out}");
 
     // Grown while attached; listed; then detached and deleted: erased, with its record.
@@ -406,7 +383,7 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
         json!({"amount_minor": 20, "currency": "USD"}),
         "2 GiB at 0.10 USD per GiB-month: {s}"
     );
-    let (ok, out) = qemu_io(&plan.volumes[0].target.uri(), "write -P 0x99 0 2M");
+    let (ok, out) = support::qemu_io(&plan.volumes[0].target.uri(), "write -P 0x99 0 2M");
     assert!(ok, "the guest writes on: {out}");
     let (status, r) = post_keyed(
         &app,

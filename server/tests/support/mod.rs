@@ -111,3 +111,32 @@ pub async fn demo_with_node(
 /// secret and id.
 #[allow(unused_imports)]
 pub use test_db::fixtures::api_token;
+
+/// Why the tests of volumes on the real qemu backend can't run here, if they can't: a tool of
+/// theirs that is not installed.
+pub fn missing_qemu_tools() -> Option<String> {
+    ["qemu-img", "qemu-io", "qemu-storage-daemon"]
+        .into_iter()
+        .find_map(|tool| {
+            let found = std::process::Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            (!found).then(|| format!("{tool} is not installed"))
+        })
+}
+
+/// `qemu-io` on a volume's address as a guest (or a host) would read or write it: whether the
+/// command worked, and what it said.
+pub fn qemu_io(uri: &str, command: &str) -> (bool, String) {
+    let out = std::process::Command::new("qemu-io")
+        .args(["-f", "raw", uri, "-c", command])
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (
+        out.status.success() && !text.contains("failed") && !text.contains("error"),
+        text,
+    )
+}
