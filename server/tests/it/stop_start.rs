@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec};
 use axum::body::Body;
-use control_plane::api_tokens::TokenScope;
-use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
+use control_plane::demo::ACME_RESEARCH;
 use control_plane::prelude::*;
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
@@ -160,37 +159,13 @@ async fn an_instance_stops_onto_a_saved_disk_and_starts_again_under_the_same_id(
     )
     .await;
     let app = server::router(state);
-    let dir = std::env::temp_dir().join(format!("stop-start-api-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let backend = std::sync::Arc::new(storage::QemuNbd::new(
-        &dir,
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        None,
-    ));
-    let worker = tokio::spawn(server::workers::storage(cp.clone(), backend.clone()));
-    let (alice, _) = support::api_token(
-        &cp,
-        "alice@acme.example",
-        ACME,
-        None,
-        &[TokenScope::Read, TokenScope::Launch],
-    )
-    .await;
-    let (reader, _) =
-        support::api_token(&cp, "alice@acme.example", ACME, None, &[TokenScope::Read]).await;
-    let (carol, _) = support::api_token(
-        &cp,
-        "carol@globex.example",
-        GLOBEX,
-        None,
-        &[TokenScope::Read, TokenScope::Launch],
-    )
-    .await;
+    let support::Storage {
+        backend,
+        port,
+        worker,
+        ..
+    } = support::storage_worker(&cp, "stop-start-api");
+    let (alice, reader, carol) = support::acme_and_globex_tokens(&cp).await;
 
     let (status, v) = launch(&app, &alice, "h100.1x", "trainer").await;
     assert_eq!(status, StatusCode::CREATED, "{v}");

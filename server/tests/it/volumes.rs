@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use agent_protocol::{TaskOutcome, TaskOutput, TaskSpec};
 use axum::body::Body;
-use control_plane::api_tokens::TokenScope;
-use control_plane::demo::{ACME, ACME_RESEARCH, GLOBEX};
+use control_plane::demo::ACME_RESEARCH;
 use http::{Request, StatusCode};
 use serde_json::{Value, json};
 use test_db::fixtures::answer;
@@ -130,37 +129,13 @@ async fn a_volume_keeps_its_data_from_one_instance_to_the_next_through_the_api()
     let (_db, state, agent) = support::demo_with_node("gpu-vol-1").await;
     let cp = state.cp.clone();
     let app = server::router(state);
-    let dir = std::env::temp_dir().join(format!("volumes-api-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let backend = std::sync::Arc::new(storage::QemuNbd::new(
-        &dir,
-        format!("127.0.0.1:{port}").parse().unwrap(),
-        None,
-    ));
-    let worker = tokio::spawn(server::workers::storage(cp.clone(), backend.clone()));
-    let (alice, _) = support::api_token(
-        &cp,
-        "alice@acme.example",
-        ACME,
-        None,
-        &[TokenScope::Read, TokenScope::Launch],
-    )
-    .await;
-    let (reader, _) =
-        support::api_token(&cp, "alice@acme.example", ACME, None, &[TokenScope::Read]).await;
-    let (carol, _) = support::api_token(
-        &cp,
-        "carol@globex.example",
-        GLOBEX,
-        None,
-        &[TokenScope::Read, TokenScope::Launch],
-    )
-    .await;
+    let support::Storage {
+        dir,
+        backend,
+        port,
+        worker,
+    } = support::storage_worker(&cp, "volumes-api");
+    let (alice, reader, carol) = support::acme_and_globex_tokens(&cp).await;
 
     // Created once per key; bad input names its field and makes nothing.
     let new = json!({"project": ACME_RESEARCH.to_string(), "name": "checkpoints", "region": "eu-west-1", "size_gib": 1});

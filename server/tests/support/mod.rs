@@ -140,3 +140,60 @@ pub fn qemu_io(uri: &str, command: &str) -> (bool, String) {
         text,
     )
 }
+
+/// A storage backend as the server runs it in tests: qcow2 files under a directory of its own,
+/// served over NBD on a loopback port by `qemu-storage-daemon`, with the server's storage
+/// worker driving it.
+pub struct Storage {
+    pub dir: std::path::PathBuf,
+    pub backend: std::sync::Arc<storage::QemuNbd>,
+    pub port: u16,
+    pub worker: tokio::task::JoinHandle<()>,
+}
+
+pub fn storage_worker(cp: &control_plane::ControlPlane, name: &str) -> Storage {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let backend = std::sync::Arc::new(storage::QemuNbd::new(
+        &dir,
+        format!("127.0.0.1:{port}").parse().unwrap(),
+        None,
+    ));
+    let worker = tokio::spawn(server::workers::storage(cp.clone(), backend.clone()));
+    Storage {
+        dir,
+        backend,
+        port,
+        worker,
+    }
+}
+
+/// Alice's token to read and launch in Acme, her read-only one, and Carol's to read and launch
+/// in Globex.
+pub async fn acme_and_globex_tokens(cp: &control_plane::ControlPlane) -> (String, String, String) {
+    use control_plane::api_tokens::TokenScope;
+    use control_plane::demo::{ACME, GLOBEX};
+    let (alice, _) = api_token(
+        cp,
+        "alice@acme.example",
+        ACME,
+        None,
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+    let (reader, _) = api_token(cp, "alice@acme.example", ACME, None, &[TokenScope::Read]).await;
+    let (carol, _) = api_token(
+        cp,
+        "carol@globex.example",
+        GLOBEX,
+        None,
+        &[TokenScope::Read, TokenScope::Launch],
+    )
+    .await;
+    (alice, reader, carol)
+}
