@@ -902,8 +902,11 @@ async fn audit_async() -> bool {
         .await,
         "deleted volumes without a sealed erasure record".into(),
     );
-    // Stop and start: a started run that ran booted a disk a host saved at a stop before (a
-    // root disk is then erased like any volume: the checks above cover it).
+    // Stop and start: a started run that ran booted a disk a host saved at a stop before: the
+    // stop's release, with the copy in its plan, succeeded (an agent answers it only after the
+    // copy, or after a try of it that made the copy). Its phase reports are not the evidence:
+    // they are best-effort, and a run lost them all under pool exhaustion. A root disk is then
+    // erased like any volume: the checks above cover it.
     scalar(
         "restored_unsaved",
         q("SELECT count(*) FROM allocations n
@@ -911,9 +914,9 @@ async fn audit_async() -> bool {
              AND EXISTS (SELECT 1 FROM usage_intervals u WHERE u.allocation_id = n.id)
              AND NOT EXISTS (SELECT 1 FROM allocations p
                              JOIN agent_tasks t ON t.allocation_id = p.id
-                             JOIN agent_task_phases ph ON ph.task_id = t.id
                              WHERE p.stop_root_volume = n.restore_from
-                               AND ph.phase = 'save_root_disk' AND ph.status = 'succeeded')")
+                               AND t.kind IN ('slice.vm_release', 'baremetal.release')
+                               AND t.state = 'succeeded' AND t.spec ? 'save_root')")
         .await,
         "a started run booted a disk no stop had saved".into(),
     );
