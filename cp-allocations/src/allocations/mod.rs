@@ -465,14 +465,25 @@ impl AllocationsApi for ControlPlane {
         id: AllocationId,
         request_id: Option<&str>,
     ) -> Result<()> {
-        let id = {
+        // One read on the pool for the ordinary release; a transaction only for a stopped
+        // instance, whose saved disk goes with it.
+        let (id, stopped) = {
+            let mut conn = self.pool().acquire().await?;
+            stop_start::current_run_and_stopped(&mut conn, who.id(), id).await?
+        };
+        if stopped {
             let mut tx = self.pool().begin().await?;
-            let run = stop_start::current_run(&mut tx, who.id(), id).await?;
-            if stop_start::release_stopped(self, &mut tx, who, run, request_id).await? {
+            if stop_start::release_stopped(self, &mut tx, who, id, request_id).await? {
                 tx.commit().await?;
                 return Ok(());
             }
-            run
+        }
+        let id = if stopped {
+            // Started meanwhile: the ordinary release of its new run follows.
+            let mut conn = self.pool().acquire().await?;
+            stop_start::current_run(&mut conn, who.id(), id).await?
+        } else {
+            id
         };
         // With the other releases waiting now (see [`group`]); alone if that group failed.
         if let Some(done) =

@@ -47,15 +47,29 @@ pub(crate) async fn current_run(
     project: ProjectId,
     id: AllocationId,
 ) -> Result<AllocationId> {
-    sqlx::query_scalar!(
-        r#"SELECT id AS "id: AllocationId" FROM allocations
+    current_run_and_stopped(conn, project, id)
+        .await
+        .map(|(run, _)| run)
+}
+
+/// [`current_run`], and whether the instance is stopped (its run released into a saved disk).
+pub(crate) async fn current_run_and_stopped(
+    conn: &mut PgConnection,
+    project: ProjectId,
+    id: AllocationId,
+) -> Result<(AllocationId, bool)> {
+    let r = sqlx::query!(
+        r#"SELECT id AS "id: AllocationId",
+                  state = 'released' AND stop_root_volume IS NOT NULL AS "stopped!"
+           FROM allocations
            WHERE (id = $1 OR instance_id = $1) AND superseded_by IS NULL AND project_id = $2"#,
         id as AllocationId,
         project as ProjectId
     )
     .fetch_optional(conn)
     .await?
-    .ok_or(Error::NotFound { what: "allocation" })
+    .ok_or(Error::NotFound { what: "allocation" })?;
+    Ok((r.id, r.stopped))
 }
 
 /// A run, locked, with what a stop or start reads of it.
@@ -77,9 +91,9 @@ async fn lock_current(
     project: ProjectId,
     instance: AllocationId,
 ) -> Result<Run> {
-    let id = current_run(&mut *conn, project, instance).await?;
     let r = sqlx::query!(
-        r#"SELECT a.name, a.region, a.state, a.desired_state, a.cluster_id IS NOT NULL AS "in_cluster!",
+        r#"SELECT a.id AS "id: AllocationId", a.name, a.region, a.state, a.desired_state,
+                  a.cluster_id IS NOT NULL AS "in_cluster!",
                   a.stop_root_volume AS "stop_root_volume: VolumeId",
                   a.restore_from AS "restore_from: VolumeId",
                   coalesce(a.instance_id, a.id) AS "instance!: AllocationId",
@@ -88,13 +102,18 @@ async fn lock_current(
                        ON s.id = c.slot_id OR (c.kind = 'baremetal' AND s.node_id = c.node_id)
                    WHERE c.allocation_id = a.id
                    ORDER BY s.slot_index LIMIT 1) AS boot_disk_bytes
-           FROM allocations a WHERE a.id = $1 FOR NO KEY UPDATE OF a"#,
-        id as AllocationId
+           FROM allocations a
+           WHERE (a.id = $1 OR a.instance_id = $1) AND a.superseded_by IS NULL
+             AND a.project_id = $2
+           FOR NO KEY UPDATE OF a"#,
+        instance as AllocationId,
+        project as ProjectId
     )
-    .fetch_one(&mut *conn)
-    .await?;
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(Error::NotFound { what: "allocation" })?;
     Ok(Run {
-        id,
+        id: r.id,
         instance: r.instance,
         name: r.name,
         region: r.region,
@@ -143,19 +162,15 @@ pub(crate) async fn stop(
             run.name
         )));
     }
-    let price = sqlx::query!(
-        "SELECT price_per_gib_month_micro, currency FROM storage_prices WHERE region = $1",
-        run.region
-    )
-    .fetch_optional(&mut *tx)
-    .await?
-    .ok_or_else(|| {
-        Error::Conflict(format!(
-            "instances in {} can't be stopped yet: a stopped instance keeps its disk as storage, \
-             and storage there has no price",
-            run.region
-        ))
-    })?;
+    let price = cp_billing::internal::storage_price_in(&mut tx, &run.region)
+        .await?
+        .ok_or_else(|| {
+            Error::Conflict(format!(
+                "instances in {} can't be stopped yet: a stopped instance keeps its disk as storage, \
+                 and storage there has no price",
+                run.region
+            ))
+        })?;
     let volume = VolumeId::new_random();
     sqlx::query!(
         "INSERT INTO volumes (id, tenant_id, project_id, region, name, size_gib, idempotency_key,
@@ -170,8 +185,8 @@ pub(crate) async fn stop(
         gib as i32,
         format!("stop-{}", run.id),
         who.user() as UserId,
-        price.price_per_gib_month_micro,
-        price.currency,
+        price.per_gib_month_micro,
+        price.currency.as_str(),
         run.instance as AllocationId,
     )
     .execute(&mut *tx)
@@ -185,15 +200,18 @@ pub(crate) async fn stop(
     )
     .execute(&mut *tx)
     .await?;
-    record(
-        cp,
-        &mut tx,
-        who,
-        &run,
-        "instance.stop",
-        ("running", "stopping"),
-        json!({"root_disk_gib": gib, "run": run.id}),
-        request_id,
+    audit::record(
+        &mut *tx,
+        AuditEntry {
+            actor: Actor::User(who.user()),
+            action: "instance.stop",
+            resource: &cp
+                .naming()
+                .allocation(&run.region, who.tenant(), who.id(), run.instance)?,
+            before: Some(json!({"state": "running"})),
+            after: Some(json!({"state": "stopping", "root_disk_gib": gib, "run": run.id})),
+            request_id,
+        },
     )
     .await?;
     tx.commit().await?;
@@ -378,38 +396,6 @@ pub(crate) async fn record_start(
                 .allocation(region, who.tenant(), who.id(), resume.instance)?,
             before: Some(json!({"state": "stopped", "run": resume.previous})),
             after: Some(json!({"state": "placed", "run": run, "root_volume": resume.root})),
-            request_id,
-        },
-    )
-    .await?;
-    Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn record(
-    cp: &ControlPlane,
-    conn: &mut PgConnection,
-    who: &Project<ProjectOperators>,
-    run: &Run,
-    action: &'static str,
-    (before, after): (&str, &str),
-    detail: serde_json::Value,
-    request_id: Option<&str>,
-) -> Result<()> {
-    let mut after = json!({ "state": after });
-    if let (Some(a), Some(d)) = (after.as_object_mut(), detail.as_object()) {
-        a.extend(d.clone());
-    }
-    audit::record(
-        conn,
-        AuditEntry {
-            actor: Actor::User(who.user()),
-            action,
-            resource: &cp
-                .naming()
-                .allocation(&run.region, who.tenant(), who.id(), run.instance)?,
-            before: Some(json!({ "state": before })),
-            after: Some(after),
             request_id,
         },
     )
