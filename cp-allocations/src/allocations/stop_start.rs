@@ -201,7 +201,7 @@ pub(crate) async fn stop(
     .execute(&mut *tx)
     .await?;
     audit::record(
-        &mut *tx,
+        &mut tx,
         AuditEntry {
             actor: Actor::User(who.user()),
             action: "instance.stop",
